@@ -1,0 +1,6 @@
+//! Thin adapters: the only code that touches `worker::{Env, D1Database, Stub, …}`. Each implements
+//! a port of `crate::ports` and converts, nothing more.
+
+pub mod body;
+pub mod d1;
+pub mod guard;

@@ -1,0 +1,157 @@
+//! Owner key management of SPEC §2: create (secret shown once), list, revoke.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{random, unavailable, Call, Gateway, Reply};
+use crate::config::{Config, DEFAULT_PLAN};
+use crate::core::api_key::{self, KeyRecord, KeyType};
+use crate::core::encoding::object_id;
+use crate::core::error::ApiError;
+use crate::core::json_body;
+use crate::core::page::{Cursor, PageRequest};
+use crate::ports::{Directory, KeyGuard, Revocation};
+
+/// The highest per-key override an owner may set (requests per minute).
+const MAX_RATE_OVERRIDE: u32 = 1_000_000;
+
+/// A key just made: its record and the secret, which exists only in this response.
+pub struct NewKey {
+    pub record: KeyRecord,
+    pub secret: String,
+}
+
+impl NewKey {
+    pub fn generate(
+        config: &Config,
+        project_id: &str,
+        key_type: KeyType,
+        name: Option<String>,
+        plan: Option<String>,
+        rate_limit_per_minute: Option<u32>,
+        now_ms: i64,
+    ) -> Result<Self, ApiError> {
+        let plan = plan.unwrap_or_else(|| DEFAULT_PLAN.to_owned());
+        if config.plan(&plan).is_none() {
+            return Err(
+                ApiError::unprocessable(format!("There is no plan named {plan:?}."))
+                    .with_detail("field", "plan")
+                    .with_detail("plans", config.plans.keys().cloned().collect::<Vec<_>>()),
+            );
+        }
+        let secret = api_key::generate(key_type, &random());
+        let record = KeyRecord {
+            id: object_id("key", &random()),
+            project_id: project_id.to_owned(),
+            key_type,
+            name,
+            plan,
+            rate_limit_per_minute,
+            key_hash: api_key::hash(config.key_pepper.as_bytes(), &secret),
+            prefix: api_key::prefix(&secret).to_owned(),
+            created_at: now_ms,
+            revoked_at: None,
+        };
+        Ok(NewKey { record, secret })
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateKey {
+    #[serde(rename = "type")]
+    key_type: KeyType,
+    name: Option<String>,
+    plan: Option<String>,
+    rate_limit_per_minute: Option<u32>,
+}
+
+pub async fn create<G: KeyGuard, D: Directory>(
+    gw: &Gateway<'_, G, D>,
+    call: &Call<'_>,
+) -> Result<Reply, ApiError> {
+    let input: CreateKey = json_body::parse(&call.body)?;
+    let name = input
+        .name
+        .map(|n| n.trim().to_owned())
+        .filter(|n| !n.is_empty());
+    if name.as_ref().is_some_and(|n| n.chars().count() > 200) {
+        return Err(ApiError::bad_request("name must be at most 200 characters")
+            .with_detail("field", "name"));
+    }
+    if let Some(rate) = input.rate_limit_per_minute {
+        if !(1..=MAX_RATE_OVERRIDE).contains(&rate) {
+            return Err(ApiError::bad_request(format!(
+                "rate_limit_per_minute must be from 1 to {MAX_RATE_OVERRIDE}, or null for the plan's limit"
+            ))
+            .with_detail("field", "rate_limit_per_minute"));
+        }
+    }
+    let owner = call.key();
+    let new = NewKey::generate(
+        gw.config,
+        &owner.project_id,
+        input.key_type,
+        name,
+        input.plan,
+        input.rate_limit_per_minute,
+        call.now_ms,
+    )?;
+    gw.directory
+        .insert_key(&new.record)
+        .await
+        .map_err(unavailable)?;
+    let mut body = new.record.view();
+    body["key"] = Value::String(new.secret);
+    Ok(Reply::created(body))
+}
+
+pub async fn list<G: KeyGuard, D: Directory>(
+    gw: &Gateway<'_, G, D>,
+    call: &Call<'_>,
+) -> Result<Reply, ApiError> {
+    let page = PageRequest::from_query(call.query, 50, 200)?;
+    let rows = gw
+        .directory
+        .list_keys(&call.key().project_id, &page)
+        .await
+        .map_err(unavailable)?;
+    Ok(Reply::ok(page.respond(rows, position, KeyRecord::view)))
+}
+
+fn position(key: &KeyRecord) -> Cursor {
+    Cursor {
+        ts: key.created_at,
+        id: key.id.clone(),
+    }
+}
+
+/// Revokes a key of the caller's project; the guard forgets it before we answer, so its very
+/// next request is refused. Revoking a revoked key answers the same record again.
+pub async fn revoke<G: KeyGuard, D: Directory>(
+    gw: &Gateway<'_, G, D>,
+    call: &Call<'_>,
+) -> Result<Reply, ApiError> {
+    let key_id = call.params[0];
+    let outcome = gw
+        .directory
+        .revoke_key(&call.key().project_id, key_id, call.now_ms)
+        .await
+        .map_err(unavailable)?;
+    let record = match outcome {
+        Revocation::Revoked(record) | Revocation::AlreadyRevoked(record) => record,
+        Revocation::NotFound => return Err(ApiError::not_found("API key").with_detail("id", key_id)),
+        Revocation::LastOwnerKey => {
+            return Err(ApiError::unprocessable(
+                "This is the project's last active owner key; create another owner key before revoking it.",
+            )
+            .with_detail("id", key_id))
+        }
+    };
+    // Also on a repeat: if the first call's notice to the guard failed, this one delivers it.
+    gw.guard
+        .invalidate(&record.key_hash)
+        .await
+        .map_err(unavailable)?;
+    Ok(Reply::ok(record.view()))
+}

@@ -1,0 +1,176 @@
+//! Typed configuration from the worker's vars and secrets (SPEC §1). The parser is pure: it reads
+//! through a lookup function, so native tests feed it a map and the worker feeds it `Env`.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    pub per_minute: u32,
+    pub monthly_quota: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub plans: BTreeMap<String, Plan>,
+    pub idempotency_ttl_seconds: u64,
+    pub event_dedup_window_seconds: u64,
+    pub audit_retention_days: u32,
+    pub webhook_retry_schedule: Vec<u64>,
+    pub webhook_timeout_ms: u64,
+    pub webhook_header_prefix: String,
+    pub allow_private_webhook_urls: bool,
+    pub key_pepper: String,
+    pub admin_token: String,
+}
+
+pub const DEFAULT_PLAN: &str = "trial";
+const DEFAULT_PLANS: &str = r#"{"trial":{"per_minute":30,"monthly_quota":10000},"business":{"per_minute":2000,"monthly_quota":10000000}}"#;
+
+/// A var or secret that is missing where required, or does not parse. Operators see it in the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "configuration: {}", self.0)
+    }
+}
+
+impl Config {
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let number = |name: &str, default: u64| -> Result<u64, ConfigError> {
+            match get(name) {
+                None => Ok(default),
+                Some(v) => v
+                    .trim()
+                    .parse()
+                    .map_err(|_| ConfigError(format!("{name}={v:?} is not a whole number"))),
+            }
+        };
+        let secret = |name: &str| -> Result<String, ConfigError> {
+            match get(name) {
+                Some(v) if v.len() >= 16 => Ok(v),
+                Some(_) => Err(ConfigError(format!(
+                    "{name} must be at least 16 characters"
+                ))),
+                None => Err(ConfigError(format!("secret {name} is not set"))),
+            }
+        };
+
+        let plans_json = get("PLANS").unwrap_or_else(|| DEFAULT_PLANS.to_owned());
+        let plans: BTreeMap<String, Plan> = serde_json::from_str(&plans_json)
+            .map_err(|e| ConfigError(format!("PLANS is not valid: {e}")))?;
+        if !plans.contains_key(DEFAULT_PLAN) {
+            return Err(ConfigError(format!(
+                "PLANS must define the {DEFAULT_PLAN:?} plan"
+            )));
+        }
+        if plans.values().any(|p| p.per_minute == 0) {
+            return Err(ConfigError("PLANS: per_minute must be at least 1".into()));
+        }
+
+        let schedule_text =
+            get("WEBHOOK_RETRY_SCHEDULE").unwrap_or_else(|| "30,300,1800,7200,21600".into());
+        let webhook_retry_schedule = schedule_text
+            .split(',')
+            .map(|s| s.trim().parse::<u64>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| {
+                ConfigError(format!(
+                    "WEBHOOK_RETRY_SCHEDULE={schedule_text:?} is not a list of seconds"
+                ))
+            })?;
+
+        let allow_private = get("ALLOW_PRIVATE_WEBHOOK_URLS").unwrap_or_default();
+        let allow_private_webhook_urls = match allow_private.trim() {
+            "" | "false" => false,
+            "true" => true,
+            other => {
+                return Err(ConfigError(format!(
+                    "ALLOW_PRIVATE_WEBHOOK_URLS={other:?} is not true or false"
+                )))
+            }
+        };
+
+        Ok(Config {
+            plans,
+            idempotency_ttl_seconds: number("IDEMPOTENCY_TTL_SECONDS", 86_400)?,
+            event_dedup_window_seconds: number("EVENT_DEDUP_WINDOW_SECONDS", 172_800)?,
+            audit_retention_days: number("AUDIT_RETENTION_DAYS", 90)? as u32,
+            webhook_retry_schedule,
+            webhook_timeout_ms: number("WEBHOOK_TIMEOUT_MS", 15_000)?,
+            webhook_header_prefix: get("WEBHOOK_HEADER_PREFIX")
+                .unwrap_or_else(|| "X-Gatehouse".into()),
+            allow_private_webhook_urls,
+            key_pepper: secret("KEY_PEPPER")?,
+            admin_token: secret("ADMIN_TOKEN")?,
+        })
+    }
+
+    pub fn plan(&self, name: &str) -> Option<&Plan> {
+        self.plans.get(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: BTreeMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    const SECRETS: [(&str, &str); 2] = [
+        ("KEY_PEPPER", "pepper-pepper-pepper"),
+        ("ADMIN_TOKEN", "admin-admin-admin-admin"),
+    ];
+
+    #[test]
+    fn defaults_match_spec_section_1() {
+        let c = with(&SECRETS).unwrap();
+        assert_eq!(
+            c.plans["trial"],
+            Plan {
+                per_minute: 30,
+                monthly_quota: 10_000
+            }
+        );
+        assert_eq!(c.plans["business"].per_minute, 2000);
+        assert_eq!(c.idempotency_ttl_seconds, 86_400);
+        assert_eq!(c.event_dedup_window_seconds, 172_800);
+        assert_eq!(c.audit_retention_days, 90);
+        assert_eq!(c.webhook_retry_schedule, vec![30, 300, 1800, 7200, 21600]);
+        assert_eq!(c.webhook_timeout_ms, 15_000);
+        assert_eq!(c.webhook_header_prefix, "X-Gatehouse");
+        assert!(!c.allow_private_webhook_urls);
+    }
+
+    #[test]
+    fn missing_or_short_secrets_are_errors() {
+        assert!(with(&[SECRETS[0]]).is_err());
+        assert!(with(&[("KEY_PEPPER", "short"), SECRETS[1]]).is_err());
+    }
+
+    #[test]
+    fn rejects_bad_vars_with_their_name() {
+        let mut vars = SECRETS.to_vec();
+        vars.push((
+            "PLANS",
+            r#"{"business":{"per_minute":1,"monthly_quota":1}}"#,
+        ));
+        assert!(with(&vars).unwrap_err().0.contains("trial"));
+        vars.pop();
+        vars.push(("IDEMPOTENCY_TTL_SECONDS", "soon"));
+        assert!(with(&vars)
+            .unwrap_err()
+            .0
+            .contains("IDEMPOTENCY_TTL_SECONDS"));
+    }
+}

@@ -1,0 +1,108 @@
+//! Byte encodings the gateway shows: lowercase hex, unpadded base64url (cursors), and the
+//! prefixed random object ids (`prj_…`, `key_…`).
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+const B64URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+const BASE32: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
+
+pub fn hex(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(HEX[(b >> 4) as usize] as char);
+        s.push(HEX[(b & 15) as usize] as char);
+    }
+    s
+}
+
+pub fn base64url(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | (*b as u32) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(B64URL[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+pub fn from_base64url(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 4 == 1 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    for chunk in s.as_bytes().chunks(4) {
+        let mut n = 0u32;
+        for (i, c) in chunk.iter().enumerate() {
+            let v = B64URL.iter().position(|x| x == c)? as u32;
+            n |= v << (18 - 6 * i);
+        }
+        out.extend_from_slice(&n.to_be_bytes()[1..chunk.len()]);
+    }
+    Some(out)
+}
+
+/// An object id: `kind_` followed by 26 Crockford-base32 characters of 16 random bytes (128 bits).
+pub fn object_id(kind: &str, random: &[u8; 16]) -> String {
+    let mut n = u128::from_be_bytes(*random);
+    let mut tail = [0u8; 26];
+    for slot in tail.iter_mut().rev() {
+        *slot = BASE32[(n & 31) as usize];
+        n >>= 5;
+    }
+    let mut id = String::with_capacity(kind.len() + 27);
+    id.push_str(kind);
+    id.push('_');
+    id.push_str(std::str::from_utf8(&tail).expect("ascii"));
+    id
+}
+
+/// A UUID version 4 (RFC 9562) in lowercase hyphenated form, from 16 random bytes.
+pub fn uuid_v4(random: [u8; 16]) -> String {
+    uuid::Builder::from_random_bytes(random)
+        .into_uuid()
+        .hyphenated()
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_encodes_lowercase() {
+        assert_eq!(hex(&[0, 0xab, 0xff]), "00abff");
+    }
+
+    #[test]
+    fn base64url_round_trips_every_length() {
+        for len in 0..20 {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 53 + 7) as u8).collect();
+            let enc = base64url(&bytes);
+            assert!(!enc.contains('='));
+            assert_eq!(from_base64url(&enc).as_deref(), Some(&bytes[..]), "{enc}");
+        }
+        assert_eq!(base64url(b"hello?"), "aGVsbG8_");
+        assert_eq!(from_base64url("a"), None);
+        assert_eq!(from_base64url("a+b="), None);
+    }
+
+    #[test]
+    fn object_ids_are_prefixed_fixed_length_and_distinct() {
+        let a = object_id("key", &[0; 16]);
+        let b = object_id("key", &[1; 16]);
+        assert_eq!(a, "key_00000000000000000000000000");
+        assert_eq!(b.len(), 30);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn uuid_v4_has_version_and_variant_bits() {
+        let id = uuid_v4([0xff; 16]);
+        assert_eq!(id.len(), 36);
+        assert_eq!(&id[14..15], "4");
+        assert!(matches!(&id[19..20], "8" | "9" | "a" | "b"));
+    }
+}

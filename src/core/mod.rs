@@ -1,0 +1,10 @@
+//! Pure domain logic: no Workers types, no I/O. Functions take the time (`now_ms`) and random
+//! bytes as arguments and return decisions, so every rule here is unit-tested natively.
+
+pub mod api_key;
+pub mod encoding;
+pub mod error;
+pub mod json_body;
+pub mod page;
+pub mod route;
+pub mod time;

@@ -1,0 +1,173 @@
+//! The route table: every served (method, path template) pair, who may call it, and its body
+//! limit. Matching is pure so that the router, the audit log (route templates) and the API
+//! description all read the same table.
+
+use super::api_key::Scope;
+
+/// Default body limit of SPEC §3.
+pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteId {
+    Health,
+    CreateProject,
+    Me,
+    CreateKey,
+    ListKeys,
+    RevokeKey,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// No credentials.
+    Public,
+    /// `Authorization: Bearer $ADMIN_TOKEN`.
+    Admin,
+    /// An API key whose type allows the scope.
+    Key(Scope),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    pub id: RouteId,
+    pub method: &'static str,
+    pub template: &'static str,
+    pub access: Access,
+    pub body_limit: usize,
+}
+
+const fn route(id: RouteId, method: &'static str, template: &'static str, access: Access) -> Route {
+    Route {
+        id,
+        method,
+        template,
+        access,
+        body_limit: DEFAULT_BODY_LIMIT,
+    }
+}
+
+pub const ROUTES: &[Route] = &[
+    route(RouteId::Health, "GET", "/health", Access::Public),
+    route(
+        RouteId::CreateProject,
+        "POST",
+        "/admin/v1/projects",
+        Access::Admin,
+    ),
+    route(
+        RouteId::Me,
+        "GET",
+        "/public/v1/me",
+        Access::Key(Scope::SelfInfo),
+    ),
+    route(
+        RouteId::CreateKey,
+        "POST",
+        "/public/v1/keys",
+        Access::Key(Scope::ManageProject),
+    ),
+    route(
+        RouteId::ListKeys,
+        "GET",
+        "/public/v1/keys",
+        Access::Key(Scope::ManageProject),
+    ),
+    route(
+        RouteId::RevokeKey,
+        "DELETE",
+        "/public/v1/keys/{id}",
+        Access::Key(Scope::ManageProject),
+    ),
+];
+
+/// A request matched to a route, with the values of its `{…}` segments in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Matched<'p> {
+    pub route: &'static Route,
+    pub params: Vec<&'p str>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Miss {
+    NotFound,
+    /// The path exists under other methods, listed for the `Allow` header.
+    MethodNotAllowed(Vec<&'static str>),
+}
+
+/// Finds the route for `method` and `path` (no query string). A trailing slash is not the same path.
+pub fn match_route<'p>(method: &str, path: &'p str) -> Result<Matched<'p>, Miss> {
+    let mut allow = Vec::new();
+    for route in ROUTES {
+        if let Some(params) = match_template(route.template, path) {
+            if route.method == method {
+                return Ok(Matched { route, params });
+            }
+            allow.push(route.method);
+        }
+    }
+    if allow.is_empty() {
+        Err(Miss::NotFound)
+    } else {
+        Err(Miss::MethodNotAllowed(allow))
+    }
+}
+
+fn match_template<'p>(template: &str, path: &'p str) -> Option<Vec<&'p str>> {
+    let mut params = Vec::new();
+    let mut t = template.split('/');
+    let mut p = path.split('/');
+    loop {
+        match (t.next(), p.next()) {
+            (None, None) => return Some(params),
+            (Some(ts), Some(ps)) if ts.starts_with('{') => {
+                if ps.is_empty() {
+                    return None;
+                }
+                params.push(ps);
+            }
+            (Some(ts), Some(ps)) if ts == ps => {}
+            _ => return None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_static_and_parameterised_routes() {
+        let m = match_route("GET", "/public/v1/me").unwrap();
+        assert_eq!(m.route.id, RouteId::Me);
+        let m = match_route("DELETE", "/public/v1/keys/key_123").unwrap();
+        assert_eq!(
+            (m.route.id, m.params),
+            (RouteId::RevokeKey, vec!["key_123"])
+        );
+    }
+
+    #[test]
+    fn unknown_path_is_not_found_and_wrong_method_lists_allowed() {
+        assert_eq!(match_route("GET", "/nope"), Err(Miss::NotFound));
+        assert_eq!(match_route("GET", "/public/v1/keys/"), Err(Miss::NotFound));
+        assert_eq!(match_route("GET", "/public/v1/me/"), Err(Miss::NotFound));
+        assert_eq!(
+            match_route("PUT", "/public/v1/keys"),
+            Err(Miss::MethodNotAllowed(vec!["POST", "GET"]))
+        );
+    }
+
+    #[test]
+    fn templates_are_unique_per_method() {
+        for (i, a) in ROUTES.iter().enumerate() {
+            for b in &ROUTES[i + 1..] {
+                assert!(
+                    !(a.method == b.method && a.template == b.template),
+                    "{} {}",
+                    a.method,
+                    a.template
+                );
+            }
+        }
+    }
+}
