@@ -1,0 +1,63 @@
+// Shared helpers for the end-to-end suite: real HTTP to the worker under `wrangler dev`.
+// scripts/test sets GATEHOUSE_URL and GATEHOUSE_ADMIN_TOKEN.
+import assert from 'node:assert/strict';
+
+export const BASE = process.env.GATEHOUSE_URL ?? 'http://127.0.0.1:8787';
+export const ADMIN_TOKEN = process.env.GATEHOUSE_ADMIN_TOKEN;
+
+const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+
+/**
+ * One request. `key` becomes `Authorization: Bearer <key>`; `body` is JSON-encoded unless it is a
+ * string. Answers {status, headers, body (parsed JSON or text), text}.
+ */
+export async function call(method, path, { key, body, headers = {} } = {}) {
+  const init = { method, headers: { ...headers } };
+  if (key !== undefined) init.headers.authorization = `Bearer ${key}`;
+  if (body !== undefined) {
+    init.body = typeof body === 'string' ? body : JSON.stringify(body);
+    init.headers['content-type'] ??= 'application/json';
+  }
+  const res = await fetch(BASE + path, init);
+  const text = await res.text();
+  let parsed = text;
+  try { parsed = JSON.parse(text); } catch { /* not JSON */ }
+  return { status: res.status, headers: res.headers, body: parsed, text };
+}
+
+/** Asserts the SPEC §3 error shape and returns the error object. */
+export function assertError(res, status, code) {
+  assert.equal(res.status, status, `expected ${status} ${code}, got ${res.status}: ${res.text}`);
+  assert.match(res.headers.get('content-type') ?? '', /^application\/json/);
+  const e = res.body.error;
+  assert.ok(e, `no error object in ${res.text}`);
+  assert.equal(e.code, code);
+  assert.equal(typeof e.message, 'string');
+  assert.equal(typeof e.retryable, 'boolean');
+  assert.equal(typeof e.details, 'object');
+  assert.equal(e.request_id, res.headers.get('x-request-id'));
+  return e;
+}
+
+export function assertRequestId(res) {
+  const id = res.headers.get('x-request-id');
+  assert.match(id ?? '', UUID_V4, `X-Request-Id ${id} is not a UUIDv4`);
+  return id;
+}
+
+/** A new project through the admin bootstrap; answers {projectId, owner: {id, key, prefix}}. */
+export async function createProject(name = 'e2e project') {
+  const res = await call('POST', '/admin/v1/projects', {
+    body: { name },
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+  });
+  assert.equal(res.status, 201, res.text);
+  return { projectId: res.body.project_id, owner: res.body.owner_key };
+}
+
+/** A new key of `type` in the project of `ownerKey`; answers the creation body (with `key`). */
+export async function createKey(ownerKey, type, extra = {}) {
+  const res = await call('POST', '/public/v1/keys', { key: ownerKey, body: { type, ...extra } });
+  assert.equal(res.status, 201, res.text);
+  return res.body;
+}
