@@ -1,0 +1,39 @@
+// Seeds a demo project through the public API of a running gateway and prints its keys.
+// Keys are shown once by the API, so they are kept in STATE/demo-keys.json and printed again on
+// later runs against the same state. Usage: node scripts/seed-demo.mjs URL ADMIN_TOKEN STATE_DIR
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+const [base, adminToken, stateDir] = process.argv.slice(2);
+const file = join(stateDir, 'demo-keys.json');
+
+async function post(path, token, body) {
+  const res = await fetch(base + path, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  const json = await res.json();
+  if (res.status !== 201) throw new Error(`${path}: ${res.status} ${JSON.stringify(json)}`);
+  return json;
+}
+
+async function stillValid(keys) {
+  const res = await fetch(base + '/public/v1/me', { headers: { authorization: `Bearer ${keys.owner}` } });
+  return res.status === 200;
+}
+
+let demo = existsSync(file) ? JSON.parse(readFileSync(file, 'utf8')) : null;
+if (!demo || !(await stillValid(demo.keys))) {
+  const project = await post('/admin/v1/projects', adminToken, { name: 'Demo project' });
+  const keys = { owner: project.owner_key.key };
+  for (const type of ['server', 'browser', 'cicd']) {
+    keys[type] = (await post('/public/v1/keys', keys.owner, { type, name: `demo ${type}` })).key;
+  }
+  demo = { project_id: project.project_id, keys };
+  writeFileSync(file, JSON.stringify(demo, null, 2));
+}
+
+console.log(`\nDemo project ${demo.project_id} (keys kept in ${file}):\n`);
+for (const [type, key] of Object.entries(demo.keys)) console.log(`  ${type.padEnd(8)} ${key}`);
+console.log(`\nTry it:\n  curl -s ${base}/public/v1/me -H "Authorization: Bearer ${demo.keys.server}"\n`);
