@@ -5,6 +5,9 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use crate::core::api_key::KeyRecord;
+use crate::core::rate_limit::Limits;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Plan {
@@ -53,16 +56,14 @@ impl Config {
         let secret = |name: &str| -> Result<String, ConfigError> {
             match get(name) {
                 Some(v) if v.len() >= 16 => Ok(v),
-                Some(_) => Err(ConfigError(format!(
-                    "{name} must be at least 16 characters"
-                ))),
+                Some(_) => Err(ConfigError(format!("{name} must be at least 16 characters"))),
                 None => Err(ConfigError(format!("secret {name} is not set"))),
             }
         };
 
         let plans_json = get("PLANS").unwrap_or_else(|| DEFAULT_PLANS.to_owned());
-        let plans: BTreeMap<String, Plan> = serde_json::from_str(&plans_json)
-            .map_err(|e| ConfigError(format!("PLANS is not valid: {e}")))?;
+        let plans: BTreeMap<String, Plan> =
+            serde_json::from_str(&plans_json).map_err(|e| ConfigError(format!("PLANS is not valid: {e}")))?;
         if !plans.contains_key(DEFAULT_PLAN) {
             return Err(ConfigError(format!(
                 "PLANS must define the {DEFAULT_PLAN:?} plan"
@@ -72,8 +73,7 @@ impl Config {
             return Err(ConfigError("PLANS: per_minute must be at least 1".into()));
         }
 
-        let schedule_text =
-            get("WEBHOOK_RETRY_SCHEDULE").unwrap_or_else(|| "30,300,1800,7200,21600".into());
+        let schedule_text = get("WEBHOOK_RETRY_SCHEDULE").unwrap_or_else(|| "30,300,1800,7200,21600".into());
         let webhook_retry_schedule = schedule_text
             .split(',')
             .map(|s| s.trim().parse::<u64>())
@@ -102,8 +102,7 @@ impl Config {
             audit_retention_days: number("AUDIT_RETENTION_DAYS", 90)? as u32,
             webhook_retry_schedule,
             webhook_timeout_ms: number("WEBHOOK_TIMEOUT_MS", 15_000)?,
-            webhook_header_prefix: get("WEBHOOK_HEADER_PREFIX")
-                .unwrap_or_else(|| "X-Gatehouse".into()),
+            webhook_header_prefix: get("WEBHOOK_HEADER_PREFIX").unwrap_or_else(|| "X-Gatehouse".into()),
             allow_private_webhook_urls,
             key_pepper: secret("KEY_PEPPER")?,
             admin_token: secret("ADMIN_TOKEN")?,
@@ -113,6 +112,19 @@ impl Config {
     pub fn plan(&self, name: &str) -> Option<&Plan> {
         self.plans.get(name)
     }
+
+    /// The key's limits: its plan's, with the per-key rate override. A key whose plan was removed
+    /// from `PLANS` falls back to the trial plan rather than to no limit.
+    pub fn limits(&self, key: &KeyRecord) -> Limits {
+        let plan = self
+            .plan(&key.plan)
+            .or_else(|| self.plan(DEFAULT_PLAN))
+            .expect("PLANS has trial");
+        Limits {
+            per_minute: key.rate_limit_per_minute.unwrap_or(plan.per_minute),
+            monthly_quota: plan.monthly_quota,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -120,10 +132,8 @@ mod tests {
     use super::*;
 
     fn with(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        let map: BTreeMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let map: BTreeMap<String, String> =
+            vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Config::from_lookup(|k| map.get(k).cloned())
     }
 
@@ -161,16 +171,10 @@ mod tests {
     #[test]
     fn rejects_bad_vars_with_their_name() {
         let mut vars = SECRETS.to_vec();
-        vars.push((
-            "PLANS",
-            r#"{"business":{"per_minute":1,"monthly_quota":1}}"#,
-        ));
+        vars.push(("PLANS", r#"{"business":{"per_minute":1,"monthly_quota":1}}"#));
         assert!(with(&vars).unwrap_err().0.contains("trial"));
         vars.pop();
         vars.push(("IDEMPOTENCY_TTL_SECONDS", "soon"));
-        assert!(with(&vars)
-            .unwrap_err()
-            .0
-            .contains("IDEMPOTENCY_TTL_SECONDS"));
+        assert!(with(&vars).unwrap_err().0.contains("IDEMPOTENCY_TTL_SECONDS"));
     }
 }

@@ -3,8 +3,11 @@
 
 #![allow(async_fn_in_trait)] // single-threaded (wasm) futures: no `Send` bound wanted
 
+use std::cell::Cell;
+
 use crate::core::api_key::KeyRecord;
 use crate::core::page::PageRequest;
+use crate::core::rate_limit::{Usage, Verdict};
 
 /// A dependency failed; the cause is for the log, the client gets 503.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,19 +26,30 @@ impl PortError {
     }
 }
 
+/// A valid key and the rate decision its guard made for this request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission {
+    pub key: KeyRecord,
+    pub verdict: Verdict,
+    pub usage: Usage,
+}
+
 /// What the guard of a key says about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Authorization {
-    Granted(KeyRecord),
+    Admitted(Box<Admission>),
     /// No key has this hash, or it is revoked: both are 401 to the client.
     Denied,
 }
 
 /// The per-key Durable Object (SPEC §1 `KEY_GUARD`): one round trip per authenticated request.
 pub trait KeyGuard {
+    /// Authenticates the key and makes the rate and quota decision for one request.
     async fn authorize(&self, key_hash: &str) -> Result<Authorization, PortError>;
     /// Drops what the guard remembers of the key, so a revocation or change applies at once.
     async fn invalidate(&self, key_hash: &str) -> Result<(), PortError>;
+    /// Counts a failed authentication from a client address; `RateLimited` once it has too many.
+    async fn record_auth_failure(&self, client_ip: &str) -> Result<(Verdict, Usage), PortError>;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +58,21 @@ pub enum Revocation {
     AlreadyRevoked(KeyRecord),
     /// The project would be left without an active owner key.
     LastOwnerKey,
+    NotFound,
+}
+
+/// What a key's owner may change (`PATCH /public/v1/keys/{id}`); `None` leaves a field as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyChanges {
+    pub name: Option<Option<String>>,
+    pub plan: Option<String>,
+    pub rate_limit_per_minute: Option<Option<u32>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyUpdate {
+    Updated(KeyRecord),
+    Revoked,
     NotFound,
 }
 
@@ -58,17 +87,14 @@ pub trait Directory {
     ) -> Result<(), PortError>;
     async fn insert_key(&self, key: &KeyRecord) -> Result<(), PortError>;
     /// The project's keys, newest first, after the page's cursor.
-    async fn list_keys(
-        &self,
-        project_id: &str,
-        page: &PageRequest,
-    ) -> Result<Vec<KeyRecord>, PortError>;
-    async fn revoke_key(
+    async fn list_keys(&self, project_id: &str, page: &PageRequest) -> Result<Vec<KeyRecord>, PortError>;
+    async fn update_key(
         &self,
         project_id: &str,
         key_id: &str,
-        now_ms: i64,
-    ) -> Result<Revocation, PortError>;
+        changes: &KeyChanges,
+    ) -> Result<KeyUpdate, PortError>;
+    async fn revoke_key(&self, project_id: &str, key_id: &str, now_ms: i64) -> Result<Revocation, PortError>;
     async fn key_by_hash(&self, key_hash: &str) -> Result<Option<KeyRecord>, PortError>;
 }
 
@@ -77,4 +103,19 @@ pub trait RequestBody {
     /// `Content-Length`, when the client sent one.
     fn declared_len(&self) -> Option<u64>;
     async fn read(self) -> Result<Vec<u8>, PortError>;
+}
+
+/// Counts the I/O one request makes, for the per-request log line: the hot-path budget of
+/// SPEC §12 is checked against it. Adapters made for a request share one meter.
+#[derive(Debug, Default)]
+pub struct Meter {
+    pub durable_object_calls: Cell<u32>,
+    pub d1_queries: Cell<u32>,
+    pub kv_operations: Cell<u32>,
+}
+
+impl Meter {
+    pub fn count(counter: &Cell<u32>) {
+        counter.set(counter.get() + 1);
+    }
 }

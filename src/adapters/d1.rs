@@ -1,26 +1,29 @@
 //! The [`Directory`] port over D1: projects and API keys.
 
+use std::rc::Rc;
+
 use wasm_bindgen::JsValue;
 use worker::{D1Database, D1PreparedStatement};
 
 use crate::core::api_key::KeyRecord;
 use crate::core::page::PageRequest;
-use crate::ports::{Directory, PortError, Revocation};
+use crate::ports::{Directory, KeyChanges, KeyUpdate, Meter, PortError, Revocation};
 
 pub struct D1Directory {
     db: D1Database,
+    meter: Rc<Meter>,
 }
 
+const KEY_COLUMNS: &str =
+    "id, project_id, type, name, plan, rate_limit_per_minute, key_hash, prefix, created_at, revoked_at";
+
 impl D1Directory {
-    pub fn new(db: D1Database) -> Self {
-        Self { db }
+    pub fn new(db: D1Database, meter: Rc<Meter>) -> Self {
+        Self { db, meter }
     }
 
     fn statement(&self, sql: &str, args: &[JsValue]) -> Result<D1PreparedStatement, PortError> {
-        self.db
-            .prepare(sql)
-            .bind(args)
-            .map_err(PortError::from_display)
+        self.db.prepare(sql).bind(args).map_err(PortError::from_display)
     }
 
     async fn rows<T: serde::de::DeserializeOwned>(
@@ -28,6 +31,7 @@ impl D1Directory {
         sql: &str,
         args: &[JsValue],
     ) -> Result<Vec<T>, PortError> {
+        Meter::count(&self.meter.d1_queries);
         let result = self
             .statement(sql, args)?
             .all()
@@ -36,21 +40,32 @@ impl D1Directory {
         result.results().map_err(PortError::from_display)
     }
 
+    async fn first_key(&self, sql: &str, args: &[JsValue]) -> Result<Option<KeyRecord>, PortError> {
+        Ok(self.rows(sql, args).await?.into_iter().next())
+    }
+
+    async fn key(&self, project_id: &str, key_id: &str) -> Result<Option<KeyRecord>, PortError> {
+        self.first_key(
+            &format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE id = ?1 AND project_id = ?2"),
+            &[text(key_id), text(project_id)],
+        )
+        .await
+    }
+
     fn insert_key_statement(&self, key: &KeyRecord) -> Result<D1PreparedStatement, PortError> {
         self.statement(
-            "INSERT INTO api_keys (id, project_id, type, name, plan, rate_limit_per_minute, key_hash, prefix, created_at, revoked_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            &format!("INSERT INTO api_keys ({KEY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
             &[
                 text(&key.id),
                 text(&key.project_id),
                 text(key.key_type.as_str()),
                 opt_text(key.name.as_deref()),
                 text(&key.plan),
-                key.rate_limit_per_minute.map_or(JsValue::NULL, JsValue::from),
+                opt_int(key.rate_limit_per_minute.map(i64::from)),
                 text(&key.key_hash),
                 text(&key.prefix),
                 int(key.created_at),
-                key.revoked_at.map_or(JsValue::NULL, int),
+                opt_int(key.revoked_at),
             ],
         )
     }
@@ -69,8 +84,9 @@ fn int(n: i64) -> JsValue {
     JsValue::from_f64(n as f64)
 }
 
-const KEY_COLUMNS: &str =
-    "id, project_id, type, name, plan, rate_limit_per_minute, key_hash, prefix, created_at, revoked_at";
+fn opt_int(n: Option<i64>) -> JsValue {
+    n.map_or(JsValue::NULL, int)
+}
 
 impl Directory for D1Directory {
     async fn create_project(
@@ -86,6 +102,7 @@ impl Directory for D1Directory {
             &[text(project_id), text(name), int(created_at)],
         )?;
         let key = self.insert_key_statement(owner_key)?;
+        Meter::count(&self.meter.d1_queries);
         self.db
             .batch(vec![project, key])
             .await
@@ -94,6 +111,7 @@ impl Directory for D1Directory {
     }
 
     async fn insert_key(&self, key: &KeyRecord) -> Result<(), PortError> {
+        Meter::count(&self.meter.d1_queries);
         self.insert_key_statement(key)?
             .run()
             .await
@@ -101,11 +119,7 @@ impl Directory for D1Directory {
         Ok(())
     }
 
-    async fn list_keys(
-        &self,
-        project_id: &str,
-        page: &PageRequest,
-    ) -> Result<Vec<KeyRecord>, PortError> {
+    async fn list_keys(&self, project_id: &str, page: &PageRequest) -> Result<Vec<KeyRecord>, PortError> {
         let (ts, id) = match &page.after {
             Some(c) => (int(c.ts), text(&c.id)),
             None => (JsValue::NULL, JsValue::NULL),
@@ -116,25 +130,52 @@ impl Directory for D1Directory {
                  WHERE project_id = ?1 AND (?2 IS NULL OR (created_at, id) < (?2, ?3))
                  ORDER BY created_at DESC, id DESC LIMIT ?4"
             ),
-            &[
-                text(project_id),
-                ts,
-                id,
-                JsValue::from(page.fetch_len() as u32),
-            ],
+            &[text(project_id), ts, id, int(page.fetch_len() as i64)],
         )
         .await
     }
 
-    async fn revoke_key(
+    async fn update_key(
         &self,
         project_id: &str,
         key_id: &str,
-        now_ms: i64,
-    ) -> Result<Revocation, PortError> {
+        changes: &KeyChanges,
+    ) -> Result<KeyUpdate, PortError> {
+        // A field the change leaves out keeps its value: ?3 and ?6 say whether name and override are set.
+        let updated = self
+            .first_key(
+                &format!(
+                    "UPDATE api_keys SET
+                       name = CASE WHEN ?3 THEN ?4 ELSE name END,
+                       plan = COALESCE(?5, plan),
+                       rate_limit_per_minute = CASE WHEN ?6 THEN ?7 ELSE rate_limit_per_minute END
+                     WHERE id = ?1 AND project_id = ?2 AND revoked_at IS NULL
+                     RETURNING {KEY_COLUMNS}"
+                ),
+                &[
+                    text(key_id),
+                    text(project_id),
+                    int(changes.name.is_some().into()),
+                    opt_text(changes.name.clone().flatten().as_deref()),
+                    opt_text(changes.plan.as_deref()),
+                    int(changes.rate_limit_per_minute.is_some().into()),
+                    opt_int(changes.rate_limit_per_minute.flatten().map(i64::from)),
+                ],
+            )
+            .await?;
+        if let Some(key) = updated {
+            return Ok(KeyUpdate::Updated(key));
+        }
+        Ok(match self.key(project_id, key_id).await? {
+            None => KeyUpdate::NotFound,
+            Some(_) => KeyUpdate::Revoked,
+        })
+    }
+
+    async fn revoke_key(&self, project_id: &str, key_id: &str, now_ms: i64) -> Result<Revocation, PortError> {
         // One statement, so the last-owner rule cannot race with another revocation.
-        let revoked: Vec<KeyRecord> = self
-            .rows(
+        let revoked = self
+            .first_key(
                 &format!(
                     "UPDATE api_keys SET revoked_at = ?3
                      WHERE id = ?1 AND project_id = ?2 AND revoked_at IS NULL
@@ -145,16 +186,10 @@ impl Directory for D1Directory {
                 &[text(key_id), text(project_id), int(now_ms)],
             )
             .await?;
-        if let Some(key) = revoked.into_iter().next() {
+        if let Some(key) = revoked {
             return Ok(Revocation::Revoked(key));
         }
-        let existing: Vec<KeyRecord> = self
-            .rows(
-                &format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE id = ?1 AND project_id = ?2"),
-                &[text(key_id), text(project_id)],
-            )
-            .await?;
-        Ok(match existing.into_iter().next() {
+        Ok(match self.key(project_id, key_id).await? {
             None => Revocation::NotFound,
             Some(key) if key.is_revoked() => Revocation::AlreadyRevoked(key),
             Some(_) => Revocation::LastOwnerKey,
@@ -162,12 +197,10 @@ impl Directory for D1Directory {
     }
 
     async fn key_by_hash(&self, key_hash: &str) -> Result<Option<KeyRecord>, PortError> {
-        let rows: Vec<KeyRecord> = self
-            .rows(
-                &format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE key_hash = ?1"),
-                &[text(key_hash)],
-            )
-            .await?;
-        Ok(rows.into_iter().next())
+        self.first_key(
+            &format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE key_hash = ?1"),
+            &[text(key_hash)],
+        )
+        .await
     }
 }

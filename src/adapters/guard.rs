@@ -1,24 +1,29 @@
 //! The [`KeyGuard`] port over the `KEY_GUARD` Durable Object namespace: one `stub.fetch` per call.
 
+use std::rc::Rc;
+
 use wasm_bindgen::JsValue;
 use worker::{Method, ObjectNamespace, Request, RequestInit};
 
-use crate::guard::protocol::{GuardAnswer, GuardCommand, URL};
-use crate::ports::{Authorization, KeyGuard, PortError};
+use crate::core::rate_limit::{Usage, Verdict};
+use crate::guard::protocol::{client_guard_name, GuardAnswer, GuardCommand, URL};
+use crate::ports::{Admission, Authorization, KeyGuard, Meter, PortError};
 
 pub struct GuardClient {
     namespace: ObjectNamespace,
+    meter: Rc<Meter>,
 }
 
 impl GuardClient {
-    pub fn new(namespace: ObjectNamespace) -> Self {
-        Self { namespace }
+    pub fn new(namespace: ObjectNamespace, meter: Rc<Meter>) -> Self {
+        Self { namespace, meter }
     }
 
-    async fn send(&self, key_hash: &str, command: &GuardCommand) -> Result<GuardAnswer, PortError> {
+    async fn send(&self, object_name: &str, command: &GuardCommand) -> Result<GuardAnswer, PortError> {
+        Meter::count(&self.meter.durable_object_calls);
         let stub = self
             .namespace
-            .get_by_name(key_hash)
+            .get_by_name(object_name)
             .map_err(PortError::from_display)?;
         let body = serde_json::to_string(command).map_err(PortError::from_display)?;
         let mut init = RequestInit::new();
@@ -40,6 +45,10 @@ impl GuardClient {
     }
 }
 
+fn unexpected(answer: GuardAnswer) -> PortError {
+    PortError(format!("key guard: unexpected answer {answer:?}"))
+}
+
 impl KeyGuard for GuardClient {
     async fn authorize(&self, key_hash: &str) -> Result<Authorization, PortError> {
         match self
@@ -51,9 +60,15 @@ impl KeyGuard for GuardClient {
             )
             .await?
         {
-            GuardAnswer::Granted { key } => Ok(Authorization::Granted(key)),
+            GuardAnswer::Decided { key, verdict, usage } => {
+                Ok(Authorization::Admitted(Box::new(Admission {
+                    key,
+                    verdict,
+                    usage,
+                })))
+            }
             GuardAnswer::Denied => Ok(Authorization::Denied),
-            other => Err(PortError(format!("key guard: unexpected answer {other:?}"))),
+            other => Err(unexpected(other)),
         }
     }
 
@@ -68,7 +83,17 @@ impl KeyGuard for GuardClient {
             .await?
         {
             GuardAnswer::Done => Ok(()),
-            other => Err(PortError(format!("key guard: unexpected answer {other:?}"))),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn record_auth_failure(&self, client_ip: &str) -> Result<(Verdict, Usage), PortError> {
+        match self
+            .send(&client_guard_name(client_ip), &GuardCommand::RecordAuthFailure)
+            .await?
+        {
+            GuardAnswer::AuthFailure { verdict, usage } => Ok((verdict, usage)),
+            other => Err(unexpected(other)),
         }
     }
 }

@@ -3,4 +3,5 @@
 
 pub mod body;
 pub mod d1;
+pub mod env;
 pub mod guard;

@@ -10,7 +10,7 @@ use crate::core::encoding::object_id;
 use crate::core::error::ApiError;
 use crate::core::json_body;
 use crate::core::page::{Cursor, PageRequest};
-use crate::ports::{Directory, KeyGuard, Revocation};
+use crate::ports::{Directory, KeyChanges, KeyGuard, KeyUpdate, Revocation};
 
 /// The highest per-key override an owner may set (requests per minute).
 const MAX_RATE_OVERRIDE: u32 = 1_000_000;
@@ -71,39 +71,100 @@ pub async fn create<G: KeyGuard, D: Directory>(
     call: &Call<'_>,
 ) -> Result<Reply, ApiError> {
     let input: CreateKey = json_body::parse(&call.body)?;
-    let name = input
-        .name
-        .map(|n| n.trim().to_owned())
-        .filter(|n| !n.is_empty());
-    if name.as_ref().is_some_and(|n| n.chars().count() > 200) {
-        return Err(ApiError::bad_request("name must be at most 200 characters")
-            .with_detail("field", "name"));
-    }
-    if let Some(rate) = input.rate_limit_per_minute {
-        if !(1..=MAX_RATE_OVERRIDE).contains(&rate) {
-            return Err(ApiError::bad_request(format!(
-                "rate_limit_per_minute must be from 1 to {MAX_RATE_OVERRIDE}, or null for the plan's limit"
-            ))
-            .with_detail("field", "rate_limit_per_minute"));
-        }
-    }
-    let owner = call.key();
+    let name = clean_name(input.name)?;
+    check_rate(input.rate_limit_per_minute)?;
     let new = NewKey::generate(
         gw.config,
-        &owner.project_id,
+        &call.key().project_id,
         input.key_type,
         name,
         input.plan,
         input.rate_limit_per_minute,
         call.now_ms,
     )?;
-    gw.directory
-        .insert_key(&new.record)
-        .await
-        .map_err(unavailable)?;
+    gw.directory.insert_key(&new.record).await.map_err(unavailable)?;
     let mut body = new.record.view();
     body["key"] = Value::String(new.secret);
     Ok(Reply::created(body))
+}
+
+/// A field that may be absent (leave it), `null` (clear it) or a value.
+fn patch_field<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpdateKey {
+    #[serde(default, deserialize_with = "patch_field")]
+    name: Option<Option<String>>,
+    plan: Option<String>,
+    #[serde(default, deserialize_with = "patch_field")]
+    rate_limit_per_minute: Option<Option<u32>>,
+}
+
+/// Changes a key's name, plan or per-key rate override (`null` = the plan's limit). The key's
+/// guard forgets its record before we answer, so the next request runs under the new limits.
+pub async fn update<G: KeyGuard, D: Directory>(
+    gw: &Gateway<'_, G, D>,
+    call: &Call<'_>,
+) -> Result<Reply, ApiError> {
+    let key_id = call.params[0];
+    let input: UpdateKey = json_body::parse(&call.body)?;
+    let changes = KeyChanges {
+        name: input.name.map(clean_name).transpose()?,
+        plan: input.plan,
+        rate_limit_per_minute: input.rate_limit_per_minute,
+    };
+    if let Some(plan) = &changes.plan {
+        check_plan(gw.config, plan)?;
+    }
+    check_rate(changes.rate_limit_per_minute.flatten())?;
+    let updated = gw
+        .directory
+        .update_key(&call.key().project_id, key_id, &changes)
+        .await
+        .map_err(unavailable)?;
+    let record = match updated {
+        KeyUpdate::Updated(record) => record,
+        KeyUpdate::NotFound => return Err(ApiError::not_found("API key").with_detail("id", key_id)),
+        KeyUpdate::Revoked => {
+            return Err(ApiError::unprocessable("A revoked key cannot be changed.").with_detail("id", key_id))
+        }
+    };
+    gw.guard.invalidate(&record.key_hash).await.map_err(unavailable)?;
+    Ok(Reply::ok(record.view()))
+}
+
+fn clean_name(name: Option<String>) -> Result<Option<String>, ApiError> {
+    let name = name.map(|n| n.trim().to_owned()).filter(|n| !n.is_empty());
+    if name.as_ref().is_some_and(|n| n.chars().count() > 200) {
+        return Err(ApiError::bad_request("name must be at most 200 characters").with_detail("field", "name"));
+    }
+    Ok(name)
+}
+
+fn check_rate(rate: Option<u32>) -> Result<(), ApiError> {
+    match rate {
+        Some(r) if !(1..=MAX_RATE_OVERRIDE).contains(&r) => Err(ApiError::bad_request(format!(
+            "rate_limit_per_minute must be from 1 to {MAX_RATE_OVERRIDE}, or null for the plan's limit"
+        ))
+        .with_detail("field", "rate_limit_per_minute")),
+        _ => Ok(()),
+    }
+}
+
+fn check_plan(config: &Config, plan: &str) -> Result<(), ApiError> {
+    if config.plan(plan).is_some() {
+        return Ok(());
+    }
+    Err(
+        ApiError::unprocessable(format!("There is no plan named {plan:?}."))
+            .with_detail("field", "plan")
+            .with_detail("plans", config.plans.keys().cloned().collect::<Vec<_>>()),
+    )
 }
 
 pub async fn list<G: KeyGuard, D: Directory>(
@@ -138,20 +199,16 @@ pub async fn revoke<G: KeyGuard, D: Directory>(
         .revoke_key(&call.key().project_id, key_id, call.now_ms)
         .await
         .map_err(unavailable)?;
-    let record = match outcome {
-        Revocation::Revoked(record) | Revocation::AlreadyRevoked(record) => record,
-        Revocation::NotFound => return Err(ApiError::not_found("API key").with_detail("id", key_id)),
-        Revocation::LastOwnerKey => {
-            return Err(ApiError::unprocessable(
+    let record =
+        match outcome {
+            Revocation::Revoked(record) | Revocation::AlreadyRevoked(record) => record,
+            Revocation::NotFound => return Err(ApiError::not_found("API key").with_detail("id", key_id)),
+            Revocation::LastOwnerKey => return Err(ApiError::unprocessable(
                 "This is the project's last active owner key; create another owner key before revoking it.",
             )
-            .with_detail("id", key_id))
-        }
-    };
+            .with_detail("id", key_id)),
+        };
     // Also on a repeat: if the first call's notice to the guard failed, this one delivers it.
-    gw.guard
-        .invalidate(&record.key_hash)
-        .await
-        .map_err(unavailable)?;
+    gw.guard.invalidate(&record.key_hash).await.map_err(unavailable)?;
     Ok(Reply::ok(record.view()))
 }

@@ -23,9 +23,7 @@ pub async fn create<G: KeyGuard, D: Directory>(
     let input: CreateProject = json_body::parse(&call.body)?;
     let name = input.name.trim();
     if name.is_empty() || name.chars().count() > 200 {
-        return Err(
-            ApiError::bad_request("name must be 1 to 200 characters").with_detail("field", "name")
-        );
+        return Err(ApiError::bad_request("name must be 1 to 200 characters").with_detail("field", "name"));
     }
     let project_id = object_id("prj", &random());
     let owner = NewKey::generate(

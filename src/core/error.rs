@@ -139,10 +139,7 @@ impl ApiError {
 
     /// A failure of our own: the client gets a generic 500, the cause goes to the log.
     pub fn internal(cause: impl Into<String>) -> Self {
-        let mut e = Self::new(
-            ErrorCode::Internal,
-            "An internal error occurred. Retry later.",
-        );
+        let mut e = Self::new(ErrorCode::Internal, "An internal error occurred. Retry later.");
         e.internal = Some(cause.into());
         e
     }
@@ -184,12 +181,7 @@ mod tests {
         use ErrorCode::*;
         let table = [
             (BadRequest, 400, "VALIDATION_ERROR", false),
-            (
-                IdempotencyKeyRequired,
-                400,
-                "IDEMPOTENCY_KEY_REQUIRED",
-                false,
-            ),
+            (IdempotencyKeyRequired, 400, "IDEMPOTENCY_KEY_REQUIRED", false),
             (InvalidApiKey, 401, "INVALID_API_KEY", false),
             (Forbidden, 403, "FORBIDDEN", false),
             (NotFound, 404, "NOT_FOUND", false),

@@ -8,9 +8,7 @@ use super::error::ApiError;
 /// `VALIDATION_ERROR` whose message says what and where (serde's text names the field).
 pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Err(ApiError::bad_request(
-            "The request body must be a JSON object.",
-        ));
+        return Err(ApiError::bad_request("The request body must be a JSON object."));
     }
     serde_json::from_slice(body).map_err(|e| {
         let kind = if e.is_syntax() || e.is_eof() {

@@ -6,5 +6,6 @@ pub mod encoding;
 pub mod error;
 pub mod json_body;
 pub mod page;
+pub mod rate_limit;
 pub mod route;
 pub mod time;

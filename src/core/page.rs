@@ -37,11 +37,7 @@ pub struct PageRequest {
 
 impl PageRequest {
     /// Reads `limit` (1..=max, default `default`) and `cursor` from the query.
-    pub fn from_query(
-        query: &[(String, String)],
-        default: usize,
-        max: usize,
-    ) -> Result<Self, ApiError> {
+    pub fn from_query(query: &[(String, String)], default: usize, max: usize) -> Result<Self, ApiError> {
         let mut page = PageRequest {
             limit: default,
             after: None,
@@ -54,10 +50,8 @@ impl PageRequest {
                         .ok()
                         .filter(|n| (1..=max).contains(n))
                         .ok_or_else(|| {
-                            ApiError::bad_request(format!(
-                                "limit must be a whole number from 1 to {max}"
-                            ))
-                            .with_detail("field", "limit")
+                            ApiError::bad_request(format!("limit must be a whole number from 1 to {max}"))
+                                .with_detail("field", "limit")
                         })?;
                 }
                 "cursor" if !value.is_empty() => {
@@ -151,9 +145,7 @@ mod tests {
         let body = page.respond(vec![3, 2, 1], pos, |n| json!(n));
         assert_eq!(body["data"], json!([3, 2]));
         assert_eq!(
-            Cursor::decode(body["next_cursor"].as_str().unwrap())
-                .unwrap()
-                .ts,
+            Cursor::decode(body["next_cursor"].as_str().unwrap()).unwrap().ts,
             2
         );
         let body = page.respond(vec![3, 2], pos, |n| json!(n));

@@ -14,6 +14,7 @@ pub enum RouteId {
     Me,
     CreateKey,
     ListKeys,
+    UpdateKey,
     RevokeKey,
 }
 
@@ -54,12 +55,7 @@ pub const ROUTES: &[Route] = &[
         "/admin/v1/projects",
         Access::Admin,
     ),
-    route(
-        RouteId::Me,
-        "GET",
-        "/public/v1/me",
-        Access::Key(Scope::SelfInfo),
-    ),
+    route(RouteId::Me, "GET", "/public/v1/me", Access::Key(Scope::SelfInfo)),
     route(
         RouteId::CreateKey,
         "POST",
@@ -70,6 +66,12 @@ pub const ROUTES: &[Route] = &[
         RouteId::ListKeys,
         "GET",
         "/public/v1/keys",
+        Access::Key(Scope::ManageProject),
+    ),
+    route(
+        RouteId::UpdateKey,
+        "PATCH",
+        "/public/v1/keys/{id}",
         Access::Key(Scope::ManageProject),
     ),
     route(
@@ -140,10 +142,7 @@ mod tests {
         let m = match_route("GET", "/public/v1/me").unwrap();
         assert_eq!(m.route.id, RouteId::Me);
         let m = match_route("DELETE", "/public/v1/keys/key_123").unwrap();
-        assert_eq!(
-            (m.route.id, m.params),
-            (RouteId::RevokeKey, vec!["key_123"])
-        );
+        assert_eq!((m.route.id, m.params), (RouteId::RevokeKey, vec!["key_123"]));
     }
 
     #[test]

@@ -3,27 +3,48 @@
 use serde::{Deserialize, Serialize};
 
 use crate::core::api_key::KeyRecord;
+use crate::core::rate_limit::{Usage, Verdict};
 
 /// The binding name of SPEC §1.
 pub const BINDING: &str = "KEY_GUARD";
 /// Durable Object `fetch` needs an absolute URL; the host is never resolved.
 pub const URL: &str = "https://key-guard/";
 
+/// The object that counts failed authentications from one client address. Key guards are named
+/// by a 64-hex-digit key hash, so the two kinds of names never meet.
+pub fn client_guard_name(ip: &str) -> String {
+    format!("ip:{ip}")
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "command", rename_all = "snake_case")]
 pub enum GuardCommand {
-    /// Is this key valid, and what is it?
+    /// Is this key valid, and may it make one more request now? Authentication and the rate
+    /// decision in one round trip.
     Authorize { key_hash: String },
-    /// Forget the remembered record (revoked or changed); the next command reloads it.
+    /// Forget the remembered record (revoked or changed); the next command reloads it. Counters stay.
     Invalidate { key_hash: String },
+    /// One failed authentication from this object's client address.
+    RecordAuthFailure,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "answer", rename_all = "snake_case")]
 pub enum GuardAnswer {
-    Granted { key: KeyRecord },
+    /// The key is valid; `verdict` says whether this request is within its limits.
+    Decided {
+        key: KeyRecord,
+        verdict: Verdict,
+        usage: Usage,
+    },
+    /// No such key, or revoked.
     Denied,
     Done,
+    /// Failures from the client address so far in this minute, against the allowance.
+    AuthFailure {
+        verdict: Verdict,
+        usage: Usage,
+    },
 }
 
 #[cfg(test)]
@@ -39,7 +60,15 @@ mod tests {
             serde_json::to_string(&c).unwrap(),
             r#"{"command":"authorize","key_hash":"ab"}"#
         );
+        let c: GuardCommand = serde_json::from_str(r#"{"command":"record_auth_failure"}"#).unwrap();
+        assert_eq!(c, GuardCommand::RecordAuthFailure);
         let a: GuardAnswer = serde_json::from_str(r#"{"answer":"denied"}"#).unwrap();
         assert_eq!(a, GuardAnswer::Denied);
+    }
+
+    #[test]
+    fn client_guard_names_cannot_be_key_hashes() {
+        assert_eq!(client_guard_name("203.0.113.7"), "ip:203.0.113.7");
+        assert!(client_guard_name("::1").contains(':'));
     }
 }

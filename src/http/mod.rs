@@ -14,11 +14,13 @@ pub fn api_request(req: Request, now_ms: i64) -> Result<ApiRequest<WorkerBody>> 
         .map(|(k, v)| (k.into_owned(), v.into_owned()))
         .collect();
     let authorization = req.headers().get("authorization")?;
+    let client_ip = req.headers().get("cf-connecting-ip")?;
     Ok(ApiRequest {
         method,
         path: url.path().to_owned(),
         query,
         authorization,
+        client_ip,
         body: WorkerBody(req),
         now_ms,
     })

@@ -5,6 +5,17 @@ import assert from 'node:assert/strict';
 export const BASE = process.env.GATEHOUSE_URL ?? 'http://127.0.0.1:8787';
 export const ADMIN_TOKEN = process.env.GATEHOUSE_ADMIN_TOKEN;
 
+/**
+ * The client address this test process presents (IPv6 documentation range, RFC 3849). Failed
+ * authentications are limited per address, so each test file gets its own.
+ */
+export const CLIENT_IP = randomIp();
+
+export function randomIp() {
+  const hex = () => Math.floor(Math.random() * 0x10000).toString(16);
+  return `2001:db8:${hex()}:${hex()}::${hex()}`;
+}
+
 const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
 /**
@@ -12,7 +23,7 @@ const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f
  * string. Answers {status, headers, body (parsed JSON or text), text}.
  */
 export async function call(method, path, { key, body, headers = {} } = {}) {
-  const init = { method, headers: { ...headers } };
+  const init = { method, headers: { 'cf-connecting-ip': CLIENT_IP, ...headers } };
   if (key !== undefined) init.headers.authorization = `Bearer ${key}`;
   if (body !== undefined) {
     init.body = typeof body === 'string' ? body : JSON.stringify(body);
@@ -60,4 +71,26 @@ export async function createKey(ownerKey, type, extra = {}) {
   const res = await call('POST', '/public/v1/keys', { key: ownerKey, body: { type, ...extra } });
   assert.equal(res.status, 201, res.text);
   return res.body;
+}
+
+export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * Waits for a fresh rate window when fewer than `needSeconds` remain in the current wall-clock
+ * minute, so a test that counts within one window never straddles a boundary.
+ */
+export async function freshWindow(needSeconds = 15) {
+  const left = 60_000 - (Date.now() % 60_000);
+  if (left < needSeconds * 1000) await sleep(left + 250);
+}
+
+/** Lines the worker logged (JSON objects), from the wrangler dev log that scripts/test keeps. */
+export async function workerLog() {
+  const { readFile } = await import('node:fs/promises');
+  const text = await readFile(`${process.env.GATEHOUSE_STATE}/wrangler.log`, 'utf8');
+  return text.split('\n').flatMap((line) => {
+    const start = line.indexOf('{"');
+    if (start < 0) return [];
+    try { return [JSON.parse(line.slice(start))]; } catch { return []; }
+  });
 }

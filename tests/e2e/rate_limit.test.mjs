@@ -1,0 +1,195 @@
+// SPEC §4 end to end: the per-key window in the KeyGuard Durable Object, its headers, overrides,
+// quotas, the per-address limit on failed authentication, and the hot-path budget of SPEC §12.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  assertError, call, createKey, createProject, freshWindow, randomIp, sleep, workerLog,
+} from './harness.mjs';
+
+function rateHeaders(res) {
+  const h = (name) => res.headers.get(name);
+  return {
+    limit: Number(h('x-ratelimit-limit')),
+    remaining: Number(h('x-ratelimit-remaining')),
+    reset: Number(h('x-ratelimit-reset')),
+    policy: h('ratelimit-policy'),
+    rate: h('ratelimit'),
+  };
+}
+
+test('a trial key counts down 29…0, then the 31st request is 429 with Retry-After', async () => {
+  const { owner } = await createProject();
+  const key = await createKey(owner.key, 'server');
+  const other = await createKey(owner.key, 'server');
+  await freshWindow();
+  const seen = [];
+  for (let i = 0; i < 30; i++) {
+    const res = await call('GET', '/public/v1/me', { key: key.key });
+    assert.equal(res.status, 200, res.text);
+    seen.push(rateHeaders(res));
+  }
+  assert.deepEqual(seen.map((h) => h.remaining), Array.from({ length: 30 }, (_, i) => 29 - i));
+  const first = seen[0];
+  assert.equal(first.limit, 30);
+  assert.equal(first.reset % 60, 0, 'X-RateLimit-Reset is a minute boundary');
+  assert.ok(first.reset * 1000 > Date.now() && first.reset * 1000 <= Date.now() + 60_000);
+  assert.equal(first.policy, '"minute";q=30;w=60');
+  assert.match(first.rate, /^"minute";r=29;t=([1-9]|[1-5]\d|60)$/);
+
+  const denied = await call('GET', '/public/v1/me', { key: key.key });
+  const e = assertError(denied, 429, 'RATE_LIMIT_EXCEEDED');
+  assert.equal(e.retryable, true);
+  const retryAfter = Number(denied.headers.get('retry-after'));
+  assert.ok(retryAfter >= 1 && retryAfter <= 60, `Retry-After ${retryAfter}`);
+  const h = rateHeaders(denied);
+  assert.equal(h.remaining, 0);
+  assert.equal(h.reset, first.reset);
+  assert.equal(h.rate, `"minute";r=0;t=${retryAfter}`);
+
+  // A refused request does not consume: still refused, still 0 left, same window.
+  assert.equal((await call('GET', '/public/v1/me', { key: key.key })).status, 429);
+  // Another key of the same project has its own window.
+  const res = await call('GET', '/public/v1/me', { key: other.key });
+  assert.equal(res.status, 200);
+  assert.equal(rateHeaders(res).remaining, 29);
+});
+
+test('every authenticated response carries the rate headers, errors included', async () => {
+  const { owner } = await createProject();
+  const server = await createKey(owner.key, 'server');
+  const responses = [
+    await call('GET', '/public/v1/keys', { key: server.key }), // 403
+    await call('POST', '/public/v1/keys', { key: owner.key, body: '{' }), // 400
+    await call('DELETE', '/public/v1/keys/key_nope', { key: owner.key }), // 404
+  ];
+  assert.deepEqual(responses.map((r) => r.status), [403, 400, 404]);
+  for (const res of responses) {
+    const h = rateHeaders(res);
+    assert.ok(h.limit > 0 && h.reset > 0 && h.policy && h.rate, JSON.stringify(h));
+  }
+  // Unauthenticated answers have none.
+  const anonymous = await call('GET', '/public/v1/me');
+  assert.equal(anonymous.headers.get('x-ratelimit-limit'), null);
+});
+
+test('100 parallel requests against a 30/min key: exactly 30 pass and 70 get 429', async () => {
+  const { owner } = await createProject();
+  const key = await createKey(owner.key, 'server');
+  await freshWindow(20);
+  const results = await Promise.all(
+    Array.from({ length: 100 }, () => call('GET', '/public/v1/me', { key: key.key })),
+  );
+  const statuses = results.map((r) => r.status);
+  assert.equal(statuses.filter((s) => s === 200).length, 30, statuses.join(','));
+  assert.equal(statuses.filter((s) => s === 429).length, 70);
+  const remaining = results.filter((r) => r.status === 200).map((r) => rateHeaders(r).remaining).sort((a, b) => a - b);
+  assert.deepEqual(remaining, Array.from({ length: 30 }, (_, i) => i), 'each slot handed out once');
+});
+
+test('a per-key override set with PATCH applies to the next request; null restores the plan', async () => {
+  const { owner } = await createProject();
+  const key = await createKey(owner.key, 'server');
+  await freshWindow();
+  assert.equal(rateHeaders(await call('GET', '/public/v1/me', { key: key.key })).limit, 30);
+
+  const patched = await call('PATCH', `/public/v1/keys/${key.id}`, { key: owner.key, body: { rate_limit_per_minute: 5 } });
+  assert.equal(patched.status, 200, patched.text);
+  assert.equal(patched.body.rate_limit_per_minute, 5);
+  assert.equal(patched.body.name, key.name, 'fields left out keep their value');
+
+  const statuses = [];
+  for (let i = 0; i < 5; i++) {
+    const res = await call('GET', '/public/v1/me', { key: key.key });
+    statuses.push(res.status);
+    assert.equal(rateHeaders(res).limit, 5);
+  }
+  // One request was made under the plan limit in this window already: 4 more pass, then 429.
+  assert.deepEqual(statuses, [200, 200, 200, 200, 429]);
+
+  const cleared = await call('PATCH', `/public/v1/keys/${key.id}`, { key: owner.key, body: { rate_limit_per_minute: null } });
+  assert.equal(cleared.body.rate_limit_per_minute, null);
+  const back = await call('GET', '/public/v1/me', { key: key.key });
+  assert.equal(back.status, 200);
+  assert.deepEqual([rateHeaders(back).limit, rateHeaders(back).remaining], [30, 24]);
+
+  assertError(await call('PATCH', `/public/v1/keys/${key.id}`, { key: owner.key, body: { rate_limit_per_minute: 0 } }), 400, 'VALIDATION_ERROR');
+  assertError(await call('PATCH', `/public/v1/keys/${key.id}`, { key: owner.key, body: { plan: 'nope' } }), 422, 'VALIDATION_ERROR');
+  assertError(await call('PATCH', '/public/v1/keys/key_nope', { key: owner.key, body: { name: 'x' } }), 404, 'NOT_FOUND');
+});
+
+test('/me reports the window and the monthly quota', async () => {
+  const { owner } = await createProject();
+  const key = await createKey(owner.key, 'browser', { plan: 'business' });
+  await freshWindow();
+  await call('GET', '/public/v1/me', { key: key.key });
+  const me = await call('GET', '/public/v1/me', { key: key.key });
+  assert.equal(me.status, 200, me.text);
+  const { rate_limit, quota } = me.body;
+  assert.equal(rate_limit.limit, 2000);
+  assert.equal(rate_limit.remaining, 1998);
+  assert.equal(Date.parse(rate_limit.reset) / 1000, Number(me.headers.get('x-ratelimit-reset')));
+  assert.equal(quota.used, 2);
+  assert.equal(quota.limit, 10_000_000);
+  const resets = new Date(quota.resets_at);
+  assert.equal(resets.getUTCDate(), 1);
+  assert.equal(resets.getUTCHours(), 0);
+  assert.ok(resets > new Date());
+});
+
+test('a used-up monthly quota is 429 QUOTA_EXCEEDED, not retryable, with details.resets_at', async () => {
+  const { owner } = await createProject();
+  const key = await createKey(owner.key, 'server', { plan: 'tiny' }); // 3 a month in the test PLANS
+  for (let i = 0; i < 3; i++) assert.equal((await call('GET', '/public/v1/me', { key: key.key })).status, 200);
+  const res = await call('GET', '/public/v1/me', { key: key.key });
+  const e = assertError(res, 429, 'QUOTA_EXCEEDED');
+  assert.equal(e.retryable, false);
+  assert.equal(res.headers.get('retry-after'), null);
+  assert.ok(Date.parse(e.details.resets_at) > Date.now());
+  assert.ok(res.headers.get('x-ratelimit-limit'), 'rate headers on the quota refusal too');
+});
+
+test('on the trial plan the quota refusal is TRIAL_QUOTA_EXCEEDED', async () => {
+  const { owner } = await createProject();
+  // The test PLANS give trial 200 requests a month; lift the rate so the month runs out first.
+  const key = await createKey(owner.key, 'server', { rate_limit_per_minute: 1000 });
+  for (let batch = 0; batch < 4; batch++) {
+    const statuses = await Promise.all(Array.from({ length: 50 }, () => call('GET', '/public/v1/me', { key: key.key })));
+    assert.ok(statuses.every((r) => r.status === 200), statuses.map((r) => r.status).join());
+  }
+  const e = assertError(await call('GET', '/public/v1/me', { key: key.key }), 429, 'TRIAL_QUOTA_EXCEEDED');
+  assert.equal(e.retryable, false);
+  assert.ok(e.details.resets_at);
+});
+
+test('failed authentication is limited per client address: the 21st failure in a minute is 429', async () => {
+  const { owner } = await createProject();
+  const ip = randomIp();
+  const headers = { 'cf-connecting-ip': ip };
+  await freshWindow();
+  const bad = 'gh_s_' + 'B'.repeat(40);
+  for (let i = 0; i < 20; i++) {
+    const res = await call('GET', '/public/v1/me', { key: i % 2 ? bad : 'garbage', headers });
+    assertError(res, 401, 'INVALID_API_KEY');
+  }
+  const limited = await call('GET', '/public/v1/me', { key: bad, headers });
+  assertError(limited, 429, 'RATE_LIMIT_EXCEEDED');
+  const retryAfter = Number(limited.headers.get('retry-after'));
+  assert.ok(retryAfter >= 1 && retryAfter <= 60);
+  // Another address is not affected, and a valid key from the limited one still works.
+  assertError(await call('GET', '/public/v1/me', { key: bad, headers: { 'cf-connecting-ip': randomIp() } }), 401, 'INVALID_API_KEY');
+  assert.equal((await call('GET', '/public/v1/me', { key: owner.key, headers })).status, 200);
+});
+
+test('hot path: a steady /me makes one Durable Object round trip, no D1 query, no KV operation', async () => {
+  const { owner } = await createProject();
+  const key = await createKey(owner.key, 'server');
+  await call('GET', '/public/v1/me', { key: key.key }); // the guard loads the record once
+  const ids = [];
+  for (let i = 0; i < 5; i++) ids.push((await call('GET', '/public/v1/me', { key: key.key })).headers.get('x-request-id'));
+  await sleep(300); // let wrangler flush its log
+  const lines = (await workerLog()).filter((l) => ids.includes(l.request_id));
+  assert.equal(lines.length, 5, 'one log line per request');
+  for (const l of lines) {
+    assert.deepEqual([l.status, l.durable_object_calls, l.d1_queries, l.kv_operations], [200, 1, 0, 0], JSON.stringify(l));
+  }
+});
