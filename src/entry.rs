@@ -4,26 +4,39 @@ use std::rc::Rc;
 
 use worker::{console_error, console_log, event, Context, Date, Env, Request, Response, Result};
 
-use crate::adapters::{d1::D1Directory, env::config, guard::GuardClient};
+use crate::adapters::{d1::D1Store, env::config, guard::GuardClient, kv};
 use crate::app::{self, Gateway};
+use crate::config::Config;
 use crate::core::error::ApiError;
 use crate::guard::protocol;
 use crate::http;
 use crate::ports::Meter;
 
+type WorkerGateway = Gateway<'static, GuardClient, D1Store, kv::KvResponses>;
+
+fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<WorkerGateway> {
+    Ok(Gateway {
+        config,
+        guard: GuardClient::new(env.durable_object(protocol::BINDING)?, meter.clone()),
+        store: D1Store::new(env.d1("DB")?, meter.clone()),
+        responses: kv::KvResponses::new(
+            env.kv(kv::BINDING)?,
+            config.idempotency_ttl_seconds,
+            meter.clone(),
+        ),
+    })
+}
+
 #[event(fetch)]
-async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
+async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     let now_ms = Date::now().as_millis() as i64;
     let meter = Rc::new(Meter::default());
     let (method, path) = (req.inner().method(), req.path());
-    let api = match config(&env) {
+    let mut api = match config(&env) {
         Ok(config) => {
-            let gateway = Gateway {
-                config,
-                guard: GuardClient::new(env.durable_object(protocol::BINDING)?, meter.clone()),
-                directory: D1Directory::new(env.d1("DB")?, meter.clone()),
-            };
-            gateway.handle(http::api_request(req, now_ms)?).await
+            gateway(&env, config, &meter)?
+                .handle(http::api_request(req, now_ms)?)
+                .await
         }
         Err(e) => app::failure(ApiError::internal(e.to_string())),
     };
@@ -41,5 +54,14 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
         meter.d1_queries.get(),
         meter.kv_operations.get(),
     );
+    if let (Some(settlement), Ok(config)) = (api.settlement.take(), config(&env)) {
+        let request_id = api.request_id.clone();
+        let after = gateway(&env, config, &Rc::new(Meter::default()))?;
+        ctx.wait_until(async move {
+            if let Err(e) = after.settle(settlement).await {
+                console_error!("request {request_id}: settling its idempotency claim failed: {e}");
+            }
+        });
+    }
     http::response(api)
 }

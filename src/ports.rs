@@ -6,8 +6,10 @@
 use std::cell::Cell;
 
 use crate::core::api_key::KeyRecord;
+use crate::core::idempotency::{ClaimDecision, StoredResponse};
 use crate::core::page::PageRequest;
 use crate::core::rate_limit::{Usage, Verdict};
+use crate::core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
 
 /// A dependency failed; the cause is for the log, the client gets 503.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,12 +28,23 @@ impl PortError {
     }
 }
 
-/// A valid key and the rate decision its guard made for this request.
+/// A valid key and the rate decision its guard made for this request, with the decision on the
+/// request's `Idempotency-Key` when it had one and was within its limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admission {
     pub key: KeyRecord,
     pub verdict: Verdict,
     pub usage: Usage,
+    pub claim: Option<ClaimDecision>,
+}
+
+/// An idempotency claim to take in the same round trip as the rate decision.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ClaimRequest {
+    pub idempotency_key: String,
+    pub fingerprint: String,
+    /// Identifies the claimer: only it may complete or release the claim.
+    pub request_id: String,
 }
 
 /// What the guard of a key says about it.
@@ -45,7 +58,22 @@ pub enum Authorization {
 /// The per-key Durable Object (SPEC §1 `KEY_GUARD`): one round trip per authenticated request.
 pub trait KeyGuard {
     /// Authenticates the key and makes the rate and quota decision for one request.
-    async fn authorize(&self, key_hash: &str) -> Result<Authorization, PortError>;
+    async fn authorize(
+        &self,
+        key_hash: &str,
+        claim: Option<&ClaimRequest>,
+    ) -> Result<Authorization, PortError>;
+    /// The claimed operation succeeded: remember its response until the key expires.
+    /// `stored_elsewhere` says whether the response store has it, so the guard may drop its copy soon.
+    async fn complete_claim(
+        &self,
+        key_hash: &str,
+        claim: &ClaimRequest,
+        response: &StoredResponse,
+        stored_elsewhere: bool,
+    ) -> Result<(), PortError>;
+    /// The claimed operation failed: forget the claim, so a retry executes again.
+    async fn release_claim(&self, key_hash: &str, claim: &ClaimRequest) -> Result<(), PortError>;
     /// Drops what the guard remembers of the key, so a revocation or change applies at once.
     async fn invalidate(&self, key_hash: &str) -> Result<(), PortError>;
     /// Counts a failed authentication from a client address; `RateLimited` once it has too many.
@@ -96,6 +124,38 @@ pub trait Directory {
     ) -> Result<KeyUpdate, PortError>;
     async fn revoke_key(&self, project_id: &str, key_id: &str, now_ms: i64) -> Result<Revocation, PortError>;
     async fn key_by_hash(&self, key_hash: &str) -> Result<Option<KeyRecord>, PortError>;
+}
+
+/// The resource API's rows in D1 (SPEC §6, §8). Each create is one D1 round trip.
+pub trait Resources {
+    /// Inserts the contacts in one batch: all or, on failure, none.
+    async fn create_contacts(&self, contacts: &[Contact]) -> Result<(), PortError>;
+    async fn contact(&self, project_id: &str, id: &str) -> Result<Option<Contact>, PortError>;
+    async fn list_contacts(&self, project_id: &str, page: &PageRequest) -> Result<Vec<Contact>, PortError>;
+    /// Inserts each message whose contact exists in its project; answers per message whether it did.
+    async fn create_messages(&self, messages: &[Message]) -> Result<Vec<bool>, PortError>;
+    async fn create_scenario(&self, scenario: &Scenario) -> Result<(), PortError>;
+    async fn start_run(&self, run: &ScenarioRun) -> Result<RunStart, PortError>;
+    async fn create_release_marker(&self, marker: &ReleaseMarker) -> Result<(), PortError>;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunStart {
+    Started,
+    UnknownScenario,
+    UnknownContact,
+}
+
+/// Completed idempotent responses (SPEC §5: Workers KV, `papi:idem:{apiKeyId}:{key}`).
+pub trait ResponseStore {
+    async fn put(
+        &self,
+        api_key_id: &str,
+        idempotency_key: &str,
+        response: &StoredResponse,
+    ) -> Result<(), PortError>;
+    async fn get(&self, api_key_id: &str, idempotency_key: &str)
+        -> Result<Option<StoredResponse>, PortError>;
 }
 
 /// The request's body, read only once the route, the caller and the declared size allow it.

@@ -1,4 +1,4 @@
-//! The [`Directory`] port over D1: projects and API keys.
+//! The [`Directory`] and [`Resources`] ports over D1.
 
 use std::rc::Rc;
 
@@ -6,10 +6,11 @@ use wasm_bindgen::JsValue;
 use worker::{D1Database, D1PreparedStatement};
 
 use crate::core::api_key::KeyRecord;
-use crate::core::page::PageRequest;
-use crate::ports::{Directory, KeyChanges, KeyUpdate, Meter, PortError, Revocation};
+use crate::core::page::{Cursor, PageRequest};
+use crate::core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
+use crate::ports::{Directory, KeyChanges, KeyUpdate, Meter, PortError, Resources, Revocation, RunStart};
 
-pub struct D1Directory {
+pub struct D1Store {
     db: D1Database,
     meter: Rc<Meter>,
 }
@@ -17,7 +18,7 @@ pub struct D1Directory {
 const KEY_COLUMNS: &str =
     "id, project_id, type, name, plan, rate_limit_per_minute, key_hash, prefix, created_at, revoked_at";
 
-impl D1Directory {
+impl D1Store {
     pub fn new(db: D1Database, meter: Rc<Meter>) -> Self {
         Self { db, meter }
     }
@@ -50,6 +51,24 @@ impl D1Directory {
             &[text(key_id), text(project_id)],
         )
         .await
+    }
+
+    /// Runs statements as one D1 batch (one transaction); answers each statement's changed rows.
+    async fn batch(&self, statements: Vec<D1PreparedStatement>) -> Result<Vec<usize>, PortError> {
+        if statements.is_empty() {
+            return Ok(Vec::new());
+        }
+        Meter::count(&self.meter.d1_queries);
+        let results = self.db.batch(statements).await.map_err(PortError::from_display)?;
+        results
+            .iter()
+            .map(|r| {
+                Ok(r.meta()
+                    .map_err(PortError::from_display)?
+                    .and_then(|m| m.changes)
+                    .unwrap_or(0))
+            })
+            .collect()
     }
 
     fn insert_key_statement(&self, key: &KeyRecord) -> Result<D1PreparedStatement, PortError> {
@@ -88,7 +107,17 @@ fn opt_int(n: Option<i64>) -> JsValue {
     n.map_or(JsValue::NULL, int)
 }
 
-impl Directory for D1Directory {
+/// The keyset position of a page as the two bound values of `(created_at, id) < (?, ?)`.
+fn after(cursor: Option<&Cursor>) -> (JsValue, JsValue) {
+    match cursor {
+        Some(c) => (int(c.ts), text(&c.id)),
+        None => (JsValue::NULL, JsValue::NULL),
+    }
+}
+
+const CONTACT_COLUMNS: &str = "id, project_id, name, phone, email, external_id, created_at";
+
+impl Directory for D1Store {
     async fn create_project(
         &self,
         project_id: &str,
@@ -120,10 +149,7 @@ impl Directory for D1Directory {
     }
 
     async fn list_keys(&self, project_id: &str, page: &PageRequest) -> Result<Vec<KeyRecord>, PortError> {
-        let (ts, id) = match &page.after {
-            Some(c) => (int(c.ts), text(&c.id)),
-            None => (JsValue::NULL, JsValue::NULL),
-        };
+        let (ts, id) = after(page.after.as_ref());
         self.rows(
             &format!(
                 "SELECT {KEY_COLUMNS} FROM api_keys
@@ -202,5 +228,148 @@ impl Directory for D1Directory {
             &[text(key_hash)],
         )
         .await
+    }
+}
+
+impl Resources for D1Store {
+    async fn create_contacts(&self, contacts: &[Contact]) -> Result<(), PortError> {
+        let statements = contacts
+            .iter()
+            .map(|c| {
+                self.statement(
+                    &format!("INSERT INTO contacts ({CONTACT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
+                    &[
+                        text(&c.id),
+                        text(&c.project_id),
+                        opt_text(c.name.as_deref()),
+                        opt_text(c.phone.as_deref()),
+                        opt_text(c.email.as_deref()),
+                        opt_text(c.external_id.as_deref()),
+                        int(c.created_at),
+                    ],
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.batch(statements).await?;
+        Ok(())
+    }
+
+    async fn contact(&self, project_id: &str, id: &str) -> Result<Option<Contact>, PortError> {
+        let rows = self
+            .rows(
+                &format!("SELECT {CONTACT_COLUMNS} FROM contacts WHERE id = ?1 AND project_id = ?2"),
+                &[text(id), text(project_id)],
+            )
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    async fn list_contacts(&self, project_id: &str, page: &PageRequest) -> Result<Vec<Contact>, PortError> {
+        let (ts, id) = after(page.after.as_ref());
+        self.rows(
+            &format!(
+                "SELECT {CONTACT_COLUMNS} FROM contacts
+                 WHERE project_id = ?1 AND (?2 IS NULL OR (created_at, id) < (?2, ?3))
+                 ORDER BY created_at DESC, id DESC LIMIT ?4"
+            ),
+            &[text(project_id), ts, id, int(page.fetch_len() as i64)],
+        )
+        .await
+    }
+
+    async fn create_messages(&self, messages: &[Message]) -> Result<Vec<bool>, PortError> {
+        // Inserts nothing for a contact that is not in the project: the item fails, the rest go on.
+        let statements = messages
+            .iter()
+            .map(|m| {
+                self.statement(
+                    "INSERT INTO messages (id, project_id, contact_id, text, status, created_at)
+                     SELECT ?1, ?2, ?3, ?4, 'queued', ?5
+                     WHERE EXISTS (SELECT 1 FROM contacts WHERE id = ?3 AND project_id = ?2)",
+                    &[
+                        text(&m.id),
+                        text(&m.project_id),
+                        text(&m.contact_id),
+                        text(&m.text),
+                        int(m.created_at),
+                    ],
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(self
+            .batch(statements)
+            .await?
+            .into_iter()
+            .map(|changes| changes == 1)
+            .collect())
+    }
+
+    async fn create_scenario(&self, scenario: &Scenario) -> Result<(), PortError> {
+        let insert = self.statement(
+            "INSERT INTO scenarios (id, project_id, name, created_at) VALUES (?1, ?2, ?3, ?4)",
+            &[
+                text(&scenario.id),
+                text(&scenario.project_id),
+                text(&scenario.name),
+                int(scenario.created_at),
+            ],
+        )?;
+        self.batch(vec![insert]).await?;
+        Ok(())
+    }
+
+    async fn start_run(&self, run: &ScenarioRun) -> Result<RunStart, PortError> {
+        let variables = serde_json::to_string(&run.variables).map_err(PortError::from_display)?;
+        let insert = self.statement(
+            "INSERT INTO scenario_runs (id, project_id, scenario_id, contact_id, variables, status, created_at)
+             SELECT ?1, ?2, ?3, ?4, ?5, 'started', ?6
+             WHERE EXISTS (SELECT 1 FROM scenarios WHERE id = ?3 AND project_id = ?2)
+               AND EXISTS (SELECT 1 FROM contacts WHERE id = ?4 AND project_id = ?2)",
+            &[
+                text(&run.id),
+                text(&run.project_id),
+                text(&run.scenario_id),
+                text(&run.contact_id),
+                text(&variables),
+                int(run.created_at),
+            ],
+        )?;
+        if self.batch(vec![insert]).await? == [1] {
+            return Ok(RunStart::Started);
+        }
+        // Nothing inserted: say which of the two was missing.
+        #[derive(serde::Deserialize)]
+        struct Found {
+            scenario: i64,
+        }
+        let found: Vec<Found> = self
+            .rows(
+                "SELECT EXISTS (SELECT 1 FROM scenarios WHERE id = ?1 AND project_id = ?2) AS scenario",
+                &[text(&run.scenario_id), text(&run.project_id)],
+            )
+            .await?;
+        Ok(if found.first().is_some_and(|f| f.scenario == 1) {
+            RunStart::UnknownContact
+        } else {
+            RunStart::UnknownScenario
+        })
+    }
+
+    async fn create_release_marker(&self, marker: &ReleaseMarker) -> Result<(), PortError> {
+        let insert = self.statement(
+            "INSERT INTO release_markers (id, project_id, version, ts, environment, commit_sha, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            &[
+                text(&marker.id),
+                text(&marker.project_id),
+                text(&marker.version),
+                text(&marker.ts.to_string()),
+                opt_text(marker.environment.as_deref()),
+                opt_text(marker.commit.as_deref()),
+                int(marker.created_at),
+            ],
+        )?;
+        self.batch(vec![insert]).await?;
+        Ok(())
     }
 }

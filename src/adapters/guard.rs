@@ -5,9 +5,10 @@ use std::rc::Rc;
 use wasm_bindgen::JsValue;
 use worker::{Method, ObjectNamespace, Request, RequestInit};
 
+use crate::core::idempotency::StoredResponse;
 use crate::core::rate_limit::{Usage, Verdict};
 use crate::guard::protocol::{client_guard_name, GuardAnswer, GuardCommand, URL};
-use crate::ports::{Admission, Authorization, KeyGuard, Meter, PortError};
+use crate::ports::{Admission, Authorization, ClaimRequest, KeyGuard, Meter, PortError};
 
 pub struct GuardClient {
     namespace: ObjectNamespace,
@@ -43,6 +44,13 @@ impl GuardClient {
         }
         response.json().await.map_err(PortError::from_display)
     }
+
+    async fn expect_done(&self, object_name: &str, command: &GuardCommand) -> Result<(), PortError> {
+        match self.send(object_name, command).await? {
+            GuardAnswer::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
 }
 
 fn unexpected(answer: GuardAnswer) -> PortError {
@@ -50,41 +58,60 @@ fn unexpected(answer: GuardAnswer) -> PortError {
 }
 
 impl KeyGuard for GuardClient {
-    async fn authorize(&self, key_hash: &str) -> Result<Authorization, PortError> {
-        match self
-            .send(
-                key_hash,
-                &GuardCommand::Authorize {
-                    key_hash: key_hash.to_owned(),
-                },
-            )
-            .await?
-        {
-            GuardAnswer::Decided { key, verdict, usage } => {
-                Ok(Authorization::Admitted(Box::new(Admission {
-                    key,
-                    verdict,
-                    usage,
-                })))
-            }
+    async fn authorize(
+        &self,
+        key_hash: &str,
+        claim: Option<&ClaimRequest>,
+    ) -> Result<Authorization, PortError> {
+        let command = GuardCommand::Authorize {
+            key_hash: key_hash.to_owned(),
+            claim: claim.cloned(),
+        };
+        match self.send(key_hash, &command).await? {
+            GuardAnswer::Decided {
+                key,
+                verdict,
+                usage,
+                claim,
+            } => Ok(Authorization::Admitted(Box::new(Admission {
+                key,
+                verdict,
+                usage,
+                claim,
+            }))),
             GuardAnswer::Denied => Ok(Authorization::Denied),
             other => Err(unexpected(other)),
         }
     }
 
     async fn invalidate(&self, key_hash: &str) -> Result<(), PortError> {
-        match self
-            .send(
-                key_hash,
-                &GuardCommand::Invalidate {
-                    key_hash: key_hash.to_owned(),
-                },
-            )
-            .await?
-        {
-            GuardAnswer::Done => Ok(()),
-            other => Err(unexpected(other)),
-        }
+        self.expect_done(
+            key_hash,
+            &GuardCommand::Invalidate {
+                key_hash: key_hash.to_owned(),
+            },
+        )
+        .await
+    }
+
+    async fn complete_claim(
+        &self,
+        key_hash: &str,
+        claim: &ClaimRequest,
+        response: &StoredResponse,
+        stored_elsewhere: bool,
+    ) -> Result<(), PortError> {
+        let command = GuardCommand::CompleteClaim {
+            claim: claim.clone(),
+            response: response.clone(),
+            stored_elsewhere,
+        };
+        self.expect_done(key_hash, &command).await
+    }
+
+    async fn release_claim(&self, key_hash: &str, claim: &ClaimRequest) -> Result<(), PortError> {
+        self.expect_done(key_hash, &GuardCommand::ReleaseClaim { claim: claim.clone() })
+            .await
     }
 
     async fn record_auth_failure(&self, client_ip: &str) -> Result<(Verdict, Usage), PortError> {

@@ -5,3 +5,4 @@ pub mod body;
 pub mod d1;
 pub mod env;
 pub mod guard;
+pub mod kv;

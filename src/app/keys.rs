@@ -1,4 +1,4 @@
-//! Owner key management of SPEC §2: create (secret shown once), list, revoke.
+//! Owner key management of SPEC §2: create (secret shown once), list, change, revoke.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -10,7 +10,7 @@ use crate::core::encoding::object_id;
 use crate::core::error::ApiError;
 use crate::core::json_body;
 use crate::core::page::{Cursor, PageRequest};
-use crate::ports::{Directory, KeyChanges, KeyGuard, KeyUpdate, Revocation};
+use crate::ports::{Directory, KeyChanges, KeyGuard, KeyUpdate, Resources, ResponseStore, Revocation};
 
 /// The highest per-key override an owner may set (requests per minute).
 const MAX_RATE_OVERRIDE: u32 = 1_000_000;
@@ -32,13 +32,7 @@ impl NewKey {
         now_ms: i64,
     ) -> Result<Self, ApiError> {
         let plan = plan.unwrap_or_else(|| DEFAULT_PLAN.to_owned());
-        if config.plan(&plan).is_none() {
-            return Err(
-                ApiError::unprocessable(format!("There is no plan named {plan:?}."))
-                    .with_detail("field", "plan")
-                    .with_detail("plans", config.plans.keys().cloned().collect::<Vec<_>>()),
-            );
-        }
+        check_plan(config, &plan)?;
         let secret = api_key::generate(key_type, &random());
         let record = KeyRecord {
             id: object_id("key", &random()),
@@ -66,28 +60,6 @@ struct CreateKey {
     rate_limit_per_minute: Option<u32>,
 }
 
-pub async fn create<G: KeyGuard, D: Directory>(
-    gw: &Gateway<'_, G, D>,
-    call: &Call<'_>,
-) -> Result<Reply, ApiError> {
-    let input: CreateKey = json_body::parse(&call.body)?;
-    let name = clean_name(input.name)?;
-    check_rate(input.rate_limit_per_minute)?;
-    let new = NewKey::generate(
-        gw.config,
-        &call.key().project_id,
-        input.key_type,
-        name,
-        input.plan,
-        input.rate_limit_per_minute,
-        call.now_ms,
-    )?;
-    gw.directory.insert_key(&new.record).await.map_err(unavailable)?;
-    let mut body = new.record.view();
-    body["key"] = Value::String(new.secret);
-    Ok(Reply::created(body))
-}
-
 /// A field that may be absent (leave it), `null` (clear it) or a value.
 fn patch_field<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
     d: D,
@@ -105,37 +77,99 @@ struct UpdateKey {
     rate_limit_per_minute: Option<Option<u32>>,
 }
 
-/// Changes a key's name, plan or per-key rate override (`null` = the plan's limit). The key's
-/// guard forgets its record before we answer, so the next request runs under the new limits.
-pub async fn update<G: KeyGuard, D: Directory>(
-    gw: &Gateway<'_, G, D>,
-    call: &Call<'_>,
-) -> Result<Reply, ApiError> {
-    let key_id = call.params[0];
-    let input: UpdateKey = json_body::parse(&call.body)?;
-    let changes = KeyChanges {
-        name: input.name.map(clean_name).transpose()?,
-        plan: input.plan,
-        rate_limit_per_minute: input.rate_limit_per_minute,
-    };
-    if let Some(plan) = &changes.plan {
-        check_plan(gw.config, plan)?;
+impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, R> {
+    pub(super) async fn create_key(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let input: CreateKey = json_body::parse(&call.body)?;
+        let name = clean_name(input.name)?;
+        check_rate(input.rate_limit_per_minute)?;
+        let new = NewKey::generate(
+            self.config,
+            call.project_id(),
+            input.key_type,
+            name,
+            input.plan,
+            input.rate_limit_per_minute,
+            call.now_ms,
+        )?;
+        self.store.insert_key(&new.record).await.map_err(unavailable)?;
+        let mut body = new.record.view();
+        body["key"] = Value::String(new.secret);
+        Ok(Reply::created(body))
     }
-    check_rate(changes.rate_limit_per_minute.flatten())?;
-    let updated = gw
-        .directory
-        .update_key(&call.key().project_id, key_id, &changes)
-        .await
-        .map_err(unavailable)?;
-    let record = match updated {
-        KeyUpdate::Updated(record) => record,
-        KeyUpdate::NotFound => return Err(ApiError::not_found("API key").with_detail("id", key_id)),
-        KeyUpdate::Revoked => {
-            return Err(ApiError::unprocessable("A revoked key cannot be changed.").with_detail("id", key_id))
+
+    pub(super) async fn list_keys(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let page = PageRequest::from_query(call.query, 50, 200)?;
+        let rows = self
+            .store
+            .list_keys(call.project_id(), &page)
+            .await
+            .map_err(unavailable)?;
+        let position = |key: &KeyRecord| Cursor {
+            ts: key.created_at,
+            id: key.id.clone(),
+        };
+        Ok(Reply::ok(page.respond(rows, position, KeyRecord::view)))
+    }
+
+    /// Changes a key's name, plan or per-key rate override (`null` = the plan's limit). The key's
+    /// guard forgets its record before we answer, so the next request runs under the new limits.
+    pub(super) async fn update_key(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let key_id = call.params[0];
+        let input: UpdateKey = json_body::parse(&call.body)?;
+        let changes = KeyChanges {
+            name: input.name.map(clean_name).transpose()?,
+            plan: input.plan,
+            rate_limit_per_minute: input.rate_limit_per_minute,
+        };
+        if let Some(plan) = &changes.plan {
+            check_plan(self.config, plan)?;
         }
-    };
-    gw.guard.invalidate(&record.key_hash).await.map_err(unavailable)?;
-    Ok(Reply::ok(record.view()))
+        check_rate(changes.rate_limit_per_minute.flatten())?;
+        let record = match self
+            .store
+            .update_key(call.project_id(), key_id, &changes)
+            .await
+            .map_err(unavailable)?
+        {
+            KeyUpdate::Updated(record) => record,
+            KeyUpdate::NotFound => return Err(ApiError::not_found("API key").with_detail("id", key_id)),
+            KeyUpdate::Revoked => {
+                return Err(
+                    ApiError::unprocessable("A revoked key cannot be changed.").with_detail("id", key_id)
+                )
+            }
+        };
+        self.guard
+            .invalidate(&record.key_hash)
+            .await
+            .map_err(unavailable)?;
+        Ok(Reply::ok(record.view()))
+    }
+
+    /// Revokes a key of the caller's project; the guard forgets it before we answer, so its very
+    /// next request is refused. Revoking a revoked key answers the same record again.
+    pub(super) async fn revoke_key(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let key_id = call.params[0];
+        let outcome = self
+            .store
+            .revoke_key(call.project_id(), key_id, call.now_ms)
+            .await
+            .map_err(unavailable)?;
+        let record = match outcome {
+            Revocation::Revoked(record) | Revocation::AlreadyRevoked(record) => record,
+            Revocation::NotFound => return Err(ApiError::not_found("API key").with_detail("id", key_id)),
+            Revocation::LastOwnerKey => return Err(ApiError::unprocessable(
+                "This is the project's last active owner key; create another owner key before revoking it.",
+            )
+            .with_detail("id", key_id)),
+        };
+        // Also on a repeat: if the first call's notice to the guard failed, this one delivers it.
+        self.guard
+            .invalidate(&record.key_hash)
+            .await
+            .map_err(unavailable)?;
+        Ok(Reply::ok(record.view()))
+    }
 }
 
 fn clean_name(name: Option<String>) -> Result<Option<String>, ApiError> {
@@ -165,50 +199,4 @@ fn check_plan(config: &Config, plan: &str) -> Result<(), ApiError> {
             .with_detail("field", "plan")
             .with_detail("plans", config.plans.keys().cloned().collect::<Vec<_>>()),
     )
-}
-
-pub async fn list<G: KeyGuard, D: Directory>(
-    gw: &Gateway<'_, G, D>,
-    call: &Call<'_>,
-) -> Result<Reply, ApiError> {
-    let page = PageRequest::from_query(call.query, 50, 200)?;
-    let rows = gw
-        .directory
-        .list_keys(&call.key().project_id, &page)
-        .await
-        .map_err(unavailable)?;
-    Ok(Reply::ok(page.respond(rows, position, KeyRecord::view)))
-}
-
-fn position(key: &KeyRecord) -> Cursor {
-    Cursor {
-        ts: key.created_at,
-        id: key.id.clone(),
-    }
-}
-
-/// Revokes a key of the caller's project; the guard forgets it before we answer, so its very
-/// next request is refused. Revoking a revoked key answers the same record again.
-pub async fn revoke<G: KeyGuard, D: Directory>(
-    gw: &Gateway<'_, G, D>,
-    call: &Call<'_>,
-) -> Result<Reply, ApiError> {
-    let key_id = call.params[0];
-    let outcome = gw
-        .directory
-        .revoke_key(&call.key().project_id, key_id, call.now_ms)
-        .await
-        .map_err(unavailable)?;
-    let record =
-        match outcome {
-            Revocation::Revoked(record) | Revocation::AlreadyRevoked(record) => record,
-            Revocation::NotFound => return Err(ApiError::not_found("API key").with_detail("id", key_id)),
-            Revocation::LastOwnerKey => return Err(ApiError::unprocessable(
-                "This is the project's last active owner key; create another owner key before revoking it.",
-            )
-            .with_detail("id", key_id)),
-        };
-    // Also on a repeat: if the first call's notice to the guard failed, this one delivers it.
-    gw.guard.invalidate(&record.key_hash).await.map_err(unavailable)?;
-    Ok(Reply::ok(record.view()))
 }

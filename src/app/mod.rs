@@ -1,9 +1,11 @@
-//! The request pipeline (SPEC §3): route → authenticate → read the body → execute → respond.
-//! Generic over the ports, so it runs the same over Durable Objects and D1 in the worker and over
-//! in-memory fakes in native tests.
+//! The request pipeline of SPEC §3: route → read the body → authenticate + rate limit +
+//! idempotency claim (one KeyGuard round trip) → execute → respond, then settle the claim after
+//! the response. Generic over the ports, so it runs the same over Durable Objects, D1 and KV in
+//! the worker and over in-memory fakes in native tests.
 
 mod keys;
 mod projects;
+mod resources;
 
 use serde_json::{json, Value};
 
@@ -11,10 +13,14 @@ use crate::config::Config;
 use crate::core::api_key::{self, KeyRecord};
 use crate::core::encoding::uuid_v4;
 use crate::core::error::{ApiError, ErrorCode};
+use crate::core::idempotency::{self, ClaimDecision, StoredResponse};
 use crate::core::rate_limit::{Usage, Verdict};
 use crate::core::route::{match_route, Access, Miss, Route, RouteId};
 use crate::core::time::rfc3339;
-use crate::ports::{Admission, Authorization, Directory, KeyGuard, PortError, RequestBody};
+use crate::ports::{
+    Admission, Authorization, ClaimRequest, Directory, KeyGuard, PortError, RequestBody, Resources,
+    ResponseStore,
+};
 
 pub struct ApiRequest<B> {
     pub method: String,
@@ -23,6 +29,8 @@ pub struct ApiRequest<B> {
     /// Decoded query pairs, in order.
     pub query: Vec<(String, String)>,
     pub authorization: Option<String>,
+    /// The `Idempotency-Key` header as received (repeats joined with `, ` by the runtime).
+    pub idempotency_key: Option<String>,
     /// `CF-Connecting-IP`: failed authentications are limited per client address.
     pub client_ip: Option<String>,
     pub body: B,
@@ -37,6 +45,24 @@ pub struct ApiResponse {
     pub request_id: String,
     /// What the log should say of a failure the client saw only as a generic error.
     pub internal_error: Option<String>,
+    /// Work to finish after the response is sent (`ctx.wait_until`).
+    pub settlement: Option<Settlement>,
+}
+
+/// The end of an idempotency claim, done after the response: store and complete on 2xx,
+/// release otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settlement {
+    Complete {
+        key_hash: String,
+        api_key_id: String,
+        claim: ClaimRequest,
+        response: StoredResponse,
+    },
+    Release {
+        key_hash: String,
+        claim: ClaimRequest,
+    },
 }
 
 /// A successful answer before it becomes bytes.
@@ -52,6 +78,13 @@ impl Reply {
     pub fn created(body: Value) -> Self {
         Reply { status: 201, body }
     }
+}
+
+/// What the pipeline answers before it becomes an [`ApiResponse`].
+enum Answer {
+    Reply(Reply),
+    /// A completed idempotent request, replayed (SPEC §5).
+    Replay(StoredResponse),
 }
 
 /// Everything a handler may read about the request it serves.
@@ -70,84 +103,247 @@ impl Call<'_> {
     fn key(&self) -> &KeyRecord {
         self.key.as_ref().expect("route requires an API key")
     }
+
+    fn project_id(&self) -> &str {
+        &self.key().project_id
+    }
 }
 
-pub struct Gateway<'c, G, D> {
+/// The ports the pipeline runs over: the key guards, the D1 store, the response store.
+pub struct Gateway<'c, G, S, R> {
     pub config: &'c Config,
     pub guard: G,
-    pub directory: D,
+    pub store: S,
+    pub responses: R,
 }
 
 /// A refusal during authentication, with the key's usage when the key itself was valid.
 type Refusal = (Option<Usage>, ApiError);
 
-impl<G: KeyGuard, D: Directory> Gateway<'_, G, D> {
+/// An admitted caller: the key (none on public and admin routes), its usage, and its claim.
+struct Caller {
+    key: Option<KeyRecord>,
+    key_hash: Option<String>,
+    usage: Option<Usage>,
+    claim: Option<ClaimDecision>,
+}
+
+/// What `serve` hands back: the answer, the usage for the rate headers, and the claim this
+/// request took (it must be settled).
+struct Served {
+    usage: Option<Usage>,
+    answer: Result<Answer, ApiError>,
+    taken_claim: Option<(String, String, ClaimRequest)>,
+}
+
+impl Served {
+    fn early(usage: Option<Usage>, e: ApiError) -> Self {
+        Served {
+            usage,
+            answer: Err(e),
+            taken_claim: None,
+        }
+    }
+}
+
+impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, R> {
     pub async fn handle<B: RequestBody>(&self, req: ApiRequest<B>) -> ApiResponse {
         let request_id = uuid_v4(random());
-        let (usage, outcome) = self.serve(req).await;
-        respond(request_id, usage, outcome)
+        let replays_created_as_ok =
+            match_route(&req.method, &req.path).is_ok_and(|m| m.route.id == RouteId::DeployMarker);
+        let served = self.serve(req, &request_id).await;
+        let mut response = respond(request_id, served.usage, served.answer, replays_created_as_ok);
+        if let Some((key_hash, api_key_id, claim)) = served.taken_claim {
+            response.settlement = Some(if (200..300).contains(&response.status) {
+                let body = String::from_utf8(response.body.clone()).expect("JSON is UTF-8");
+                let stored = StoredResponse {
+                    status: response.status,
+                    body,
+                    request_id: response.request_id.clone(),
+                };
+                Settlement::Complete {
+                    key_hash,
+                    api_key_id,
+                    claim,
+                    response: stored,
+                }
+            } else {
+                Settlement::Release { key_hash, claim }
+            });
+        }
+        response
     }
 
-    async fn serve<B: RequestBody>(&self, req: ApiRequest<B>) -> (Option<Usage>, Result<Reply, ApiError>) {
+    /// Finishes a claim after the response: the response goes to the store, then the guard
+    /// learns the outcome. If the store fails, the guard keeps the response itself.
+    pub async fn settle(&self, settlement: Settlement) -> Result<(), PortError> {
+        match settlement {
+            Settlement::Complete {
+                key_hash,
+                api_key_id,
+                claim,
+                response,
+            } => {
+                let stored = self
+                    .responses
+                    .put(&api_key_id, &claim.idempotency_key, &response)
+                    .await;
+                self.guard
+                    .complete_claim(&key_hash, &claim, &response, stored.is_ok())
+                    .await?;
+                stored
+            }
+            Settlement::Release { key_hash, claim } => self.guard.release_claim(&key_hash, &claim).await,
+        }
+    }
+
+    async fn serve<B: RequestBody>(&self, req: ApiRequest<B>, request_id: &str) -> Served {
         let matched = match match_route(&req.method, &req.path) {
             Ok(m) => m,
-            Err(miss) => return (None, Err(route_miss(miss, &req))),
+            Err(miss) => return Served::early(None, route_miss(miss, &req)),
         };
         let route = matched.route;
-        let (key, usage) = match self.authenticate(route, &req).await {
-            Ok(admitted) => admitted,
-            Err((usage, e)) => return (usage, Err(e)),
+        let body = match read_body(route, req.body).await {
+            Ok(body) => body,
+            Err(e) => return Served::early(None, e),
         };
-        let outcome = async {
-            let body = read_body(route, req.body).await?;
-            let call = Call {
-                key,
-                usage,
-                params: matched.params,
-                query: &req.query,
-                body,
-                now_ms: req.now_ms,
-            };
-            self.execute(route.id, &call).await
+        // A bad header is answered only after authentication (SPEC §3 order), so keep the error.
+        let idempotency_key = idempotency::parse_key(req.idempotency_key.as_deref(), route.idempotency);
+        let claim = idempotency_key
+            .as_ref()
+            .ok()
+            .cloned()
+            .flatten()
+            .map(|key| ClaimRequest {
+                fingerprint: idempotency::fingerprint(&req.method, &req.path, &body),
+                idempotency_key: key,
+                request_id: request_id.to_owned(),
+            });
+        let caller = match self
+            .authenticate(
+                route,
+                &req.authorization,
+                req.client_ip.as_deref(),
+                claim.as_ref(),
+            )
+            .await
+        {
+            Ok(caller) => caller,
+            Err((usage, e)) => return Served::early(usage, e),
+        };
+        let usage = caller.usage;
+        if let Err(e) = idempotency_key {
+            return Served::early(usage, e);
         }
-        .await;
-        (usage, outcome)
+        let mut taken_claim = None;
+        match (&caller.claim, claim) {
+            (Some(ClaimDecision::Replay { response }), Some(claim)) => {
+                let key = caller.key.as_ref().expect("claims need a key");
+                let answer = self
+                    .replay(&key.id, response.clone(), &claim.idempotency_key)
+                    .await;
+                return Served {
+                    usage,
+                    answer,
+                    taken_claim: None,
+                };
+            }
+            (Some(ClaimDecision::Execute), Some(claim)) => {
+                let key = caller.key.as_ref().expect("claims need a key");
+                let key_hash = caller.key_hash.clone().expect("claims need a key");
+                taken_claim = Some((key_hash, key.id.clone(), claim));
+            }
+            (Some(decision), _) => {
+                if let Some(e) = idempotency::refusal(decision) {
+                    return Served::early(usage, e);
+                }
+            }
+            (None, _) => {}
+        }
+        let call = Call {
+            key: caller.key,
+            usage,
+            params: matched.params,
+            query: &req.query,
+            body,
+            now_ms: req.now_ms,
+        };
+        let answer = self.execute(route.id, &call).await.map(Answer::Reply);
+        Served {
+            usage,
+            answer,
+            taken_claim,
+        }
     }
 
-    /// SPEC §3 order: authenticate, then the rate decision (made by the key's guard in the same
-    /// round trip), then the key type's scope.
-    async fn authenticate<B>(
+    /// The stored response of a completed key: from the guard when it still holds it, else from
+    /// the response store.
+    async fn replay(
+        &self,
+        api_key_id: &str,
+        held: Option<StoredResponse>,
+        idempotency_key: &str,
+    ) -> Result<Answer, ApiError> {
+        if let Some(response) = held {
+            return Ok(Answer::Replay(response));
+        }
+        match self
+            .responses
+            .get(api_key_id, idempotency_key)
+            .await
+            .map_err(unavailable)?
+        {
+            Some(response) => Ok(Answer::Replay(response)),
+            None => Err(ApiError::unavailable(
+                "completed idempotency claim without a stored response",
+            )),
+        }
+    }
+
+    /// SPEC §3 order: authenticate, then the rate decision and the idempotency claim (made by the
+    /// key's guard in the same round trip), then the key type's scope.
+    async fn authenticate(
         &self,
         route: &Route,
-        req: &ApiRequest<B>,
-    ) -> Result<(Option<KeyRecord>, Option<Usage>), Refusal> {
-        let token = req.authorization.as_deref().and_then(api_key::bearer_token);
+        authorization: &Option<String>,
+        client_ip: Option<&str>,
+        claim: Option<&ClaimRequest>,
+    ) -> Result<Caller, Refusal> {
+        let anonymous = Caller {
+            key: None,
+            key_hash: None,
+            usage: None,
+            claim: None,
+        };
+        let token = authorization.as_deref().and_then(api_key::bearer_token);
         let scope = match route.access {
-            Access::Public => return Ok((None, None)),
+            Access::Public => return Ok(anonymous),
             Access::Admin => {
                 let expected = self.config.admin_token.as_bytes();
                 return match token {
-                    Some(t) if api_key::constant_time_eq(t.as_bytes(), expected) => Ok((None, None)),
-                    _ => Err((
-                        None,
-                        self.refuse(
-                            req,
-                            ApiError::new(ErrorCode::InvalidApiKey, "The admin token is missing or wrong."),
-                        )
-                        .await,
-                    )),
+                    Some(t) if api_key::constant_time_eq(t.as_bytes(), expected) => Ok(anonymous),
+                    _ => {
+                        let e =
+                            ApiError::new(ErrorCode::InvalidApiKey, "The admin token is missing or wrong.");
+                        Err((None, self.refuse(client_ip, e).await))
+                    }
                 };
             }
             Access::Key(scope) => scope,
         };
         let Some(token) = token.filter(|t| api_key::is_well_formed(t)) else {
-            return Err((None, self.refuse(req, ApiError::invalid_api_key()).await));
+            return Err((None, self.refuse(client_ip, ApiError::invalid_api_key()).await));
         };
         let key_hash = api_key::hash(self.config.key_pepper.as_bytes(), token);
-        let Admission { key, verdict, usage } = match self.guard.authorize(&key_hash).await {
+        let Admission {
+            key,
+            verdict,
+            usage,
+            claim,
+        } = match self.guard.authorize(&key_hash, claim).await {
             Ok(Authorization::Admitted(admission)) => *admission,
             Ok(Authorization::Denied) => {
-                return Err((None, self.refuse(req, ApiError::invalid_api_key()).await))
+                return Err((None, self.refuse(client_ip, ApiError::invalid_api_key()).await))
             }
             Err(e) => return Err((None, unavailable(e))),
         };
@@ -180,6 +376,7 @@ impl<G: KeyGuard, D: Directory> Gateway<'_, G, D> {
             return Err((Some(usage), e));
         }
         if !key.key_type.allows(scope) {
+            // A claim taken for this request is released by the settlement of its 403.
             let e = ApiError::forbidden(format!(
                 "A {} key may not call this route.",
                 key.key_type.as_str()
@@ -187,13 +384,18 @@ impl<G: KeyGuard, D: Directory> Gateway<'_, G, D> {
             .with_detail("key_type", key.key_type.as_str());
             return Err((Some(usage), e));
         }
-        Ok((Some(key), Some(usage)))
+        Ok(Caller {
+            key: Some(key),
+            key_hash: Some(key_hash),
+            usage: Some(usage),
+            claim,
+        })
     }
 
     /// A failed authentication: counted against the client address, and 429 instead of 401 once
     /// the address has failed too often this minute. If the count cannot be made, the 401 stands.
-    async fn refuse<B>(&self, req: &ApiRequest<B>, unauthenticated: ApiError) -> ApiError {
-        let Some(ip) = req.client_ip.as_deref() else {
+    async fn refuse(&self, client_ip: Option<&str>, unauthenticated: ApiError) -> ApiError {
+        let Some(ip) = client_ip else {
             return unauthenticated;
         };
         match self.guard.record_auth_failure(ip).await {
@@ -214,12 +416,21 @@ impl<G: KeyGuard, D: Directory> Gateway<'_, G, D> {
     async fn execute(&self, route: RouteId, call: &Call<'_>) -> Result<Reply, ApiError> {
         match route {
             RouteId::Health => Ok(Reply::ok(json!({ "status": "ok" }))),
-            RouteId::CreateProject => projects::create(self, call).await,
+            RouteId::CreateProject => self.create_project(call).await,
             RouteId::Me => Ok(Reply::ok(me(call))),
-            RouteId::CreateKey => keys::create(self, call).await,
-            RouteId::ListKeys => keys::list(self, call).await,
-            RouteId::UpdateKey => keys::update(self, call).await,
-            RouteId::RevokeKey => keys::revoke(self, call).await,
+            RouteId::CreateKey => self.create_key(call).await,
+            RouteId::ListKeys => self.list_keys(call).await,
+            RouteId::UpdateKey => self.update_key(call).await,
+            RouteId::RevokeKey => self.revoke_key(call).await,
+            RouteId::CreateContact => self.create_contact(call).await,
+            RouteId::ListContacts => self.list_contacts(call).await,
+            RouteId::GetContact => self.get_contact(call).await,
+            RouteId::BulkContacts => self.bulk_contacts(call).await,
+            RouteId::CreateMessage => self.create_message(call).await,
+            RouteId::BulkMessages => self.bulk_messages(call).await,
+            RouteId::CreateScenario => self.create_scenario(call).await,
+            RouteId::RunScenario => self.run_scenario(call).await,
+            RouteId::DeployMarker => self.deploy_marker(call).await,
         }
     }
 }
@@ -283,10 +494,15 @@ fn unavailable(e: PortError) -> ApiError {
 
 /// The response for a failure before the pipeline could start (e.g. bad configuration).
 pub fn failure(error: ApiError) -> ApiResponse {
-    respond(uuid_v4(random()), None, Err(error))
+    respond(uuid_v4(random()), None, Err(error), false)
 }
 
-fn respond(request_id: String, usage: Option<Usage>, outcome: Result<Reply, ApiError>) -> ApiResponse {
+fn respond(
+    request_id: String,
+    usage: Option<Usage>,
+    answer: Result<Answer, ApiError>,
+    replays_created_as_ok: bool,
+) -> ApiResponse {
     let mut headers = vec![
         ("content-type", "application/json".to_owned()),
         ("x-request-id", request_id.clone()),
@@ -294,8 +510,19 @@ fn respond(request_id: String, usage: Option<Usage>, outcome: Result<Reply, ApiE
     if let Some(usage) = usage {
         headers.extend(usage.headers());
     }
-    let (status, body, internal_error) = match outcome {
-        Ok(reply) => (reply.status, reply.body, None),
+    let (status, body, internal_error) = match answer {
+        Ok(Answer::Reply(reply)) => (reply.status, reply.body.to_string(), None),
+        Ok(Answer::Replay(stored)) => {
+            headers.push(("idempotent-replayed", "1".to_owned()));
+            headers.push(("idempotency-replayed", "true".to_owned()));
+            headers.push(("x-original-request-id", stored.request_id));
+            let status = if replays_created_as_ok && stored.status == 201 {
+                200
+            } else {
+                stored.status
+            };
+            (status, stored.body, None)
+        }
         Err(e) => {
             if let Some(seconds) = e.retry_after {
                 headers.push(("retry-after", seconds.to_string()));
@@ -303,15 +530,16 @@ fn respond(request_id: String, usage: Option<Usage>, outcome: Result<Reply, ApiE
             if !e.allow.is_empty() {
                 headers.push(("allow", e.allow.join(", ")));
             }
-            (e.status(), e.body(&request_id), e.internal.clone())
+            (e.status(), e.body(&request_id).to_string(), e.internal.clone())
         }
     };
     ApiResponse {
         status,
         headers,
-        body: body.to_string().into_bytes(),
+        body: body.into_bytes(),
         request_id,
         internal_error,
+        settlement: None,
     }
 }
 

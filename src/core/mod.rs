@@ -4,8 +4,10 @@
 pub mod api_key;
 pub mod encoding;
 pub mod error;
+pub mod idempotency;
 pub mod json_body;
 pub mod page;
 pub mod rate_limit;
+pub mod resources;
 pub mod route;
 pub mod time;

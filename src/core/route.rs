@@ -3,6 +3,7 @@
 //! description all read the same table.
 
 use super::api_key::Scope;
+use super::idempotency::KeyPolicy;
 
 /// Default body limit of SPEC §3.
 pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
@@ -16,6 +17,15 @@ pub enum RouteId {
     ListKeys,
     UpdateKey,
     RevokeKey,
+    CreateContact,
+    ListContacts,
+    GetContact,
+    BulkContacts,
+    CreateMessage,
+    BulkMessages,
+    CreateScenario,
+    RunScenario,
+    DeployMarker,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,17 +45,35 @@ pub struct Route {
     pub template: &'static str,
     pub access: Access,
     pub body_limit: usize,
+    pub idempotency: KeyPolicy,
 }
 
+/// Idempotency is honoured on every mutating method of a key-authenticated route (SPEC §5).
 const fn route(id: RouteId, method: &'static str, template: &'static str, access: Access) -> Route {
+    let mutating = matches!(method.as_bytes()[0], b'P' | b'D'); // POST, PUT, PATCH, DELETE
+    let keyed = matches!(access, Access::Key(_));
+    let idempotency = if mutating && keyed {
+        KeyPolicy::Optional
+    } else {
+        KeyPolicy::Ignored
+    };
     Route {
         id,
         method,
         template,
         access,
         body_limit: DEFAULT_BODY_LIMIT,
+        idempotency,
     }
 }
+
+const fn required_key(mut r: Route, min: usize, max: usize) -> Route {
+    r.idempotency = KeyPolicy::Required { min, max };
+    r
+}
+
+const OWNER: Access = Access::Key(Scope::ManageProject);
+const RESOURCES: Access = Access::Key(Scope::Resources);
 
 pub const ROUTES: &[Route] = &[
     route(RouteId::Health, "GET", "/health", Access::Public),
@@ -56,29 +84,42 @@ pub const ROUTES: &[Route] = &[
         Access::Admin,
     ),
     route(RouteId::Me, "GET", "/public/v1/me", Access::Key(Scope::SelfInfo)),
+    route(RouteId::CreateKey, "POST", "/public/v1/keys", OWNER),
+    route(RouteId::ListKeys, "GET", "/public/v1/keys", OWNER),
+    route(RouteId::UpdateKey, "PATCH", "/public/v1/keys/{id}", OWNER),
+    route(RouteId::RevokeKey, "DELETE", "/public/v1/keys/{id}", OWNER),
+    route(RouteId::CreateContact, "POST", "/public/v1/contacts", RESOURCES),
+    route(RouteId::ListContacts, "GET", "/public/v1/contacts", RESOURCES),
     route(
-        RouteId::CreateKey,
+        RouteId::BulkContacts,
         "POST",
-        "/public/v1/keys",
-        Access::Key(Scope::ManageProject),
+        "/public/v1/contacts/bulk",
+        RESOURCES,
     ),
+    route(RouteId::GetContact, "GET", "/public/v1/contacts/{id}", RESOURCES),
+    route(RouteId::CreateMessage, "POST", "/public/v1/messages", RESOURCES),
     route(
-        RouteId::ListKeys,
-        "GET",
-        "/public/v1/keys",
-        Access::Key(Scope::ManageProject),
+        RouteId::BulkMessages,
+        "POST",
+        "/public/v1/messages/bulk",
+        RESOURCES,
     ),
+    route(RouteId::CreateScenario, "POST", "/public/v1/scenarios", RESOURCES),
     route(
-        RouteId::UpdateKey,
-        "PATCH",
-        "/public/v1/keys/{id}",
-        Access::Key(Scope::ManageProject),
+        RouteId::RunScenario,
+        "POST",
+        "/public/v1/scenarios/{id}/run",
+        RESOURCES,
     ),
-    route(
-        RouteId::RevokeKey,
-        "DELETE",
-        "/public/v1/keys/{id}",
-        Access::Key(Scope::ManageProject),
+    required_key(
+        route(
+            RouteId::DeployMarker,
+            "POST",
+            "/api/v1/projects/{project_id}/release-markers/deploy",
+            Access::Key(Scope::ReleaseMarkers),
+        ),
+        8,
+        128,
     ),
 ];
 
@@ -153,6 +194,28 @@ mod tests {
         assert_eq!(
             match_route("PUT", "/public/v1/keys"),
             Err(Miss::MethodNotAllowed(vec!["POST", "GET"]))
+        );
+    }
+
+    #[test]
+    fn idempotency_applies_to_mutations_by_api_keys_only() {
+        let policy = |m, p| match_route(m, p).unwrap().route.idempotency;
+        assert_eq!(policy("POST", "/public/v1/contacts"), KeyPolicy::Optional);
+        assert_eq!(policy("DELETE", "/public/v1/keys/k"), KeyPolicy::Optional);
+        assert_eq!(policy("GET", "/public/v1/contacts"), KeyPolicy::Ignored);
+        assert_eq!(policy("POST", "/admin/v1/projects"), KeyPolicy::Ignored);
+        assert_eq!(
+            policy("POST", "/api/v1/projects/p/release-markers/deploy"),
+            KeyPolicy::Required { min: 8, max: 128 }
+        );
+        // A literal segment wins over a parameter registered after it.
+        assert_eq!(
+            match_route("POST", "/public/v1/contacts/bulk").unwrap().route.id,
+            RouteId::BulkContacts
+        );
+        assert_eq!(
+            match_route("GET", "/public/v1/contacts/c_1").unwrap().route.id,
+            RouteId::GetContact
         );
     }
 

@@ -15,11 +15,13 @@ pub fn api_request(req: Request, now_ms: i64) -> Result<ApiRequest<WorkerBody>> 
         .collect();
     let authorization = req.headers().get("authorization")?;
     let client_ip = req.headers().get("cf-connecting-ip")?;
+    let idempotency_key = req.headers().get("idempotency-key")?;
     Ok(ApiRequest {
         method,
         path: url.path().to_owned(),
         query,
         authorization,
+        idempotency_key,
         client_ip,
         body: WorkerBody(req),
         now_ms,

@@ -19,15 +19,19 @@ export function randomIp() {
 const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
 /**
- * One request. `key` becomes `Authorization: Bearer <key>`; `body` is JSON-encoded unless it is a
+ * One request. `idem` becomes the Idempotency-Key header; `key` becomes `Authorization: Bearer <key>`; `body` is JSON-encoded unless it is a
  * string. Answers {status, headers, body (parsed JSON or text), text}.
  */
-export async function call(method, path, { key, body, headers = {} } = {}) {
-  const init = { method, headers: { 'cf-connecting-ip': CLIENT_IP, ...headers } };
-  if (key !== undefined) init.headers.authorization = `Bearer ${key}`;
+export async function call(method, path, { key, body, headers = {}, idem } = {}) {
+  // A Headers object keeps repeated names, so a test can send a header twice.
+  const h = new Headers({ 'cf-connecting-ip': CLIENT_IP });
+  for (const [name, value] of Array.isArray(headers) ? headers : Object.entries(headers)) h.append(name, value);
+  if (key !== undefined) h.set('authorization', `Bearer ${key}`);
+  if (idem !== undefined) h.set('idempotency-key', idem);
+  const init = { method, headers: h };
   if (body !== undefined) {
     init.body = typeof body === 'string' ? body : JSON.stringify(body);
-    init.headers['content-type'] ??= 'application/json';
+    if (!h.has('content-type')) h.set('content-type', 'application/json');
   }
   const res = await fetch(BASE + path, init);
   const text = await res.text();
@@ -93,4 +97,28 @@ export async function workerLog() {
     if (start < 0) return [];
     try { return [JSON.parse(line.slice(start))]; } catch { return []; }
   });
+}
+
+/** A fresh unique Idempotency-Key. */
+export const idemKey = () => `idem-${crypto.randomUUID()}`;
+
+/** A project with a server key on the business plan (2000/min), for tests that make many calls. */
+export async function businessProject() {
+  const project = await createProject();
+  const server = await createKey(project.owner.key, 'server', { plan: 'business' });
+  return { ...project, server };
+}
+
+/** Every item of a paginated list, following next_cursor. */
+export async function listAll(path, key) {
+  const items = [];
+  let cursor = null;
+  do {
+    const sep = path.includes('?') ? '&' : '?';
+    const res = await call('GET', `${path}${sep}limit=200${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, { key });
+    if (res.status !== 200) throw new Error(`${path}: ${res.status} ${res.text}`);
+    items.push(...res.body.data);
+    cursor = res.body.next_cursor;
+  } while (cursor);
+  return items;
 }

@@ -1,0 +1,166 @@
+//! The resource API of SPEC §6 (contacts, messages, scenarios, bulk calls) and the release
+//! markers of SPEC §8.
+
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+use super::{random, unavailable, Call, Gateway, Reply};
+use crate::core::encoding::object_id;
+use crate::core::error::ApiError;
+use crate::core::json_body;
+use crate::core::page::{Cursor, PageRequest};
+use crate::core::resources::{
+    bulk_view, unknown_contact, BulkInput, Contact, ContactInput, ItemOutcome, MessageInput,
+    ReleaseMarkerInput, RunInput, ScenarioInput, ScenarioRun,
+};
+use crate::ports::{Directory, KeyGuard, Resources, ResponseStore, RunStart};
+
+fn new_id(kind: &str) -> String {
+    object_id(kind, &random())
+}
+
+/// One bulk item into its input type; a wrong shape fails that item alone.
+fn item<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
+    serde_json::from_value(value).map_err(|e| ApiError::bad_request(format!("Invalid item: {e}")))
+}
+
+impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, R> {
+    pub(super) async fn create_contact(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let input: ContactInput = json_body::parse(&call.body)?;
+        let contact = input.validate(new_id("con"), call.project_id(), call.now_ms)?;
+        self.store
+            .create_contacts(std::slice::from_ref(&contact))
+            .await
+            .map_err(unavailable)?;
+        Ok(Reply::created(contact.view()))
+    }
+
+    pub(super) async fn get_contact(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let id = call.params[0];
+        match self
+            .store
+            .contact(call.project_id(), id)
+            .await
+            .map_err(unavailable)?
+        {
+            Some(contact) => Ok(Reply::ok(contact.view())),
+            None => Err(ApiError::not_found("contact").with_detail("id", id)),
+        }
+    }
+
+    pub(super) async fn list_contacts(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let page = PageRequest::from_query(call.query, 50, 200)?;
+        let rows = self
+            .store
+            .list_contacts(call.project_id(), &page)
+            .await
+            .map_err(unavailable)?;
+        let position = |c: &Contact| Cursor {
+            ts: c.created_at,
+            id: c.id.clone(),
+        };
+        Ok(Reply::ok(page.respond(rows, position, Contact::view)))
+    }
+
+    /// Each item is validated on its own; the valid ones are written in one D1 batch.
+    pub(super) async fn bulk_contacts(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let input: BulkInput = json_body::parse(&call.body)?;
+        input.check_size()?;
+        let checked: Vec<Result<Contact, ApiError>> = input
+            .items
+            .into_iter()
+            .map(|v| item::<ContactInput>(v)?.validate(new_id("con"), call.project_id(), call.now_ms))
+            .collect();
+        let valid: Vec<Contact> = checked.iter().filter_map(|c| c.as_ref().ok().cloned()).collect();
+        self.store.create_contacts(&valid).await.map_err(unavailable)?;
+        let outcomes: Vec<ItemOutcome> = checked
+            .into_iter()
+            .map(|c| match c {
+                Ok(contact) => ItemOutcome::Created(contact.id),
+                Err(e) => ItemOutcome::Failed(e),
+            })
+            .collect();
+        Ok(Reply::ok(bulk_view(&outcomes)))
+    }
+
+    pub(super) async fn create_message(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let input: MessageInput = json_body::parse(&call.body)?;
+        let message = input.validate(new_id("msg"), call.project_id(), call.now_ms)?;
+        let inserted = self
+            .store
+            .create_messages(std::slice::from_ref(&message))
+            .await
+            .map_err(unavailable)?;
+        if inserted.first() != Some(&true) {
+            return Err(unknown_contact(&message.contact_id));
+        }
+        Ok(Reply::created(message.view()))
+    }
+
+    /// Like contacts; an item whose contact does not exist in the project fails alone.
+    pub(super) async fn bulk_messages(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let input: BulkInput = json_body::parse(&call.body)?;
+        input.check_size()?;
+        let checked: Vec<_> = input
+            .items
+            .into_iter()
+            .map(|v| item::<MessageInput>(v)?.validate(new_id("msg"), call.project_id(), call.now_ms))
+            .collect();
+        let valid: Vec<_> = checked.iter().filter_map(|m| m.as_ref().ok().cloned()).collect();
+        let inserted = self.store.create_messages(&valid).await.map_err(unavailable)?;
+        let mut inserted = inserted.into_iter();
+        let outcomes: Vec<ItemOutcome> = checked
+            .into_iter()
+            .map(|m| match m {
+                Ok(message) if inserted.next() == Some(true) => ItemOutcome::Created(message.id),
+                Ok(message) => ItemOutcome::Failed(unknown_contact(&message.contact_id)),
+                Err(e) => ItemOutcome::Failed(e),
+            })
+            .collect();
+        Ok(Reply::ok(bulk_view(&outcomes)))
+    }
+
+    pub(super) async fn create_scenario(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let input: ScenarioInput = json_body::parse(&call.body)?;
+        let scenario = input.validate(new_id("scn"), call.project_id(), call.now_ms)?;
+        self.store.create_scenario(&scenario).await.map_err(unavailable)?;
+        Ok(Reply::created(scenario.view()))
+    }
+
+    pub(super) async fn run_scenario(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let scenario_id = call.params[0];
+        let input: RunInput = json_body::parse(&call.body)?;
+        let run = ScenarioRun {
+            id: new_id("run"),
+            project_id: call.project_id().to_owned(),
+            scenario_id: scenario_id.to_owned(),
+            contact_id: input.contact_id,
+            variables: input.variables,
+            created_at: call.now_ms,
+        };
+        match self.store.start_run(&run).await.map_err(unavailable)? {
+            RunStart::Started => Ok(Reply {
+                status: 202,
+                body: json!({ "run_id": run.id, "status": "started" }),
+            }),
+            RunStart::UnknownScenario => Err(ApiError::not_found("scenario").with_detail("id", scenario_id)),
+            RunStart::UnknownContact => Err(unknown_contact(&run.contact_id)),
+        }
+    }
+
+    /// SPEC §8: a `cicd` key records a deploy of its own project; another project's path is 403.
+    pub(super) async fn deploy_marker(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let project_id = call.params[0];
+        if project_id != call.project_id() {
+            return Err(ApiError::forbidden("This key belongs to another project.")
+                .with_detail("project_id", project_id));
+        }
+        let input: ReleaseMarkerInput = json_body::parse(&call.body)?;
+        let marker = input.validate(new_id("rel"), project_id, call.now_ms)?;
+        self.store
+            .create_release_marker(&marker)
+            .await
+            .map_err(unavailable)?;
+        Ok(Reply::created(marker.view()))
+    }
+}

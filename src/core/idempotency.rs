@@ -1,0 +1,279 @@
+//! `Idempotency-Key` (SPEC §5): the header's grammar, the request fingerprint, and the decision a
+//! key's guard makes for a claim. The guard stores claims; this module only decides.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::encoding::hex;
+use super::error::{ApiError, ErrorCode};
+
+pub const HEADER: &str = "Idempotency-Key";
+/// A claim whose execution died is released after this lease.
+pub const LEASE_MS: i64 = 60_000;
+
+/// What a route asks of the header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyPolicy {
+    /// Not honoured (reads, ingestion).
+    Ignored,
+    /// Honoured when sent: 1–255 characters.
+    Optional,
+    /// Required, with its own length bounds (release markers: 8–128).
+    Required { min: usize, max: usize },
+}
+
+/// Reads the header under the route's policy. `None` when the route ignores it or it was not sent
+/// where optional. The runtime joins a repeated header with `", "`, and `,` is not allowed in a
+/// key, so a comma means the header was sent twice.
+pub fn parse_key(header: Option<&str>, policy: KeyPolicy) -> Result<Option<String>, ApiError> {
+    let (min, max) = match policy {
+        KeyPolicy::Ignored => return Ok(None),
+        KeyPolicy::Optional => (1, 255),
+        KeyPolicy::Required { min, max } => (min, max),
+    };
+    let Some(raw) = header else {
+        return match policy {
+            KeyPolicy::Required { .. } => Err(ApiError::new(
+                ErrorCode::IdempotencyKeyRequired,
+                format!("This route requires an {HEADER} header ({min}–{max} characters)."),
+            )
+            .with_detail("header", HEADER)),
+            _ => Ok(None),
+        };
+    };
+    let invalid =
+        |why: &str| ApiError::unprocessable(format!("{HEADER} {why}")).with_detail("header", HEADER);
+    let raw = raw.trim();
+    // An sf-string (RFC 8941) is unquoted first: `"abc"` is the key `abc`.
+    let key = match raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+        Some(inner) if !inner.contains('"') => inner,
+        _ => raw,
+    };
+    if key.contains(',') {
+        return Err(invalid("was sent more than once, or contains a comma."));
+    }
+    if !(min..=max).contains(&key.len()) {
+        return Err(invalid(&format!("must be {min} to {max} characters long.")));
+    }
+    if !key.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
+        return Err(invalid("may contain only visible ASCII characters."));
+    }
+    Ok(Some(key.to_owned()))
+}
+
+/// SHA-256 over method, path and the body in normalised form: JSON re-serialised with sorted object
+/// keys and no insignificant whitespace; any other body as it came.
+pub fn fingerprint(method: &str, path: &str, body: &[u8]) -> String {
+    let mut h = Sha256::new();
+    h.update(method.as_bytes());
+    h.update(b"\n");
+    h.update(path.as_bytes());
+    h.update(b"\n");
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        // serde_json's map is a BTreeMap: serialising sorts the keys at every depth.
+        Ok(json) => h.update(json.to_string().as_bytes()),
+        Err(_) => h.update(body),
+    }
+    hex(&h.finalize())
+}
+
+/// A completed response as it is stored and replayed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredResponse {
+    pub status: u16,
+    pub body: String,
+    pub request_id: String,
+}
+
+/// A claim as a guard remembers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claim {
+    pub fingerprint: String,
+    /// While running: when the lease ends. Once completed: when the key is forgotten.
+    pub until_ms: i64,
+    pub completed: bool,
+    /// The response, while the guard keeps it (see `adapters::` and the guard).
+    pub response: Option<StoredResponse>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "claim", rename_all = "snake_case")]
+pub enum ClaimDecision {
+    /// A new claim was taken: execute the operation.
+    Execute,
+    /// Same key, same request, still running.
+    InUse,
+    /// Same key, different request.
+    Reused,
+    /// Same key, same request, completed: replay. The guard may hold the response itself;
+    /// otherwise it is read from the response store.
+    Replay { response: Option<StoredResponse> },
+}
+
+/// The decision for a request with `fingerprint` given the claim the guard holds for its key.
+/// An expired lease or an expired completed claim is as good as none.
+pub fn decide_claim(existing: Option<&Claim>, fingerprint: &str, now_ms: i64) -> ClaimDecision {
+    match existing {
+        Some(c) if c.until_ms > now_ms => match (c.fingerprint == fingerprint, c.completed) {
+            (false, _) => ClaimDecision::Reused,
+            (true, false) => ClaimDecision::InUse,
+            (true, true) => ClaimDecision::Replay {
+                response: c.response.clone(),
+            },
+        },
+        _ => ClaimDecision::Execute,
+    }
+}
+
+/// The error for a claim the request may not execute under.
+pub fn refusal(decision: &ClaimDecision) -> Option<ApiError> {
+    match decision {
+        ClaimDecision::InUse => Some(
+            ApiError::new(
+                ErrorCode::IdempotencyKeyInUse,
+                "A request with this Idempotency-Key is still being processed. Retry shortly.",
+            )
+            .with_detail("header", HEADER)
+            .with_retry_after(1),
+        ),
+        ClaimDecision::Reused => Some(
+            ApiError::new(
+                ErrorCode::IdempotencyKeyReused,
+                "This Idempotency-Key was used for a different request (method, path or body).",
+            )
+            .with_detail("header", HEADER),
+        ),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OPT: KeyPolicy = KeyPolicy::Optional;
+    const MARKER: KeyPolicy = KeyPolicy::Required { min: 8, max: 128 };
+
+    #[test]
+    fn key_grammar_accepts_visible_ascii_and_unquotes_sf_strings() {
+        assert_eq!(
+            parse_key(Some("abc-123_~!"), OPT).unwrap().as_deref(),
+            Some("abc-123_~!")
+        );
+        assert_eq!(
+            parse_key(Some("\"quoted-key\""), OPT).unwrap().as_deref(),
+            Some("quoted-key")
+        );
+        assert_eq!(
+            parse_key(Some(&"k".repeat(255)), OPT).unwrap().map(|k| k.len()),
+            Some(255)
+        );
+        assert_eq!(parse_key(None, OPT).unwrap(), None);
+        assert_eq!(
+            parse_key(Some("ignored anyway"), KeyPolicy::Ignored).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn malformed_or_repeated_keys_are_422_with_the_header_named() {
+        for bad in [
+            "",
+            "has space",
+            "a,b",
+            "abc, abc",
+            "\"a\", \"b\"",
+            "ключ",
+            "\"\"",
+            &"k".repeat(256),
+        ] {
+            let e = parse_key(Some(bad), OPT).unwrap_err();
+            assert_eq!(
+                (e.status(), e.details["header"].as_str()),
+                (422, Some(HEADER)),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn release_markers_require_8_to_128() {
+        let e = parse_key(None, MARKER).unwrap_err();
+        assert_eq!((e.status(), e.code.as_str()), (400, "IDEMPOTENCY_KEY_REQUIRED"));
+        assert_eq!(parse_key(Some("short"), MARKER).unwrap_err().status(), 422);
+        assert!(parse_key(Some("deploy-42"), MARKER).unwrap().is_some());
+        assert_eq!(
+            parse_key(Some(&"k".repeat(129)), MARKER).unwrap_err().status(),
+            422
+        );
+    }
+
+    #[test]
+    fn fingerprint_ignores_key_order_and_whitespace_but_not_values_method_or_path() {
+        let a = fingerprint("POST", "/c", br#"{"b":1,"a":{"y":2,"x":[1,2]}}"#);
+        let b = fingerprint("POST", "/c", b"{ \"a\" : {\"x\":[1, 2], \"y\":2},\n \"b\":1 }");
+        assert_eq!(a, b);
+        assert_ne!(a, fingerprint("POST", "/c", br#"{"b":2,"a":{"y":2,"x":[1,2]}}"#));
+        assert_ne!(a, fingerprint("PUT", "/c", br#"{"b":1,"a":{"y":2,"x":[1,2]}}"#));
+        assert_ne!(a, fingerprint("POST", "/d", br#"{"b":1,"a":{"y":2,"x":[1,2]}}"#));
+        assert_ne!(
+            fingerprint("POST", "/c", b"x y"),
+            fingerprint("POST", "/c", b"x  y")
+        );
+        assert_eq!(a.len(), 64);
+    }
+
+    fn claim(fp: &str, until_ms: i64, completed: bool) -> Claim {
+        Claim {
+            fingerprint: fp.into(),
+            until_ms,
+            completed,
+            response: None,
+        }
+    }
+
+    #[test]
+    fn decision_table_of_spec_section_5() {
+        assert_eq!(decide_claim(None, "f", 0), ClaimDecision::Execute);
+        assert_eq!(
+            decide_claim(Some(&claim("f", 100, false)), "f", 50),
+            ClaimDecision::InUse
+        );
+        assert_eq!(
+            decide_claim(Some(&claim("f", 100, false)), "g", 50),
+            ClaimDecision::Reused
+        );
+        assert_eq!(
+            decide_claim(Some(&claim("f", 100, true)), "g", 50),
+            ClaimDecision::Reused
+        );
+        assert_eq!(
+            decide_claim(Some(&claim("f", 100, true)), "f", 50),
+            ClaimDecision::Replay { response: None }
+        );
+        // A lease that ran out, and a completed key past its TTL, execute anew.
+        assert_eq!(
+            decide_claim(Some(&claim("f", 100, false)), "f", 100),
+            ClaimDecision::Execute
+        );
+        assert_eq!(
+            decide_claim(Some(&claim("g", 100, true)), "f", 101),
+            ClaimDecision::Execute
+        );
+    }
+
+    #[test]
+    fn in_use_is_retryable_after_one_second_and_reused_is_final() {
+        let e = refusal(&ClaimDecision::InUse).unwrap();
+        assert_eq!(
+            (e.status(), e.code.retryable(), e.retry_after),
+            (409, true, Some(1))
+        );
+        let e = refusal(&ClaimDecision::Reused).unwrap();
+        assert_eq!(
+            (e.status(), e.code.as_str(), e.code.retryable()),
+            (409, "IDEMPOTENCY_KEY_REUSED", false)
+        );
+        assert!(refusal(&ClaimDecision::Execute).is_none());
+    }
+}
