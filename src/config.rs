@@ -47,10 +47,9 @@ impl Config {
         let number = |name: &str, default: u64| -> Result<u64, ConfigError> {
             match get(name) {
                 None => Ok(default),
-                Some(v) => v
-                    .trim()
-                    .parse()
-                    .map_err(|_| ConfigError(format!("{name}={v:?} is not a whole number"))),
+                Some(v) => {
+                    v.trim().parse().map_err(|_| ConfigError(format!("{name}={v:?} is not a whole number")))
+                }
             }
         };
         let secret = |name: &str| -> Result<String, ConfigError> {
@@ -65,9 +64,7 @@ impl Config {
         let plans: BTreeMap<String, Plan> =
             serde_json::from_str(&plans_json).map_err(|e| ConfigError(format!("PLANS is not valid: {e}")))?;
         if !plans.contains_key(DEFAULT_PLAN) {
-            return Err(ConfigError(format!(
-                "PLANS must define the {DEFAULT_PLAN:?} plan"
-            )));
+            return Err(ConfigError(format!("PLANS must define the {DEFAULT_PLAN:?} plan")));
         }
         if plans.values().any(|p| p.per_minute == 0) {
             return Err(ConfigError("PLANS: per_minute must be at least 1".into()));
@@ -79,9 +76,7 @@ impl Config {
             .map(|s| s.trim().parse::<u64>())
             .collect::<Result<Vec<_>, _>>()
             .map_err(|_| {
-                ConfigError(format!(
-                    "WEBHOOK_RETRY_SCHEDULE={schedule_text:?} is not a list of seconds"
-                ))
+                ConfigError(format!("WEBHOOK_RETRY_SCHEDULE={schedule_text:?} is not a list of seconds"))
             })?;
 
         let allow_private = get("ALLOW_PRIVATE_WEBHOOK_URLS").unwrap_or_default();
@@ -89,9 +84,7 @@ impl Config {
             "" | "false" => false,
             "true" => true,
             other => {
-                return Err(ConfigError(format!(
-                    "ALLOW_PRIVATE_WEBHOOK_URLS={other:?} is not true or false"
-                )))
+                return Err(ConfigError(format!("ALLOW_PRIVATE_WEBHOOK_URLS={other:?} is not true or false")))
             }
         };
 
@@ -116,10 +109,7 @@ impl Config {
     /// The key's limits: its plan's, with the per-key rate override. A key whose plan was removed
     /// from `PLANS` falls back to the trial plan rather than to no limit.
     pub fn limits(&self, key: &KeyRecord) -> Limits {
-        let plan = self
-            .plan(&key.plan)
-            .or_else(|| self.plan(DEFAULT_PLAN))
-            .expect("PLANS has trial");
+        let plan = self.plan(&key.plan).or_else(|| self.plan(DEFAULT_PLAN)).expect("PLANS has trial");
         Limits {
             per_minute: key.rate_limit_per_minute.unwrap_or(plan.per_minute),
             monthly_quota: plan.monthly_quota,
@@ -137,21 +127,13 @@ mod tests {
         Config::from_lookup(|k| map.get(k).cloned())
     }
 
-    const SECRETS: [(&str, &str); 2] = [
-        ("KEY_PEPPER", "pepper-pepper-pepper"),
-        ("ADMIN_TOKEN", "admin-admin-admin-admin"),
-    ];
+    const SECRETS: [(&str, &str); 2] =
+        [("KEY_PEPPER", "pepper-pepper-pepper"), ("ADMIN_TOKEN", "admin-admin-admin-admin")];
 
     #[test]
     fn defaults_match_spec_section_1() {
         let c = with(&SECRETS).unwrap();
-        assert_eq!(
-            c.plans["trial"],
-            Plan {
-                per_minute: 30,
-                monthly_quota: 10_000
-            }
-        );
+        assert_eq!(c.plans["trial"], Plan { per_minute: 30, monthly_quota: 10_000 });
         assert_eq!(c.plans["business"].per_minute, 2000);
         assert_eq!(c.idempotency_ttl_seconds, 86_400);
         assert_eq!(c.event_dedup_window_seconds, 172_800);

@@ -2,28 +2,42 @@
 
 use std::rc::Rc;
 
-use worker::{console_error, console_log, event, Context, Date, Env, Request, Response, Result};
+use worker::{
+    console_error, console_log, event, Context, Date, Env, MessageBatch, MessageExt, Request, Response,
+    Result,
+};
 
-use crate::adapters::{d1::D1Store, env::config, guard::GuardClient, kv};
+use crate::adapters::d1::D1Store;
+use crate::adapters::env::config;
+use crate::adapters::events::{LedgerClient, QueueSink, QUEUE_BINDING};
+use crate::adapters::guard::GuardClient;
+use crate::adapters::kv::{self, KvResponses};
 use crate::app::{self, Gateway};
 use crate::config::Config;
 use crate::core::error::ApiError;
-use crate::guard::protocol;
-use crate::http;
-use crate::ports::Meter;
+use crate::core::events::EventMessage;
+use crate::ports::{EventStore, Meter, Ports};
+use crate::{guard, http, ledger};
 
-type WorkerGateway = Gateway<'static, GuardClient, D1Store, kv::KvResponses>;
+/// The ports over Cloudflare's bindings.
+struct Cloudflare;
 
-fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<WorkerGateway> {
+impl Ports for Cloudflare {
+    type Guard = GuardClient;
+    type Store = D1Store;
+    type Responses = KvResponses;
+    type Ledger = LedgerClient;
+    type Events = QueueSink;
+}
+
+fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gateway<'static, Cloudflare>> {
     Ok(Gateway {
         config,
-        guard: GuardClient::new(env.durable_object(protocol::BINDING)?, meter.clone()),
+        guard: GuardClient::new(env.durable_object(guard::protocol::BINDING)?, meter.clone()),
         store: D1Store::new(env.d1("DB")?, meter.clone()),
-        responses: kv::KvResponses::new(
-            env.kv(kv::BINDING)?,
-            config.idempotency_ttl_seconds,
-            meter.clone(),
-        ),
+        responses: KvResponses::new(env.kv(kv::BINDING)?, config.idempotency_ttl_seconds, meter.clone()),
+        ledger: LedgerClient::new(env.durable_object(ledger::protocol::BINDING)?, meter.clone()),
+        events: QueueSink::new(env.queue(QUEUE_BINDING)?),
     })
 }
 
@@ -33,15 +47,11 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     let meter = Rc::new(Meter::default());
     let (method, path) = (req.inner().method(), req.path());
     let mut api = match config(&env) {
-        Ok(config) => {
-            gateway(&env, config, &meter)?
-                .handle(http::api_request(req, now_ms)?)
-                .await
-        }
+        Ok(config) => gateway(&env, config, &meter)?.handle(http::api_request(req, now_ms)?).await,
         Err(e) => app::failure(ApiError::internal(e.to_string())),
     };
-    if let Some(cause) = &api.internal_error {
-        console_error!("request {} failed: {cause}", api.request_id);
+    if let Some(note) = &api.internal_error {
+        console_error!("request {}: {note}", api.request_id);
     }
     // One line per request: what it cost in I/O before the response (SPEC §12 budget).
     console_log!(
@@ -64,4 +74,31 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
         });
     }
     http::response(api)
+}
+
+/// Queue consumers. Messages carry their kind, so one handler serves every queue whatever its
+/// name in this environment.
+#[event(queue)]
+async fn queue(batch: MessageBatch<String>, env: Env, _ctx: Context) -> Result<()> {
+    let store = D1Store::new(env.d1("DB")?, Rc::default());
+    let mut events = Vec::new();
+    for message in batch.messages()? {
+        match serde_json::from_str::<EventMessage>(message.body()) {
+            Ok(event) => events.push(event),
+            // A message no version of this worker can read would be retried forever: log and drop it.
+            Err(e) => console_error!("queue {}: unreadable message {}: {e}", batch.queue(), message.id()),
+        }
+    }
+    match store.store_events(&events).await {
+        Ok(()) => batch.ack_all(),
+        Err(e) => {
+            console_error!(
+                "queue {}: storing {} events failed, retrying the batch: {e}",
+                batch.queue(),
+                events.len()
+            );
+            batch.retry_all();
+        }
+    }
+    Ok(())
 }

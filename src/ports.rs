@@ -6,6 +6,7 @@
 use std::cell::Cell;
 
 use crate::core::api_key::KeyRecord;
+use crate::core::events::EventMessage;
 use crate::core::idempotency::{ClaimDecision, StoredResponse};
 use crate::core::page::PageRequest;
 use crate::core::rate_limit::{Usage, Verdict};
@@ -156,6 +157,45 @@ pub trait ResponseStore {
     ) -> Result<(), PortError>;
     async fn get(&self, api_key_id: &str, idempotency_key: &str)
         -> Result<Option<StoredResponse>, PortError>;
+}
+
+/// Strongly consistent memory of the event ids seen per namespace (SPEC §7), within the window.
+pub trait EventLedger {
+    /// For each id, in order: was it seen within the window?
+    async fn seen(&self, namespace: &str, ids: &[String]) -> Result<Vec<bool>, PortError>;
+    /// Remembers the ids as seen now.
+    async fn remember(&self, namespace: &str, ids: &[String]) -> Result<(), PortError>;
+}
+
+/// The events queue (`EVENTS_QUEUE`): accepted events and identity links on their way to D1.
+pub trait EventSink {
+    /// Sends every message, or fails; a failure may have sent some (the consumer stores each
+    /// event once, so a full retry is safe).
+    async fn send(&self, messages: &[EventMessage]) -> Result<(), PortError>;
+}
+
+/// Ingested data in D1: events and links from the queue, session-replay chunks directly.
+pub trait EventStore {
+    /// Stores each event and link once (a redelivered message changes nothing).
+    async fn store_events(&self, messages: &[EventMessage]) -> Result<(), PortError>;
+    /// Stores a replay chunk unless the project has it already; answers whether it was new.
+    async fn store_replay_chunk(
+        &self,
+        project_id: &str,
+        session_id: &str,
+        chunk: u32,
+        data: &str,
+        now_ms: i64,
+    ) -> Result<bool, PortError>;
+}
+
+/// The set of port implementations a [`crate::app::Gateway`] runs over.
+pub trait Ports {
+    type Guard: KeyGuard;
+    type Store: Directory + Resources + EventStore;
+    type Responses: ResponseStore;
+    type Ledger: EventLedger;
+    type Events: EventSink;
 }
 
 /// The request's body, read only once the route, the caller and the declared size allow it.

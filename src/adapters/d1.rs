@@ -6,9 +6,12 @@ use wasm_bindgen::JsValue;
 use worker::{D1Database, D1PreparedStatement};
 
 use crate::core::api_key::KeyRecord;
+use crate::core::events::EventMessage;
 use crate::core::page::{Cursor, PageRequest};
 use crate::core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
-use crate::ports::{Directory, KeyChanges, KeyUpdate, Meter, PortError, Resources, Revocation, RunStart};
+use crate::ports::{
+    Directory, EventStore, KeyChanges, KeyUpdate, Meter, PortError, Resources, Revocation, RunStart,
+};
 
 pub struct D1Store {
     db: D1Database,
@@ -33,11 +36,7 @@ impl D1Store {
         args: &[JsValue],
     ) -> Result<Vec<T>, PortError> {
         Meter::count(&self.meter.d1_queries);
-        let result = self
-            .statement(sql, args)?
-            .all()
-            .await
-            .map_err(PortError::from_display)?;
+        let result = self.statement(sql, args)?.all().await.map_err(PortError::from_display)?;
         result.results().map_err(PortError::from_display)
     }
 
@@ -62,12 +61,7 @@ impl D1Store {
         let results = self.db.batch(statements).await.map_err(PortError::from_display)?;
         results
             .iter()
-            .map(|r| {
-                Ok(r.meta()
-                    .map_err(PortError::from_display)?
-                    .and_then(|m| m.changes)
-                    .unwrap_or(0))
-            })
+            .map(|r| Ok(r.meta().map_err(PortError::from_display)?.and_then(|m| m.changes).unwrap_or(0)))
             .collect()
     }
 
@@ -132,19 +126,13 @@ impl Directory for D1Store {
         )?;
         let key = self.insert_key_statement(owner_key)?;
         Meter::count(&self.meter.d1_queries);
-        self.db
-            .batch(vec![project, key])
-            .await
-            .map_err(PortError::from_display)?;
+        self.db.batch(vec![project, key]).await.map_err(PortError::from_display)?;
         Ok(())
     }
 
     async fn insert_key(&self, key: &KeyRecord) -> Result<(), PortError> {
         Meter::count(&self.meter.d1_queries);
-        self.insert_key_statement(key)?
-            .run()
-            .await
-            .map_err(PortError::from_display)?;
+        self.insert_key_statement(key)?.run().await.map_err(PortError::from_display)?;
         Ok(())
     }
 
@@ -223,11 +211,8 @@ impl Directory for D1Store {
     }
 
     async fn key_by_hash(&self, key_hash: &str) -> Result<Option<KeyRecord>, PortError> {
-        self.first_key(
-            &format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE key_hash = ?1"),
-            &[text(key_hash)],
-        )
-        .await
+        self.first_key(&format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE key_hash = ?1"), &[text(key_hash)])
+            .await
     }
 }
 
@@ -296,23 +281,13 @@ impl Resources for D1Store {
                 )
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(self
-            .batch(statements)
-            .await?
-            .into_iter()
-            .map(|changes| changes == 1)
-            .collect())
+        Ok(self.batch(statements).await?.into_iter().map(|changes| changes == 1).collect())
     }
 
     async fn create_scenario(&self, scenario: &Scenario) -> Result<(), PortError> {
         let insert = self.statement(
             "INSERT INTO scenarios (id, project_id, name, created_at) VALUES (?1, ?2, ?3, ?4)",
-            &[
-                text(&scenario.id),
-                text(&scenario.project_id),
-                text(&scenario.name),
-                int(scenario.created_at),
-            ],
+            &[text(&scenario.id), text(&scenario.project_id), text(&scenario.name), int(scenario.created_at)],
         )?;
         self.batch(vec![insert]).await?;
         Ok(())
@@ -371,5 +346,55 @@ impl Resources for D1Store {
         )?;
         self.batch(vec![insert]).await?;
         Ok(())
+    }
+}
+
+impl EventStore for D1Store {
+    async fn store_events(&self, messages: &[EventMessage]) -> Result<(), PortError> {
+        let statements = messages
+            .iter()
+            .map(|m| match m {
+                EventMessage::Event(e) => self.statement(
+                    "INSERT OR IGNORE INTO events (project_id, key_type, event_id, event, anonymous_id, user_id,
+                       timestamp, properties, received_at, generated_id)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                    &[
+                        text(&e.project_id),
+                        text(e.key_type.as_str()),
+                        text(&e.event_id),
+                        text(&e.event),
+                        opt_text(e.anonymous_id.as_deref()),
+                        opt_text(e.user_id.as_deref()),
+                        opt_text(e.timestamp.as_ref().map(|t| t.to_string()).as_deref()),
+                        text(&serde_json::Value::Object(e.properties.clone()).to_string()),
+                        int(e.received_at),
+                        int(e.generated_id.into()),
+                    ],
+                ),
+                EventMessage::Link { project_id, anonymous_id, user_id, linked_at } => self.statement(
+                    "INSERT OR IGNORE INTO identity_links (project_id, anonymous_id, user_id, linked_at)
+                     VALUES (?1, ?2, ?3, ?4)",
+                    &[text(project_id), text(anonymous_id), text(user_id), int(*linked_at)],
+                ),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.batch(statements).await?;
+        Ok(())
+    }
+
+    async fn store_replay_chunk(
+        &self,
+        project_id: &str,
+        session_id: &str,
+        chunk: u32,
+        data: &str,
+        now_ms: i64,
+    ) -> Result<bool, PortError> {
+        let insert = self.statement(
+            "INSERT OR IGNORE INTO replay_chunks (project_id, session_id, chunk, data, received_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            &[text(project_id), text(session_id), int(chunk.into()), text(data), int(now_ms)],
+        )?;
+        Ok(self.batch(vec![insert]).await? == [1])
     }
 }

@@ -15,10 +15,7 @@ pub fn config(env: &Env) -> Result<&'static Config, ConfigError> {
     CONFIG.with(|cell| {
         cell.get_or_init(|| {
             let lookup = |name: &str| {
-                env.var(name)
-                    .map(|v| v.to_string())
-                    .or_else(|_| env.secret(name).map(|s| s.to_string()))
-                    .ok()
+                env.var(name).map(|v| v.to_string()).or_else(|_| env.secret(name).map(|s| s.to_string())).ok()
             };
             // Leaked once per isolate, so handlers can borrow it for 'static.
             Config::from_lookup(lookup).map(|c| &*Box::leak(Box::new(c)))

@@ -22,25 +22,15 @@ impl GuardClient {
 
     async fn send(&self, object_name: &str, command: &GuardCommand) -> Result<GuardAnswer, PortError> {
         Meter::count(&self.meter.durable_object_calls);
-        let stub = self
-            .namespace
-            .get_by_name(object_name)
-            .map_err(PortError::from_display)?;
+        let stub = self.namespace.get_by_name(object_name).map_err(PortError::from_display)?;
         let body = serde_json::to_string(command).map_err(PortError::from_display)?;
         let mut init = RequestInit::new();
-        init.with_method(Method::Post)
-            .with_body(Some(JsValue::from_str(&body)));
+        init.with_method(Method::Post).with_body(Some(JsValue::from_str(&body)));
         let request = Request::new_with_init(URL, &init).map_err(PortError::from_display)?;
-        let mut response = stub
-            .fetch_with_request(request)
-            .await
-            .map_err(PortError::from_display)?;
+        let mut response = stub.fetch_with_request(request).await.map_err(PortError::from_display)?;
         if response.status_code() != 200 {
             let text = response.text().await.unwrap_or_default();
-            return Err(PortError(format!(
-                "key guard answered {}: {text}",
-                response.status_code()
-            )));
+            return Err(PortError(format!("key guard answered {}: {text}", response.status_code())));
         }
         response.json().await.map_err(PortError::from_display)
     }
@@ -63,35 +53,18 @@ impl KeyGuard for GuardClient {
         key_hash: &str,
         claim: Option<&ClaimRequest>,
     ) -> Result<Authorization, PortError> {
-        let command = GuardCommand::Authorize {
-            key_hash: key_hash.to_owned(),
-            claim: claim.cloned(),
-        };
+        let command = GuardCommand::Authorize { key_hash: key_hash.to_owned(), claim: claim.cloned() };
         match self.send(key_hash, &command).await? {
-            GuardAnswer::Decided {
-                key,
-                verdict,
-                usage,
-                claim,
-            } => Ok(Authorization::Admitted(Box::new(Admission {
-                key,
-                verdict,
-                usage,
-                claim,
-            }))),
+            GuardAnswer::Decided { key, verdict, usage, claim } => {
+                Ok(Authorization::Admitted(Box::new(Admission { key, verdict, usage, claim })))
+            }
             GuardAnswer::Denied => Ok(Authorization::Denied),
             other => Err(unexpected(other)),
         }
     }
 
     async fn invalidate(&self, key_hash: &str) -> Result<(), PortError> {
-        self.expect_done(
-            key_hash,
-            &GuardCommand::Invalidate {
-                key_hash: key_hash.to_owned(),
-            },
-        )
-        .await
+        self.expect_done(key_hash, &GuardCommand::Invalidate { key_hash: key_hash.to_owned() }).await
     }
 
     async fn complete_claim(
@@ -110,15 +83,11 @@ impl KeyGuard for GuardClient {
     }
 
     async fn release_claim(&self, key_hash: &str, claim: &ClaimRequest) -> Result<(), PortError> {
-        self.expect_done(key_hash, &GuardCommand::ReleaseClaim { claim: claim.clone() })
-            .await
+        self.expect_done(key_hash, &GuardCommand::ReleaseClaim { claim: claim.clone() }).await
     }
 
     async fn record_auth_failure(&self, client_ip: &str) -> Result<(Verdict, Usage), PortError> {
-        match self
-            .send(&client_guard_name(client_ip), &GuardCommand::RecordAuthFailure)
-            .await?
-        {
+        match self.send(&client_guard_name(client_ip), &GuardCommand::RecordAuthFailure).await? {
             GuardAnswer::AuthFailure { verdict, usage } => Ok((verdict, usage)),
             other => Err(unexpected(other)),
         }

@@ -20,11 +20,7 @@ pub struct KvResponses {
 
 impl KvResponses {
     pub fn new(kv: KvStore, ttl_seconds: u64, meter: Rc<Meter>) -> Self {
-        Self {
-            kv,
-            ttl_seconds: ttl_seconds.max(KV_MIN_TTL_SECONDS),
-            meter,
-        }
+        Self { kv, ttl_seconds: ttl_seconds.max(KV_MIN_TTL_SECONDS), meter }
     }
 }
 
@@ -56,10 +52,6 @@ impl ResponseStore for KvResponses {
         idempotency_key: &str,
     ) -> Result<Option<StoredResponse>, PortError> {
         Meter::count(&self.meter.kv_operations);
-        self.kv
-            .get(&storage_key(api_key_id, idempotency_key))
-            .json()
-            .await
-            .map_err(PortError::from_display)
+        self.kv.get(&storage_key(api_key_id, idempotency_key)).json().await.map_err(PortError::from_display)
     }
 }

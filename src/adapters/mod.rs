@@ -4,5 +4,6 @@
 pub mod body;
 pub mod d1;
 pub mod env;
+pub mod events;
 pub mod guard;
 pub mod kv;

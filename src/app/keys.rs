@@ -10,7 +10,7 @@ use crate::core::encoding::object_id;
 use crate::core::error::ApiError;
 use crate::core::json_body;
 use crate::core::page::{Cursor, PageRequest};
-use crate::ports::{Directory, KeyChanges, KeyGuard, KeyUpdate, Resources, ResponseStore, Revocation};
+use crate::ports::{Directory, KeyChanges, KeyGuard, KeyUpdate, Ports, Revocation};
 
 /// The highest per-key override an owner may set (requests per minute).
 const MAX_RATE_OVERRIDE: u32 = 1_000_000;
@@ -77,7 +77,7 @@ struct UpdateKey {
     rate_limit_per_minute: Option<Option<u32>>,
 }
 
-impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, R> {
+impl<P: Ports> Gateway<'_, P> {
     pub(super) async fn create_key(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let input: CreateKey = json_body::parse(&call.body)?;
         let name = clean_name(input.name)?;
@@ -99,15 +99,8 @@ impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, 
 
     pub(super) async fn list_keys(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let page = PageRequest::from_query(call.query, 50, 200)?;
-        let rows = self
-            .store
-            .list_keys(call.project_id(), &page)
-            .await
-            .map_err(unavailable)?;
-        let position = |key: &KeyRecord| Cursor {
-            ts: key.created_at,
-            id: key.id.clone(),
-        };
+        let rows = self.store.list_keys(call.project_id(), &page).await.map_err(unavailable)?;
+        let position = |key: &KeyRecord| Cursor { ts: key.created_at, id: key.id.clone() };
         Ok(Reply::ok(page.respond(rows, position, KeyRecord::view)))
     }
 
@@ -125,24 +118,17 @@ impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, 
             check_plan(self.config, plan)?;
         }
         check_rate(changes.rate_limit_per_minute.flatten())?;
-        let record = match self
-            .store
-            .update_key(call.project_id(), key_id, &changes)
-            .await
-            .map_err(unavailable)?
-        {
-            KeyUpdate::Updated(record) => record,
-            KeyUpdate::NotFound => return Err(ApiError::not_found("API key").with_detail("id", key_id)),
-            KeyUpdate::Revoked => {
-                return Err(
-                    ApiError::unprocessable("A revoked key cannot be changed.").with_detail("id", key_id)
-                )
-            }
-        };
-        self.guard
-            .invalidate(&record.key_hash)
-            .await
-            .map_err(unavailable)?;
+        let record =
+            match self.store.update_key(call.project_id(), key_id, &changes).await.map_err(unavailable)? {
+                KeyUpdate::Updated(record) => record,
+                KeyUpdate::NotFound => return Err(ApiError::not_found("API key").with_detail("id", key_id)),
+                KeyUpdate::Revoked => {
+                    return Err(
+                        ApiError::unprocessable("A revoked key cannot be changed.").with_detail("id", key_id)
+                    )
+                }
+            };
+        self.guard.invalidate(&record.key_hash).await.map_err(unavailable)?;
         Ok(Reply::ok(record.view()))
     }
 
@@ -150,11 +136,8 @@ impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, 
     /// next request is refused. Revoking a revoked key answers the same record again.
     pub(super) async fn revoke_key(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let key_id = call.params[0];
-        let outcome = self
-            .store
-            .revoke_key(call.project_id(), key_id, call.now_ms)
-            .await
-            .map_err(unavailable)?;
+        let outcome =
+            self.store.revoke_key(call.project_id(), key_id, call.now_ms).await.map_err(unavailable)?;
         let record = match outcome {
             Revocation::Revoked(record) | Revocation::AlreadyRevoked(record) => record,
             Revocation::NotFound => return Err(ApiError::not_found("API key").with_detail("id", key_id)),
@@ -164,10 +147,7 @@ impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, 
             .with_detail("id", key_id)),
         };
         // Also on a repeat: if the first call's notice to the guard failed, this one delivers it.
-        self.guard
-            .invalidate(&record.key_hash)
-            .await
-            .map_err(unavailable)?;
+        self.guard.invalidate(&record.key_hash).await.map_err(unavailable)?;
         Ok(Reply::ok(record.view()))
     }
 }
@@ -194,9 +174,7 @@ fn check_plan(config: &Config, plan: &str) -> Result<(), ApiError> {
     if config.plan(plan).is_some() {
         return Ok(());
     }
-    Err(
-        ApiError::unprocessable(format!("There is no plan named {plan:?}."))
-            .with_detail("field", "plan")
-            .with_detail("plans", config.plans.keys().cloned().collect::<Vec<_>>()),
-    )
+    Err(ApiError::unprocessable(format!("There is no plan named {plan:?}."))
+        .with_detail("field", "plan")
+        .with_detail("plans", config.plans.keys().cloned().collect::<Vec<_>>()))
 }

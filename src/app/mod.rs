@@ -3,6 +3,7 @@
 //! the response. Generic over the ports, so it runs the same over Durable Objects, D1 and KV in
 //! the worker and over in-memory fakes in native tests.
 
+pub mod ingest;
 mod keys;
 mod projects;
 mod resources;
@@ -18,8 +19,7 @@ use crate::core::rate_limit::{Usage, Verdict};
 use crate::core::route::{match_route, Access, Miss, Route, RouteId};
 use crate::core::time::rfc3339;
 use crate::ports::{
-    Admission, Authorization, ClaimRequest, Directory, KeyGuard, PortError, RequestBody, Resources,
-    ResponseStore,
+    Admission, Authorization, ClaimRequest, KeyGuard, PortError, Ports, RequestBody, ResponseStore,
 };
 
 pub struct ApiRequest<B> {
@@ -43,7 +43,8 @@ pub struct ApiResponse {
     pub headers: Vec<(&'static str, String)>,
     pub body: Vec<u8>,
     pub request_id: String,
-    /// What the log should say of a failure the client saw only as a generic error.
+    /// What the log should say: the cause of a failure the client saw only as a generic error,
+    /// or a problem behind a success.
     pub internal_error: Option<String>,
     /// Work to finish after the response is sent (`ctx.wait_until`).
     pub settlement: Option<Settlement>,
@@ -53,30 +54,27 @@ pub struct ApiResponse {
 /// release otherwise.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Settlement {
-    Complete {
-        key_hash: String,
-        api_key_id: String,
-        claim: ClaimRequest,
-        response: StoredResponse,
-    },
-    Release {
-        key_hash: String,
-        claim: ClaimRequest,
-    },
+    Complete { key_hash: String, api_key_id: String, claim: ClaimRequest, response: StoredResponse },
+    Release { key_hash: String, claim: ClaimRequest },
 }
 
 /// A successful answer before it becomes bytes.
 pub struct Reply {
     pub status: u16,
     pub body: Value,
+    /// Something the operator should see in the log although the request succeeded.
+    pub log: Option<String>,
 }
 
 impl Reply {
     pub fn ok(body: Value) -> Self {
-        Reply { status: 200, body }
+        Reply { status: 200, body, log: None }
     }
     pub fn created(body: Value) -> Self {
-        Reply { status: 201, body }
+        Reply { status: 201, body, log: None }
+    }
+    pub fn accepted(body: Value) -> Self {
+        Reply { status: 202, body, log: None }
     }
 }
 
@@ -109,12 +107,15 @@ impl Call<'_> {
     }
 }
 
-/// The ports the pipeline runs over: the key guards, the D1 store, the response store.
-pub struct Gateway<'c, G, S, R> {
+/// The pipeline over its ports: key guards, the D1 store, the response store, the event ledger
+/// and the events queue.
+pub struct Gateway<'c, P: Ports> {
     pub config: &'c Config,
-    pub guard: G,
-    pub store: S,
-    pub responses: R,
+    pub guard: P::Guard,
+    pub store: P::Store,
+    pub responses: P::Responses,
+    pub ledger: P::Ledger,
+    pub events: P::Events,
 }
 
 /// A refusal during authentication, with the key's usage when the key itself was valid.
@@ -138,15 +139,11 @@ struct Served {
 
 impl Served {
     fn early(usage: Option<Usage>, e: ApiError) -> Self {
-        Served {
-            usage,
-            answer: Err(e),
-            taken_claim: None,
-        }
+        Served { usage, answer: Err(e), taken_claim: None }
     }
 }
 
-impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, R> {
+impl<P: Ports> Gateway<'_, P> {
     pub async fn handle<B: RequestBody>(&self, req: ApiRequest<B>) -> ApiResponse {
         let request_id = uuid_v4(random());
         let replays_created_as_ok =
@@ -156,17 +153,9 @@ impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, 
         if let Some((key_hash, api_key_id, claim)) = served.taken_claim {
             response.settlement = Some(if (200..300).contains(&response.status) {
                 let body = String::from_utf8(response.body.clone()).expect("JSON is UTF-8");
-                let stored = StoredResponse {
-                    status: response.status,
-                    body,
-                    request_id: response.request_id.clone(),
-                };
-                Settlement::Complete {
-                    key_hash,
-                    api_key_id,
-                    claim,
-                    response: stored,
-                }
+                let stored =
+                    StoredResponse { status: response.status, body, request_id: response.request_id.clone() };
+                Settlement::Complete { key_hash, api_key_id, claim, response: stored }
             } else {
                 Settlement::Release { key_hash, claim }
             });
@@ -178,19 +167,9 @@ impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, 
     /// learns the outcome. If the store fails, the guard keeps the response itself.
     pub async fn settle(&self, settlement: Settlement) -> Result<(), PortError> {
         match settlement {
-            Settlement::Complete {
-                key_hash,
-                api_key_id,
-                claim,
-                response,
-            } => {
-                let stored = self
-                    .responses
-                    .put(&api_key_id, &claim.idempotency_key, &response)
-                    .await;
-                self.guard
-                    .complete_claim(&key_hash, &claim, &response, stored.is_ok())
-                    .await?;
+            Settlement::Complete { key_hash, api_key_id, claim, response } => {
+                let stored = self.responses.put(&api_key_id, &claim.idempotency_key, &response).await;
+                self.guard.complete_claim(&key_hash, &claim, &response, stored.is_ok()).await?;
                 stored
             }
             Settlement::Release { key_hash, claim } => self.guard.release_claim(&key_hash, &claim).await,
@@ -209,23 +188,13 @@ impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, 
         };
         // A bad header is answered only after authentication (SPEC §3 order), so keep the error.
         let idempotency_key = idempotency::parse_key(req.idempotency_key.as_deref(), route.idempotency);
-        let claim = idempotency_key
-            .as_ref()
-            .ok()
-            .cloned()
-            .flatten()
-            .map(|key| ClaimRequest {
-                fingerprint: idempotency::fingerprint(&req.method, &req.path, &body),
-                idempotency_key: key,
-                request_id: request_id.to_owned(),
-            });
+        let claim = idempotency_key.as_ref().ok().cloned().flatten().map(|key| ClaimRequest {
+            fingerprint: idempotency::fingerprint(&req.method, &req.path, &body),
+            idempotency_key: key,
+            request_id: request_id.to_owned(),
+        });
         let caller = match self
-            .authenticate(
-                route,
-                &req.authorization,
-                req.client_ip.as_deref(),
-                claim.as_ref(),
-            )
+            .authenticate(route, &req.authorization, req.client_ip.as_deref(), claim.as_ref())
             .await
         {
             Ok(caller) => caller,
@@ -239,14 +208,8 @@ impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, 
         match (&caller.claim, claim) {
             (Some(ClaimDecision::Replay { response }), Some(claim)) => {
                 let key = caller.key.as_ref().expect("claims need a key");
-                let answer = self
-                    .replay(&key.id, response.clone(), &claim.idempotency_key)
-                    .await;
-                return Served {
-                    usage,
-                    answer,
-                    taken_claim: None,
-                };
+                let answer = self.replay(&key.id, response.clone(), &claim.idempotency_key).await;
+                return Served { usage, answer, taken_claim: None };
             }
             (Some(ClaimDecision::Execute), Some(claim)) => {
                 let key = caller.key.as_ref().expect("claims need a key");
@@ -269,11 +232,7 @@ impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, 
             now_ms: req.now_ms,
         };
         let answer = self.execute(route.id, &call).await.map(Answer::Reply);
-        Served {
-            usage,
-            answer,
-            taken_claim,
-        }
+        Served { usage, answer, taken_claim }
     }
 
     /// The stored response of a completed key: from the guard when it still holds it, else from
@@ -287,16 +246,9 @@ impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, 
         if let Some(response) = held {
             return Ok(Answer::Replay(response));
         }
-        match self
-            .responses
-            .get(api_key_id, idempotency_key)
-            .await
-            .map_err(unavailable)?
-        {
+        match self.responses.get(api_key_id, idempotency_key).await.map_err(unavailable)? {
             Some(response) => Ok(Answer::Replay(response)),
-            None => Err(ApiError::unavailable(
-                "completed idempotency claim without a stored response",
-            )),
+            None => Err(ApiError::unavailable("completed idempotency claim without a stored response")),
         }
     }
 
@@ -309,12 +261,7 @@ impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, 
         client_ip: Option<&str>,
         claim: Option<&ClaimRequest>,
     ) -> Result<Caller, Refusal> {
-        let anonymous = Caller {
-            key: None,
-            key_hash: None,
-            usage: None,
-            claim: None,
-        };
+        let anonymous = Caller { key: None, key_hash: None, usage: None, claim: None };
         let token = authorization.as_deref().and_then(api_key::bearer_token);
         let scope = match route.access {
             Access::Public => return Ok(anonymous),
@@ -335,12 +282,7 @@ impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, 
             return Err((None, self.refuse(client_ip, ApiError::invalid_api_key()).await));
         };
         let key_hash = api_key::hash(self.config.key_pepper.as_bytes(), token);
-        let Admission {
-            key,
-            verdict,
-            usage,
-            claim,
-        } = match self.guard.authorize(&key_hash, claim).await {
+        let Admission { key, verdict, usage, claim } = match self.guard.authorize(&key_hash, claim).await {
             Ok(Authorization::Admitted(admission)) => *admission,
             Ok(Authorization::Denied) => {
                 return Err((None, self.refuse(client_ip, ApiError::invalid_api_key()).await))
@@ -377,19 +319,11 @@ impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, 
         }
         if !key.key_type.allows(scope) {
             // A claim taken for this request is released by the settlement of its 403.
-            let e = ApiError::forbidden(format!(
-                "A {} key may not call this route.",
-                key.key_type.as_str()
-            ))
-            .with_detail("key_type", key.key_type.as_str());
+            let e = ApiError::forbidden(format!("A {} key may not call this route.", key.key_type.as_str()))
+                .with_detail("key_type", key.key_type.as_str());
             return Err((Some(usage), e));
         }
-        Ok(Caller {
-            key: Some(key),
-            key_hash: Some(key_hash),
-            usage: Some(usage),
-            claim,
-        })
+        Ok(Caller { key: Some(key), key_hash: Some(key_hash), usage: Some(usage), claim })
     }
 
     /// A failed authentication: counted against the client address, and 429 instead of 401 once
@@ -431,6 +365,10 @@ impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, 
             RouteId::CreateScenario => self.create_scenario(call).await,
             RouteId::RunScenario => self.run_scenario(call).await,
             RouteId::DeployMarker => self.deploy_marker(call).await,
+            RouteId::Track => self.track(call).await,
+            RouteId::Identify => self.identify(call).await,
+            RouteId::Alias => self.alias(call).await,
+            RouteId::Replay => self.replay_chunk(call).await,
         }
     }
 }
@@ -503,24 +441,18 @@ fn respond(
     answer: Result<Answer, ApiError>,
     replays_created_as_ok: bool,
 ) -> ApiResponse {
-    let mut headers = vec![
-        ("content-type", "application/json".to_owned()),
-        ("x-request-id", request_id.clone()),
-    ];
+    let mut headers =
+        vec![("content-type", "application/json".to_owned()), ("x-request-id", request_id.clone())];
     if let Some(usage) = usage {
         headers.extend(usage.headers());
     }
     let (status, body, internal_error) = match answer {
-        Ok(Answer::Reply(reply)) => (reply.status, reply.body.to_string(), None),
+        Ok(Answer::Reply(reply)) => (reply.status, reply.body.to_string(), reply.log),
         Ok(Answer::Replay(stored)) => {
             headers.push(("idempotent-replayed", "1".to_owned()));
             headers.push(("idempotency-replayed", "true".to_owned()));
             headers.push(("x-original-request-id", stored.request_id));
-            let status = if replays_created_as_ok && stored.status == 201 {
-                200
-            } else {
-                stored.status
-            };
+            let status = if replays_created_as_ok && stored.status == 201 { 200 } else { stored.status };
             (status, stored.body, None)
         }
         Err(e) => {
@@ -533,14 +465,7 @@ fn respond(
             (e.status(), e.body(&request_id).to_string(), e.internal.clone())
         }
     };
-    ApiResponse {
-        status,
-        headers,
-        body: body.into_bytes(),
-        request_id,
-        internal_error,
-        settlement: None,
-    }
+    ApiResponse { status, headers, body: body.into_bytes(), request_id, internal_error, settlement: None }
 }
 
 /// `N` bytes from the platform's CSPRNG (Web Crypto in the worker).

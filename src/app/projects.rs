@@ -8,7 +8,7 @@ use crate::core::api_key::KeyType;
 use crate::core::encoding::object_id;
 use crate::core::error::ApiError;
 use crate::core::json_body;
-use crate::ports::{Directory, KeyGuard, Resources, ResponseStore};
+use crate::ports::{Directory, Ports};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -16,7 +16,7 @@ struct CreateProject {
     name: String,
 }
 
-impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, R> {
+impl<P: Ports> Gateway<'_, P> {
     pub(super) async fn create_project(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let input: CreateProject = json_body::parse(&call.body)?;
         let name = input.name.trim();

@@ -13,7 +13,7 @@ use crate::core::resources::{
     bulk_view, unknown_contact, BulkInput, Contact, ContactInput, ItemOutcome, MessageInput,
     ReleaseMarkerInput, RunInput, ScenarioInput, ScenarioRun,
 };
-use crate::ports::{Directory, KeyGuard, Resources, ResponseStore, RunStart};
+use crate::ports::{Ports, Resources, RunStart};
 
 fn new_id(kind: &str) -> String {
     object_id(kind, &random())
@@ -24,25 +24,17 @@ fn item<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
     serde_json::from_value(value).map_err(|e| ApiError::bad_request(format!("Invalid item: {e}")))
 }
 
-impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, R> {
+impl<P: Ports> Gateway<'_, P> {
     pub(super) async fn create_contact(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let input: ContactInput = json_body::parse(&call.body)?;
         let contact = input.validate(new_id("con"), call.project_id(), call.now_ms)?;
-        self.store
-            .create_contacts(std::slice::from_ref(&contact))
-            .await
-            .map_err(unavailable)?;
+        self.store.create_contacts(std::slice::from_ref(&contact)).await.map_err(unavailable)?;
         Ok(Reply::created(contact.view()))
     }
 
     pub(super) async fn get_contact(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let id = call.params[0];
-        match self
-            .store
-            .contact(call.project_id(), id)
-            .await
-            .map_err(unavailable)?
-        {
+        match self.store.contact(call.project_id(), id).await.map_err(unavailable)? {
             Some(contact) => Ok(Reply::ok(contact.view())),
             None => Err(ApiError::not_found("contact").with_detail("id", id)),
         }
@@ -50,15 +42,8 @@ impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, 
 
     pub(super) async fn list_contacts(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let page = PageRequest::from_query(call.query, 50, 200)?;
-        let rows = self
-            .store
-            .list_contacts(call.project_id(), &page)
-            .await
-            .map_err(unavailable)?;
-        let position = |c: &Contact| Cursor {
-            ts: c.created_at,
-            id: c.id.clone(),
-        };
+        let rows = self.store.list_contacts(call.project_id(), &page).await.map_err(unavailable)?;
+        let position = |c: &Contact| Cursor { ts: c.created_at, id: c.id.clone() };
         Ok(Reply::ok(page.respond(rows, position, Contact::view)))
     }
 
@@ -86,11 +71,8 @@ impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, 
     pub(super) async fn create_message(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let input: MessageInput = json_body::parse(&call.body)?;
         let message = input.validate(new_id("msg"), call.project_id(), call.now_ms)?;
-        let inserted = self
-            .store
-            .create_messages(std::slice::from_ref(&message))
-            .await
-            .map_err(unavailable)?;
+        let inserted =
+            self.store.create_messages(std::slice::from_ref(&message)).await.map_err(unavailable)?;
         if inserted.first() != Some(&true) {
             return Err(unknown_contact(&message.contact_id));
         }
@@ -139,10 +121,7 @@ impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, 
             created_at: call.now_ms,
         };
         match self.store.start_run(&run).await.map_err(unavailable)? {
-            RunStart::Started => Ok(Reply {
-                status: 202,
-                body: json!({ "run_id": run.id, "status": "started" }),
-            }),
+            RunStart::Started => Ok(Reply::accepted(json!({ "run_id": run.id, "status": "started" }))),
             RunStart::UnknownScenario => Err(ApiError::not_found("scenario").with_detail("id", scenario_id)),
             RunStart::UnknownContact => Err(unknown_contact(&run.contact_id)),
         }
@@ -157,10 +136,7 @@ impl<G: KeyGuard, S: Directory + Resources, R: ResponseStore> Gateway<'_, G, S, 
         }
         let input: ReleaseMarkerInput = json_body::parse(&call.body)?;
         let marker = input.validate(new_id("rel"), project_id, call.now_ms)?;
-        self.store
-            .create_release_marker(&marker)
-            .await
-            .map_err(unavailable)?;
+        self.store.create_release_marker(&marker).await.map_err(unavailable)?;
         Ok(Reply::created(marker.view()))
     }
 }

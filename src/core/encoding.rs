@@ -17,10 +17,7 @@ pub fn hex(bytes: &[u8]) -> String {
 pub fn base64url(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, b)| n | (*b as u32) << (16 - 8 * i));
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | (*b as u32) << (16 - 8 * i));
         for i in 0..=chunk.len() {
             out.push(B64URL[((n >> (18 - 6 * i)) & 63) as usize] as char);
         }
@@ -61,10 +58,7 @@ pub fn object_id(kind: &str, random: &[u8; 16]) -> String {
 
 /// A UUID version 4 (RFC 9562) in lowercase hyphenated form, from 16 random bytes.
 pub fn uuid_v4(random: [u8; 16]) -> String {
-    uuid::Builder::from_random_bytes(random)
-        .into_uuid()
-        .hyphenated()
-        .to_string()
+    uuid::Builder::from_random_bytes(random).into_uuid().hyphenated().to_string()
 }
 
 #[cfg(test)]

@@ -64,10 +64,7 @@ impl ErrorCode {
 
     pub fn retryable(self) -> bool {
         use ErrorCode::*;
-        matches!(
-            self,
-            IdempotencyKeyInUse | RateLimitExceeded | Internal | ServiceUnavailable
-        )
+        matches!(self, IdempotencyKeyInUse | RateLimitExceeded | Internal | ServiceUnavailable)
     }
 }
 
@@ -197,10 +194,7 @@ mod tests {
             (ServiceUnavailable, 503, "SERVICE_UNAVAILABLE", true),
         ];
         for (code, status, name, retryable) in table {
-            assert_eq!(
-                (code.status(), code.as_str(), code.retryable()),
-                (status, name, retryable)
-            );
+            assert_eq!((code.status(), code.as_str(), code.retryable()), (status, name, retryable));
         }
     }
 

@@ -117,9 +117,7 @@ pub fn decide_claim(existing: Option<&Claim>, fingerprint: &str, now_ms: i64) ->
         Some(c) if c.until_ms > now_ms => match (c.fingerprint == fingerprint, c.completed) {
             (false, _) => ClaimDecision::Reused,
             (true, false) => ClaimDecision::InUse,
-            (true, true) => ClaimDecision::Replay {
-                response: c.response.clone(),
-            },
+            (true, true) => ClaimDecision::Replay { response: c.response.clone() },
         },
         _ => ClaimDecision::Execute,
     }
@@ -156,43 +154,19 @@ mod tests {
 
     #[test]
     fn key_grammar_accepts_visible_ascii_and_unquotes_sf_strings() {
-        assert_eq!(
-            parse_key(Some("abc-123_~!"), OPT).unwrap().as_deref(),
-            Some("abc-123_~!")
-        );
-        assert_eq!(
-            parse_key(Some("\"quoted-key\""), OPT).unwrap().as_deref(),
-            Some("quoted-key")
-        );
-        assert_eq!(
-            parse_key(Some(&"k".repeat(255)), OPT).unwrap().map(|k| k.len()),
-            Some(255)
-        );
+        assert_eq!(parse_key(Some("abc-123_~!"), OPT).unwrap().as_deref(), Some("abc-123_~!"));
+        assert_eq!(parse_key(Some("\"quoted-key\""), OPT).unwrap().as_deref(), Some("quoted-key"));
+        assert_eq!(parse_key(Some(&"k".repeat(255)), OPT).unwrap().map(|k| k.len()), Some(255));
         assert_eq!(parse_key(None, OPT).unwrap(), None);
-        assert_eq!(
-            parse_key(Some("ignored anyway"), KeyPolicy::Ignored).unwrap(),
-            None
-        );
+        assert_eq!(parse_key(Some("ignored anyway"), KeyPolicy::Ignored).unwrap(), None);
     }
 
     #[test]
     fn malformed_or_repeated_keys_are_422_with_the_header_named() {
-        for bad in [
-            "",
-            "has space",
-            "a,b",
-            "abc, abc",
-            "\"a\", \"b\"",
-            "ключ",
-            "\"\"",
-            &"k".repeat(256),
-        ] {
+        for bad in ["", "has space", "a,b", "abc, abc", "\"a\", \"b\"", "ключ", "\"\"", &"k".repeat(256)]
+        {
             let e = parse_key(Some(bad), OPT).unwrap_err();
-            assert_eq!(
-                (e.status(), e.details["header"].as_str()),
-                (422, Some(HEADER)),
-                "{bad:?}"
-            );
+            assert_eq!((e.status(), e.details["header"].as_str()), (422, Some(HEADER)), "{bad:?}");
         }
     }
 
@@ -202,10 +176,7 @@ mod tests {
         assert_eq!((e.status(), e.code.as_str()), (400, "IDEMPOTENCY_KEY_REQUIRED"));
         assert_eq!(parse_key(Some("short"), MARKER).unwrap_err().status(), 422);
         assert!(parse_key(Some("deploy-42"), MARKER).unwrap().is_some());
-        assert_eq!(
-            parse_key(Some(&"k".repeat(129)), MARKER).unwrap_err().status(),
-            422
-        );
+        assert_eq!(parse_key(Some(&"k".repeat(129)), MARKER).unwrap_err().status(), 422);
     }
 
     #[test]
@@ -216,64 +187,35 @@ mod tests {
         assert_ne!(a, fingerprint("POST", "/c", br#"{"b":2,"a":{"y":2,"x":[1,2]}}"#));
         assert_ne!(a, fingerprint("PUT", "/c", br#"{"b":1,"a":{"y":2,"x":[1,2]}}"#));
         assert_ne!(a, fingerprint("POST", "/d", br#"{"b":1,"a":{"y":2,"x":[1,2]}}"#));
-        assert_ne!(
-            fingerprint("POST", "/c", b"x y"),
-            fingerprint("POST", "/c", b"x  y")
-        );
+        assert_ne!(fingerprint("POST", "/c", b"x y"), fingerprint("POST", "/c", b"x  y"));
         assert_eq!(a.len(), 64);
     }
 
     fn claim(fp: &str, until_ms: i64, completed: bool) -> Claim {
-        Claim {
-            fingerprint: fp.into(),
-            until_ms,
-            completed,
-            response: None,
-        }
+        Claim { fingerprint: fp.into(), until_ms, completed, response: None }
     }
 
     #[test]
     fn decision_table_of_spec_section_5() {
         assert_eq!(decide_claim(None, "f", 0), ClaimDecision::Execute);
-        assert_eq!(
-            decide_claim(Some(&claim("f", 100, false)), "f", 50),
-            ClaimDecision::InUse
-        );
-        assert_eq!(
-            decide_claim(Some(&claim("f", 100, false)), "g", 50),
-            ClaimDecision::Reused
-        );
-        assert_eq!(
-            decide_claim(Some(&claim("f", 100, true)), "g", 50),
-            ClaimDecision::Reused
-        );
+        assert_eq!(decide_claim(Some(&claim("f", 100, false)), "f", 50), ClaimDecision::InUse);
+        assert_eq!(decide_claim(Some(&claim("f", 100, false)), "g", 50), ClaimDecision::Reused);
+        assert_eq!(decide_claim(Some(&claim("f", 100, true)), "g", 50), ClaimDecision::Reused);
         assert_eq!(
             decide_claim(Some(&claim("f", 100, true)), "f", 50),
             ClaimDecision::Replay { response: None }
         );
         // A lease that ran out, and a completed key past its TTL, execute anew.
-        assert_eq!(
-            decide_claim(Some(&claim("f", 100, false)), "f", 100),
-            ClaimDecision::Execute
-        );
-        assert_eq!(
-            decide_claim(Some(&claim("g", 100, true)), "f", 101),
-            ClaimDecision::Execute
-        );
+        assert_eq!(decide_claim(Some(&claim("f", 100, false)), "f", 100), ClaimDecision::Execute);
+        assert_eq!(decide_claim(Some(&claim("g", 100, true)), "f", 101), ClaimDecision::Execute);
     }
 
     #[test]
     fn in_use_is_retryable_after_one_second_and_reused_is_final() {
         let e = refusal(&ClaimDecision::InUse).unwrap();
-        assert_eq!(
-            (e.status(), e.code.retryable(), e.retry_after),
-            (409, true, Some(1))
-        );
+        assert_eq!((e.status(), e.code.retryable(), e.retry_after), (409, true, Some(1)));
         let e = refusal(&ClaimDecision::Reused).unwrap();
-        assert_eq!(
-            (e.status(), e.code.as_str(), e.code.retryable()),
-            (409, "IDEMPOTENCY_KEY_REUSED", false)
-        );
+        assert_eq!((e.status(), e.code.as_str(), e.code.retryable()), (409, "IDEMPOTENCY_KEY_REUSED", false));
         assert!(refusal(&ClaimDecision::Execute).is_none());
     }
 }

@@ -11,11 +11,7 @@ pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
         return Err(ApiError::bad_request("The request body must be a JSON object."));
     }
     serde_json::from_slice(body).map_err(|e| {
-        let kind = if e.is_syntax() || e.is_eof() {
-            "Malformed JSON"
-        } else {
-            "Invalid request body"
-        };
+        let kind = if e.is_syntax() || e.is_eof() { "Malformed JSON" } else { "Invalid request body" };
         ApiError::bad_request(format!("{kind}: {e}"))
     })
 }
@@ -34,22 +30,12 @@ mod tests {
 
     #[test]
     fn malformed_wrong_type_unknown_and_empty_are_400() {
-        for body in [
-            &b"{"[..],
-            b"{\"name\":1}",
-            b"{\"name\":\"a\",\"x\":1}",
-            b"",
-            b"  ",
-            b"[]",
-        ] {
+        for body in [&b"{"[..], b"{\"name\":1}", b"{\"name\":\"a\",\"x\":1}", b"", b"  ", b"[]"] {
             let e = parse::<Input>(body).unwrap_err();
             assert_eq!(e.status(), 400, "{}", String::from_utf8_lossy(body));
             assert_eq!(e.code.as_str(), "VALIDATION_ERROR");
         }
-        assert!(parse::<Input>(b"{")
-            .unwrap_err()
-            .message
-            .starts_with("Malformed JSON"));
+        assert!(parse::<Input>(b"{").unwrap_err().message.starts_with("Malformed JSON"));
         assert!(parse::<Input>(br#"{"name":"ok"}"#).is_ok());
     }
 }

@@ -4,6 +4,7 @@
 pub mod api_key;
 pub mod encoding;
 pub mod error;
+pub mod events;
 pub mod idempotency;
 pub mod json_body;
 pub mod page;

@@ -22,10 +22,7 @@ impl Cursor {
     pub fn decode(s: &str) -> Option<Self> {
         let text = String::from_utf8(from_base64url(s)?).ok()?;
         let (ts, id) = text.split_once(':')?;
-        Some(Cursor {
-            ts: ts.parse().ok()?,
-            id: id.to_owned(),
-        })
+        Some(Cursor { ts: ts.parse().ok()?, id: id.to_owned() })
     }
 }
 
@@ -38,21 +35,14 @@ pub struct PageRequest {
 impl PageRequest {
     /// Reads `limit` (1..=max, default `default`) and `cursor` from the query.
     pub fn from_query(query: &[(String, String)], default: usize, max: usize) -> Result<Self, ApiError> {
-        let mut page = PageRequest {
-            limit: default,
-            after: None,
-        };
+        let mut page = PageRequest { limit: default, after: None };
         for (name, value) in query {
             match name.as_str() {
                 "limit" => {
-                    page.limit = value
-                        .parse()
-                        .ok()
-                        .filter(|n| (1..=max).contains(n))
-                        .ok_or_else(|| {
-                            ApiError::bad_request(format!("limit must be a whole number from 1 to {max}"))
-                                .with_detail("field", "limit")
-                        })?;
+                    page.limit = value.parse().ok().filter(|n| (1..=max).contains(n)).ok_or_else(|| {
+                        ApiError::bad_request(format!("limit must be a whole number from 1 to {max}"))
+                            .with_detail("field", "limit")
+                    })?;
                 }
                 "cursor" if !value.is_empty() => {
                     page.after = Some(Cursor::decode(value).ok_or_else(|| {
@@ -80,11 +70,7 @@ impl PageRequest {
     ) -> Value {
         let more = rows.len() > self.limit;
         rows.truncate(self.limit);
-        let next = if more {
-            rows.last().map(|r| position(r).encode())
-        } else {
-            None
-        };
+        let next = if more { rows.last().map(|r| position(r).encode()) } else { None };
         json!({ "data": rows.iter().map(view).collect::<Vec<_>>(), "next_cursor": next })
     }
 }
@@ -94,18 +80,12 @@ mod tests {
     use super::*;
 
     fn q(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect()
+        pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
     }
 
     #[test]
     fn cursor_round_trips_and_rejects_garbage() {
-        let c = Cursor {
-            ts: 1_700_000_000_123,
-            id: "key_abc".into(),
-        };
+        let c = Cursor { ts: 1_700_000_000_123, id: "key_abc".into() };
         assert_eq!(Cursor::decode(&c.encode()), Some(c));
         assert_eq!(Cursor::decode("!!"), None);
         assert_eq!(Cursor::decode(&base64url(b"nocolon")), None);
@@ -114,40 +94,21 @@ mod tests {
     #[test]
     fn limit_defaults_and_is_bounded() {
         assert_eq!(PageRequest::from_query(&[], 50, 200).unwrap().limit, 50);
-        assert_eq!(
-            PageRequest::from_query(&q(&[("limit", "200")]), 50, 200)
-                .unwrap()
-                .limit,
-            200
-        );
+        assert_eq!(PageRequest::from_query(&q(&[("limit", "200")]), 50, 200).unwrap().limit, 200);
         for bad in ["0", "201", "-1", "ten"] {
             let e = PageRequest::from_query(&q(&[("limit", bad)]), 50, 200).unwrap_err();
             assert_eq!(e.status(), 400);
         }
-        assert_eq!(
-            PageRequest::from_query(&q(&[("cursor", "%%%")]), 50, 200)
-                .unwrap_err()
-                .status(),
-            400
-        );
+        assert_eq!(PageRequest::from_query(&q(&[("cursor", "%%%")]), 50, 200).unwrap_err().status(), 400);
     }
 
     #[test]
     fn next_cursor_only_when_more_rows_exist() {
-        let page = PageRequest {
-            limit: 2,
-            after: None,
-        };
-        let pos = |n: &i64| Cursor {
-            ts: *n,
-            id: n.to_string(),
-        };
+        let page = PageRequest { limit: 2, after: None };
+        let pos = |n: &i64| Cursor { ts: *n, id: n.to_string() };
         let body = page.respond(vec![3, 2, 1], pos, |n| json!(n));
         assert_eq!(body["data"], json!([3, 2]));
-        assert_eq!(
-            Cursor::decode(body["next_cursor"].as_str().unwrap()).unwrap().ts,
-            2
-        );
+        assert_eq!(Cursor::decode(body["next_cursor"].as_str().unwrap()).unwrap().ts, 2);
         let body = page.respond(vec![3, 2], pos, |n| json!(n));
         assert_eq!(body["next_cursor"], Value::Null);
     }

@@ -9,10 +9,7 @@ use super::time::{civil_from_days, days_from_civil};
 pub const WINDOW_MS: i64 = 60_000;
 
 /// Failed authentications one client address may make per window before it gets 429 (SPEC §2).
-pub const AUTH_FAILURE_LIMITS: Limits = Limits {
-    per_minute: 20,
-    monthly_quota: u64::MAX,
-};
+pub const AUTH_FAILURE_LIMITS: Limits = Limits { per_minute: 20, monthly_quota: u64::MAX };
 
 /// What a guard keeps between requests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,17 +75,9 @@ pub fn decide(prev: Counters, now_ms: i64, limits: Limits) -> (Verdict, Usage, C
     let month_start_ms = month_start(now_ms);
     let mut next = Counters {
         window_start_ms,
-        window_used: if prev.window_start_ms == window_start_ms {
-            prev.window_used
-        } else {
-            0
-        },
+        window_used: if prev.window_start_ms == window_start_ms { prev.window_used } else { 0 },
         month_start_ms,
-        month_used: if prev.month_start_ms == month_start_ms {
-            prev.month_used
-        } else {
-            0
-        },
+        month_used: if prev.month_start_ms == month_start_ms { prev.month_used } else { 0 },
     };
     let verdict = if next.month_used >= limits.monthly_quota {
         Verdict::QuotaExceeded
@@ -127,10 +116,7 @@ fn next_month_start(now_ms: i64) -> i64 {
 mod tests {
     use super::*;
 
-    const TRIAL: Limits = Limits {
-        per_minute: 30,
-        monthly_quota: 10_000,
-    };
+    const TRIAL: Limits = Limits { per_minute: 30, monthly_quota: 10_000 };
     /// 2026-11-29T09:00:00Z, a minute boundary.
     const T0: i64 = 1_795_942_800_000;
 
@@ -178,10 +164,7 @@ mod tests {
 
     #[test]
     fn an_override_is_just_another_limit() {
-        let five = Limits {
-            per_minute: 5,
-            ..TRIAL
-        };
+        let five = Limits { per_minute: 5, ..TRIAL };
         let (out, c) = run(6, Counters::default(), T0, five);
         assert_eq!(out[5].0, Verdict::RateLimited);
         assert_eq!(out[4].1.limit, 5);
@@ -192,10 +175,7 @@ mod tests {
 
     #[test]
     fn quota_is_checked_first_and_resets_with_the_month() {
-        let tiny = Limits {
-            per_minute: 100,
-            monthly_quota: 3,
-        };
+        let tiny = Limits { per_minute: 100, monthly_quota: 3 };
         let (out, c) = run(4, Counters::default(), T0, tiny);
         assert_eq!(out[3].0, Verdict::QuotaExceeded);
         assert_eq!(out[3].1.quota_used, 3);

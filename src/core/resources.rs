@@ -18,10 +18,9 @@ fn invalid(field: &str, message: impl Into<String>) -> ApiError {
 fn text_field(field: &str, value: Option<String>, max: usize) -> Result<Option<String>, ApiError> {
     let value = value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
     match value {
-        Some(v) if v.chars().count() > max => Err(invalid(
-            field,
-            format!("{field} must be at most {max} characters"),
-        )),
+        Some(v) if v.chars().count() > max => {
+            Err(invalid(field, format!("{field} must be at most {max} characters")))
+        }
         v => Ok(v),
     }
 }
@@ -77,10 +76,7 @@ impl ContactInput {
             }
         }
         if name.is_none() && phone.is_none() && email.is_none() && external_id.is_none() {
-            return Err(invalid(
-                "name",
-                "a contact needs at least one of name, phone, email, external_id",
-            ));
+            return Err(invalid("name", "a contact needs at least one of name, phone, email, external_id"));
         }
         Ok(Contact {
             id,
@@ -152,11 +148,8 @@ impl Message {
 }
 
 pub fn unknown_contact(contact_id: &str) -> ApiError {
-    invalid(
-        "contact_id",
-        format!("No contact {contact_id:?} in this project."),
-    )
-    .with_detail("contact_id", contact_id)
+    invalid("contact_id", format!("No contact {contact_id:?} in this project."))
+        .with_detail("contact_id", contact_id)
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -177,12 +170,7 @@ impl ScenarioInput {
     pub fn validate(self, id: String, project_id: &str, now_ms: i64) -> Result<Scenario, ApiError> {
         let name = text_field("name", Some(self.name), 200)?
             .ok_or_else(|| invalid("name", "name must not be empty"))?;
-        Ok(Scenario {
-            id,
-            project_id: project_id.to_owned(),
-            name,
-            created_at: now_ms,
-        })
+        Ok(Scenario { id, project_id: project_id.to_owned(), name, created_at: now_ms })
     }
 }
 
@@ -241,10 +229,7 @@ impl ReleaseMarkerInput {
             _ => false,
         };
         if !ts_ok {
-            return Err(invalid(
-                "ts",
-                "ts must be Unix seconds (a whole number) or an RFC 3339 string",
-            ));
+            return Err(invalid("ts", "ts must be Unix seconds (a whole number) or an RFC 3339 string"));
         }
         Ok(ReleaseMarker {
             id,
@@ -284,11 +269,9 @@ impl BulkInput {
         if (1..=BULK_MAX).contains(&self.items.len()) {
             Ok(())
         } else {
-            Err(
-                ApiError::unprocessable(format!("items must hold 1 to {BULK_MAX} entries"))
-                    .with_detail("field", "items")
-                    .with_detail("count", self.items.len()),
-            )
+            Err(ApiError::unprocessable(format!("items must hold 1 to {BULK_MAX} entries"))
+                .with_detail("field", "items")
+                .with_detail("count", self.items.len()))
         }
     }
 }
@@ -301,10 +284,7 @@ pub enum ItemOutcome {
 
 /// `{created, failed, results:[{index, status, id?, error?}]}`.
 pub fn bulk_view(outcomes: &[ItemOutcome]) -> Value {
-    let created = outcomes
-        .iter()
-        .filter(|o| matches!(o, ItemOutcome::Created(_)))
-        .count();
+    let created = outcomes.iter().filter(|o| matches!(o, ItemOutcome::Created(_))).count();
     let results: Vec<Value> = outcomes
         .iter()
         .enumerate()
@@ -344,22 +324,14 @@ mod tests {
             (json!({"name": "x".repeat(201)}), "name"),
         ] {
             let e = contact(bad.clone()).unwrap_err();
-            assert_eq!(
-                (e.status(), e.details["field"].as_str()),
-                (422, Some(field)),
-                "{bad}"
-            );
+            assert_eq!((e.status(), e.details["field"].as_str()), (422, Some(field)), "{bad}");
         }
     }
 
     #[test]
     fn messages_need_text_within_limits() {
         let m = |text: &str| {
-            MessageInput {
-                contact_id: "c".into(),
-                text: text.into(),
-            }
-            .validate("m".into(), "p", 0)
+            MessageInput { contact_id: "c".into(), text: text.into() }.validate("m".into(), "p", 0)
         };
         assert!(m("hello").is_ok());
         assert_eq!(m(" ").unwrap_err().status(), 422);
@@ -369,13 +341,11 @@ mod tests {
     #[test]
     fn release_marker_ts_is_unix_seconds_or_a_timestamp_string() {
         let r = |ts: Value| {
-            ReleaseMarkerInput {
-                version: "1.2.3".into(),
-                ts,
-                environment: None,
-                commit: None,
-            }
-            .validate("r".into(), "p", 0)
+            ReleaseMarkerInput { version: "1.2.3".into(), ts, environment: None, commit: None }.validate(
+                "r".into(),
+                "p",
+                0,
+            )
         };
         assert!(r(json!(1_795_942_112)).is_ok());
         assert!(r(json!("2026-11-29T08:48:32Z")).is_ok());
@@ -386,33 +356,12 @@ mod tests {
 
     #[test]
     fn bulk_holds_1_to_100_items_and_reports_each() {
-        assert!(BulkInput {
-            items: vec![Value::Null; 100]
-        }
-        .check_size()
-        .is_ok());
-        assert_eq!(
-            BulkInput { items: vec![] }.check_size().unwrap_err().status(),
-            422
-        );
-        assert_eq!(
-            BulkInput {
-                items: vec![Value::Null; 101]
-            }
-            .check_size()
-            .unwrap_err()
-            .status(),
-            422
-        );
-        let v = bulk_view(&[
-            ItemOutcome::Created("a".into()),
-            ItemOutcome::Failed(unknown_contact("x")),
-        ]);
+        assert!(BulkInput { items: vec![Value::Null; 100] }.check_size().is_ok());
+        assert_eq!(BulkInput { items: vec![] }.check_size().unwrap_err().status(), 422);
+        assert_eq!(BulkInput { items: vec![Value::Null; 101] }.check_size().unwrap_err().status(), 422);
+        let v = bulk_view(&[ItemOutcome::Created("a".into()), ItemOutcome::Failed(unknown_contact("x"))]);
         assert_eq!((v["created"].as_u64(), v["failed"].as_u64()), (Some(1), Some(1)));
-        assert_eq!(
-            v["results"][0],
-            json!({"index": 0, "status": "created", "id": "a"})
-        );
+        assert_eq!(v["results"][0], json!({"index": 0, "status": "created", "id": "a"}));
         assert_eq!(v["results"][1]["error"]["code"], "VALIDATION_ERROR");
         assert_eq!(v["results"][1]["index"], 1);
     }

@@ -3,6 +3,7 @@
 //! description all read the same table.
 
 use super::api_key::Scope;
+use super::events::INGEST_BODY_LIMIT;
 use super::idempotency::KeyPolicy;
 
 /// Default body limit of SPEC §3.
@@ -26,6 +27,10 @@ pub enum RouteId {
     CreateScenario,
     RunScenario,
     DeployMarker,
+    Track,
+    Identify,
+    Alias,
+    Replay,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,23 +57,21 @@ pub struct Route {
 const fn route(id: RouteId, method: &'static str, template: &'static str, access: Access) -> Route {
     let mutating = matches!(method.as_bytes()[0], b'P' | b'D'); // POST, PUT, PATCH, DELETE
     let keyed = matches!(access, Access::Key(_));
-    let idempotency = if mutating && keyed {
-        KeyPolicy::Optional
-    } else {
-        KeyPolicy::Ignored
-    };
-    Route {
-        id,
-        method,
-        template,
-        access,
-        body_limit: DEFAULT_BODY_LIMIT,
-        idempotency,
-    }
+    let idempotency = if mutating && keyed { KeyPolicy::Optional } else { KeyPolicy::Ignored };
+    Route { id, method, template, access, body_limit: DEFAULT_BODY_LIMIT, idempotency }
 }
 
 const fn required_key(mut r: Route, min: usize, max: usize) -> Route {
     r.idempotency = KeyPolicy::Required { min, max };
+    r
+}
+
+/// Ingestion routes de-duplicate by `event_id` or chunk instead of `Idempotency-Key` (SPEC §5),
+/// and take bodies up to 512 KiB.
+const fn ingestion(id: RouteId, template: &'static str, scope: Scope) -> Route {
+    let mut r = route(id, "POST", template, Access::Key(scope));
+    r.idempotency = KeyPolicy::Ignored;
+    r.body_limit = INGEST_BODY_LIMIT;
     r
 }
 
@@ -77,12 +80,7 @@ const RESOURCES: Access = Access::Key(Scope::Resources);
 
 pub const ROUTES: &[Route] = &[
     route(RouteId::Health, "GET", "/health", Access::Public),
-    route(
-        RouteId::CreateProject,
-        "POST",
-        "/admin/v1/projects",
-        Access::Admin,
-    ),
+    route(RouteId::CreateProject, "POST", "/admin/v1/projects", Access::Admin),
     route(RouteId::Me, "GET", "/public/v1/me", Access::Key(Scope::SelfInfo)),
     route(RouteId::CreateKey, "POST", "/public/v1/keys", OWNER),
     route(RouteId::ListKeys, "GET", "/public/v1/keys", OWNER),
@@ -90,27 +88,12 @@ pub const ROUTES: &[Route] = &[
     route(RouteId::RevokeKey, "DELETE", "/public/v1/keys/{id}", OWNER),
     route(RouteId::CreateContact, "POST", "/public/v1/contacts", RESOURCES),
     route(RouteId::ListContacts, "GET", "/public/v1/contacts", RESOURCES),
-    route(
-        RouteId::BulkContacts,
-        "POST",
-        "/public/v1/contacts/bulk",
-        RESOURCES,
-    ),
+    route(RouteId::BulkContacts, "POST", "/public/v1/contacts/bulk", RESOURCES),
     route(RouteId::GetContact, "GET", "/public/v1/contacts/{id}", RESOURCES),
     route(RouteId::CreateMessage, "POST", "/public/v1/messages", RESOURCES),
-    route(
-        RouteId::BulkMessages,
-        "POST",
-        "/public/v1/messages/bulk",
-        RESOURCES,
-    ),
+    route(RouteId::BulkMessages, "POST", "/public/v1/messages/bulk", RESOURCES),
     route(RouteId::CreateScenario, "POST", "/public/v1/scenarios", RESOURCES),
-    route(
-        RouteId::RunScenario,
-        "POST",
-        "/public/v1/scenarios/{id}/run",
-        RESOURCES,
-    ),
+    route(RouteId::RunScenario, "POST", "/public/v1/scenarios/{id}/run", RESOURCES),
     required_key(
         route(
             RouteId::DeployMarker,
@@ -121,6 +104,10 @@ pub const ROUTES: &[Route] = &[
         8,
         128,
     ),
+    ingestion(RouteId::Track, "/v1/track", Scope::Ingest),
+    ingestion(RouteId::Identify, "/v1/identify", Scope::Ingest),
+    ingestion(RouteId::Alias, "/v1/alias", Scope::Alias),
+    ingestion(RouteId::Replay, "/v1/replay", Scope::Ingest),
 ];
 
 /// A request matched to a route, with the values of its `{…}` segments in order.
@@ -191,10 +178,7 @@ mod tests {
         assert_eq!(match_route("GET", "/nope"), Err(Miss::NotFound));
         assert_eq!(match_route("GET", "/public/v1/keys/"), Err(Miss::NotFound));
         assert_eq!(match_route("GET", "/public/v1/me/"), Err(Miss::NotFound));
-        assert_eq!(
-            match_route("PUT", "/public/v1/keys"),
-            Err(Miss::MethodNotAllowed(vec!["POST", "GET"]))
-        );
+        assert_eq!(match_route("PUT", "/public/v1/keys"), Err(Miss::MethodNotAllowed(vec!["POST", "GET"])));
     }
 
     #[test]
@@ -204,31 +188,22 @@ mod tests {
         assert_eq!(policy("DELETE", "/public/v1/keys/k"), KeyPolicy::Optional);
         assert_eq!(policy("GET", "/public/v1/contacts"), KeyPolicy::Ignored);
         assert_eq!(policy("POST", "/admin/v1/projects"), KeyPolicy::Ignored);
+        assert_eq!(policy("POST", "/v1/track"), KeyPolicy::Ignored);
+        assert_eq!(match_route("POST", "/v1/track").unwrap().route.body_limit, 512 * 1024);
         assert_eq!(
             policy("POST", "/api/v1/projects/p/release-markers/deploy"),
             KeyPolicy::Required { min: 8, max: 128 }
         );
         // A literal segment wins over a parameter registered after it.
-        assert_eq!(
-            match_route("POST", "/public/v1/contacts/bulk").unwrap().route.id,
-            RouteId::BulkContacts
-        );
-        assert_eq!(
-            match_route("GET", "/public/v1/contacts/c_1").unwrap().route.id,
-            RouteId::GetContact
-        );
+        assert_eq!(match_route("POST", "/public/v1/contacts/bulk").unwrap().route.id, RouteId::BulkContacts);
+        assert_eq!(match_route("GET", "/public/v1/contacts/c_1").unwrap().route.id, RouteId::GetContact);
     }
 
     #[test]
     fn templates_are_unique_per_method() {
         for (i, a) in ROUTES.iter().enumerate() {
             for b in &ROUTES[i + 1..] {
-                assert!(
-                    !(a.method == b.method && a.template == b.template),
-                    "{} {}",
-                    a.method,
-                    a.template
-                );
+                assert!(!(a.method == b.method && a.template == b.template), "{} {}", a.method, a.template);
             }
         }
     }

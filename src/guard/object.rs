@@ -76,13 +76,7 @@ impl DurableObject for KeyGuardObject {
         ] {
             sql.exec(ddl, None).expect("create the guard's tables");
         }
-        Self {
-            env,
-            sql,
-            key: RefCell::new(None),
-            counters: Cell::new(None),
-            epoch: Cell::new(0),
-        }
+        Self { env, sql, key: RefCell::new(None), counters: Cell::new(None), epoch: Cell::new(0) }
     }
 
     async fn fetch(&self, mut req: Request) -> Result<Response> {
@@ -95,12 +89,7 @@ impl DurableObject for KeyGuardObject {
                         Some(c) if verdict == Verdict::Allowed => Some(self.claim_waiting(&c).await?),
                         _ => None,
                     };
-                    GuardAnswer::Decided {
-                        key,
-                        verdict,
-                        usage,
-                        claim,
-                    }
+                    GuardAnswer::Decided { key, verdict, usage, claim }
                 }
                 _ => GuardAnswer::Denied,
             },
@@ -113,11 +102,7 @@ impl DurableObject for KeyGuardObject {
                 let (verdict, usage) = self.count(AUTH_FAILURE_LIMITS)?;
                 GuardAnswer::AuthFailure { verdict, usage }
             }
-            GuardCommand::CompleteClaim {
-                claim,
-                response,
-                stored_elsewhere,
-            } => {
+            GuardCommand::CompleteClaim { claim, response, stored_elsewhere } => {
                 self.complete(&claim, &response, stored_elsewhere)?;
                 GuardAnswer::Done
             }
@@ -184,8 +169,7 @@ impl KeyGuardObject {
                 ],
             )?;
         }
-        self.counters
-            .set(Some(if verdict == Verdict::Allowed { next } else { prev }));
+        self.counters.set(Some(if verdict == Verdict::Allowed { next } else { prev }));
         Ok((verdict, usage))
     }
 
@@ -206,8 +190,7 @@ impl KeyGuardObject {
     /// Decides on the claim and, for a new one, takes it, without yielding.
     fn claim(&self, request: &ClaimRequest) -> Result<ClaimDecision> {
         let now = now_ms();
-        self.sql
-            .exec("DELETE FROM claims WHERE until_ms <= ?", vec![now.into()])?;
+        self.sql.exec("DELETE FROM claims WHERE until_ms <= ?", vec![now.into()])?;
         let existing = self
             .sql
             .exec(
@@ -257,11 +240,7 @@ impl KeyGuardObject {
     ) -> Result<()> {
         let now = now_ms();
         let until = now + self.config()?.idempotency_ttl_seconds as i64 * 1000;
-        let response_until = if stored_elsewhere {
-            now + STORE_PROPAGATION_MS
-        } else {
-            until
-        };
+        let response_until = if stored_elsewhere { now + STORE_PROPAGATION_MS } else { until };
         self.sql.exec(
             "UPDATE claims SET completed = 1, until_ms = ?, response = ?, response_until_ms = ?
              WHERE idempotency_key = ? AND owner = ? AND completed = 0",

@@ -23,20 +23,13 @@ pub fn client_guard_name(ip: &str) -> String {
 pub enum GuardCommand {
     /// Is this key valid, may it make one more request now, and (when the request carries an
     /// `Idempotency-Key`) may it execute? One round trip for all three.
-    Authorize {
-        key_hash: String,
-        claim: Option<ClaimRequest>,
-    },
+    Authorize { key_hash: String, claim: Option<ClaimRequest> },
     /// Forget the remembered record (revoked or changed); the next command reloads it. Counters stay.
     Invalidate { key_hash: String },
     /// One failed authentication from this object's client address.
     RecordAuthFailure,
     /// The claimed request succeeded: keep its outcome until the key's TTL ends.
-    CompleteClaim {
-        claim: ClaimRequest,
-        response: StoredResponse,
-        stored_elsewhere: bool,
-    },
+    CompleteClaim { claim: ClaimRequest, response: StoredResponse, stored_elsewhere: bool },
     /// The claimed request failed: forget the claim.
     ReleaseClaim { claim: ClaimRequest },
 }
@@ -69,10 +62,7 @@ mod tests {
 
     #[test]
     fn commands_have_a_stable_wire_form() {
-        let c = GuardCommand::Authorize {
-            key_hash: "ab".into(),
-            claim: None,
-        };
+        let c = GuardCommand::Authorize { key_hash: "ab".into(), claim: None };
         assert_eq!(
             serde_json::to_string(&c).unwrap(),
             r#"{"command":"authorize","key_hash":"ab","claim":null}"#

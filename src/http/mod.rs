@@ -9,10 +9,7 @@ pub fn api_request(req: Request, now_ms: i64) -> Result<ApiRequest<WorkerBody>> 
     // The raw method string: `worker::Method` folds methods it does not know into GET.
     let method = req.inner().method();
     let url = req.url()?;
-    let query = url
-        .query_pairs()
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .collect();
+    let query = url.query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
     let authorization = req.headers().get("authorization")?;
     let client_ip = req.headers().get("cf-connecting-ip")?;
     let idempotency_key = req.headers().get("idempotency-key")?;
@@ -33,7 +30,5 @@ pub fn response(api: ApiResponse) -> Result<Response> {
     for (name, value) in &api.headers {
         headers.append(name, value)?;
     }
-    Ok(Response::from_bytes(api.body)?
-        .with_status(api.status)
-        .with_headers(headers))
+    Ok(Response::from_bytes(api.body)?.with_status(api.status).with_headers(headers))
 }

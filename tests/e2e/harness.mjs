@@ -1,9 +1,14 @@
 // Shared helpers for the end-to-end suite: real HTTP to the worker under `wrangler dev`.
 // scripts/test sets GATEHOUSE_URL and GATEHOUSE_ADMIN_TOKEN.
 import assert from 'node:assert/strict';
+import { Agent, fetch, Headers } from 'undici';
 
 export const BASE = process.env.GATEHOUSE_URL ?? 'http://127.0.0.1:8787';
 export const ADMIN_TOKEN = process.env.GATEHOUSE_ADMIN_TOKEN;
+
+// A fresh connection per request: the local server closes idle keep-alive connections on its own
+// schedule, and a request sent on one it just closed fails with "other side closed".
+const dispatcher = new Agent({ pipelining: 0 });
 
 /**
  * The client address this test process presents (IPv6 documentation range, RFC 3849). Failed
@@ -28,7 +33,7 @@ export async function call(method, path, { key, body, headers = {}, idem } = {})
   for (const [name, value] of Array.isArray(headers) ? headers : Object.entries(headers)) h.append(name, value);
   if (key !== undefined) h.set('authorization', `Bearer ${key}`);
   if (idem !== undefined) h.set('idempotency-key', idem);
-  const init = { method, headers: h };
+  const init = { method, headers: h, dispatcher };
   if (body !== undefined) {
     init.body = typeof body === 'string' ? body : JSON.stringify(body);
     if (!h.has('content-type')) h.set('content-type', 'application/json');
@@ -121,4 +126,21 @@ export async function listAll(path, key) {
     cursor = res.body.next_cursor;
   } while (cursor);
   return items;
+}
+
+/** Rows of a read-only query against the local D1 of the running gateway (wrangler d1 execute). */
+export async function d1(sql) {
+  const { spawnSync } = await import('node:child_process');
+  const out = spawnSync('npx', ['wrangler', 'd1', 'execute', 'DB', '--local', '--persist-to',
+    process.env.GATEHOUSE_STATE, '--json', '--command', sql], { encoding: 'utf8' });
+  if (out.status !== 0) throw new Error(`d1 execute failed: ${out.stderr}${out.stdout}`);
+  return JSON.parse(out.stdout)[0].results;
+}
+
+/** Polls `probe` until it returns a truthy value or `ms` pass; answers the last value. */
+export async function eventually(probe, ms = 15_000) {
+  const end = Date.now() + ms;
+  let value;
+  while (!(value = await probe()) && Date.now() < end) await sleep(250);
+  return value;
 }

@@ -1,0 +1,129 @@
+// SPEC §7 end to end: /v1/track with event_id de-duplication, identify, alias, replay chunks,
+// and the events queue consumer storing each event once in D1.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { assertError, call, createKey, createProject, d1, eventually } from './harness.mjs';
+
+async function ingestionProject() {
+  const project = await createProject();
+  const server = await createKey(project.owner.key, 'server', { plan: 'business' });
+  const browser = await createKey(project.owner.key, 'browser', { plan: 'business' });
+  return { ...project, server, browser };
+}
+
+const countEvents = async (projectId, where = '1=1') =>
+  (await d1(`SELECT count(*) AS n FROM events WHERE project_id = '${projectId}' AND ${where}`))[0].n;
+
+async function eventCount(projectId, expected, where) {
+  return eventually(async () => ((await countEvents(projectId, where)) === expected ? expected : 0)) || countEvents(projectId, where);
+}
+
+const track = (key, batch) => call('POST', '/v1/track', { key, body: { batch } });
+
+test('a batch of 10 is accepted and stored; the same batch again is 10 duplicates, still 10 rows', async () => {
+  const { projectId, server } = await ingestionProject();
+  const batch = Array.from({ length: 10 }, (_, i) => ({
+    event_id: randomUUID(), event: 'Page Viewed', anonymous_id: `anon-${i}`, properties: { i },
+  }));
+  const first = await track(server.key, batch);
+  assert.equal(first.status, 202, first.text);
+  assert.deepEqual(first.body.accepted, batch.map((e, index) => ({ index, event_id: e.event_id })));
+  assert.deepEqual([first.body.duplicates, first.body.rejected], [[], []]);
+  assert.equal(await eventCount(projectId, 10), 10);
+
+  const again = await track(server.key, batch);
+  assert.equal(again.status, 202);
+  assert.equal(again.body.accepted.length, 0);
+  assert.deepEqual(again.body.duplicates, batch.map((e, index) => ({ index, event_id: e.event_id })));
+  await new Promise((r) => setTimeout(r, 1500)); // give a wrongly enqueued copy time to land
+  assert.equal(await countEvents(projectId), 10);
+  const row = (await d1(`SELECT * FROM events WHERE project_id = '${projectId}' AND event_id = '${batch[3].event_id}'`))[0];
+  assert.deepEqual([row.event, row.anonymous_id, JSON.parse(row.properties).i, row.key_type], ['Page Viewed', 'anon-3', 3, 'server']);
+});
+
+test('the uppercase, braced, urn and 32-hex forms of an id are the same event', async () => {
+  const { projectId, server } = await ingestionProject();
+  const id = randomUUID();
+  const res = await track(server.key, [{ event_id: id, event: 'x', user_id: 'u' }]);
+  assert.equal(res.body.accepted.length, 1);
+  const forms = [id.toUpperCase(), `{${id}}`, `urn:uuid:${id}`, id.replaceAll('-', '')];
+  const dup = await track(server.key, forms.map((event_id) => ({ event_id, event: 'x', user_id: 'u' })));
+  assert.deepEqual(dup.body.duplicates, forms.map((_, index) => ({ index, event_id: id })));
+  assert.equal(await eventCount(projectId, 1), 1);
+});
+
+test('one bad id in a batch of 5: 4 accepted, 1 rejected with INVALID_EVENT_ID and its index', async () => {
+  const { projectId, server } = await ingestionProject();
+  const batch = Array.from({ length: 5 }, () => ({ event_id: randomUUID(), event: 'x', user_id: 'u' }));
+  batch[2].event_id = 'not-a-uuid';
+  const res = await track(server.key, batch);
+  assert.equal(res.status, 202, res.text);
+  assert.deepEqual(res.body.accepted.map((a) => a.index), [0, 1, 3, 4]);
+  assert.equal(res.body.rejected.length, 1);
+  assert.equal(res.body.rejected[0].index, 2);
+  assert.equal(res.body.rejected[0].code, 'INVALID_EVENT_ID');
+  assert.equal(await eventCount(projectId, 4), 4);
+});
+
+test('the same event_id through a browser key and a server key is two events', async () => {
+  const { projectId, server, browser } = await ingestionProject();
+  const id = randomUUID();
+  assert.equal((await track(server.key, [{ event_id: id, event: 'x', user_id: 'u' }])).body.accepted.length, 1);
+  assert.equal((await track(browser.key, [{ event_id: id, event: 'x', anonymous_id: 'a' }])).body.accepted.length, 1);
+  assert.equal(await eventCount(projectId, 2, `event_id = '${id}'`), 2);
+});
+
+test('events without an id get a server id and are accepted every time (no de-duplication possible)', async () => {
+  const { projectId, server } = await ingestionProject();
+  const batch = [{ event: 'x', user_id: 'u' }, { event: 'y', user_id: 'u' }];
+  const a = await track(server.key, batch);
+  const b = await track(server.key, batch);
+  assert.equal(a.body.accepted.length, 2);
+  assert.equal(b.body.accepted.length, 2);
+  assert.notDeepEqual(a.body.accepted, b.body.accepted);
+  assert.equal(await eventCount(projectId, 4), 4);
+});
+
+test('track validates: items alone, the batch size as a whole, and the route limits', async () => {
+  const { server, owner } = await ingestionProject();
+  const res = await track(server.key, [{ event: 'ok', user_id: 'u' }, { event: 'no-id-no-user' }, 'not an object']);
+  assert.deepEqual(res.body.rejected.map((r) => [r.index, r.code]), [[1, 'VALIDATION_ERROR'], [2, 'VALIDATION_ERROR']]);
+  assertError(await track(server.key, []), 422, 'VALIDATION_ERROR');
+  assertError(await track(server.key, Array(501).fill({ event: 'x', user_id: 'u' })), 422, 'VALIDATION_ERROR');
+  const big = JSON.stringify({ batch: [{ event: 'x', user_id: 'u', properties: { pad: 'x'.repeat(600 * 1024) } }] });
+  assertError(await call('POST', '/v1/track', { key: server.key, body: big }), 413, 'PAYLOAD_TOO_LARGE');
+  assertError(await call('POST', '/v1/track', { key: server.key, body: '{"batch": [' }), 400, 'VALIDATION_ERROR');
+  assertError(await track(owner.key, [{ event: 'x', user_id: 'u' }]), 403, 'FORBIDDEN');
+});
+
+test('identify twice: one link, two identify events; alias links only and refuses browser keys', async () => {
+  const { projectId, server, browser } = await ingestionProject();
+  const body = { anonymous_id: 'anon-1', user_id: 'user-1', traits: { plan: 'pro' } };
+  const a = await call('POST', '/v1/identify', { key: browser.key, body });
+  const b = await call('POST', '/v1/identify', { key: browser.key, body });
+  assert.deepEqual([a.status, b.status], [202, 202]);
+  assert.notEqual(a.body.event_id, b.body.event_id);
+  assert.equal(await eventCount(projectId, 2, "event = 'identify'"), 2);
+  const links = async () => (await d1(`SELECT count(*) AS n FROM identity_links WHERE project_id = '${projectId}'`))[0].n;
+  assert.equal(await eventually(async () => (await links()) === 1), true);
+
+  assertError(await call('POST', '/v1/alias', { key: browser.key, body: { anonymous_id: 'anon-2', user_id: 'user-1' } }), 403, 'FORBIDDEN');
+  const alias = await call('POST', '/v1/alias', { key: server.key, body: { anonymous_id: 'anon-2', user_id: 'user-1' } });
+  assert.equal(alias.status, 202, alias.text);
+  assert.equal(await eventually(async () => (await links()) === 2), true);
+  assert.equal(await countEvents(projectId, "event = 'identify'"), 2, 'alias records no event');
+});
+
+test('a replay chunk sent twice is stored once; the second answer says duplicate', async () => {
+  const { projectId, browser, server } = await ingestionProject();
+  const body = { session_id: 'sess-1', chunk: 0, data: { frames: [1, 2, 3] } };
+  const first = await call('POST', '/v1/replay', { key: browser.key, body });
+  assert.equal(first.status, 202, first.text);
+  assert.deepEqual(first.body, { duplicate: false });
+  const second = await call('POST', '/v1/replay', { key: server.key, body });
+  assert.deepEqual(second.body, { duplicate: true });
+  assert.deepEqual((await call('POST', '/v1/replay', { key: browser.key, body: { ...body, chunk: 1 } })).body, { duplicate: false });
+  const rows = await d1(`SELECT chunk, data FROM replay_chunks WHERE project_id = '${projectId}' ORDER BY chunk`);
+  assert.deepEqual(rows.map((r) => [r.chunk, JSON.parse(r.data)]), [[0, { frames: [1, 2, 3] }], [1, { frames: [1, 2, 3] }]]);
+});
