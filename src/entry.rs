@@ -2,21 +2,25 @@
 
 use std::rc::Rc;
 
+use serde::Deserialize;
 use worker::{
     console_error, console_log, event, Context, Date, Env, MessageBatch, MessageExt, Request, Response,
-    Result,
+    Result, ScheduleContext, ScheduledEvent,
 };
 
+use crate::adapters::archive::{self, R2Archive};
+use crate::adapters::audit::{self as audit_queue, AuditQueue};
 use crate::adapters::d1::D1Store;
 use crate::adapters::env::config;
-use crate::adapters::events::{LedgerClient, QueueSink, QUEUE_BINDING};
+use crate::adapters::events::{self, LedgerClient, QueueSink};
 use crate::adapters::guard::GuardClient;
 use crate::adapters::kv::{self, KvResponses};
 use crate::app::{self, Gateway};
 use crate::config::Config;
+use crate::core::audit::AuditMessage;
 use crate::core::error::ApiError;
 use crate::core::events::EventMessage;
-use crate::ports::{EventStore, Meter, Ports};
+use crate::ports::{AuditSink, EventStore, Meter, Ports};
 use crate::{guard, http, ledger};
 
 /// The ports over Cloudflare's bindings.
@@ -28,6 +32,7 @@ impl Ports for Cloudflare {
     type Responses = KvResponses;
     type Ledger = LedgerClient;
     type Events = QueueSink;
+    type Archive = R2Archive;
 }
 
 fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gateway<'static, Cloudflare>> {
@@ -37,19 +42,25 @@ fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gate
         store: D1Store::new(env.d1("DB")?, meter.clone()),
         responses: KvResponses::new(env.kv(kv::BINDING)?, config.idempotency_ttl_seconds, meter.clone()),
         ledger: LedgerClient::new(env.durable_object(ledger::protocol::BINDING)?, meter.clone()),
-        events: QueueSink::new(env.queue(QUEUE_BINDING)?),
+        events: QueueSink::new(env.queue(events::QUEUE_BINDING)?),
+        archive: R2Archive::new(env.bucket(archive::BINDING)?),
     })
+}
+
+fn now_ms() -> i64 {
+    Date::now().as_millis() as i64
 }
 
 #[event(fetch)]
 async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
-    let now_ms = Date::now().as_millis() as i64;
+    let started = now_ms();
     let meter = Rc::new(Meter::default());
     let (method, path) = (req.inner().method(), req.path());
     let mut api = match config(&env) {
-        Ok(config) => gateway(&env, config, &meter)?.handle(http::api_request(req, now_ms)?).await,
-        Err(e) => app::failure(ApiError::internal(e.to_string())),
+        Ok(config) => gateway(&env, config, &meter)?.handle(http::api_request(req, started)?).await,
+        Err(e) => app::failure(ApiError::internal(e.to_string()), &method, &path, started),
     };
+    api.audit.response_time_ms = now_ms() - started;
     if let Some(note) = &api.internal_error {
         console_error!("request {}: {note}", api.request_id);
     }
@@ -59,11 +70,19 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
         api.request_id,
         path,
         api.status,
-        Date::now().as_millis() as i64 - now_ms,
+        api.audit.response_time_ms,
         meter.durable_object_calls.get(),
         meter.d1_queries.get(),
         meter.kv_operations.get(),
     );
+    // After the response: the audit row, and the idempotency claim's settlement.
+    let audit = AuditQueue::new(env.queue(audit_queue::QUEUE_BINDING)?);
+    let row = api.audit.clone();
+    ctx.wait_until(async move {
+        if let Err(e) = audit.record(&[row]).await {
+            console_error!("audit row lost: {e}");
+        }
+    });
     if let (Some(settlement), Ok(config)) = (api.settlement.take(), config(&env)) {
         let request_id = api.request_id.clone();
         let after = gateway(&env, config, &Rc::new(Meter::default()))?;
@@ -76,29 +95,63 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     http::response(api)
 }
 
-/// Queue consumers. Messages carry their kind, so one handler serves every queue whatever its
-/// name in this environment.
+/// What any of our queues carries: messages say their kind, so one consumer serves every queue
+/// whatever its name in an environment.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum QueueMessage {
+    Event(EventMessage),
+    Audit(AuditMessage),
+}
+
 #[event(queue)]
 async fn queue(batch: MessageBatch<String>, env: Env, _ctx: Context) -> Result<()> {
     let store = D1Store::new(env.d1("DB")?, Rc::default());
-    let mut events = Vec::new();
+    let (mut events, mut rows) = (Vec::new(), Vec::new());
     for message in batch.messages()? {
-        match serde_json::from_str::<EventMessage>(message.body()) {
-            Ok(event) => events.push(event),
+        match serde_json::from_str::<QueueMessage>(message.body()) {
+            Ok(QueueMessage::Event(event)) => events.push(event),
+            Ok(QueueMessage::Audit(AuditMessage::Audit(row))) => rows.push(row),
             // A message no version of this worker can read would be retried forever: log and drop it.
             Err(e) => console_error!("queue {}: unreadable message {}: {e}", batch.queue(), message.id()),
         }
     }
-    match store.store_events(&events).await {
+    let stored = match store.store_events(&events).await {
+        Ok(()) => app::store_audit_rows(&store, &rows).await,
+        Err(e) => Err(e),
+    };
+    match stored {
         Ok(()) => batch.ack_all(),
         Err(e) => {
-            console_error!(
-                "queue {}: storing {} events failed, retrying the batch: {e}",
-                batch.queue(),
-                events.len()
-            );
+            console_error!("queue {}: storing the batch failed, retrying it: {e}", batch.queue());
             batch.retry_all();
         }
     }
     Ok(())
+}
+
+/// Every minute: the webhook sweep. Daily: audit retention (rows older than
+/// `AUDIT_RETENTION_DAYS` move to R2, then leave D1).
+#[event(scheduled)]
+async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
+    let run = async {
+        let config = config(&env).map_err(|e| worker::Error::RustError(e.to_string()))?;
+        if event.cron() == "* * * * *" {
+            return Ok(());
+        }
+        let store = D1Store::new(env.d1("DB")?, Rc::default());
+        let archive = R2Archive::new(env.bucket(archive::BINDING)?);
+        let report = app::enforce_retention(&store, &archive, now_ms(), config.audit_retention_days)
+            .await
+            .map_err(|e| worker::Error::RustError(e.0))?;
+        console_log!(
+            r#"{{"component":"retention","archived_rows":{},"objects":{}}}"#,
+            report.archived,
+            report.objects
+        );
+        Ok::<(), worker::Error>(())
+    };
+    if let Err(e) = run.await {
+        console_error!("scheduled {}: {e}", event.cron());
+    }
 }

@@ -6,6 +6,7 @@
 use std::cell::Cell;
 
 use crate::core::api_key::KeyRecord;
+use crate::core::audit::{AuditRow, DayCount, EndpointCount, LogFilter};
 use crate::core::events::EventMessage;
 use crate::core::idempotency::{ClaimDecision, StoredResponse};
 use crate::core::page::PageRequest;
@@ -52,8 +53,9 @@ pub struct ClaimRequest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Authorization {
     Admitted(Box<Admission>),
-    /// No key has this hash, or it is revoked: both are 401 to the client.
-    Denied,
+    /// No key has this hash (`None`), or it is revoked (its record, so the refusal can be logged
+    /// for its project): both are 401 to the client.
+    Denied(Option<Box<KeyRecord>>),
 }
 
 /// The per-key Durable Object (SPEC §1 `KEY_GUARD`): one round trip per authenticated request.
@@ -124,6 +126,7 @@ pub trait Directory {
         changes: &KeyChanges,
     ) -> Result<KeyUpdate, PortError>;
     async fn revoke_key(&self, project_id: &str, key_id: &str, now_ms: i64) -> Result<Revocation, PortError>;
+    async fn find_key(&self, project_id: &str, key_id: &str) -> Result<Option<KeyRecord>, PortError>;
     async fn key_by_hash(&self, key_hash: &str) -> Result<Option<KeyRecord>, PortError>;
 }
 
@@ -189,13 +192,71 @@ pub trait EventStore {
     ) -> Result<bool, PortError>;
 }
 
+/// The audit queue (`AUDIT_QUEUE`): rows leave the hot path here.
+pub trait AuditSink {
+    async fn record(&self, rows: &[AuditRow]) -> Result<(), PortError>;
+}
+
+/// The audit log in D1.
+pub trait AuditStore {
+    /// Inserts each row once per `request_id` (a retried batch changes nothing).
+    async fn insert_audit_rows(&self, rows: &[AuditRow]) -> Result<(), PortError>;
+    /// The project's rows matching the filter, newest first, after the page's cursor.
+    async fn audit_rows(
+        &self,
+        project_id: &str,
+        filter: &LogFilter,
+        page: &PageRequest,
+    ) -> Result<Vec<AuditRow>, PortError>;
+    /// Per UTC day since `since_ms`, and the top endpoints, of one key.
+    async fn key_stats(
+        &self,
+        project_id: &str,
+        key_id: &str,
+        since_ms: i64,
+    ) -> Result<(Vec<DayCount>, Vec<EndpointCount>), PortError>;
+    /// Up to `limit` (project, UTC day) pairs that have rows older than `before_ms`.
+    async fn expired_days(
+        &self,
+        before_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<(Option<String>, String)>, PortError>;
+    /// A project's rows of one UTC day older than `before_ms`, oldest first, at most `limit`.
+    async fn expired_rows(
+        &self,
+        project_id: Option<&str>,
+        day: &str,
+        before_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<AuditRow>, PortError>;
+    async fn delete_audit_rows(&self, request_ids: &[String]) -> Result<(), PortError>;
+}
+
+/// An archived object, as the owner lists them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchiveObject {
+    pub key: String,
+    pub size: u64,
+    pub uploaded_ms: i64,
+}
+
+/// The audit archive (`ARCHIVE`, R2): gzip NDJSON, one object per project and day.
+pub trait Archive {
+    /// Adds NDJSON lines to the object, gzip-compressed: a new gzip member is appended to what the
+    /// object holds, which any gunzip reads as one stream.
+    async fn append(&self, key: &str, ndjson: &[u8]) -> Result<(), PortError>;
+    async fn list(&self, prefix: &str) -> Result<Vec<ArchiveObject>, PortError>;
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, PortError>;
+}
+
 /// The set of port implementations a [`crate::app::Gateway`] runs over.
 pub trait Ports {
     type Guard: KeyGuard;
-    type Store: Directory + Resources + EventStore;
+    type Store: Directory + Resources + EventStore + AuditStore;
     type Responses: ResponseStore;
     type Ledger: EventLedger;
     type Events: EventSink;
+    type Archive: Archive;
 }
 
 /// The request's body, read only once the route, the caller and the declared size allow it.

@@ -6,11 +6,13 @@ use wasm_bindgen::JsValue;
 use worker::{D1Database, D1PreparedStatement};
 
 use crate::core::api_key::KeyRecord;
+use crate::core::audit::{AuditRow, DayCount, EndpointCount, LogFilter};
 use crate::core::events::EventMessage;
 use crate::core::page::{Cursor, PageRequest};
 use crate::core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
 use crate::ports::{
-    Directory, EventStore, KeyChanges, KeyUpdate, Meter, PortError, Resources, Revocation, RunStart,
+    AuditStore, Directory, EventStore, KeyChanges, KeyUpdate, Meter, PortError, Resources, Revocation,
+    RunStart,
 };
 
 pub struct D1Store {
@@ -42,14 +44,6 @@ impl D1Store {
 
     async fn first_key(&self, sql: &str, args: &[JsValue]) -> Result<Option<KeyRecord>, PortError> {
         Ok(self.rows(sql, args).await?.into_iter().next())
-    }
-
-    async fn key(&self, project_id: &str, key_id: &str) -> Result<Option<KeyRecord>, PortError> {
-        self.first_key(
-            &format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE id = ?1 AND project_id = ?2"),
-            &[text(key_id), text(project_id)],
-        )
-        .await
     }
 
     /// Runs statements as one D1 batch (one transaction); answers each statement's changed rows.
@@ -180,7 +174,7 @@ impl Directory for D1Store {
         if let Some(key) = updated {
             return Ok(KeyUpdate::Updated(key));
         }
-        Ok(match self.key(project_id, key_id).await? {
+        Ok(match self.find_key(project_id, key_id).await? {
             None => KeyUpdate::NotFound,
             Some(_) => KeyUpdate::Revoked,
         })
@@ -203,11 +197,19 @@ impl Directory for D1Store {
         if let Some(key) = revoked {
             return Ok(Revocation::Revoked(key));
         }
-        Ok(match self.key(project_id, key_id).await? {
+        Ok(match self.find_key(project_id, key_id).await? {
             None => Revocation::NotFound,
             Some(key) if key.is_revoked() => Revocation::AlreadyRevoked(key),
             Some(_) => Revocation::LastOwnerKey,
         })
+    }
+
+    async fn find_key(&self, project_id: &str, key_id: &str) -> Result<Option<KeyRecord>, PortError> {
+        self.first_key(
+            &format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE id = ?1 AND project_id = ?2"),
+            &[text(key_id), text(project_id)],
+        )
+        .await
     }
 
     async fn key_by_hash(&self, key_hash: &str) -> Result<Option<KeyRecord>, PortError> {
@@ -396,5 +398,224 @@ impl EventStore for D1Store {
             &[text(project_id), text(session_id), int(chunk.into()), text(data), int(now_ms)],
         )?;
         Ok(self.batch(vec![insert]).await? == [1])
+    }
+}
+
+const AUDIT_COLUMNS: &str = "ts, request_id, project_id, key_id, key_prefix, method, path, route, status,
+  response_bytes, response_time_ms, ip, user_agent, idempotency_key, replayed, original_request_id,
+  rate_limit_remaining, error_code";
+
+/// An audit row as SQLite returns it (booleans are integers).
+#[derive(serde::Deserialize)]
+struct AuditRecord {
+    ts: i64,
+    request_id: String,
+    project_id: Option<String>,
+    key_id: Option<String>,
+    key_prefix: Option<String>,
+    method: String,
+    path: String,
+    route: Option<String>,
+    status: u16,
+    response_bytes: u64,
+    response_time_ms: i64,
+    ip: Option<String>,
+    user_agent: Option<String>,
+    idempotency_key: Option<String>,
+    replayed: i64,
+    original_request_id: Option<String>,
+    rate_limit_remaining: Option<u32>,
+    error_code: Option<String>,
+}
+
+impl From<AuditRecord> for AuditRow {
+    fn from(r: AuditRecord) -> Self {
+        AuditRow {
+            ts: r.ts,
+            request_id: r.request_id,
+            project_id: r.project_id,
+            key_id: r.key_id,
+            key_prefix: r.key_prefix,
+            method: r.method,
+            path: r.path,
+            route: r.route,
+            status: r.status,
+            response_bytes: r.response_bytes,
+            response_time_ms: r.response_time_ms,
+            ip: r.ip,
+            user_agent: r.user_agent,
+            idempotency_key: r.idempotency_key,
+            replayed: r.replayed != 0,
+            original_request_id: r.original_request_id,
+            rate_limit_remaining: r.rate_limit_remaining,
+            error_code: r.error_code,
+        }
+    }
+}
+
+impl D1Store {
+    async fn audit_query(&self, sql: &str, args: &[JsValue]) -> Result<Vec<AuditRow>, PortError> {
+        let rows: Vec<AuditRecord> = self.rows(sql, args).await?;
+        Ok(rows.into_iter().map(AuditRow::from).collect())
+    }
+}
+
+impl AuditStore for D1Store {
+    async fn insert_audit_rows(&self, rows: &[AuditRow]) -> Result<(), PortError> {
+        let statements = rows
+            .iter()
+            .map(|r| {
+                self.statement(
+                    &format!(
+                        "INSERT OR IGNORE INTO audit_log ({AUDIT_COLUMNS})
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
+                    ),
+                    &[
+                        int(r.ts),
+                        text(&r.request_id),
+                        opt_text(r.project_id.as_deref()),
+                        opt_text(r.key_id.as_deref()),
+                        opt_text(r.key_prefix.as_deref()),
+                        text(&r.method),
+                        text(&r.path),
+                        opt_text(r.route.as_deref()),
+                        int(r.status.into()),
+                        int(r.response_bytes as i64),
+                        int(r.response_time_ms),
+                        opt_text(r.ip.as_deref()),
+                        opt_text(r.user_agent.as_deref()),
+                        opt_text(r.idempotency_key.as_deref()),
+                        int(r.replayed.into()),
+                        opt_text(r.original_request_id.as_deref()),
+                        opt_int(r.rate_limit_remaining.map(i64::from)),
+                        opt_text(r.error_code.as_deref()),
+                    ],
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.batch(statements).await?;
+        Ok(())
+    }
+
+    async fn audit_rows(
+        &self,
+        project_id: &str,
+        filter: &LogFilter,
+        page: &PageRequest,
+    ) -> Result<Vec<AuditRow>, PortError> {
+        // Every filter is bound (NULL = not filtering), so the statement text never varies.
+        let (status_min, status_max) = match filter.status.map(|s| s.range()) {
+            Some((a, b)) => (int(a.into()), int(b.into())),
+            None => (JsValue::NULL, JsValue::NULL),
+        };
+        let (after_ts, after_id) = after(page.after.as_ref());
+        self.audit_query(
+            &format!(
+                "SELECT {AUDIT_COLUMNS} FROM audit_log
+                 WHERE project_id = ?1
+                   AND (?2 IS NULL OR method = ?2)
+                   AND (?3 IS NULL OR status BETWEEN ?3 AND ?4)
+                   AND (?5 IS NULL OR path LIKE ?5 ESCAPE '\\')
+                   AND (?6 IS NULL OR request_id = ?6)
+                   AND (?7 IS NULL OR key_id = ?7)
+                   AND (?8 IS NULL OR idempotency_key = ?8)
+                   AND (?9 IS NULL OR ts >= ?9)
+                   AND (?10 IS NULL OR ts <= ?10)
+                   AND (?11 IS NULL OR (ts, request_id) < (?11, ?12))
+                 ORDER BY ts DESC, request_id DESC LIMIT ?13"
+            ),
+            &[
+                text(project_id),
+                opt_text(filter.method.as_deref()),
+                status_min,
+                status_max,
+                opt_text(filter.path_like.as_deref()),
+                opt_text(filter.request_id.as_deref()),
+                opt_text(filter.key_id.as_deref()),
+                opt_text(filter.idempotency_key.as_deref()),
+                opt_int(filter.from_ms),
+                opt_int(filter.to_ms),
+                after_ts,
+                after_id,
+                int(page.fetch_len() as i64),
+            ],
+        )
+        .await
+    }
+
+    async fn key_stats(
+        &self,
+        project_id: &str,
+        key_id: &str,
+        since_ms: i64,
+    ) -> Result<(Vec<DayCount>, Vec<EndpointCount>), PortError> {
+        let args = [text(project_id), text(key_id), int(since_ms)];
+        let days = self
+            .rows(
+                "SELECT date(ts / 1000, 'unixepoch') AS day, count(*) AS total,
+                        sum(status BETWEEN 400 AND 499) AS client_errors, sum(status >= 500) AS server_errors
+                 FROM audit_log WHERE project_id = ?1 AND key_id = ?2 AND ts >= ?3
+                 GROUP BY day ORDER BY day",
+                &args,
+            )
+            .await?;
+        let endpoints = self
+            .rows(
+                "SELECT method, coalesce(route, path) AS route, count(*) AS total, sum(status >= 400) AS errors
+                 FROM audit_log WHERE project_id = ?1 AND key_id = ?2 AND ts >= ?3
+                 GROUP BY method, coalesce(route, path) ORDER BY total DESC, route LIMIT 10",
+                &args,
+            )
+            .await?;
+        Ok((days, endpoints))
+    }
+
+    async fn expired_days(
+        &self,
+        before_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<(Option<String>, String)>, PortError> {
+        #[derive(serde::Deserialize)]
+        struct Day {
+            project_id: Option<String>,
+            day: String,
+        }
+        let days: Vec<Day> = self
+            .rows(
+                "SELECT DISTINCT project_id, date(ts / 1000, 'unixepoch') AS day FROM audit_log
+                 WHERE ts < ?1 ORDER BY day LIMIT ?2",
+                &[int(before_ms), int(limit as i64)],
+            )
+            .await?;
+        Ok(days.into_iter().map(|d| (d.project_id, d.day)).collect())
+    }
+
+    async fn expired_rows(
+        &self,
+        project_id: Option<&str>,
+        day: &str,
+        before_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<AuditRow>, PortError> {
+        let start = crate::app::audit_day_start(day).ok_or_else(|| PortError(format!("bad day {day}")))?;
+        self.audit_query(
+            &format!(
+                "SELECT {AUDIT_COLUMNS} FROM audit_log
+                 WHERE project_id IS ?1 AND ts >= ?2 AND ts < min(?3, ?4)
+                 ORDER BY ts, request_id LIMIT ?5"
+            ),
+            &[opt_text(project_id), int(start), int(start + 86_400_000), int(before_ms), int(limit as i64)],
+        )
+        .await
+    }
+
+    async fn delete_audit_rows(&self, request_ids: &[String]) -> Result<(), PortError> {
+        let ids = serde_json::to_string(request_ids).map_err(PortError::from_display)?;
+        let delete = self.statement(
+            "DELETE FROM audit_log WHERE request_id IN (SELECT value FROM json_each(?1))",
+            &[text(&ids)],
+        )?;
+        self.batch(vec![delete]).await?;
+        Ok(())
     }
 }

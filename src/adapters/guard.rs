@@ -58,7 +58,7 @@ impl KeyGuard for GuardClient {
             GuardAnswer::Decided { key, verdict, usage, claim } => {
                 Ok(Authorization::Admitted(Box::new(Admission { key, verdict, usage, claim })))
             }
-            GuardAnswer::Denied => Ok(Authorization::Denied),
+            GuardAnswer::Denied { key } => Ok(Authorization::Denied(key.map(Box::new))),
             other => Err(unexpected(other)),
         }
     }

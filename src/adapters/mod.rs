@@ -1,6 +1,8 @@
 //! Thin adapters: the only code that touches `worker::{Env, D1Database, Stub, …}`. Each implements
 //! a port of `crate::ports` and converts, nothing more.
 
+pub mod archive;
+pub mod audit;
 pub mod body;
 pub mod d1;
 pub mod env;

@@ -119,7 +119,9 @@ impl<P: Ports> Gateway<'_, P> {
         let warning = accept_events(&self.ledger, &self.events, &namespace, valid, &mut outcome)
             .await
             .map_err(|e| ApiError::internal(format!("events queue: {e}")))?;
-        Ok(Reply { status: 202, body: outcome.view(), log: warning.map(|e| format!("event ledger: {e}")) })
+        let mut reply = Reply::accepted(outcome.view());
+        reply.log = warning.map(|e| format!("event ledger: {e}"));
+        Ok(reply)
     }
 
     /// Links the ids and records an `identify` event under a fresh server id, on every call.

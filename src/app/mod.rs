@@ -3,7 +3,10 @@
 //! the response. Generic over the ports, so it runs the same over Durable Objects, D1 and KV in
 //! the worker and over in-memory fakes in native tests.
 
+mod audit;
 pub mod ingest;
+
+pub use audit::{day_start as audit_day_start, enforce_retention, store_rows as store_audit_rows};
 mod keys;
 mod projects;
 mod resources;
@@ -12,6 +15,7 @@ use serde_json::{json, Value};
 
 use crate::config::Config;
 use crate::core::api_key::{self, KeyRecord};
+use crate::core::audit::{clip_user_agent, redacted_path, AuditRow};
 use crate::core::encoding::uuid_v4;
 use crate::core::error::{ApiError, ErrorCode};
 use crate::core::idempotency::{self, ClaimDecision, StoredResponse};
@@ -28,6 +32,9 @@ pub struct ApiRequest<B> {
     pub path: String,
     /// Decoded query pairs, in order.
     pub query: Vec<(String, String)>,
+    /// The query string as sent (for the audit log, redacted there).
+    pub raw_query: Option<String>,
+    pub user_agent: Option<String>,
     pub authorization: Option<String>,
     /// The `Idempotency-Key` header as received (repeats joined with `, ` by the runtime).
     pub idempotency_key: Option<String>,
@@ -48,6 +55,8 @@ pub struct ApiResponse {
     pub internal_error: Option<String>,
     /// Work to finish after the response is sent (`ctx.wait_until`).
     pub settlement: Option<Settlement>,
+    /// The request's audit row; the caller adds the response time and sends it off the hot path.
+    pub audit: AuditRow,
 }
 
 /// The end of an idempotency claim, done after the response: store and complete on 2xx,
@@ -61,20 +70,29 @@ pub enum Settlement {
 /// A successful answer before it becomes bytes.
 pub struct Reply {
     pub status: u16,
-    pub body: Value,
+    pub body: Payload,
     /// Something the operator should see in the log although the request succeeded.
     pub log: Option<String>,
 }
 
+pub enum Payload {
+    Json(Value),
+    /// A download, e.g. an audit archive.
+    File {
+        content_type: &'static str,
+        bytes: Vec<u8>,
+    },
+}
+
 impl Reply {
     pub fn ok(body: Value) -> Self {
-        Reply { status: 200, body, log: None }
+        Reply { status: 200, body: Payload::Json(body), log: None }
     }
     pub fn created(body: Value) -> Self {
-        Reply { status: 201, body, log: None }
+        Reply { status: 201, body: Payload::Json(body), log: None }
     }
     pub fn accepted(body: Value) -> Self {
-        Reply { status: 202, body, log: None }
+        Reply { status: 202, body: Payload::Json(body), log: None }
     }
 }
 
@@ -107,8 +125,8 @@ impl Call<'_> {
     }
 }
 
-/// The pipeline over its ports: key guards, the D1 store, the response store, the event ledger
-/// and the events queue.
+/// The pipeline over its ports: key guards, the D1 store, the response store, the event ledger,
+/// the events queue and the audit archive.
 pub struct Gateway<'c, P: Ports> {
     pub config: &'c Config,
     pub guard: P::Guard,
@@ -116,10 +134,20 @@ pub struct Gateway<'c, P: Ports> {
     pub responses: P::Responses,
     pub ledger: P::Ledger,
     pub events: P::Events,
+    pub archive: P::Archive,
 }
 
 /// A refusal during authentication, with the key's usage when the key itself was valid.
 type Refusal = (Option<Usage>, ApiError);
+
+/// What the audit row needs to know of how the request went, filled in as it goes.
+#[derive(Default)]
+struct Trace {
+    route: Option<&'static str>,
+    /// The key the request was made with, when one was recognised (revoked ones included).
+    key: Option<KeyRecord>,
+    idempotency_key: Option<String>,
+}
 
 /// An admitted caller: the key (none on public and admin routes), its usage, and its claim.
 struct Caller {
@@ -148,11 +176,36 @@ impl<P: Ports> Gateway<'_, P> {
         let request_id = uuid_v4(random());
         let replays_created_as_ok =
             match_route(&req.method, &req.path).is_ok_and(|m| m.route.id == RouteId::DeployMarker);
-        let served = self.serve(req, &request_id).await;
-        let mut response = respond(request_id, served.usage, served.answer, replays_created_as_ok);
+        let mut audit = AuditRow::new(
+            request_id.clone(),
+            req.now_ms,
+            req.method.clone(),
+            redacted_path(&req.path, req.raw_query.as_deref()),
+        );
+        audit.ip = req.client_ip.clone();
+        audit.user_agent = clip_user_agent(req.user_agent.as_deref());
+        let mut trace = Trace::default();
+        let served = self.serve(req, &request_id, &mut trace).await;
+        audit.route = trace.route.map(str::to_owned);
+        if let Some(key) = trace.key {
+            audit.project_id = Some(key.project_id);
+            audit.key_id = Some(key.id);
+            audit.key_prefix = Some(key.prefix);
+        }
+        audit.idempotency_key = trace.idempotency_key;
+        audit.rate_limit_remaining = served.usage.map(|u| u.remaining);
+        match &served.answer {
+            Ok(Answer::Replay(stored)) => {
+                audit.replayed = true;
+                audit.original_request_id = Some(stored.request_id.clone());
+            }
+            Err(e) => audit.error_code = Some(e.code.as_str().to_owned()),
+            Ok(Answer::Reply(_)) => {}
+        }
+        let mut response = respond(request_id, served.usage, served.answer, replays_created_as_ok, audit);
         if let Some((key_hash, api_key_id, claim)) = served.taken_claim {
             response.settlement = Some(if (200..300).contains(&response.status) {
-                let body = String::from_utf8(response.body.clone()).expect("JSON is UTF-8");
+                let body = String::from_utf8_lossy(&response.body).into_owned();
                 let stored =
                     StoredResponse { status: response.status, body, request_id: response.request_id.clone() };
                 Settlement::Complete { key_hash, api_key_id, claim, response: stored }
@@ -176,25 +229,27 @@ impl<P: Ports> Gateway<'_, P> {
         }
     }
 
-    async fn serve<B: RequestBody>(&self, req: ApiRequest<B>, request_id: &str) -> Served {
+    async fn serve<B: RequestBody>(&self, req: ApiRequest<B>, request_id: &str, trace: &mut Trace) -> Served {
         let matched = match match_route(&req.method, &req.path) {
             Ok(m) => m,
             Err(miss) => return Served::early(None, route_miss(miss, &req)),
         };
         let route = matched.route;
+        trace.route = Some(route.template);
         let body = match read_body(route, req.body).await {
             Ok(body) => body,
             Err(e) => return Served::early(None, e),
         };
         // A bad header is answered only after authentication (SPEC §3 order), so keep the error.
         let idempotency_key = idempotency::parse_key(req.idempotency_key.as_deref(), route.idempotency);
+        trace.idempotency_key = idempotency_key.as_ref().ok().cloned().flatten();
         let claim = idempotency_key.as_ref().ok().cloned().flatten().map(|key| ClaimRequest {
             fingerprint: idempotency::fingerprint(&req.method, &req.path, &body),
             idempotency_key: key,
             request_id: request_id.to_owned(),
         });
         let caller = match self
-            .authenticate(route, &req.authorization, req.client_ip.as_deref(), claim.as_ref())
+            .authenticate(route, &req.authorization, req.client_ip.as_deref(), claim.as_ref(), trace)
             .await
         {
             Ok(caller) => caller,
@@ -260,6 +315,7 @@ impl<P: Ports> Gateway<'_, P> {
         authorization: &Option<String>,
         client_ip: Option<&str>,
         claim: Option<&ClaimRequest>,
+        trace: &mut Trace,
     ) -> Result<Caller, Refusal> {
         let anonymous = Caller { key: None, key_hash: None, usage: None, claim: None };
         let token = authorization.as_deref().and_then(api_key::bearer_token);
@@ -283,9 +339,13 @@ impl<P: Ports> Gateway<'_, P> {
         };
         let key_hash = api_key::hash(self.config.key_pepper.as_bytes(), token);
         let Admission { key, verdict, usage, claim } = match self.guard.authorize(&key_hash, claim).await {
-            Ok(Authorization::Admitted(admission)) => *admission,
-            Ok(Authorization::Denied) => {
-                return Err((None, self.refuse(client_ip, ApiError::invalid_api_key()).await))
+            Ok(Authorization::Admitted(admission)) => {
+                trace.key = Some(admission.key.clone());
+                *admission
+            }
+            Ok(Authorization::Denied(revoked)) => {
+                trace.key = revoked.map(|k| *k);
+                return Err((None, self.refuse(client_ip, ApiError::invalid_api_key()).await));
             }
             Err(e) => return Err((None, unavailable(e))),
         };
@@ -369,6 +429,11 @@ impl<P: Ports> Gateway<'_, P> {
             RouteId::Identify => self.identify(call).await,
             RouteId::Alias => self.alias(call).await,
             RouteId::Replay => self.replay_chunk(call).await,
+            RouteId::ListLogs => self.list_logs(call).await,
+            RouteId::GetLog => self.get_log(call).await,
+            RouteId::KeyStats => self.key_stats(call).await,
+            RouteId::ListArchives => self.list_archives(call).await,
+            RouteId::GetArchive => self.get_archive(call).await,
         }
     }
 }
@@ -431,8 +496,11 @@ fn unavailable(e: PortError) -> ApiError {
 }
 
 /// The response for a failure before the pipeline could start (e.g. bad configuration).
-pub fn failure(error: ApiError) -> ApiResponse {
-    respond(uuid_v4(random()), None, Err(error), false)
+pub fn failure(error: ApiError, method: &str, path: &str, now_ms: i64) -> ApiResponse {
+    let request_id = uuid_v4(random());
+    let mut audit = AuditRow::new(request_id.clone(), now_ms, method.to_owned(), path.to_owned());
+    audit.error_code = Some(error.code.as_str().to_owned());
+    respond(request_id, None, Err(error), false, audit)
 }
 
 fn respond(
@@ -440,20 +508,27 @@ fn respond(
     usage: Option<Usage>,
     answer: Result<Answer, ApiError>,
     replays_created_as_ok: bool,
+    mut audit: AuditRow,
 ) -> ApiResponse {
-    let mut headers =
-        vec![("content-type", "application/json".to_owned()), ("x-request-id", request_id.clone())];
+    let mut content_type = "application/json";
+    let mut headers = vec![("x-request-id", request_id.clone())];
     if let Some(usage) = usage {
         headers.extend(usage.headers());
     }
     let (status, body, internal_error) = match answer {
-        Ok(Answer::Reply(reply)) => (reply.status, reply.body.to_string(), reply.log),
+        Ok(Answer::Reply(Reply { status, body: Payload::Json(body), log })) => {
+            (status, body.to_string().into_bytes(), log)
+        }
+        Ok(Answer::Reply(Reply { status, body: Payload::File { content_type: file_type, bytes }, log })) => {
+            content_type = file_type;
+            (status, bytes, log)
+        }
         Ok(Answer::Replay(stored)) => {
             headers.push(("idempotent-replayed", "1".to_owned()));
             headers.push(("idempotency-replayed", "true".to_owned()));
             headers.push(("x-original-request-id", stored.request_id));
             let status = if replays_created_as_ok && stored.status == 201 { 200 } else { stored.status };
-            (status, stored.body, None)
+            (status, stored.body.into_bytes(), None)
         }
         Err(e) => {
             if let Some(seconds) = e.retry_after {
@@ -462,10 +537,13 @@ fn respond(
             if !e.allow.is_empty() {
                 headers.push(("allow", e.allow.join(", ")));
             }
-            (e.status(), e.body(&request_id).to_string(), e.internal.clone())
+            (e.status(), e.body(&request_id).to_string().into_bytes(), e.internal.clone())
         }
     };
-    ApiResponse { status, headers, body: body.into_bytes(), request_id, internal_error, settlement: None }
+    headers.insert(0, ("content-type", content_type.to_owned()));
+    audit.status = status;
+    audit.response_bytes = body.len() as u64;
+    ApiResponse { status, headers, body, request_id, internal_error, settlement: None, audit }
 }
 
 /// `N` bytes from the platform's CSPRNG (Web Crypto in the worker).

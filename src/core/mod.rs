@@ -2,6 +2,7 @@
 //! bytes as arguments and return decisions, so every rule here is unit-tested natively.
 
 pub mod api_key;
+pub mod audit;
 pub mod encoding;
 pub mod error;
 pub mod events;

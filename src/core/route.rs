@@ -31,6 +31,11 @@ pub enum RouteId {
     Identify,
     Alias,
     Replay,
+    ListLogs,
+    ListArchives,
+    GetArchive,
+    GetLog,
+    KeyStats,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +91,11 @@ pub const ROUTES: &[Route] = &[
     route(RouteId::ListKeys, "GET", "/public/v1/keys", OWNER),
     route(RouteId::UpdateKey, "PATCH", "/public/v1/keys/{id}", OWNER),
     route(RouteId::RevokeKey, "DELETE", "/public/v1/keys/{id}", OWNER),
+    route(RouteId::KeyStats, "GET", "/public/v1/keys/{id}/stats", OWNER),
+    route(RouteId::ListLogs, "GET", "/public/v1/logs", OWNER),
+    route(RouteId::ListArchives, "GET", "/public/v1/logs/archives", OWNER),
+    route(RouteId::GetArchive, "GET", "/public/v1/logs/archives/{date}", OWNER),
+    route(RouteId::GetLog, "GET", "/public/v1/logs/{request_id}", OWNER),
     route(RouteId::CreateContact, "POST", "/public/v1/contacts", RESOURCES),
     route(RouteId::ListContacts, "GET", "/public/v1/contacts", RESOURCES),
     route(RouteId::BulkContacts, "POST", "/public/v1/contacts/bulk", RESOURCES),

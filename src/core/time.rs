@@ -35,9 +35,85 @@ pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// Unix ms of an RFC 3339 timestamp (`2026-11-29T08:48:32Z`, fractional seconds and a `±hh:mm`
+/// offset allowed; a space or `t` for `T`, `z` for `Z`).
+pub fn parse_rfc3339(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b'T' | b't' | b' ')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let t = s.get(r)?;
+        t.bytes().all(|c| c.is_ascii_digit()).then(|| t.parse().ok())?
+    };
+    let (y, mo, d, h, mi, sec) =
+        (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
+        return None;
+    }
+    let mut i = 19;
+    let mut millis = 0;
+    if b.get(i) == Some(&b'.') {
+        let start = i + 1;
+        i = start;
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        if i == start {
+            return None;
+        }
+        let frac = &s[start..i.min(start + 3)];
+        millis = frac.parse::<i64>().ok()? * 10_i64.pow(3 - frac.len() as u32);
+    }
+    let offset_min = match &s[i..] {
+        "Z" | "z" => 0,
+        tz if tz.len() == 6 && matches!(tz.as_bytes()[0], b'+' | b'-') && tz.as_bytes()[3] == b':' => {
+            let sign = if tz.starts_with('-') { -1 } else { 1 };
+            sign * (num(i + 1..i + 3)? * 60 + num(i + 4..i + 6)?)
+        }
+        _ => return None,
+    };
+    let days = days_from_civil(y, mo as u32, d as u32);
+    Some(((days * 86_400 + h * 3600 + mi * 60 + sec) - offset_min * 60) * 1000 + millis)
+}
+
+/// `YYYY-MM-DD` of a Unix time in ms (UTC).
+pub fn utc_date(ms: i64) -> String {
+    let (y, m, d) = civil_from_days(ms.div_euclid(86_400_000));
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_rfc3339_with_fractions_and_offsets() {
+        assert_eq!(parse_rfc3339("2026-11-29T08:48:32.123Z"), Some(1_795_942_112_123));
+        assert_eq!(parse_rfc3339("2026-11-29T08:48:32Z"), Some(1_795_942_112_000));
+        assert_eq!(parse_rfc3339("2026-11-29T09:48:32.1+01:00"), Some(1_795_942_112_100));
+        assert_eq!(parse_rfc3339("2026-11-29 08:48:32.123456z"), Some(1_795_942_112_123));
+        for bad in [
+            "",
+            "2026-11-29",
+            "2026-13-29T08:48:32Z",
+            "2026-11-29T08:48:32",
+            "2026-11-29T08:48:32.Z",
+            "x026-11-29T08:48:32Z",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+        for ms in [0, 951_782_400_000, 1_795_942_112_123] {
+            assert_eq!(parse_rfc3339(&rfc3339(ms)), Some(ms));
+        }
+        assert_eq!(utc_date(1_795_942_112_123), "2026-11-29");
+    }
 
     #[test]
     fn renders_rfc3339_utc_with_millis() {

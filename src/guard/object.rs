@@ -91,7 +91,7 @@ impl DurableObject for KeyGuardObject {
                     };
                     GuardAnswer::Decided { key, verdict, usage, claim }
                 }
-                _ => GuardAnswer::Denied,
+                revoked => GuardAnswer::Denied { key: revoked },
             },
             GuardCommand::Invalidate { .. } => {
                 self.epoch.set(self.epoch.get() + 1);

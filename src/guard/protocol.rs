@@ -46,8 +46,10 @@ pub enum GuardAnswer {
         usage: Usage,
         claim: Option<ClaimDecision>,
     },
-    /// No such key, or revoked.
-    Denied,
+    /// No such key (`None`), or revoked (its record).
+    Denied {
+        key: Option<KeyRecord>,
+    },
     Done,
     /// Failures from the client address so far in this minute, against the allowance.
     AuthFailure {
@@ -69,8 +71,8 @@ mod tests {
         );
         let c: GuardCommand = serde_json::from_str(r#"{"command":"record_auth_failure"}"#).unwrap();
         assert_eq!(c, GuardCommand::RecordAuthFailure);
-        let a: GuardAnswer = serde_json::from_str(r#"{"answer":"denied"}"#).unwrap();
-        assert_eq!(a, GuardAnswer::Denied);
+        let a: GuardAnswer = serde_json::from_str(r#"{"answer":"denied","key":null}"#).unwrap();
+        assert_eq!(a, GuardAnswer::Denied { key: None });
         let d: ClaimDecision = serde_json::from_str(r#"{"claim":"replay","response":null}"#).unwrap();
         assert_eq!(d, ClaimDecision::Replay { response: None });
     }

@@ -13,10 +13,13 @@ pub fn api_request(req: Request, now_ms: i64) -> Result<ApiRequest<WorkerBody>> 
     let authorization = req.headers().get("authorization")?;
     let client_ip = req.headers().get("cf-connecting-ip")?;
     let idempotency_key = req.headers().get("idempotency-key")?;
+    let user_agent = req.headers().get("user-agent")?;
     Ok(ApiRequest {
         method,
         path: url.path().to_owned(),
         query,
+        raw_query: url.query().map(str::to_owned),
+        user_agent,
         authorization,
         idempotency_key,
         client_ip,

@@ -1,0 +1,82 @@
+//! The [`Archive`] port over R2 (`ARCHIVE`). Compression uses the runtime's own
+//! `CompressionStream`, so no deflate implementation is compiled into the wasm.
+
+use wasm_bindgen::prelude::wasm_bindgen;
+use wasm_bindgen::JsValue;
+use worker::{Bucket, HttpMetadata};
+
+use crate::ports::{Archive, ArchiveObject, PortError};
+
+pub const BINDING: &str = "ARCHIVE";
+
+#[wasm_bindgen(inline_js = r#"
+export async function gzip(bytes) {
+  const stream = new Blob([bytes]).stream().pipeThrough(new CompressionStream("gzip"));
+  return new Uint8Array(await new Response(stream).arrayBuffer());
+}"#)]
+extern "C" {
+    #[wasm_bindgen(catch)]
+    async fn gzip(bytes: &[u8]) -> Result<JsValue, JsValue>;
+}
+
+pub struct R2Archive {
+    bucket: Bucket,
+}
+
+impl R2Archive {
+    pub fn new(bucket: Bucket) -> Self {
+        Self { bucket }
+    }
+}
+
+fn js_error(e: JsValue) -> PortError {
+    PortError(format!("{e:?}"))
+}
+
+impl Archive for R2Archive {
+    async fn append(&self, key: &str, ndjson: &[u8]) -> Result<(), PortError> {
+        let member = js_sys::Uint8Array::new(&gzip(ndjson).await.map_err(js_error)?).to_vec();
+        // A gzip file may hold several members; readers decompress them as one stream.
+        let mut bytes = self.get(key).await?.unwrap_or_default();
+        bytes.extend_from_slice(&member);
+        let metadata = HttpMetadata { content_type: Some("application/gzip".into()), ..Default::default() };
+        self.bucket
+            .put(key, bytes)
+            .http_metadata(metadata)
+            .execute()
+            .await
+            .map_err(PortError::from_display)?;
+        Ok(())
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<ArchiveObject>, PortError> {
+        let mut objects = Vec::new();
+        let mut cursor = None;
+        loop {
+            let mut request = self.bucket.list().prefix(prefix);
+            if let Some(c) = cursor {
+                request = request.cursor(c);
+            }
+            let page = request.execute().await.map_err(PortError::from_display)?;
+            objects.extend(page.objects().iter().map(|o| ArchiveObject {
+                key: o.key(),
+                size: o.size(),
+                uploaded_ms: o.uploaded().as_millis() as i64,
+            }));
+            match page.cursor() {
+                Some(c) if page.truncated() => cursor = Some(c),
+                _ => return Ok(objects),
+            }
+        }
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, PortError> {
+        let Some(object) = self.bucket.get(key).execute().await.map_err(PortError::from_display)? else {
+            return Ok(None);
+        };
+        match object.body() {
+            Some(body) => Ok(Some(body.bytes().await.map_err(PortError::from_display)?)),
+            None => Ok(Some(Vec::new())),
+        }
+    }
+}

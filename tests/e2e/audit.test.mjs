@@ -1,0 +1,196 @@
+// SPEC §9 end to end: one audit row per request (errors and replays included), redaction, the
+// log's filters and pagination, per-key statistics, and retention to R2.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { gunzipSync } from 'node:zlib';
+import {
+  BASE, assertError, call, createKey, createProject, d1, eventually, idemKey, listAll, sleep,
+} from './harness.mjs';
+
+/** A project whose owner key is lifted to the business plan, so the test can make many calls. */
+async function auditProject() {
+  const project = await createProject();
+  const patched = await call('PATCH', `/public/v1/keys/${project.owner.id}`, { key: project.owner.key, body: { plan: 'business' } });
+  assert.equal(patched.status, 200, patched.text);
+  const server = await createKey(project.owner.key, 'server', { plan: 'business' });
+  return { ...project, server };
+}
+
+/** The project's log rows, once it holds at least `count` (the consumer writes in batches). */
+async function logRows(ownerKey, count, query = '') {
+  let rows = [];
+  await eventually(async () => {
+    rows = await listAll(`/public/v1/logs${query}`, ownerKey);
+    return rows.length >= count;
+  }, 20_000);
+  return rows;
+}
+
+test('every request gets exactly one row: 2xx, 401, 404, 422, 429 and a replay, with their fields', async () => {
+  const { owner, server } = await auditProject();
+  const slow = await createKey(owner.key, 'server', { rate_limit_per_minute: 1 });
+  const revoked = await createKey(owner.key, 'server');
+  assert.equal((await call('DELETE', `/public/v1/keys/${revoked.id}`, { key: owner.key })).status, 200);
+  await sleep(50);
+  const before = await logRows(owner.key, 5);
+
+  const idem = idemKey();
+  const made = [
+    await call('POST', '/public/v1/contacts', { key: server.key, idem, body: { name: 'Logged' }, headers: { 'user-agent': 'audit-test/1.0' } }),
+    await call('POST', '/public/v1/contacts', { key: server.key, idem, body: { name: 'Logged' } }), // replay
+    await call('GET', '/public/v1/me', { key: revoked.key }), // 401, attributed to the revoked key
+    await call('GET', '/public/v1/contacts/con_missing', { key: server.key }), // 404
+    await call('POST', '/public/v1/contacts', { key: server.key, body: {} }), // 422
+    await call('GET', '/public/v1/me', { key: slow.key }),
+    await call('GET', '/public/v1/me', { key: slow.key }), // 429
+  ];
+  assert.deepEqual(made.map((r) => r.status), [201, 201, 401, 404, 422, 200, 429]);
+  const ids = made.map((r) => r.headers.get('x-request-id'));
+
+  const rows = await logRows(owner.key, before.length + made.length);
+  const mine = rows.filter((r) => ids.includes(r.request_id));
+  assert.equal(mine.length, made.length, 'exactly one row per request');
+  assert.equal(new Set(rows.map((r) => r.request_id)).size, rows.length, 'no request twice');
+  const byId = Object.fromEntries(mine.map((r) => [r.request_id, r]));
+
+  const created = byId[ids[0]];
+  assert.equal(created.method, 'POST');
+  assert.equal(created.path, '/public/v1/contacts');
+  assert.equal(created.route, '/public/v1/contacts');
+  assert.equal(created.status, 201);
+  assert.equal(created.key_id, server.id);
+  assert.equal(created.key_prefix, server.prefix);
+  assert.equal(created.idempotency_key, idem);
+  assert.equal(created.replayed, false);
+  assert.equal(created.user_agent, 'audit-test/1.0');
+  assert.equal(created.response_bytes, Buffer.byteLength(made[0].text));
+  assert.equal(created.rate_limit_remaining, Number(made[0].headers.get('x-ratelimit-remaining')));
+  assert.ok(created.ip, 'the client address is kept');
+  assert.ok(created.response_time_ms >= 0);
+
+  const replay = byId[ids[1]];
+  assert.deepEqual([replay.replayed, replay.original_request_id], [true, ids[0]]);
+  assert.deepEqual([byId[ids[2]].status, byId[ids[2]].error_code, byId[ids[2]].key_id], [401, 'INVALID_API_KEY', revoked.id]);
+  assert.deepEqual([byId[ids[3]].route, byId[ids[3]].error_code], ['/public/v1/contacts/{id}', 'NOT_FOUND']);
+  assert.equal(byId[ids[4]].error_code, 'VALIDATION_ERROR');
+  assert.deepEqual([byId[ids[6]].status, byId[ids[6]].error_code, byId[ids[6]].rate_limit_remaining], [429, 'RATE_LIMIT_EXCEEDED', 0]);
+  assert.ok(!JSON.stringify(mine).includes('Logged'), 'no body in any row');
+
+  const one = await call('GET', `/public/v1/logs/${ids[3]}`, { key: owner.key });
+  assert.equal(one.status, 200);
+  assert.equal(one.body.request_id, ids[3]);
+  assertError(await call('GET', '/public/v1/logs/not-a-request', { key: owner.key }), 404, 'NOT_FOUND');
+});
+
+test('secret query values are stored REDACTED; the rest of the query is kept', async () => {
+  const { owner, server } = await auditProject();
+  const res = await call('GET', '/public/v1/contacts?api_key=abc&token=x&page=2', { key: server.key });
+  const id = res.headers.get('x-request-id');
+  const rows = await eventually(async () => {
+    const r = await call('GET', `/public/v1/logs?request_id=${id}`, { key: owner.key });
+    return r.body.data.length ? r.body.data : null;
+  });
+  assert.equal(rows[0].path, '/public/v1/contacts?api_key=REDACTED&token=REDACTED&page=2');
+});
+
+test('filters: method, status class, exact status, path glob, request_id, idempotency key, key_id, time', async () => {
+  const { owner, server } = await auditProject();
+  const idem = idemKey();
+  const contact = await call('POST', '/public/v1/contacts', { key: server.key, idem, body: { name: 'F' } });
+  await call('GET', `/public/v1/contacts/${contact.body.id}`, { key: server.key });
+  await call('GET', '/public/v1/contacts/con_nope', { key: server.key });
+  await call('POST', '/public/v1/messages', { key: server.key, body: { contact_id: 'con_nope', text: 'x' } });
+  const all = await logRows(owner.key, 6);
+  const q = async (query) => listAll(`/public/v1/logs?${query}`, owner.key);
+
+  assert.ok((await q('method=POST')).every((r) => r.method === 'POST'));
+  const c4 = await q('status=4xx');
+  assert.deepEqual(c4.map((r) => r.status).sort(), [404, 422]);
+  assert.ok((await q('status=2xx')).every((r) => r.status >= 200 && r.status < 300));
+  assert.deepEqual((await q('status=404')).map((r) => r.path), ['/public/v1/contacts/con_nope']);
+  assert.equal((await q('status=5xx')).length, 0);
+  const glob = await q(`path=${encodeURIComponent('/public/v1/contacts/*')}`);
+  assert.deepEqual(glob.map((r) => r.path).sort(), [`/public/v1/contacts/${contact.body.id}`, '/public/v1/contacts/con_nope'].sort());
+  const byRequest = await q(`request_id=${contact.headers.get('x-request-id')}`);
+  assert.deepEqual(byRequest.map((r) => r.status), [201]);
+  assert.deepEqual((await q(`idempotency_key=${idem}`)).map((r) => r.request_id), [contact.headers.get('x-request-id')]);
+  assert.ok((await q(`key_id=${server.id}`)).every((r) => r.key_id === server.id));
+  const newest = Date.parse(all[0].ts);
+  assert.ok((await q(`from=${new Date(newest + 1).toISOString()}`)).length === 0);
+  assert.equal((await q(`to=${newest}`)).length, all.length);
+  assertError(await call('GET', '/public/v1/logs?status=6xx', { key: owner.key }), 400, 'VALIDATION_ERROR');
+  assertError(await call('GET', '/public/v1/logs?limit=201', { key: owner.key }), 400, 'VALIDATION_ERROR');
+  assertError(await call('GET', '/public/v1/logs', { key: server.key }), 403, 'FORBIDDEN');
+});
+
+test('paging through a few hundred rows returns each exactly once, newest first', async () => {
+  const { owner, server } = await auditProject();
+  const ids = new Set();
+  for (let round = 0; round < 10; round++) {
+    const batch = await Promise.all(Array.from({ length: 25 }, () => call('GET', '/public/v1/me', { key: server.key })));
+    batch.forEach((r) => ids.add(r.headers.get('x-request-id')));
+  }
+  await logRows(owner.key, 250, `?key_id=${server.id}`);
+  const seen = [];
+  let cursor = null;
+  do {
+    const page = await call('GET', `/public/v1/logs?key_id=${server.id}&limit=37${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, { key: owner.key });
+    assert.equal(page.status, 200, page.text);
+    seen.push(...page.body.data);
+    cursor = page.body.next_cursor;
+  } while (cursor);
+  assert.equal(seen.length, 250);
+  assert.deepEqual(new Set(seen.map((r) => r.request_id)), ids);
+  const times = seen.map((r) => Date.parse(r.ts));
+  assert.deepEqual(times, [...times].sort((a, b) => b - a));
+});
+
+test('key statistics count the rows, split 4xx/5xx by day and group endpoints by route template', async () => {
+  const { owner, server } = await auditProject();
+  const contacts = [];
+  for (let i = 0; i < 3; i++) contacts.push((await call('POST', '/public/v1/contacts', { key: server.key, body: { name: `S${i}` } })).body);
+  for (const c of contacts) await call('GET', `/public/v1/contacts/${c.id}`, { key: server.key });
+  await call('GET', '/public/v1/contacts/con_none', { key: server.key });
+  await logRows(owner.key, 7, `?key_id=${server.id}`);
+
+  const stats = await call('GET', `/public/v1/keys/${server.id}/stats?days=7`, { key: owner.key });
+  assert.equal(stats.status, 200, stats.text);
+  assert.equal(stats.body.daily.length, 7);
+  const today = stats.body.daily[6];
+  assert.equal(today.date, new Date().toISOString().slice(0, 10));
+  assert.deepEqual([today.total, today['4xx'], today['5xx']], [7, 1, 0]);
+  assert.equal(stats.body.total, 7);
+  assert.equal(stats.body.error_share, 1 / 7);
+  const top = stats.body.top_endpoints;
+  assert.deepEqual(top[0], { method: 'GET', route: '/public/v1/contacts/{id}', total: 4, errors: 1 });
+  assert.deepEqual(top[1], { method: 'POST', route: '/public/v1/contacts', total: 3, errors: 0 });
+  assertError(await call('GET', '/public/v1/keys/key_other/stats', { key: owner.key }), 404, 'NOT_FOUND');
+  assertError(await call('GET', `/public/v1/keys/${server.id}/stats?days=0`, { key: owner.key }), 400, 'VALIDATION_ERROR');
+});
+
+test('retention: the daily cron moves rows past AUDIT_RETENTION_DAYS to R2 as gzip NDJSON, then deletes them', async () => {
+  const { projectId, owner } = await auditProject();
+  const day = 86_400_000;
+  const old = Date.UTC(2026, 0, 15, 10, 0, 0); // far past 90 days
+  const rows = [0, 1, 2].map((i) => ({ request_id: `old-${projectId}-${i}`, ts: old + i * 1000 }));
+  const values = rows.map((r) => `('${r.request_id}', ${r.ts}, '${projectId}', 'GET', '/public/v1/me', 200, 10, 1, 0)`).join(', ');
+  await d1(`INSERT INTO audit_log (request_id, ts, project_id, method, path, status, response_bytes, response_time_ms, replayed) VALUES ${values}`);
+  assert.equal((await listAll('/public/v1/logs?to=' + (old + day), owner.key)).length, 3);
+
+  const cron = await fetch(`${BASE}/cdn-cgi/handler/scheduled?cron=${encodeURIComponent('17 3 * * *')}`);
+  assert.equal(cron.status, 200);
+  const gone = await eventually(async () => (await listAll('/public/v1/logs?to=' + (old + day), owner.key)).length === 0);
+  assert.equal(gone, true, 'archived rows leave D1');
+
+  const archives = await call('GET', '/public/v1/logs/archives', { key: owner.key });
+  assert.equal(archives.status, 200, archives.text);
+  assert.deepEqual(archives.body.data.map((a) => a.date), ['2026-01-15']);
+  const download = await fetch(`${BASE}/public/v1/logs/archives/2026-01-15`, { headers: { authorization: `Bearer ${owner.key}` } });
+  assert.equal(download.status, 200);
+  assert.equal(download.headers.get('content-type'), 'application/gzip');
+  const lines = gunzipSync(Buffer.from(await download.arrayBuffer())).toString('utf8').trim().split('\n').map((l) => JSON.parse(l));
+  assert.deepEqual(lines.map((l) => [l.request_id, l.ts]), rows.map((r) => [r.request_id, r.ts]));
+  assertError(await call('GET', '/public/v1/logs/archives/2026-01-16', { key: owner.key }), 404, 'NOT_FOUND');
+  // Recent rows stay.
+  assert.ok((await listAll('/public/v1/logs', owner.key)).length > 0);
+});
