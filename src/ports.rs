@@ -12,6 +12,7 @@ use crate::core::idempotency::{ClaimDecision, StoredResponse};
 use crate::core::page::PageRequest;
 use crate::core::rate_limit::{Usage, Verdict};
 use crate::core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
+use crate::core::webhook::{Attempt, Delivery, OutgoingEvent, Reply, Webhook};
 
 /// A dependency failed; the cause is for the log, the client gets 503.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,17 +131,35 @@ pub trait Directory {
     async fn key_by_hash(&self, key_hash: &str) -> Result<Option<KeyRecord>, PortError>;
 }
 
-/// The resource API's rows in D1 (SPEC §6, §8). Each create is one D1 round trip.
+/// The resource API's rows in D1 (SPEC §6, §8). Each create is one D1 batch (one transaction) that
+/// also writes a delivery for every active subscription matching each emitted event, so a resource
+/// and its deliveries never diverge. Creates answer the ids of the deliveries written.
 pub trait Resources {
-    /// Inserts the contacts in one batch: all or, on failure, none.
-    async fn create_contacts(&self, contacts: &[Contact]) -> Result<(), PortError>;
+    /// Inserts the contacts: all or, on failure, none.
+    async fn create_contacts(
+        &self,
+        contacts: &[Contact],
+        events: &[OutgoingEvent],
+    ) -> Result<Vec<String>, PortError>;
     async fn contact(&self, project_id: &str, id: &str) -> Result<Option<Contact>, PortError>;
     async fn list_contacts(&self, project_id: &str, page: &PageRequest) -> Result<Vec<Contact>, PortError>;
     /// Inserts each message whose contact exists in its project; answers per message whether it did.
-    async fn create_messages(&self, messages: &[Message]) -> Result<Vec<bool>, PortError>;
+    async fn create_messages(
+        &self,
+        messages: &[Message],
+        events: &[OutgoingEvent],
+    ) -> Result<(Vec<bool>, Vec<String>), PortError>;
     async fn create_scenario(&self, scenario: &Scenario) -> Result<(), PortError>;
-    async fn start_run(&self, run: &ScenarioRun) -> Result<RunStart, PortError>;
-    async fn create_release_marker(&self, marker: &ReleaseMarker) -> Result<(), PortError>;
+    async fn start_run(
+        &self,
+        run: &ScenarioRun,
+        events: &[OutgoingEvent],
+    ) -> Result<(RunStart, Vec<String>), PortError>;
+    async fn create_release_marker(
+        &self,
+        marker: &ReleaseMarker,
+        events: &[OutgoingEvent],
+    ) -> Result<Vec<String>, PortError>;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -249,14 +268,72 @@ pub trait Archive {
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, PortError>;
 }
 
+/// Subscriptions, deliveries and attempts in D1.
+pub trait WebhookStore {
+    async fn create_webhook(&self, webhook: &Webhook) -> Result<(), PortError>;
+    /// The project's subscriptions that are not deleted, newest first.
+    async fn webhooks(&self, project_id: &str) -> Result<Vec<Webhook>, PortError>;
+    async fn webhook(&self, project_id: &str, id: &str) -> Result<Option<Webhook>, PortError>;
+    /// Marks the subscription deleted and fails its pending deliveries.
+    async fn delete_webhook(&self, project_id: &str, id: &str, now_ms: i64) -> Result<bool, PortError>;
+    /// A subscription's deliveries, newest first, optionally of one status, with their attempts.
+    async fn deliveries(
+        &self,
+        webhook_id: &str,
+        status: Option<&str>,
+        page: &PageRequest,
+    ) -> Result<(Vec<Delivery>, Vec<Attempt>), PortError>;
+    async fn delivery(
+        &self,
+        project_id: &str,
+        id: &str,
+    ) -> Result<Option<(Delivery, Vec<Attempt>)>, PortError>;
+    /// Makes a delivery due now again (a failed one included); `false` if there is none.
+    async fn reschedule(&self, project_id: &str, id: &str, now_ms: i64) -> Result<bool, PortError>;
+    /// Takes a due, pending, unheld delivery for one attempt, until `until_ms`; `None` when it is
+    /// not due, not pending, or held by another attempt.
+    async fn take_delivery(
+        &self,
+        id: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<Option<(Delivery, Webhook)>, PortError>;
+    /// Records the attempt and its outcome in one batch (and on 410 disables the subscription and
+    /// fails its pending deliveries).
+    async fn record_attempt(
+        &self,
+        attempt: &Attempt,
+        status: &str,
+        disable_subscription: bool,
+    ) -> Result<(), PortError>;
+    /// Pending deliveries due before `due_before_ms` that no attempt holds: the ones the queue lost.
+    async fn overdue_deliveries(
+        &self,
+        due_before_ms: i64,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<String>, PortError>;
+}
+
+/// The webhook queue (`WEBHOOK_QUEUE`): delivery ids, optionally delayed.
+pub trait DeliveryQueue {
+    async fn enqueue(&self, delivery_ids: &[String], delay_seconds: u32) -> Result<(), PortError>;
+}
+
+/// Outbound HTTP to subscribers: one `POST`, no redirects followed, within the timeout.
+pub trait WebhookClient {
+    async fn post(&self, url: &str, headers: &[(String, String)], body: &str, timeout_ms: u64) -> Reply;
+}
+
 /// The set of port implementations a [`crate::app::Gateway`] runs over.
 pub trait Ports {
     type Guard: KeyGuard;
-    type Store: Directory + Resources + EventStore + AuditStore;
+    type Store: Directory + Resources + EventStore + AuditStore + WebhookStore;
     type Responses: ResponseStore;
     type Ledger: EventLedger;
     type Events: EventSink;
     type Archive: Archive;
+    type Deliveries: DeliveryQueue;
 }
 
 /// The request's body, read only once the route, the caller and the declared size allow it.

@@ -10,9 +10,10 @@ use crate::core::audit::{AuditRow, DayCount, EndpointCount, LogFilter};
 use crate::core::events::EventMessage;
 use crate::core::page::{Cursor, PageRequest};
 use crate::core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
+use crate::core::webhook::{Attempt, Delivery, OutgoingEvent, Webhook};
 use crate::ports::{
     AuditStore, Directory, EventStore, KeyChanges, KeyUpdate, Meter, PortError, Resources, Revocation,
-    RunStart,
+    RunStart, WebhookStore,
 };
 
 pub struct D1Store {
@@ -48,14 +49,72 @@ impl D1Store {
 
     /// Runs statements as one D1 batch (one transaction); answers each statement's changed rows.
     async fn batch(&self, statements: Vec<D1PreparedStatement>) -> Result<Vec<usize>, PortError> {
-        if statements.is_empty() {
-            return Ok(Vec::new());
+        Ok(self.batch_with_deliveries(statements, Vec::new()).await?.0)
+    }
+
+    /// Runs the statements and then the delivery inserts of their events in one batch; answers the
+    /// statements' changed rows and the ids of the deliveries written.
+    async fn batch_with_deliveries(
+        &self,
+        statements: Vec<D1PreparedStatement>,
+        deliveries: Vec<D1PreparedStatement>,
+    ) -> Result<(Vec<usize>, Vec<String>), PortError> {
+        if statements.is_empty() && deliveries.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
         }
         Meter::count(&self.meter.d1_queries);
-        let results = self.db.batch(statements).await.map_err(PortError::from_display)?;
-        results
+        let split = statements.len();
+        let all = statements.into_iter().chain(deliveries).collect();
+        let results = self.db.batch(all).await.map_err(PortError::from_display)?;
+        let changes = results[..split]
             .iter()
             .map(|r| Ok(r.meta().map_err(PortError::from_display)?.and_then(|m| m.changes).unwrap_or(0)))
+            .collect::<Result<Vec<_>, PortError>>()?;
+        #[derive(serde::Deserialize)]
+        struct Id {
+            id: String,
+        }
+        let mut ids = Vec::new();
+        for r in &results[split..] {
+            ids.extend(r.results::<Id>().map_err(PortError::from_display)?.into_iter().map(|i| i.id));
+        }
+        Ok((changes, ids))
+    }
+
+    /// One delivery per active subscription of the event's project that wants its type, written
+    /// only if the row the event is about exists (so a failed item emits nothing).
+    fn delivery_statements(&self, events: &[OutgoingEvent]) -> Result<Vec<D1PreparedStatement>, PortError> {
+        events
+            .iter()
+            .map(|e| {
+                let subject_table = match e.event_type {
+                    "contact.created" => "contacts",
+                    "message.created" => "messages",
+                    "scenario.run.started" => "scenario_runs",
+                    _ => "release_markers",
+                };
+                self.statement(
+                    &format!(
+                        "INSERT INTO webhook_deliveries (id, project_id, webhook_id, event_id, event, payload,
+                           request_id, status, attempts, scheduled_at, created_at, updated_at)
+                         SELECT 'dlv_' || lower(hex(randomblob(13))), ?1, w.id, ?2, ?3, ?4, ?5, 'pending', 0, ?6, ?6, ?6
+                         FROM webhooks w
+                         WHERE w.project_id = ?1 AND w.status = 'active'
+                           AND EXISTS (SELECT 1 FROM json_each(w.events) WHERE value IN ('*', ?3))
+                           AND EXISTS (SELECT 1 FROM {subject_table} WHERE id = ?7)
+                         RETURNING id"
+                    ),
+                    &[
+                        text(&e.project_id),
+                        text(&e.event_id),
+                        text(e.event_type),
+                        text(&e.payload),
+                        text(&e.request_id),
+                        int(e.created_at),
+                        text(&e.subject_id),
+                    ],
+                )
+            })
             .collect()
     }
 
@@ -219,7 +278,11 @@ impl Directory for D1Store {
 }
 
 impl Resources for D1Store {
-    async fn create_contacts(&self, contacts: &[Contact]) -> Result<(), PortError> {
+    async fn create_contacts(
+        &self,
+        contacts: &[Contact],
+        events: &[OutgoingEvent],
+    ) -> Result<Vec<String>, PortError> {
         let statements = contacts
             .iter()
             .map(|c| {
@@ -237,8 +300,7 @@ impl Resources for D1Store {
                 )
             })
             .collect::<Result<Vec<_>, _>>()?;
-        self.batch(statements).await?;
-        Ok(())
+        Ok(self.batch_with_deliveries(statements, self.delivery_statements(events)?).await?.1)
     }
 
     async fn contact(&self, project_id: &str, id: &str) -> Result<Option<Contact>, PortError> {
@@ -264,7 +326,11 @@ impl Resources for D1Store {
         .await
     }
 
-    async fn create_messages(&self, messages: &[Message]) -> Result<Vec<bool>, PortError> {
+    async fn create_messages(
+        &self,
+        messages: &[Message],
+        events: &[OutgoingEvent],
+    ) -> Result<(Vec<bool>, Vec<String>), PortError> {
         // Inserts nothing for a contact that is not in the project: the item fails, the rest go on.
         let statements = messages
             .iter()
@@ -283,7 +349,9 @@ impl Resources for D1Store {
                 )
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(self.batch(statements).await?.into_iter().map(|changes| changes == 1).collect())
+        let (changes, deliveries) =
+            self.batch_with_deliveries(statements, self.delivery_statements(events)?).await?;
+        Ok((changes.into_iter().map(|c| c == 1).collect(), deliveries))
     }
 
     async fn create_scenario(&self, scenario: &Scenario) -> Result<(), PortError> {
@@ -295,7 +363,11 @@ impl Resources for D1Store {
         Ok(())
     }
 
-    async fn start_run(&self, run: &ScenarioRun) -> Result<RunStart, PortError> {
+    async fn start_run(
+        &self,
+        run: &ScenarioRun,
+        events: &[OutgoingEvent],
+    ) -> Result<(RunStart, Vec<String>), PortError> {
         let variables = serde_json::to_string(&run.variables).map_err(PortError::from_display)?;
         let insert = self.statement(
             "INSERT INTO scenario_runs (id, project_id, scenario_id, contact_id, variables, status, created_at)
@@ -311,8 +383,10 @@ impl Resources for D1Store {
                 int(run.created_at),
             ],
         )?;
-        if self.batch(vec![insert]).await? == [1] {
-            return Ok(RunStart::Started);
+        let (changes, deliveries) =
+            self.batch_with_deliveries(vec![insert], self.delivery_statements(events)?).await?;
+        if changes == [1] {
+            return Ok((RunStart::Started, deliveries));
         }
         // Nothing inserted: say which of the two was missing.
         #[derive(serde::Deserialize)]
@@ -325,14 +399,19 @@ impl Resources for D1Store {
                 &[text(&run.scenario_id), text(&run.project_id)],
             )
             .await?;
-        Ok(if found.first().is_some_and(|f| f.scenario == 1) {
+        let missing = if found.first().is_some_and(|f| f.scenario == 1) {
             RunStart::UnknownContact
         } else {
             RunStart::UnknownScenario
-        })
+        };
+        Ok((missing, Vec::new()))
     }
 
-    async fn create_release_marker(&self, marker: &ReleaseMarker) -> Result<(), PortError> {
+    async fn create_release_marker(
+        &self,
+        marker: &ReleaseMarker,
+        events: &[OutgoingEvent],
+    ) -> Result<Vec<String>, PortError> {
         let insert = self.statement(
             "INSERT INTO release_markers (id, project_id, version, ts, environment, commit_sha, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -346,8 +425,7 @@ impl Resources for D1Store {
                 int(marker.created_at),
             ],
         )?;
-        self.batch(vec![insert]).await?;
-        Ok(())
+        Ok(self.batch_with_deliveries(vec![insert], self.delivery_statements(events)?).await?.1)
     }
 }
 
@@ -617,5 +695,277 @@ impl AuditStore for D1Store {
         )?;
         self.batch(vec![delete]).await?;
         Ok(())
+    }
+}
+
+const WEBHOOK_COLUMNS: &str = "id, project_id, url, events, secret, status, disabled_reason, created_at";
+const DELIVERY_COLUMNS: &str =
+    "id, project_id, webhook_id, event_id, event, payload, request_id, status, attempts,
+  scheduled_at, last_response_code, last_error, created_at, updated_at";
+
+/// A subscription as SQLite returns it (`events` is JSON text).
+#[derive(serde::Deserialize)]
+struct WebhookRecord {
+    id: String,
+    project_id: String,
+    url: String,
+    events: String,
+    secret: String,
+    status: String,
+    disabled_reason: Option<String>,
+    created_at: i64,
+}
+
+impl WebhookRecord {
+    fn into_webhook(self) -> Result<Webhook, PortError> {
+        Ok(Webhook {
+            events: serde_json::from_str(&self.events).map_err(PortError::from_display)?,
+            id: self.id,
+            project_id: self.project_id,
+            url: self.url,
+            secret: self.secret,
+            status: self.status,
+            disabled_reason: self.disabled_reason,
+            created_at: self.created_at,
+        })
+    }
+}
+
+impl D1Store {
+    async fn webhook_rows(&self, sql: &str, args: &[JsValue]) -> Result<Vec<Webhook>, PortError> {
+        let rows: Vec<WebhookRecord> = self.rows(sql, args).await?;
+        rows.into_iter().map(WebhookRecord::into_webhook).collect()
+    }
+
+    async fn attempts_of(&self, delivery_ids: &[String]) -> Result<Vec<Attempt>, PortError> {
+        if delivery_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids = serde_json::to_string(delivery_ids).map_err(PortError::from_display)?;
+        self.rows(
+            "SELECT * FROM webhook_attempts WHERE delivery_id IN (SELECT value FROM json_each(?1))
+             ORDER BY delivery_id, attempt",
+            &[text(&ids)],
+        )
+        .await
+    }
+}
+
+impl WebhookStore for D1Store {
+    async fn create_webhook(&self, w: &Webhook) -> Result<(), PortError> {
+        let events = serde_json::to_string(&w.events).map_err(PortError::from_display)?;
+        let insert = self.statement(
+            &format!("INSERT INTO webhooks ({WEBHOOK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"),
+            &[
+                text(&w.id),
+                text(&w.project_id),
+                text(&w.url),
+                text(&events),
+                text(&w.secret),
+                text(&w.status),
+                opt_text(w.disabled_reason.as_deref()),
+                int(w.created_at),
+            ],
+        )?;
+        self.batch(vec![insert]).await?;
+        Ok(())
+    }
+
+    async fn webhooks(&self, project_id: &str) -> Result<Vec<Webhook>, PortError> {
+        self.webhook_rows(
+            &format!(
+                "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE project_id = ?1 AND status <> 'deleted'
+                 ORDER BY created_at DESC, id DESC"
+            ),
+            &[text(project_id)],
+        )
+        .await
+    }
+
+    async fn webhook(&self, project_id: &str, id: &str) -> Result<Option<Webhook>, PortError> {
+        let rows = self
+            .webhook_rows(
+                &format!(
+                    "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE id = ?1 AND project_id = ?2 AND status <> 'deleted'"
+                ),
+                &[text(id), text(project_id)],
+            )
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    async fn delete_webhook(&self, project_id: &str, id: &str, now_ms: i64) -> Result<bool, PortError> {
+        let args = [text(id), text(project_id), int(now_ms)];
+        let delete = self.statement(
+            "UPDATE webhooks SET status = 'deleted' WHERE id = ?1 AND project_id = ?2 AND status <> 'deleted'",
+            &args[..2],
+        )?;
+        let fail_pending = self.statement(
+            "UPDATE webhook_deliveries SET status = 'failed', last_error = 'the subscription was deleted',
+               updated_at = ?3
+             WHERE webhook_id = ?1 AND project_id = ?2 AND status = 'pending'",
+            &args,
+        )?;
+        Ok(self.batch(vec![delete, fail_pending]).await?.first() == Some(&1))
+    }
+
+    async fn deliveries(
+        &self,
+        webhook_id: &str,
+        status: Option<&str>,
+        page: &PageRequest,
+    ) -> Result<(Vec<Delivery>, Vec<Attempt>), PortError> {
+        let (ts, id) = after(page.after.as_ref());
+        let deliveries: Vec<Delivery> = self
+            .rows(
+                &format!(
+                    "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries
+                     WHERE webhook_id = ?1 AND (?2 IS NULL OR status = ?2)
+                       AND (?3 IS NULL OR (created_at, id) < (?3, ?4))
+                     ORDER BY created_at DESC, id DESC LIMIT ?5"
+                ),
+                &[text(webhook_id), opt_text(status), ts, id, int(page.fetch_len() as i64)],
+            )
+            .await?;
+        let ids: Vec<String> = deliveries.iter().map(|d| d.id.clone()).collect();
+        Ok((deliveries, self.attempts_of(&ids).await?))
+    }
+
+    async fn delivery(
+        &self,
+        project_id: &str,
+        id: &str,
+    ) -> Result<Option<(Delivery, Vec<Attempt>)>, PortError> {
+        let rows: Vec<Delivery> = self
+            .rows(
+                &format!(
+                    "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries WHERE id = ?1 AND project_id = ?2"
+                ),
+                &[text(id), text(project_id)],
+            )
+            .await?;
+        match rows.into_iter().next() {
+            Some(d) => {
+                let attempts = self.attempts_of(std::slice::from_ref(&d.id)).await?;
+                Ok(Some((d, attempts)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    async fn reschedule(&self, project_id: &str, id: &str, now_ms: i64) -> Result<bool, PortError> {
+        let update = self.statement(
+            "UPDATE webhook_deliveries SET status = 'pending', scheduled_at = ?3, locked_until = NULL, updated_at = ?3
+             WHERE id = ?1 AND project_id = ?2",
+            &[text(id), text(project_id), int(now_ms)],
+        )?;
+        Ok(self.batch(vec![update]).await? == [1])
+    }
+
+    async fn take_delivery(
+        &self,
+        id: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<Option<(Delivery, Webhook)>, PortError> {
+        let taken: Vec<Delivery> = self
+            .rows(
+                &format!(
+                    "UPDATE webhook_deliveries SET locked_until = ?3
+                     WHERE id = ?1 AND status = 'pending' AND scheduled_at <= ?2
+                       AND (locked_until IS NULL OR locked_until < ?2)
+                     RETURNING {DELIVERY_COLUMNS}"
+                ),
+                &[text(id), int(now_ms), int(until_ms)],
+            )
+            .await?;
+        let Some(delivery) = taken.into_iter().next() else { return Ok(None) };
+        let hooks = self
+            .webhook_rows(
+                &format!("SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE id = ?1"),
+                &[text(&delivery.webhook_id)],
+            )
+            .await?;
+        match hooks.into_iter().next() {
+            Some(hook) => Ok(Some((delivery, hook))),
+            None => Err(PortError(format!("delivery {id} has no subscription"))),
+        }
+    }
+
+    async fn record_attempt(
+        &self,
+        a: &Attempt,
+        status: &str,
+        disable_subscription: bool,
+    ) -> Result<(), PortError> {
+        let now = a.started_at + a.duration_ms;
+        let mut statements = vec![
+            self.statement(
+                "INSERT OR IGNORE INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms, response_code,
+                   response_excerpt, error, next_retry_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                &[
+                    text(&a.delivery_id),
+                    int(a.attempt.into()),
+                    int(a.started_at),
+                    int(a.duration_ms),
+                    opt_int(a.response_code.map(i64::from)),
+                    opt_text(a.response_excerpt.as_deref()),
+                    opt_text(a.error.as_deref()),
+                    opt_int(a.next_retry_at),
+                ],
+            )?,
+            self.statement(
+                "UPDATE webhook_deliveries SET status = ?2, attempts = ?3, scheduled_at = coalesce(?4, scheduled_at),
+                   locked_until = NULL, last_response_code = ?5, last_error = ?6, updated_at = ?7
+                 WHERE id = ?1",
+                &[
+                    text(&a.delivery_id),
+                    text(status),
+                    int(a.attempt.into()),
+                    opt_int(a.next_retry_at),
+                    opt_int(a.response_code.map(i64::from)),
+                    opt_text(a.error.as_deref()),
+                    int(now),
+                ],
+            )?,
+        ];
+        if disable_subscription {
+            let args = [text(&a.delivery_id), int(now)];
+            statements.push(self.statement(
+                "UPDATE webhooks SET status = 'disabled', disabled_reason = 'the receiver answered 410 Gone'
+                 WHERE id = (SELECT webhook_id FROM webhook_deliveries WHERE id = ?1)",
+                &args[..1],
+            )?);
+            statements.push(self.statement(
+                "UPDATE webhook_deliveries SET status = 'failed',
+                   last_error = 'the subscription was disabled (410 Gone)', updated_at = ?2
+                 WHERE webhook_id = (SELECT webhook_id FROM webhook_deliveries WHERE id = ?1) AND status = 'pending'",
+                &args,
+            )?);
+        }
+        self.batch(statements).await?;
+        Ok(())
+    }
+
+    async fn overdue_deliveries(
+        &self,
+        due_before_ms: i64,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<String>, PortError> {
+        #[derive(serde::Deserialize)]
+        struct Id {
+            id: String,
+        }
+        let rows: Vec<Id> = self
+            .rows(
+                "SELECT id FROM webhook_deliveries
+                 WHERE status = 'pending' AND scheduled_at <= ?1 AND (locked_until IS NULL OR locked_until < ?2)
+                 ORDER BY scheduled_at LIMIT ?3",
+                &[int(due_before_ms), int(now_ms), int(limit as i64)],
+            )
+            .await?;
+        Ok(rows.into_iter().map(|r| r.id).collect())
     }
 }

@@ -9,3 +9,4 @@ pub mod env;
 pub mod events;
 pub mod guard;
 pub mod kv;
+pub mod webhooks;

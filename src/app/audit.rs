@@ -76,6 +76,7 @@ impl<P: Ports> Gateway<'_, P> {
                 status: 200,
                 body: Payload::File { content_type: "application/gzip", bytes },
                 log: None,
+                deliveries: Vec::new(),
             }),
             None => Err(ApiError::not_found("archive for this date").with_detail("date", date)),
         }

@@ -7,9 +7,11 @@ mod audit;
 pub mod ingest;
 
 pub use audit::{day_start as audit_day_start, enforce_retention, store_rows as store_audit_rows};
+pub use webhooks::{dispatch, sweep};
 mod keys;
 mod projects;
 mod resources;
+mod webhooks;
 
 use serde_json::{json, Value};
 
@@ -57,6 +59,8 @@ pub struct ApiResponse {
     pub settlement: Option<Settlement>,
     /// The request's audit row; the caller adds the response time and sends it off the hot path.
     pub audit: AuditRow,
+    /// Webhook deliveries to enqueue after the response (the minute sweep catches a lost send).
+    pub webhook_deliveries: Vec<String>,
 }
 
 /// The end of an idempotency claim, done after the response: store and complete on 2xx,
@@ -73,6 +77,8 @@ pub struct Reply {
     pub body: Payload,
     /// Something the operator should see in the log although the request succeeded.
     pub log: Option<String>,
+    /// Webhook deliveries the request wrote, to enqueue after the response.
+    pub deliveries: Vec<String>,
 }
 
 pub enum Payload {
@@ -86,13 +92,13 @@ pub enum Payload {
 
 impl Reply {
     pub fn ok(body: Value) -> Self {
-        Reply { status: 200, body: Payload::Json(body), log: None }
+        Reply { status: 200, body: Payload::Json(body), log: None, deliveries: Vec::new() }
     }
     pub fn created(body: Value) -> Self {
-        Reply { status: 201, body: Payload::Json(body), log: None }
+        Reply { status: 201, body: Payload::Json(body), log: None, deliveries: Vec::new() }
     }
     pub fn accepted(body: Value) -> Self {
-        Reply { status: 202, body: Payload::Json(body), log: None }
+        Reply { status: 202, body: Payload::Json(body), log: None, deliveries: Vec::new() }
     }
 }
 
@@ -105,6 +111,7 @@ enum Answer {
 
 /// Everything a handler may read about the request it serves.
 pub struct Call<'a> {
+    pub request_id: &'a str,
     pub key: Option<KeyRecord>,
     /// The key's limits after this request was admitted.
     pub usage: Option<Usage>,
@@ -135,6 +142,7 @@ pub struct Gateway<'c, P: Ports> {
     pub ledger: P::Ledger,
     pub events: P::Events,
     pub archive: P::Archive,
+    pub deliveries: P::Deliveries,
 }
 
 /// A refusal during authentication, with the key's usage when the key itself was valid.
@@ -279,6 +287,7 @@ impl<P: Ports> Gateway<'_, P> {
             (None, _) => {}
         }
         let call = Call {
+            request_id,
             key: caller.key,
             usage,
             params: matched.params,
@@ -434,6 +443,11 @@ impl<P: Ports> Gateway<'_, P> {
             RouteId::KeyStats => self.key_stats(call).await,
             RouteId::ListArchives => self.list_archives(call).await,
             RouteId::GetArchive => self.get_archive(call).await,
+            RouteId::CreateWebhook => self.create_webhook(call).await,
+            RouteId::ListWebhooks => self.list_webhooks(call).await,
+            RouteId::DeleteWebhook => self.delete_webhook(call).await,
+            RouteId::ListDeliveries => self.list_deliveries(call).await,
+            RouteId::RetryDelivery => self.retry_delivery(call).await,
         }
     }
 }
@@ -515,13 +529,17 @@ fn respond(
     if let Some(usage) = usage {
         headers.extend(usage.headers());
     }
+    let mut webhook_deliveries = Vec::new();
     let (status, body, internal_error) = match answer {
-        Ok(Answer::Reply(Reply { status, body: Payload::Json(body), log })) => {
-            (status, body.to_string().into_bytes(), log)
-        }
-        Ok(Answer::Reply(Reply { status, body: Payload::File { content_type: file_type, bytes }, log })) => {
-            content_type = file_type;
-            (status, bytes, log)
+        Ok(Answer::Reply(Reply { status, body, log, deliveries })) => {
+            webhook_deliveries = deliveries;
+            match body {
+                Payload::Json(json) => (status, json.to_string().into_bytes(), log),
+                Payload::File { content_type: file_type, bytes } => {
+                    content_type = file_type;
+                    (status, bytes, log)
+                }
+            }
         }
         Ok(Answer::Replay(stored)) => {
             headers.push(("idempotent-replayed", "1".to_owned()));
@@ -543,7 +561,16 @@ fn respond(
     headers.insert(0, ("content-type", content_type.to_owned()));
     audit.status = status;
     audit.response_bytes = body.len() as u64;
-    ApiResponse { status, headers, body, request_id, internal_error, settlement: None, audit }
+    ApiResponse {
+        status,
+        headers,
+        body,
+        request_id,
+        internal_error,
+        settlement: None,
+        audit,
+        webhook_deliveries,
+    }
 }
 
 /// `N` bytes from the platform's CSPRNG (Web Crypto in the worker).

@@ -13,10 +13,30 @@ use crate::core::resources::{
     bulk_view, unknown_contact, BulkInput, Contact, ContactInput, ItemOutcome, MessageInput,
     ReleaseMarkerInput, RunInput, ScenarioInput, ScenarioRun,
 };
+use crate::core::webhook::OutgoingEvent;
 use crate::ports::{Ports, Resources, RunStart};
 
 fn new_id(kind: &str) -> String {
     object_id(kind, &random())
+}
+
+/// The event a created resource emits (SPEC §10), about the row `subject_id`.
+fn event(call: &Call<'_>, event_type: &'static str, subject_id: &str, data: Value) -> OutgoingEvent {
+    OutgoingEvent::new(
+        new_id("evt"),
+        event_type,
+        subject_id,
+        data,
+        call.request_id,
+        call.project_id(),
+        call.now_ms,
+    )
+}
+
+/// A reply that also queues the webhook deliveries its request wrote.
+fn with_deliveries(mut reply: Reply, deliveries: Vec<String>) -> Reply {
+    reply.deliveries = deliveries;
+    reply
 }
 
 /// One bulk item into its input type; a wrong shape fails that item alone.
@@ -28,8 +48,10 @@ impl<P: Ports> Gateway<'_, P> {
     pub(super) async fn create_contact(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let input: ContactInput = json_body::parse(&call.body)?;
         let contact = input.validate(new_id("con"), call.project_id(), call.now_ms)?;
-        self.store.create_contacts(std::slice::from_ref(&contact)).await.map_err(unavailable)?;
-        Ok(Reply::created(contact.view()))
+        let events = [event(call, "contact.created", &contact.id, contact.view())];
+        let deliveries =
+            self.store.create_contacts(std::slice::from_ref(&contact), &events).await.map_err(unavailable)?;
+        Ok(with_deliveries(Reply::created(contact.view()), deliveries))
     }
 
     pub(super) async fn get_contact(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
@@ -57,7 +79,8 @@ impl<P: Ports> Gateway<'_, P> {
             .map(|v| item::<ContactInput>(v)?.validate(new_id("con"), call.project_id(), call.now_ms))
             .collect();
         let valid: Vec<Contact> = checked.iter().filter_map(|c| c.as_ref().ok().cloned()).collect();
-        self.store.create_contacts(&valid).await.map_err(unavailable)?;
+        let events: Vec<_> = valid.iter().map(|c| event(call, "contact.created", &c.id, c.view())).collect();
+        let deliveries = self.store.create_contacts(&valid, &events).await.map_err(unavailable)?;
         let outcomes: Vec<ItemOutcome> = checked
             .into_iter()
             .map(|c| match c {
@@ -65,18 +88,19 @@ impl<P: Ports> Gateway<'_, P> {
                 Err(e) => ItemOutcome::Failed(e),
             })
             .collect();
-        Ok(Reply::ok(bulk_view(&outcomes)))
+        Ok(with_deliveries(Reply::ok(bulk_view(&outcomes)), deliveries))
     }
 
     pub(super) async fn create_message(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let input: MessageInput = json_body::parse(&call.body)?;
         let message = input.validate(new_id("msg"), call.project_id(), call.now_ms)?;
-        let inserted =
-            self.store.create_messages(std::slice::from_ref(&message)).await.map_err(unavailable)?;
+        let events = [event(call, "message.created", &message.id, message.view())];
+        let (inserted, deliveries) =
+            self.store.create_messages(std::slice::from_ref(&message), &events).await.map_err(unavailable)?;
         if inserted.first() != Some(&true) {
             return Err(unknown_contact(&message.contact_id));
         }
-        Ok(Reply::created(message.view()))
+        Ok(with_deliveries(Reply::created(message.view()), deliveries))
     }
 
     /// Like contacts; an item whose contact does not exist in the project fails alone.
@@ -89,7 +113,9 @@ impl<P: Ports> Gateway<'_, P> {
             .map(|v| item::<MessageInput>(v)?.validate(new_id("msg"), call.project_id(), call.now_ms))
             .collect();
         let valid: Vec<_> = checked.iter().filter_map(|m| m.as_ref().ok().cloned()).collect();
-        let inserted = self.store.create_messages(&valid).await.map_err(unavailable)?;
+        let events: Vec<_> = valid.iter().map(|m| event(call, "message.created", &m.id, m.view())).collect();
+        let (inserted, deliveries) =
+            self.store.create_messages(&valid, &events).await.map_err(unavailable)?;
         let mut inserted = inserted.into_iter();
         let outcomes: Vec<ItemOutcome> = checked
             .into_iter()
@@ -99,7 +125,7 @@ impl<P: Ports> Gateway<'_, P> {
                 Err(e) => ItemOutcome::Failed(e),
             })
             .collect();
-        Ok(Reply::ok(bulk_view(&outcomes)))
+        Ok(with_deliveries(Reply::ok(bulk_view(&outcomes)), deliveries))
     }
 
     pub(super) async fn create_scenario(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
@@ -120,8 +146,20 @@ impl<P: Ports> Gateway<'_, P> {
             variables: input.variables,
             created_at: call.now_ms,
         };
-        match self.store.start_run(&run).await.map_err(unavailable)? {
-            RunStart::Started => Ok(Reply::accepted(json!({ "run_id": run.id, "status": "started" }))),
+        let data = json!({
+            "run_id": run.id,
+            "scenario_id": run.scenario_id,
+            "contact_id": run.contact_id,
+            "variables": run.variables,
+            "status": "started",
+        });
+        let events = [event(call, "scenario.run.started", &run.id, data)];
+        let (started, deliveries) = self.store.start_run(&run, &events).await.map_err(unavailable)?;
+        match started {
+            RunStart::Started => Ok(with_deliveries(
+                Reply::accepted(json!({ "run_id": run.id, "status": "started" })),
+                deliveries,
+            )),
             RunStart::UnknownScenario => Err(ApiError::not_found("scenario").with_detail("id", scenario_id)),
             RunStart::UnknownContact => Err(unknown_contact(&run.contact_id)),
         }
@@ -136,7 +174,8 @@ impl<P: Ports> Gateway<'_, P> {
         }
         let input: ReleaseMarkerInput = json_body::parse(&call.body)?;
         let marker = input.validate(new_id("rel"), project_id, call.now_ms)?;
-        self.store.create_release_marker(&marker).await.map_err(unavailable)?;
-        Ok(Reply::created(marker.view()))
+        let events = [event(call, "release_marker.created", &marker.id, marker.view())];
+        let deliveries = self.store.create_release_marker(&marker, &events).await.map_err(unavailable)?;
+        Ok(with_deliveries(Reply::created(marker.view()), deliveries))
     }
 }

@@ -3,6 +3,7 @@
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 const B64URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+const B64STD: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 const BASE32: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
 
 pub fn hex(bytes: &[u8]) -> String {
@@ -14,18 +15,21 @@ pub fn hex(bytes: &[u8]) -> String {
     s
 }
 
-pub fn base64url(bytes: &[u8]) -> String {
+fn encode64(bytes: &[u8], alphabet: &[u8; 64], pad: bool) -> String {
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
         let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | (*b as u32) << (16 - 8 * i));
         for i in 0..=chunk.len() {
-            out.push(B64URL[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            out.push(alphabet[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+        if pad {
+            out.extend(std::iter::repeat_n('=', 3 - chunk.len()));
         }
     }
     out
 }
 
-pub fn from_base64url(s: &str) -> Option<Vec<u8>> {
+fn decode64(s: &str, alphabet: &[u8; 64]) -> Option<Vec<u8>> {
     if s.len() % 4 == 1 {
         return None;
     }
@@ -33,12 +37,34 @@ pub fn from_base64url(s: &str) -> Option<Vec<u8>> {
     for chunk in s.as_bytes().chunks(4) {
         let mut n = 0u32;
         for (i, c) in chunk.iter().enumerate() {
-            let v = B64URL.iter().position(|x| x == c)? as u32;
+            let v = alphabet.iter().position(|x| x == c)? as u32;
             n |= v << (18 - 6 * i);
         }
         out.extend_from_slice(&n.to_be_bytes()[1..chunk.len()]);
     }
     Some(out)
+}
+
+/// Unpadded base64url (RFC 4648 §5), for cursors.
+pub fn base64url(bytes: &[u8]) -> String {
+    encode64(bytes, B64URL, false)
+}
+
+pub fn from_base64url(s: &str) -> Option<Vec<u8>> {
+    decode64(s, B64URL)
+}
+
+/// Standard padded base64 (RFC 4648 §4), as Standard Webhooks uses it.
+pub fn base64(bytes: &[u8]) -> String {
+    encode64(bytes, B64STD, true)
+}
+
+pub fn from_base64(s: &str) -> Option<Vec<u8>> {
+    let unpadded = s.trim_end_matches('=');
+    if !s.len().is_multiple_of(4) || s.len() - unpadded.len() > 2 {
+        return None;
+    }
+    decode64(unpadded, B64STD)
 }
 
 /// An object id: `kind_` followed by 26 Crockford-base32 characters of 16 random bytes (128 bits).
@@ -81,6 +107,18 @@ mod tests {
         assert_eq!(base64url(b"hello?"), "aGVsbG8_");
         assert_eq!(from_base64url("a"), None);
         assert_eq!(from_base64url("a+b="), None);
+    }
+
+    #[test]
+    fn standard_base64_pads_and_round_trips() {
+        assert_eq!(base64(b"hello?>"), "aGVsbG8/Pg==");
+        assert_eq!(base64(b""), "");
+        for len in 0..20 {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 91 + 3) as u8).collect();
+            assert_eq!(from_base64(&base64(&bytes)).as_deref(), Some(&bytes[..]));
+        }
+        assert_eq!(from_base64("aGVsbG8/Pg="), None);
+        assert_eq!(from_base64("a==="), None);
     }
 
     #[test]

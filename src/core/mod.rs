@@ -13,3 +13,4 @@ pub mod rate_limit;
 pub mod resources;
 pub mod route;
 pub mod time;
+pub mod webhook;

@@ -36,6 +36,11 @@ pub enum RouteId {
     GetArchive,
     GetLog,
     KeyStats,
+    CreateWebhook,
+    ListWebhooks,
+    DeleteWebhook,
+    ListDeliveries,
+    RetryDelivery,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +101,11 @@ pub const ROUTES: &[Route] = &[
     route(RouteId::ListArchives, "GET", "/public/v1/logs/archives", OWNER),
     route(RouteId::GetArchive, "GET", "/public/v1/logs/archives/{date}", OWNER),
     route(RouteId::GetLog, "GET", "/public/v1/logs/{request_id}", OWNER),
+    route(RouteId::CreateWebhook, "POST", "/public/v1/webhooks", OWNER),
+    route(RouteId::ListWebhooks, "GET", "/public/v1/webhooks", OWNER),
+    route(RouteId::DeleteWebhook, "DELETE", "/public/v1/webhooks/{id}", OWNER),
+    route(RouteId::ListDeliveries, "GET", "/public/v1/webhooks/{id}/deliveries", OWNER),
+    route(RouteId::RetryDelivery, "POST", "/public/v1/webhooks/deliveries/{id}/retry", OWNER),
     route(RouteId::CreateContact, "POST", "/public/v1/contacts", RESOURCES),
     route(RouteId::ListContacts, "GET", "/public/v1/contacts", RESOURCES),
     route(RouteId::BulkContacts, "POST", "/public/v1/contacts/bulk", RESOURCES),
