@@ -3,9 +3,9 @@
 
 use std::rc::Rc;
 
-use wasm_bindgen::JsValue;
-use worker::{BatchMessageBuilder, Method, ObjectNamespace, Queue, Request, RequestInit};
+use worker::{BatchMessageBuilder, ObjectNamespace, Queue};
 
+use super::durable;
 use crate::core::events::EventMessage;
 use crate::ledger::protocol::{LedgerAnswer, LedgerCommand, URL};
 use crate::ports::{EventLedger, EventSink, Meter, PortError};
@@ -26,18 +26,7 @@ impl LedgerClient {
     }
 
     async fn send(&self, object_name: &str, command: &LedgerCommand) -> Result<LedgerAnswer, PortError> {
-        Meter::count(&self.meter.durable_object_calls);
-        let stub = self.namespace.get_by_name(object_name).map_err(PortError::from_display)?;
-        let mut init = RequestInit::new();
-        let body = serde_json::to_string(command).map_err(PortError::from_display)?;
-        init.with_method(Method::Post).with_body(Some(JsValue::from_str(&body)));
-        let request = Request::new_with_init(URL, &init).map_err(PortError::from_display)?;
-        let mut response = stub.fetch_with_request(request).await.map_err(PortError::from_display)?;
-        if response.status_code() != 200 {
-            let text = response.text().await.unwrap_or_default();
-            return Err(PortError(format!("event ledger answered {}: {text}", response.status_code())));
-        }
-        response.json().await.map_err(PortError::from_display)
+        durable::call(&self.namespace, &self.meter, URL, object_name, command).await
     }
 }
 

@@ -2,9 +2,9 @@
 
 use std::rc::Rc;
 
-use wasm_bindgen::JsValue;
-use worker::{Method, ObjectNamespace, Request, RequestInit};
+use worker::ObjectNamespace;
 
+use super::durable;
 use crate::core::idempotency::StoredResponse;
 use crate::core::rate_limit::{Usage, Verdict};
 use crate::guard::protocol::{client_guard_name, GuardAnswer, GuardCommand, URL};
@@ -21,18 +21,7 @@ impl GuardClient {
     }
 
     async fn send(&self, object_name: &str, command: &GuardCommand) -> Result<GuardAnswer, PortError> {
-        Meter::count(&self.meter.durable_object_calls);
-        let stub = self.namespace.get_by_name(object_name).map_err(PortError::from_display)?;
-        let body = serde_json::to_string(command).map_err(PortError::from_display)?;
-        let mut init = RequestInit::new();
-        init.with_method(Method::Post).with_body(Some(JsValue::from_str(&body)));
-        let request = Request::new_with_init(URL, &init).map_err(PortError::from_display)?;
-        let mut response = stub.fetch_with_request(request).await.map_err(PortError::from_display)?;
-        if response.status_code() != 200 {
-            let text = response.text().await.unwrap_or_default();
-            return Err(PortError(format!("key guard answered {}: {text}", response.status_code())));
-        }
-        response.json().await.map_err(PortError::from_display)
+        durable::call(&self.namespace, &self.meter, URL, object_name, command).await
     }
 
     async fn expect_done(&self, object_name: &str, command: &GuardCommand) -> Result<(), PortError> {
