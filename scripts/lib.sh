@@ -29,6 +29,8 @@ free_port() {
 
 # start_gateway STATE_DIR PORT LOG [wrangler dev args…]: applies the D1 migrations to STATE_DIR,
 # starts `wrangler dev` in its own process group (GATEWAY_PID) and waits until it answers.
+# `--test-scheduled` serves GET /__scheduled?cron=… to run a cron handler now (the static assets
+# keep /cdn-cgi/handler/scheduled from reaching the worker).
 start_gateway() {
   local state="$1" port="$2" log="$3"
   shift 3
@@ -38,7 +40,7 @@ start_gateway() {
   note "D1 migrations applied ($(grep -c '✅' "$log.migrations") files) in $state"
   GATEHOUSE_PREBUILT=1 setsid wrangler dev --ip 127.0.0.1 --port "$port" \
     --inspector-port "$(free_port)" --persist-to "$state" \
-    --show-interactive-dev-session=false "$@" > "$log" 2>&1 < /dev/null &
+    --show-interactive-dev-session=false --test-scheduled "$@" > "$log" 2>&1 < /dev/null &
   GATEWAY_PID=$!
   local waited=0
   until curl -fs -o /dev/null "http://127.0.0.1:$port/health"; do

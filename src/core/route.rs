@@ -219,6 +219,26 @@ mod tests {
         assert_eq!(match_route("GET", "/public/v1/contacts/c_1").unwrap().route.id, RouteId::GetContact);
     }
 
+    /// `public/openapi.json` (made by `scripts/openapi.mjs`) documents every served route and
+    /// nothing else.
+    #[test]
+    fn the_api_description_matches_the_router() {
+        let doc: serde_json::Value = serde_json::from_str(include_str!("../../public/openapi.json")).unwrap();
+        let mut documented: Vec<(String, String)> = doc["paths"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .flat_map(|(path, ops)| {
+                ops.as_object().unwrap().keys().map(move |m| (m.to_uppercase(), path.clone()))
+            })
+            .collect();
+        let mut served: Vec<(String, String)> =
+            ROUTES.iter().map(|r| (r.method.to_owned(), r.template.to_owned())).collect();
+        documented.sort();
+        served.sort();
+        assert_eq!(documented, served);
+    }
+
     #[test]
     fn templates_are_unique_per_method() {
         for (i, a) in ROUTES.iter().enumerate() {

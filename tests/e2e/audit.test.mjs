@@ -177,7 +177,7 @@ test('retention: the daily cron moves rows past AUDIT_RETENTION_DAYS to R2 as gz
   await d1(`INSERT INTO audit_log (request_id, ts, project_id, method, path, status, response_bytes, response_time_ms, replayed) VALUES ${values}`);
   assert.equal((await listAll('/public/v1/logs?to=' + (old + day), owner.key)).length, 3);
 
-  const cron = await fetch(`${BASE}/cdn-cgi/handler/scheduled?cron=${encodeURIComponent('17 3 * * *')}`);
+  const cron = await fetch(`${BASE}/__scheduled?cron=${encodeURIComponent('17 3 * * *')}`);
   assert.equal(cron.status, 200);
   const gone = await eventually(async () => (await listAll('/public/v1/logs?to=' + (old + day), owner.key)).length === 0);
   assert.equal(gone, true, 'archived rows leave D1');

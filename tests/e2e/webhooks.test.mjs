@@ -186,7 +186,7 @@ test('a due delivery whose queue message was lost is delivered after the minute 
     'evt_lost', 'contact.created', '${payload}', 'req-lost', 'pending', 0, ${past}, ${past}, ${past})`);
   await new Promise((r) => setTimeout(r, 1000));
   assert.equal(requestsTo(path).length, 0, 'nothing is delivered without a queue message');
-  const cron = await fetch(`${BASE}/cdn-cgi/handler/scheduled?cron=${encodeURIComponent('* * * * *')}`);
+  const cron = await fetch(`${BASE}/__scheduled?cron=${encodeURIComponent('* * * * *')}`);
   assert.equal(cron.status, 200);
   assert.ok(await waitFor(path, 1), 'the sweep queued it');
   assert.equal(requestsTo(path)[0].headers['webhook-id'], `dlv_lost_${projectId}`);

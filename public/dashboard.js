@@ -1,0 +1,224 @@
+// Gatehouse owner dashboard: plain DOM over the public API with the owner key from sessionStorage.
+const STORAGE = 'gatehouse.ownerKey';
+const $ = (id) => document.getElementById(id);
+let key = sessionStorage.getItem(STORAGE);
+let chart;
+
+/** A call to the API; throws an Error with the API's message on a non-2xx answer. */
+async function api(path, options = {}) {
+  const res = await fetch(path, { ...options, headers: { authorization: `Bearer ${key}`, ...(options.headers ?? {}) } });
+  const body = await res.json().catch(() => ({}));
+  if (!res.ok) {
+    const e = new Error(body.error?.message ?? `HTTP ${res.status}`);
+    e.status = res.status;
+    throw e;
+  }
+  return body;
+}
+
+/** A table cell or row from text only: nothing from the API is ever parsed as HTML. */
+function cell(text, className) {
+  const td = document.createElement('td');
+  td.textContent = text ?? '—';
+  if (className) td.className = className;
+  return td;
+}
+function row(...cells) {
+  const tr = document.createElement('tr');
+  tr.append(...cells);
+  return tr;
+}
+function button(label, onClick) {
+  const b = document.createElement('button');
+  b.type = 'button';
+  b.textContent = label;
+  b.addEventListener('click', onClick);
+  return b;
+}
+const when = (iso) => (iso ? new Date(iso).toLocaleString() : '—');
+const statusClass = (status) => `status-${String(status)[0]}`;
+function showError(e) {
+  $('app-error').textContent = e ? `${e.message}` : '';
+}
+
+// ---- sign in -------------------------------------------------------------------------------
+$('login').addEventListener('submit', async (event) => {
+  event.preventDefault();
+  key = $('owner-key').value.trim();
+  $('login-error').textContent = '';
+  try {
+    await start();
+    sessionStorage.setItem(STORAGE, key);
+  } catch (e) {
+    key = null;
+    $('login-error').textContent = e.status === 401
+      ? 'That key is not valid (unknown or revoked).'
+      : e.status === 403 ? 'That key is not an owner key: use the project owner key.' : e.message;
+  }
+});
+$('logout').addEventListener('click', () => {
+  sessionStorage.removeItem(STORAGE);
+  location.reload();
+});
+
+async function start() {
+  const me = await api('/public/v1/me');
+  await loadKeys(); // an owner-only call: fails for other key types
+  $('project').textContent = `Project ${me.project_id} · key ${me.prefix}`;
+  $('login').hidden = true;
+  $('app').hidden = false;
+  $('logout').hidden = false;
+}
+
+// ---- tabs ----------------------------------------------------------------------------------
+const tabs = ['keys', 'log', 'webhooks'];
+const loaders = { keys: loadKeys, log: () => loadLog(true), webhooks: loadWebhooks };
+for (const name of tabs) {
+  $(`tab-${name}`).addEventListener('click', () => {
+    for (const other of tabs) {
+      $(`tab-${other}`).setAttribute('aria-selected', String(other === name));
+      $(`panel-${other}`).hidden = other !== name;
+    }
+    showError(null);
+    loaders[name]().catch(showError);
+  });
+}
+
+// ---- API keys ------------------------------------------------------------------------------
+async function loadKeys() {
+  const { data } = await api('/public/v1/keys?limit=200');
+  const lastUse = await Promise.all(data.map((k) =>
+    api(`/public/v1/logs?key_id=${encodeURIComponent(k.id)}&limit=1`).then((r) => r.data[0]?.ts).catch(() => null)));
+  $('keys').replaceChildren(...data.map((k, i) => {
+    const actions = cell('');
+    actions.append(button('Stats', () => loadStats(k).catch(showError)));
+    if (k.status === 'active') {
+      actions.append(' ', button('Revoke', async () => {
+        if (!confirm(`Revoke ${k.prefix}…? Requests with it fail at once.`)) return;
+        await api(`/public/v1/keys/${k.id}`, { method: 'DELETE' }).catch(showError);
+        await loadKeys();
+      }));
+    }
+    const tr = row(cell(k.prefix), cell(k.type), cell(k.name), cell(k.plan), cell(k.rate_limit_per_minute ?? 'plan'),
+      cell(k.status), cell(when(lastUse[i])), actions);
+    tr.dataset.prefix = k.prefix;
+    return tr;
+  }));
+}
+
+async function loadStats(k) {
+  const stats = await api(`/public/v1/keys/${k.id}/stats?days=30`);
+  $('key-stats').hidden = false;
+  $('stats-prefix').textContent = k.prefix;
+  $('stats-total').textContent = String(stats.total);
+  $('stats-errors').textContent = `${(stats.error_share * 100).toFixed(1)} %`;
+  $('stats-endpoints').replaceChildren(...stats.top_endpoints.map((e) =>
+    row(cell(e.method), cell(e.route), cell(e.total), cell(e.errors))));
+  const labels = stats.daily.map((d) => d.date.slice(5));
+  const ok = stats.daily.map((d) => d.total - d['4xx'] - d['5xx']);
+  const data = {
+    labels,
+    datasets: [
+      { label: 'OK', data: ok, backgroundColor: '#2da44e' },
+      { label: '4xx', data: stats.daily.map((d) => d['4xx']), backgroundColor: '#d4a72c' },
+      { label: '5xx', data: stats.daily.map((d) => d['5xx']), backgroundColor: '#cf222e' },
+    ],
+  };
+  chart?.destroy();
+  chart = new Chart($('stats-chart'), {
+    type: 'bar',
+    data,
+    options: { animation: false, maintainAspectRatio: false, scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true } } },
+  });
+  $('stats-chart').dataset.total = String(stats.total);
+}
+
+// ---- request log ---------------------------------------------------------------------------
+let logCursor = null;
+$('log-filters').addEventListener('submit', (event) => {
+  event.preventDefault();
+  loadLog(true).catch(showError);
+});
+$('log-more').addEventListener('click', () => loadLog(false).catch(showError));
+$('detail-close').addEventListener('click', () => $('log-detail').close());
+
+async function loadLog(fresh) {
+  const params = new URLSearchParams();
+  for (const [name, value] of new FormData($('log-filters'))) if (value) params.set(name, value);
+  params.set('limit', '50');
+  if (!fresh && logCursor) params.set('cursor', logCursor);
+  const page = await api(`/public/v1/logs?${params}`);
+  logCursor = page.next_cursor;
+  const rows = page.data.map((r) => {
+    const tr = row(cell(when(r.ts)), cell(r.method), cell(r.path), cell(r.status, statusClass(r.status)),
+      cell(r.key_prefix), cell(r.response_time_ms));
+    tr.className = 'clickable';
+    tr.tabIndex = 0;
+    tr.dataset.requestId = r.request_id;
+    tr.dataset.status = r.status;
+    tr.addEventListener('click', () => showDetail(r));
+    tr.addEventListener('keydown', (e) => { if (e.key === 'Enter') showDetail(r); });
+    return tr;
+  });
+  if (fresh) $('log').replaceChildren(...rows); else $('log').append(...rows);
+  $('log-more').hidden = !logCursor;
+}
+
+function showDetail(r) {
+  const fields = $('detail-fields');
+  fields.replaceChildren();
+  for (const [name, value] of Object.entries(r)) {
+    const dt = document.createElement('dt');
+    dt.textContent = name;
+    const dd = document.createElement('dd');
+    if (name === 'original_request_id' && value) {
+      dd.append(button(`${value} (the original)`, async () => {
+        const original = await api(`/public/v1/logs/${encodeURIComponent(value)}`).catch(showError);
+        if (original) showDetail(original);
+      }));
+    } else {
+      dd.textContent = value === null ? '—' : String(value);
+    }
+    fields.append(dt, dd);
+  }
+  if (!$('log-detail').open) $('log-detail').showModal();
+}
+
+// ---- webhooks ------------------------------------------------------------------------------
+async function loadWebhooks() {
+  const { data } = await api('/public/v1/webhooks');
+  $('webhooks').replaceChildren(...data.map((w) => {
+    const actions = cell('');
+    actions.append(button('Deliveries', () => loadDeliveries(w).catch(showError)));
+    return row(cell(w.url), cell(w.events.join(', ')), cell(w.status), actions);
+  }));
+}
+
+async function loadDeliveries(w) {
+  const { data } = await api(`/public/v1/webhooks/${w.id}/deliveries?limit=50`);
+  $('deliveries-box').hidden = false;
+  $('deliveries-url').textContent = w.url;
+  $('deliveries').replaceChildren(...data.map((d) => {
+    const attempts = document.createElement('ol');
+    attempts.className = 'attempts';
+    for (const a of d.attempts) {
+      const li = document.createElement('li');
+      li.textContent = `${when(a.started_at)} — ${a.response_code ?? 'no answer'} in ${a.duration_ms} ms${a.error ? ` — ${a.error}` : ''}`;
+      attempts.append(li);
+    }
+    const attemptsCell = cell('');
+    attemptsCell.append(attempts);
+    const actions = cell('');
+    if (d.status !== 'delivered') {
+      actions.append(button('Retry now', async () => {
+        await api(`/public/v1/webhooks/deliveries/${d.id}/retry`, { method: 'POST' }).catch(showError);
+        setTimeout(() => loadDeliveries(w).catch(showError), 1500);
+      }));
+    }
+    const tr = row(cell(d.id), cell(d.event), cell(d.status), attemptsCell, cell(when(d.scheduled_at)), actions);
+    tr.dataset.status = d.status;
+    return tr;
+  }));
+}
+
+if (key) start().catch(() => { sessionStorage.removeItem(STORAGE); key = null; });

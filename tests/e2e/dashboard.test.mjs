@@ -1,0 +1,121 @@
+// SPEC §11 in a real browser: headless Chromium (Debian's package) driven by playwright-core
+// against the dashboard served by the worker, with data this test makes through the API.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { createServer } from 'node:http';
+import { chromium } from 'playwright-core';
+import { BASE, call, createKey, createProject, eventually, listAll } from './harness.mjs';
+
+const SHOTS = `${process.env.GATEHOUSE_STATE ?? '/tmp'}/screenshots`;
+let browser;
+let receiver;
+let receiverHealthy = false;
+
+before(async () => {
+  mkdirSync(SHOTS, { recursive: true });
+  console.log(`screenshots: ${SHOTS}`);
+  receiver = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => { res.writeHead(receiverHealthy ? 200 : 500); res.end(receiverHealthy ? 'ok' : 'down'); });
+  });
+  await new Promise((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync'],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+  receiver?.close();
+});
+
+test('the dashboard: sign-in, keys with a chart, a filtered log, and a webhook retried from the page', async () => {
+  const { owner } = await createProject('Dashboard demo');
+  await call('PATCH', `/public/v1/keys/${owner.id}`, { key: owner.key, body: { plan: 'business' } });
+  const server = await createKey(owner.key, 'server', { plan: 'business', name: 'backend' });
+  const hook = await call('POST', '/public/v1/webhooks', {
+    key: owner.key, body: { url: `http://127.0.0.1:${receiver.address().port}/hook`, events: ['contact.created'] },
+  });
+  const contact = await call('POST', '/public/v1/contacts', { key: server.key, body: { name: 'Ada' } });
+  await call('GET', `/public/v1/contacts/${contact.body.id}`, { key: server.key });
+  const missing = await call('GET', '/public/v1/contacts/con_missing', { key: server.key });
+  await call('POST', '/public/v1/contacts', { key: server.key, body: {} });
+  const serverRequests = 4;
+  await eventually(async () => (await listAll(`/public/v1/logs?key_id=${server.id}`, owner.key)).length >= serverRequests, 20_000);
+  await eventually(async () => (await listAll(`/public/v1/webhooks/${hook.body.id}/deliveries?status=failed`, owner.key)).length === 1, 40_000);
+
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  await page.goto(`${BASE}/dashboard`);
+
+  // A wrong key gets a clear error and no dashboard.
+  await page.fill('#owner-key', 'gh_o_' + 'x'.repeat(40));
+  await page.click('#login button[type=submit]');
+  await page.waitForFunction(() => document.querySelector('#login-error').textContent.length > 0);
+  assert.match(await page.textContent('#login-error'), /not valid/);
+  assert.equal(await page.isVisible('#app'), false);
+  await page.fill('#owner-key', server.key);
+  await page.click('#login button[type=submit]');
+  await page.waitForFunction(() => /owner key/.test(document.querySelector('#login-error').textContent));
+
+  // Keys tab: the keys by prefix, and the chart of the server key.
+  await page.fill('#owner-key', owner.key);
+  await page.click('#login button[type=submit]');
+  await page.waitForSelector(`#keys tr[data-prefix="${server.prefix}"]`);
+  assert.equal(await page.isVisible('#login'), false, 'the sign-in form is gone');
+  const prefixes = await page.$$eval('#keys tr', (rows) => rows.map((r) => r.dataset.prefix));
+  assert.deepEqual(new Set(prefixes), new Set([owner.prefix, server.prefix]));
+  assert.equal(await page.evaluate(() => sessionStorage.getItem('gatehouse.ownerKey') !== null), true);
+  assert.equal(await page.evaluate(() => localStorage.length + document.cookie.length), 0, 'no key in local storage or cookies');
+  await page.click(`#keys tr[data-prefix="${server.prefix}"] button:text("Stats")`);
+  await page.waitForSelector('#stats-chart[data-total]');
+  assert.equal(await page.getAttribute('#stats-chart', 'data-total'), String(serverRequests));
+  assert.equal(await page.textContent('#stats-total'), String(serverRequests));
+  assert.match(await page.textContent('#stats-endpoints'), /\/public\/v1\/contacts\/\{id\}/);
+  await page.screenshot({ path: `${SHOTS}/keys.png`, fullPage: true });
+
+  // Request log: only 4xx after filtering; a request_id finds its row, which opens its details.
+  await page.click('#tab-log');
+  await page.waitForSelector('#log tr');
+  await page.selectOption('#log-filters select[name=status]', '4xx');
+  await page.click('#log-filters button[type=submit]');
+  await page.waitForFunction(() => [...document.querySelectorAll('#log tr')].every((r) => r.dataset.status.startsWith('4')));
+  const statuses = await page.$$eval('#log tr', (rows) => rows.map((r) => Number(r.dataset.status)));
+  assert.ok(statuses.length >= 2 && statuses.every((s) => s >= 400 && s < 500), statuses.join());
+  await page.screenshot({ path: `${SHOTS}/log-4xx.png`, fullPage: true });
+  const id = missing.headers.get('x-request-id');
+  await page.selectOption('#log-filters select[name=status]', '');
+  await page.fill('#log-filters input[name=request_id]', id);
+  await page.click('#log-filters button[type=submit]');
+  await page.waitForFunction((rid) => {
+    const rows = [...document.querySelectorAll('#log tr')];
+    return rows.length === 1 && rows[0].dataset.requestId === rid;
+  }, id);
+  await page.click('#log tr');
+  await page.waitForSelector('#log-detail[open]');
+  assert.match(await page.textContent('#detail-fields'), /NOT_FOUND/);
+  await page.click('#detail-close');
+
+  // Webhooks: the failed delivery with its attempts; the retry button delivers it.
+  await page.click('#tab-webhooks');
+  await page.click('#webhooks button:text("Deliveries")');
+  await page.waitForSelector('#deliveries tr[data-status=failed]');
+  assert.equal(await page.$$eval('#deliveries tr[data-status=failed] ol.attempts li', (li) => li.length), 6);
+  await page.screenshot({ path: `${SHOTS}/webhooks-failed.png`, fullPage: true });
+  receiverHealthy = true;
+  await page.click('#deliveries tr[data-status=failed] button:text("Retry now")');
+  await page.waitForSelector('#deliveries tr[data-status=delivered]', { timeout: 15_000 });
+  await page.screenshot({ path: `${SHOTS}/webhooks-delivered.png`, fullPage: true });
+  await page.close();
+});
+
+test('the API description is served at /openapi.json', async () => {
+  const res = await fetch(`${BASE}/openapi.json`);
+  assert.equal(res.status, 200);
+  const doc = await res.json();
+  assert.equal(doc.openapi, '3.1.0');
+  assert.ok(doc.paths['/public/v1/contacts'].post);
+  assert.equal(doc.components.securitySchemes.apiKey.scheme, 'bearer');
+});
