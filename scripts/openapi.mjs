@@ -36,6 +36,8 @@ const mutating = (summary, body, responses, extra = {}) => ({
 
 const paths = {
   '/health': { get: { summary: 'Liveness; no credentials, no storage', security: [], responses: { 200: { description: 'OK', content: json(obj({ status: str })) } } } },
+  '/admin/v1/health': { get: { summary: 'Deep health: one round trip to a KeyGuard Durable Object', security: [{ adminToken: [] }],
+    responses: { 200: { description: 'OK', content: json(obj({ status: str, key_guard: str })) }, ...errors(401), 503: { description: 'SERVICE_UNAVAILABLE', content: json(ref('Error')) } } } },
   '/admin/v1/projects': { post: { summary: 'Create a project and its first owner key', security: [{ adminToken: [] }],
     requestBody: { required: true, content: json(obj({ name: str }, ['name'])) },
     responses: { 201: { description: 'Created', content: json(ref('ProjectCreated')) }, ...errors(400, 401) } } },

@@ -80,6 +80,8 @@ pub trait KeyGuard {
     async fn release_claim(&self, key_hash: &str, claim: &ClaimRequest) -> Result<(), PortError>;
     /// Drops what the guard remembers of the key, so a revocation or change applies at once.
     async fn invalidate(&self, key_hash: &str) -> Result<(), PortError>;
+    /// One round trip to a guard that does nothing: the deep health check.
+    async fn ping(&self) -> Result<(), PortError>;
     /// Counts a failed authentication from a client address; `RateLimited` once it has too many.
     async fn record_auth_failure(&self, client_ip: &str) -> Result<(Verdict, Usage), PortError>;
 }

@@ -162,6 +162,9 @@ fn after(cursor: Option<&Cursor>) -> (JsValue, JsValue) {
     }
 }
 
+/// Statements per D1 batch when storing queued events.
+const STORE_BATCH: usize = 500;
+
 const CONTACT_COLUMNS: &str = "id, project_id, name, phone, email, external_id, created_at";
 
 impl Directory for D1Store {
@@ -458,7 +461,12 @@ impl EventStore for D1Store {
                 ),
             })
             .collect::<Result<Vec<_>, _>>()?;
-        self.batch(statements).await?;
+        // Each batch is a transaction; a consumer batch of packed messages can hold many
+        // thousands of events, so write them in bounded batches (each insert is idempotent).
+        let mut statements = statements.into_iter().peekable();
+        while statements.peek().is_some() {
+            self.batch(statements.by_ref().take(STORE_BATCH).collect()).await?;
+        }
         Ok(())
     }
 

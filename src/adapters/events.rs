@@ -6,14 +6,15 @@ use std::rc::Rc;
 use worker::{BatchMessageBuilder, ObjectNamespace, Queue};
 
 use super::durable;
-use crate::core::events::EventMessage;
+use crate::core::events::{pack, EventMessage};
 use crate::ledger::protocol::{LedgerAnswer, LedgerCommand, URL};
 use crate::ports::{EventLedger, EventSink, Meter, PortError};
 
 pub const QUEUE_BINDING: &str = "EVENTS_QUEUE";
-/// Queues take at most 100 messages and 256 KB in one `sendBatch`; events are at most 64 KiB.
-const SEND_MAX_MESSAGES: usize = 100;
-const SEND_MAX_BYTES: usize = 192 * 1024;
+/// A queue message holds at most 128 KB, a sendBatch 256 KB; packing to 60 KiB leaves room for
+/// the encoding's overhead (an event is at most 64 KiB and then travels alone).
+const MESSAGE_MAX_BYTES: usize = 60 * 1024;
+const SEND_MESSAGES_PER_CALL: usize = 2;
 
 pub struct LedgerClient {
     namespace: ObjectNamespace,
@@ -58,25 +59,11 @@ impl QueueSink {
 
 impl EventSink for QueueSink {
     async fn send(&self, messages: &[EventMessage]) -> Result<(), PortError> {
-        let mut start = 0;
-        while start < messages.len() {
-            // As many messages as fit one sendBatch, each as JSON text (a JS structured clone of
-            // serde's output would turn maps into `Map`s).
-            let mut end = start;
-            let mut bytes = 0;
-            let mut bodies = Vec::new();
-            while end < messages.len() && end - start < SEND_MAX_MESSAGES {
-                let body = serde_json::to_string(&messages[end]).map_err(PortError::from_display)?;
-                if end > start && bytes + body.len() > SEND_MAX_BYTES {
-                    break;
-                }
-                bytes += body.len();
-                bodies.push(body);
-                end += 1;
-            }
-            let batch = BatchMessageBuilder::new().messages(bodies).build();
+        let packed = pack(messages, MESSAGE_MAX_BYTES);
+        // sendBatch takes at most 100 messages and 256 KB: two packed messages per call.
+        for pair in packed.chunks(SEND_MESSAGES_PER_CALL) {
+            let batch = BatchMessageBuilder::new().messages(pair.to_vec()).build();
             self.queue.send_batch(batch).await.map_err(PortError::from_display)?;
-            start = end;
         }
         Ok(())
     }

@@ -7,7 +7,7 @@ use worker::ObjectNamespace;
 use super::durable;
 use crate::core::idempotency::StoredResponse;
 use crate::core::rate_limit::{Usage, Verdict};
-use crate::guard::protocol::{client_guard_name, GuardAnswer, GuardCommand, URL};
+use crate::guard::protocol::{client_guard_name, GuardAnswer, GuardCommand, HEALTH_OBJECT, URL};
 use crate::ports::{Admission, Authorization, ClaimRequest, KeyGuard, Meter, PortError};
 
 pub struct GuardClient {
@@ -73,6 +73,10 @@ impl KeyGuard for GuardClient {
 
     async fn release_claim(&self, key_hash: &str, claim: &ClaimRequest) -> Result<(), PortError> {
         self.expect_done(key_hash, &GuardCommand::ReleaseClaim { claim: claim.clone() }).await
+    }
+
+    async fn ping(&self) -> Result<(), PortError> {
+        self.expect_done(HEALTH_OBJECT, &GuardCommand::Ping).await
     }
 
     async fn record_auth_failure(&self, client_ip: &str) -> Result<(Verdict, Usage), PortError> {

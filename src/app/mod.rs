@@ -419,6 +419,10 @@ impl<P: Ports> Gateway<'_, P> {
     async fn execute(&self, route: RouteId, call: &Call<'_>) -> Result<Reply, ApiError> {
         match route {
             RouteId::Health => Ok(Reply::ok(json!({ "status": "ok" }))),
+            RouteId::DeepHealth => {
+                self.guard.ping().await.map_err(unavailable)?;
+                Ok(Reply::ok(json!({ "status": "ok", "key_guard": "ok" })))
+            }
             RouteId::CreateProject => self.create_project(call).await,
             RouteId::Me => Ok(Reply::ok(me(call))),
             RouteId::CreateKey => self.create_key(call).await,

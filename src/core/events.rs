@@ -69,6 +69,38 @@ pub enum EventMessage {
     },
 }
 
+/// One queue message: events packed together (a message per event would cost one queue operation
+/// per event; a message holds up to 128 KB).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EventBatch {
+    Events { items: Vec<EventMessage> },
+}
+
+/// Packs messages into queue messages of at most `max_bytes` of JSON each (a message larger than
+/// that alone gets its own), in order.
+pub fn pack(messages: &[EventMessage], max_bytes: usize) -> Vec<String> {
+    let mut packed = Vec::new();
+    let mut items: Vec<EventMessage> = Vec::new();
+    let mut size = 0;
+    for m in messages {
+        let len = serde_json::to_string(m).map_or(0, |s| s.len()) + 1;
+        if !items.is_empty() && size + len > max_bytes {
+            packed.push(
+                serde_json::to_string(&EventBatch::Events { items: std::mem::take(&mut items) })
+                    .expect("JSON"),
+            );
+            size = 0;
+        }
+        size += len;
+        items.push(m.clone());
+    }
+    if !items.is_empty() {
+        packed.push(serde_json::to_string(&EventBatch::Events { items }).expect("JSON"));
+    }
+    packed
+}
+
 /// An item refused alone, as `rejected[i]` shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rejection {
@@ -254,6 +286,28 @@ mod tests {
         assert_eq!(code(json!({"event": "x", "user_id": "u", "timestamp": true})), "VALIDATION_ERROR");
         let huge = json!({"event": "x", "user_id": "u", "properties": {"blob": "x".repeat(EVENT_MAX_BYTES)}});
         assert_eq!(code(huge), "VALIDATION_ERROR");
+    }
+
+    #[test]
+    fn packs_events_into_few_messages_in_order() {
+        let link = |i: usize| EventMessage::Link {
+            project_id: "p".into(),
+            anonymous_id: format!("a{i}"),
+            user_id: "u".into(),
+            linked_at: 0,
+        };
+        let messages: Vec<_> = (0..100).map(link).collect();
+        let one = pack(&messages, 100_000);
+        assert_eq!(one.len(), 1);
+        let small = pack(&messages, 1_000);
+        assert!(small.len() > 5 && small.iter().all(|m| m.len() < 1_100));
+        let back: Vec<EventMessage> = small
+            .iter()
+            .flat_map(|m| match serde_json::from_str::<EventBatch>(m).unwrap() {
+                EventBatch::Events { items } => items,
+            })
+            .collect();
+        assert_eq!(back, messages);
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RouteId {
     Health,
+    DeepHealth,
     CreateProject,
     Me,
     CreateKey,
@@ -90,6 +91,7 @@ const RESOURCES: Access = Access::Key(Scope::Resources);
 
 pub const ROUTES: &[Route] = &[
     route(RouteId::Health, "GET", "/health", Access::Public),
+    route(RouteId::DeepHealth, "GET", "/admin/v1/health", Access::Admin),
     route(RouteId::CreateProject, "POST", "/admin/v1/projects", Access::Admin),
     route(RouteId::Me, "GET", "/public/v1/me", Access::Key(Scope::SelfInfo)),
     route(RouteId::CreateKey, "POST", "/public/v1/keys", OWNER),

@@ -106,6 +106,7 @@ impl DurableObject for KeyGuardObject {
                 self.complete(&claim, &response, stored_elsewhere)?;
                 GuardAnswer::Done
             }
+            GuardCommand::Ping => GuardAnswer::Done,
             GuardCommand::ReleaseClaim { claim } => {
                 self.sql.exec(
                     "DELETE FROM claims WHERE idempotency_key = ? AND owner = ? AND completed = 0",

@@ -12,6 +12,9 @@ pub const BINDING: &str = "KEY_GUARD";
 /// Durable Object `fetch` needs an absolute URL; the host is never resolved.
 pub const URL: &str = "https://key-guard/";
 
+/// The object the deep health check pings.
+pub const HEALTH_OBJECT: &str = "health";
+
 /// The object that counts failed authentications from one client address. Key guards are named
 /// by a 64-hex-digit key hash, so the two kinds of names never meet.
 pub fn client_guard_name(ip: &str) -> String {
@@ -32,6 +35,8 @@ pub enum GuardCommand {
     CompleteClaim { claim: ClaimRequest, response: StoredResponse, stored_elsewhere: bool },
     /// The claimed request failed: forget the claim.
     ReleaseClaim { claim: ClaimRequest },
+    /// A round trip that reads and writes nothing (the deep health check).
+    Ping,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

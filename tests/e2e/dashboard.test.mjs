@@ -56,7 +56,8 @@ test('the dashboard: sign-in, keys with a chart, a filtered log, and a webhook r
   await page.waitForFunction(() => document.querySelector('#login-error').textContent.length > 0);
   assert.match(await page.textContent('#login-error'), /not valid/);
   assert.equal(await page.isVisible('#app'), false);
-  await page.fill('#owner-key', server.key);
+  const browserKey = await createKey(owner.key, 'browser'); // not an owner key: refused with a clear reason
+  await page.fill('#owner-key', browserKey.key);
   await page.click('#login button[type=submit]');
   await page.waitForFunction(() => /owner key/.test(document.querySelector('#login-error').textContent));
 
@@ -66,7 +67,7 @@ test('the dashboard: sign-in, keys with a chart, a filtered log, and a webhook r
   await page.waitForSelector(`#keys tr[data-prefix="${server.prefix}"]`);
   assert.equal(await page.isVisible('#login'), false, 'the sign-in form is gone');
   const prefixes = await page.$$eval('#keys tr', (rows) => rows.map((r) => r.dataset.prefix));
-  assert.deepEqual(new Set(prefixes), new Set([owner.prefix, server.prefix]));
+  assert.deepEqual(new Set(prefixes), new Set([owner.prefix, server.prefix, browserKey.prefix]));
   assert.equal(await page.evaluate(() => sessionStorage.getItem('gatehouse.ownerKey') !== null), true);
   assert.equal(await page.evaluate(() => localStorage.length + document.cookie.length), 0, 'no key in local storage or cookies');
   await page.click(`#keys tr[data-prefix="${server.prefix}"] button:text("Stats")`);

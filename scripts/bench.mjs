@@ -1,0 +1,129 @@
+// The gateway's cost per request, measured against a running gateway (see scripts/bench).
+// Usage: node scripts/bench.mjs [--quick]   (GATEHOUSE_URL, GATEHOUSE_ADMIN_TOKEN, GATEHOUSE_STATE)
+// Prints a table and writes $GATEHOUSE_STATE/bench.json. Numbers are reported, never asserted;
+// the run fails only when a scenario never got its expected answer (the gateway is broken). Other
+// answers are counted in the "errors" column.
+import { readFileSync, writeFileSync, statSync } from 'node:fs';
+import { gzipSync } from 'node:zlib';
+import { randomUUID } from 'node:crypto';
+import autocannon from 'autocannon';
+
+const quick = process.argv.includes('--quick');
+const BASE = process.env.GATEHOUSE_URL;
+const ADMIN = process.env.GATEHOUSE_ADMIN_TOKEN;
+const STATE = process.env.GATEHOUSE_STATE;
+const DURATION = quick ? 2 : 10;
+const CONNECTIONS = 8;
+
+async function api(method, path, { key, body, headers = {} } = {}) {
+  const res = await fetch(BASE + path, {
+    method,
+    headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}), ...headers },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  return { status: res.status, headers: res.headers, body: await res.json().catch(() => null) };
+}
+
+// A project whose keys may make a million requests a minute: the limits are not what is measured.
+const project = await api('POST', '/admin/v1/projects', { body: { name: 'bench' }, headers: { authorization: `Bearer ${ADMIN}` } });
+const owner = project.body.owner_key;
+await api('PATCH', `/public/v1/keys/${owner.id}`, { key: owner.key, body: { plan: 'business', rate_limit_per_minute: 1_000_000 } });
+const server = (await api('POST', '/public/v1/keys', { key: owner.key, body: { type: 'server', plan: 'business', rate_limit_per_minute: 1_000_000 } })).body;
+const auth = { authorization: `Bearer ${server.key}`, 'content-type': 'application/json' };
+const replayKey = `bench-replay-${randomUUID()}`;
+await api('POST', '/public/v1/contacts', { key: server.key, body: { name: 'Replayed' }, headers: { 'idempotency-key': replayKey } });
+
+const trackBody = (n) => JSON.stringify({
+  batch: Array.from({ length: n }, (_, i) => ({ event_id: randomUUID(), event: 'Bench Event', anonymous_id: `a-${i}`, properties: { i } })),
+});
+
+const scenarios = [
+  { name: 'floor: GET /health (no auth, no storage)', key: 'floor', path: '/health', expect: 200 },
+  { name: 'one DO round trip: GET /admin/v1/health', key: 'guard', path: '/admin/v1/health', headers: { authorization: `Bearer ${ADMIN}` }, expect: 200 },
+  { name: 'GET /public/v1/me', key: 'me', path: '/public/v1/me', headers: auth, expect: 200 },
+  { name: 'POST /public/v1/contacts, fresh Idempotency-Key', key: 'create', method: 'POST', path: '/public/v1/contacts', headers: auth,
+    body: JSON.stringify({ name: 'Bench' }), setup: (req) => ({ ...req, headers: { ...req.headers, 'idempotency-key': randomUUID() } }), expect: 201 },
+  { name: 'replay of one completed key', key: 'replay', method: 'POST', path: '/public/v1/contacts', headers: { ...auth, 'idempotency-key': replayKey },
+    body: JSON.stringify({ name: 'Replayed' }), expect: 201 },
+  ...[1, 10, 100, 500].map((n) => ({
+    name: `POST /v1/track, batch of ${n}`, key: `track${n}`, method: 'POST', path: '/v1/track', headers: auth, events: n,
+    setup: (req) => ({ ...req, body: trackBody(n) }), expect: 202,
+  })),
+];
+
+function run(s) {
+  return new Promise((resolve, reject) => {
+    const instance = autocannon({
+      url: BASE,
+      connections: CONNECTIONS,
+      duration: DURATION,
+      requests: [{ method: s.method ?? 'GET', path: s.path, headers: s.headers, body: s.body, ...(s.setup ? { setupRequest: s.setup } : {}) }],
+    }, (err, result) => (err ? reject(err) : resolve(result)));
+    autocannon.track(instance, { renderProgressBar: false, renderResultsTable: false, renderLatencyTable: false });
+  });
+}
+
+/** The I/O one request of a scenario made, from the worker's per-request log lines. */
+async function ioOf(s) {
+  if (!STATE) return null;
+  const ids = [];
+  for (let i = 0; i < 5; i++) {
+    const headers = { ...(s.headers ?? {}) };
+    if (s.key === 'create') headers['idempotency-key'] = randomUUID();
+    const res = await fetch(BASE + s.path, { method: s.method ?? 'GET', headers, body: s.key === 'create' || s.key === 'replay' ? s.body : undefined });
+    ids.push(res.headers.get('x-request-id'));
+  }
+  await new Promise((r) => setTimeout(r, 500));
+  const lines = readFileSync(`${STATE}/wrangler.log`, 'utf8').split('\n')
+    .map((l) => { try { return JSON.parse(l.slice(l.indexOf('{'))); } catch { return null; } })
+    .filter((l) => l && ids.includes(l.request_id));
+  const avg = (k) => lines.reduce((sum, l) => sum + l[k], 0) / Math.max(lines.length, 1);
+  return { durable_object_calls: avg('durable_object_calls'), d1_queries: avg('d1_queries'), kv_operations: avg('kv_operations') };
+}
+
+const results = {};
+let failed = false;
+for (const s of scenarios) {
+  const r = await run(s);
+  const wrong = r.non2xx + r.errors + r.timeouts;
+  const statusOk = (r.statusCodeStats?.[String(s.expect)]?.count ?? 0) > 0;
+  if (!statusOk) failed = true;
+  if (wrong > 0 || !statusOk) console.error(`${s.name}: ${wrong} unexpected answers ${JSON.stringify(r.statusCodeStats)}`);
+  results[s.key] = {
+    name: s.name,
+    requests_per_second: r.requests.average,
+    // Accepted events only: a refused batch carried none.
+    events_per_second: s.events ? (r['2xx'] * s.events) / r.duration : undefined,
+    p50_ms: r.latency.p50,
+    p99_ms: r.latency.p99,
+    requests: r.requests.total,
+    unexpected: wrong,
+    io_per_request: ['me', 'create', 'replay'].includes(s.key) ? await ioOf(s) : undefined,
+  };
+}
+
+const ratio = (a, b) => results[a].requests_per_second / results[b].requests_per_second;
+const wasm = readFileSync(new URL('../build/index_bg.wasm', import.meta.url));
+const report = {
+  mode: quick ? 'quick' : 'full',
+  duration_seconds: DURATION,
+  connections: CONNECTIONS,
+  machine: `${process.platform} ${process.arch}, node ${process.version}`,
+  ratios: { me_over_one_do: ratio('me', 'guard'), create_over_one_do: ratio('create', 'guard'), replay_over_one_do: ratio('replay', 'guard') },
+  wasm_bytes: { raw: statSync(new URL('../build/index_bg.wasm', import.meta.url)).size, gzip: gzipSync(wasm, { level: 9 }).length },
+  scenarios: results,
+};
+
+const pad = (v, n) => String(v).padEnd(n);
+console.log(`\n${pad('scenario', 50)}${pad('req/s', 10)}${pad('events/s', 10)}${pad('p50 ms', 8)}${pad('p99 ms', 8)}${pad('errors', 8)}DO/D1/KV per request`);
+for (const r of Object.values(results)) {
+  const io = r.io_per_request ? `${r.io_per_request.durable_object_calls}/${r.io_per_request.d1_queries}/${r.io_per_request.kv_operations}` : '';
+  console.log(`${pad(r.name, 50)}${pad(r.requests_per_second.toFixed(0), 10)}${pad(r.events_per_second?.toFixed(0) ?? '', 10)}${pad(r.p50_ms, 8)}${pad(r.p99_ms, 8)}${pad(r.unexpected, 8)}${io}`);
+}
+console.log(`\nratios vs one DO round trip: /me ${report.ratios.me_over_one_do.toFixed(2)}, create ${report.ratios.create_over_one_do.toFixed(2)}, replay ${report.ratios.replay_over_one_do.toFixed(2)}`);
+console.log(`wasm: ${report.wasm_bytes.raw} bytes raw, ${report.wasm_bytes.gzip} bytes gzip`);
+if (STATE) {
+  writeFileSync(`${STATE}/bench.json`, JSON.stringify(report, null, 2));
+  console.log(`results: ${STATE}/bench.json`);
+}
+process.exit(failed ? 1 : 0);
