@@ -115,7 +115,18 @@ async function logQueryOver100k() {
       CASE i % 3 WHEN 0 THEN 'POST' ELSE 'GET' END,
       '/public/v1/contacts/con_' || i, '/public/v1/contacts/{id}',
       CASE WHEN i % 10 = 0 THEN 404 WHEN i % 97 = 0 THEN 500 ELSE 200 END, 100, 5, 0 FROM n`;
-  execFileSync('npx', ['wrangler', 'd1', 'execute', 'DB', '--local', '--persist-to', STATE, '--command', sql], { stdio: 'ignore' });
+  // One line: wrangler's --command does not take a statement over several lines. The queue
+  // consumer may still be writing the load's audit rows: SQLITE_BUSY means try again shortly.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      execFileSync('npx', ['wrangler', 'd1', 'execute', 'DB', '--local', '--persist-to', STATE, '--command', sql.replace(/\s+/g, ' ')],
+        { stdio: ['ignore', 'ignore', 'pipe'] });
+      break;
+    } catch (e) {
+      if (attempt >= 10 || !String(e.stderr).includes('SQLITE_BUSY')) throw e;
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  }
   const times = [];
   for (let i = 0; i < 20; i++) {
     const t0 = performance.now();
