@@ -20,7 +20,7 @@ use crate::app::{self, Gateway};
 use crate::config::Config;
 use crate::core::audit::AuditMessage;
 use crate::core::error::ApiError;
-use crate::core::events::{EventBatch, EventMessage};
+use crate::core::events::EventBatch;
 use crate::core::webhook::DeliveryMessage;
 use crate::ports::{AuditSink, DeliveryQueue, EventStore, Meter, Ports};
 use crate::{guard, http, ledger};
@@ -115,7 +115,6 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
 #[serde(untagged)]
 enum QueueMessage {
     Events(EventBatch),
-    Event(EventMessage),
     Audit(AuditMessage),
     Delivery(DeliveryMessage),
 }
@@ -133,7 +132,6 @@ async fn queue(batch: MessageBatch<String>, env: Env, _ctx: Context) -> Result<(
     for message in batch.messages()? {
         match serde_json::from_str::<QueueMessage>(message.body()) {
             Ok(QueueMessage::Events(EventBatch::Events { items })) => events.extend(items),
-            Ok(QueueMessage::Event(event)) => events.push(event),
             Ok(QueueMessage::Audit(AuditMessage::Audit(row))) => rows.push(row),
             Ok(QueueMessage::Delivery(DeliveryMessage::Delivery { delivery_id })) => {
                 deliveries.push(delivery_id)

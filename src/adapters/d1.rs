@@ -43,6 +43,26 @@ impl D1Store {
         result.results().map_err(PortError::from_display)
     }
 
+    /// A page of a project's rows, newest first, keyset on `(created_at, id)`.
+    async fn newest_first<T: serde::de::DeserializeOwned>(
+        &self,
+        columns: &str,
+        table: &str,
+        project_id: &str,
+        page: &PageRequest,
+    ) -> Result<Vec<T>, PortError> {
+        let (ts, id) = after(page.after.as_ref());
+        self.rows(
+            &format!(
+                "SELECT {columns} FROM {table}
+                 WHERE project_id = ?1 AND (?2 IS NULL OR (created_at, id) < (?2, ?3))
+                 ORDER BY created_at DESC, id DESC LIMIT ?4"
+            ),
+            &[text(project_id), ts, id, int(page.fetch_len() as i64)],
+        )
+        .await
+    }
+
     async fn first_key(&self, sql: &str, args: &[JsValue]) -> Result<Option<KeyRecord>, PortError> {
         Ok(self.rows(sql, args).await?.into_iter().next())
     }
@@ -193,16 +213,7 @@ impl Directory for D1Store {
     }
 
     async fn list_keys(&self, project_id: &str, page: &PageRequest) -> Result<Vec<KeyRecord>, PortError> {
-        let (ts, id) = after(page.after.as_ref());
-        self.rows(
-            &format!(
-                "SELECT {KEY_COLUMNS} FROM api_keys
-                 WHERE project_id = ?1 AND (?2 IS NULL OR (created_at, id) < (?2, ?3))
-                 ORDER BY created_at DESC, id DESC LIMIT ?4"
-            ),
-            &[text(project_id), ts, id, int(page.fetch_len() as i64)],
-        )
-        .await
+        self.newest_first(KEY_COLUMNS, "api_keys", project_id, page).await
     }
 
     async fn update_key(
@@ -317,16 +328,7 @@ impl Resources for D1Store {
     }
 
     async fn list_contacts(&self, project_id: &str, page: &PageRequest) -> Result<Vec<Contact>, PortError> {
-        let (ts, id) = after(page.after.as_ref());
-        self.rows(
-            &format!(
-                "SELECT {CONTACT_COLUMNS} FROM contacts
-                 WHERE project_id = ?1 AND (?2 IS NULL OR (created_at, id) < (?2, ?3))
-                 ORDER BY created_at DESC, id DESC LIMIT ?4"
-            ),
-            &[text(project_id), ts, id, int(page.fetch_len() as i64)],
-        )
-        .await
+        self.newest_first(CONTACT_COLUMNS, "contacts", project_id, page).await
     }
 
     async fn create_messages(
@@ -683,7 +685,7 @@ impl AuditStore for D1Store {
         before_ms: i64,
         limit: usize,
     ) -> Result<Vec<AuditRow>, PortError> {
-        let start = crate::app::audit_day_start(day).ok_or_else(|| PortError(format!("bad day {day}")))?;
+        let start = crate::core::time::date_start(day).ok_or_else(|| PortError(format!("bad day {day}")))?;
         self.audit_query(
             &format!(
                 "SELECT {AUDIT_COLUMNS} FROM audit_log

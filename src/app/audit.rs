@@ -7,7 +7,7 @@ use super::{unavailable, Call, Gateway, Payload, Reply};
 use crate::core::audit::{archive_key, log_page, log_position, stats_days, stats_view, AuditRow, LogFilter};
 use crate::core::error::ApiError;
 use crate::core::page::PageRequest;
-use crate::core::time::{days_from_civil, rfc3339};
+use crate::core::time::rfc3339;
 use crate::ports::{Archive, AuditStore, Directory, PortError, Ports};
 
 /// Rows one retention run moves at most per (project, day), and (project, day) pairs per run.
@@ -129,14 +129,6 @@ pub async fn enforce_retention<S: AuditStore, A: Archive>(
     Ok(report)
 }
 
-/// Unix ms of 00:00 UTC of a `YYYY-MM-DD` day.
-pub fn day_start(day: &str) -> Option<i64> {
-    let y = day.get(0..4)?.parse().ok()?;
-    let m = day.get(5..7)?.parse().ok()?;
-    let d = day.get(8..10)?.parse().ok()?;
-    Some(days_from_civil(y, m, d) * 86_400_000)
-}
-
 #[cfg(test)]
 mod tests {
     use std::cell::RefCell;
@@ -241,26 +233,9 @@ mod tests {
     const NOW: i64 = 1_795_942_112_123; // 2026-11-29T08:48Z
 
     fn row(id: &str, ts: i64) -> AuditRow {
-        AuditRow {
-            ts,
-            request_id: id.into(),
-            project_id: Some("prj_1".into()),
-            key_id: None,
-            key_prefix: None,
-            method: "GET".into(),
-            path: "/".into(),
-            route: None,
-            status: 200,
-            response_bytes: 0,
-            response_time_ms: 1,
-            ip: None,
-            user_agent: None,
-            idempotency_key: None,
-            replayed: false,
-            original_request_id: None,
-            rate_limit_remaining: None,
-            error_code: None,
-        }
+        let mut row = AuditRow::new(id.into(), ts, "GET".into(), "/".into());
+        row.project_id = Some("prj_1".into());
+        row
     }
 
     #[test]
@@ -296,12 +271,5 @@ mod tests {
         let bucket = Bucket { fail: true, objects: RefCell::default() };
         assert!(pollster::block_on(enforce_retention(&store, &bucket, NOW, 90)).is_err());
         assert_eq!(store.rows.borrow().len(), 1);
-    }
-
-    #[test]
-    fn day_start_is_midnight_utc() {
-        assert_eq!(day_start("2026-11-29").map(utc_date), Some("2026-11-29".to_string()));
-        assert_eq!(day_start("2026-11-29").unwrap() % DAY, 0);
-        assert_eq!(day_start("bad"), None);
     }
 }

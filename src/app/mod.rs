@@ -6,7 +6,7 @@
 mod audit;
 pub mod ingest;
 
-pub use audit::{day_start as audit_day_start, enforce_retention, store_rows as store_audit_rows};
+pub use audit::{enforce_retention, store_rows as store_audit_rows};
 pub use webhooks::{dispatch, sweep};
 mod keys;
 mod projects;

@@ -83,6 +83,19 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
     Some(((days * 86_400 + h * 3600 + mi * 60 + sec) - offset_min * 60) * 1000 + millis)
 }
 
+/// Unix ms of 00:00 UTC of a `YYYY-MM-DD` date.
+pub fn date_start(date: &str) -> Option<i64> {
+    let b = date.as_bytes();
+    if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
+        return None;
+    }
+    let (y, m, d) = (date[0..4].parse().ok()?, date[5..7].parse().ok()?, date[8..10].parse().ok()?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return None;
+    }
+    Some(days_from_civil(y, m, d) * 86_400_000)
+}
+
 /// `YYYY-MM-DD` of a Unix time in ms (UTC).
 pub fn utc_date(ms: i64) -> String {
     let (y, m, d) = civil_from_days(ms.div_euclid(86_400_000));
@@ -113,6 +126,10 @@ mod tests {
             assert_eq!(parse_rfc3339(&rfc3339(ms)), Some(ms));
         }
         assert_eq!(utc_date(1_795_942_112_123), "2026-11-29");
+        assert_eq!(date_start("2026-11-29").map(utc_date).as_deref(), Some("2026-11-29"));
+        assert_eq!(date_start("2026-11-29").unwrap() % 86_400_000, 0);
+        assert_eq!(date_start("2026-13-01"), None);
+        assert_eq!(date_start("bad"), None);
     }
 
     #[test]
