@@ -151,7 +151,7 @@ type Refusal = (Option<Usage>, ApiError);
 /// What the audit row needs to know of how the request went, filled in as it goes.
 #[derive(Default)]
 struct Trace {
-    route: Option<&'static str>,
+    route: Option<&'static Route>,
     /// The key the request was made with, when one was recognised (revoked ones included).
     key: Option<KeyRecord>,
     idempotency_key: Option<String>,
@@ -182,8 +182,6 @@ impl Served {
 impl<P: Ports> Gateway<'_, P> {
     pub async fn handle<B: RequestBody>(&self, req: ApiRequest<B>) -> ApiResponse {
         let request_id = uuid_v4(random());
-        let replays_created_as_ok =
-            match_route(&req.method, &req.path).is_ok_and(|m| m.route.id == RouteId::DeployMarker);
         let mut audit = AuditRow::new(
             request_id.clone(),
             req.now_ms,
@@ -194,7 +192,9 @@ impl<P: Ports> Gateway<'_, P> {
         audit.user_agent = clip_user_agent(req.user_agent.as_deref());
         let mut trace = Trace::default();
         let served = self.serve(req, &request_id, &mut trace).await;
-        audit.route = trace.route.map(str::to_owned);
+        audit.route = trace.route.map(|r| r.template.to_owned());
+        // SPEC §8: a release marker's replay answers 200 where the original said 201.
+        let replays_created_as_ok = trace.route.is_some_and(|r| r.id == RouteId::DeployMarker);
         if let Some(key) = trace.key {
             audit.project_id = Some(key.project_id);
             audit.key_id = Some(key.id);
@@ -243,7 +243,7 @@ impl<P: Ports> Gateway<'_, P> {
             Err(miss) => return Served::early(None, route_miss(miss, &req)),
         };
         let route = matched.route;
-        trace.route = Some(route.template);
+        trace.route = Some(route);
         let body = match read_body(route, req.body).await {
             Ok(body) => body,
             Err(e) => return Served::early(None, e),
