@@ -22,7 +22,7 @@ use crate::core::encoding::uuid_v4;
 use crate::core::error::{ApiError, ErrorCode};
 use crate::core::idempotency::{self, ClaimDecision, StoredResponse};
 use crate::core::rate_limit::{Usage, Verdict};
-use crate::core::route::{match_route, Access, Miss, Route, RouteId};
+use crate::core::route::{cors_path, match_route, Access, Miss, Route, RouteId};
 use crate::core::time::rfc3339;
 use crate::ports::{
     Admission, Authorization, ClaimRequest, KeyGuard, PortError, Ports, RequestBody, ResponseStore,
@@ -191,6 +191,9 @@ impl<P: Ports> Gateway<'_, P> {
         audit.ip = req.client_ip.clone();
         audit.user_agent = clip_user_agent(req.user_agent.as_deref());
         let mut trace = Trace::default();
+        if req.method == "OPTIONS" && cors_path(&req.path) {
+            return preflight(request_id, audit);
+        }
         let served = self.serve(req, &request_id, &mut trace).await;
         audit.route = trace.route.map(|r| r.template.to_owned());
         // SPEC §8: a release marker's replay answers 200 where the original said 201.
@@ -211,6 +214,9 @@ impl<P: Ports> Gateway<'_, P> {
             Ok(Answer::Reply(_)) => {}
         }
         let mut response = respond(request_id, served.usage, served.answer, replays_created_as_ok, audit);
+        if trace.route.is_some_and(|r| r.cors) {
+            response.headers.extend(CORS_HEADERS.map(|(name, value)| (name, value.to_owned())));
+        }
         if let Some((key_hash, api_key_id, claim)) = served.taken_claim {
             response.settlement = Some(if (200..300).contains(&response.status) {
                 let body = String::from_utf8_lossy(&response.body).into_owned();
@@ -511,6 +517,36 @@ async fn read_body<B: RequestBody>(route: &Route, body: B) -> Result<Vec<u8>, Ap
 
 fn unavailable(e: PortError) -> ApiError {
     ApiError::unavailable(e.0)
+}
+
+/// What a web page's script may read of an ingestion answer (SPEC §7 routes, browser keys).
+const CORS_HEADERS: [(&str, &str); 2] = [
+    ("access-control-allow-origin", "*"),
+    (
+        "access-control-expose-headers",
+        "x-request-id, retry-after, x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset, ratelimit, ratelimit-policy",
+    ),
+];
+
+/// The answer to a browser's CORS preflight for an ingestion route: any origin may POST with an
+/// API key (keys travel in `Authorization`, never cookies, so no credentials mode is needed).
+fn preflight(request_id: String, mut audit: AuditRow) -> ApiResponse {
+    audit.status = 204;
+    let mut headers = vec![("x-request-id", request_id.clone())];
+    headers.extend(CORS_HEADERS.map(|(name, value)| (name, value.to_owned())));
+    headers.push(("access-control-allow-methods", "POST".to_owned()));
+    headers.push(("access-control-allow-headers", "authorization, content-type".to_owned()));
+    headers.push(("access-control-max-age", "86400".to_owned()));
+    ApiResponse {
+        status: 204,
+        headers,
+        body: Vec::new(),
+        request_id,
+        internal_error: None,
+        settlement: None,
+        audit,
+        webhook_deliveries: Vec::new(),
+    }
 }
 
 /// The response for a failure before the pipeline could start (e.g. bad configuration).

@@ -62,6 +62,9 @@ pub struct Route {
     pub access: Access,
     pub body_limit: usize,
     pub idempotency: KeyPolicy,
+    /// Callable from web pages on any origin (browser keys ingest from them): CORS headers and an
+    /// `OPTIONS` preflight.
+    pub cors: bool,
 }
 
 /// Idempotency is honoured on every mutating method of a key-authenticated route (SPEC §5).
@@ -69,7 +72,7 @@ const fn route(id: RouteId, method: &'static str, template: &'static str, access
     let mutating = matches!(method.as_bytes()[0], b'P' | b'D'); // POST, PUT, PATCH, DELETE
     let keyed = matches!(access, Access::Key(_));
     let idempotency = if mutating && keyed { KeyPolicy::Optional } else { KeyPolicy::Ignored };
-    Route { id, method, template, access, body_limit: DEFAULT_BODY_LIMIT, idempotency }
+    Route { id, method, template, access, body_limit: DEFAULT_BODY_LIMIT, idempotency, cors: false }
 }
 
 const fn required_key(mut r: Route, min: usize, max: usize) -> Route {
@@ -83,6 +86,7 @@ const fn ingestion(id: RouteId, template: &'static str, scope: Scope) -> Route {
     let mut r = route(id, "POST", template, Access::Key(scope));
     r.idempotency = KeyPolicy::Ignored;
     r.body_limit = INGEST_BODY_LIMIT;
+    r.cors = true;
     r
 }
 
@@ -144,6 +148,11 @@ pub enum Miss {
     NotFound,
     /// The path exists under other methods, listed for the `Allow` header.
     MethodNotAllowed(Vec<&'static str>),
+}
+
+/// Whether `path` is a route web pages may call, so that an `OPTIONS` preflight is answered.
+pub fn cors_path(path: &str) -> bool {
+    ROUTES.iter().any(|r| r.cors && match_template(r.template, path).is_some())
 }
 
 /// Finds the route for `method` and `path` (no query string). A trailing slash is not the same path.
@@ -239,6 +248,12 @@ mod tests {
         documented.sort();
         served.sort();
         assert_eq!(documented, served);
+    }
+
+    #[test]
+    fn only_ingestion_is_open_to_web_pages() {
+        assert!(cors_path("/v1/track") && cors_path("/v1/identify") && cors_path("/v1/replay"));
+        assert!(!cors_path("/public/v1/keys") && !cors_path("/admin/v1/projects") && !cors_path("/nope"));
     }
 
     #[test]

@@ -127,3 +127,23 @@ test('a replay chunk sent twice is stored once; the second answer says duplicate
   const rows = await d1(`SELECT chunk, data FROM replay_chunks WHERE project_id = '${projectId}' ORDER BY chunk`);
   assert.deepEqual(rows.map((r) => [r.chunk, JSON.parse(r.data)]), [[0, { frames: [1, 2, 3] }], [1, { frames: [1, 2, 3] }]]);
 });
+
+test('web pages may ingest with a browser key: CORS preflight and headers on ingestion routes only', async () => {
+  const { browser, owner } = await ingestionProject();
+  const preflight = await call('OPTIONS', '/v1/track', {
+    headers: { origin: 'https://shop.example', 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization, content-type' },
+  });
+  assert.equal(preflight.status, 204);
+  assert.equal(preflight.headers.get('access-control-allow-origin'), '*');
+  assert.equal(preflight.headers.get('access-control-allow-methods'), 'POST');
+  assert.match(preflight.headers.get('access-control-allow-headers'), /authorization/);
+  const res = await call('POST', '/v1/track', { key: browser.key, body: { batch: [{ event: 'x', anonymous_id: 'a' }] }, headers: { origin: 'https://shop.example' } });
+  assert.equal(res.status, 202);
+  assert.equal(res.headers.get('access-control-allow-origin'), '*');
+  assert.match(res.headers.get('access-control-expose-headers'), /x-request-id/);
+  const denied = await call('POST', '/v1/track', { body: { batch: [] }, headers: { origin: 'https://shop.example' } });
+  assert.equal(denied.headers.get('access-control-allow-origin'), '*', 'errors are readable by the page too');
+  const keys = await call('GET', '/public/v1/keys', { key: owner.key, headers: { origin: 'https://shop.example' } });
+  assert.equal(keys.headers.get('access-control-allow-origin'), null, 'the owner API is not open to other origins');
+  assertError(await call('OPTIONS', '/public/v1/keys'), 405, 'METHOD_NOT_ALLOWED');
+});
