@@ -493,61 +493,6 @@ const AUDIT_COLUMNS: &str = "ts, request_id, project_id, key_id, key_prefix, met
   response_bytes, response_time_ms, ip, user_agent, idempotency_key, replayed, original_request_id,
   rate_limit_remaining, error_code";
 
-/// An audit row as SQLite returns it (booleans are integers).
-#[derive(serde::Deserialize)]
-struct AuditRecord {
-    ts: i64,
-    request_id: String,
-    project_id: Option<String>,
-    key_id: Option<String>,
-    key_prefix: Option<String>,
-    method: String,
-    path: String,
-    route: Option<String>,
-    status: u16,
-    response_bytes: u64,
-    response_time_ms: i64,
-    ip: Option<String>,
-    user_agent: Option<String>,
-    idempotency_key: Option<String>,
-    replayed: i64,
-    original_request_id: Option<String>,
-    rate_limit_remaining: Option<u32>,
-    error_code: Option<String>,
-}
-
-impl From<AuditRecord> for AuditRow {
-    fn from(r: AuditRecord) -> Self {
-        AuditRow {
-            ts: r.ts,
-            request_id: r.request_id,
-            project_id: r.project_id,
-            key_id: r.key_id,
-            key_prefix: r.key_prefix,
-            method: r.method,
-            path: r.path,
-            route: r.route,
-            status: r.status,
-            response_bytes: r.response_bytes,
-            response_time_ms: r.response_time_ms,
-            ip: r.ip,
-            user_agent: r.user_agent,
-            idempotency_key: r.idempotency_key,
-            replayed: r.replayed != 0,
-            original_request_id: r.original_request_id,
-            rate_limit_remaining: r.rate_limit_remaining,
-            error_code: r.error_code,
-        }
-    }
-}
-
-impl D1Store {
-    async fn audit_query(&self, sql: &str, args: &[JsValue]) -> Result<Vec<AuditRow>, PortError> {
-        let rows: Vec<AuditRecord> = self.rows(sql, args).await?;
-        Ok(rows.into_iter().map(AuditRow::from).collect())
-    }
-}
-
 impl AuditStore for D1Store {
     async fn insert_audit_rows(&self, rows: &[AuditRow]) -> Result<(), PortError> {
         let statements = rows
@@ -597,7 +542,7 @@ impl AuditStore for D1Store {
             None => (JsValue::NULL, JsValue::NULL),
         };
         let (after_ts, after_id) = after(page.after.as_ref());
-        self.audit_query(
+        self.rows(
             &format!(
                 "SELECT {AUDIT_COLUMNS} FROM audit_log
                  WHERE project_id = ?1
@@ -686,7 +631,7 @@ impl AuditStore for D1Store {
         limit: usize,
     ) -> Result<Vec<AuditRow>, PortError> {
         let start = crate::core::time::date_start(day).ok_or_else(|| PortError(format!("bad day {day}")))?;
-        self.audit_query(
+        self.rows(
             &format!(
                 "SELECT {AUDIT_COLUMNS} FROM audit_log
                  WHERE project_id IS ?1 AND ts >= ?2 AND ts < min(?3, ?4)

@@ -33,10 +33,25 @@ pub struct AuditRow {
     pub ip: Option<String>,
     pub user_agent: Option<String>,
     pub idempotency_key: Option<String>,
+    #[serde(deserialize_with = "flag")]
     pub replayed: bool,
     pub original_request_id: Option<String>,
     pub rate_limit_remaining: Option<u32>,
     pub error_code: Option<String>,
+}
+
+/// A boolean as JSON writes it (`true`) or as SQLite returns it (`1`).
+fn flag<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Flag {
+        Bool(bool),
+        Number(f64),
+    }
+    Ok(match Flag::deserialize(d)? {
+        Flag::Bool(b) => b,
+        Flag::Number(n) => n != 0.0,
+    })
 }
 
 /// What the audit queue carries.
@@ -298,6 +313,19 @@ mod tests {
 
     fn q(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    }
+
+    #[test]
+    fn rows_read_the_replayed_flag_from_json_or_sqlite() {
+        let mut row = AuditRow::new("r".into(), 1, "GET".into(), "/".into());
+        row.replayed = true;
+        let json = serde_json::to_value(&row).unwrap();
+        assert_eq!(serde_json::from_value::<AuditRow>(json.clone()).unwrap(), row);
+        let mut sqlite = json;
+        sqlite["replayed"] = 1.into();
+        assert!(serde_json::from_value::<AuditRow>(sqlite.clone()).unwrap().replayed);
+        sqlite["replayed"] = 0.into();
+        assert!(!serde_json::from_value::<AuditRow>(sqlite).unwrap().replayed);
     }
 
     #[test]
