@@ -38,7 +38,7 @@ start_gateway() {
   wrangler d1 migrations apply DB --local --persist-to "$state" > "$log.migrations" 2>&1 \
     || { cat "$log.migrations"; die "D1 migrations failed"; }
   note "D1 migrations applied ($(grep -oE '[0-9]{4}_[a-z_]+\.sql' "$log.migrations" | sort -u | wc -l) files) in $state"
-  GATEHOUSE_PREBUILT=1 setsid wrangler dev --ip 127.0.0.1 --port "$port" \
+  setsid wrangler dev --ip 127.0.0.1 --port "$port" \
     --inspector-port "$(free_port)" --persist-to "$state" \
     --show-interactive-dev-session=false --test-scheduled "$@" > "$log" 2>&1 < /dev/null &
   GATEWAY_PID=$!
