@@ -257,7 +257,7 @@ impl<P: Ports> Gateway<'_, P> {
         // A bad header is answered only after authentication (SPEC §3 order), so keep the error.
         let idempotency_key = idempotency::parse_key(req.idempotency_key.as_deref(), route.idempotency);
         trace.idempotency_key = idempotency_key.as_ref().ok().cloned().flatten();
-        let claim = idempotency_key.as_ref().ok().cloned().flatten().map(|key| ClaimRequest {
+        let claim = trace.idempotency_key.clone().map(|key| ClaimRequest {
             fingerprint: idempotency::fingerprint(&req.method, &req.path, &body),
             idempotency_key: key,
             request_id: request_id.to_owned(),
