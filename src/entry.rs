@@ -2,27 +2,25 @@
 
 use std::rc::Rc;
 
-use serde::Deserialize;
 use worker::{
-    console_error, console_log, event, Context, Date, Env, MessageBatch, MessageExt, Request, Response,
-    Result, ScheduleContext, ScheduledEvent,
+    console_error, console_log, event, Context, Date, Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder,
+    Request, Response, Result, ScheduleContext, ScheduledEvent,
 };
 
 use crate::adapters::archive::{self, R2Archive};
 use crate::adapters::audit::{self as audit_queue, AuditQueue};
 use crate::adapters::d1::D1Store;
+use crate::adapters::dead_letters::{D1DeadLetters, QueueRedrive};
 use crate::adapters::env::config;
 use crate::adapters::events::{self, LedgerClient, QueueSink};
 use crate::adapters::guard::GuardClient;
 use crate::adapters::kv::{self, KvResponses};
 use crate::adapters::webhooks::{self as webhook_queue, FetchClient, WebhookQueue};
+use crate::app::queues::{AuditPath, Incoming, Settle};
 use crate::app::{self, Gateway};
 use crate::config::Config;
-use crate::core::audit::AuditMessage;
 use crate::core::error::ApiError;
-use crate::core::events::EventBatch;
-use crate::core::webhook::DeliveryMessage;
-use crate::ports::{AuditSink, DeliveryQueue, EventStore, Meter, Ports};
+use crate::ports::{DeliveryQueue, Meter, Ports};
 use crate::{guard, http, ledger};
 
 /// The ports over Cloudflare's bindings.
@@ -36,6 +34,8 @@ impl Ports for Cloudflare {
     type Events = QueueSink;
     type Archive = R2Archive;
     type Deliveries = WebhookQueue;
+    type DeadLetters = D1DeadLetters;
+    type Redrive = QueueRedrive;
 }
 
 fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gateway<'static, Cloudflare>> {
@@ -48,7 +48,18 @@ fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gate
         events: QueueSink::new(env.queue(events::QUEUE_BINDING)?),
         archive: R2Archive::new(env.bucket(archive::BINDING)?),
         deliveries: WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING)?),
+        dead_letters: D1DeadLetters::new(env.d1("DB")?, meter.clone()),
+        redrive: QueueRedrive {
+            audit: env.queue(audit_queue::QUEUE_BINDING)?,
+            events: env.queue(events::QUEUE_BINDING)?,
+            webhooks: env.queue(webhook_queue::QUEUE_BINDING)?,
+        },
     })
+}
+
+/// Sleeps `ms` milliseconds (between the tries of a notice after the response).
+fn pause(ms: u64) -> worker::Delay {
+    worker::Delay::from(std::time::Duration::from_millis(ms))
 }
 
 fn now_ms() -> i64 {
@@ -80,11 +91,18 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
         meter.kv_operations.get(),
     );
     // After the response: the audit row, webhook deliveries, and the idempotency claim's settlement.
+    // The audit row: to its queue, or to D1 directly when the queue cannot take it (SPEC §12.1).
     let audit = AuditQueue::new(env.queue(audit_queue::QUEUE_BINDING)?);
+    let direct = D1Store::new(env.d1("DB")?, Rc::default());
     let row = api.audit.clone();
     ctx.wait_until(async move {
-        if let Err(e) = audit.record(&[row]).await {
-            console_error!("audit row lost: {e}");
+        let request_id = row.request_id.clone();
+        match app::queues::record_audit_row(&audit, &direct, row).await {
+            Ok(AuditPath::Queued) => {}
+            Ok(AuditPath::Direct) => {
+                console_log!(r#"{{"component":"audit","request_id":"{request_id}","written":"directly"}}"#)
+            }
+            Err(e) => console_error!("request {request_id}: audit row lost: {e}"),
         }
     });
     if !api.webhook_deliveries.is_empty() {
@@ -101,22 +119,12 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
         let request_id = api.request_id.clone();
         let after = gateway(&env, config, &Rc::new(Meter::default()))?;
         ctx.wait_until(async move {
-            if let Err(e) = after.settle(settlement).await {
+            if let Err(e) = after.settle(settlement, pause).await {
                 console_error!("request {request_id}: settling its idempotency claim failed: {e}");
             }
         });
     }
     http::response(api)
-}
-
-/// What any of our queues carries: messages say their kind, so one consumer serves every queue
-/// whatever its name in an environment.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum QueueMessage {
-    Events(EventBatch),
-    Audit(AuditMessage),
-    Delivery(DeliveryMessage),
 }
 
 /// A number in [-1, 1] for the retry schedule's jitter.
@@ -125,44 +133,40 @@ fn jitter() -> f64 {
     f64::from(u16::from_be_bytes([a, b])) / f64::from(u16::MAX) * 2.0 - 1.0
 }
 
+/// Every queue and dead-letter queue: `app::queues::consume` decides per message, this acks or
+/// retries each as told.
 #[event(queue)]
 async fn queue(batch: MessageBatch<String>, env: Env, _ctx: Context) -> Result<()> {
+    let config = config(&env).map_err(|e| worker::Error::RustError(e.to_string()))?;
     let store = D1Store::new(env.d1("DB")?, Rc::default());
-    let (mut events, mut rows, mut deliveries) = (Vec::new(), Vec::new(), Vec::new());
-    for message in batch.messages()? {
-        match serde_json::from_str::<QueueMessage>(message.body()) {
-            Ok(QueueMessage::Events(EventBatch::Events { items })) => events.extend(items),
-            Ok(QueueMessage::Audit(AuditMessage::Audit(row))) => rows.push(row),
-            Ok(QueueMessage::Delivery(DeliveryMessage::Delivery { delivery_id })) => {
-                deliveries.push(delivery_id)
-            }
-            // A message no version of this worker can read would be retried forever: log and drop it.
-            Err(e) => console_error!("queue {}: unreadable message {}: {e}", batch.queue(), message.id()),
-        }
-    }
-    let stored = match store.store_events(&events).await {
-        Ok(()) => app::store_audit_rows(&store, &rows).await,
-        Err(e) => Err(e),
+    let letters = D1DeadLetters::new(env.d1("DB")?, Rc::default());
+    let deliveries = WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING)?);
+    let name = batch.queue();
+    let messages: Vec<_> = batch.raw_iter().collect();
+    let incoming: Vec<Incoming> = messages
+        .iter()
+        .map(|m| {
+            // Our producers send strings; anything else is kept as its JSON text.
+            let body = m.body();
+            let body = body.as_string().unwrap_or_else(|| {
+                js_sys::JSON::stringify(&body).map(String::from).unwrap_or_else(|_| format!("{body:?}"))
+            });
+            Incoming { id: m.id(), body, sent_ms: m.timestamp().as_millis() as i64 }
+        })
+        .collect();
+    let dispatch = |id: String| {
+        let (store, deliveries) = (&store, &deliveries);
+        async move { app::dispatch(store, deliveries, &FetchClient, config, &id, now_ms, jitter()).await }
     };
-    if !deliveries.is_empty() {
-        let config = config(&env).map_err(|e| worker::Error::RustError(e.to_string()))?;
-        let queue = WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING)?);
-        // Attempts run side by side: one slow receiver does not hold up the others.
-        let attempts = deliveries
-            .iter()
-            .map(|id| app::dispatch(&store, &queue, &FetchClient, config, id, now_ms, jitter()));
-        for (id, outcome) in deliveries.iter().zip(futures_util::future::join_all(attempts).await) {
-            // The delivery stays pending in D1; the sweep tries it again once it is overdue.
-            if let Err(e) = outcome {
-                console_error!("webhook delivery {id}: attempt not recorded: {e}");
+    let settled =
+        app::queues::consume(&store, &letters, &name, &incoming, dispatch, config.queue_retry, now_ms()).await;
+    for ((message, incoming), settle) in messages.iter().zip(&incoming).zip(settled) {
+        match settle {
+            Settle::Ack => message.ack(),
+            Settle::Retry { delay_seconds, error } => {
+                console_error!("queue {name}: message {} failed, retried in {delay_seconds} s: {error}", incoming.id);
+                message.retry_with_options(&QueueRetryOptionsBuilder::new().with_delay_seconds(delay_seconds).build());
             }
-        }
-    }
-    match stored {
-        Ok(()) => batch.ack_all(),
-        Err(e) => {
-            console_error!("queue {}: storing the batch failed, retrying it: {e}", batch.queue());
-            batch.retry_all();
         }
     }
     Ok(())
@@ -184,14 +188,20 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
             }
             return Ok(());
         }
+        // The daily retention run: bounded (see RetentionLimits::DAILY); the next run continues.
         let archive = R2Archive::new(env.bucket(archive::BINDING)?);
-        let report = app::enforce_retention(&store, &archive, now_ms(), config.audit_retention_days)
+        let started = now_ms();
+        let limits = app::RetentionLimits::DAILY;
+        let report = app::enforce_retention(&store, &archive, started, config.audit_retention_days, limits)
             .await
-            .map_err(|e| worker::Error::RustError(e.0))?;
+            .map_err(|e| worker::Error::RustError(format!("retention stopped: {}", e.0)))?;
         console_log!(
-            r#"{{"component":"retention","archived_rows":{},"objects":{}}}"#,
+            r#"{{"component":"retention","archived_rows":{},"objects":{},"rewritten":{},"done":{},"elapsed_ms":{}}}"#,
             report.archived,
-            report.objects
+            report.objects,
+            report.rewritten,
+            report.done,
+            now_ms() - started
         );
         Ok::<(), worker::Error>(())
     };

@@ -12,6 +12,11 @@ pub mod guard;
 pub mod ledger;
 pub mod ports;
 
+#[cfg(test)]
+pub mod fakes;
+#[cfg(test)]
+pub mod sim;
+
 #[cfg(target_arch = "wasm32")]
 mod adapters;
 #[cfg(target_arch = "wasm32")]

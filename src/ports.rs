@@ -5,11 +5,12 @@
 
 use std::cell::Cell;
 
-use crate::core::api_key::KeyRecord;
+use crate::core::api_key::{KeyRecord, Scope};
 use crate::core::audit::{AuditRow, DayCount, EndpointCount, LogFilter};
-use crate::core::events::EventMessage;
+use crate::core::events::{EventMessage, Reserved};
 use crate::core::idempotency::{ClaimDecision, StoredResponse};
-use crate::core::page::PageRequest;
+use crate::core::page::{Cursor, PageRequest};
+use crate::core::queue::DeadLetter;
 use crate::core::rate_limit::{Usage, Verdict};
 use crate::core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
 use crate::core::webhook::{Attempt, Delivery, OutgoingEvent, Reply, Webhook};
@@ -60,26 +61,35 @@ pub enum Authorization {
 }
 
 /// The per-key Durable Object (SPEC §1 `KEY_GUARD`): one round trip per authenticated request.
+/// It is the source of truth for the key's limits and claims, and for "completed".
 pub trait KeyGuard {
-    /// Authenticates the key and makes the rate and quota decision for one request.
+    /// Authenticates the key and makes the rate and quota decision for one request; takes the
+    /// claim only when the request is within its limits and the key's type may call the route.
     async fn authorize(
         &self,
         key_hash: &str,
+        scope: Scope,
         claim: Option<&ClaimRequest>,
     ) -> Result<Authorization, PortError>;
-    /// The claimed operation succeeded: remember its response until the key expires.
-    /// `stored_elsewhere` says whether the response store has it, so the guard may drop its copy soon.
+    /// The claimed operation succeeded: the claim is completed, and the guard keeps the response
+    /// until the key expires. Safe to repeat.
     async fn complete_claim(
         &self,
         key_hash: &str,
         claim: &ClaimRequest,
         response: &StoredResponse,
-        stored_elsewhere: bool,
     ) -> Result<(), PortError>;
-    /// The claimed operation failed: forget the claim, so a retry executes again.
+    /// The claimed operation failed: forget the claim, so a retry executes again. Safe to repeat.
     async fn release_claim(&self, key_hash: &str, claim: &ClaimRequest) -> Result<(), PortError>;
-    /// Drops what the guard remembers of the key, so a revocation or change applies at once.
-    async fn invalidate(&self, key_hash: &str) -> Result<(), PortError>;
+    /// The response of a completed claim, as the guard keeps it (the response store missed).
+    async fn held_response(
+        &self,
+        key_hash: &str,
+        idempotency_key: &str,
+    ) -> Result<Option<StoredResponse>, PortError>;
+    /// The guard holds this record of its key from now on (a revocation or a change, told to the
+    /// guard before D1 is written).
+    async fn apply(&self, key: &KeyRecord) -> Result<(), PortError>;
     /// One round trip to a guard that does nothing: the deep health check.
     async fn ping(&self) -> Result<(), PortError>;
     /// Counts a failed authentication from a client address; `RateLimited` once it has too many.
@@ -101,6 +111,22 @@ pub struct KeyChanges {
     pub name: Option<Option<String>>,
     pub plan: Option<String>,
     pub rate_limit_per_minute: Option<Option<u32>>,
+}
+
+impl KeyChanges {
+    /// The record as it is after the change.
+    pub fn applied_to(&self, mut key: KeyRecord) -> KeyRecord {
+        if let Some(name) = &self.name {
+            key.name = name.clone();
+        }
+        if let Some(plan) = &self.plan {
+            key.plan = plan.clone();
+        }
+        if let Some(rate) = self.rate_limit_per_minute {
+            key.rate_limit_per_minute = rate;
+        }
+        key
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,6 +156,8 @@ pub trait Directory {
     ) -> Result<KeyUpdate, PortError>;
     async fn revoke_key(&self, project_id: &str, key_id: &str, now_ms: i64) -> Result<Revocation, PortError>;
     async fn find_key(&self, project_id: &str, key_id: &str) -> Result<Option<KeyRecord>, PortError>;
+    /// How many owner keys of the project are not revoked.
+    async fn active_owner_keys(&self, project_id: &str) -> Result<u32, PortError>;
     async fn key_by_hash(&self, key_hash: &str) -> Result<Option<KeyRecord>, PortError>;
 }
 
@@ -183,12 +211,16 @@ pub trait ResponseStore {
         -> Result<Option<StoredResponse>, PortError>;
 }
 
-/// Strongly consistent memory of the event ids seen per namespace (SPEC §7), within the window.
+/// Strongly consistent memory of the event ids accepted per namespace (SPEC §7), within the
+/// window, one object per shard (see `core::events::ledger_shard`).
 pub trait EventLedger {
-    /// For each id, in order: was it seen within the window?
-    async fn seen(&self, namespace: &str, ids: &[String]) -> Result<Vec<bool>, PortError>;
-    /// Remembers the ids as seen now.
-    async fn remember(&self, namespace: &str, ids: &[String]) -> Result<(), PortError>;
+    /// In one atomic step per id: reserve it for `owner` unless it was accepted within the window
+    /// or another request holds it. Answers one decision per id, in order.
+    async fn reserve(&self, shard: &str, owner: &str, ids: &[String]) -> Result<Vec<Reserved>, PortError>;
+    /// The owner's events are queued: its reservations become accepted ids. Safe to repeat.
+    async fn confirm(&self, shard: &str, owner: &str, ids: &[String]) -> Result<(), PortError>;
+    /// The owner's send failed: its reservations are dropped (else they lapse after their lease).
+    async fn release(&self, shard: &str, owner: &str, ids: &[String]) -> Result<(), PortError>;
 }
 
 /// The events queue (`EVENTS_QUEUE`): accepted events and identity links on their way to D1.
@@ -236,24 +268,31 @@ pub trait AuditStore {
         key_id: &str,
         since_ms: i64,
     ) -> Result<(Vec<DayCount>, Vec<EndpointCount>), PortError>;
-    /// Up to `limit` (project, UTC day) pairs that have rows older than `before_ms`.
-    async fn expired_days(
-        &self,
-        before_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<(Option<String>, String)>, PortError>;
-    /// A project's rows of one UTC day older than `before_ms`, oldest first, at most `limit`.
-    async fn expired_rows(
+    /// The oldest row (by `(ts, request_id)`) older than `before_ms`: its project (`None`: no
+    /// project) and position. Retention moves rows from here.
+    async fn oldest_expired(&self, before_ms: i64) -> Result<Option<(Option<String>, Cursor)>, PortError>;
+    /// The project's rows from `from` (inclusive) to `to` (exclusive) in `(ts, request_id)`
+    /// order, at most `limit`.
+    async fn rows_between(
         &self,
         project_id: Option<&str>,
-        day: &str,
-        before_ms: i64,
+        from: &Cursor,
+        to: &Cursor,
         limit: usize,
     ) -> Result<Vec<AuditRow>, PortError>;
-    async fn delete_audit_rows(&self, request_ids: &[String]) -> Result<(), PortError>;
+    /// Deletes the project's rows from `first` to `last` (both inclusive) in one statement, but
+    /// only if exactly `count` rows are there, the ones archived (a row that arrived since keeps
+    /// them all). Answers how many rows went: `count` or 0.
+    async fn delete_archived(
+        &self,
+        project_id: Option<&str>,
+        first: &Cursor,
+        last: &Cursor,
+        count: usize,
+    ) -> Result<usize, PortError>;
 }
 
-/// An archived object, as the owner lists them.
+/// An archived object, as the archive lists them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArchiveObject {
     pub key: String,
@@ -261,11 +300,13 @@ pub struct ArchiveObject {
     pub uploaded_ms: i64,
 }
 
-/// The audit archive (`ARCHIVE`, R2): gzip NDJSON, one object per project and day.
+/// The audit archive (`ARCHIVE`, R2): gzip NDJSON, one object per chunk of a project's day (see
+/// `core::archive`).
 pub trait Archive {
-    /// Adds NDJSON lines to the object, gzip-compressed: a new gzip member is appended to what the
-    /// object holds, which any gunzip reads as one stream.
-    async fn append(&self, key: &str, ndjson: &[u8]) -> Result<(), PortError>;
+    /// Writes the object whole, replacing any object of that key: the NDJSON lines as one gzip
+    /// member. Never a read-modify-write.
+    async fn put(&self, key: &str, ndjson: &[u8]) -> Result<(), PortError>;
+    /// Every object whose key starts with `prefix`, in key order.
     async fn list(&self, prefix: &str) -> Result<Vec<ArchiveObject>, PortError>;
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, PortError>;
 }
@@ -276,7 +317,8 @@ pub trait WebhookStore {
     /// The project's subscriptions that are not deleted, newest first.
     async fn webhooks(&self, project_id: &str) -> Result<Vec<Webhook>, PortError>;
     async fn webhook(&self, project_id: &str, id: &str) -> Result<Option<Webhook>, PortError>;
-    /// Marks the subscription deleted and fails its pending deliveries.
+    /// Marks the subscription deleted and, in the same batch, fails its pending deliveries
+    /// (`failed`, last error `subscription deleted`; no attempt row is written).
     async fn delete_webhook(&self, project_id: &str, id: &str, now_ms: i64) -> Result<bool, PortError>;
     /// A subscription's deliveries, newest first, optionally of one status, with their attempts.
     async fn deliveries(
@@ -290,10 +332,16 @@ pub trait WebhookStore {
         project_id: &str,
         id: &str,
     ) -> Result<Option<(Delivery, Vec<Attempt>)>, PortError>;
-    /// Makes a delivery due now again (a failed one included); `false` if there is none.
+    /// A manual retry: makes a delivery pending and due now (a failed or delivered one included);
+    /// `false` if there is none. It never clears the hold of an attempt in flight: that attempt
+    /// finishes and records first, and sees the request (its record leaves the delivery due now).
     async fn reschedule(&self, project_id: &str, id: &str, now_ms: i64) -> Result<bool, PortError>;
-    /// Takes a due, pending, unheld delivery for one attempt, until `until_ms`; `None` when it is
-    /// not due, not pending, or held by another attempt.
+    /// Takes a due, pending delivery that no live attempt holds, for one attempt, until `until_ms`,
+    /// in one atomic step that also allocates the attempt's number: the answered
+    /// `Delivery::attempts` is the number of this attempt, never given to another one. `None` when
+    /// it is not due, not pending, or held. In the same step, an earlier attempt whose hold ran out
+    /// without a record gets an "interrupted" row, and a delivery whose subscription is no longer
+    /// active is failed (`subscription deleted` / `subscription disabled`) instead of taken.
     async fn take_delivery(
         &self,
         id: &str,
@@ -301,13 +349,17 @@ pub trait WebhookStore {
         until_ms: i64,
     ) -> Result<Option<(Delivery, Webhook)>, PortError>;
     /// Records the attempt and its outcome in one batch (and on 410 disables the subscription and
-    /// fails its pending deliveries).
+    /// fails its pending deliveries). Safe to repeat. The delivery changes only while this attempt
+    /// still holds it and it is pending: a subscription deleted meanwhile keeps it `failed`, a
+    /// later attempt keeps its own state. A manual retry requested meanwhile makes it pending and
+    /// due now unless this attempt delivered it. Answers when the next attempt is due if the
+    /// delivery is pending and held by no attempt, so the caller can queue it.
     async fn record_attempt(
         &self,
         attempt: &Attempt,
         status: &str,
         disable_subscription: bool,
-    ) -> Result<(), PortError>;
+    ) -> Result<Option<i64>, PortError>;
     /// Pending deliveries due before `due_before_ms` that no attempt holds: the ones the queue lost.
     async fn overdue_deliveries(
         &self,
@@ -327,6 +379,40 @@ pub trait WebhookClient {
     async fn post(&self, url: &str, headers: &[(String, String)], body: &str, timeout_ms: u64) -> Reply;
 }
 
+/// One failure of a queue message in its consumer. Counted in D1, so the retry delay can grow and
+/// the dead letter can say what went wrong (a dead-letter queue carries only the body).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageFailure {
+    pub message_id: String,
+    pub queue: String,
+    /// `core::queue::body_digest` of the body: a message may reach the dead-letter queue under
+    /// another id.
+    pub body_digest: String,
+    pub error: String,
+    pub at_ms: i64,
+}
+
+/// Dead letters in D1 (SPEC §12.1), and the failures counted before a message becomes one.
+pub trait DeadLetters {
+    /// Counts one failure of each message; answers, per failure in order, how many times that
+    /// message has failed (1 for the first).
+    async fn note_failures(&self, failures: &[MessageFailure]) -> Result<Vec<u32>, PortError>;
+    /// Keeps each letter once per id (a letter delivered again changes nothing). When failures
+    /// were counted for its message (by id, else by queue and body), the letter takes its first
+    /// failure, last error and count from them, and the count is dropped.
+    async fn keep(&self, letters: &[DeadLetter]) -> Result<(), PortError>;
+    /// Letters newest first (by `dead_at`), optionally of one queue, after the page's cursor.
+    async fn dead_letters(&self, queue: Option<&str>, page: &PageRequest) -> Result<Vec<DeadLetter>, PortError>;
+    /// Letters not re-driven yet, oldest first, at most `limit`: those named, or any.
+    async fn undriven(&self, ids: Option<&[String]>, limit: usize) -> Result<Vec<DeadLetter>, PortError>;
+    async fn mark_redriven(&self, id: &str, now_ms: i64) -> Result<(), PortError>;
+}
+
+/// The producers of our three queues, to send a dead letter's body back where it came from.
+pub trait Redrive {
+    async fn resend(&self, queue: &str, body: &str) -> Result<(), PortError>;
+}
+
 /// The set of port implementations a [`crate::app::Gateway`] runs over.
 pub trait Ports {
     type Guard: KeyGuard;
@@ -336,6 +422,8 @@ pub trait Ports {
     type Events: EventSink;
     type Archive: Archive;
     type Deliveries: DeliveryQueue;
+    type DeadLetters: DeadLetters;
+    type Redrive: Redrive;
 }
 
 /// The request's body, read only once the route, the caller and the declared size allow it.

@@ -10,7 +10,7 @@ use crate::core::audit::{AuditRow, DayCount, EndpointCount, LogFilter};
 use crate::core::events::EventMessage;
 use crate::core::page::{Cursor, PageRequest};
 use crate::core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
-use crate::core::webhook::{Attempt, Delivery, OutgoingEvent, Webhook};
+use crate::core::webhook::{Attempt, Delivery, OutgoingEvent, Webhook, INTERRUPTED_ATTEMPT};
 use crate::ports::{
     AuditStore, Directory, EventStore, KeyChanges, KeyUpdate, Meter, PortError, Resources, Revocation,
     RunStart, WebhookStore,
@@ -283,6 +283,21 @@ impl Directory for D1Store {
             &[text(key_id), text(project_id)],
         )
         .await
+    }
+
+    async fn active_owner_keys(&self, project_id: &str) -> Result<u32, PortError> {
+        #[derive(serde::Deserialize)]
+        struct Count {
+            n: u32,
+        }
+        let rows: Vec<Count> = self
+            .rows(
+                "SELECT count(*) AS n FROM api_keys
+                 WHERE project_id = ?1 AND type = 'owner' AND revoked_at IS NULL",
+                &[text(project_id)],
+            )
+            .await?;
+        Ok(rows.first().map_or(0, |c| c.n))
     }
 
     async fn key_by_hash(&self, key_hash: &str) -> Result<Option<KeyRecord>, PortError> {
@@ -603,53 +618,66 @@ impl AuditStore for D1Store {
         Ok((days, endpoints))
     }
 
-    async fn expired_days(
-        &self,
-        before_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<(Option<String>, String)>, PortError> {
+    async fn oldest_expired(&self, before_ms: i64) -> Result<Option<(Option<String>, Cursor)>, PortError> {
         #[derive(serde::Deserialize)]
-        struct Day {
+        struct Oldest {
             project_id: Option<String>,
-            day: String,
+            ts: i64,
+            request_id: String,
         }
-        let days: Vec<Day> = self
+        let rows: Vec<Oldest> = self
             .rows(
-                "SELECT DISTINCT project_id, date(ts / 1000, 'unixepoch') AS day FROM audit_log
-                 WHERE ts < ?1 ORDER BY day LIMIT ?2",
-                &[int(before_ms), int(limit as i64)],
+                "SELECT project_id, ts, request_id FROM audit_log WHERE ts < ?1
+                 ORDER BY ts, request_id LIMIT 1",
+                &[int(before_ms)],
             )
             .await?;
-        Ok(days.into_iter().map(|d| (d.project_id, d.day)).collect())
+        Ok(rows.into_iter().next().map(|r| (r.project_id, Cursor { ts: r.ts, id: r.request_id })))
     }
 
-    async fn expired_rows(
+    async fn rows_between(
         &self,
         project_id: Option<&str>,
-        day: &str,
-        before_ms: i64,
+        from: &Cursor,
+        to: &Cursor,
         limit: usize,
     ) -> Result<Vec<AuditRow>, PortError> {
-        let start = crate::core::time::date_start(day).ok_or_else(|| PortError(format!("bad day {day}")))?;
+        // The plain `ts` bounds let the index start at `from` instead of the day's first row.
         self.rows(
             &format!(
                 "SELECT {AUDIT_COLUMNS} FROM audit_log
-                 WHERE project_id IS ?1 AND ts >= ?2 AND ts < min(?3, ?4)
-                 ORDER BY ts, request_id LIMIT ?5"
+                 WHERE project_id IS ?1 AND ts >= ?2 AND ts <= ?4
+                   AND (ts, request_id) >= (?2, ?3) AND (ts, request_id) < (?4, ?5)
+                 ORDER BY ts, request_id LIMIT ?6"
             ),
-            &[opt_text(project_id), int(start), int(start + 86_400_000), int(before_ms), int(limit as i64)],
+            &[opt_text(project_id), int(from.ts), text(&from.id), int(to.ts), text(&to.id), int(limit as i64)],
         )
         .await
     }
 
-    async fn delete_audit_rows(&self, request_ids: &[String]) -> Result<(), PortError> {
-        let ids = serde_json::to_string(request_ids).map_err(PortError::from_display)?;
+    async fn delete_archived(
+        &self,
+        project_id: Option<&str>,
+        first: &Cursor,
+        last: &Cursor,
+        count: usize,
+    ) -> Result<usize, PortError> {
+        // One statement, so all or nothing; the count guard keeps a row that arrived in the range
+        // after the chunk was read (it is not in the object yet).
+        const RANGE: &str = "project_id IS ?1 AND ts >= ?2 AND ts <= ?4
+            AND (ts, request_id) >= (?2, ?3) AND (ts, request_id) <= (?4, ?5)";
         let delete = self.statement(
-            "DELETE FROM audit_log WHERE request_id IN (SELECT value FROM json_each(?1))",
-            &[text(&ids)],
+            &format!("DELETE FROM audit_log WHERE {RANGE} AND (SELECT count(*) FROM audit_log WHERE {RANGE}) = ?6"),
+            &[
+                opt_text(project_id),
+                int(first.ts),
+                text(&first.id),
+                int(last.ts),
+                text(&last.id),
+                int(count as i64),
+            ],
         )?;
-        self.batch(vec![delete]).await?;
-        Ok(())
+        Ok(self.batch(vec![delete]).await?.first().copied().unwrap_or(0))
     }
 }
 
@@ -756,8 +784,8 @@ impl WebhookStore for D1Store {
             &args[..2],
         )?;
         let fail_pending = self.statement(
-            "UPDATE webhook_deliveries SET status = 'failed', last_error = 'the subscription was deleted',
-               updated_at = ?3
+            "UPDATE webhook_deliveries SET status = 'failed', last_error = 'subscription deleted',
+               retry_requested = 0, updated_at = ?3
              WHERE webhook_id = ?1 AND project_id = ?2 AND status = 'pending'",
             &args,
         )?;
@@ -809,8 +837,10 @@ impl WebhookStore for D1Store {
     }
 
     async fn reschedule(&self, project_id: &str, id: &str, now_ms: i64) -> Result<bool, PortError> {
+        // The hold (`locked_until`) is left alone: an attempt in flight sees `retry_requested`.
         let update = self.statement(
-            "UPDATE webhook_deliveries SET status = 'pending', scheduled_at = ?3, locked_until = NULL, updated_at = ?3
+            "UPDATE webhook_deliveries SET status = 'pending', scheduled_at = ?3, updated_at = ?3,
+               retry_requested = CASE WHEN locked_until >= ?3 THEN 1 ELSE 0 END
              WHERE id = ?1 AND project_id = ?2",
             &[text(id), text(project_id), int(now_ms)],
         )?;
@@ -823,26 +853,57 @@ impl WebhookStore for D1Store {
         now_ms: i64,
         until_ms: i64,
     ) -> Result<Option<(Delivery, Webhook)>, PortError> {
-        let taken: Vec<Delivery> = self
-            .rows(
+        const TAKEABLE: &str = "id = ?1 AND status = 'pending' AND scheduled_at <= ?2
+            AND (locked_until IS NULL OR locked_until < ?2)";
+        let args = [text(id), int(now_ms), int(until_ms)];
+        let statements = vec![
+            // An earlier attempt whose hold ran out unrecorded: its number gets a row saying so.
+            self.statement(
                 &format!(
-                    "UPDATE webhook_deliveries SET locked_until = ?3
-                     WHERE id = ?1 AND status = 'pending' AND scheduled_at <= ?2
-                       AND (locked_until IS NULL OR locked_until < ?2)
+                    "INSERT OR IGNORE INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms, error)
+                     SELECT id, attempts, attempt_started_at, locked_until - attempt_started_at, ?3
+                     FROM webhook_deliveries
+                     WHERE {TAKEABLE} AND locked_until IS NOT NULL AND attempts > 0
+                       AND attempt_started_at IS NOT NULL"
+                ),
+                &[text(id), int(now_ms), text(INTERRUPTED_ATTEMPT)],
+            )?,
+            // A subscription deleted or disabled since: the delivery fails, with no attempt.
+            self.statement(
+                &format!(
+                    "UPDATE webhook_deliveries SET status = 'failed', locked_until = NULL, retry_requested = 0,
+                       last_error = 'subscription ' || (SELECT w.status FROM webhooks w WHERE w.id = webhook_id),
+                       updated_at = ?2
+                     WHERE {TAKEABLE}
+                       AND (SELECT w.status FROM webhooks w WHERE w.id = webhook_id) <> 'active'"
+                ),
+                &args[..2],
+            )?,
+            // The take: a hold, and the next attempt number, in one statement.
+            self.statement(
+                &format!(
+                    "UPDATE webhook_deliveries SET attempts = attempts + 1, locked_until = ?3,
+                       attempt_started_at = ?2, retry_requested = 0
+                     WHERE {TAKEABLE}
                      RETURNING {DELIVERY_COLUMNS}"
                 ),
-                &[text(id), int(now_ms), int(until_ms)],
-            )
-            .await?;
+                &args,
+            )?,
+            self.statement(
+                &format!(
+                    "SELECT {WEBHOOK_COLUMNS} FROM webhooks
+                     WHERE id = (SELECT webhook_id FROM webhook_deliveries WHERE id = ?1)"
+                ),
+                &args[..1],
+            )?,
+        ];
+        Meter::count(&self.meter.d1_queries);
+        let results = self.db.batch(statements).await.map_err(PortError::from_display)?;
+        let taken: Vec<Delivery> = results[2].results().map_err(PortError::from_display)?;
         let Some(delivery) = taken.into_iter().next() else { return Ok(None) };
-        let hooks = self
-            .webhook_rows(
-                &format!("SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE id = ?1"),
-                &[text(&delivery.webhook_id)],
-            )
-            .await?;
+        let hooks: Vec<WebhookRecord> = results[3].results().map_err(PortError::from_display)?;
         match hooks.into_iter().next() {
-            Some(hook) => Ok(Some((delivery, hook))),
+            Some(hook) => Ok(Some((delivery, hook.into_webhook()?))),
             None => Err(PortError(format!("delivery {id} has no subscription"))),
         }
     }
@@ -852,12 +913,13 @@ impl WebhookStore for D1Store {
         a: &Attempt,
         status: &str,
         disable_subscription: bool,
-    ) -> Result<(), PortError> {
+    ) -> Result<Option<i64>, PortError> {
         let now = a.started_at + a.duration_ms;
         let mut statements = vec![
+            // A real outcome replaces an "interrupted" row written after this attempt's hold ran out.
             self.statement(
-                "INSERT OR IGNORE INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms, response_code,
-                   response_excerpt, error, next_retry_at)
+                "INSERT OR REPLACE INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms,
+                   response_code, response_excerpt, error, next_retry_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 &[
                     text(&a.delivery_id),
@@ -870,10 +932,16 @@ impl WebhookStore for D1Store {
                     opt_int(a.next_retry_at),
                 ],
             )?,
+            // Only while this attempt holds the delivery and it is pending (a subscription deleted
+            // meanwhile wins); a manual retry requested meanwhile makes it due now.
             self.statement(
-                "UPDATE webhook_deliveries SET status = ?2, attempts = ?3, scheduled_at = coalesce(?4, scheduled_at),
-                   locked_until = NULL, last_response_code = ?5, last_error = ?6, updated_at = ?7
-                 WHERE id = ?1",
+                "UPDATE webhook_deliveries SET
+                   status = CASE WHEN retry_requested = 1 AND ?2 = 'failed' THEN 'pending' ELSE ?2 END,
+                   scheduled_at = CASE WHEN retry_requested = 1 AND ?2 <> 'delivered' THEN ?7
+                                       ELSE coalesce(?4, scheduled_at) END,
+                   locked_until = NULL, retry_requested = 0, last_response_code = ?5, last_error = ?6,
+                   updated_at = ?7
+                 WHERE id = ?1 AND attempts = ?3 AND status = 'pending' AND locked_until IS NOT NULL",
                 &[
                     text(&a.delivery_id),
                     text(status),
@@ -889,18 +957,30 @@ impl WebhookStore for D1Store {
             let args = [text(&a.delivery_id), int(now)];
             statements.push(self.statement(
                 "UPDATE webhooks SET status = 'disabled', disabled_reason = 'the receiver answered 410 Gone'
-                 WHERE id = (SELECT webhook_id FROM webhook_deliveries WHERE id = ?1)",
+                 WHERE id = (SELECT webhook_id FROM webhook_deliveries WHERE id = ?1) AND status = 'active'",
                 &args[..1],
             )?);
             statements.push(self.statement(
-                "UPDATE webhook_deliveries SET status = 'failed',
+                "UPDATE webhook_deliveries SET status = 'failed', retry_requested = 0,
                    last_error = 'the subscription was disabled (410 Gone)', updated_at = ?2
                  WHERE webhook_id = (SELECT webhook_id FROM webhook_deliveries WHERE id = ?1) AND status = 'pending'",
                 &args,
             )?);
         }
-        self.batch(statements).await?;
-        Ok(())
+        statements.push(self.statement(
+            "SELECT scheduled_at FROM webhook_deliveries
+             WHERE id = ?1 AND status = 'pending' AND locked_until IS NULL",
+            &[text(&a.delivery_id)],
+        )?);
+        Meter::count(&self.meter.d1_queries);
+        let results = self.db.batch(statements).await.map_err(PortError::from_display)?;
+        #[derive(serde::Deserialize)]
+        struct Due {
+            scheduled_at: i64,
+        }
+        let due: Vec<Due> =
+            results.last().map_or(Ok(Vec::new()), |r| r.results()).map_err(PortError::from_display)?;
+        Ok(due.first().map(|d| d.scheduled_at))
     }
 
     async fn overdue_deliveries(

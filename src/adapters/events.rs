@@ -6,7 +6,7 @@ use std::rc::Rc;
 use worker::{BatchMessageBuilder, ObjectNamespace, Queue};
 
 use super::durable;
-use crate::core::events::{pack, EventMessage};
+use crate::core::events::{pack, EventMessage, Reserved};
 use crate::ledger::protocol::{LedgerAnswer, LedgerCommand, URL};
 use crate::ports::{EventLedger, EventSink, Meter, PortError};
 
@@ -29,21 +29,30 @@ impl LedgerClient {
     async fn send(&self, object_name: &str, command: &LedgerCommand) -> Result<LedgerAnswer, PortError> {
         durable::call(&self.namespace, &self.meter, URL, object_name, command).await
     }
+
+    async fn done(&self, object_name: &str, command: &LedgerCommand) -> Result<(), PortError> {
+        match self.send(object_name, command).await? {
+            LedgerAnswer::Done => Ok(()),
+            other => Err(PortError(format!("event ledger: unexpected answer {other:?}"))),
+        }
+    }
 }
 
 impl EventLedger for LedgerClient {
-    async fn seen(&self, namespace: &str, ids: &[String]) -> Result<Vec<bool>, PortError> {
-        match self.send(namespace, &LedgerCommand::Seen { ids: ids.to_vec() }).await? {
-            LedgerAnswer::Seen { seen } if seen.len() == ids.len() => Ok(seen),
+    async fn reserve(&self, shard: &str, owner: &str, ids: &[String]) -> Result<Vec<Reserved>, PortError> {
+        let command = LedgerCommand::Reserve { owner: owner.to_owned(), ids: ids.to_vec() };
+        match self.send(shard, &command).await? {
+            LedgerAnswer::Reserved { decisions } if decisions.len() == ids.len() => Ok(decisions),
             other => Err(PortError(format!("event ledger: unexpected answer {other:?}"))),
         }
     }
 
-    async fn remember(&self, namespace: &str, ids: &[String]) -> Result<(), PortError> {
-        match self.send(namespace, &LedgerCommand::Remember { ids: ids.to_vec() }).await? {
-            LedgerAnswer::Done => Ok(()),
-            other => Err(PortError(format!("event ledger: unexpected answer {other:?}"))),
-        }
+    async fn confirm(&self, shard: &str, owner: &str, ids: &[String]) -> Result<(), PortError> {
+        self.done(shard, &LedgerCommand::Confirm { owner: owner.to_owned(), ids: ids.to_vec() }).await
+    }
+
+    async fn release(&self, shard: &str, owner: &str, ids: &[String]) -> Result<(), PortError> {
+        self.done(shard, &LedgerCommand::Release { owner: owner.to_owned(), ids: ids.to_vec() }).await
     }
 }
 

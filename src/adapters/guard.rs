@@ -5,9 +5,13 @@ use std::rc::Rc;
 use worker::ObjectNamespace;
 
 use super::durable;
+use crate::core::api_key::{KeyRecord, Scope};
 use crate::core::idempotency::StoredResponse;
 use crate::core::rate_limit::{Usage, Verdict};
-use crate::guard::protocol::{client_guard_name, GuardAnswer, GuardCommand, HEALTH_OBJECT, URL};
+use crate::guard::protocol::{
+    client_guard_name, Apply, Ask, Authorize, Authorized, CompleteClaim, HeldResponse, Ping,
+    RecordAuthFailure, ReleaseClaim, HEALTH_OBJECT, URL,
+};
 use crate::ports::{Admission, Authorization, ClaimRequest, KeyGuard, Meter, PortError};
 
 pub struct GuardClient {
@@ -20,40 +24,28 @@ impl GuardClient {
         Self { namespace, meter }
     }
 
-    async fn send(&self, object_name: &str, command: &GuardCommand) -> Result<GuardAnswer, PortError> {
-        durable::call(&self.namespace, &self.meter, URL, object_name, command).await
+    async fn ask<C: Ask>(&self, object_name: &str, command: C) -> Result<C::Answer, PortError> {
+        durable::call(&self.namespace, &self.meter, URL, object_name, &command.into()).await
     }
-
-    async fn expect_done(&self, object_name: &str, command: &GuardCommand) -> Result<(), PortError> {
-        match self.send(object_name, command).await? {
-            GuardAnswer::Done => Ok(()),
-            other => Err(unexpected(other)),
-        }
-    }
-}
-
-fn unexpected(answer: GuardAnswer) -> PortError {
-    PortError(format!("key guard: unexpected answer {answer:?}"))
 }
 
 impl KeyGuard for GuardClient {
     async fn authorize(
         &self,
         key_hash: &str,
+        scope: Scope,
         claim: Option<&ClaimRequest>,
     ) -> Result<Authorization, PortError> {
-        let command = GuardCommand::Authorize { key_hash: key_hash.to_owned(), claim: claim.cloned() };
-        match self.send(key_hash, &command).await? {
-            GuardAnswer::Decided { key, verdict, usage, claim } => {
-                Ok(Authorization::Admitted(Box::new(Admission { key, verdict, usage, claim })))
+        let command = Authorize { key_hash: key_hash.to_owned(), scope, claim: claim.cloned() };
+        // The guard's own D1 loads count against this request's budget too (SPEC §12).
+        let (authorization, d1_queries) = match self.ask(key_hash, command).await? {
+            Authorized::Decided { key, verdict, usage, claim, d1_queries } => {
+                (Authorization::Admitted(Box::new(Admission { key, verdict, usage, claim })), d1_queries)
             }
-            GuardAnswer::Denied { key } => Ok(Authorization::Denied(key.map(Box::new))),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn invalidate(&self, key_hash: &str) -> Result<(), PortError> {
-        self.expect_done(key_hash, &GuardCommand::Invalidate { key_hash: key_hash.to_owned() }).await
+            Authorized::Denied { key, d1_queries } => (Authorization::Denied(key.map(Box::new)), d1_queries),
+        };
+        self.meter.d1_queries.set(self.meter.d1_queries.get() + d1_queries);
+        Ok(authorization)
     }
 
     async fn complete_claim(
@@ -61,28 +53,33 @@ impl KeyGuard for GuardClient {
         key_hash: &str,
         claim: &ClaimRequest,
         response: &StoredResponse,
-        stored_elsewhere: bool,
     ) -> Result<(), PortError> {
-        let command = GuardCommand::CompleteClaim {
-            claim: claim.clone(),
-            response: response.clone(),
-            stored_elsewhere,
-        };
-        self.expect_done(key_hash, &command).await
+        let command = CompleteClaim { claim: claim.clone(), response: response.clone() };
+        self.ask(key_hash, command).await.map(drop)
     }
 
     async fn release_claim(&self, key_hash: &str, claim: &ClaimRequest) -> Result<(), PortError> {
-        self.expect_done(key_hash, &GuardCommand::ReleaseClaim { claim: claim.clone() }).await
+        self.ask(key_hash, ReleaseClaim { claim: claim.clone() }).await.map(drop)
+    }
+
+    async fn held_response(
+        &self,
+        key_hash: &str,
+        idempotency_key: &str,
+    ) -> Result<Option<StoredResponse>, PortError> {
+        self.ask(key_hash, HeldResponse { idempotency_key: idempotency_key.to_owned() }).await
+    }
+
+    async fn apply(&self, key: &KeyRecord) -> Result<(), PortError> {
+        self.ask(&key.key_hash, Apply { key: key.clone() }).await.map(drop)
     }
 
     async fn ping(&self) -> Result<(), PortError> {
-        self.expect_done(HEALTH_OBJECT, &GuardCommand::Ping).await
+        self.ask(HEALTH_OBJECT, Ping {}).await.map(drop)
     }
 
     async fn record_auth_failure(&self, client_ip: &str) -> Result<(Verdict, Usage), PortError> {
-        match self.send(&client_guard_name(client_ip), &GuardCommand::RecordAuthFailure).await? {
-            GuardAnswer::AuthFailure { verdict, usage } => Ok((verdict, usage)),
-            other => Err(unexpected(other)),
-        }
+        let answer = self.ask(&client_guard_name(client_ip), RecordAuthFailure {}).await?;
+        Ok((answer.verdict, answer.usage))
     }
 }

@@ -1,65 +1,117 @@
 //! Event ingestion (SPEC §7): track with per-item `event_id` de-duplication, identify, alias,
 //! and session-replay chunks.
 //!
-//! The order that makes a failed batch safe to retry: ask the ledger which ids it has seen,
-//! send the fresh events to the queue, and only once the queue took them all, remember their ids.
-//! A failed send answers 500 with nothing remembered, so the full retry is accepted, not reported
-//! as duplicates; events a partial send did enqueue are stored once by the consumer anyway.
+//! The order that makes `/v1/track` exact: reserve the batch's ids in the ledger (one atomic
+//! check-and-remember per id, the shards called side by side), send the reserved events to the
+//! queue, answer, and confirm the reservations after the response. Concurrent batches carrying
+//! one id: exactly one reserves it, the others see it in flight (a retryable rejection) or, once
+//! confirmed, a duplicate. A failed send releases the reservations and answers 500, so the full
+//! retry is accepted; events a partial send did enqueue are stored once by the consumer anyway.
+//! A reservation that is never confirmed (the isolate died) lapses after its lease.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
+use futures_util::future::join_all;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::{random, unavailable, Call, Gateway, Reply};
+use super::{random, unavailable, Call, Gateway, Reply, Settlement};
 use crate::core::encoding::uuid_v4;
 use crate::core::error::ApiError;
 use crate::core::events::{
-    dedup_namespace, EventMessage, EventRecord, Source, TrackBatch, TrackItem, TrackOutcome,
+    dedup_namespace, in_flight, ledger_shard, EventMessage, EventRecord, Reserved, Source, TrackBatch,
+    TrackItem, TrackOutcome,
 };
 use crate::core::json_body;
 use crate::ports::{EventLedger, EventSink, EventStore, PortError, Ports};
 
-/// Sorts validated events into fresh and duplicate, sends the fresh ones, then remembers them.
-/// Events with a server-made id cannot be duplicates. An id twice in one batch counts once.
-/// `Err` means the queue did not take the batch and the ledger is unchanged.
+/// Ids one request reserved, per ledger shard: confirmed after the response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservations {
+    pub owner: String,
+    pub shards: Vec<(String, Vec<String>)>,
+}
+
+impl Reservations {
+    /// Makes the reservations accepted ids, every shard side by side; `confirm` retries one shard.
+    pub async fn confirm<L: EventLedger>(&self, ledger: &L) -> Result<(), PortError> {
+        let confirmed = join_all(self.shards.iter().map(|(shard, ids)| ledger.confirm(shard, &self.owner, ids)));
+        confirmed.await.into_iter().collect()
+    }
+
+    /// Drops the reservations (best effort: they lapse after their lease anyway).
+    async fn release<L: EventLedger>(&self, ledger: &L) {
+        join_all(self.shards.iter().map(|(shard, ids)| ledger.release(shard, &self.owner, ids))).await;
+    }
+}
+
+/// Sorts validated events into fresh, duplicate and in flight, sends the fresh ones, and answers
+/// the reservations to confirm. Events with a server-made id cannot be duplicates. An id twice in
+/// one batch counts once. `Err` means nothing was accepted and nothing stays reserved (or it
+/// lapses).
 pub async fn accept_events<L: EventLedger, Q: EventSink>(
     ledger: &L,
     sink: &Q,
     namespace: &str,
+    owner: &str,
     events: Vec<(usize, EventRecord)>,
     outcome: &mut TrackOutcome,
-) -> Result<Option<PortError>, PortError> {
-    let client_ids: Vec<String> =
-        events.iter().filter(|(_, e)| !e.generated_id).map(|(_, e)| e.event_id.clone()).collect();
-    let seen: HashSet<String> = if client_ids.is_empty() {
-        HashSet::new()
-    } else {
-        let answers = ledger.seen(namespace, &client_ids).await?;
-        client_ids.iter().zip(answers).filter(|(_, seen)| *seen).map(|(id, _)| id.clone()).collect()
-    };
+) -> Result<Reservations, PortError> {
+    let mut by_shard: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut in_batch = HashSet::new();
+    for (_, e) in events.iter().filter(|(_, e)| !e.generated_id) {
+        if in_batch.insert(e.event_id.as_str()) {
+            by_shard.entry(ledger_shard(namespace, &e.event_id)).or_default().push(e.event_id.clone());
+        }
+    }
+    let answers = join_all(by_shard.iter().map(|(shard, ids)| ledger.reserve(shard, owner, ids))).await;
+    let mut reservations = Reservations { owner: owner.to_owned(), shards: Vec::new() };
+    let mut decided = std::collections::HashMap::new();
+    let mut failure = None;
+    for ((shard, ids), answer) in by_shard.into_iter().zip(answers) {
+        match answer {
+            Ok(answer) if answer.len() == ids.len() => {
+                let fresh = ids.iter().zip(&answer).filter(|(_, a)| **a == Reserved::Fresh);
+                let fresh: Vec<String> = fresh.map(|(id, _)| id.clone()).collect();
+                decided.extend(ids.into_iter().zip(answer));
+                if !fresh.is_empty() {
+                    reservations.shards.push((shard, fresh));
+                }
+            }
+            Ok(answer) => failure = Some(PortError(format!("event ledger answered {} of {} ids", answer.len(), ids.len()))),
+            Err(e) => failure = Some(e),
+        }
+    }
+    if let Some(e) = failure {
+        reservations.release(ledger).await;
+        return Err(e);
+    }
+    let mut first_of_batch = HashSet::new();
     let mut fresh = Vec::new();
     for (index, event) in events {
-        let duplicate = !event.generated_id
-            && (seen.contains(&event.event_id) || !in_batch.insert(event.event_id.clone()));
-        if duplicate {
-            outcome.duplicates.push((index, event.event_id));
+        let decision = if event.generated_id {
+            Reserved::Fresh
+        } else if !first_of_batch.insert(event.event_id.clone()) {
+            Reserved::Duplicate
         } else {
-            outcome.accepted.push((index, event.event_id.clone()));
-            fresh.push(EventMessage::Event(event));
+            decided[&event.event_id]
+        };
+        match decision {
+            Reserved::Fresh => {
+                outcome.accepted.push((index, event.event_id.clone()));
+                fresh.push(EventMessage::Event(event));
+            }
+            Reserved::Duplicate => outcome.duplicates.push((index, event.event_id)),
+            Reserved::InFlight => outcome.rejected.push((index, in_flight())),
         }
     }
     if !fresh.is_empty() {
-        sink.send(&fresh).await?;
+        if let Err(e) = sink.send(&fresh).await {
+            reservations.release(ledger).await;
+            return Err(e);
+        }
     }
-    // The events are safely queued now. If remembering fails, a later copy is accepted again
-    // (and stored once by the consumer): worth a log line, not a failed request.
-    let to_remember: Vec<String> = in_batch.into_iter().collect();
-    if to_remember.is_empty() {
-        return Ok(None);
-    }
-    Ok(ledger.remember(namespace, &to_remember).await.err())
+    Ok(reservations)
 }
 
 #[derive(Deserialize)]
@@ -116,11 +168,14 @@ impl<P: Ports> Gateway<'_, P> {
             }
         }
         let namespace = dedup_namespace(source.project_id, source.key_type);
-        let warning = accept_events(&self.ledger, &self.events, &namespace, valid, &mut outcome)
-            .await
-            .map_err(|e| ApiError::internal(format!("events queue: {e}")))?;
+        let reservations =
+            accept_events(&self.ledger, &self.events, &namespace, call.request_id, valid, &mut outcome)
+                .await
+                .map_err(|e| ApiError::internal(format!("event ingestion: {e}")))?;
         let mut reply = Reply::accepted(outcome.view());
-        reply.log = warning.map(|e| format!("event ledger: {e}"));
+        if !reservations.shards.is_empty() {
+            reply.after = Some(Settlement::ConfirmEvents(reservations));
+        }
         Ok(reply)
     }
 
@@ -188,100 +243,3 @@ impl<P: Ports> Gateway<'_, P> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use std::cell::RefCell;
-    use std::collections::HashSet;
-
-    use super::*;
-    use crate::core::api_key::KeyType;
-
-    #[derive(Default)]
-    struct Ledger {
-        seen: RefCell<HashSet<String>>,
-    }
-
-    impl EventLedger for Ledger {
-        async fn seen(&self, _ns: &str, ids: &[String]) -> Result<Vec<bool>, PortError> {
-            Ok(ids.iter().map(|id| self.seen.borrow().contains(id)).collect())
-        }
-        async fn remember(&self, _ns: &str, ids: &[String]) -> Result<(), PortError> {
-            self.seen.borrow_mut().extend(ids.iter().cloned());
-            Ok(())
-        }
-    }
-
-    struct Sink {
-        fail: bool,
-        sent: RefCell<Vec<EventMessage>>,
-    }
-
-    impl EventSink for Sink {
-        async fn send(&self, messages: &[EventMessage]) -> Result<(), PortError> {
-            if self.fail {
-                return Err(PortError("queue unavailable".into()));
-            }
-            self.sent.borrow_mut().extend(messages.iter().cloned());
-            Ok(())
-        }
-    }
-
-    fn event(id: &str, generated: bool) -> EventRecord {
-        EventRecord {
-            project_id: "prj".into(),
-            key_type: KeyType::Server,
-            event_id: id.into(),
-            event: "e".into(),
-            anonymous_id: Some("a".into()),
-            user_id: None,
-            timestamp: None,
-            properties: Map::new(),
-            received_at: 0,
-            generated_id: generated,
-        }
-    }
-
-    fn batch(ids: &[&str]) -> Vec<(usize, EventRecord)> {
-        ids.iter().enumerate().map(|(i, id)| (i, event(id, false))).collect()
-    }
-
-    fn run<F: std::future::Future>(f: F) -> F::Output {
-        pollster::block_on(f)
-    }
-
-    #[test]
-    fn a_failed_queue_send_leaves_nothing_marked_as_seen() {
-        let ledger = Ledger::default();
-        let failing = Sink { fail: true, sent: RefCell::default() };
-        let mut outcome = TrackOutcome::default();
-        let result = run(accept_events(&ledger, &failing, "ns", batch(&["a", "b"]), &mut outcome));
-        assert!(result.is_err());
-        assert!(ledger.seen.borrow().is_empty());
-
-        // The full retry is accepted, not reported as duplicates.
-        let working = Sink { fail: false, sent: RefCell::default() };
-        let mut outcome = TrackOutcome::default();
-        run(accept_events(&ledger, &working, "ns", batch(&["a", "b"]), &mut outcome)).unwrap();
-        assert_eq!(outcome.accepted.len(), 2);
-        assert!(outcome.duplicates.is_empty());
-        assert_eq!(working.sent.borrow().len(), 2);
-    }
-
-    #[test]
-    fn seen_ids_and_repeats_within_a_batch_are_duplicates_but_generated_ids_never() {
-        let ledger = Ledger::default();
-        let sink = Sink { fail: false, sent: RefCell::default() };
-        run(accept_events(&ledger, &sink, "ns", batch(&["a"]), &mut TrackOutcome::default())).unwrap();
-
-        let mut events = batch(&["a", "b", "b"]);
-        events.push((3, event("gen-1", true)));
-        let mut outcome = TrackOutcome::default();
-        run(accept_events(&ledger, &sink, "ns", events, &mut outcome)).unwrap();
-        let ids =
-            |list: &[(usize, String)]| list.iter().map(|(i, id)| format!("{i}:{id}")).collect::<Vec<_>>();
-        assert_eq!(ids(&outcome.accepted), ["1:b", "3:gen-1"]);
-        assert_eq!(ids(&outcome.duplicates), ["0:a", "2:b"]);
-        assert_eq!(sink.sent.borrow().len(), 3);
-        assert!(!ledger.seen.borrow().contains("gen-1"));
-    }
-}

@@ -105,7 +105,8 @@ impl<P: Ports> Gateway<'_, P> {
     }
 
     /// Changes a key's name, plan or per-key rate override (`null` = the plan's limit). The key's
-    /// guard forgets its record before we answer, so the next request runs under the new limits.
+    /// guard is told first, so the next request runs under the new limits; if it cannot be told,
+    /// nothing changes (503). If D1 then fails, the guard is given the old record back.
     pub(super) async fn update_key(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let key_id = call.params[0];
         let input: UpdateKey = json_body::parse(&call.body)?;
@@ -118,37 +119,93 @@ impl<P: Ports> Gateway<'_, P> {
             check_plan(self.config, plan)?;
         }
         check_rate(changes.rate_limit_per_minute.flatten())?;
-        let record =
-            match self.store.update_key(call.project_id(), key_id, &changes).await.map_err(unavailable)? {
-                KeyUpdate::Updated(record) => record,
-                KeyUpdate::NotFound => return Err(ApiError::not_found("API key").with_detail("id", key_id)),
-                KeyUpdate::Revoked => {
-                    return Err(
-                        ApiError::unprocessable("A revoked key cannot be changed.").with_detail("id", key_id)
-                    )
-                }
-            };
-        self.guard.invalidate(&record.key_hash).await.map_err(unavailable)?;
-        Ok(Reply::ok(record.view()))
+        let current = self.existing_key(call, key_id).await?;
+        if current.is_revoked() {
+            return Err(ApiError::unprocessable("A revoked key cannot be changed.").with_detail("id", key_id));
+        }
+        self.guard.apply(&changes.applied_to(current.clone())).await.map_err(unavailable)?;
+        let written = self.store.update_key(call.project_id(), key_id, &changes).await;
+        match written {
+            Ok(KeyUpdate::Updated(record)) => Ok(Reply::ok(record.view())),
+            Ok(KeyUpdate::NotFound) => {
+                self.restore(&current).await;
+                Err(ApiError::not_found("API key").with_detail("id", key_id))
+            }
+            Ok(KeyUpdate::Revoked) => {
+                Err(ApiError::unprocessable("A revoked key cannot be changed.").with_detail("id", key_id))
+            }
+            Err(e) => {
+                self.reconcile(call, key_id).await;
+                Err(unavailable(e))
+            }
+        }
     }
 
-    /// Revokes a key of the caller's project; the guard forgets it before we answer, so its very
-    /// next request is refused. Revoking a revoked key answers the same record again.
+    /// Revokes a key of the caller's project. The guard is told first (it refuses the key from its
+    /// very next request on); if it cannot be told, nothing changes (503). Revoking a revoked key
+    /// answers the same record again, and tells the guard again.
     pub(super) async fn revoke_key(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let key_id = call.params[0];
-        let outcome =
-            self.store.revoke_key(call.project_id(), key_id, call.now_ms).await.map_err(unavailable)?;
-        let record = match outcome {
-            Revocation::Revoked(record) | Revocation::AlreadyRevoked(record) => record,
-            Revocation::NotFound => return Err(ApiError::not_found("API key").with_detail("id", key_id)),
-            Revocation::LastOwnerKey => return Err(ApiError::unprocessable(
+        let current = self.existing_key(call, key_id).await?;
+        if current.is_revoked() {
+            self.guard.apply(&current).await.map_err(unavailable)?;
+            return Ok(Reply::ok(current.view()));
+        }
+        let last_owner = || {
+            ApiError::unprocessable(
                 "This is the project's last active owner key; create another owner key before revoking it.",
             )
-            .with_detail("id", key_id)),
+            .with_detail("id", key_id)
         };
-        // Also on a repeat: if the first call's notice to the guard failed, this one delivers it.
-        self.guard.invalidate(&record.key_hash).await.map_err(unavailable)?;
-        Ok(Reply::ok(record.view()))
+        if current.key_type == KeyType::Owner
+            && self.store.active_owner_keys(call.project_id()).await.map_err(unavailable)? <= 1
+        {
+            return Err(last_owner());
+        }
+        let revoked = KeyRecord { revoked_at: Some(call.now_ms), ..current.clone() };
+        self.guard.apply(&revoked).await.map_err(unavailable)?;
+        match self.store.revoke_key(call.project_id(), key_id, call.now_ms).await {
+            Ok(Revocation::Revoked(record) | Revocation::AlreadyRevoked(record)) => {
+                if record.revoked_at != revoked.revoked_at {
+                    // Revoked by a concurrent call first: the guard holds what D1 holds.
+                    let _ = self.guard.apply(&record).await;
+                }
+                Ok(Reply::ok(record.view()))
+            }
+            Ok(Revocation::NotFound) => {
+                self.restore(&current).await;
+                Err(ApiError::not_found("API key").with_detail("id", key_id))
+            }
+            Ok(Revocation::LastOwnerKey) => {
+                self.restore(&current).await;
+                Err(last_owner())
+            }
+            Err(e) => {
+                self.reconcile(call, key_id).await;
+                Err(unavailable(e))
+            }
+        }
+    }
+
+    async fn existing_key(&self, call: &Call<'_>, key_id: &str) -> Result<KeyRecord, ApiError> {
+        match self.store.find_key(call.project_id(), key_id).await.map_err(unavailable)? {
+            Some(key) => Ok(key),
+            None => Err(ApiError::not_found("API key").with_detail("id", key_id)),
+        }
+    }
+
+    /// Gives the guard back the record D1 still holds, after D1 refused the change. If this fails
+    /// too, the guard reads D1 again within its record's freshness (10 minutes).
+    async fn restore(&self, record: &KeyRecord) {
+        let _ = self.guard.apply(record).await;
+    }
+
+    /// After a D1 write whose outcome is unknown (it may have landed), the guard gets what D1
+    /// holds now; if D1 cannot say, the guard keeps the change until its record's freshness ends.
+    async fn reconcile(&self, call: &Call<'_>, key_id: &str) {
+        if let Ok(Some(truth)) = self.store.find_key(call.project_id(), key_id).await {
+            self.restore(&truth).await;
+        }
     }
 }
 

@@ -6,12 +6,19 @@
 mod audit;
 pub mod ingest;
 
-pub use audit::{enforce_retention, store_rows as store_audit_rows};
-pub use webhooks::{dispatch, sweep};
+pub use audit::{enforce_retention, store_rows as store_audit_rows, RetentionLimits};
+pub use webhooks::{dispatch, retry, sweep, ManualRetry};
+pub use dead_letters::{redrive, RedriveReport};
+mod dead_letters;
 mod keys;
 mod projects;
+pub mod queues;
 mod resources;
+#[cfg(test)]
+mod simulation;
 mod webhooks;
+
+use std::future::Future;
 
 use serde_json::{json, Value};
 
@@ -63,12 +70,13 @@ pub struct ApiResponse {
     pub webhook_deliveries: Vec<String>,
 }
 
-/// The end of an idempotency claim, done after the response: store and complete on 2xx,
-/// release otherwise.
+/// What a request finishes after its response (`wait_until`): the end of its idempotency claim
+/// (complete and store on 2xx, release otherwise), or the confirmation of the event ids it reserved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Settlement {
     Complete { key_hash: String, api_key_id: String, claim: ClaimRequest, response: StoredResponse },
     Release { key_hash: String, claim: ClaimRequest },
+    ConfirmEvents(ingest::Reservations),
 }
 
 /// A successful answer before it becomes bytes.
@@ -79,6 +87,8 @@ pub struct Reply {
     pub log: Option<String>,
     /// Webhook deliveries the request wrote, to enqueue after the response.
     pub deliveries: Vec<String>,
+    /// Work to finish after the response.
+    pub after: Option<Settlement>,
 }
 
 pub enum Payload {
@@ -92,13 +102,13 @@ pub enum Payload {
 
 impl Reply {
     pub fn ok(body: Value) -> Self {
-        Reply { status: 200, body: Payload::Json(body), log: None, deliveries: Vec::new() }
+        Reply { status: 200, body: Payload::Json(body), log: None, deliveries: Vec::new(), after: None }
     }
     pub fn created(body: Value) -> Self {
-        Reply { status: 201, body: Payload::Json(body), log: None, deliveries: Vec::new() }
+        Reply { status: 201, body: Payload::Json(body), log: None, deliveries: Vec::new(), after: None }
     }
     pub fn accepted(body: Value) -> Self {
-        Reply { status: 202, body: Payload::Json(body), log: None, deliveries: Vec::new() }
+        Reply { status: 202, body: Payload::Json(body), log: None, deliveries: Vec::new(), after: None }
     }
 }
 
@@ -143,6 +153,8 @@ pub struct Gateway<'c, P: Ports> {
     pub events: P::Events,
     pub archive: P::Archive,
     pub deliveries: P::Deliveries,
+    pub dead_letters: P::DeadLetters,
+    pub redrive: P::Redrive,
 }
 
 /// A refusal during authentication, with the key's usage when the key itself was valid.
@@ -230,16 +242,26 @@ impl<P: Ports> Gateway<'_, P> {
         response
     }
 
-    /// Finishes a claim after the response: the response goes to the store, then the guard
-    /// learns the outcome. If the store fails, the guard keeps the response itself.
-    pub async fn settle(&self, settlement: Settlement) -> Result<(), PortError> {
+    /// Finishes a claim after the response. On success the guard learns first (it is the source of
+    /// truth for "completed"), then the response store gets the copy replays read; each notice is
+    /// retried with backoff (`pause` sleeps). A claim the guard never hears about runs out after its
+    /// lease and the key may execute again: README "Guarantees under faults" says when.
+    pub async fn settle<F: Future<Output = ()>>(
+        &self,
+        settlement: Settlement,
+        pause: impl Fn(u64) -> F,
+    ) -> Result<(), PortError> {
         match settlement {
             Settlement::Complete { key_hash, api_key_id, claim, response } => {
-                let stored = self.responses.put(&api_key_id, &claim.idempotency_key, &response).await;
-                self.guard.complete_claim(&key_hash, &claim, &response, stored.is_ok()).await?;
-                stored
+                retrying(&pause, || self.guard.complete_claim(&key_hash, &claim, &response)).await?;
+                retrying(&pause, || self.responses.put(&api_key_id, &claim.idempotency_key, &response)).await
             }
-            Settlement::Release { key_hash, claim } => self.guard.release_claim(&key_hash, &claim).await,
+            Settlement::Release { key_hash, claim } => {
+                retrying(&pause, || self.guard.release_claim(&key_hash, &claim)).await
+            }
+            Settlement::ConfirmEvents(reservations) => {
+                retrying(&pause, || reservations.confirm(&self.ledger)).await
+            }
         }
     }
 
@@ -277,7 +299,8 @@ impl<P: Ports> Gateway<'_, P> {
         match (&caller.claim, claim) {
             (Some(ClaimDecision::Replay { response }), Some(claim)) => {
                 let key = caller.key.as_ref().expect("claims need a key");
-                let answer = self.replay(&key.id, response.clone(), &claim.idempotency_key).await;
+                let key_hash = caller.key_hash.as_deref().expect("claims need a key");
+                let answer = self.replay(&key.id, key_hash, response.clone(), &claim.idempotency_key).await;
                 return Served { usage, answer, taken_claim: None };
             }
             (Some(ClaimDecision::Execute), Some(claim)) => {
@@ -305,20 +328,26 @@ impl<P: Ports> Gateway<'_, P> {
         Served { usage, answer, taken_claim }
     }
 
-    /// The stored response of a completed key: from the guard when it still holds it, else from
-    /// the response store.
+    /// The stored response of a completed key: inline from the guard while the response store may
+    /// not show it yet, then from the store, and from the guard's own copy when the store misses.
     async fn replay(
         &self,
         api_key_id: &str,
+        key_hash: &str,
         held: Option<StoredResponse>,
         idempotency_key: &str,
     ) -> Result<Answer, ApiError> {
         if let Some(response) = held {
             return Ok(Answer::Replay(response));
         }
-        match self.responses.get(api_key_id, idempotency_key).await.map_err(unavailable)? {
-            Some(response) => Ok(Answer::Replay(response)),
-            None => Err(ApiError::unavailable("completed idempotency claim without a stored response")),
+        let stored = self.responses.get(api_key_id, idempotency_key).await;
+        if let Ok(Some(response)) = stored {
+            return Ok(Answer::Replay(response));
+        }
+        match self.guard.held_response(key_hash, idempotency_key).await {
+            Ok(Some(response)) => Ok(Answer::Replay(response)),
+            Ok(None) => Err(ApiError::unavailable("completed idempotency claim without a stored response")),
+            Err(e) => Err(ApiError::unavailable(format!("response store: {stored:?}; key guard: {e}"))),
         }
     }
 
@@ -353,7 +382,8 @@ impl<P: Ports> Gateway<'_, P> {
             return Err((None, self.refuse(client_ip, ApiError::invalid_api_key()).await));
         };
         let key_hash = api_key::hash(self.config.key_pepper.as_bytes(), token);
-        let Admission { key, verdict, usage, claim } = match self.guard.authorize(&key_hash, claim).await {
+        let Admission { key, verdict, usage, claim } = match self.guard.authorize(&key_hash, scope, claim).await
+        {
             Ok(Authorization::Admitted(admission)) => {
                 trace.key = Some(admission.key.clone());
                 *admission
@@ -393,7 +423,7 @@ impl<P: Ports> Gateway<'_, P> {
             return Err((Some(usage), e));
         }
         if !key.key_type.allows(scope) {
-            // A claim taken for this request is released by the settlement of its 403.
+            // The guard took no claim for it.
             let e = ApiError::forbidden(format!("A {} key may not call this route.", key.key_type.as_str()))
                 .with_detail("key_type", key.key_type.as_str());
             return Err((Some(usage), e));
@@ -458,6 +488,8 @@ impl<P: Ports> Gateway<'_, P> {
             RouteId::DeleteWebhook => self.delete_webhook(call).await,
             RouteId::ListDeliveries => self.list_deliveries(call).await,
             RouteId::RetryDelivery => self.retry_delivery(call).await,
+            RouteId::ListDeadLetters => self.list_dead_letters(call).await,
+            RouteId::RedriveDeadLetters => self.redrive_dead_letters(call).await,
         }
     }
 }
@@ -570,9 +602,11 @@ fn respond(
         headers.extend(usage.headers());
     }
     let mut webhook_deliveries = Vec::new();
+    let mut settlement = None;
     let (status, body, internal_error) = match answer {
-        Ok(Answer::Reply(Reply { status, body, log, deliveries })) => {
+        Ok(Answer::Reply(Reply { status, body, log, deliveries, after })) => {
             webhook_deliveries = deliveries;
+            settlement = after;
             match body {
                 Payload::Json(json) => (status, json.to_string().into_bytes(), log),
                 Payload::File { content_type: file_type, bytes } => {
@@ -607,11 +641,35 @@ fn respond(
         body,
         request_id,
         internal_error,
-        settlement: None,
+        settlement,
         audit,
         webhook_deliveries,
     }
 }
+
+/// Up to [`NOTICE_TRIES`] calls of `op`, pausing 100 ms, 200 ms, … (at most 5 s) between them.
+async fn retrying<T, F: Future<Output = Result<T, PortError>>, P: Future<Output = ()>>(
+    pause: &impl Fn(u64) -> P,
+    mut op: impl FnMut() -> F,
+) -> Result<T, PortError> {
+    let mut delay_ms = 100;
+    let mut tries = 1;
+    loop {
+        match op().await {
+            Ok(value) => return Ok(value),
+            Err(e) if tries >= NOTICE_TRIES => return Err(e),
+            Err(_) => {
+                pause(delay_ms).await;
+                delay_ms = (delay_ms * 2).min(5_000);
+                tries += 1;
+            }
+        }
+    }
+}
+
+/// How often a notice after the response (a claim's completion or release) is tried: about 11 s
+/// in all, within the half minute `wait_until` grants.
+const NOTICE_TRIES: u32 = 8;
 
 /// `N` bytes from the platform's CSPRNG (Web Crypto in the worker).
 pub fn random<const N: usize>() -> [u8; N] {

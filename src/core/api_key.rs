@@ -21,7 +21,8 @@ pub enum KeyType {
 }
 
 /// What a route needs a key to be allowed to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Scope {
     /// Keys, logs, webhooks of the project.
     ManageProject,

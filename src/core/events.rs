@@ -26,6 +26,59 @@ pub fn dedup_namespace(project_id: &str, key_type: KeyType) -> String {
     format!("events:{project_id}:{}", key_type.as_str())
 }
 
+/// How many ledger objects share one namespace's ids: no project's 48 h of ids live in one object,
+/// and a batch's ids are spread so its shards are called side by side.
+pub const LEDGER_SHARDS: u64 = 16;
+/// How long a reservation holds before its request confirms it (its events are queued): a
+/// request that died in between frees its ids after this.
+pub const RESERVATION_LEASE_MS: i64 = 60_000;
+
+/// The ledger object that judges `event_id` in `namespace` (FNV-1a of the id).
+pub fn ledger_shard(namespace: &str, event_id: &str) -> String {
+    let hash = event_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    format!("{namespace}:{}", hash % LEDGER_SHARDS)
+}
+
+/// What the ledger holds for one id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reservation {
+    pub owner: String,
+    pub confirmed: bool,
+    /// When it was reserved (pending) or confirmed.
+    pub at_ms: i64,
+}
+
+/// The ledger's answer for one id of a reserve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reserved {
+    /// Reserved for this request now (or already by it): send it, then confirm.
+    Fresh,
+    /// Accepted by a request within the window.
+    Duplicate,
+    /// Reserved by another request that has not confirmed yet: retry shortly.
+    InFlight,
+}
+
+/// The atomic reserve's decision for one id, given what the ledger holds for it.
+pub fn reserve(existing: Option<&Reservation>, owner: &str, now_ms: i64, window_ms: i64) -> Reserved {
+    match existing {
+        Some(r) if r.confirmed && r.at_ms > now_ms - window_ms => Reserved::Duplicate,
+        Some(r) if !r.confirmed && r.owner != owner && r.at_ms > now_ms - RESERVATION_LEASE_MS => {
+            Reserved::InFlight
+        }
+        _ => Reserved::Fresh,
+    }
+}
+
+/// An id another request is sending right now.
+pub fn in_flight() -> Rejection {
+    Rejection {
+        code: "EVENT_IN_FLIGHT",
+        message: "another request with this event_id is being accepted; retry this event shortly".into(),
+    }
+}
+
 /// One item of a track batch, as the client may send it (all loose: each field is checked so
 /// that one bad item is rejected alone).
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -234,6 +287,29 @@ mod tests {
     use super::*;
 
     const ID: &str = "0f8fad5b-d9cb-469f-a165-70867728950e";
+
+    #[test]
+    fn the_reserve_decision() {
+        let r = |owner: &str, confirmed, at_ms| Reservation { owner: owner.into(), confirmed, at_ms };
+        let (now, window) = (1_000_000, 500_000);
+        assert_eq!(reserve(None, "a", now, window), Reserved::Fresh);
+        assert_eq!(reserve(Some(&r("b", true, now - 10)), "a", now, window), Reserved::Duplicate);
+        assert_eq!(reserve(Some(&r("a", true, now - 10)), "a", now, window), Reserved::Duplicate);
+        assert_eq!(reserve(Some(&r("b", true, now - window)), "a", now, window), Reserved::Fresh);
+        assert_eq!(reserve(Some(&r("b", false, now - 10)), "a", now, window), Reserved::InFlight);
+        assert_eq!(reserve(Some(&r("a", false, now - 10)), "a", now, window), Reserved::Fresh);
+        let expired = now - RESERVATION_LEASE_MS;
+        assert_eq!(reserve(Some(&r("b", false, expired)), "a", now, window), Reserved::Fresh);
+    }
+
+    #[test]
+    fn ids_spread_over_every_shard_and_stay_on_theirs() {
+        let shards: std::collections::HashSet<String> =
+            (0..400).map(|i| ledger_shard("events:p:server", &format!("{i:032x}"))).collect();
+        assert_eq!(shards.len() as u64, LEDGER_SHARDS);
+        assert_eq!(ledger_shard("n", ID), ledger_shard("n", ID));
+        assert!(ledger_shard("n", ID).starts_with("n:"));
+    }
 
     #[test]
     fn event_ids_normalise_from_every_uuid_form() {

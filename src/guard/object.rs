@@ -1,7 +1,9 @@
 //! The Durable Object class itself.
 //!
-//! * The key's record is kept in memory once loaded (one D1 query per object start); `Invalidate`
-//!   drops it, and an epoch counter makes sure a load that raced with an invalidation is not kept.
+//! * The key's record is kept in memory once loaded (one D1 query per object start, then one per
+//!   [`RECORD_FRESH_MS`] at most). A change to the key is told to the guard first (`Apply`): it is
+//!   kept in the object's storage too, so it holds across a restart of the object even while D1
+//!   does not show it yet; an epoch counter makes sure a D1 load that raced with it is not kept.
 //! * The rate window, the monthly quota and the idempotency claims live in the object's SQLite
 //!   storage. Reading, deciding and writing them is synchronous (no `await` in between), so
 //!   concurrent requests to one key are decided strictly one after another: exactly `limit` pass
@@ -18,7 +20,10 @@ use worker::{
     SqlStorage, State,
 };
 
-use super::protocol::{GuardAnswer, GuardCommand};
+use super::protocol::{
+    Apply, Ask, AuthFailures, Authorize, Authorized, CompleteClaim, Done, GuardCommand, HeldResponse,
+    ReleaseClaim,
+};
 use crate::adapters::{d1::D1Store, env::config};
 use crate::config::Config;
 use crate::core::api_key::KeyRecord;
@@ -33,12 +38,16 @@ const IN_USE_POLL_MS: u64 = 20;
 /// How long the guard keeps a completed response itself after the response store has it too:
 /// Workers KV may take this long to show a write everywhere.
 const STORE_PROPAGATION_MS: i64 = 60_000;
+/// How long a record of the key is used before it is read again (from D1, or from what `Apply`
+/// stored): a change whose D1 write failed after the guard was told is undone by then at the latest.
+const RECORD_FRESH_MS: i64 = 600_000;
 
 #[durable_object]
 pub struct KeyGuardObject {
     env: Env,
     sql: SqlStorage,
-    key: RefCell<Option<KeyRecord>>,
+    /// The record and until when it is used without reading it again.
+    key: RefCell<Option<(KeyRecord, i64)>>,
     counters: Cell<Option<Counters>>,
     epoch: Cell<u64>,
 }
@@ -73,6 +82,8 @@ impl DurableObject for KeyGuardObject {
                until_ms INTEGER NOT NULL, completed INTEGER NOT NULL,
                response TEXT, response_until_ms INTEGER)",
             "CREATE INDEX IF NOT EXISTS claims_by_expiry ON claims (until_ms)",
+            "CREATE TABLE IF NOT EXISTS applied (
+               id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL, until_ms INTEGER NOT NULL)",
         ] {
             sql.exec(ddl, None).expect("create the guard's tables");
         }
@@ -80,43 +91,34 @@ impl DurableObject for KeyGuardObject {
     }
 
     async fn fetch(&self, mut req: Request) -> Result<Response> {
-        let command: GuardCommand = req.json().await?;
-        let answer = match command {
-            GuardCommand::Authorize { key_hash, claim } => match self.record(&key_hash).await? {
-                Some(key) if !key.is_revoked() => {
-                    let (verdict, usage) = self.count(self.config()?.limits(&key))?;
-                    let claim = match claim {
-                        Some(c) if verdict == Verdict::Allowed => Some(self.claim_waiting(&c).await?),
-                        _ => None,
-                    };
-                    GuardAnswer::Decided { key, verdict, usage, claim }
-                }
-                revoked => GuardAnswer::Denied { key: revoked },
-            },
-            GuardCommand::Invalidate { .. } => {
-                self.epoch.set(self.epoch.get() + 1);
-                self.key.replace(None);
-                GuardAnswer::Done
-            }
-            GuardCommand::RecordAuthFailure => {
+        match req.json::<GuardCommand>().await? {
+            GuardCommand::Authorize(c) => answer::<Authorize>(self.authorize(c).await?),
+            GuardCommand::Apply(Apply { key }) => answer::<Apply>(self.apply(key)?),
+            GuardCommand::RecordAuthFailure(_) => {
                 let (verdict, usage) = self.count(AUTH_FAILURE_LIMITS)?;
-                GuardAnswer::AuthFailure { verdict, usage }
+                answer::<super::protocol::RecordAuthFailure>(AuthFailures { verdict, usage })
             }
-            GuardCommand::CompleteClaim { claim, response, stored_elsewhere } => {
-                self.complete(&claim, &response, stored_elsewhere)?;
-                GuardAnswer::Done
+            GuardCommand::CompleteClaim(CompleteClaim { claim, response }) => {
+                answer::<CompleteClaim>(self.complete(&claim, &response)?)
             }
-            GuardCommand::Ping => GuardAnswer::Done,
-            GuardCommand::ReleaseClaim { claim } => {
+            GuardCommand::ReleaseClaim(ReleaseClaim { claim }) => {
                 self.sql.exec(
                     "DELETE FROM claims WHERE idempotency_key = ? AND owner = ? AND completed = 0",
                     vec![claim.idempotency_key.into(), claim.request_id.into()],
                 )?;
-                GuardAnswer::Done
+                answer::<ReleaseClaim>(Done {})
             }
-        };
-        Response::from_json(&answer)
+            GuardCommand::HeldResponse(HeldResponse { idempotency_key }) => {
+                answer::<HeldResponse>(self.held_response(&idempotency_key)?)
+            }
+            GuardCommand::Ping(_) => answer::<super::protocol::Ping>(Done {}),
+        }
     }
+}
+
+/// The answer to command `C`, and only of its type.
+fn answer<C: Ask>(answer: C::Answer) -> Result<Response> {
+    Response::from_json(&answer)
 }
 
 impl KeyGuardObject {
@@ -124,11 +126,42 @@ impl KeyGuardObject {
         config(&self.env).map_err(rust_error)
     }
 
-    /// The remembered record, loaded from D1 when the object has none. Unknown keys are not
-    /// remembered: nothing is cached for a hash that no key has.
-    async fn record(&self, key_hash: &str) -> Result<Option<KeyRecord>> {
-        if let Some(key) = self.key.borrow().as_ref() {
-            return Ok(Some(key.clone()));
+    async fn authorize(&self, c: Authorize) -> Result<Authorized> {
+        let (record, d1_queries) = self.record(&c.key_hash).await?;
+        Ok(match record {
+            Some(key) if !key.is_revoked() => {
+                let (verdict, usage) = self.count(self.config()?.limits(&key))?;
+                let claim = match c.claim {
+                    Some(claim) if verdict == Verdict::Allowed && key.key_type.allows(c.scope) => {
+                        Some(self.claim_waiting(&claim).await?)
+                    }
+                    _ => None,
+                };
+                Authorized::Decided { key, verdict, usage, claim, d1_queries }
+            }
+            revoked => Authorized::Denied { key: revoked, d1_queries },
+        })
+    }
+
+    /// The key's record, and how many D1 queries it took: from memory while fresh, else from what
+    /// `Apply` stored while that is fresh, else from D1. Unknown keys are not remembered.
+    async fn record(&self, key_hash: &str) -> Result<(Option<KeyRecord>, u32)> {
+        let now = now_ms();
+        if let Some((key, until)) = self.key.borrow().as_ref() {
+            if *until > now {
+                return Ok((Some(key.clone()), 0));
+            }
+        }
+        #[derive(Deserialize)]
+        struct AppliedRow {
+            record: String,
+            until_ms: i64,
+        }
+        let applied = self.sql.exec("SELECT record, until_ms FROM applied", None)?.to_array::<AppliedRow>()?;
+        if let Some(row) = applied.into_iter().find(|row| row.until_ms > now) {
+            let key: KeyRecord = serde_json::from_str(&row.record).map_err(rust_error)?;
+            self.key.replace(Some((key.clone(), row.until_ms)));
+            return Ok((Some(key), 0));
         }
         let epoch = self.epoch.get();
         let store = D1Store::new(self.env.d1("DB")?, Rc::default());
@@ -138,9 +171,21 @@ impl KeyGuardObject {
             loaded.is_some()
         );
         if epoch == self.epoch.get() {
-            self.key.replace(loaded.clone());
+            self.key.replace(loaded.clone().map(|key| (key, now + RECORD_FRESH_MS)));
         }
-        Ok(loaded)
+        Ok((loaded, 1))
+    }
+
+    /// Holds `key` as the key's record from now on, in memory and in storage.
+    fn apply(&self, key: KeyRecord) -> Result<Done> {
+        let until = now_ms() + RECORD_FRESH_MS;
+        self.sql.exec(
+            "INSERT OR REPLACE INTO applied (id, record, until_ms) VALUES (1, ?, ?)",
+            vec![serde_json::to_string(&key).map_err(rust_error)?.into(), until.into()],
+        )?;
+        self.epoch.set(self.epoch.get() + 1);
+        self.key.replace(Some((key, until)));
+        Ok(Done {})
     }
 
     /// One request against `limits`: read, decide and write the counters without yielding.
@@ -231,28 +276,41 @@ impl KeyGuardObject {
         Ok(decision)
     }
 
-    /// Marks the claim completed until the TTL ends. The guard keeps the response for as long as
-    /// the response store may not show it yet, or for the whole TTL when the store failed.
-    fn complete(
-        &self,
-        claim: &ClaimRequest,
-        response: &StoredResponse,
-        stored_elsewhere: bool,
-    ) -> Result<()> {
+    /// Marks the claim completed until the TTL ends and keeps its response as long. Replays carry
+    /// the response inline for as long as the response store may not show it yet; after that they
+    /// read the store, and ask [`Self::held_response`] when it misses. A repeated notice changes nothing.
+    fn complete(&self, claim: &ClaimRequest, response: &StoredResponse) -> Result<Done> {
         let now = now_ms();
         let until = now + self.config()?.idempotency_ttl_seconds as i64 * 1000;
-        let response_until = if stored_elsewhere { now + STORE_PROPAGATION_MS } else { until };
         self.sql.exec(
             "UPDATE claims SET completed = 1, until_ms = ?, response = ?, response_until_ms = ?
              WHERE idempotency_key = ? AND owner = ? AND completed = 0",
             vec![
                 until.into(),
                 serde_json::to_string(response).map_err(rust_error)?.into(),
-                response_until.into(),
+                (now + STORE_PROPAGATION_MS).into(),
                 claim.idempotency_key.clone().into(),
                 claim.request_id.clone().into(),
             ],
         )?;
-        Ok(())
+        Ok(Done {})
+    }
+
+    fn held_response(&self, idempotency_key: &str) -> Result<Option<StoredResponse>> {
+        #[derive(Deserialize)]
+        struct Held {
+            response: Option<String>,
+        }
+        let rows = self
+            .sql
+            .exec(
+                "SELECT response FROM claims WHERE idempotency_key = ? AND completed = 1 AND until_ms > ?",
+                vec![idempotency_key.into(), now_ms().into()],
+            )?
+            .to_array::<Held>()?;
+        rows.into_iter()
+            .find_map(|row| row.response)
+            .map(|r| serde_json::from_str(&r).map_err(rust_error))
+            .transpose()
     }
 }

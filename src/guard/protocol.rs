@@ -1,8 +1,10 @@
-//! Commands to the KeyGuard Durable Object and its answers, as JSON over `stub.fetch`.
+//! Commands to the KeyGuard Durable Object and their answers, as JSON over `stub.fetch`. Each
+//! command is its own type with its own answer type ([`Ask::Answer`]), so a client that expects
+//! the wrong answer, or an object that sends one, does not compile.
 
-use serde::{Deserialize, Serialize};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-use crate::core::api_key::KeyRecord;
+use crate::core::api_key::{KeyRecord, Scope};
 use crate::core::idempotency::{ClaimDecision, StoredResponse};
 use crate::core::rate_limit::{Usage, Verdict};
 use crate::ports::ClaimRequest;
@@ -21,46 +23,111 @@ pub fn client_guard_name(ip: &str) -> String {
     format!("ip:{ip}")
 }
 
+/// A command and the type of its answer.
+pub trait Ask: Into<GuardCommand> {
+    type Answer: Serialize + DeserializeOwned;
+}
+
+/// Every command, as it travels.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "command", rename_all = "snake_case")]
 pub enum GuardCommand {
-    /// Is this key valid, may it make one more request now, and (when the request carries an
-    /// `Idempotency-Key`) may it execute? One round trip for all three.
-    Authorize { key_hash: String, claim: Option<ClaimRequest> },
-    /// Forget the remembered record (revoked or changed); the next command reloads it. Counters stay.
-    Invalidate { key_hash: String },
-    /// One failed authentication from this object's client address.
-    RecordAuthFailure,
-    /// The claimed request succeeded: keep its outcome until the key's TTL ends.
-    CompleteClaim { claim: ClaimRequest, response: StoredResponse, stored_elsewhere: bool },
-    /// The claimed request failed: forget the claim.
-    ReleaseClaim { claim: ClaimRequest },
-    /// A round trip that reads and writes nothing (the deep health check).
-    Ping,
+    Authorize(Authorize),
+    Apply(Apply),
+    RecordAuthFailure(RecordAuthFailure),
+    CompleteClaim(CompleteClaim),
+    ReleaseClaim(ReleaseClaim),
+    HeldResponse(HeldResponse),
+    Ping(Ping),
+}
+
+/// Is this key valid, may it make one more request now, and (when the request carries an
+/// `Idempotency-Key` and the key's type may call the route) may it execute? One round trip.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Authorize {
+    pub key_hash: String,
+    /// What the route needs: a key refused for its type (403) takes no claim.
+    pub scope: Scope,
+    pub claim: Option<ClaimRequest>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "answer", rename_all = "snake_case")]
 #[allow(clippy::large_enum_variant)] // a wire message, made once per round trip
-pub enum GuardAnswer {
+pub enum Authorized {
     /// The key is valid; `verdict` says whether this request is within its limits, `claim` what
-    /// its `Idempotency-Key` allows (only when within its limits).
-    Decided {
-        key: KeyRecord,
-        verdict: Verdict,
-        usage: Usage,
-        claim: Option<ClaimDecision>,
-    },
+    /// its `Idempotency-Key` allows (only within its limits and its type's scope).
+    Decided { key: KeyRecord, verdict: Verdict, usage: Usage, claim: Option<ClaimDecision>, d1_queries: u32 },
     /// No such key (`None`), or revoked (its record).
-    Denied {
-        key: Option<KeyRecord>,
-    },
-    Done,
-    /// Failures from the client address so far in this minute, against the allowance.
-    AuthFailure {
-        verdict: Verdict,
-        usage: Usage,
-    },
+    Denied { key: Option<KeyRecord>, d1_queries: u32 },
+}
+
+/// A change to the key (revocation, plan, override) before it is written to D1: the guard holds
+/// this record from now on, durably, so the change applies to the very next request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Apply {
+    pub key: KeyRecord,
+}
+
+/// One failed authentication from this object's client address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordAuthFailure {}
+
+/// Failures from the client address so far in this minute, against the allowance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthFailures {
+    pub verdict: Verdict,
+    pub usage: Usage,
+}
+
+/// The claimed request succeeded: the claim is completed and its response kept until the TTL ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompleteClaim {
+    pub claim: ClaimRequest,
+    pub response: StoredResponse,
+}
+
+/// The claimed request failed: forget the claim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseClaim {
+    pub claim: ClaimRequest,
+}
+
+/// The response the guard keeps for a completed key (the fallback when the response store misses).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldResponse {
+    pub idempotency_key: String,
+}
+
+/// A round trip that reads and writes nothing (the deep health check).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ping {}
+
+/// The answer of commands that only act.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Done {}
+
+macro_rules! asks {
+    ($($command:ident => $answer:ty),* $(,)?) => {$(
+        impl Ask for $command {
+            type Answer = $answer;
+        }
+        impl From<$command> for GuardCommand {
+            fn from(c: $command) -> Self {
+                GuardCommand::$command(c)
+            }
+        }
+    )*};
+}
+
+asks! {
+    Authorize => Authorized,
+    Apply => Done,
+    RecordAuthFailure => AuthFailures,
+    CompleteClaim => Done,
+    ReleaseClaim => Done,
+    HeldResponse => Option<StoredResponse>,
+    Ping => Done,
 }
 
 #[cfg(test)]
@@ -68,18 +135,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn commands_have_a_stable_wire_form() {
-        let c = GuardCommand::Authorize { key_hash: "ab".into(), claim: None };
+    fn commands_carry_their_tag_and_fields() {
+        let c: GuardCommand =
+            Authorize { key_hash: "ab".into(), scope: Scope::Ingest, claim: None }.into();
         assert_eq!(
             serde_json::to_string(&c).unwrap(),
-            r#"{"command":"authorize","key_hash":"ab","claim":null}"#
+            r#"{"command":"authorize","key_hash":"ab","scope":"ingest","claim":null}"#
         );
         let c: GuardCommand = serde_json::from_str(r#"{"command":"record_auth_failure"}"#).unwrap();
-        assert_eq!(c, GuardCommand::RecordAuthFailure);
-        let a: GuardAnswer = serde_json::from_str(r#"{"answer":"denied","key":null}"#).unwrap();
-        assert_eq!(a, GuardAnswer::Denied { key: None });
+        assert_eq!(c, GuardCommand::RecordAuthFailure(RecordAuthFailure {}));
+        let c: GuardCommand = serde_json::from_str(r#"{"command":"ping"}"#).unwrap();
+        assert_eq!(c, GuardCommand::Ping(Ping {}));
+        // Unknown commands and missing fields are refused, not defaulted.
+        assert!(serde_json::from_str::<GuardCommand>(r#"{"command":"invalidate","key_hash":"ab"}"#).is_err());
+        assert!(serde_json::from_str::<GuardCommand>(r#"{"command":"authorize","key_hash":"ab"}"#).is_err());
+    }
+
+    #[test]
+    fn answers_round_trip() {
+        let a: Authorized = serde_json::from_str(r#"{"answer":"denied","key":null,"d1_queries":1}"#).unwrap();
+        assert_eq!(a, Authorized::Denied { key: None, d1_queries: 1 });
         let d: ClaimDecision = serde_json::from_str(r#"{"claim":"replay","response":null}"#).unwrap();
         assert_eq!(d, ClaimDecision::Replay { response: None });
+        let held: <HeldResponse as Ask>::Answer = serde_json::from_str("null").unwrap();
+        assert_eq!(held, None);
     }
 
     #[test]

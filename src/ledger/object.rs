@@ -1,8 +1,10 @@
-//! The Durable Object class. One SQLite table of `(event_id, seen_at)`; ids arrive as one JSON
-//! array parameter (`json_each`), so a 500-event batch is one statement whatever the bound-parameter
-//! limit. Rows older than the window are deleted whenever ids are remembered.
+//! The Durable Object class: one shard of a namespace's ids. One SQLite table of reservations
+//! `(event_id, owner, confirmed, at_ms)`; ids arrive as one JSON array parameter (`json_each`),
+//! so a 500-event batch is one statement whatever the bound-parameter limit. A reserve reads,
+//! decides and writes without yielding, so concurrent batches are decided one after another.
+//! Rows older than the window are deleted whenever ids are reserved.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 use serde::Deserialize;
 use worker::{
@@ -11,6 +13,7 @@ use worker::{
 
 use super::protocol::{LedgerAnswer, LedgerCommand};
 use crate::adapters::env::config;
+use crate::core::events::{reserve, Reservation, Reserved};
 
 #[durable_object]
 pub struct EventLedgerObject {
@@ -21,14 +24,18 @@ pub struct EventLedgerObject {
 #[derive(Deserialize)]
 struct Row {
     event_id: String,
+    owner: String,
+    confirmed: i64,
+    at_ms: i64,
 }
 
 impl DurableObject for EventLedgerObject {
     fn new(state: State, env: Env) -> Self {
         let sql = state.storage().sql();
         for ddl in [
-            "CREATE TABLE IF NOT EXISTS seen (event_id TEXT PRIMARY KEY, seen_at INTEGER NOT NULL)",
-            "CREATE INDEX IF NOT EXISTS seen_by_time ON seen (seen_at)",
+            "CREATE TABLE IF NOT EXISTS reservations (
+               event_id TEXT PRIMARY KEY, owner TEXT NOT NULL, confirmed INTEGER NOT NULL, at_ms INTEGER NOT NULL)",
+            "CREATE INDEX IF NOT EXISTS reservations_by_time ON reservations (at_ms)",
         ] {
             sql.exec(ddl, None).expect("create the ledger's table");
         }
@@ -42,25 +49,45 @@ impl DurableObject for EventLedgerObject {
             * 1000;
         let now = Date::now().as_millis() as i64;
         let answer = match req.json::<LedgerCommand>().await? {
-            LedgerCommand::Seen { ids } => {
-                let json = serde_json::to_string(&ids)?;
-                let rows: Vec<Row> = self
+            LedgerCommand::Reserve { owner, ids } => {
+                self.sql.exec("DELETE FROM reservations WHERE at_ms <= ?", vec![(now - window_ms).into()])?;
+                let held: HashMap<String, Reservation> = self
                     .sql
                     .exec(
-                        "SELECT event_id FROM seen WHERE seen_at > ?
-                           AND event_id IN (SELECT value FROM json_each(?))",
-                        vec![(now - window_ms).into(), json.into()],
+                        "SELECT event_id, owner, confirmed, at_ms FROM reservations
+                         WHERE event_id IN (SELECT value FROM json_each(?))",
+                        vec![serde_json::to_string(&ids)?.into()],
                     )?
-                    .to_array()?;
-                let found: HashSet<String> = rows.into_iter().map(|r| r.event_id).collect();
-                LedgerAnswer::Seen { seen: ids.iter().map(|id| found.contains(id)).collect() }
+                    .to_array::<Row>()?
+                    .into_iter()
+                    .map(|r| (r.event_id, Reservation { owner: r.owner, confirmed: r.confirmed != 0, at_ms: r.at_ms }))
+                    .collect();
+                let decisions: Vec<Reserved> =
+                    ids.iter().map(|id| reserve(held.get(id), &owner, now, window_ms)).collect();
+                let fresh: Vec<&String> =
+                    ids.iter().zip(&decisions).filter(|(_, d)| **d == Reserved::Fresh).map(|(id, _)| id).collect();
+                if !fresh.is_empty() {
+                    self.sql.exec(
+                        "INSERT OR REPLACE INTO reservations (event_id, owner, confirmed, at_ms)
+                         SELECT value, ?, 0, ? FROM json_each(?)",
+                        vec![owner.into(), now.into(), serde_json::to_string(&fresh)?.into()],
+                    )?;
+                }
+                LedgerAnswer::Reserved { decisions }
             }
-            LedgerCommand::Remember { ids } => {
-                self.sql.exec("DELETE FROM seen WHERE seen_at <= ?", vec![(now - window_ms).into()])?;
+            LedgerCommand::Confirm { owner, ids } => {
                 self.sql.exec(
-                    "INSERT INTO seen (event_id, seen_at) SELECT value, ? FROM json_each(?) WHERE true
-                     ON CONFLICT (event_id) DO UPDATE SET seen_at = excluded.seen_at",
-                    vec![now.into(), serde_json::to_string(&ids)?.into()],
+                    "UPDATE reservations SET confirmed = 1, at_ms = ?
+                     WHERE owner = ? AND confirmed = 0 AND event_id IN (SELECT value FROM json_each(?))",
+                    vec![now.into(), owner.into(), serde_json::to_string(&ids)?.into()],
+                )?;
+                LedgerAnswer::Done
+            }
+            LedgerCommand::Release { owner, ids } => {
+                self.sql.exec(
+                    "DELETE FROM reservations
+                     WHERE owner = ? AND confirmed = 0 AND event_id IN (SELECT value FROM json_each(?))",
+                    vec![owner.into(), serde_json::to_string(&ids)?.into()],
                 )?;
                 LedgerAnswer::Done
             }

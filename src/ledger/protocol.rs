@@ -1,6 +1,8 @@
-//! Commands to the EventLedger Durable Object and its answers, as JSON over `stub.fetch`.
+//! Commands to the EventLedger Durable Object and their answers, as JSON over `stub.fetch`.
 
 use serde::{Deserialize, Serialize};
+
+use crate::core::events::Reserved;
 
 pub const BINDING: &str = "EVENT_LEDGER";
 /// Durable Object `fetch` needs an absolute URL; the host is never resolved.
@@ -9,15 +11,17 @@ pub const URL: &str = "https://event-ledger/";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "command", rename_all = "snake_case")]
 pub enum LedgerCommand {
-    /// Which of these ids were seen within the window?
-    Seen { ids: Vec<String> },
-    /// Remember these ids as seen now.
-    Remember { ids: Vec<String> },
+    /// Reserve these ids for `owner` where they are free (see `core::events::reserve`).
+    Reserve { owner: String, ids: Vec<String> },
+    /// The owner's reservations of these ids become accepted ids.
+    Confirm { owner: String, ids: Vec<String> },
+    /// Drop the owner's unconfirmed reservations of these ids.
+    Release { owner: String, ids: Vec<String> },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "answer", rename_all = "snake_case")]
 pub enum LedgerAnswer {
-    Seen { seen: Vec<bool> },
+    Reserved { decisions: Vec<Reserved> },
     Done,
 }

@@ -1,0 +1,400 @@
+//! Fakes of the request pipeline's ports: the key guard (with the real claim and rate decisions of
+//! `core`), the response store (which may miss, as Workers KV does while a write propagates), and
+//! the directory and resource tables of the D1 store.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use super::FakeStore;
+use crate::config::Config;
+use crate::core::api_key::{KeyRecord, KeyType, Scope};
+use crate::core::idempotency::{decide_claim, Claim, ClaimDecision, StoredResponse, LEASE_MS};
+use crate::core::page::PageRequest;
+use crate::core::rate_limit::{decide, Counters, Usage, Verdict, AUTH_FAILURE_LIMITS};
+use crate::core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
+use crate::core::webhook::OutgoingEvent;
+use crate::ports::{
+    Admission, Authorization, ClaimRequest, Directory, KeyChanges, KeyGuard, KeyUpdate, PortError,
+    ResponseStore, Resources, Revocation, RunStart,
+};
+use crate::sim::Faults;
+
+/// The simulated wall clock (Unix ms), shared by the fakes and the driver.
+pub type Clock = Rc<Cell<i64>>;
+
+/// A claim as the guard keeps it.
+#[derive(Debug, Clone)]
+pub struct HeldClaim {
+    pub claim: Claim,
+    pub owner: String,
+    /// Replays carry the response inline until then.
+    pub inline_until: i64,
+}
+
+/// Every key's guard in one fake: what the Durable Objects keep, keyed by key hash.
+pub struct FakeGuard {
+    pub faults: Rc<Faults>,
+    pub clock: Clock,
+    pub config: &'static Config,
+    /// What `Apply` told each guard (else the directory's record is read).
+    pub applied: RefCell<HashMap<String, KeyRecord>>,
+    /// The directory's key table (shared with the fake D1 store).
+    pub keys: Rc<RefCell<Vec<KeyRecord>>>,
+    pub counters: RefCell<HashMap<String, Counters>>,
+    pub claims: RefCell<HashMap<(String, String), HeldClaim>>,
+    /// Leases that ran out before their claim was completed or released.
+    pub lapsed: Cell<u32>,
+    /// Claims that were taken (`Execute` answers).
+    pub executions: Cell<u32>,
+}
+
+impl FakeGuard {
+    pub fn new(faults: Rc<Faults>, clock: Clock, config: &'static Config, keys: Rc<RefCell<Vec<KeyRecord>>>) -> Self {
+        FakeGuard {
+            faults,
+            clock,
+            config,
+            applied: RefCell::default(),
+            keys,
+            counters: RefCell::default(),
+            claims: RefCell::default(),
+            lapsed: Cell::new(0),
+            executions: Cell::new(0),
+        }
+    }
+
+    fn record(&self, key_hash: &str) -> Option<KeyRecord> {
+        if let Some(key) = self.applied.borrow().get(key_hash) {
+            return Some(key.clone());
+        }
+        self.keys.borrow().iter().find(|k| k.key_hash == key_hash).cloned()
+    }
+
+    fn count(&self, name: &str, limits: crate::core::rate_limit::Limits) -> (Verdict, Usage) {
+        let mut counters = self.counters.borrow_mut();
+        let prev = counters.get(name).copied().unwrap_or_default();
+        let (verdict, usage, next) = decide(prev, self.clock.get(), limits);
+        if verdict == Verdict::Allowed {
+            counters.insert(name.to_owned(), next);
+        }
+        (verdict, usage)
+    }
+
+    fn claim(&self, key_hash: &str, request: &ClaimRequest) -> ClaimDecision {
+        let now = self.clock.get();
+        let slot = (key_hash.to_owned(), request.idempotency_key.clone());
+        let mut claims = self.claims.borrow_mut();
+        let held = claims.get(&slot);
+        let mut existing = held.map(|h| h.claim.clone());
+        if let (Some(c), Some(h)) = (existing.as_mut(), held) {
+            if c.completed && h.inline_until <= now {
+                c.response = None;
+            }
+        }
+        let decision = decide_claim(existing.as_ref(), &request.fingerprint, now);
+        if decision == ClaimDecision::Execute {
+            if held.is_some_and(|h| !h.claim.completed) {
+                self.lapsed.set(self.lapsed.get() + 1);
+            }
+            self.executions.set(self.executions.get() + 1);
+            let claim = Claim {
+                fingerprint: request.fingerprint.clone(),
+                until_ms: now + LEASE_MS,
+                completed: false,
+                response: None,
+            };
+            claims.insert(slot, HeldClaim { claim, owner: request.request_id.clone(), inline_until: 0 });
+        }
+        decision
+    }
+}
+
+impl KeyGuard for FakeGuard {
+    async fn authorize(
+        &self,
+        key_hash: &str,
+        scope: Scope,
+        claim: Option<&ClaimRequest>,
+    ) -> Result<Authorization, PortError> {
+        self.faults
+            .run("guard.authorize", || match self.record(key_hash) {
+                Some(key) if !key.is_revoked() => {
+                    let (verdict, usage) = self.count(key_hash, self.config.limits(&key));
+                    let claim = claim
+                        .filter(|_| verdict == Verdict::Allowed && key.key_type.allows(scope))
+                        .map(|c| self.claim(key_hash, c));
+                    Authorization::Admitted(Box::new(Admission { key, verdict, usage, claim }))
+                }
+                revoked => Authorization::Denied(revoked.map(Box::new)),
+            })
+            .await
+    }
+
+    async fn complete_claim(
+        &self,
+        key_hash: &str,
+        claim: &ClaimRequest,
+        response: &StoredResponse,
+    ) -> Result<(), PortError> {
+        self.faults
+            .run("guard.complete_claim", || {
+                let now = self.clock.get();
+                let slot = (key_hash.to_owned(), claim.idempotency_key.clone());
+                if let Some(held) = self.claims.borrow_mut().get_mut(&slot) {
+                    if held.owner == claim.request_id && !held.claim.completed {
+                        held.claim.completed = true;
+                        held.claim.until_ms = now + self.config.idempotency_ttl_seconds as i64 * 1000;
+                        held.claim.response = Some(response.clone());
+                        held.inline_until = now + 60_000;
+                    }
+                }
+            })
+            .await
+    }
+
+    async fn release_claim(&self, key_hash: &str, claim: &ClaimRequest) -> Result<(), PortError> {
+        self.faults
+            .run("guard.release_claim", || {
+                let slot = (key_hash.to_owned(), claim.idempotency_key.clone());
+                let mut claims = self.claims.borrow_mut();
+                if claims.get(&slot).is_some_and(|h| h.owner == claim.request_id && !h.claim.completed) {
+                    claims.remove(&slot);
+                }
+            })
+            .await
+    }
+
+    async fn held_response(
+        &self,
+        key_hash: &str,
+        idempotency_key: &str,
+    ) -> Result<Option<StoredResponse>, PortError> {
+        self.faults
+            .run("guard.held_response", || {
+                let slot = (key_hash.to_owned(), idempotency_key.to_owned());
+                let claims = self.claims.borrow();
+                claims
+                    .get(&slot)
+                    .filter(|h| h.claim.completed && h.claim.until_ms > self.clock.get())
+                    .and_then(|h| h.claim.response.clone())
+            })
+            .await
+    }
+
+    async fn apply(&self, key: &KeyRecord) -> Result<(), PortError> {
+        self.faults
+            .run("guard.apply", || {
+                self.applied.borrow_mut().insert(key.key_hash.clone(), key.clone());
+            })
+            .await
+    }
+
+    async fn ping(&self) -> Result<(), PortError> {
+        self.faults.run("guard.ping", || ()).await
+    }
+
+    async fn record_auth_failure(&self, client_ip: &str) -> Result<(Verdict, Usage), PortError> {
+        self.faults.run("guard.record_auth_failure", || self.count(&format!("ip:{client_ip}"), AUTH_FAILURE_LIMITS)).await
+    }
+}
+
+/// Workers KV: eventually consistent, so a read may miss a value written shortly before.
+pub struct FakeResponses {
+    pub faults: Rc<Faults>,
+    pub entries: RefCell<HashMap<(String, String), StoredResponse>>,
+    /// The chance that a read misses a present entry.
+    pub miss_rate: f64,
+}
+
+impl ResponseStore for FakeResponses {
+    async fn put(&self, api_key_id: &str, idempotency_key: &str, response: &StoredResponse) -> Result<(), PortError> {
+        self.faults
+            .run("kv.put", || {
+                let slot = (api_key_id.to_owned(), idempotency_key.to_owned());
+                self.entries.borrow_mut().insert(slot, response.clone());
+            })
+            .await
+    }
+
+    async fn get(&self, api_key_id: &str, idempotency_key: &str) -> Result<Option<StoredResponse>, PortError> {
+        let miss = self.faults.chance(self.miss_rate);
+        self.faults
+            .run("kv.get", || {
+                let slot = (api_key_id.to_owned(), idempotency_key.to_owned());
+                self.entries.borrow().get(&slot).filter(|_| !miss).cloned()
+            })
+            .await
+    }
+}
+
+#[derive(Default)]
+pub struct DirectoryTables {
+    pub projects: RefCell<Vec<(String, String)>>,
+    pub keys: Rc<RefCell<Vec<KeyRecord>>>,
+}
+
+impl Directory for FakeStore {
+    async fn create_project(&self, project_id: &str, name: &str, _: i64, owner_key: &KeyRecord) -> Result<(), PortError> {
+        self.faults
+            .run("d1.create_project", || {
+                self.directory.projects.borrow_mut().push((project_id.to_owned(), name.to_owned()));
+                self.directory.keys.borrow_mut().push(owner_key.clone());
+            })
+            .await
+    }
+
+    async fn insert_key(&self, key: &KeyRecord) -> Result<(), PortError> {
+        self.faults.run("d1.insert_key", || self.directory.keys.borrow_mut().push(key.clone())).await
+    }
+
+    async fn list_keys(&self, project_id: &str, _: &PageRequest) -> Result<Vec<KeyRecord>, PortError> {
+        self.faults
+            .run("d1.list_keys", || {
+                let keys = self.directory.keys.borrow();
+                keys.iter().rev().filter(|k| k.project_id == project_id).cloned().collect()
+            })
+            .await
+    }
+
+    async fn update_key(&self, project_id: &str, key_id: &str, changes: &KeyChanges) -> Result<KeyUpdate, PortError> {
+        self.faults
+            .run("d1.update_key", || {
+                let mut keys = self.directory.keys.borrow_mut();
+                match keys.iter_mut().find(|k| k.id == key_id && k.project_id == project_id) {
+                    None => KeyUpdate::NotFound,
+                    Some(k) if k.is_revoked() => KeyUpdate::Revoked,
+                    Some(k) => {
+                        *k = changes.applied_to(k.clone());
+                        KeyUpdate::Updated(k.clone())
+                    }
+                }
+            })
+            .await
+    }
+
+    async fn revoke_key(&self, project_id: &str, key_id: &str, now_ms: i64) -> Result<Revocation, PortError> {
+        self.faults
+            .run("d1.revoke_key", || {
+                let mut keys = self.directory.keys.borrow_mut();
+                let active_owners = keys
+                    .iter()
+                    .filter(|k| k.project_id == project_id && k.key_type == KeyType::Owner && !k.is_revoked())
+                    .count();
+                match keys.iter_mut().find(|k| k.id == key_id && k.project_id == project_id) {
+                    None => Revocation::NotFound,
+                    Some(k) if k.is_revoked() => Revocation::AlreadyRevoked(k.clone()),
+                    Some(k) if k.key_type == KeyType::Owner && active_owners <= 1 => Revocation::LastOwnerKey,
+                    Some(k) => {
+                        k.revoked_at = Some(now_ms);
+                        Revocation::Revoked(k.clone())
+                    }
+                }
+            })
+            .await
+    }
+
+    async fn find_key(&self, project_id: &str, key_id: &str) -> Result<Option<KeyRecord>, PortError> {
+        self.faults
+            .run("d1.find_key", || {
+                let keys = self.directory.keys.borrow();
+                keys.iter().find(|k| k.id == key_id && k.project_id == project_id).cloned()
+            })
+            .await
+    }
+
+    async fn active_owner_keys(&self, project_id: &str) -> Result<u32, PortError> {
+        self.faults
+            .run("d1.active_owner_keys", || {
+                let keys = self.directory.keys.borrow();
+                let owners = keys.iter().filter(|k| k.project_id == project_id && k.key_type == KeyType::Owner);
+                owners.filter(|k| !k.is_revoked()).count() as u32
+            })
+            .await
+    }
+
+    async fn key_by_hash(&self, key_hash: &str) -> Result<Option<KeyRecord>, PortError> {
+        self.faults
+            .run("d1.key_by_hash", || {
+                self.directory.keys.borrow().iter().find(|k| k.key_hash == key_hash).cloned()
+            })
+            .await
+    }
+}
+
+#[derive(Default)]
+pub struct ResourceTables {
+    pub contacts: RefCell<Vec<Contact>>,
+    pub messages: RefCell<Vec<Message>>,
+    pub scenarios: RefCell<Vec<Scenario>>,
+    pub runs: RefCell<Vec<ScenarioRun>>,
+    pub markers: RefCell<Vec<ReleaseMarker>>,
+}
+
+impl Resources for FakeStore {
+    async fn create_contacts(&self, contacts: &[Contact], _: &[OutgoingEvent]) -> Result<Vec<String>, PortError> {
+        self.faults
+            .run("d1.create_contacts", || {
+                self.resources.contacts.borrow_mut().extend(contacts.iter().cloned());
+                Vec::new()
+            })
+            .await
+    }
+
+    async fn contact(&self, project_id: &str, id: &str) -> Result<Option<Contact>, PortError> {
+        self.faults
+            .run("d1.contact", || {
+                let contacts = self.resources.contacts.borrow();
+                contacts.iter().find(|c| c.id == id && c.project_id == project_id).cloned()
+            })
+            .await
+    }
+
+    async fn list_contacts(&self, project_id: &str, _: &PageRequest) -> Result<Vec<Contact>, PortError> {
+        self.faults
+            .run("d1.list_contacts", || {
+                let contacts = self.resources.contacts.borrow();
+                contacts.iter().rev().filter(|c| c.project_id == project_id).cloned().collect()
+            })
+            .await
+    }
+
+    async fn create_messages(
+        &self,
+        messages: &[Message],
+        _: &[OutgoingEvent],
+    ) -> Result<(Vec<bool>, Vec<String>), PortError> {
+        self.faults
+            .run("d1.create_messages", || {
+                let contacts = self.resources.contacts.borrow();
+                let known = |m: &Message| contacts.iter().any(|c| c.id == m.contact_id && c.project_id == m.project_id);
+                let created: Vec<bool> = messages.iter().map(known).collect();
+                let kept = messages.iter().zip(&created).filter(|(_, ok)| **ok).map(|(m, _)| m.clone());
+                self.resources.messages.borrow_mut().extend(kept);
+                (created, Vec::new())
+            })
+            .await
+    }
+
+    async fn create_scenario(&self, scenario: &Scenario) -> Result<(), PortError> {
+        self.faults.run("d1.create_scenario", || self.resources.scenarios.borrow_mut().push(scenario.clone())).await
+    }
+
+    async fn start_run(&self, run: &ScenarioRun, _: &[OutgoingEvent]) -> Result<(RunStart, Vec<String>), PortError> {
+        self.faults
+            .run("d1.start_run", || {
+                self.resources.runs.borrow_mut().push(run.clone());
+                (RunStart::Started, Vec::new())
+            })
+            .await
+    }
+
+    async fn create_release_marker(&self, marker: &ReleaseMarker, _: &[OutgoingEvent]) -> Result<Vec<String>, PortError> {
+        self.faults
+            .run("d1.create_release_marker", || {
+                self.resources.markers.borrow_mut().push(marker.clone());
+                Vec::new()
+            })
+            .await
+    }
+}
