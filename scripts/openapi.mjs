@@ -41,6 +41,12 @@ const paths = {
   '/admin/v1/projects': { post: { summary: 'Create a project and its first owner key', security: [{ adminToken: [] }],
     requestBody: { required: true, content: json(obj({ name: str }, ['name'])) },
     responses: { 201: { description: 'Created', content: json(ref('ProjectCreated')) }, ...errors(400, 401) } } },
+  '/admin/v1/dead-letters': { get: { summary: 'Queue messages the consumers gave up on, newest first', security: [{ adminToken: [] }],
+    parameters: [query('queue', str, 'only letters from this queue, e.g. gatehouse-events'), ...paging],
+    responses: { 200: { description: 'OK', content: json(list(ref('DeadLetter'))) }, ...errors(400, 401), 503: { description: 'SERVICE_UNAVAILABLE', content: json(ref('Error')) } } } },
+  '/admin/v1/dead-letters/redrive': { post: { summary: 'Send dead letters back to their queues (the named ones, or up to 500 not yet re-driven)', security: [{ adminToken: [] }],
+    requestBody: { required: false, content: json(obj({ ids: { type: 'array', minItems: 1, maxItems: 500, items: str } })) },
+    responses: { 200: { description: 'OK', content: json(obj({ redriven: { type: 'integer' }, failed: { type: 'integer', description: 'sends that failed; still dead, re-drive again' }, skipped: { type: 'integer', description: 'named ids unknown or re-driven already' } })) }, ...errors(400, 401), 503: { description: 'SERVICE_UNAVAILABLE', content: json(ref('Error')) } } } },
   '/public/v1/me': { get: ownerOp('The calling key, its window and quota', { responses: { ...ok(200, ref('Me')), ...errors(401, 429) } }) },
   '/public/v1/keys': {
     post: mutating('Create a key (the secret is shown only here)', obj({ type: { enum: ['owner', 'server', 'browser', 'cicd'] }, name: str, plan: str, rate_limit_per_minute: nullable({ type: 'integer', minimum: 1 }) }, ['type']),
@@ -60,7 +66,7 @@ const paths = {
     responses: { ...ok(200, list(ref('AuditRow'))), ...errors(400, 401, 403, 429) } }) },
   '/public/v1/logs/archives': { get: ownerOp('Archived days of the log', { responses: { ...ok(200, list(ref('Archive'))), ...errors(401, 403, 429) } }) },
   '/public/v1/logs/archives/{date}': { get: ownerOp('Download one archived day (gzip NDJSON)', {
-    parameters: [pathParam('date')], responses: { 200: { description: 'gzip NDJSON', content: { 'application/gzip': { schema: { type: 'string', format: 'binary' } } } }, ...errors(400, 401, 403, 404, 429) } }) },
+    parameters: [pathParam('date')], responses: { 200: { description: 'gzip NDJSON: the day\'s objects as consecutive gzip members, one stream to any gunzip', content: { 'application/gzip': { schema: { type: 'string', format: 'binary' } } } }, ...errors(400, 401, 403, 404, 429) } }) },
   '/public/v1/logs/{request_id}': { get: ownerOp('One request of the log', { parameters: [pathParam('request_id')], responses: { ...ok(200, ref('AuditRow')), ...errors(401, 403, 404, 429) } }) },
   '/public/v1/contacts': {
     post: mutating('Create a contact (emits contact.created)', contactIn, { ...ok(201, ref('Contact'), 'Created'), ...errors(400, 401, 403, 409, 413, 422, 429) }),
@@ -113,7 +119,7 @@ const schemas = {
   Me: obj({ key_id: str, prefix: str, type: str, project_id: str, plan: str, rate_limit: obj({ limit: { type: 'integer' }, remaining: { type: 'integer' }, reset: str }), quota: obj({ used: { type: 'integer' }, limit: { type: 'integer' }, resets_at: str }) }),
   KeyStats: obj({ key_id: str, days: { type: 'integer' }, total: { type: 'integer' }, error_share: { type: 'number' }, daily: { type: 'array', items: anyObject }, top_endpoints: { type: 'array', items: anyObject } }),
   AuditRow: anyObject,
-  Archive: obj({ date: str, key: str, size: { type: 'integer' }, uploaded_at: str }),
+  Archive: obj({ date: str, objects: { type: 'integer', description: 'gzip objects (chunks of up to 5,000 rows) the day is stored in' }, size: { type: 'integer', description: 'bytes, all objects of the day' }, uploaded_at: str }),
   Contact: obj({ id: str, name: nullable(str), phone: nullable(str), email: nullable(str), external_id: nullable(str), created_at: str }),
   Message: obj({ id: str, contact_id: str, text: str, status: { const: 'queued' }, created_at: str }),
   BulkResult: obj({ created: { type: 'integer' }, failed: { type: 'integer' }, results: { type: 'array', items: anyObject } }),
@@ -123,6 +129,8 @@ const schemas = {
   Webhook: obj({ id: str, url: str, events: { type: 'array', items: str }, status: str, disabled_reason: nullable(str), created_at: str }),
   WebhookCreated: { allOf: [ref('Webhook'), obj({ secret: str })] },
   Delivery: anyObject,
+  DeadLetter: obj({ id: str, queue: str, body: { type: 'string', description: 'the message body as sent' }, first_failed_at: str, dead_at: str, last_error: nullable(str),
+    attempts: { type: 'integer' }, status: { enum: ['dead', 'redriven'] }, redriven_at: nullable(str) }),
 };
 const codes = { 400: 'Malformed JSON, a bad field, or IDEMPOTENCY_KEY_REQUIRED', 401: 'INVALID_API_KEY', 403: 'FORBIDDEN',
   404: 'NOT_FOUND', 409: 'IDEMPOTENCY_KEY_REUSED or IDEMPOTENCY_KEY_IN_USE (Retry-After: 1)', 413: 'PAYLOAD_TOO_LARGE',

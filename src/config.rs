@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::core::api_key::KeyRecord;
+use crate::core::queue::RetryPolicy;
 use crate::core::rate_limit::Limits;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -25,6 +26,8 @@ pub struct Config {
     pub webhook_timeout_ms: u64,
     pub webhook_header_prefix: String,
     pub allow_private_webhook_urls: bool,
+    /// How long a failed queue message waits before its next try (SPEC §12.1).
+    pub queue_retry: RetryPolicy,
     pub key_pepper: String,
     pub admin_token: String,
 }
@@ -97,6 +100,10 @@ impl Config {
             webhook_timeout_ms: number("WEBHOOK_TIMEOUT_MS", 15_000)?,
             webhook_header_prefix: get("WEBHOOK_HEADER_PREFIX").unwrap_or_else(|| "X-Gatehouse".into()),
             allow_private_webhook_urls,
+            queue_retry: RetryPolicy {
+                base_seconds: number("QUEUE_RETRY_BASE_SECONDS", 5)?.min(43_200) as u32,
+                max_seconds: number("QUEUE_RETRY_MAX_SECONDS", 3_600)?.min(43_200) as u32,
+            },
             key_pepper: secret("KEY_PEPPER")?,
             admin_token: secret("ADMIN_TOKEN")?,
         })
@@ -142,6 +149,7 @@ mod tests {
         assert_eq!(c.webhook_timeout_ms, 15_000);
         assert_eq!(c.webhook_header_prefix, "X-Gatehouse");
         assert!(!c.allow_private_webhook_urls);
+        assert_eq!(c.queue_retry, RetryPolicy { base_seconds: 5, max_seconds: 3_600 });
     }
 
     #[test]

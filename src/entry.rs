@@ -3,8 +3,8 @@
 use std::rc::Rc;
 
 use worker::{
-    console_error, console_log, event, Context, Date, Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder,
-    Request, Response, Result, ScheduleContext, ScheduledEvent,
+    console_error, console_log, event, Context, Date, Env, MessageBatch, MessageExt,
+    QueueRetryOptionsBuilder, Request, Response, Result, ScheduleContext, ScheduledEvent,
 };
 
 use crate::adapters::archive::{self, R2Archive};
@@ -159,13 +159,19 @@ async fn queue(batch: MessageBatch<String>, env: Env, _ctx: Context) -> Result<(
         async move { app::dispatch(store, deliveries, &FetchClient, config, &id, now_ms, jitter()).await }
     };
     let settled =
-        app::queues::consume(&store, &letters, &name, &incoming, dispatch, config.queue_retry, now_ms()).await;
+        app::queues::consume(&store, &letters, &name, &incoming, dispatch, config.queue_retry, now_ms())
+            .await;
     for ((message, incoming), settle) in messages.iter().zip(&incoming).zip(settled) {
         match settle {
             Settle::Ack => message.ack(),
             Settle::Retry { delay_seconds, error } => {
-                console_error!("queue {name}: message {} failed, retried in {delay_seconds} s: {error}", incoming.id);
-                message.retry_with_options(&QueueRetryOptionsBuilder::new().with_delay_seconds(delay_seconds).build());
+                console_error!(
+                    "queue {name}: message {} failed, retried in {delay_seconds} s: {error}",
+                    incoming.id
+                );
+                message.retry_with_options(
+                    &QueueRetryOptionsBuilder::new().with_delay_seconds(delay_seconds).build(),
+                );
             }
         }
     }

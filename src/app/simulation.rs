@@ -19,6 +19,7 @@ use crate::core::events::dedup_namespace;
 use crate::fakes::audit::FakeArchive;
 use crate::fakes::gateway::{Clock, FakeGuard, FakeResponses};
 use crate::fakes::ingest::{FakeEventQueue, FakeLedger};
+use crate::fakes::queue::{FakeDeadLetters, FakeRedrive};
 use crate::fakes::webhooks::FakeDeliveryQueue;
 use crate::fakes::FakeStore;
 use crate::ports::{PortError, Ports, RequestBody};
@@ -34,6 +35,8 @@ impl Ports for Sim {
     type Events = FakeEventQueue;
     type Archive = FakeArchive;
     type Deliveries = FakeDeliveryQueue;
+    type DeadLetters = FakeDeadLetters;
+    type Redrive = FakeRedrive;
 }
 
 struct Body(Vec<u8>);
@@ -85,6 +88,8 @@ fn world(faults: &Rc<Faults>, types: &[KeyType]) -> (Gateway<'static, Sim>, Cloc
         events: FakeEventQueue { faults: faults.clone(), sent: RefCell::default() },
         archive: FakeArchive::new(faults.clone()),
         deliveries: FakeDeliveryQueue::new(faults.clone(), clock.clone()),
+        dead_letters: FakeDeadLetters::new(faults.clone()),
+        redrive: FakeRedrive::new(faults.clone()),
         store,
     };
     (gateway, clock, secrets)

@@ -2,6 +2,7 @@
 //! bytes as arguments and return decisions, so every rule here is unit-tested natively.
 
 pub mod api_key;
+pub mod archive;
 pub mod audit;
 pub mod encoding;
 pub mod error;
@@ -9,6 +10,7 @@ pub mod events;
 pub mod idempotency;
 pub mod json_body;
 pub mod page;
+pub mod queue;
 pub mod rate_limit;
 pub mod resources;
 pub mod route;

@@ -42,6 +42,8 @@ pub enum RouteId {
     DeleteWebhook,
     ListDeliveries,
     RetryDelivery,
+    ListDeadLetters,
+    RedriveDeadLetters,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +99,8 @@ pub const ROUTES: &[Route] = &[
     route(RouteId::Health, "GET", "/health", Access::Public),
     route(RouteId::DeepHealth, "GET", "/admin/v1/health", Access::Admin),
     route(RouteId::CreateProject, "POST", "/admin/v1/projects", Access::Admin),
+    route(RouteId::ListDeadLetters, "GET", "/admin/v1/dead-letters", Access::Admin),
+    route(RouteId::RedriveDeadLetters, "POST", "/admin/v1/dead-letters/redrive", Access::Admin),
     route(RouteId::Me, "GET", "/public/v1/me", Access::Key(Scope::SelfInfo)),
     route(RouteId::CreateKey, "POST", "/public/v1/keys", OWNER),
     route(RouteId::ListKeys, "GET", "/public/v1/keys", OWNER),

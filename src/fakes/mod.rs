@@ -12,6 +12,7 @@ use crate::sim::Faults;
 pub mod audit;
 pub mod gateway;
 pub mod ingest;
+pub mod queue;
 pub mod webhooks;
 
 /// The D1-backed ports over in-memory tables.
