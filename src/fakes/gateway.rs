@@ -37,8 +37,9 @@ pub struct FakeGuard {
     pub faults: Rc<Faults>,
     pub clock: Clock,
     pub config: &'static Config,
-    /// What `Apply` told each guard (else the directory's record is read).
-    pub applied: RefCell<HashMap<String, KeyRecord>>,
+    /// What `Apply` told each guard, and until when it is used (else the directory's record is
+    /// read), as the real guard re-reads a record after 10 minutes.
+    pub applied: RefCell<HashMap<String, (KeyRecord, i64)>>,
     /// The directory's key table (shared with the fake D1 store).
     pub keys: Rc<RefCell<Vec<KeyRecord>>>,
     pub counters: RefCell<HashMap<String, Counters>>,
@@ -65,8 +66,10 @@ impl FakeGuard {
     }
 
     fn record(&self, key_hash: &str) -> Option<KeyRecord> {
-        if let Some(key) = self.applied.borrow().get(key_hash) {
-            return Some(key.clone());
+        if let Some((key, until)) = self.applied.borrow().get(key_hash) {
+            if *until > self.clock.get() {
+                return Some(key.clone());
+            }
         }
         self.keys.borrow().iter().find(|k| k.key_hash == key_hash).cloned()
     }
@@ -185,7 +188,8 @@ impl KeyGuard for FakeGuard {
     async fn apply(&self, key: &KeyRecord) -> Result<(), PortError> {
         self.faults
             .run("guard.apply", || {
-                self.applied.borrow_mut().insert(key.key_hash.clone(), key.clone());
+                let until = self.clock.get() + 600_000;
+                self.applied.borrow_mut().insert(key.key_hash.clone(), (key.clone(), until));
             })
             .await
     }

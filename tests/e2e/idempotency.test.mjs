@@ -89,6 +89,17 @@ test('a failed first attempt stores nothing: the retry executes again, and the k
   );
 });
 
+test('a request refused with 403 takes no claim: the same key works at once where the key is allowed', async () => {
+  const { projectId, owner } = await businessProject();
+  const cicd = await createKey(owner.key, 'cicd');
+  const idem = idemKey();
+  assertError(await call('POST', '/public/v1/contacts', { key: cicd.key, idem, body: { name: 'x' } }), 403, 'FORBIDDEN');
+  const marker = await call('POST', `/api/v1/projects/${projectId}/release-markers/deploy`, {
+    key: cicd.key, idem, body: { version: '1.0.0', ts: '2026-11-30T10:00:00Z' },
+  });
+  assert.equal(marker.status, 201, marker.text);
+});
+
 test('the key is scoped to the API key: the same string under two API keys is two operations', async () => {
   const { owner, server } = await businessProject();
   const second = await createKey(owner.key, 'server', { plan: 'business' });

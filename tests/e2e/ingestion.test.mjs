@@ -42,6 +42,28 @@ test('a batch of 10 is accepted and stored; the same batch again is 10 duplicate
   assert.deepEqual([row.event, row.anonymous_id, JSON.parse(row.properties).i, row.key_type], ['Page Viewed', 'anon-3', 3, 'server']);
 });
 
+test('30 parallel identical single-event batches: exactly one reports it accepted, one row', async () => {
+  const { projectId, server } = await ingestionProject();
+  const event = { event_id: randomUUID(), event: 'Signed Up', user_id: 'u-1' };
+  const answers = await Promise.all(Array.from({ length: 30 }, () => track(server.key, [event])));
+  assert.deepEqual(answers.map((a) => a.status), Array(30).fill(202), answers.map((a) => a.text).join('\n'));
+  const accepted = answers.filter((a) => a.body.accepted.length === 1);
+  assert.equal(accepted.length, 1, answers.map((a) => a.text).join('\n'));
+  // Every other copy is a duplicate, or (while the first was still being queued) in flight: retryable.
+  for (const a of answers.filter((x) => x !== accepted[0])) {
+    const inFlight = a.body.rejected.map((r) => r.code);
+    assert.equal(a.body.duplicates.length + inFlight.length, 1, a.text);
+    assert.ok(inFlight.every((code) => code === 'EVENT_IN_FLIGHT'), a.text);
+  }
+  // A retry of an in-flight copy, once the first is confirmed, is a duplicate.
+  const retry = await eventually(async () => {
+    const r = await track(server.key, [event]);
+    return r.body.duplicates?.length === 1 ? r : null;
+  });
+  assert.ok(retry, 'the accepted id is remembered as a duplicate');
+  assert.equal(await eventCount(projectId, 1), 1);
+});
+
 test('the uppercase, braced, urn and 32-hex forms of an id are the same event', async () => {
   const { projectId, server } = await ingestionProject();
   const id = randomUUID();

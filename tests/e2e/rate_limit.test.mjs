@@ -183,11 +183,15 @@ test('failed authentication is limited per client address: the 21st failure in a
 test('hot path: a steady /me makes one Durable Object round trip, no D1 query, no KV operation', async () => {
   const { owner } = await createProject();
   const key = await createKey(owner.key, 'server');
-  await call('GET', '/public/v1/me', { key: key.key }); // the guard loads the record once
+  // The guard's own load of the record is counted against the request that caused it.
+  const first = (await call('GET', '/public/v1/me', { key: key.key })).headers.get('x-request-id');
   const ids = [];
   for (let i = 0; i < 5; i++) ids.push((await call('GET', '/public/v1/me', { key: key.key })).headers.get('x-request-id'));
   await sleep(300); // let wrangler flush its log
-  const lines = (await workerLog()).filter((l) => ids.includes(l.request_id));
+  const log = await workerLog();
+  const load = log.find((l) => l.request_id === first);
+  assert.deepEqual([load?.durable_object_calls, load?.d1_queries], [1, 1], JSON.stringify(load));
+  const lines = log.filter((l) => ids.includes(l.request_id));
   assert.equal(lines.length, 5, 'one log line per request');
   for (const l of lines) {
     assert.deepEqual([l.status, l.durable_object_calls, l.d1_queries, l.kv_operations], [200, 1, 0, 0], JSON.stringify(l));
