@@ -13,6 +13,9 @@ use super::error::ApiError;
 const SECRET_PREFIX: &str = "whsec_";
 /// Attempts recorded in full: the first 1 KiB of a receiver's answer.
 pub const RESPONSE_EXCERPT_BYTES: usize = 1024;
+/// The error recorded for an attempt whose worker stopped before it recorded an outcome: the next
+/// attempt writes it down when it finds the hold run out. Whether the receiver got it is unknown.
+pub const INTERRUPTED_ATTEMPT: &str = "interrupted: the worker stopped before recording an outcome";
 /// The event types the gateway emits.
 pub const EVENT_TYPES: [&str; 4] =
     ["contact.created", "message.created", "scenario.run.started", "release_marker.created"];
@@ -70,9 +73,12 @@ pub fn payload(event_id: &str, event_type: &str, created_at: &str, data: Value) 
     json!({ "id": event_id, "type": event_type, "created_at": created_at, "data": data })
 }
 
+/// The longest receiver `Retry-After` honoured (SPEC §12.1): 24 hours.
+pub const MAX_RETRY_AFTER_SECONDS: u64 = 86_400;
+
 /// Seconds to wait after the `failed_attempts`-th failed attempt, or `None` when the schedule is
 /// used up and the delivery fails. `jitter` in [-1, 1] moves the delay by up to ±10 %; a longer
-/// `Retry-After` from the receiver wins.
+/// `Retry-After` from the receiver wins, up to [`MAX_RETRY_AFTER_SECONDS`].
 pub fn retry_delay(
     failed_attempts: u32,
     schedule: &[u64],
@@ -81,26 +87,48 @@ pub fn retry_delay(
 ) -> Option<u64> {
     let base = *schedule.get(failed_attempts.checked_sub(1)? as usize)?;
     let jittered = (base as f64 * (1.0 + 0.1 * jitter.clamp(-1.0, 1.0))).round() as u64;
-    Some(jittered.max(retry_after.unwrap_or(0)).max(1))
+    Some(jittered.max(retry_after.unwrap_or(0).min(MAX_RETRY_AFTER_SECONDS)).max(1))
 }
 
-/// A receiver's `Retry-After`: delay-seconds, or an HTTP date relative to `now_ms`.
+/// A receiver's `Retry-After`: delay-seconds, or an IMF-fixdate relative to `now_ms`; at most
+/// [`MAX_RETRY_AFTER_SECONDS`] however far away it points (`99999999999`, a date in year 99999).
 pub fn parse_retry_after(value: &str, now_ms: i64) -> Option<u64> {
     let v = value.trim();
-    if let Ok(seconds) = v.parse::<u64>() {
-        return Some(seconds);
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if digits(v) {
+        // Too many digits for a u64 is still "later than the cap".
+        return Some(v.parse::<u64>().unwrap_or(u64::MAX).min(MAX_RETRY_AFTER_SECONDS));
     }
     // IMF-fixdate: "Sun, 06 Nov 1994 08:49:37 GMT".
     let parts: Vec<&str> = v.split_whitespace().collect();
-    if parts.len() != 6 || parts[5] != "GMT" {
+    if parts.len() != 6 || parts[5] != "GMT" || !digits(parts[3]) {
         return None;
     }
     const MONTHS: [&str; 12] =
         ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
     let month = MONTHS.iter().position(|m| *m == parts[2])? + 1;
-    let iso = format!("{}-{month:02}-{:0>2}T{}Z", parts[3], parts[1], parts[4]);
+    let year = parts[3].trim_start_matches('0');
+    if year.len() > 4 {
+        return Some(MAX_RETRY_AFTER_SECONDS); // after the year 9999
+    }
+    let iso = format!("{year:0>4}-{month:02}-{:0>2}T{}Z", parts[1], parts[4]);
     let at = super::time::parse_rfc3339(&iso)?;
-    Some(((at - now_ms).max(0) / 1000) as u64)
+    let seconds = at.saturating_sub(now_ms).max(0) / 1000;
+    Some((seconds as u64).min(MAX_RETRY_AFTER_SECONDS))
+}
+
+/// What an attempt keeps of the receiver's answer: its first [`RESPONSE_EXCERPT_BYTES`] bytes
+/// as text, never longer than that many bytes (invalid UTF-8, or a character cut by the limit,
+/// becomes U+FFFD and the text is cut back to a character boundary within the limit).
+pub fn response_excerpt(bytes: &[u8]) -> String {
+    let head = &bytes[..bytes.len().min(RESPONSE_EXCERPT_BYTES)];
+    let mut text = String::from_utf8_lossy(head).into_owned();
+    let mut end = text.len().min(RESPONSE_EXCERPT_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text
 }
 
 /// Checks a subscription URL: `https` only, and no loopback, private, link-local or metadata
@@ -370,7 +398,9 @@ pub fn judge(attempt: u32, reply: &Reply, schedule: &[u64], jitter: f64, now_ms:
     match retry_delay(attempt, schedule, jitter, retry_after) {
         Some(delay) => Judgement {
             status: "pending",
-            next_attempt_ms: Some(now_ms + delay as i64 * 1000),
+            next_attempt_ms: Some(
+                now_ms.saturating_add(i64::try_from(delay).unwrap_or(i64::MAX).saturating_mul(1000)),
+            ),
             response_code: code,
             error,
             disable_subscription: false,
@@ -439,6 +469,45 @@ mod tests {
         assert_eq!(parse_retry_after("120", now), Some(120));
         assert_eq!(parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", now), Some(37));
         assert_eq!(parse_retry_after("soon", now), None);
+        assert_eq!(parse_retry_after("-5", now), None);
+        assert_eq!(parse_retry_after("", now), None);
+        assert_eq!(parse_retry_after("Sun, 06 Nov 1994 08:48:00 GMT", now), Some(0), "a past date: now");
+    }
+
+    #[test]
+    fn retry_after_is_honoured_up_to_24_hours_without_overflow() {
+        let now = super::super::time::parse_rfc3339("2026-11-29T08:00:00Z").unwrap();
+        assert_eq!(parse_retry_after("86400", now), Some(86_400));
+        assert_eq!(parse_retry_after("86401", now), Some(MAX_RETRY_AFTER_SECONDS));
+        assert_eq!(parse_retry_after("99999999999", now), Some(MAX_RETRY_AFTER_SECONDS));
+        assert_eq!(parse_retry_after("184467440737095516150000", now), Some(86_400), "beyond u64");
+        assert_eq!(parse_retry_after("Mon, 30 Nov 2026 08:00:00 GMT", now), Some(86_400));
+        assert_eq!(parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", now), Some(86_400));
+        assert_eq!(parse_retry_after("Fri, 31 Dec 99999999999 23:59:59 GMT", now), Some(86_400));
+        assert_eq!(parse_retry_after("Sun, 29 Nov 2026 09:00:00 GMT", now), Some(3600));
+        let s = [30, 300];
+        assert_eq!(retry_delay(1, &s, 0.0, Some(u64::MAX)), Some(86_400), "capped even if unparsed");
+        let answered =
+            Reply::Answered { status: 429, retry_after: Some("99999999999".into()), excerpt: String::new() };
+        let j = judge(1, &answered, &s, 0.0, now);
+        assert_eq!(j.next_attempt_ms, Some(now + 86_400_000));
+        let far = judge(1, &answered, &[u64::MAX / 2], 1.0, i64::MAX - 5);
+        assert_eq!(far.next_attempt_ms, Some(i64::MAX), "saturates instead of overflowing");
+    }
+
+    #[test]
+    fn excerpts_keep_at_most_1_kib_of_text() {
+        assert_eq!(response_excerpt(b"ok"), "ok");
+        assert_eq!(response_excerpt(&[b'a'; 5000]).len(), RESPONSE_EXCERPT_BYTES);
+        // A 3-byte character straddling the limit is not kept whole, and the text stays ≤ 1 KiB.
+        let mut body = vec![b'a'; RESPONSE_EXCERPT_BYTES - 1];
+        body.extend("€€".as_bytes());
+        let kept = response_excerpt(&body);
+        assert!(kept.len() <= RESPONSE_EXCERPT_BYTES && kept.starts_with("aaa"), "{}", kept.len());
+        // Invalid bytes grow into U+FFFD (3 bytes each); the text is cut back within the limit.
+        let kept = response_excerpt(&[0xff; 2000]);
+        assert!(kept.len() <= RESPONSE_EXCERPT_BYTES && kept.chars().all(|c| c == '\u{fffd}'));
+        assert_eq!(response_excerpt(&[]), "");
     }
 
     #[test]
