@@ -1,6 +1,8 @@
-//! Webhooks (SPEC §10): the owner's subscriptions API, and the two jobs that deliver: the queue
-//! consumer's `dispatch` (one signed attempt, then the schedule) and the minute `sweep` that
-//! re-enqueues due deliveries whose queue message was lost.
+//! Webhooks (SPEC §10): the owner's subscriptions API, and the jobs that deliver: the queue
+//! consumer's `dispatch` (one signed attempt, then the schedule), the minute `sweep` that
+//! re-enqueues due deliveries whose queue message was lost, and the manual `retry`. Under faults
+//! (SPEC §12.1) the store's atomic take allocates each attempt's number and holds the delivery, so
+//! no two attempts of one delivery run at once; README "Guarantees under faults" says what holds.
 
 use serde::Deserialize;
 use serde_json::json;
