@@ -174,7 +174,7 @@ impl<P: Ports> Gateway<'_, P> {
                 .map_err(|e| ApiError::internal(format!("event ingestion: {e}")))?;
         let mut reply = Reply::accepted(outcome.view());
         if !reservations.shards.is_empty() {
-            reply.after = Some(Settlement::ConfirmEvents(reservations));
+            reply.after = Some(Box::new(Settlement::ConfirmEvents(reservations)));
         }
         Ok(reply)
     }

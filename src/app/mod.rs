@@ -88,7 +88,7 @@ pub struct Reply {
     /// Webhook deliveries the request wrote, to enqueue after the response.
     pub deliveries: Vec<String>,
     /// Work to finish after the response.
-    pub after: Option<Settlement>,
+    pub after: Option<Box<Settlement>>,
 }
 
 pub enum Payload {
@@ -606,7 +606,7 @@ fn respond(
     let (status, body, internal_error) = match answer {
         Ok(Answer::Reply(Reply { status, body, log, deliveries, after })) => {
             webhook_deliveries = deliveries;
-            settlement = after;
+            settlement = after.map(|s| *s);
             match body {
                 Payload::Json(json) => (status, json.to_string().into_bytes(), log),
                 Payload::File { content_type: file_type, bytes } => {
