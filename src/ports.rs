@@ -13,7 +13,7 @@ use crate::core::page::{Cursor, PageRequest};
 use crate::core::queue::DeadLetter;
 use crate::core::rate_limit::{Usage, Verdict};
 use crate::core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
-use crate::core::webhook::{Attempt, Delivery, OutgoingEvent, Reply, Webhook};
+use crate::core::webhook::{Attempt, Delivery, OutgoingEvent, ReceiverOutcome, Webhook};
 
 /// A dependency failed; the cause is for the log, the client gets 503.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -234,8 +234,8 @@ pub trait EventSink {
 pub trait EventStore {
     /// Stores each event and link once (a redelivered message changes nothing).
     async fn store_events(&self, messages: &[EventMessage]) -> Result<(), PortError>;
-    /// Stores a replay chunk unless the project has it already; answers whether it was new.
-    async fn store_replay_chunk(
+    /// Stores a session-recording chunk unless the project has it already; answers whether it was new.
+    async fn store_session_chunk(
         &self,
         project_id: &str,
         session_id: &str,
@@ -376,7 +376,7 @@ pub trait DeliveryQueue {
 
 /// Outbound HTTP to subscribers: one `POST`, no redirects followed, within the timeout.
 pub trait WebhookClient {
-    async fn post(&self, url: &str, headers: &[(String, String)], body: &str, timeout_ms: u64) -> Reply;
+    async fn post(&self, url: &str, headers: &[(String, String)], body: &str, timeout_ms: u64) -> ReceiverOutcome;
 }
 
 /// One failure of a queue message in its consumer. Counted in D1, so the retry delay can grow and

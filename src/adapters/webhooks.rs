@@ -13,7 +13,7 @@ use worker::{
     RequestInit, RequestRedirect,
 };
 
-use crate::core::webhook::{response_excerpt, DeliveryMessage, Reply, RESPONSE_EXCERPT_BYTES};
+use crate::core::webhook::{response_excerpt, DeliveryMessage, ReceiverOutcome, RESPONSE_EXCERPT_BYTES};
 use crate::ports::{DeliveryQueue, PortError, WebhookClient};
 
 pub const QUEUE_BINDING: &str = "WEBHOOK_QUEUE";
@@ -46,17 +46,17 @@ impl DeliveryQueue for WebhookQueue {
 }
 
 /// Outbound `fetch` to receivers. Whatever a receiver does (refuses, hangs, resets, redirects,
-/// streams an endless body) becomes a [`Reply`]: this never fails and never panics. One deadline
+/// streams an endless body) becomes a [`ReceiverOutcome`]: this never fails and never panics. One deadline
 /// of `timeout_ms` covers the request and the reading of the body; the body is read chunk by chunk
 /// only up to [`RESPONSE_EXCERPT_BYTES`], then its stream is cancelled.
 pub struct FetchClient;
 
 impl WebhookClient for FetchClient {
-    async fn post(&self, url: &str, headers: &[(String, String)], body: &str, timeout_ms: u64) -> Reply {
-        let no_answer = || Reply::Unreachable(format!("no answer within {timeout_ms} ms"));
+    async fn post(&self, url: &str, headers: &[(String, String)], body: &str, timeout_ms: u64) -> ReceiverOutcome {
+        let no_answer = || ReceiverOutcome::Unreachable(format!("no answer within {timeout_ms} ms"));
         let request = match request(url, headers, body) {
             Ok(request) => request,
-            Err(e) => return Reply::Unreachable(format!("the request could not be made: {e}")),
+            Err(e) => return ReceiverOutcome::Unreachable(format!("the request could not be made: {e}")),
         };
         // The signal aborts the fetch and its body in the runtime; the timer bounds our awaits.
         let mut deadline = Delay::from(Duration::from_millis(timeout_ms));
@@ -68,7 +68,7 @@ impl WebhookClient for FetchClient {
             Either::Left((Err(e), _)) => {
                 let text = e.to_string();
                 let timed_out = text.contains("TimeoutError") || text.contains("abort");
-                return if timed_out { no_answer() } else { Reply::Unreachable(text) };
+                return if timed_out { no_answer() } else { ReceiverOutcome::Unreachable(text) };
             }
             Either::Right(_) => return no_answer(),
         };
@@ -79,7 +79,7 @@ impl WebhookClient for FetchClient {
             // Up to the deadline; dropping the stream (here or on timeout) cancels the rest.
             let _ = select(pin!(read_head(stream, &mut head)), &mut deadline).await;
         }
-        Reply::Answered { status, retry_after, excerpt: response_excerpt(&head) }
+        ReceiverOutcome::Answered { status, retry_after, excerpt: response_excerpt(&head) }
     }
 }
 

@@ -132,7 +132,7 @@ struct Alias {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ReplayChunk {
+struct SessionChunk {
     session_id: String,
     chunk: u32,
     data: Value,
@@ -225,12 +225,12 @@ impl<P: Ports> Gateway<'_, P> {
     }
 
     /// Stores a session-replay chunk once per (project, session_id, chunk).
-    pub(super) async fn replay_chunk(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
-        let input: ReplayChunk = json_body::parse(&call.body)?;
+    pub(super) async fn session_chunk(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let input: SessionChunk = json_body::parse(&call.body)?;
         check_id("session_id", &input.session_id)?;
         let new = self
             .store
-            .store_replay_chunk(
+            .store_session_chunk(
                 &call.key().project_id,
                 &input.session_id,
                 input.chunk,

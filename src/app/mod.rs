@@ -477,7 +477,7 @@ impl<P: Ports> Gateway<'_, P> {
             RouteId::Track => self.track(call).await,
             RouteId::Identify => self.identify(call).await,
             RouteId::Alias => self.alias(call).await,
-            RouteId::Replay => self.replay_chunk(call).await,
+            RouteId::SessionChunk => self.session_chunk(call).await,
             RouteId::ListLogs => self.list_logs(call).await,
             RouteId::GetLog => self.get_log(call).await,
             RouteId::KeyStats => self.key_stats(call).await,

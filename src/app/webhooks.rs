@@ -14,7 +14,7 @@ use crate::core::error::ApiError;
 use crate::core::json_body;
 use crate::core::page::{Cursor, PageRequest};
 use crate::core::webhook::{
-    self, check_events, check_url, judge, signing_key, Attempt, Delivery, Reply as Answer, Webhook,
+    self, check_events, check_url, judge, signing_key, Attempt, Delivery, ReceiverOutcome, Webhook,
 };
 use crate::ports::{DeliveryQueue, PortError, Ports, WebhookClient, WebhookStore};
 
@@ -172,7 +172,7 @@ pub async fn dispatch<S: WebhookStore, Q: DeliveryQueue, C: WebhookClient>(
             );
             client.post(&hook.url, &headers, &delivery.payload, config.webhook_timeout_ms).await
         }
-        None => Answer::Unreachable("the subscription's secret cannot be read".into()),
+        None => ReceiverOutcome::Unreachable("the subscription's secret cannot be read".into()),
     };
     let finished = now_ms();
     let verdict = judge(attempt_no, &reply, &config.webhook_retry_schedule, jitter, finished);
@@ -183,8 +183,8 @@ pub async fn dispatch<S: WebhookStore, Q: DeliveryQueue, C: WebhookClient>(
         duration_ms: finished - started,
         response_code: verdict.response_code,
         response_excerpt: match &reply {
-            Answer::Answered { excerpt, .. } => Some(excerpt.clone()),
-            Answer::Unreachable(_) => None,
+            ReceiverOutcome::Answered { excerpt, .. } => Some(excerpt.clone()),
+            ReceiverOutcome::Unreachable(_) => None,
         },
         error: verdict.error.clone(),
         next_retry_at: verdict.next_attempt_ms,
@@ -594,24 +594,24 @@ mod tests {
     /// A receiver that answers what it is told, after one yield (where a test acts meanwhile).
     struct Scripted {
         faults: Rc<Faults>,
-        replies: RefCell<Vec<Answer>>,
+        replies: RefCell<Vec<ReceiverOutcome>>,
         posts: Cell<u32>,
     }
 
     impl WebhookClient for Scripted {
-        async fn post(&self, _: &str, _: &[(String, String)], _: &str, _: u64) -> Answer {
+        async fn post(&self, _: &str, _: &[(String, String)], _: &str, _: u64) -> ReceiverOutcome {
             self.posts.set(self.posts.get() + 1);
             self.faults.call("receiver").await;
             self.replies.borrow_mut().remove(0)
         }
     }
 
-    fn scripted(w: &World, replies: Vec<Answer>) -> Scripted {
+    fn scripted(w: &World, replies: Vec<ReceiverOutcome>) -> Scripted {
         Scripted { faults: w.faults.clone(), replies: replies.into(), posts: Cell::new(0) }
     }
 
-    fn answered(status: u16) -> Answer {
-        Answer::Answered { status, retry_after: None, excerpt: format!("answer {status}") }
+    fn answered(status: u16) -> ReceiverOutcome {
+        ReceiverOutcome::Answered { status, retry_after: None, excerpt: format!("answer {status}") }
     }
 
     /// A world with one subscription and `n` deliveries due now, and no faults.

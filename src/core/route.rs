@@ -31,7 +31,7 @@ pub enum RouteId {
     Track,
     Identify,
     Alias,
-    Replay,
+    SessionChunk,
     ListLogs,
     ListArchives,
     GetArchive,
@@ -137,7 +137,7 @@ pub const ROUTES: &[Route] = &[
     ingestion(RouteId::Track, "/v1/track", Scope::Ingest),
     ingestion(RouteId::Identify, "/v1/identify", Scope::Ingest),
     ingestion(RouteId::Alias, "/v1/alias", Scope::Alias),
-    ingestion(RouteId::Replay, "/v1/replay", Scope::Ingest),
+    ingestion(RouteId::SessionChunk, "/v1/replay", Scope::Ingest),
 ];
 
 /// A request matched to a route, with the values of its `{…}` segments in order.

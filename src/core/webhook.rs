@@ -344,7 +344,7 @@ impl Delivery {
 
 /// What a receiver answered, or why it could not.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reply {
+pub enum ReceiverOutcome {
     Answered {
         status: u16,
         retry_after: Option<String>,
@@ -367,9 +367,9 @@ pub struct Judgement {
 
 /// Judges the `attempt`-th attempt (1-based): 2xx delivered; 410 fails and disables; anything
 /// else is retried on the schedule, and fails when the schedule is used up.
-pub fn judge(attempt: u32, reply: &Reply, schedule: &[u64], jitter: f64, now_ms: i64) -> Judgement {
+pub fn judge(attempt: u32, reply: &ReceiverOutcome, schedule: &[u64], jitter: f64, now_ms: i64) -> Judgement {
     let (code, error, retry_after) = match reply {
-        Reply::Answered { status, .. } if (200..300).contains(status) => {
+        ReceiverOutcome::Answered { status, .. } if (200..300).contains(status) => {
             return Judgement {
                 status: "delivered",
                 next_attempt_ms: None,
@@ -378,7 +378,7 @@ pub fn judge(attempt: u32, reply: &Reply, schedule: &[u64], jitter: f64, now_ms:
                 disable_subscription: false,
             };
         }
-        Reply::Answered { status: 410, .. } => {
+        ReceiverOutcome::Answered { status: 410, .. } => {
             return Judgement {
                 status: "failed",
                 next_attempt_ms: None,
@@ -387,13 +387,13 @@ pub fn judge(attempt: u32, reply: &Reply, schedule: &[u64], jitter: f64, now_ms:
                 disable_subscription: true,
             };
         }
-        Reply::Answered { status, retry_after, .. } => {
+        ReceiverOutcome::Answered { status, retry_after, .. } => {
             let honoured = matches!(status, 429 | 503)
                 .then(|| retry_after.as_deref().and_then(|v| parse_retry_after(v, now_ms)))
                 .flatten();
             (Some(*status), Some(format!("receiver answered {status}")), honoured)
         }
-        Reply::Unreachable(e) => (None, Some(e.clone()), None),
+        ReceiverOutcome::Unreachable(e) => (None, Some(e.clone()), None),
     };
     match retry_delay(attempt, schedule, jitter, retry_after) {
         Some(delay) => Judgement {
@@ -488,7 +488,7 @@ mod tests {
         let s = [30, 300];
         assert_eq!(retry_delay(1, &s, 0.0, Some(u64::MAX)), Some(86_400), "capped even if unparsed");
         let answered =
-            Reply::Answered { status: 429, retry_after: Some("99999999999".into()), excerpt: String::new() };
+            ReceiverOutcome::Answered { status: 429, retry_after: Some("99999999999".into()), excerpt: String::new() };
         let j = judge(1, &answered, &s, 0.0, now);
         assert_eq!(j.next_attempt_ms, Some(now + 86_400_000));
         let far = judge(1, &answered, &[u64::MAX / 2], 1.0, i64::MAX - 5);
@@ -543,7 +543,7 @@ mod tests {
     #[test]
     fn judges_attempts_by_status_and_schedule() {
         let s = [30, 300];
-        let answered = |status, retry_after: Option<&str>| Reply::Answered {
+        let answered = |status, retry_after: Option<&str>| ReceiverOutcome::Answered {
             status,
             retry_after: retry_after.map(String::from),
             excerpt: String::new(),
@@ -560,7 +560,7 @@ mod tests {
             Some(30_000),
             "only 429/503"
         );
-        let down = judge(2, &Reply::Unreachable("timed out".into()), &s, 0.0, 0);
+        let down = judge(2, &ReceiverOutcome::Unreachable("timed out".into()), &s, 0.0, 0);
         assert_eq!(
             (down.status, down.response_code, down.error.as_deref()),
             ("pending", None, Some("timed out"))

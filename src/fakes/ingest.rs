@@ -88,7 +88,7 @@ pub struct EventTables {
     /// (project, key type, event id) → the event, as the unique index keeps them.
     pub events: RefCell<BTreeMap<(String, String, String), EventMessage>>,
     pub links: RefCell<BTreeSet<(String, String, String)>>,
-    pub replay_chunks: RefCell<BTreeMap<(String, String, u32), String>>,
+    pub session_chunks: RefCell<BTreeMap<(String, String, u32), String>>,
 }
 
 impl EventStore for FakeStore {
@@ -111,7 +111,7 @@ impl EventStore for FakeStore {
             .await
     }
 
-    async fn store_replay_chunk(
+    async fn store_session_chunk(
         &self,
         project_id: &str,
         session_id: &str,
@@ -120,9 +120,9 @@ impl EventStore for FakeStore {
         _: i64,
     ) -> Result<bool, PortError> {
         self.faults
-            .run("d1.store_replay_chunk", || {
+            .run("d1.store_session_chunk", || {
                 let slot = (project_id.to_owned(), session_id.to_owned(), chunk);
-                let mut chunks = self.events.replay_chunks.borrow_mut();
+                let mut chunks = self.events.session_chunks.borrow_mut();
                 let new = !chunks.contains_key(&slot);
                 chunks.entry(slot).or_insert_with(|| data.to_owned());
                 new

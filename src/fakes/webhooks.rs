@@ -11,7 +11,7 @@ use std::rc::Rc;
 
 use super::FakeStore;
 use crate::core::page::PageRequest;
-use crate::core::webhook::{Attempt, Delivery, Reply, Webhook, INTERRUPTED_ATTEMPT, RESPONSE_EXCERPT_BYTES};
+use crate::core::webhook::{Attempt, Delivery, ReceiverOutcome, Webhook, INTERRUPTED_ATTEMPT, RESPONSE_EXCERPT_BYTES};
 use crate::ports::{DeliveryQueue, PortError, WebhookClient, WebhookStore};
 use crate::sim::{Fault, Faults};
 
@@ -370,7 +370,7 @@ impl DeliveryQueue for FakeDeliveryQueue {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Post {
     pub delivery_id: String,
-    pub reply: Reply,
+    pub reply: ReceiverOutcome,
 }
 
 /// A receiver that answers anything: 2xx, 4xx/5xx, 429/503 with any `Retry-After` (huge ones
@@ -397,9 +397,9 @@ impl FakeReceiver {
         }
     }
 
-    fn answer(&self, timeout_ms: u64) -> (Reply, i64) {
+    fn answer(&self, timeout_ms: u64) -> (ReceiverOutcome, i64) {
         let f = &self.faults;
-        let answered = |status, retry_after: Option<String>, len: usize| Reply::Answered {
+        let answered = |status, retry_after: Option<String>, len: usize| ReceiverOutcome::Answered {
             status,
             retry_after,
             excerpt: crate::core::webhook::response_excerpt(&vec![b'x'; len]),
@@ -418,8 +418,8 @@ impl FakeReceiver {
                 (answered([429, 503][f.below(2) as usize], Some(retry_after), 10), quick)
             }
             62..64 => (answered(410, None, 0), quick),
-            64..80 => (Reply::Unreachable("connection refused".into()), 1),
-            80..90 => (Reply::Unreachable(format!("no answer within {timeout_ms} ms")), timeout_ms as i64),
+            64..80 => (ReceiverOutcome::Unreachable("connection refused".into()), 1),
+            80..90 => (ReceiverOutcome::Unreachable(format!("no answer within {timeout_ms} ms")), timeout_ms as i64),
             _ => (answered(301, None, 0), quick), // a redirect, not followed
         }
     }
@@ -435,7 +435,7 @@ impl Drop for InFlight<'_> {
 }
 
 impl WebhookClient for FakeReceiver {
-    async fn post(&self, _url: &str, headers: &[(String, String)], _body: &str, timeout_ms: u64) -> Reply {
+    async fn post(&self, _url: &str, headers: &[(String, String)], _body: &str, timeout_ms: u64) -> ReceiverOutcome {
         let id = headers.iter().find(|(k, _)| k == "webhook-id").map(|(_, v)| v.clone()).unwrap_or_default();
         if !self.in_flight.borrow_mut().insert(id.clone()) {
             self.overlaps.borrow_mut().push(id.clone());
@@ -444,12 +444,12 @@ impl WebhookClient for FakeReceiver {
         let sent_at = self.clock.get();
         let (reply, took_ms) = match self.faults.call("receiver").await {
             Fault::Ok => self.answer(timeout_ms),
-            Fault::FailBefore => (Reply::Unreachable("connection refused".into()), 1),
-            Fault::FailAfter => (Reply::Unreachable("connection reset".into()), 10),
+            Fault::FailBefore => (ReceiverOutcome::Unreachable("connection refused".into()), 1),
+            Fault::FailAfter => (ReceiverOutcome::Unreachable("connection reset".into()), 10),
         };
         // Posts run side by side: each ends at its own start plus its duration.
         self.clock.set(self.clock.get().max(sent_at + took_ms));
-        if let Reply::Answered { excerpt, .. } = &reply {
+        if let ReceiverOutcome::Answered { excerpt, .. } = &reply {
             debug_assert!(excerpt.len() <= RESPONSE_EXCERPT_BYTES);
         }
         self.posts.borrow_mut().push(Post { delivery_id: id, reply: reply.clone() });
