@@ -1,5 +1,6 @@
-//! The [`Archive`] port over R2 (`ARCHIVE`). Compression uses the runtime's own
-//! `CompressionStream`, so no deflate implementation is compiled into the wasm.
+//! The [`Archive`] port over R2 (`ARCHIVE`): each object is written whole, one gzip member, in
+//! one put. Compression uses the runtime's own `CompressionStream`, so no deflate implementation
+//! is compiled into the wasm.
 
 use wasm_bindgen::prelude::wasm_bindgen;
 use wasm_bindgen::JsValue;
@@ -34,14 +35,11 @@ fn js_error(e: JsValue) -> PortError {
 }
 
 impl Archive for R2Archive {
-    async fn append(&self, key: &str, ndjson: &[u8]) -> Result<(), PortError> {
+    async fn put(&self, key: &str, ndjson: &[u8]) -> Result<(), PortError> {
         let member = js_sys::Uint8Array::new(&gzip(ndjson).await.map_err(js_error)?).to_vec();
-        // A gzip file may hold several members; readers decompress them as one stream.
-        let mut bytes = self.get(key).await?.unwrap_or_default();
-        bytes.extend_from_slice(&member);
         let metadata = HttpMetadata { content_type: Some("application/gzip".into()), ..Default::default() };
         self.bucket
-            .put(key, bytes)
+            .put(key, member)
             .http_metadata(metadata)
             .execute()
             .await

@@ -650,7 +650,14 @@ impl AuditStore for D1Store {
                    AND (ts, request_id) >= (?2, ?3) AND (ts, request_id) < (?4, ?5)
                  ORDER BY ts, request_id LIMIT ?6"
             ),
-            &[opt_text(project_id), int(from.ts), text(&from.id), int(to.ts), text(&to.id), int(limit as i64)],
+            &[
+                opt_text(project_id),
+                int(from.ts),
+                text(&from.id),
+                int(to.ts),
+                text(&to.id),
+                int(limit as i64),
+            ],
         )
         .await
     }
@@ -667,7 +674,9 @@ impl AuditStore for D1Store {
         const RANGE: &str = "project_id IS ?1 AND ts >= ?2 AND ts <= ?4
             AND (ts, request_id) >= (?2, ?3) AND (ts, request_id) <= (?4, ?5)";
         let delete = self.statement(
-            &format!("DELETE FROM audit_log WHERE {RANGE} AND (SELECT count(*) FROM audit_log WHERE {RANGE}) = ?6"),
+            &format!(
+                "DELETE FROM audit_log WHERE {RANGE} AND (SELECT count(*) FROM audit_log WHERE {RANGE}) = ?6"
+            ),
             &[
                 opt_text(project_id),
                 int(first.ts),

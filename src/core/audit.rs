@@ -302,11 +302,6 @@ pub fn stats_view(
     })
 }
 
-/// The R2 key of a project's archived audit rows of one UTC day.
-pub fn archive_key(project_id: &str, day: &str) -> String {
-    format!("audit/{project_id}/{day}.ndjson.gz")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
