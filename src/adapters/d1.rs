@@ -487,7 +487,7 @@ impl EventStore for D1Store {
         Ok(())
     }
 
-    async fn store_replay_chunk(
+    async fn store_session_chunk(
         &self,
         project_id: &str,
         session_id: &str,
