@@ -376,7 +376,13 @@ pub trait DeliveryQueue {
 
 /// Outbound HTTP to subscribers: one `POST`, no redirects followed, within the timeout.
 pub trait WebhookClient {
-    async fn post(&self, url: &str, headers: &[(String, String)], body: &str, timeout_ms: u64) -> ReceiverOutcome;
+    async fn post(
+        &self,
+        url: &str,
+        headers: &[(String, String)],
+        body: &str,
+        timeout_ms: u64,
+    ) -> ReceiverOutcome;
 }
 
 /// One failure of a queue message in its consumer. Counted in D1, so the retry delay can grow and
@@ -402,7 +408,11 @@ pub trait DeadLetters {
     /// failure, last error and count from them, and the count is dropped.
     async fn keep(&self, letters: &[DeadLetter]) -> Result<(), PortError>;
     /// Letters newest first (by `dead_at`), optionally of one queue, after the page's cursor.
-    async fn dead_letters(&self, queue: Option<&str>, page: &PageRequest) -> Result<Vec<DeadLetter>, PortError>;
+    async fn dead_letters(
+        &self,
+        queue: Option<&str>,
+        page: &PageRequest,
+    ) -> Result<Vec<DeadLetter>, PortError>;
     /// Letters not re-driven yet, oldest first, at most `limit`: those named, or any.
     async fn undriven(&self, ids: Option<&[String]>, limit: usize) -> Result<Vec<DeadLetter>, PortError>;
     async fn mark_redriven(&self, id: &str, now_ms: i64) -> Result<(), PortError>;

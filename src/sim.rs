@@ -138,7 +138,12 @@ pub fn schedules(default: u64) -> u64 {
 
 /// Runs `scenario` for every regression seed, then for `count` seeds (or only `SIM_SEED` when
 /// set), and panics naming the first seed whose scenario returned an error.
-pub fn check_seeds(name: &str, count: u64, regressions: &[u64], scenario: impl Fn(u64) -> Result<(), String>) {
+pub fn check_seeds(
+    name: &str,
+    count: u64,
+    regressions: &[u64],
+    scenario: impl Fn(u64) -> Result<(), String>,
+) {
     let seeds: Vec<u64> = match std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) {
         Some(seed) => vec![seed],
         None => regressions.iter().copied().chain(0..schedules(count)).collect(),

@@ -52,7 +52,13 @@ impl DeliveryQueue for WebhookQueue {
 pub struct FetchClient;
 
 impl WebhookClient for FetchClient {
-    async fn post(&self, url: &str, headers: &[(String, String)], body: &str, timeout_ms: u64) -> ReceiverOutcome {
+    async fn post(
+        &self,
+        url: &str,
+        headers: &[(String, String)],
+        body: &str,
+        timeout_ms: u64,
+    ) -> ReceiverOutcome {
         let no_answer = || ReceiverOutcome::Unreachable(format!("no answer within {timeout_ms} ms"));
         let request = match request(url, headers, body) {
             Ok(request) => request,

@@ -35,7 +35,8 @@ pub struct Reservations {
 impl Reservations {
     /// Makes the reservations accepted ids, every shard side by side; `confirm` retries one shard.
     pub async fn confirm<L: EventLedger>(&self, ledger: &L) -> Result<(), PortError> {
-        let confirmed = join_all(self.shards.iter().map(|(shard, ids)| ledger.confirm(shard, &self.owner, ids)));
+        let confirmed =
+            join_all(self.shards.iter().map(|(shard, ids)| ledger.confirm(shard, &self.owner, ids)));
         confirmed.await.into_iter().collect()
     }
 
@@ -78,7 +79,10 @@ pub async fn accept_events<L: EventLedger, Q: EventSink>(
                     reservations.shards.push((shard, fresh));
                 }
             }
-            Ok(answer) => failure = Some(PortError(format!("event ledger answered {} of {} ids", answer.len(), ids.len()))),
+            Ok(answer) => {
+                failure =
+                    Some(PortError(format!("event ledger answered {} of {} ids", answer.len(), ids.len())))
+            }
             Err(e) => failure = Some(e),
         }
     }
@@ -242,4 +246,3 @@ impl<P: Ports> Gateway<'_, P> {
         Ok(Reply::accepted(json!({ "duplicate": !new })))
     }
 }
-

@@ -7,8 +7,8 @@ mod audit;
 pub mod ingest;
 
 pub use audit::{enforce_retention, store_rows as store_audit_rows, RetentionLimits};
-pub use webhooks::{dispatch, retry, sweep, ManualRetry};
 pub use dead_letters::{redrive, RedriveReport};
+pub use webhooks::{dispatch, retry, sweep, ManualRetry};
 mod dead_letters;
 mod keys;
 mod projects;
@@ -382,18 +382,18 @@ impl<P: Ports> Gateway<'_, P> {
             return Err((None, self.refuse(client_ip, ApiError::invalid_api_key()).await));
         };
         let key_hash = api_key::hash(self.config.key_pepper.as_bytes(), token);
-        let Admission { key, verdict, usage, claim } = match self.guard.authorize(&key_hash, scope, claim).await
-        {
-            Ok(Authorization::Admitted(admission)) => {
-                trace.key = Some(admission.key.clone());
-                *admission
-            }
-            Ok(Authorization::Denied(revoked)) => {
-                trace.key = revoked.map(|k| *k);
-                return Err((None, self.refuse(client_ip, ApiError::invalid_api_key()).await));
-            }
-            Err(e) => return Err((None, unavailable(e))),
-        };
+        let Admission { key, verdict, usage, claim } =
+            match self.guard.authorize(&key_hash, scope, claim).await {
+                Ok(Authorization::Admitted(admission)) => {
+                    trace.key = Some(admission.key.clone());
+                    *admission
+                }
+                Ok(Authorization::Denied(revoked)) => {
+                    trace.key = revoked.map(|k| *k);
+                    return Err((None, self.refuse(client_ip, ApiError::invalid_api_key()).await));
+                }
+                Err(e) => return Err((None, unavailable(e))),
+            };
         let refusal = match verdict {
             Verdict::Allowed => None,
             Verdict::RateLimited => Some(
@@ -635,16 +635,7 @@ fn respond(
     headers.insert(0, ("content-type", content_type.to_owned()));
     audit.status = status;
     audit.response_bytes = body.len() as u64;
-    ApiResponse {
-        status,
-        headers,
-        body,
-        request_id,
-        internal_error,
-        settlement,
-        audit,
-        webhook_deliveries,
-    }
+    ApiResponse { status, headers, body, request_id, internal_error, settlement, audit, webhook_deliveries }
 }
 
 /// Up to [`NOTICE_TRIES`] calls of `op`, pausing 100 ms, 200 ms, … (at most 5 s) between them.

@@ -95,7 +95,14 @@ fn world(faults: &Rc<Faults>, types: &[KeyType]) -> (Gateway<'static, Sim>, Cloc
     (gateway, clock, secrets)
 }
 
-fn request(clock: &Clock, method: &str, path: &str, key: &str, idem: Option<&str>, body: &str) -> ApiRequest<Body> {
+fn request(
+    clock: &Clock,
+    method: &str,
+    path: &str,
+    key: &str,
+    idem: Option<&str>,
+    body: &str,
+) -> ApiRequest<Body> {
     ApiRequest {
         method: method.into(),
         path: path.into(),
@@ -141,7 +148,13 @@ fn an_idempotent_create_executes_once_under_faults() {
         let (gateway, clock, secrets) = world(&faults, &[KeyType::Server]);
         let seen = RefCell::new(Vec::new());
         let body = r#"{"name":"Ada","email":"ada@example.com"}"#;
-        let send = || exchange(&gateway, request(&clock, "POST", "/public/v1/contacts", &secrets[0], Some("k-1"), body), &seen);
+        let send = || {
+            exchange(
+                &gateway,
+                request(&clock, "POST", "/public/v1/contacts", &secrets[0], Some("k-1"), body),
+                &seen,
+            )
+        };
         for _ in 0..1 + faults.below(5) {
             let copies = 1 + faults.below(3) as usize;
             drive(join_all((0..copies).map(|_| send())), &faults, 0.04);
@@ -179,7 +192,11 @@ fn an_idempotent_create_executes_once_under_faults() {
         }
         let last = seen.last().expect("the final request was answered");
         if !(200..300).contains(&last.status) {
-            return Err(format!("with the faults over, the key answered {} {}", last.status, String::from_utf8_lossy(&last.body)));
+            return Err(format!(
+                "with the faults over, the key answered {} {}",
+                last.status,
+                String::from_utf8_lossy(&last.body)
+            ));
         }
         // Once a completion reached the guard, the key replays that response for good.
         let completed = gateway.guard.claims.borrow().values().find(|h| h.claim.completed).cloned();
@@ -204,7 +221,11 @@ fn a_refused_request_leaves_no_claim() {
     drive(exchange(&gateway, forbidden, &seen), &faults, 0.0);
     let marker = r#"{"version":"1.2.3","ts":"2026-11-30T10:00:00Z"}"#;
     let path = "/api/v1/projects/prj_sim/release-markers/deploy";
-    drive(exchange(&gateway, request(&clock, "POST", path, &secrets[0], Some("deploy-0001"), marker), &seen), &faults, 0.0);
+    drive(
+        exchange(&gateway, request(&clock, "POST", path, &secrets[0], Some("deploy-0001"), marker), &seen),
+        &faults,
+        0.0,
+    );
     let statuses: Vec<u16> = seen.borrow().iter().map(|r| r.status).collect();
     assert_eq!(statuses, [403, 201]);
     assert!(gateway.guard.claims.borrow().values().all(|h| h.claim.completed));
@@ -222,7 +243,8 @@ fn a_revocation_is_exact_under_faults() {
         let (gateway, clock, secrets) = world(&faults, &[KeyType::Owner, KeyType::Server]);
         let server_id = gateway.store.directory.keys.borrow()[1].id.clone();
         let seen = RefCell::new(Vec::new());
-        let revoke = request(&clock, "DELETE", &format!("/public/v1/keys/{server_id}"), &secrets[0], None, "");
+        let revoke =
+            request(&clock, "DELETE", &format!("/public/v1/keys/{server_id}"), &secrets[0], None, "");
         drive(exchange(&gateway, revoke, &seen), &faults, 0.05);
         faults.set_failure_rate(0.0);
         let Some(answer) = seen.borrow().last().map(|r| r.status) else {
@@ -231,7 +253,11 @@ fn a_revocation_is_exact_under_faults() {
         let revoked_in_d1 = gateway.store.directory.keys.borrow()[1].is_revoked();
         let me = || {
             let seen = RefCell::new(Vec::new());
-            drive(exchange(&gateway, request(&clock, "GET", "/public/v1/me", &secrets[1], None, ""), &seen), &faults, 0.0);
+            drive(
+                exchange(&gateway, request(&clock, "GET", "/public/v1/me", &secrets[1], None, ""), &seen),
+                &faults,
+                0.0,
+            );
             let status = seen.borrow()[0].status;
             status
         };
@@ -244,7 +270,9 @@ fn a_revocation_is_exact_under_faults() {
                 let expected = if revoked_in_d1 { 401 } else { 200 };
                 match me() {
                     s if s == expected => Ok(()),
-                    s => Err(format!("after a {answer} with D1 revoked={revoked_in_d1}, the key answers {s}")),
+                    s => {
+                        Err(format!("after a {answer} with D1 revoked={revoked_in_d1}, the key answers {s}"))
+                    }
                 }
             }
             other => Err(format!("the revocation answered {other}")),
@@ -262,7 +290,8 @@ fn ingestion_accepts_each_event_once_under_faults() {
     check_seeds("ingestion_accepts_each_event_once_under_faults", SCHEDULES, REGRESSIONS, |seed| {
         let faults = Rc::new(Faults::new(seed, 0.15));
         let (gateway, clock, secrets) = world(&faults, &[KeyType::Server]);
-        let ids: Vec<String> = (0..12).map(|i| format!("00000000-0000-4000-8000-{:012x}", seed * 100 + i)).collect();
+        let ids: Vec<String> =
+            (0..12).map(|i| format!("00000000-0000-4000-8000-{:012x}", seed * 100 + i)).collect();
         let batch = |pick: &[usize]| {
             let items: Vec<String> = pick
                 .iter()
@@ -275,15 +304,24 @@ fn ingestion_accepts_each_event_once_under_faults() {
         let mut crashed = false;
         for _ in 0..1 + faults.below(4) {
             let wave: Vec<String> = (0..1 + faults.below(3))
-                .map(|_| batch(&(0..1 + faults.below(6)).map(|_| faults.below(12) as usize).collect::<Vec<_>>()))
+                .map(|_| {
+                    batch(&(0..1 + faults.below(6)).map(|_| faults.below(12) as usize).collect::<Vec<_>>())
+                })
                 .collect();
-            let flows = wave.iter().map(|b| exchange(&gateway, request(&clock, "POST", "/v1/track", &secrets[0], None, b), &seen));
+            let flows = wave.iter().map(|b| {
+                exchange(&gateway, request(&clock, "POST", "/v1/track", &secrets[0], None, b), &seen)
+            });
             crashed |= drive(join_all(flows), &faults, 0.03).is_none();
             batches.extend(wave);
             clock.set(clock.get() + faults.below(3_000) as i64);
         }
         let sent = |id: &str| {
-            gateway.events.sent.borrow().iter().any(|m| matches!(m, crate::core::events::EventMessage::Event(e) if e.event_id == id))
+            gateway
+                .events
+                .sent
+                .borrow()
+                .iter()
+                .any(|m| matches!(m, crate::core::events::EventMessage::Event(e) if e.event_id == id))
         };
         let mut accepted: HashMap<String, u32> = HashMap::new();
         for r in seen.borrow().iter().filter(|r| r.status == 202) {
@@ -306,7 +344,11 @@ fn ingestion_accepts_each_event_once_under_faults() {
         clock.set(clock.get() + 61_000);
         for b in &batches {
             let retry = RefCell::new(Vec::new());
-            drive(exchange(&gateway, request(&clock, "POST", "/v1/track", &secrets[0], None, b), &retry), &faults, 0.0);
+            drive(
+                exchange(&gateway, request(&clock, "POST", "/v1/track", &secrets[0], None, b), &retry),
+                &faults,
+                0.0,
+            );
             let status = retry.borrow()[0].status;
             if status != 202 {
                 return Err(format!("a retry without faults answered {status}"));

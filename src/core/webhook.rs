@@ -487,8 +487,11 @@ mod tests {
         assert_eq!(parse_retry_after("Sun, 29 Nov 2026 09:00:00 GMT", now), Some(3600));
         let s = [30, 300];
         assert_eq!(retry_delay(1, &s, 0.0, Some(u64::MAX)), Some(86_400), "capped even if unparsed");
-        let answered =
-            ReceiverOutcome::Answered { status: 429, retry_after: Some("99999999999".into()), excerpt: String::new() };
+        let answered = ReceiverOutcome::Answered {
+            status: 429,
+            retry_after: Some("99999999999".into()),
+            excerpt: String::new(),
+        };
         let j = judge(1, &answered, &s, 0.0, now);
         assert_eq!(j.next_attempt_ms, Some(now + 86_400_000));
         let far = judge(1, &answered, &[u64::MAX / 2], 1.0, i64::MAX - 5);

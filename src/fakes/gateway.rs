@@ -15,8 +15,8 @@ use crate::core::rate_limit::{decide, Counters, Usage, Verdict, AUTH_FAILURE_LIM
 use crate::core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
 use crate::core::webhook::OutgoingEvent;
 use crate::ports::{
-    Admission, Authorization, ClaimRequest, Directory, KeyChanges, KeyGuard, KeyUpdate, PortError,
-    ResponseStore, Resources, Revocation, RunStart,
+    Admission, Authorization, ClaimRequest, Directory, KeyChanges, KeyGuard, KeyUpdate, PortError, Resources,
+    ResponseStore, Revocation, RunStart,
 };
 use crate::sim::Faults;
 
@@ -51,7 +51,12 @@ pub struct FakeGuard {
 }
 
 impl FakeGuard {
-    pub fn new(faults: Rc<Faults>, clock: Clock, config: &'static Config, keys: Rc<RefCell<Vec<KeyRecord>>>) -> Self {
+    pub fn new(
+        faults: Rc<Faults>,
+        clock: Clock,
+        config: &'static Config,
+        keys: Rc<RefCell<Vec<KeyRecord>>>,
+    ) -> Self {
         FakeGuard {
             faults,
             clock,
@@ -199,7 +204,9 @@ impl KeyGuard for FakeGuard {
     }
 
     async fn record_auth_failure(&self, client_ip: &str) -> Result<(Verdict, Usage), PortError> {
-        self.faults.run("guard.record_auth_failure", || self.count(&format!("ip:{client_ip}"), AUTH_FAILURE_LIMITS)).await
+        self.faults
+            .run("guard.record_auth_failure", || self.count(&format!("ip:{client_ip}"), AUTH_FAILURE_LIMITS))
+            .await
     }
 }
 
@@ -212,7 +219,12 @@ pub struct FakeResponses {
 }
 
 impl ResponseStore for FakeResponses {
-    async fn put(&self, api_key_id: &str, idempotency_key: &str, response: &StoredResponse) -> Result<(), PortError> {
+    async fn put(
+        &self,
+        api_key_id: &str,
+        idempotency_key: &str,
+        response: &StoredResponse,
+    ) -> Result<(), PortError> {
         self.faults
             .run("kv.put", || {
                 let slot = (api_key_id.to_owned(), idempotency_key.to_owned());
@@ -221,7 +233,11 @@ impl ResponseStore for FakeResponses {
             .await
     }
 
-    async fn get(&self, api_key_id: &str, idempotency_key: &str) -> Result<Option<StoredResponse>, PortError> {
+    async fn get(
+        &self,
+        api_key_id: &str,
+        idempotency_key: &str,
+    ) -> Result<Option<StoredResponse>, PortError> {
         let miss = self.faults.chance(self.miss_rate);
         self.faults
             .run("kv.get", || {
@@ -239,7 +255,13 @@ pub struct DirectoryTables {
 }
 
 impl Directory for FakeStore {
-    async fn create_project(&self, project_id: &str, name: &str, _: i64, owner_key: &KeyRecord) -> Result<(), PortError> {
+    async fn create_project(
+        &self,
+        project_id: &str,
+        name: &str,
+        _: i64,
+        owner_key: &KeyRecord,
+    ) -> Result<(), PortError> {
         self.faults
             .run("d1.create_project", || {
                 self.directory.projects.borrow_mut().push((project_id.to_owned(), name.to_owned()));
@@ -261,7 +283,12 @@ impl Directory for FakeStore {
             .await
     }
 
-    async fn update_key(&self, project_id: &str, key_id: &str, changes: &KeyChanges) -> Result<KeyUpdate, PortError> {
+    async fn update_key(
+        &self,
+        project_id: &str,
+        key_id: &str,
+        changes: &KeyChanges,
+    ) -> Result<KeyUpdate, PortError> {
         self.faults
             .run("d1.update_key", || {
                 let mut keys = self.directory.keys.borrow_mut();
@@ -311,7 +338,8 @@ impl Directory for FakeStore {
         self.faults
             .run("d1.active_owner_keys", || {
                 let keys = self.directory.keys.borrow();
-                let owners = keys.iter().filter(|k| k.project_id == project_id && k.key_type == KeyType::Owner);
+                let owners =
+                    keys.iter().filter(|k| k.project_id == project_id && k.key_type == KeyType::Owner);
                 owners.filter(|k| !k.is_revoked()).count() as u32
             })
             .await
@@ -336,7 +364,11 @@ pub struct ResourceTables {
 }
 
 impl Resources for FakeStore {
-    async fn create_contacts(&self, contacts: &[Contact], _: &[OutgoingEvent]) -> Result<Vec<String>, PortError> {
+    async fn create_contacts(
+        &self,
+        contacts: &[Contact],
+        _: &[OutgoingEvent],
+    ) -> Result<Vec<String>, PortError> {
         self.faults
             .run("d1.create_contacts", || {
                 self.resources.contacts.borrow_mut().extend(contacts.iter().cloned());
@@ -371,7 +403,9 @@ impl Resources for FakeStore {
         self.faults
             .run("d1.create_messages", || {
                 let contacts = self.resources.contacts.borrow();
-                let known = |m: &Message| contacts.iter().any(|c| c.id == m.contact_id && c.project_id == m.project_id);
+                let known = |m: &Message| {
+                    contacts.iter().any(|c| c.id == m.contact_id && c.project_id == m.project_id)
+                };
                 let created: Vec<bool> = messages.iter().map(known).collect();
                 let kept = messages.iter().zip(&created).filter(|(_, ok)| **ok).map(|(m, _)| m.clone());
                 self.resources.messages.borrow_mut().extend(kept);
@@ -381,10 +415,16 @@ impl Resources for FakeStore {
     }
 
     async fn create_scenario(&self, scenario: &Scenario) -> Result<(), PortError> {
-        self.faults.run("d1.create_scenario", || self.resources.scenarios.borrow_mut().push(scenario.clone())).await
+        self.faults
+            .run("d1.create_scenario", || self.resources.scenarios.borrow_mut().push(scenario.clone()))
+            .await
     }
 
-    async fn start_run(&self, run: &ScenarioRun, _: &[OutgoingEvent]) -> Result<(RunStart, Vec<String>), PortError> {
+    async fn start_run(
+        &self,
+        run: &ScenarioRun,
+        _: &[OutgoingEvent],
+    ) -> Result<(RunStart, Vec<String>), PortError> {
         self.faults
             .run("d1.start_run", || {
                 self.resources.runs.borrow_mut().push(run.clone());
@@ -393,7 +433,11 @@ impl Resources for FakeStore {
             .await
     }
 
-    async fn create_release_marker(&self, marker: &ReleaseMarker, _: &[OutgoingEvent]) -> Result<Vec<String>, PortError> {
+    async fn create_release_marker(
+        &self,
+        marker: &ReleaseMarker,
+        _: &[OutgoingEvent],
+    ) -> Result<Vec<String>, PortError> {
         self.faults
             .run("d1.create_release_marker", || {
                 self.resources.markers.borrow_mut().push(marker.clone());

@@ -77,7 +77,9 @@ impl EventSink for FakeEventQueue {
     async fn send(&self, messages: &[EventMessage]) -> Result<(), PortError> {
         // A send of many messages may stop part-way: each part is its own call.
         for part in messages.chunks(2) {
-            self.faults.run("queue.send_events", || self.sent.borrow_mut().extend(part.iter().cloned())).await?;
+            self.faults
+                .run("queue.send_events", || self.sent.borrow_mut().extend(part.iter().cloned()))
+                .await?;
         }
         Ok(())
     }
@@ -98,7 +100,8 @@ impl EventStore for FakeStore {
                 for m in messages {
                     match m {
                         EventMessage::Event(e) => {
-                            let slot = (e.project_id.clone(), e.key_type.as_str().to_owned(), e.event_id.clone());
+                            let slot =
+                                (e.project_id.clone(), e.key_type.as_str().to_owned(), e.event_id.clone());
                             self.events.events.borrow_mut().entry(slot).or_insert_with(|| m.clone());
                         }
                         EventMessage::Link { project_id, anonymous_id, user_id, .. } => {

@@ -11,7 +11,9 @@ use std::rc::Rc;
 
 use super::FakeStore;
 use crate::core::page::PageRequest;
-use crate::core::webhook::{Attempt, Delivery, ReceiverOutcome, Webhook, INTERRUPTED_ATTEMPT, RESPONSE_EXCERPT_BYTES};
+use crate::core::webhook::{
+    Attempt, Delivery, ReceiverOutcome, Webhook, INTERRUPTED_ATTEMPT, RESPONSE_EXCERPT_BYTES,
+};
 use crate::ports::{DeliveryQueue, PortError, WebhookClient, WebhookStore};
 use crate::sim::{Fault, Faults};
 
@@ -419,7 +421,9 @@ impl FakeReceiver {
             }
             62..64 => (answered(410, None, 0), quick),
             64..80 => (ReceiverOutcome::Unreachable("connection refused".into()), 1),
-            80..90 => (ReceiverOutcome::Unreachable(format!("no answer within {timeout_ms} ms")), timeout_ms as i64),
+            80..90 => {
+                (ReceiverOutcome::Unreachable(format!("no answer within {timeout_ms} ms")), timeout_ms as i64)
+            }
             _ => (answered(301, None, 0), quick), // a redirect, not followed
         }
     }
@@ -435,7 +439,13 @@ impl Drop for InFlight<'_> {
 }
 
 impl WebhookClient for FakeReceiver {
-    async fn post(&self, _url: &str, headers: &[(String, String)], _body: &str, timeout_ms: u64) -> ReceiverOutcome {
+    async fn post(
+        &self,
+        _url: &str,
+        headers: &[(String, String)],
+        _body: &str,
+        timeout_ms: u64,
+    ) -> ReceiverOutcome {
         let id = headers.iter().find(|(k, _)| k == "webhook-id").map(|(_, v)| v.clone()).unwrap_or_default();
         if !self.in_flight.borrow_mut().insert(id.clone()) {
             self.overlaps.borrow_mut().push(id.clone());

@@ -157,7 +157,8 @@ impl KeyGuardObject {
             record: String,
             until_ms: i64,
         }
-        let applied = self.sql.exec("SELECT record, until_ms FROM applied", None)?.to_array::<AppliedRow>()?;
+        let applied =
+            self.sql.exec("SELECT record, until_ms FROM applied", None)?.to_array::<AppliedRow>()?;
         if let Some(row) = applied.into_iter().find(|row| row.until_ms > now) {
             let key: KeyRecord = serde_json::from_str(&row.record).map_err(rust_error)?;
             self.key.replace(Some((key.clone(), row.until_ms)));

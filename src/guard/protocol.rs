@@ -136,8 +136,7 @@ mod tests {
 
     #[test]
     fn commands_carry_their_tag_and_fields() {
-        let c: GuardCommand =
-            Authorize { key_hash: "ab".into(), scope: Scope::Ingest, claim: None }.into();
+        let c: GuardCommand = Authorize { key_hash: "ab".into(), scope: Scope::Ingest, claim: None }.into();
         assert_eq!(
             serde_json::to_string(&c).unwrap(),
             r#"{"command":"authorize","key_hash":"ab","scope":"ingest","claim":null}"#

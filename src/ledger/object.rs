@@ -60,12 +60,21 @@ impl DurableObject for EventLedgerObject {
                     )?
                     .to_array::<Row>()?
                     .into_iter()
-                    .map(|r| (r.event_id, Reservation { owner: r.owner, confirmed: r.confirmed != 0, at_ms: r.at_ms }))
+                    .map(|r| {
+                        (
+                            r.event_id,
+                            Reservation { owner: r.owner, confirmed: r.confirmed != 0, at_ms: r.at_ms },
+                        )
+                    })
                     .collect();
                 let decisions: Vec<Reserved> =
                     ids.iter().map(|id| reserve(held.get(id), &owner, now, window_ms)).collect();
-                let fresh: Vec<&String> =
-                    ids.iter().zip(&decisions).filter(|(_, d)| **d == Reserved::Fresh).map(|(id, _)| id).collect();
+                let fresh: Vec<&String> = ids
+                    .iter()
+                    .zip(&decisions)
+                    .filter(|(_, d)| **d == Reserved::Fresh)
+                    .map(|(id, _)| id)
+                    .collect();
                 if !fresh.is_empty() {
                     self.sql.exec(
                         "INSERT OR REPLACE INTO reservations (event_id, owner, confirmed, at_ms)
