@@ -16,11 +16,11 @@ use crate::adapters::events::{self, LedgerClient, QueueSink};
 use crate::adapters::guard::GuardClient;
 use crate::adapters::kv::{self, KvResponses};
 use crate::adapters::webhooks::{self as webhook_queue, FetchClient, WebhookQueue};
-use crate::app::queues::{AuditPath, Incoming, Settle};
+use crate::app::queues::{Incoming, Settle};
 use crate::app::{self, Gateway};
 use crate::config::Config;
 use crate::core::error::ApiError;
-use crate::ports::{DeliveryQueue, Meter, Ports};
+use crate::ports::{Meter, Ports};
 use crate::{guard, http, ledger};
 
 /// The ports over Cloudflare's bindings.
@@ -34,6 +34,7 @@ impl Ports for Cloudflare {
     type Events = QueueSink;
     type Archive = R2Archive;
     type Deliveries = WebhookQueue;
+    type Audit = AuditQueue;
     type DeadLetters = D1DeadLetters;
     type Redrive = QueueRedrive;
 }
@@ -48,6 +49,7 @@ fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gate
         events: QueueSink::new(env.queue(events::QUEUE_BINDING)?),
         archive: R2Archive::new(env.bucket(archive::BINDING)?),
         deliveries: WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING)?),
+        audit: AuditQueue::new(env.queue(audit_queue::QUEUE_BINDING)?),
         dead_letters: D1DeadLetters::new(env.d1("DB")?, meter.clone()),
         redrive: QueueRedrive {
             audit: env.queue(audit_queue::QUEUE_BINDING)?,
@@ -90,39 +92,18 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
         meter.d1_queries.get(),
         meter.kv_operations.get(),
     );
-    // After the response: the audit row, webhook deliveries, and the idempotency claim's settlement.
-    // The audit row: to its queue, or to D1 directly when the queue cannot take it (SPEC §12.1).
-    let audit = AuditQueue::new(env.queue(audit_queue::QUEUE_BINDING)?);
-    let direct = D1Store::new(env.d1("DB")?, Rc::default());
-    let row = api.audit.clone();
-    ctx.wait_until(async move {
-        let request_id = row.request_id.clone();
-        match app::queues::record_audit_row(&audit, &direct, row).await {
-            Ok(AuditPath::Queued) => {}
-            Ok(AuditPath::Direct) => {
-                console_log!(r#"{{"component":"audit","request_id":"{request_id}","written":"directly"}}"#)
-            }
-            Err(e) => console_error!("request {request_id}: audit row lost: {e}"),
+    // After the response: the audit row, webhook deliveries, the claim's settlement, confirmations.
+    let after = api.after_response();
+    match config(&env) {
+        Ok(config) => {
+            let finisher = gateway(&env, config, &Rc::new(Meter::default()))?;
+            ctx.wait_until(async move {
+                for line in finisher.finish(after, pause).await {
+                    console_error!("{line}");
+                }
+            });
         }
-    });
-    if !api.webhook_deliveries.is_empty() {
-        let queue = WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING)?);
-        let ids = std::mem::take(&mut api.webhook_deliveries);
-        ctx.wait_until(async move {
-            // A lost send is not a lost delivery: the minute sweep finds it due in D1.
-            if let Err(e) = queue.enqueue(&ids, 0).await {
-                console_error!("webhook deliveries {ids:?} not queued (the sweep will): {e}");
-            }
-        });
-    }
-    if let (Some(settlement), Ok(config)) = (api.settlement.take(), config(&env)) {
-        let request_id = api.request_id.clone();
-        let after = gateway(&env, config, &Rc::new(Meter::default()))?;
-        ctx.wait_until(async move {
-            if let Err(e) = after.settle(settlement, pause).await {
-                console_error!("request {request_id}: settling its idempotency claim failed: {e}");
-            }
-        });
+        Err(e) => console_error!("request {}: nothing done after the response: {e}", after.request_id),
     }
     http::response(api)
 }

@@ -432,6 +432,7 @@ pub trait Ports {
     type Events: EventSink;
     type Archive: Archive;
     type Deliveries: DeliveryQueue;
+    type Audit: AuditSink;
     type DeadLetters: DeadLetters;
     type Redrive: Redrive;
 }

@@ -17,7 +17,7 @@ use crate::config::Config;
 use crate::core::api_key::KeyType;
 use crate::core::events::dedup_namespace;
 use crate::fakes::audit::FakeArchive;
-use crate::fakes::gateway::{Clock, FakeGuard, FakeResponses};
+use crate::fakes::gateway::{Clock, FakeAuditQueue, FakeGuard, FakeResponses};
 use crate::fakes::ingest::{FakeEventQueue, FakeLedger};
 use crate::fakes::queue::{FakeDeadLetters, FakeRedrive};
 use crate::fakes::webhooks::FakeDeliveryQueue;
@@ -35,6 +35,7 @@ impl Ports for Sim {
     type Events = FakeEventQueue;
     type Archive = FakeArchive;
     type Deliveries = FakeDeliveryQueue;
+    type Audit = FakeAuditQueue;
     type DeadLetters = FakeDeadLetters;
     type Redrive = FakeRedrive;
 }
@@ -88,6 +89,7 @@ fn world(faults: &Rc<Faults>, types: &[KeyType]) -> (Gateway<'static, Sim>, Cloc
         events: FakeEventQueue { faults: faults.clone(), sent: RefCell::default() },
         archive: FakeArchive::new(faults.clone()),
         deliveries: FakeDeliveryQueue::new(faults.clone(), clock.clone()),
+        audit: FakeAuditQueue { faults: faults.clone(), sent: RefCell::default() },
         dead_letters: FakeDeadLetters::new(faults.clone()),
         redrive: FakeRedrive::new(faults.clone()),
         store,

@@ -9,14 +9,15 @@ use std::rc::Rc;
 use super::FakeStore;
 use crate::config::Config;
 use crate::core::api_key::{KeyRecord, KeyType, Scope};
+use crate::core::audit::AuditRow;
 use crate::core::idempotency::{decide_claim, Claim, ClaimDecision, StoredResponse, LEASE_MS};
 use crate::core::page::PageRequest;
 use crate::core::rate_limit::{decide, Counters, Usage, Verdict, AUTH_FAILURE_LIMITS};
 use crate::core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
 use crate::core::webhook::OutgoingEvent;
 use crate::ports::{
-    Admission, Authorization, ClaimRequest, Directory, KeyChanges, KeyGuard, KeyUpdate, PortError, Resources,
-    ResponseStore, Revocation, RunStart,
+    Admission, AuditSink, Authorization, ClaimRequest, Directory, KeyChanges, KeyGuard, KeyUpdate, PortError,
+    Resources, ResponseStore, Revocation, RunStart,
 };
 use crate::sim::Faults;
 
@@ -245,6 +246,18 @@ impl ResponseStore for FakeResponses {
                 self.entries.borrow().get(&slot).filter(|_| !miss).cloned()
             })
             .await
+    }
+}
+
+/// The audit queue: the rows it took.
+pub struct FakeAuditQueue {
+    pub faults: Rc<Faults>,
+    pub sent: RefCell<Vec<AuditRow>>,
+}
+
+impl AuditSink for FakeAuditQueue {
+    async fn record(&self, rows: &[AuditRow]) -> Result<(), PortError> {
+        self.faults.run("queue.send_audit", || self.sent.borrow_mut().extend(rows.iter().cloned())).await
     }
 }
 

@@ -1,0 +1,291 @@
+//! The request pipeline of SPEC §3: route → read the body → authenticate + rate limit +
+//! idempotency claim (one KeyGuard round trip) → execute → respond.
+
+use serde_json::{json, Value};
+
+use super::responses::{preflight, respond, CORS_HEADERS};
+use super::{random, unavailable, ApiRequest, ApiResponse, Call, Gateway, Reply, Settlement};
+use crate::core::api_key::KeyRecord;
+use crate::core::audit::{clip_user_agent, redacted_path, AuditRow};
+use crate::core::encoding::uuid_v4;
+use crate::core::error::{ApiError, ErrorCode};
+use crate::core::idempotency::{self, ClaimDecision, StoredResponse};
+use crate::core::rate_limit::Usage;
+use crate::core::route::{cors_path, match_route, Miss, Route, RouteId};
+use crate::core::time::rfc3339;
+use crate::ports::{ClaimRequest, KeyGuard, Ports, RequestBody, ResponseStore};
+
+/// What the pipeline answers before it becomes an [`ApiResponse`].
+pub(super) enum Answer {
+    Reply(Reply),
+    /// A completed idempotent request, replayed (SPEC §5).
+    Replay(StoredResponse),
+}
+
+/// What the audit row needs to know of how the request went, filled in as it goes.
+#[derive(Default)]
+pub(super) struct Trace {
+    pub(super) route: Option<&'static Route>,
+    /// The key the request was made with, when one was recognised (revoked ones included).
+    pub(super) key: Option<KeyRecord>,
+    pub(super) idempotency_key: Option<String>,
+}
+
+/// An admitted caller: the key (none on public and admin routes), its usage, and its claim.
+pub(super) struct Caller {
+    pub(super) key: Option<KeyRecord>,
+    pub(super) key_hash: Option<String>,
+    pub(super) usage: Option<Usage>,
+    pub(super) claim: Option<ClaimDecision>,
+}
+
+/// What `serve` hands back: the answer, the usage for the rate headers, and the claim this
+/// request took (it must be settled).
+pub(super) struct Served {
+    pub(super) usage: Option<Usage>,
+    pub(super) answer: Result<Answer, ApiError>,
+    pub(super) taken_claim: Option<(String, String, ClaimRequest)>,
+}
+
+impl Served {
+    fn early(usage: Option<Usage>, e: ApiError) -> Self {
+        Served { usage, answer: Err(e), taken_claim: None }
+    }
+}
+
+impl<P: Ports> Gateway<'_, P> {
+    pub async fn handle<B: RequestBody>(&self, req: ApiRequest<B>) -> ApiResponse {
+        let request_id = uuid_v4(random());
+        let mut audit = AuditRow::new(
+            request_id.clone(),
+            req.now_ms,
+            req.method.clone(),
+            redacted_path(&req.path, req.raw_query.as_deref()),
+        );
+        audit.ip = req.client_ip.clone();
+        audit.user_agent = clip_user_agent(req.user_agent.as_deref());
+        let mut trace = Trace::default();
+        if req.method == "OPTIONS" && cors_path(&req.path) {
+            return preflight(request_id, audit);
+        }
+        let served = self.serve(req, &request_id, &mut trace).await;
+        audit.route = trace.route.map(|r| r.template.to_owned());
+        // SPEC §8: a release marker's replay answers 200 where the original said 201.
+        let replays_created_as_ok = trace.route.is_some_and(|r| r.id == RouteId::DeployMarker);
+        if let Some(key) = trace.key {
+            audit.project_id = Some(key.project_id);
+            audit.key_id = Some(key.id);
+            audit.key_prefix = Some(key.prefix);
+        }
+        audit.idempotency_key = trace.idempotency_key;
+        audit.rate_limit_remaining = served.usage.map(|u| u.remaining);
+        match &served.answer {
+            Ok(Answer::Replay(stored)) => {
+                audit.replayed = true;
+                audit.original_request_id = Some(stored.request_id.clone());
+            }
+            Err(e) => audit.error_code = Some(e.code.as_str().to_owned()),
+            Ok(Answer::Reply(_)) => {}
+        }
+        let mut response = respond(request_id, served.usage, served.answer, replays_created_as_ok, audit);
+        if trace.route.is_some_and(|r| r.cors) {
+            response.headers.extend(CORS_HEADERS.map(|(name, value)| (name, value.to_owned())));
+        }
+        if let Some((key_hash, api_key_id, claim)) = served.taken_claim {
+            response.settlement = Some(if (200..300).contains(&response.status) {
+                let body = String::from_utf8_lossy(&response.body).into_owned();
+                let stored =
+                    StoredResponse { status: response.status, body, request_id: response.request_id.clone() };
+                Settlement::Complete { key_hash, api_key_id, claim, response: stored }
+            } else {
+                Settlement::Release { key_hash, claim }
+            });
+        }
+        response
+    }
+
+    pub(super) async fn serve<B: RequestBody>(
+        &self,
+        req: ApiRequest<B>,
+        request_id: &str,
+        trace: &mut Trace,
+    ) -> Served {
+        let matched = match match_route(&req.method, &req.path) {
+            Ok(m) => m,
+            Err(miss) => return Served::early(None, route_miss(miss, &req)),
+        };
+        let route = matched.route;
+        trace.route = Some(route);
+        let body = match read_body(route, req.body).await {
+            Ok(body) => body,
+            Err(e) => return Served::early(None, e),
+        };
+        // A bad header is answered only after authentication (SPEC §3 order), so keep the error.
+        let idempotency_key = idempotency::parse_key(req.idempotency_key.as_deref(), route.idempotency);
+        trace.idempotency_key = idempotency_key.as_ref().ok().cloned().flatten();
+        let claim = trace.idempotency_key.clone().map(|key| ClaimRequest {
+            fingerprint: idempotency::fingerprint(&req.method, &req.path, &body),
+            idempotency_key: key,
+            request_id: request_id.to_owned(),
+        });
+        let caller = match self
+            .authenticate(route, &req.authorization, req.client_ip.as_deref(), claim.as_ref(), trace)
+            .await
+        {
+            Ok(caller) => caller,
+            Err((usage, e)) => return Served::early(usage, e),
+        };
+        let usage = caller.usage;
+        if let Err(e) = idempotency_key {
+            return Served::early(usage, e);
+        }
+        let mut taken_claim = None;
+        match (&caller.claim, claim) {
+            (Some(ClaimDecision::Replay { response }), Some(claim)) => {
+                let key = caller.key.as_ref().expect("claims need a key");
+                let key_hash = caller.key_hash.as_deref().expect("claims need a key");
+                let answer = self.replay(&key.id, key_hash, response.clone(), &claim.idempotency_key).await;
+                return Served { usage, answer, taken_claim: None };
+            }
+            (Some(ClaimDecision::Execute), Some(claim)) => {
+                let key = caller.key.as_ref().expect("claims need a key");
+                let key_hash = caller.key_hash.clone().expect("claims need a key");
+                taken_claim = Some((key_hash, key.id.clone(), claim));
+            }
+            (Some(decision), _) => {
+                if let Some(e) = idempotency::refusal(decision) {
+                    return Served::early(usage, e);
+                }
+            }
+            (None, _) => {}
+        }
+        let call = Call {
+            request_id,
+            key: caller.key,
+            usage,
+            params: matched.params,
+            query: &req.query,
+            body,
+            now_ms: req.now_ms,
+        };
+        let answer = self.execute(route.id, &call).await.map(Answer::Reply);
+        Served { usage, answer, taken_claim }
+    }
+
+    /// The stored response of a completed key: inline from the guard while the response store may
+    /// not show it yet, then from the store, and from the guard's own copy when the store misses.
+    pub(super) async fn replay(
+        &self,
+        api_key_id: &str,
+        key_hash: &str,
+        held: Option<StoredResponse>,
+        idempotency_key: &str,
+    ) -> Result<Answer, ApiError> {
+        if let Some(response) = held {
+            return Ok(Answer::Replay(response));
+        }
+        let stored = self.responses.get(api_key_id, idempotency_key).await;
+        if let Ok(Some(response)) = stored {
+            return Ok(Answer::Replay(response));
+        }
+        match self.guard.held_response(key_hash, idempotency_key).await {
+            Ok(Some(response)) => Ok(Answer::Replay(response)),
+            Ok(None) => Err(ApiError::unavailable("completed idempotency claim without a stored response")),
+            Err(e) => Err(ApiError::unavailable(format!("response store: {stored:?}; key guard: {e}"))),
+        }
+    }
+
+    pub(super) async fn execute(&self, route: RouteId, call: &Call<'_>) -> Result<Reply, ApiError> {
+        match route {
+            RouteId::Health => Ok(Reply::ok(json!({ "status": "ok" }))),
+            RouteId::DeepHealth => {
+                self.guard.ping().await.map_err(unavailable)?;
+                Ok(Reply::ok(json!({ "status": "ok", "key_guard": "ok" })))
+            }
+            RouteId::CreateProject => self.create_project(call).await,
+            RouteId::Me => Ok(Reply::ok(me(call))),
+            RouteId::CreateKey => self.create_key(call).await,
+            RouteId::ListKeys => self.list_keys(call).await,
+            RouteId::UpdateKey => self.update_key(call).await,
+            RouteId::RevokeKey => self.revoke_key(call).await,
+            RouteId::CreateContact => self.create_contact(call).await,
+            RouteId::ListContacts => self.list_contacts(call).await,
+            RouteId::GetContact => self.get_contact(call).await,
+            RouteId::BulkContacts => self.bulk_contacts(call).await,
+            RouteId::CreateMessage => self.create_message(call).await,
+            RouteId::BulkMessages => self.bulk_messages(call).await,
+            RouteId::CreateScenario => self.create_scenario(call).await,
+            RouteId::RunScenario => self.run_scenario(call).await,
+            RouteId::DeployMarker => self.deploy_marker(call).await,
+            RouteId::Track => self.track(call).await,
+            RouteId::Identify => self.identify(call).await,
+            RouteId::Alias => self.alias(call).await,
+            RouteId::SessionChunk => self.session_chunk(call).await,
+            RouteId::ListLogs => self.list_logs(call).await,
+            RouteId::GetLog => self.get_log(call).await,
+            RouteId::KeyStats => self.key_stats(call).await,
+            RouteId::ListArchives => self.list_archives(call).await,
+            RouteId::GetArchive => self.get_archive(call).await,
+            RouteId::CreateWebhook => self.create_webhook(call).await,
+            RouteId::ListWebhooks => self.list_webhooks(call).await,
+            RouteId::DeleteWebhook => self.delete_webhook(call).await,
+            RouteId::ListDeliveries => self.list_deliveries(call).await,
+            RouteId::RetryDelivery => self.retry_delivery(call).await,
+            RouteId::ListDeadLetters => self.list_dead_letters(call).await,
+            RouteId::RedriveDeadLetters => self.redrive_dead_letters(call).await,
+        }
+    }
+}
+
+pub(super) fn route_miss<B>(miss: Miss, req: &ApiRequest<B>) -> ApiError {
+    match miss {
+        Miss::NotFound => ApiError::not_found("route").with_detail("path", req.path.as_str()),
+        Miss::MethodNotAllowed(allow) => {
+            let mut e = ApiError::new(
+                ErrorCode::MethodNotAllowed,
+                format!("{} is not allowed on this path.", req.method),
+            )
+            .with_detail("allow", allow.clone());
+            e.allow = allow;
+            e
+        }
+    }
+}
+
+pub(super) fn me(call: &Call<'_>) -> Value {
+    let key = call.key();
+    let usage = call.usage.as_ref().expect("admitted keys have usage");
+    json!({
+        "key_id": key.id,
+        "prefix": key.prefix,
+        "type": key.key_type,
+        "project_id": key.project_id,
+        "plan": key.plan,
+        "rate_limit": {
+            "limit": usage.limit,
+            "remaining": usage.remaining,
+            "reset": rfc3339(usage.reset_ms),
+        },
+        "quota": {
+            "used": usage.quota_used,
+            "limit": usage.quota_limit,
+            "resets_at": rfc3339(usage.quota_resets_ms),
+        },
+    })
+}
+
+/// Reads the body within the route's limit: 413 before reading when the declared length is over,
+/// and again after reading when a body without a length turned out larger.
+pub(super) async fn read_body<B: RequestBody>(route: &Route, body: B) -> Result<Vec<u8>, ApiError> {
+    let limit = route.body_limit;
+    if body.declared_len().is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::payload_too_large(limit));
+    }
+    let bytes = body.read().await.map_err(|e| {
+        ApiError::bad_request("The request body could not be read.").with_detail("cause", e.0)
+    })?;
+    if bytes.len() > limit {
+        return Err(ApiError::payload_too_large(limit));
+    }
+    Ok(bytes)
+}
