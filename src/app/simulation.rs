@@ -119,15 +119,53 @@ fn request(
     }
 }
 
-/// One request as a client sees it (the response), then what the worker does after it
-/// (`wait_until`), pausing nowhere. The response is recorded the moment it exists.
-async fn exchange(gateway: &Gateway<'static, Sim>, req: ApiRequest<Body>, seen: &RefCell<Vec<ApiResponse>>) {
+/// One request as a client sees it (the response, recorded the moment it exists), then what the
+/// worker does after it (`Gateway::finish`: the audit row, deliveries, settlement), pausing
+/// nowhere. A request whose audit row the worker reported lost is noted in `lost`.
+async fn exchange(
+    gateway: &Gateway<'static, Sim>,
+    req: ApiRequest<Body>,
+    seen: &RefCell<Vec<ApiResponse>>,
+    lost: &RefCell<HashSet<String>>,
+) {
     let mut response = gateway.handle(req).await;
-    let settlement = response.settlement.take();
+    let after = response.after_response();
     seen.borrow_mut().push(response);
-    if let Some(settlement) = settlement {
-        let _ = gateway.settle(settlement, |_| async {}).await;
+    let request_id = after.request_id.clone();
+    if gateway.finish(after, |_| async {}).await.iter().any(|line| line.contains("audit row lost")) {
+        lost.borrow_mut().insert(request_id);
     }
+}
+
+/// Exactly one audit row per answered request (SPEC §9, §12.1): the audit queue's rows are
+/// consumed into the table (keyed by request id, as the consumer writes them) beside the rows the
+/// producer wrote directly. A row may be missing only where the worker logged it lost, or where
+/// the isolate died before its work after the response ran (not promised: README).
+fn check_audit(
+    gateway: &Gateway<'static, Sim>,
+    seen: &[ApiResponse],
+    lost: &HashSet<String>,
+    crashed: bool,
+) -> Result<(), String> {
+    gateway.store.audit.seed(gateway.audit.sent.borrow().iter().cloned());
+    let rows = gateway.store.audit.rows.borrow();
+    for r in seen {
+        match rows.get(&r.request_id) {
+            Some(row) if row.status != r.status => {
+                return Err(format!(
+                    "audit row of {} says {}, the answer was {}",
+                    r.request_id, row.status, r.status
+                ))
+            }
+            Some(_) => {}
+            None if lost.contains(&r.request_id) || crashed => {}
+            None => return Err(format!("request {} ({}) has no audit row", r.request_id, r.status)),
+        }
+    }
+    if rows.len() > seen.len() {
+        return Err(format!("{} audit rows for {} answered requests", rows.len(), seen.len()));
+    }
+    Ok(())
 }
 
 fn json(response: &ApiResponse) -> Value {
@@ -148,18 +186,20 @@ fn an_idempotent_create_executes_once_under_faults() {
     check_seeds("an_idempotent_create_executes_once_under_faults", SCHEDULES, REGRESSIONS, |seed| {
         let faults = Rc::new(Faults::new(seed, 0.2));
         let (gateway, clock, secrets) = world(&faults, &[KeyType::Server]);
-        let seen = RefCell::new(Vec::new());
+        let (seen, lost) = (RefCell::new(Vec::new()), RefCell::new(HashSet::new()));
+        let mut crashed = false;
         let body = r#"{"name":"Ada","email":"ada@example.com"}"#;
         let send = || {
             exchange(
                 &gateway,
                 request(&clock, "POST", "/public/v1/contacts", &secrets[0], Some("k-1"), body),
                 &seen,
+                &lost,
             )
         };
         for _ in 0..1 + faults.below(5) {
             let copies = 1 + faults.below(3) as usize;
-            drive(join_all((0..copies).map(|_| send())), &faults, 0.04);
+            crashed |= drive(join_all((0..copies).map(|_| send())), &faults, 0.04).is_none();
             // Mostly seconds between retries; sometimes past the 60 s lease of a lost claim.
             clock.set(clock.get() + if faults.chance(0.15) { 61_000 } else { faults.below(5_000) as i64 });
         }
@@ -208,7 +248,8 @@ fn an_idempotent_create_executes_once_under_faults() {
                 return Err("the final answer is not the completed response".into());
             }
         }
-        Ok(())
+        let audit = check_audit(&gateway, &seen, &lost.borrow(), crashed);
+        audit
     });
 }
 
@@ -220,11 +261,17 @@ fn a_refused_request_leaves_no_claim() {
     let (gateway, clock, secrets) = world(&faults, &[KeyType::Cicd]);
     let seen = RefCell::new(Vec::new());
     let forbidden = request(&clock, "POST", "/public/v1/contacts", &secrets[0], Some("deploy-0001"), "{}");
-    drive(exchange(&gateway, forbidden, &seen), &faults, 0.0);
+    let lost = RefCell::default();
+    drive(exchange(&gateway, forbidden, &seen, &lost), &faults, 0.0);
     let marker = r#"{"version":"1.2.3","ts":"2026-11-30T10:00:00Z"}"#;
     let path = "/api/v1/projects/prj_sim/release-markers/deploy";
     drive(
-        exchange(&gateway, request(&clock, "POST", path, &secrets[0], Some("deploy-0001"), marker), &seen),
+        exchange(
+            &gateway,
+            request(&clock, "POST", path, &secrets[0], Some("deploy-0001"), marker),
+            &seen,
+            &lost,
+        ),
         &faults,
         0.0,
     );
@@ -247,7 +294,7 @@ fn a_revocation_is_exact_under_faults() {
         let seen = RefCell::new(Vec::new());
         let revoke =
             request(&clock, "DELETE", &format!("/public/v1/keys/{server_id}"), &secrets[0], None, "");
-        drive(exchange(&gateway, revoke, &seen), &faults, 0.05);
+        drive(exchange(&gateway, revoke, &seen, &RefCell::default()), &faults, 0.05);
         faults.set_failure_rate(0.0);
         let Some(answer) = seen.borrow().last().map(|r| r.status) else {
             return Ok(()); // the isolate died before answering: nothing was promised
@@ -256,7 +303,12 @@ fn a_revocation_is_exact_under_faults() {
         let me = || {
             let seen = RefCell::new(Vec::new());
             drive(
-                exchange(&gateway, request(&clock, "GET", "/public/v1/me", &secrets[1], None, ""), &seen),
+                exchange(
+                    &gateway,
+                    request(&clock, "GET", "/public/v1/me", &secrets[1], None, ""),
+                    &seen,
+                    &RefCell::default(),
+                ),
                 &faults,
                 0.0,
             );
@@ -301,7 +353,7 @@ fn ingestion_accepts_each_event_once_under_faults() {
                 .collect();
             format!(r#"{{"batch":[{}]}}"#, items.join(","))
         };
-        let seen = RefCell::new(Vec::new());
+        let (seen, lost) = (RefCell::new(Vec::new()), RefCell::new(HashSet::new()));
         let mut batches = Vec::new();
         let mut crashed = false;
         for _ in 0..1 + faults.below(4) {
@@ -311,7 +363,7 @@ fn ingestion_accepts_each_event_once_under_faults() {
                 })
                 .collect();
             let flows = wave.iter().map(|b| {
-                exchange(&gateway, request(&clock, "POST", "/v1/track", &secrets[0], None, b), &seen)
+                exchange(&gateway, request(&clock, "POST", "/v1/track", &secrets[0], None, b), &seen, &lost)
             });
             crashed |= drive(join_all(flows), &faults, 0.03).is_none();
             batches.extend(wave);
@@ -345,13 +397,12 @@ fn ingestion_accepts_each_event_once_under_faults() {
         faults.set_failure_rate(0.0);
         clock.set(clock.get() + 61_000);
         for b in &batches {
-            let retry = RefCell::new(Vec::new());
             drive(
-                exchange(&gateway, request(&clock, "POST", "/v1/track", &secrets[0], None, b), &retry),
+                exchange(&gateway, request(&clock, "POST", "/v1/track", &secrets[0], None, b), &seen, &lost),
                 &faults,
                 0.0,
             );
-            let status = retry.borrow()[0].status;
+            let status = seen.borrow().last().map_or(0, |r| r.status);
             if status != 202 {
                 return Err(format!("a retry without faults answered {status}"));
             }
@@ -364,6 +415,7 @@ fn ingestion_accepts_each_event_once_under_faults() {
                 }
             }
         }
-        Ok(())
+        let audit = check_audit(&gateway, &seen.borrow(), &lost.borrow(), crashed);
+        audit
     });
 }
