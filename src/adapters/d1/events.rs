@@ -1,0 +1,63 @@
+//! Ingested events, identity links and session-recording chunks: the [`EventStore`] port.
+
+use super::{int, opt_text, text, D1Store};
+use crate::core::events::EventMessage;
+use crate::ports::{EventStore, PortError};
+
+/// Statements per D1 batch when storing queued events.
+const STORE_BATCH: usize = 500;
+
+impl EventStore for D1Store {
+    async fn store_events(&self, messages: &[EventMessage]) -> Result<(), PortError> {
+        let statements = messages
+            .iter()
+            .map(|m| match m {
+                EventMessage::Event(e) => self.statement(
+                    "INSERT OR IGNORE INTO events (project_id, key_type, event_id, event, anonymous_id, user_id,
+                       timestamp, properties, received_at, generated_id)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                    &[
+                        text(&e.project_id),
+                        text(e.key_type.as_str()),
+                        text(&e.event_id),
+                        text(&e.event),
+                        opt_text(e.anonymous_id.as_deref()),
+                        opt_text(e.user_id.as_deref()),
+                        opt_text(e.timestamp.as_ref().map(|t| t.to_string()).as_deref()),
+                        text(&serde_json::Value::Object(e.properties.clone()).to_string()),
+                        int(e.received_at),
+                        int(e.generated_id.into()),
+                    ],
+                ),
+                EventMessage::Link { project_id, anonymous_id, user_id, linked_at } => self.statement(
+                    "INSERT OR IGNORE INTO identity_links (project_id, anonymous_id, user_id, linked_at)
+                     VALUES (?1, ?2, ?3, ?4)",
+                    &[text(project_id), text(anonymous_id), text(user_id), int(*linked_at)],
+                ),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        // Each batch is a transaction; a consumer batch of packed messages can hold many
+        // thousands of events, so write them in bounded batches (each insert is idempotent).
+        let mut statements = statements.into_iter().peekable();
+        while statements.peek().is_some() {
+            self.batch(statements.by_ref().take(STORE_BATCH).collect()).await?;
+        }
+        Ok(())
+    }
+
+    async fn store_session_chunk(
+        &self,
+        project_id: &str,
+        session_id: &str,
+        chunk: u32,
+        data: &str,
+        now_ms: i64,
+    ) -> Result<bool, PortError> {
+        let insert = self.statement(
+            "INSERT OR IGNORE INTO replay_chunks (project_id, session_id, chunk, data, received_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            &[text(project_id), text(session_id), int(chunk.into()), text(data), int(now_ms)],
+        )?;
+        Ok(self.batch(vec![insert]).await? == [1])
+    }
+}

@@ -1,0 +1,155 @@
+//! Projects and API keys: the [`Directory`] port.
+
+use wasm_bindgen::JsValue;
+use worker::D1PreparedStatement;
+
+use super::{int, opt_int, opt_text, text, D1Store};
+use crate::core::api_key::KeyRecord;
+use crate::core::page::PageRequest;
+use crate::ports::{Directory, KeyChanges, KeyUpdate, Meter, PortError, Revocation};
+
+const KEY_COLUMNS: &str =
+    "id, project_id, type, name, plan, rate_limit_per_minute, key_hash, prefix, created_at, revoked_at";
+
+impl D1Store {
+    async fn first_key(&self, sql: &str, args: &[JsValue]) -> Result<Option<KeyRecord>, PortError> {
+        Ok(self.rows(sql, args).await?.into_iter().next())
+    }
+
+    fn insert_key_statement(&self, key: &KeyRecord) -> Result<D1PreparedStatement, PortError> {
+        self.statement(
+            &format!("INSERT INTO api_keys ({KEY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
+            &[
+                text(&key.id),
+                text(&key.project_id),
+                text(key.key_type.as_str()),
+                opt_text(key.name.as_deref()),
+                text(&key.plan),
+                opt_int(key.rate_limit_per_minute.map(i64::from)),
+                text(&key.key_hash),
+                text(&key.prefix),
+                int(key.created_at),
+                opt_int(key.revoked_at),
+            ],
+        )
+    }
+}
+
+impl Directory for D1Store {
+    async fn create_project(
+        &self,
+        project_id: &str,
+        name: &str,
+        created_at: i64,
+        owner_key: &KeyRecord,
+    ) -> Result<(), PortError> {
+        // One batch is one transaction: never a project without its owner key.
+        let project = self.statement(
+            "INSERT INTO projects (id, name, created_at) VALUES (?1, ?2, ?3)",
+            &[text(project_id), text(name), int(created_at)],
+        )?;
+        let key = self.insert_key_statement(owner_key)?;
+        Meter::count(&self.meter.d1_queries);
+        self.db.batch(vec![project, key]).await.map_err(PortError::from_display)?;
+        Ok(())
+    }
+
+    async fn insert_key(&self, key: &KeyRecord) -> Result<(), PortError> {
+        Meter::count(&self.meter.d1_queries);
+        self.insert_key_statement(key)?.run().await.map_err(PortError::from_display)?;
+        Ok(())
+    }
+
+    async fn list_keys(&self, project_id: &str, page: &PageRequest) -> Result<Vec<KeyRecord>, PortError> {
+        self.newest_first(KEY_COLUMNS, "api_keys", project_id, page).await
+    }
+
+    async fn update_key(
+        &self,
+        project_id: &str,
+        key_id: &str,
+        changes: &KeyChanges,
+    ) -> Result<KeyUpdate, PortError> {
+        // A field the change leaves out keeps its value: ?3 and ?6 say whether name and override are set.
+        let updated = self
+            .first_key(
+                &format!(
+                    "UPDATE api_keys SET
+                       name = CASE WHEN ?3 THEN ?4 ELSE name END,
+                       plan = COALESCE(?5, plan),
+                       rate_limit_per_minute = CASE WHEN ?6 THEN ?7 ELSE rate_limit_per_minute END
+                     WHERE id = ?1 AND project_id = ?2 AND revoked_at IS NULL
+                     RETURNING {KEY_COLUMNS}"
+                ),
+                &[
+                    text(key_id),
+                    text(project_id),
+                    int(changes.name.is_some().into()),
+                    opt_text(changes.name.clone().flatten().as_deref()),
+                    opt_text(changes.plan.as_deref()),
+                    int(changes.rate_limit_per_minute.is_some().into()),
+                    opt_int(changes.rate_limit_per_minute.flatten().map(i64::from)),
+                ],
+            )
+            .await?;
+        if let Some(key) = updated {
+            return Ok(KeyUpdate::Updated(key));
+        }
+        Ok(match self.find_key(project_id, key_id).await? {
+            None => KeyUpdate::NotFound,
+            Some(_) => KeyUpdate::Revoked,
+        })
+    }
+
+    async fn revoke_key(&self, project_id: &str, key_id: &str, now_ms: i64) -> Result<Revocation, PortError> {
+        // One statement, so the last-owner rule cannot race with another revocation.
+        let revoked = self
+            .first_key(
+                &format!(
+                    "UPDATE api_keys SET revoked_at = ?3
+                     WHERE id = ?1 AND project_id = ?2 AND revoked_at IS NULL
+                       AND (type <> 'owner' OR (SELECT count(*) FROM api_keys
+                            WHERE project_id = ?2 AND type = 'owner' AND revoked_at IS NULL) > 1)
+                     RETURNING {KEY_COLUMNS}"
+                ),
+                &[text(key_id), text(project_id), int(now_ms)],
+            )
+            .await?;
+        if let Some(key) = revoked {
+            return Ok(Revocation::Revoked(key));
+        }
+        Ok(match self.find_key(project_id, key_id).await? {
+            None => Revocation::NotFound,
+            Some(key) if key.is_revoked() => Revocation::AlreadyRevoked(key),
+            Some(_) => Revocation::LastOwnerKey,
+        })
+    }
+
+    async fn find_key(&self, project_id: &str, key_id: &str) -> Result<Option<KeyRecord>, PortError> {
+        self.first_key(
+            &format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE id = ?1 AND project_id = ?2"),
+            &[text(key_id), text(project_id)],
+        )
+        .await
+    }
+
+    async fn active_owner_keys(&self, project_id: &str) -> Result<u32, PortError> {
+        #[derive(serde::Deserialize)]
+        struct Count {
+            n: u32,
+        }
+        let rows: Vec<Count> = self
+            .rows(
+                "SELECT count(*) AS n FROM api_keys
+                 WHERE project_id = ?1 AND type = 'owner' AND revoked_at IS NULL",
+                &[text(project_id)],
+            )
+            .await?;
+        Ok(rows.first().map_or(0, |c| c.n))
+    }
+
+    async fn key_by_hash(&self, key_hash: &str) -> Result<Option<KeyRecord>, PortError> {
+        self.first_key(&format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE key_hash = ?1"), &[text(key_hash)])
+            .await
+    }
+}

@@ -1,0 +1,121 @@
+//! The D1-backed ports, one module per concern (`keys`, `resources`, `events`, `audit`,
+//! `webhooks`) over the shared statement helpers here. One [`D1Store`] implements them all: the
+//! worker has one `DB` binding, and every query is counted on the request's meter.
+
+mod audit;
+mod events;
+mod keys;
+mod resources;
+mod webhooks;
+
+use std::rc::Rc;
+
+use wasm_bindgen::JsValue;
+use worker::{D1Database, D1PreparedStatement};
+
+use crate::core::page::{Cursor, PageRequest};
+use crate::ports::{Meter, PortError};
+
+pub struct D1Store {
+    db: D1Database,
+    meter: Rc<Meter>,
+}
+
+impl D1Store {
+    pub fn new(db: D1Database, meter: Rc<Meter>) -> Self {
+        Self { db, meter }
+    }
+
+    fn statement(&self, sql: &str, args: &[JsValue]) -> Result<D1PreparedStatement, PortError> {
+        self.db.prepare(sql).bind(args).map_err(PortError::from_display)
+    }
+
+    async fn rows<T: serde::de::DeserializeOwned>(
+        &self,
+        sql: &str,
+        args: &[JsValue],
+    ) -> Result<Vec<T>, PortError> {
+        Meter::count(&self.meter.d1_queries);
+        let result = self.statement(sql, args)?.all().await.map_err(PortError::from_display)?;
+        result.results().map_err(PortError::from_display)
+    }
+
+    /// A page of a project's rows, newest first, keyset on `(created_at, id)`.
+    async fn newest_first<T: serde::de::DeserializeOwned>(
+        &self,
+        columns: &str,
+        table: &str,
+        project_id: &str,
+        page: &PageRequest,
+    ) -> Result<Vec<T>, PortError> {
+        let (ts, id) = after(page.after.as_ref());
+        self.rows(
+            &format!(
+                "SELECT {columns} FROM {table}
+                 WHERE project_id = ?1 AND (?2 IS NULL OR (created_at, id) < (?2, ?3))
+                 ORDER BY created_at DESC, id DESC LIMIT ?4"
+            ),
+            &[text(project_id), ts, id, int(page.fetch_len() as i64)],
+        )
+        .await
+    }
+
+    /// Runs statements as one D1 batch (one transaction); answers each statement's changed rows.
+    async fn batch(&self, statements: Vec<D1PreparedStatement>) -> Result<Vec<usize>, PortError> {
+        Ok(self.batch_with_deliveries(statements, Vec::new()).await?.0)
+    }
+
+    /// Runs the statements and then the delivery inserts of their events in one batch; answers the
+    /// statements' changed rows and the ids of the deliveries written.
+    async fn batch_with_deliveries(
+        &self,
+        statements: Vec<D1PreparedStatement>,
+        deliveries: Vec<D1PreparedStatement>,
+    ) -> Result<(Vec<usize>, Vec<String>), PortError> {
+        if statements.is_empty() && deliveries.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        Meter::count(&self.meter.d1_queries);
+        let split = statements.len();
+        let all = statements.into_iter().chain(deliveries).collect();
+        let results = self.db.batch(all).await.map_err(PortError::from_display)?;
+        let changes = results[..split]
+            .iter()
+            .map(|r| Ok(r.meta().map_err(PortError::from_display)?.and_then(|m| m.changes).unwrap_or(0)))
+            .collect::<Result<Vec<_>, PortError>>()?;
+        #[derive(serde::Deserialize)]
+        struct Id {
+            id: String,
+        }
+        let mut ids = Vec::new();
+        for r in &results[split..] {
+            ids.extend(r.results::<Id>().map_err(PortError::from_display)?.into_iter().map(|i| i.id));
+        }
+        Ok((changes, ids))
+    }
+}
+
+fn text(s: &str) -> JsValue {
+    JsValue::from_str(s)
+}
+
+fn opt_text(s: Option<&str>) -> JsValue {
+    s.map_or(JsValue::NULL, JsValue::from_str)
+}
+
+/// D1 numbers are JS numbers: exact for Unix milliseconds (< 2^53).
+fn int(n: i64) -> JsValue {
+    JsValue::from_f64(n as f64)
+}
+
+fn opt_int(n: Option<i64>) -> JsValue {
+    n.map_or(JsValue::NULL, int)
+}
+
+/// The keyset position of a page as the two bound values of `(created_at, id) < (?, ?)`.
+fn after(cursor: Option<&Cursor>) -> (JsValue, JsValue) {
+    match cursor {
+        Some(c) => (int(c.ts), text(&c.id)),
+        None => (JsValue::NULL, JsValue::NULL),
+    }
+}
