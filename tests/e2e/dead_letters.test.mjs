@@ -120,3 +120,50 @@ test('an audit row D1 refuses becomes a dead letter; re-driving all stores it on
   await sleep(2000);
   assert.equal(await count(stored), 1);
 });
+
+test('a webhook delivery D1 refuses to take ends in the dead letters; re-driven, it is delivered once', async () => {
+  const { createServer } = await import('node:http');
+  const got = [];
+  const receiver = createServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => { body += c; });
+    req.on('end', () => { got.push(body); res.writeHead(200).end('ok'); });
+  });
+  await new Promise((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+  try {
+    const { owner } = await createProject();
+    const server = await createKey(owner.key, 'server', { plan: 'business' });
+    const url = `http://127.0.0.1:${receiver.address().port}/hook`;
+    const hook = await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url, events: ['contact.created'] } });
+    assert.equal(hook.status, 201, hook.text);
+    const tag = randomUUID().slice(0, 8);
+    await d1(`CREATE TRIGGER refuse_take_${tag} BEFORE UPDATE ON webhook_deliveries WHEN OLD.webhook_id = '${hook.body.id}'
+      BEGIN SELECT RAISE(ABORT, 'refused by the dead-letter test'); END`);
+    let letter;
+    let deliveryId;
+    try {
+      const contact = await call('POST', '/public/v1/contacts', { key: server.key, body: { name: 'Poisoned' } });
+      assert.equal(contact.status, 201, contact.text);
+      deliveryId = (await eventually(async () => (await d1(
+        `SELECT id FROM webhook_deliveries WHERE webhook_id = '${hook.body.id}'`))[0]))?.id;
+      assert.ok(deliveryId, 'the delivery was written with the contact');
+      letter = await letterWith('gatehouse-webhooks', deliveryId);
+      assert.ok(letter, 'the delivery message is listed as a dead letter');
+      assert.match(letter.last_error ?? '', /refused by the dead-letter test/);
+      assert.equal(got.length, 0, 'nothing reached the receiver while D1 refused');
+    } finally {
+      await d1(`DROP TRIGGER IF EXISTS refuse_take_${tag}`);
+    }
+    const res = await redrive({ ids: [letter.id] });
+    assert.deepEqual([res.status, res.body], [200, { redriven: 1, failed: 0, skipped: 0 }], res.text);
+    const delivered = await eventually(async () => {
+      const list = await call('GET', `/public/v1/webhooks/${hook.body.id}/deliveries?status=delivered`, { key: owner.key });
+      return list.body.data?.find((d) => d.id === deliveryId);
+    }, 30_000);
+    assert.ok(delivered, 'the re-driven delivery is delivered');
+    await sleep(2000);
+    assert.equal(got.length, 1, 'the receiver got the event once');
+  } finally {
+    receiver.close();
+  }
+});
