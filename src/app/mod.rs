@@ -26,10 +26,12 @@ mod simulation;
 mod webhooks;
 
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use crate::config::Config;
 use crate::core::api_key::KeyRecord;
 use crate::core::audit::AuditRow;
+use crate::core::encoding::object_id;
 use crate::core::error::ApiError;
 use crate::core::rate_limit::Usage;
 use crate::ports::{PortError, Ports};
@@ -112,6 +114,40 @@ pub struct Call<'a> {
     pub query: &'a [(String, String)],
     pub body: Vec<u8>,
     pub now_ms: i64,
+    /// Where the ids of the rows this request creates come from.
+    pub ids: Ids,
+}
+
+/// The ids a request gives the rows it creates. Random, except for an idempotent request: there
+/// they derive from its operation, so executing the same operation again (after a failure whose
+/// write landed, or a worker that died mid-way) names the same rows, and the stores find them
+/// instead of writing them twice.
+pub struct Ids {
+    seed: Option<[u8; 32]>,
+    issued: std::cell::Cell<u32>,
+}
+
+impl Ids {
+    pub fn new(seed: Option<[u8; 32]>) -> Self {
+        Ids { seed, issued: std::cell::Cell::new(0) }
+    }
+
+    /// The next id of `kind` (`con`, `msg`, `evt`, …).
+    pub fn next(&self, kind: &str) -> String {
+        let Some(seed) = &self.seed else {
+            return object_id(kind, &random());
+        };
+        let n = self.issued.get();
+        self.issued.set(n + 1);
+        let mut h = Sha256::new();
+        h.update(seed);
+        h.update(kind.as_bytes());
+        h.update(n.to_be_bytes());
+        let digest = h.finalize();
+        let mut bytes = [0u8; 16];
+        bytes.copy_from_slice(&digest[..16]);
+        object_id(kind, &bytes)
+    }
 }
 
 impl Call<'_> {

@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use super::responses::{preflight, respond, CORS_HEADERS};
-use super::{random, unavailable, ApiRequest, ApiResponse, Call, Gateway, Reply, Settlement};
+use super::{random, unavailable, ApiRequest, ApiResponse, Call, Gateway, Ids, Reply, Settlement};
 use crate::core::api_key::KeyRecord;
 use crate::core::audit::{clip_user_agent, redacted_path, AuditRow};
 use crate::core::encoding::uuid_v4;
@@ -140,6 +140,7 @@ impl<P: Ports> Gateway<'_, P> {
             return Served::early(usage, e);
         }
         let mut taken_claim = None;
+        let mut operation = None;
         match (&caller.claim, claim) {
             (Some(ClaimDecision::Replay { response }), Some(claim)) => {
                 let key = caller.key.as_ref().expect("claims need a key");
@@ -147,9 +148,10 @@ impl<P: Ports> Gateway<'_, P> {
                 let answer = self.replay(&key.id, key_hash, response.clone(), &claim.idempotency_key).await;
                 return Served { usage, answer, taken_claim: None };
             }
-            (Some(ClaimDecision::Execute), Some(claim)) => {
+            (Some(ClaimDecision::Execute { operation: op }), Some(claim)) => {
                 let key = caller.key.as_ref().expect("claims need a key");
                 let key_hash = caller.key_hash.clone().expect("claims need a key");
+                operation = Some(idempotency::operation_seed(&key.id, &claim.idempotency_key, op));
                 taken_claim = Some((key_hash, key.id.clone(), claim));
             }
             (Some(decision), _) => {
@@ -167,6 +169,7 @@ impl<P: Ports> Gateway<'_, P> {
             query: &req.query,
             body,
             now_ms: req.now_ms,
+            ids: Ids::new(operation),
         };
         let answer = self.execute(route.id, &call).await.map(Answer::Reply);
         Served { usage, answer, taken_claim }

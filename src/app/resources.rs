@@ -4,8 +4,7 @@
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
-use super::{random, unavailable, Call, Gateway, Reply};
-use crate::core::encoding::object_id;
+use super::{unavailable, Call, Gateway, Reply};
 use crate::core::error::ApiError;
 use crate::core::json_body;
 use crate::core::page::{Cursor, PageRequest};
@@ -16,14 +15,10 @@ use crate::core::resources::{
 use crate::core::webhook::OutgoingEvent;
 use crate::ports::{Ports, Resources, RunStart};
 
-fn new_id(kind: &str) -> String {
-    object_id(kind, &random())
-}
-
 /// The event a created resource emits (SPEC §10), about the row `subject_id`.
 fn event(call: &Call<'_>, event_type: &'static str, subject_id: &str, data: Value) -> OutgoingEvent {
     OutgoingEvent::new(
-        new_id("evt"),
+        call.ids.next("evt"),
         event_type,
         subject_id,
         data,
@@ -47,10 +42,11 @@ fn item<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
 impl<P: Ports> Gateway<'_, P> {
     pub(super) async fn create_contact(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let input: ContactInput = json_body::parse(&call.body)?;
-        let contact = input.validate(new_id("con"), call.project_id(), call.now_ms)?;
+        let mut contact = input.validate(call.ids.next("con"), call.project_id(), call.now_ms)?;
         let events = [event(call, "contact.created", &contact.id, contact.view())];
-        let deliveries =
+        let (stored, deliveries) =
             self.store.create_contacts(std::slice::from_ref(&contact), &events).await.map_err(unavailable)?;
+        contact.created_at = stored.first().copied().unwrap_or(contact.created_at);
         Ok(with_deliveries(Reply::created(contact.view()), deliveries))
     }
 
@@ -76,11 +72,11 @@ impl<P: Ports> Gateway<'_, P> {
         let checked: Vec<Result<Contact, ApiError>> = input
             .items
             .into_iter()
-            .map(|v| item::<ContactInput>(v)?.validate(new_id("con"), call.project_id(), call.now_ms))
+            .map(|v| item::<ContactInput>(v)?.validate(call.ids.next("con"), call.project_id(), call.now_ms))
             .collect();
         let valid: Vec<Contact> = checked.iter().filter_map(|c| c.as_ref().ok().cloned()).collect();
         let events: Vec<_> = valid.iter().map(|c| event(call, "contact.created", &c.id, c.view())).collect();
-        let deliveries = self.store.create_contacts(&valid, &events).await.map_err(unavailable)?;
+        let (_, deliveries) = self.store.create_contacts(&valid, &events).await.map_err(unavailable)?;
         let outcomes: Vec<ItemOutcome> = checked
             .into_iter()
             .map(|c| match c {
@@ -93,13 +89,14 @@ impl<P: Ports> Gateway<'_, P> {
 
     pub(super) async fn create_message(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let input: MessageInput = json_body::parse(&call.body)?;
-        let message = input.validate(new_id("msg"), call.project_id(), call.now_ms)?;
+        let mut message = input.validate(call.ids.next("msg"), call.project_id(), call.now_ms)?;
         let events = [event(call, "message.created", &message.id, message.view())];
-        let (inserted, deliveries) =
+        let (stored, deliveries) =
             self.store.create_messages(std::slice::from_ref(&message), &events).await.map_err(unavailable)?;
-        if inserted.first() != Some(&true) {
+        let Some(Some(created_at)) = stored.first().copied() else {
             return Err(unknown_contact(&message.contact_id));
-        }
+        };
+        message.created_at = created_at;
         Ok(with_deliveries(Reply::created(message.view()), deliveries))
     }
 
@@ -110,7 +107,7 @@ impl<P: Ports> Gateway<'_, P> {
         let checked: Vec<_> = input
             .items
             .into_iter()
-            .map(|v| item::<MessageInput>(v)?.validate(new_id("msg"), call.project_id(), call.now_ms))
+            .map(|v| item::<MessageInput>(v)?.validate(call.ids.next("msg"), call.project_id(), call.now_ms))
             .collect();
         let valid: Vec<_> = checked.iter().filter_map(|m| m.as_ref().ok().cloned()).collect();
         let events: Vec<_> = valid.iter().map(|m| event(call, "message.created", &m.id, m.view())).collect();
@@ -120,7 +117,7 @@ impl<P: Ports> Gateway<'_, P> {
         let outcomes: Vec<ItemOutcome> = checked
             .into_iter()
             .map(|m| match m {
-                Ok(message) if inserted.next() == Some(true) => ItemOutcome::Created(message.id),
+                Ok(message) if inserted.next().flatten().is_some() => ItemOutcome::Created(message.id),
                 Ok(message) => ItemOutcome::Failed(unknown_contact(&message.contact_id)),
                 Err(e) => ItemOutcome::Failed(e),
             })
@@ -130,8 +127,8 @@ impl<P: Ports> Gateway<'_, P> {
 
     pub(super) async fn create_scenario(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let input: ScenarioInput = json_body::parse(&call.body)?;
-        let scenario = input.validate(new_id("scn"), call.project_id(), call.now_ms)?;
-        self.store.create_scenario(&scenario).await.map_err(unavailable)?;
+        let mut scenario = input.validate(call.ids.next("scn"), call.project_id(), call.now_ms)?;
+        scenario.created_at = self.store.create_scenario(&scenario).await.map_err(unavailable)?;
         Ok(Reply::created(scenario.view()))
     }
 
@@ -139,7 +136,7 @@ impl<P: Ports> Gateway<'_, P> {
         let scenario_id = call.params[0];
         let input: RunInput = json_body::parse(&call.body)?;
         let run = ScenarioRun {
-            id: new_id("run"),
+            id: call.ids.next("run"),
             project_id: call.project_id().to_owned(),
             scenario_id: scenario_id.to_owned(),
             contact_id: input.contact_id,
@@ -173,9 +170,11 @@ impl<P: Ports> Gateway<'_, P> {
                 .with_detail("project_id", project_id));
         }
         let input: ReleaseMarkerInput = json_body::parse(&call.body)?;
-        let marker = input.validate(new_id("rel"), project_id, call.now_ms)?;
+        let mut marker = input.validate(call.ids.next("rel"), project_id, call.now_ms)?;
         let events = [event(call, "release_marker.created", &marker.id, marker.view())];
-        let deliveries = self.store.create_release_marker(&marker, &events).await.map_err(unavailable)?;
+        let (created_at, deliveries) =
+            self.store.create_release_marker(&marker, &events).await.map_err(unavailable)?;
+        marker.created_at = created_at;
         Ok(with_deliveries(Reply::created(marker.view()), deliveries))
     }
 }

@@ -9,7 +9,6 @@ use serde_json::json;
 
 use super::{random, unavailable, Call, Gateway, Reply};
 use crate::config::Config;
-use crate::core::encoding::object_id;
 use crate::core::error::ApiError;
 use crate::core::json_body;
 use crate::core::page::{Cursor, PageRequest};
@@ -39,7 +38,7 @@ impl<P: Ports> Gateway<'_, P> {
         check_url(&input.url, self.config.allow_private_webhook_urls)?;
         check_events(&input.events)?;
         let hook = Webhook {
-            id: object_id("wh", &random()),
+            id: call.ids.next("wh"),
             project_id: call.project_id().to_owned(),
             url: input.url,
             events: input.events,
@@ -48,8 +47,9 @@ impl<P: Ports> Gateway<'_, P> {
             disabled_reason: None,
             created_at: call.now_ms,
         };
-        self.store.create_webhook(&hook).await.map_err(unavailable)?;
-        Ok(Reply::created(hook.view(true)))
+        // A second execution of the same operation finds the first subscription and its secret.
+        let stored = self.store.create_webhook(&hook).await.map_err(unavailable)?;
+        Ok(Reply::created(stored.view(true)))
     }
 
     pub(super) async fn list_webhooks(&self, call: &Call<'_>) -> Result<Reply, ApiError> {

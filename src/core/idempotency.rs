@@ -92,6 +92,11 @@ pub struct Claim {
     /// While running: when the lease ends. Once completed: when the key is forgotten.
     pub until_ms: i64,
     pub completed: bool,
+    /// The execution failed (non-2xx) and gave the claim back.
+    pub released: bool,
+    /// The operation this claim executes: kept across a released claim and a lease that ran out,
+    /// so that the same request executing again writes the same rows (see [`operation_seed`]).
+    pub operation: String,
     /// The response, while the guard keeps it (see `adapters::` and the guard).
     pub response: Option<StoredResponse>,
 }
@@ -99,8 +104,8 @@ pub struct Claim {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "claim", rename_all = "snake_case")]
 pub enum ClaimDecision {
-    /// A new claim was taken: execute the operation.
-    Execute,
+    /// The claim is taken: execute `operation`.
+    Execute { operation: String },
     /// Same key, same request, still running.
     InUse,
     /// Same key, different request.
@@ -110,17 +115,40 @@ pub enum ClaimDecision {
     Replay { response: Option<StoredResponse> },
 }
 
-/// The decision for a request with `fingerprint` given the claim the guard holds for its key.
-/// An expired lease or an expired completed claim is as good as none.
-pub fn decide_claim(existing: Option<&Claim>, fingerprint: &str, now_ms: i64) -> ClaimDecision {
+/// The decision for a request with `fingerprint` (made by `request_id`) given the claim the guard
+/// holds for its key. A completed claim past its TTL is as good as none. A released claim, or a
+/// lease that ran out before completion, is taken again; the same request then continues the
+/// same operation (a write of the first execution that landed is found again, not repeated),
+/// another request starts a new one.
+pub fn decide_claim(
+    existing: Option<&Claim>,
+    fingerprint: &str,
+    request_id: &str,
+    now_ms: i64,
+) -> ClaimDecision {
     match existing {
-        Some(c) if c.until_ms > now_ms => match (c.fingerprint == fingerprint, c.completed) {
+        Some(c) if !c.released && c.until_ms > now_ms => match (c.fingerprint == fingerprint, c.completed) {
             (false, _) => ClaimDecision::Reused,
             (true, false) => ClaimDecision::InUse,
             (true, true) => ClaimDecision::Replay { response: c.response.clone() },
         },
-        _ => ClaimDecision::Execute,
+        Some(c) if !c.completed && c.fingerprint == fingerprint => {
+            ClaimDecision::Execute { operation: c.operation.clone() }
+        }
+        _ => ClaimDecision::Execute { operation: request_id.to_owned() },
     }
+}
+
+/// The seed the ids an operation creates derive from: the same operation (one API key, one
+/// `Idempotency-Key`, one claim lifetime) always creates the same ids, so executing it again after
+/// a failure whose write landed finds those rows instead of writing new ones.
+pub fn operation_seed(api_key_id: &str, idempotency_key: &str, operation: &str) -> [u8; 32] {
+    let mut h = Sha256::new();
+    for part in [api_key_id, idempotency_key, operation] {
+        h.update(part.as_bytes());
+        h.update(b"\n");
+    }
+    h.finalize().into()
 }
 
 /// The error for a claim the request may not execute under.
@@ -192,22 +220,53 @@ mod tests {
     }
 
     fn claim(fp: &str, until_ms: i64, completed: bool) -> Claim {
-        Claim { fingerprint: fp.into(), until_ms, completed, response: None }
+        Claim {
+            fingerprint: fp.into(),
+            until_ms,
+            completed,
+            released: false,
+            operation: "op-1".into(),
+            response: None,
+        }
+    }
+
+    fn execute(operation: &str) -> ClaimDecision {
+        ClaimDecision::Execute { operation: operation.into() }
     }
 
     #[test]
     fn decision_table_of_spec_section_5() {
-        assert_eq!(decide_claim(None, "f", 0), ClaimDecision::Execute);
-        assert_eq!(decide_claim(Some(&claim("f", 100, false)), "f", 50), ClaimDecision::InUse);
-        assert_eq!(decide_claim(Some(&claim("f", 100, false)), "g", 50), ClaimDecision::Reused);
-        assert_eq!(decide_claim(Some(&claim("f", 100, true)), "g", 50), ClaimDecision::Reused);
+        assert_eq!(decide_claim(None, "f", "req-2", 0), execute("req-2"));
+        assert_eq!(decide_claim(Some(&claim("f", 100, false)), "f", "req-2", 50), ClaimDecision::InUse);
+        assert_eq!(decide_claim(Some(&claim("f", 100, false)), "g", "req-2", 50), ClaimDecision::Reused);
+        assert_eq!(decide_claim(Some(&claim("f", 100, true)), "g", "req-2", 50), ClaimDecision::Reused);
         assert_eq!(
-            decide_claim(Some(&claim("f", 100, true)), "f", 50),
+            decide_claim(Some(&claim("f", 100, true)), "f", "req-2", 50),
             ClaimDecision::Replay { response: None }
         );
-        // A lease that ran out, and a completed key past its TTL, execute anew.
-        assert_eq!(decide_claim(Some(&claim("f", 100, false)), "f", 100), ClaimDecision::Execute);
-        assert_eq!(decide_claim(Some(&claim("g", 100, true)), "f", 101), ClaimDecision::Execute);
+        // A completed key past its TTL executes anew, as a new operation.
+        assert_eq!(decide_claim(Some(&claim("g", 100, true)), "f", "req-2", 101), execute("req-2"));
+        assert_eq!(decide_claim(Some(&claim("f", 100, true)), "f", "req-2", 101), execute("req-2"));
+    }
+
+    #[test]
+    fn a_lapsed_lease_or_a_released_claim_continues_the_same_operation_for_the_same_request() {
+        assert_eq!(decide_claim(Some(&claim("f", 100, false)), "f", "req-2", 100), execute("op-1"));
+        let released = Claim { released: true, ..claim("f", 100, false) };
+        assert_eq!(decide_claim(Some(&released), "f", "req-2", 50), execute("op-1"));
+        // Another request under the key after a failure is a new operation (nothing was stored).
+        assert_eq!(decide_claim(Some(&released), "g", "req-2", 50), execute("req-2"));
+        assert_eq!(decide_claim(Some(&claim("f", 100, false)), "g", "req-2", 100), execute("req-2"));
+    }
+
+    #[test]
+    fn operation_seeds_differ_per_key_idempotency_key_and_operation() {
+        let a = operation_seed("key_1", "k", "op");
+        assert_eq!(a, operation_seed("key_1", "k", "op"));
+        assert_ne!(a, operation_seed("key_2", "k", "op"));
+        assert_ne!(a, operation_seed("key_1", "k2", "op"));
+        assert_ne!(a, operation_seed("key_1", "k", "op2"));
+        assert_ne!(operation_seed("a", "bc", "d"), operation_seed("ab", "c", "d"));
     }
 
     #[test]
@@ -216,6 +275,6 @@ mod tests {
         assert_eq!((e.status(), e.code.retryable(), e.retry_after), (409, true, Some(1)));
         let e = refusal(&ClaimDecision::Reused).unwrap();
         assert_eq!((e.status(), e.code.as_str(), e.code.retryable()), (409, "IDEMPOTENCY_KEY_REUSED", false));
-        assert!(refusal(&ClaimDecision::Execute).is_none());
+        assert!(refusal(&execute("op")).is_none());
     }
 }

@@ -101,9 +101,9 @@ impl FakeGuard {
                 c.response = None;
             }
         }
-        let decision = decide_claim(existing.as_ref(), &request.fingerprint, now);
-        if decision == ClaimDecision::Execute {
-            if held.is_some_and(|h| !h.claim.completed) {
+        let decision = decide_claim(existing.as_ref(), &request.fingerprint, &request.request_id, now);
+        if let ClaimDecision::Execute { operation } = &decision {
+            if held.is_some_and(|h| !h.claim.completed && !h.claim.released) {
                 self.lapsed.set(self.lapsed.get() + 1);
             }
             self.executions.set(self.executions.get() + 1);
@@ -111,6 +111,8 @@ impl FakeGuard {
                 fingerprint: request.fingerprint.clone(),
                 until_ms: now + LEASE_MS,
                 completed: false,
+                released: false,
+                operation: operation.clone(),
                 response: None,
             };
             claims.insert(slot, HeldClaim { claim, owner: request.request_id.clone(), inline_until: 0 });
@@ -151,7 +153,7 @@ impl KeyGuard for FakeGuard {
                 let now = self.clock.get();
                 let slot = (key_hash.to_owned(), claim.idempotency_key.clone());
                 if let Some(held) = self.claims.borrow_mut().get_mut(&slot) {
-                    if held.owner == claim.request_id && !held.claim.completed {
+                    if held.owner == claim.request_id && !held.claim.completed && !held.claim.released {
                         held.claim.completed = true;
                         held.claim.until_ms = now + self.config.idempotency_ttl_seconds as i64 * 1000;
                         held.claim.response = Some(response.clone());
@@ -167,8 +169,10 @@ impl KeyGuard for FakeGuard {
             .run("guard.release_claim", || {
                 let slot = (key_hash.to_owned(), claim.idempotency_key.clone());
                 let mut claims = self.claims.borrow_mut();
-                if claims.get(&slot).is_some_and(|h| h.owner == claim.request_id && !h.claim.completed) {
-                    claims.remove(&slot);
+                if let Some(held) = claims.get_mut(&slot) {
+                    if held.owner == claim.request_id && !held.claim.completed {
+                        held.claim.released = true;
+                    }
                 }
             })
             .await
@@ -376,16 +380,34 @@ pub struct ResourceTables {
     pub markers: RefCell<Vec<ReleaseMarker>>,
 }
 
+/// Create-or-find by id, as the D1 statements do: answers the stored row's `created_at`.
+fn create_or_find<T: Clone>(
+    rows: &mut Vec<T>,
+    row: &T,
+    id: impl Fn(&T) -> &str,
+    at: impl Fn(&T) -> i64,
+) -> i64 {
+    match rows.iter().find(|r| id(r) == id(row)) {
+        Some(stored) => at(stored),
+        None => {
+            rows.push(row.clone());
+            at(row)
+        }
+    }
+}
+
 impl Resources for FakeStore {
     async fn create_contacts(
         &self,
         contacts: &[Contact],
         _: &[OutgoingEvent],
-    ) -> Result<Vec<String>, PortError> {
+    ) -> Result<(Vec<i64>, Vec<String>), PortError> {
         self.faults
             .run("d1.create_contacts", || {
-                self.resources.contacts.borrow_mut().extend(contacts.iter().cloned());
-                Vec::new()
+                let mut rows = self.resources.contacts.borrow_mut();
+                let stored =
+                    contacts.iter().map(|c| create_or_find(&mut rows, c, |c| &c.id, |c| c.created_at));
+                (stored.collect(), Vec::new())
             })
             .await
     }
@@ -412,24 +434,30 @@ impl Resources for FakeStore {
         &self,
         messages: &[Message],
         _: &[OutgoingEvent],
-    ) -> Result<(Vec<bool>, Vec<String>), PortError> {
+    ) -> Result<(Vec<Option<i64>>, Vec<String>), PortError> {
         self.faults
             .run("d1.create_messages", || {
                 let contacts = self.resources.contacts.borrow();
-                let known = |m: &Message| {
-                    contacts.iter().any(|c| c.id == m.contact_id && c.project_id == m.project_id)
-                };
-                let created: Vec<bool> = messages.iter().map(known).collect();
-                let kept = messages.iter().zip(&created).filter(|(_, ok)| **ok).map(|(m, _)| m.clone());
-                self.resources.messages.borrow_mut().extend(kept);
-                (created, Vec::new())
+                let mut rows = self.resources.messages.borrow_mut();
+                let stored = messages.iter().map(|m| {
+                    let known = contacts.iter().any(|c| c.id == m.contact_id && c.project_id == m.project_id);
+                    known.then(|| create_or_find(&mut rows, m, |m| &m.id, |m| m.created_at))
+                });
+                (stored.collect(), Vec::new())
             })
             .await
     }
 
-    async fn create_scenario(&self, scenario: &Scenario) -> Result<(), PortError> {
+    async fn create_scenario(&self, scenario: &Scenario) -> Result<i64, PortError> {
         self.faults
-            .run("d1.create_scenario", || self.resources.scenarios.borrow_mut().push(scenario.clone()))
+            .run("d1.create_scenario", || {
+                create_or_find(
+                    &mut self.resources.scenarios.borrow_mut(),
+                    scenario,
+                    |s| &s.id,
+                    |s| s.created_at,
+                )
+            })
             .await
     }
 
@@ -440,7 +468,7 @@ impl Resources for FakeStore {
     ) -> Result<(RunStart, Vec<String>), PortError> {
         self.faults
             .run("d1.start_run", || {
-                self.resources.runs.borrow_mut().push(run.clone());
+                create_or_find(&mut self.resources.runs.borrow_mut(), run, |r| &r.id, |r| r.created_at);
                 (RunStart::Started, Vec::new())
             })
             .await
@@ -450,11 +478,11 @@ impl Resources for FakeStore {
         &self,
         marker: &ReleaseMarker,
         _: &[OutgoingEvent],
-    ) -> Result<Vec<String>, PortError> {
+    ) -> Result<(i64, Vec<String>), PortError> {
         self.faults
             .run("d1.create_release_marker", || {
-                self.resources.markers.borrow_mut().push(marker.clone());
-                Vec::new()
+                let mut rows = self.resources.markers.borrow_mut();
+                (create_or_find(&mut rows, marker, |m| &m.id, |m| m.created_at), Vec::new())
             })
             .await
     }

@@ -102,9 +102,9 @@ impl FakeStore {
 }
 
 impl WebhookStore for FakeStore {
-    async fn create_webhook(&self, webhook: &Webhook) -> Result<(), PortError> {
+    async fn create_webhook(&self, webhook: &Webhook) -> Result<Webhook, PortError> {
         self.tables("webhooks.create", |t| {
-            t.webhooks.insert(webhook.id.clone(), webhook.clone());
+            t.webhooks.entry(webhook.id.clone()).or_insert_with(|| webhook.clone()).clone()
         })
         .await
     }

@@ -56,8 +56,10 @@ pub struct KeyGuardObject {
 #[derive(Deserialize)]
 struct ClaimRow {
     fingerprint: String,
+    operation: String,
     until_ms: i64,
     completed: i64,
+    released: i64,
     response: Option<String>,
 }
 
@@ -77,11 +79,15 @@ impl DurableObject for KeyGuardObject {
                id INTEGER PRIMARY KEY CHECK (id = 1),
                window_start_ms INTEGER NOT NULL, window_used INTEGER NOT NULL,
                month_start_ms INTEGER NOT NULL, month_used INTEGER NOT NULL)",
-            "CREATE TABLE IF NOT EXISTS claims (
+            // `claims` of the first version had no operation; its rows are dropped (a key in
+            // flight during the upgrade executes again, as after a lost claim).
+            "DROP TABLE IF EXISTS claims",
+            "CREATE TABLE IF NOT EXISTS idempotency_claims (
                idempotency_key TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, owner TEXT NOT NULL,
-               until_ms INTEGER NOT NULL, completed INTEGER NOT NULL,
+               operation TEXT NOT NULL, until_ms INTEGER NOT NULL, completed INTEGER NOT NULL,
+               released INTEGER NOT NULL, keep_until_ms INTEGER NOT NULL,
                response TEXT, response_until_ms INTEGER)",
-            "CREATE INDEX IF NOT EXISTS claims_by_expiry ON claims (until_ms)",
+            "CREATE INDEX IF NOT EXISTS idempotency_claims_by_expiry ON idempotency_claims (keep_until_ms)",
             "CREATE TABLE IF NOT EXISTS applied (
                id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL, until_ms INTEGER NOT NULL)",
         ] {
@@ -102,8 +108,10 @@ impl DurableObject for KeyGuardObject {
                 answer::<CompleteClaim>(self.complete(&claim, &response)?)
             }
             GuardCommand::ReleaseClaim(ReleaseClaim { claim }) => {
+                // Kept as released, so the same request executing again continues its operation.
                 self.sql.exec(
-                    "DELETE FROM claims WHERE idempotency_key = ? AND owner = ? AND completed = 0",
+                    "UPDATE idempotency_claims SET released = 1
+                     WHERE idempotency_key = ? AND owner = ? AND completed = 0",
                     vec![claim.idempotency_key.into(), claim.request_id.into()],
                 )?;
                 answer::<ReleaseClaim>(Done {})
@@ -234,16 +242,17 @@ impl KeyGuardObject {
         }
     }
 
-    /// Decides on the claim and, for a new one, takes it, without yielding.
+    /// Decides on the claim and, when it may execute, takes it, without yielding. A claim is kept
+    /// (completed, released or lapsed) until the TTL after it was taken or completed.
     fn claim(&self, request: &ClaimRequest) -> Result<ClaimDecision> {
         let now = now_ms();
-        self.sql.exec("DELETE FROM claims WHERE until_ms <= ?", vec![now.into()])?;
+        self.sql.exec("DELETE FROM idempotency_claims WHERE keep_until_ms <= ?", vec![now.into()])?;
         let existing = self
             .sql
             .exec(
-                "SELECT fingerprint, until_ms, completed,
+                "SELECT fingerprint, operation, until_ms, completed, released,
                         CASE WHEN response_until_ms > ? THEN response END AS response
-                 FROM claims WHERE idempotency_key = ?",
+                 FROM idempotency_claims WHERE idempotency_key = ?",
                 vec![now.into(), request.idempotency_key.clone().into()],
             )?
             .to_array::<ClaimRow>()?
@@ -253,6 +262,8 @@ impl KeyGuardObject {
                     fingerprint: row.fingerprint,
                     until_ms: row.until_ms,
                     completed: row.completed != 0,
+                    released: row.released != 0,
+                    operation: row.operation,
                     response: row
                         .response
                         .map(|r| serde_json::from_str(&r))
@@ -261,16 +272,20 @@ impl KeyGuardObject {
                 })
             })
             .transpose()?;
-        let decision = decide_claim(existing.as_ref(), &request.fingerprint, now);
-        if decision == ClaimDecision::Execute {
+        let decision = decide_claim(existing.as_ref(), &request.fingerprint, &request.request_id, now);
+        if let ClaimDecision::Execute { operation } = &decision {
+            let ttl_ms = self.config()?.idempotency_ttl_seconds as i64 * 1000;
             self.sql.exec(
-                "INSERT OR REPLACE INTO claims (idempotency_key, fingerprint, owner, until_ms, completed)
-                 VALUES (?, ?, ?, ?, 0)",
+                "INSERT OR REPLACE INTO idempotency_claims
+                   (idempotency_key, fingerprint, owner, operation, until_ms, completed, released, keep_until_ms)
+                 VALUES (?, ?, ?, ?, ?, 0, 0, ?)",
                 vec![
                     request.idempotency_key.clone().into(),
                     request.fingerprint.clone().into(),
                     request.request_id.clone().into(),
+                    operation.clone().into(),
                     (now + LEASE_MS).into(),
+                    (now + ttl_ms).into(),
                 ],
             )?;
         }
@@ -284,9 +299,11 @@ impl KeyGuardObject {
         let now = now_ms();
         let until = now + self.config()?.idempotency_ttl_seconds as i64 * 1000;
         self.sql.exec(
-            "UPDATE claims SET completed = 1, until_ms = ?, response = ?, response_until_ms = ?
-             WHERE idempotency_key = ? AND owner = ? AND completed = 0",
+            "UPDATE idempotency_claims
+             SET completed = 1, until_ms = ?, keep_until_ms = ?, response = ?, response_until_ms = ?
+             WHERE idempotency_key = ? AND owner = ? AND completed = 0 AND released = 0",
             vec![
+                until.into(),
                 until.into(),
                 serde_json::to_string(response).map_err(rust_error)?.into(),
                 (now + STORE_PROPAGATION_MS).into(),
@@ -305,7 +322,7 @@ impl KeyGuardObject {
         let rows = self
             .sql
             .exec(
-                "SELECT response FROM claims WHERE idempotency_key = ? AND completed = 1 AND until_ms > ?",
+                "SELECT response FROM idempotency_claims WHERE idempotency_key = ? AND completed = 1 AND until_ms > ?",
                 vec![idempotency_key.into(), now_ms().into()],
             )?
             .to_array::<Held>()?;

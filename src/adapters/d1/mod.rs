@@ -11,7 +11,7 @@ mod webhooks;
 use std::rc::Rc;
 
 use wasm_bindgen::JsValue;
-use worker::{D1Database, D1PreparedStatement};
+use worker::{D1Database, D1PreparedStatement, D1Result};
 
 use crate::core::page::{Cursor, PageRequest};
 use crate::ports::{Meter, PortError};
@@ -62,27 +62,27 @@ impl D1Store {
 
     /// Runs statements as one D1 batch (one transaction); answers each statement's changed rows.
     async fn batch(&self, statements: Vec<D1PreparedStatement>) -> Result<Vec<usize>, PortError> {
-        Ok(self.batch_with_deliveries(statements, Vec::new()).await?.0)
+        let results = self.batch_with_deliveries(statements, Vec::new()).await?.0;
+        results
+            .iter()
+            .map(|r| Ok(r.meta().map_err(PortError::from_display)?.and_then(|m| m.changes).unwrap_or(0)))
+            .collect()
     }
 
     /// Runs the statements and then the delivery inserts of their events in one batch; answers the
-    /// statements' changed rows and the ids of the deliveries written.
+    /// statements' results and the ids of the deliveries written.
     async fn batch_with_deliveries(
         &self,
         statements: Vec<D1PreparedStatement>,
         deliveries: Vec<D1PreparedStatement>,
-    ) -> Result<(Vec<usize>, Vec<String>), PortError> {
+    ) -> Result<(Vec<D1Result>, Vec<String>), PortError> {
         if statements.is_empty() && deliveries.is_empty() {
             return Ok((Vec::new(), Vec::new()));
         }
         Meter::count(&self.meter.d1_queries);
         let split = statements.len();
         let all = statements.into_iter().chain(deliveries).collect();
-        let results = self.db.batch(all).await.map_err(PortError::from_display)?;
-        let changes = results[..split]
-            .iter()
-            .map(|r| Ok(r.meta().map_err(PortError::from_display)?.and_then(|m| m.changes).unwrap_or(0)))
-            .collect::<Result<Vec<_>, PortError>>()?;
+        let mut results = self.db.batch(all).await.map_err(PortError::from_display)?;
         #[derive(serde::Deserialize)]
         struct Id {
             id: String,
@@ -91,7 +91,29 @@ impl D1Store {
         for r in &results[split..] {
             ids.extend(r.results::<Id>().map_err(PortError::from_display)?.into_iter().map(|i| i.id));
         }
-        Ok((changes, ids))
+        results.truncate(split);
+        Ok((results, ids))
+    }
+
+    /// The batch of a create-or-find insert per row (`… RETURNING created_at`) and its deliveries:
+    /// each row's stored `created_at`, or `None` where the statement wrote and found nothing.
+    async fn create_or_find(
+        &self,
+        statements: Vec<D1PreparedStatement>,
+        deliveries: Vec<D1PreparedStatement>,
+    ) -> Result<(Vec<Option<i64>>, Vec<String>), PortError> {
+        #[derive(serde::Deserialize)]
+        struct Stored {
+            created_at: i64,
+        }
+        let (results, deliveries) = self.batch_with_deliveries(statements, deliveries).await?;
+        let stored = results
+            .iter()
+            .map(|r| {
+                Ok(r.results::<Stored>().map_err(PortError::from_display)?.first().map(|s| s.created_at))
+            })
+            .collect::<Result<Vec<_>, PortError>>()?;
+        Ok((stored, deliveries))
     }
 }
 

@@ -11,9 +11,14 @@ use crate::ports::{PortError, Resources, RunStart};
 
 const CONTACT_COLUMNS: &str = "id, project_id, name, phone, email, external_id, created_at";
 
+/// Create-or-find: a row whose id exists is left as it is (the no-op update makes `RETURNING`
+/// answer it too), so a second execution of one operation reads its first `created_at`.
+const FIND: &str = " ON CONFLICT (id) DO UPDATE SET id = excluded.id RETURNING created_at";
+
 impl D1Store {
     /// One delivery per active subscription of the event's project that wants its type, written
-    /// only if the row the event is about exists (so a failed item emits nothing).
+    /// only if the row the event is about exists (so a failed item emits nothing), and once per
+    /// subscription and event (a found row's event, executed again, writes none).
     fn delivery_statements(&self, events: &[OutgoingEvent]) -> Result<Vec<D1PreparedStatement>, PortError> {
         events
             .iter()
@@ -26,7 +31,7 @@ impl D1Store {
                 };
                 self.statement(
                     &format!(
-                        "INSERT INTO webhook_deliveries (id, project_id, webhook_id, event_id, event, payload,
+                        "INSERT OR IGNORE INTO webhook_deliveries (id, project_id, webhook_id, event_id, event, payload,
                            request_id, status, attempts, scheduled_at, created_at, updated_at)
                          SELECT 'dlv_' || lower(hex(randomblob(13))), ?1, w.id, ?2, ?3, ?4, ?5, 'pending', 0, ?6, ?6, ?6
                          FROM webhooks w
@@ -55,12 +60,14 @@ impl Resources for D1Store {
         &self,
         contacts: &[Contact],
         events: &[OutgoingEvent],
-    ) -> Result<Vec<String>, PortError> {
+    ) -> Result<(Vec<i64>, Vec<String>), PortError> {
         let statements = contacts
             .iter()
             .map(|c| {
                 self.statement(
-                    &format!("INSERT INTO contacts ({CONTACT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
+                    &format!(
+                        "INSERT INTO contacts ({CONTACT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7){FIND}"
+                    ),
                     &[
                         text(&c.id),
                         text(&c.project_id),
@@ -73,7 +80,8 @@ impl Resources for D1Store {
                 )
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(self.batch_with_deliveries(statements, self.delivery_statements(events)?).await?.1)
+        let (stored, deliveries) = self.create_or_find(statements, self.delivery_statements(events)?).await?;
+        Ok((stored.into_iter().map(|at| at.unwrap_or_default()).collect(), deliveries))
     }
 
     async fn contact(&self, project_id: &str, id: &str) -> Result<Option<Contact>, PortError> {
@@ -94,15 +102,17 @@ impl Resources for D1Store {
         &self,
         messages: &[Message],
         events: &[OutgoingEvent],
-    ) -> Result<(Vec<bool>, Vec<String>), PortError> {
+    ) -> Result<(Vec<Option<i64>>, Vec<String>), PortError> {
         // Inserts nothing for a contact that is not in the project: the item fails, the rest go on.
         let statements = messages
             .iter()
             .map(|m| {
                 self.statement(
-                    "INSERT INTO messages (id, project_id, contact_id, text, status, created_at)
-                     SELECT ?1, ?2, ?3, ?4, 'queued', ?5
-                     WHERE EXISTS (SELECT 1 FROM contacts WHERE id = ?3 AND project_id = ?2)",
+                    &format!(
+                        "INSERT INTO messages (id, project_id, contact_id, text, status, created_at)
+                         SELECT ?1, ?2, ?3, ?4, 'queued', ?5
+                         WHERE EXISTS (SELECT 1 FROM contacts WHERE id = ?3 AND project_id = ?2){FIND}"
+                    ),
                     &[
                         text(&m.id),
                         text(&m.project_id),
@@ -113,18 +123,17 @@ impl Resources for D1Store {
                 )
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let (changes, deliveries) =
-            self.batch_with_deliveries(statements, self.delivery_statements(events)?).await?;
-        Ok((changes.into_iter().map(|c| c == 1).collect(), deliveries))
+        self.create_or_find(statements, self.delivery_statements(events)?).await
     }
 
-    async fn create_scenario(&self, scenario: &Scenario) -> Result<(), PortError> {
+    async fn create_scenario(&self, scenario: &Scenario) -> Result<i64, PortError> {
         let insert = self.statement(
-            "INSERT INTO scenarios (id, project_id, name, created_at) VALUES (?1, ?2, ?3, ?4)",
+            &format!(
+                "INSERT INTO scenarios (id, project_id, name, created_at) VALUES (?1, ?2, ?3, ?4){FIND}"
+            ),
             &[text(&scenario.id), text(&scenario.project_id), text(&scenario.name), int(scenario.created_at)],
         )?;
-        self.batch(vec![insert]).await?;
-        Ok(())
+        Ok(self.create_or_find(vec![insert], Vec::new()).await?.0[0].unwrap_or(scenario.created_at))
     }
 
     async fn start_run(
@@ -134,10 +143,12 @@ impl Resources for D1Store {
     ) -> Result<(RunStart, Vec<String>), PortError> {
         let variables = serde_json::to_string(&run.variables).map_err(PortError::from_display)?;
         let insert = self.statement(
-            "INSERT INTO scenario_runs (id, project_id, scenario_id, contact_id, variables, status, created_at)
-             SELECT ?1, ?2, ?3, ?4, ?5, 'started', ?6
-             WHERE EXISTS (SELECT 1 FROM scenarios WHERE id = ?3 AND project_id = ?2)
-               AND EXISTS (SELECT 1 FROM contacts WHERE id = ?4 AND project_id = ?2)",
+            &format!(
+                "INSERT INTO scenario_runs (id, project_id, scenario_id, contact_id, variables, status, created_at)
+                 SELECT ?1, ?2, ?3, ?4, ?5, 'started', ?6
+                 WHERE EXISTS (SELECT 1 FROM scenarios WHERE id = ?3 AND project_id = ?2)
+                   AND EXISTS (SELECT 1 FROM contacts WHERE id = ?4 AND project_id = ?2){FIND}"
+            ),
             &[
                 text(&run.id),
                 text(&run.project_id),
@@ -147,9 +158,9 @@ impl Resources for D1Store {
                 int(run.created_at),
             ],
         )?;
-        let (changes, deliveries) =
-            self.batch_with_deliveries(vec![insert], self.delivery_statements(events)?).await?;
-        if changes == [1] {
+        let (stored, deliveries) =
+            self.create_or_find(vec![insert], self.delivery_statements(events)?).await?;
+        if stored.first().is_some_and(Option::is_some) {
             return Ok((RunStart::Started, deliveries));
         }
         // Nothing inserted: say which of the two was missing.
@@ -175,10 +186,12 @@ impl Resources for D1Store {
         &self,
         marker: &ReleaseMarker,
         events: &[OutgoingEvent],
-    ) -> Result<Vec<String>, PortError> {
+    ) -> Result<(i64, Vec<String>), PortError> {
         let insert = self.statement(
-            "INSERT INTO release_markers (id, project_id, version, ts, environment, commit_sha, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            &format!(
+                "INSERT INTO release_markers (id, project_id, version, ts, environment, commit_sha, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7){FIND}"
+            ),
             &[
                 text(&marker.id),
                 text(&marker.project_id),
@@ -189,6 +202,8 @@ impl Resources for D1Store {
                 int(marker.created_at),
             ],
         )?;
-        Ok(self.batch_with_deliveries(vec![insert], self.delivery_statements(events)?).await?.1)
+        let (stored, deliveries) =
+            self.create_or_find(vec![insert], self.delivery_statements(events)?).await?;
+        Ok((stored[0].unwrap_or(marker.created_at), deliveries))
     }
 }

@@ -61,23 +61,28 @@ impl D1Store {
 }
 
 impl WebhookStore for D1Store {
-    async fn create_webhook(&self, w: &Webhook) -> Result<(), PortError> {
+    async fn create_webhook(&self, w: &Webhook) -> Result<Webhook, PortError> {
         let events = serde_json::to_string(&w.events).map_err(PortError::from_display)?;
-        let insert = self.statement(
-            &format!("INSERT INTO webhooks ({WEBHOOK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"),
-            &[
-                text(&w.id),
-                text(&w.project_id),
-                text(&w.url),
-                text(&events),
-                text(&w.secret),
-                text(&w.status),
-                opt_text(w.disabled_reason.as_deref()),
-                int(w.created_at),
-            ],
-        )?;
-        self.batch(vec![insert]).await?;
-        Ok(())
+        // Create-or-find by id (see `Resources`): answers the row as stored.
+        let rows = self
+            .webhook_rows(
+                &format!(
+                    "INSERT INTO webhooks ({WEBHOOK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                 ON CONFLICT (id) DO UPDATE SET id = excluded.id RETURNING {WEBHOOK_COLUMNS}"
+                ),
+                &[
+                    text(&w.id),
+                    text(&w.project_id),
+                    text(&w.url),
+                    text(&events),
+                    text(&w.secret),
+                    text(&w.status),
+                    opt_text(w.disabled_reason.as_deref()),
+                    int(w.created_at),
+                ],
+            )
+            .await?;
+        rows.into_iter().next().ok_or_else(|| PortError("the subscription insert answered no row".into()))
     }
 
     async fn webhooks(&self, project_id: &str) -> Result<Vec<Webhook>, PortError> {
