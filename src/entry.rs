@@ -10,11 +10,11 @@ use worker::{
 use crate::adapters::archive::{self, R2Archive};
 use crate::adapters::audit::{self as audit_queue, AuditQueue};
 use crate::adapters::d1::D1Store;
-use crate::adapters::dead_letters::{D1DeadLetters, QueueRedrive};
 use crate::adapters::env::config;
 use crate::adapters::events::{self, LedgerClient, QueueSink};
 use crate::adapters::guard::GuardClient;
 use crate::adapters::kv::{self, KvResponses};
+use crate::adapters::redrive::QueueRedrive;
 use crate::adapters::webhooks::{self as webhook_queue, FetchClient, WebhookQueue};
 use crate::app::queues::{Incoming, Settle};
 use crate::app::{self, Gateway};
@@ -35,7 +35,7 @@ impl Ports for Cloudflare {
     type Archive = R2Archive;
     type Deliveries = WebhookQueue;
     type Audit = AuditQueue;
-    type DeadLetters = D1DeadLetters;
+    type DeadLetters = D1Store;
     type Redrive = QueueRedrive;
 }
 
@@ -50,7 +50,7 @@ fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gate
         archive: R2Archive::new(env.bucket(archive::BINDING)?),
         deliveries: WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING)?),
         audit: AuditQueue::new(env.queue(audit_queue::QUEUE_BINDING)?),
-        dead_letters: D1DeadLetters::new(env.d1("DB")?, meter.clone()),
+        dead_letters: D1Store::new(env.d1("DB")?, meter.clone()),
         redrive: QueueRedrive {
             audit: env.queue(audit_queue::QUEUE_BINDING)?,
             events: env.queue(events::QUEUE_BINDING)?,
@@ -120,7 +120,7 @@ fn jitter() -> f64 {
 async fn queue(batch: MessageBatch<String>, env: Env, _ctx: Context) -> Result<()> {
     let config = config(&env).map_err(|e| worker::Error::RustError(e.to_string()))?;
     let store = D1Store::new(env.d1("DB")?, Rc::default());
-    let letters = D1DeadLetters::new(env.d1("DB")?, Rc::default());
+    let letters = D1Store::new(env.d1("DB")?, Rc::default());
     let deliveries = WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING)?);
     let name = batch.queue();
     let messages: Vec<_> = batch.raw_iter().collect();

@@ -112,6 +112,17 @@ impl Future for YieldOnce {
 /// Polls `flow` to the end, or (with probability `crash_rate` at each yield) drops it where it
 /// stands: `None` means the isolate died there.
 pub fn drive<F: Future>(flow: F, faults: &Faults, crash_rate: f64) -> Option<F::Output> {
+    drive_with(flow, faults, crash_rate, || {})
+}
+
+/// Like [`drive`], and calls `between` at every point where the flow yields (unless it stops
+/// there): other writers act, a test checks its invariants.
+pub fn drive_with<F: Future>(
+    flow: F,
+    faults: &Faults,
+    crash_rate: f64,
+    mut between: impl FnMut(),
+) -> Option<F::Output> {
     let mut flow = pin!(flow);
     let mut cx = Context::from_waker(Waker::noop());
     loop {
@@ -122,6 +133,7 @@ pub fn drive<F: Future>(flow: F, faults: &Faults, crash_rate: f64) -> Option<F::
             faults.trace.borrow_mut().push("isolate stopped".into());
             return None;
         }
+        between();
     }
 }
 

@@ -207,16 +207,13 @@ pub async fn enforce_retention<S: AuditStore, A: Archive>(
 mod tests {
     use std::cell::RefCell;
     use std::collections::{BTreeMap, BTreeSet};
-    use std::future::Future;
-    use std::pin::pin;
     use std::rc::Rc;
-    use std::task::{Context, Poll, Waker};
 
     use super::*;
     use crate::core::archive::{chunk_key, retention_cutoff, DAY_MS};
     use crate::fakes::audit::FakeArchive;
     use crate::fakes::FakeStore;
-    use crate::sim::{check_seeds, complete, Faults};
+    use crate::sim::{check_seeds, complete, drive_with, Faults};
 
     const NOW: i64 = 1_795_942_112_123; // 2026-11-29T08:48Z
     /// Seeds of the retention simulation that once failed, each run first, every time. None failed
@@ -345,28 +342,6 @@ mod tests {
             objects,
             [&vec!["late".to_owned()], &["r0", "r1", "r2", "r3", "r4"].map(String::from).to_vec()]
         );
-    }
-
-    /// Like `sim::drive`, and calls `between` at every point where the flow yields (unless it
-    /// stops there): other writers act, the test checks its invariants.
-    fn drive_with<F: Future>(
-        flow: F,
-        faults: &Faults,
-        crash_rate: f64,
-        mut between: impl FnMut(),
-    ) -> Option<F::Output> {
-        let mut flow = pin!(flow);
-        let mut cx = Context::from_waker(Waker::noop());
-        loop {
-            if let Poll::Ready(out) = flow.as_mut().poll(&mut cx) {
-                return Some(out);
-            }
-            if crash_rate > 0.0 && faults.chance(crash_rate) {
-                faults.trace.borrow_mut().push("isolate stopped".into());
-                return None;
-            }
-            between();
-        }
     }
 
     /// No row is lost (each is in D1 or in the archive), none is archived twice, and none newer

@@ -3,6 +3,7 @@
 //! worker has one `DB` binding, and every query is counted on the request's meter.
 
 mod audit;
+mod dead_letters;
 mod events;
 mod keys;
 mod resources;

@@ -1,54 +1,27 @@
-//! The [`DeadLetters`] port over D1 (`dead_letters`, `queue_failures`), and the [`Redrive`] port
-//! over the three queue producers.
-
-use std::rc::Rc;
+//! Dead letters and failure counts (`dead_letters`, `queue_failures`): the [`DeadLetters`] port.
 
 use wasm_bindgen::JsValue;
-use worker::{D1Database, D1PreparedStatement, Queue};
 
+use super::{after, int, opt_text, text, D1Store};
 use crate::core::page::PageRequest;
-use crate::core::queue::{body_digest, DeadLetter, QueueKind};
-use crate::ports::{DeadLetters, MessageFailure, Meter, PortError, Redrive};
+use crate::core::queue::{body_digest, DeadLetter};
+use crate::ports::{DeadLetters, MessageFailure, PortError};
 
 /// Failure counts older than this are dropped (their message was stored, or kept, long ago).
 const FAILURE_KEPT_MS: i64 = 7 * 86_400_000;
 const COLUMNS: &str = "id, queue, body, first_failed_at, dead_at, last_error, attempts, redriven_at";
 
-pub struct D1DeadLetters {
-    db: D1Database,
-    meter: Rc<Meter>,
-}
-
-impl D1DeadLetters {
-    pub fn new(db: D1Database, meter: Rc<Meter>) -> Self {
-        Self { db, meter }
-    }
-
-    fn statement(&self, sql: &str, args: &[JsValue]) -> Result<D1PreparedStatement, PortError> {
-        self.db.prepare(sql).bind(args).map_err(PortError::from_display)
-    }
-
-    async fn letters(&self, sql: &str, args: &[JsValue]) -> Result<Vec<DeadLetter>, PortError> {
-        Meter::count(&self.meter.d1_queries);
-        let result = self.statement(sql, args)?.all().await.map_err(PortError::from_display)?;
-        result.results().map_err(PortError::from_display)
-    }
-
-    async fn batch(&self, statements: Vec<D1PreparedStatement>) -> Result<Vec<worker::D1Result>, PortError> {
-        Meter::count(&self.meter.d1_queries);
-        self.db.batch(statements).await.map_err(PortError::from_display)
+impl D1Store {
+    /// Runs statements as one D1 batch and answers their results.
+    async fn results(
+        &self,
+        statements: Vec<worker::D1PreparedStatement>,
+    ) -> Result<Vec<worker::D1Result>, PortError> {
+        Ok(self.batch_with_deliveries(statements, Vec::new()).await?.0)
     }
 }
 
-fn text(s: &str) -> JsValue {
-    JsValue::from_str(s)
-}
-
-fn int(n: i64) -> JsValue {
-    JsValue::from_f64(n as f64)
-}
-
-impl DeadLetters for D1DeadLetters {
+impl DeadLetters for D1Store {
     async fn note_failures(&self, failures: &[MessageFailure]) -> Result<Vec<u32>, PortError> {
         let mut statements = failures
             .iter()
@@ -77,7 +50,7 @@ impl DeadLetters for D1DeadLetters {
         struct Count {
             failures: u32,
         }
-        let results = self.batch(statements).await?;
+        let results = self.results(statements).await?;
         results[..failures.len()]
             .iter()
             .map(|r| {
@@ -109,7 +82,7 @@ impl DeadLetters for D1DeadLetters {
                     text(&l.body),
                     int(l.first_failed_at),
                     int(l.dead_at),
-                    l.last_error.as_deref().map_or(JsValue::NULL, text),
+                    opt_text(l.last_error.as_deref()),
                     int(l.attempts.into()),
                     text(&digest),
                 ],
@@ -120,7 +93,7 @@ impl DeadLetters for D1DeadLetters {
             )?);
         }
         if !statements.is_empty() {
-            self.batch(statements).await?;
+            self.results(statements).await?;
         }
         Ok(())
     }
@@ -130,17 +103,14 @@ impl DeadLetters for D1DeadLetters {
         queue: Option<&str>,
         page: &PageRequest,
     ) -> Result<Vec<DeadLetter>, PortError> {
-        let (ts, id) = match &page.after {
-            Some(c) => (int(c.ts), text(&c.id)),
-            None => (JsValue::NULL, JsValue::NULL),
-        };
-        self.letters(
+        let (ts, id) = after(page.after.as_ref());
+        self.rows::<DeadLetter>(
             &format!(
                 "SELECT {COLUMNS} FROM dead_letters
                  WHERE (?1 IS NULL OR queue = ?1) AND (?2 IS NULL OR (dead_at, id) < (?2, ?3))
                  ORDER BY dead_at DESC, id DESC LIMIT ?4"
             ),
-            &[queue.map_or(JsValue::NULL, text), ts, id, int(page.fetch_len() as i64)],
+            &[opt_text(queue), ts, id, int(page.fetch_len() as i64)],
         )
         .await
     }
@@ -150,7 +120,7 @@ impl DeadLetters for D1DeadLetters {
             Some(ids) => text(&serde_json::to_string(ids).map_err(PortError::from_display)?),
             None => JsValue::NULL,
         };
-        self.letters(
+        self.rows::<DeadLetter>(
             &format!(
                 "SELECT {COLUMNS} FROM dead_letters
                  WHERE status = 'dead' AND (?1 IS NULL OR id IN (SELECT value FROM json_each(?1)))
@@ -166,27 +136,7 @@ impl DeadLetters for D1DeadLetters {
             "UPDATE dead_letters SET status = 'redriven', redriven_at = ?2 WHERE id = ?1",
             &[text(id), int(now_ms)],
         )?;
-        self.batch(vec![update]).await?;
+        self.results(vec![update]).await?;
         Ok(())
-    }
-}
-
-/// The producers of `AUDIT_QUEUE`, `EVENTS_QUEUE` and `WEBHOOK_QUEUE`: a letter goes back to the
-/// one its queue's name says.
-pub struct QueueRedrive {
-    pub audit: Queue,
-    pub events: Queue,
-    pub webhooks: Queue,
-}
-
-impl Redrive for QueueRedrive {
-    async fn resend(&self, queue: &str, body: &str) -> Result<(), PortError> {
-        let producer = match QueueKind::of(queue) {
-            Some(QueueKind::Audit) => &self.audit,
-            Some(QueueKind::Events) => &self.events,
-            Some(QueueKind::Webhooks) => &self.webhooks,
-            None => return Err(PortError(format!("no producer for queue {queue}"))),
-        };
-        producer.send(body.to_owned()).await.map_err(PortError::from_display)
     }
 }
