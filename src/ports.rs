@@ -72,13 +72,14 @@ pub trait KeyGuard {
         claim: Option<&ClaimRequest>,
     ) -> Result<Authorization, PortError>;
     /// The claimed operation succeeded: the claim is completed, and the guard keeps the response
-    /// until the key expires. Safe to repeat.
+    /// until the key expires. Safe to repeat. `false`: the claim is no longer this request's (its
+    /// lease ran out and another request took it), so its response must not be stored.
     async fn complete_claim(
         &self,
         key_hash: &str,
         claim: &ClaimRequest,
         response: &StoredResponse,
-    ) -> Result<(), PortError>;
+    ) -> Result<bool, PortError>;
     /// The claimed operation failed: forget the claim, so a retry executes again. Safe to repeat.
     async fn release_claim(&self, key_hash: &str, claim: &ClaimRequest) -> Result<(), PortError>;
     /// The response of a completed claim, as the guard keeps it (the response store missed).
@@ -88,8 +89,9 @@ pub trait KeyGuard {
         idempotency_key: &str,
     ) -> Result<Option<StoredResponse>, PortError>;
     /// The guard holds this record of its key from now on (a revocation or a change, told to the
-    /// guard before D1 is written).
-    async fn apply(&self, key: &KeyRecord) -> Result<(), PortError>;
+    /// guard before D1 is written). A revocation the guard holds stays (`KeyRecord::told`) unless
+    /// it is the one `undo` names.
+    async fn apply(&self, key: &KeyRecord, undo: Option<i64>) -> Result<(), PortError>;
     /// One round trip to a guard that does nothing: the deep health check.
     async fn ping(&self) -> Result<(), PortError>;
     /// Counts a failed authentication from a client address; `RateLimited` once it has too many.
@@ -370,11 +372,13 @@ pub trait WebhookStore {
         status: &str,
         disable_subscription: bool,
     ) -> Result<Option<i64>, PortError>;
-    /// Pending deliveries due before `due_before_ms` that no attempt holds: the ones the queue lost.
+    /// Pending deliveries due before `due_before_ms` that no attempt holds and that were not swept
+    /// since `swept_before_ms` (the ones the queue lost), marked swept at `now_ms`.
     async fn overdue_deliveries(
         &self,
         due_before_ms: i64,
         now_ms: i64,
+        swept_before_ms: i64,
         limit: usize,
     ) -> Result<Vec<String>, PortError>;
 }

@@ -93,6 +93,13 @@ impl Faults {
     }
 }
 
+/// Yields `n` times: a flow that starts later than the others of its wave.
+pub async fn later(n: u64) {
+    for _ in 0..n {
+        YieldOnce(false).await;
+    }
+}
+
 /// Pending once, then ready: a point where [`drive`] may stop the flow.
 struct YieldOnce(bool);
 

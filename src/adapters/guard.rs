@@ -53,9 +53,9 @@ impl KeyGuard for GuardClient {
         key_hash: &str,
         claim: &ClaimRequest,
         response: &StoredResponse,
-    ) -> Result<(), PortError> {
+    ) -> Result<bool, PortError> {
         let command = CompleteClaim { claim: claim.clone(), response: response.clone() };
-        self.ask(key_hash, command).await.map(drop)
+        Ok(self.ask(key_hash, command).await?.completed)
     }
 
     async fn release_claim(&self, key_hash: &str, claim: &ClaimRequest) -> Result<(), PortError> {
@@ -70,8 +70,8 @@ impl KeyGuard for GuardClient {
         self.ask(key_hash, HeldResponse { idempotency_key: idempotency_key.to_owned() }).await
     }
 
-    async fn apply(&self, key: &KeyRecord) -> Result<(), PortError> {
-        self.ask(&key.key_hash, Apply { key: key.clone() }).await.map(drop)
+    async fn apply(&self, key: &KeyRecord, undo: Option<i64>) -> Result<(), PortError> {
+        self.ask(&key.key_hash, Apply { key: key.clone(), undo }).await.map(drop)
     }
 
     async fn ping(&self) -> Result<(), PortError> {

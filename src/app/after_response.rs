@@ -85,7 +85,12 @@ impl<P: Ports> Gateway<'_, P> {
     ) -> Result<(), PortError> {
         match settlement {
             Settlement::Complete { key_hash, api_key_id, claim, response } => {
-                retrying(&pause, || self.guard.complete_claim(&key_hash, &claim, &response)).await?;
+                let mine =
+                    retrying(&pause, || self.guard.complete_claim(&key_hash, &claim, &response)).await?;
+                if !mine {
+                    // The lease ran out and another request holds the claim: its response counts.
+                    return Ok(());
+                }
                 retrying(&pause, || self.responses.put(&api_key_id, &claim.idempotency_key, &response)).await
             }
             Settlement::Release { key_hash, claim } => {

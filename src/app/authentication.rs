@@ -55,7 +55,11 @@ impl<P: Ports> Gateway<'_, P> {
                     trace.key = revoked.map(|k| *k);
                     return Err((None, self.refuse(client_ip, ApiError::invalid_api_key()).await));
                 }
-                Err(e) => return Err((None, unavailable(e))),
+                Err(e) => {
+                    // The guard may have taken a claim and lost only its answer.
+                    trace.unanswered_guard = Some(key_hash);
+                    return Err((None, unavailable(e)));
+                }
             };
         let refusal = match verdict {
             Verdict::Allowed => None,

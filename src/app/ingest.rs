@@ -66,6 +66,9 @@ pub async fn accept_events<L: EventLedger, Q: EventSink>(
         }
     }
     let answers = join_all(by_shard.iter().map(|(shard, ids)| ledger.reserve(shard, owner, ids))).await;
+    // On a failure every shard called is released, also one whose answer was lost: a release only
+    // touches this request's unconfirmed reservations.
+    let attempted = Reservations { owner: owner.to_owned(), shards: by_shard.clone().into_iter().collect() };
     let mut reservations = Reservations { owner: owner.to_owned(), shards: Vec::new() };
     let mut decided = std::collections::HashMap::new();
     let mut failure = None;
@@ -87,7 +90,7 @@ pub async fn accept_events<L: EventLedger, Q: EventSink>(
         }
     }
     if let Some(e) = failure {
-        reservations.release(ledger).await;
+        attempted.release(ledger).await;
         return Err(e);
     }
     let mut first_of_batch = HashSet::new();

@@ -106,7 +106,7 @@ impl<P: Ports> Gateway<'_, P> {
 
     /// Changes a key's name, plan or per-key rate override (`null` = the plan's limit). The key's
     /// guard is told first, so the next request runs under the new limits; if it cannot be told,
-    /// nothing changes (503). If D1 then fails, the guard is given the old record back.
+    /// nothing changes (503). Then D1; the guard ends up holding what D1 holds.
     pub(super) async fn update_key(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let key_id = call.params[0];
         let input: UpdateKey = json_body::parse(&call.body)?;
@@ -123,15 +123,21 @@ impl<P: Ports> Gateway<'_, P> {
         if current.is_revoked() {
             return Err(ApiError::unprocessable("A revoked key cannot be changed.").with_detail("id", key_id));
         }
-        self.guard.apply(&changes.applied_to(current.clone())).await.map_err(unavailable)?;
+        self.tell_guard(&changes.applied_to(current.clone()), &current, None).await?;
         let written = self.store.update_key(call.project_id(), key_id, &changes).await;
         match written {
-            Ok(KeyUpdate::Updated(record)) => Ok(Reply::ok(record.view())),
+            Ok(KeyUpdate::Updated(record)) => {
+                // A concurrent change may have told the guard later than D1 saw it.
+                let _ = self.guard.apply(&record, None).await;
+                Ok(Reply::ok(record.view()))
+            }
             Ok(KeyUpdate::NotFound) => {
-                self.restore(&current).await;
+                self.restore(&current, None).await;
                 Err(ApiError::not_found("API key").with_detail("id", key_id))
             }
             Ok(KeyUpdate::Revoked) => {
+                // Revoked concurrently: the guard must not keep the change it was told.
+                self.reconcile(call, key_id).await;
                 Err(ApiError::unprocessable("A revoked key cannot be changed.").with_detail("id", key_id))
             }
             Err(e) => {
@@ -148,7 +154,7 @@ impl<P: Ports> Gateway<'_, P> {
         let key_id = call.params[0];
         let current = self.existing_key(call, key_id).await?;
         if current.is_revoked() {
-            self.guard.apply(&current).await.map_err(unavailable)?;
+            self.guard.apply(&current, None).await.map_err(unavailable)?;
             return Ok(Reply::ok(current.view()));
         }
         let last_owner = || {
@@ -163,21 +169,17 @@ impl<P: Ports> Gateway<'_, P> {
             return Err(last_owner());
         }
         let revoked = KeyRecord { revoked_at: Some(call.now_ms), ..current.clone() };
-        self.guard.apply(&revoked).await.map_err(unavailable)?;
+        self.tell_guard(&revoked, &current, revoked.revoked_at).await?;
         match self.store.revoke_key(call.project_id(), key_id, call.now_ms).await {
             Ok(Revocation::Revoked(record) | Revocation::AlreadyRevoked(record)) => {
-                if record.revoked_at != revoked.revoked_at {
-                    // Revoked by a concurrent call first: the guard holds what D1 holds.
-                    let _ = self.guard.apply(&record).await;
-                }
                 Ok(Reply::ok(record.view()))
             }
             Ok(Revocation::NotFound) => {
-                self.restore(&current).await;
+                self.restore(&current, revoked.revoked_at).await;
                 Err(ApiError::not_found("API key").with_detail("id", key_id))
             }
             Ok(Revocation::LastOwnerKey) => {
-                self.restore(&current).await;
+                self.restore(&current, revoked.revoked_at).await;
                 Err(last_owner())
             }
             Err(e) => {
@@ -194,17 +196,35 @@ impl<P: Ports> Gateway<'_, P> {
         }
     }
 
-    /// Gives the guard back the record D1 still holds, after D1 refused the change. If this fails
-    /// too, the guard reads D1 again within its record's freshness (10 minutes).
-    async fn restore(&self, record: &KeyRecord) {
-        let _ = self.guard.apply(record).await;
+    /// Tells the key's guard first; if that fails (it may still have landed: a timeout), the
+    /// guard is given `current` back, as far as it can be (undoing the revocation `undo` when
+    /// this change is one), and the change fails with 503.
+    async fn tell_guard(
+        &self,
+        changed: &KeyRecord,
+        current: &KeyRecord,
+        undo: Option<i64>,
+    ) -> Result<(), ApiError> {
+        if let Err(e) = self.guard.apply(changed, None).await {
+            self.restore(current, undo).await;
+            return Err(unavailable(e));
+        }
+        Ok(())
     }
 
-    /// After a D1 write whose outcome is unknown (it may have landed), the guard gets what D1
-    /// holds now; if D1 cannot say, the guard keeps the change until its record's freshness ends.
+    /// Gives the guard back the record D1 still holds, after D1 refused the change (this change's
+    /// revocation `undo` included; another revocation stays). If this fails too, the guard reads
+    /// D1 again within its record's freshness (10 minutes).
+    async fn restore(&self, record: &KeyRecord, undo: Option<i64>) {
+        let _ = self.guard.apply(record, undo).await;
+    }
+
+    /// After a D1 write whose outcome is unknown (it may have landed), the guard is told what D1
+    /// holds now — one-way: a revocation it holds stays, so a revocation whose write failed keeps
+    /// the key refused (the safe side) until the guard re-reads D1 within 10 minutes.
     async fn reconcile(&self, call: &Call<'_>, key_id: &str) {
         if let Ok(Some(truth)) = self.store.find_key(call.project_id(), key_id).await {
-            self.restore(&truth).await;
+            let _ = self.guard.apply(&truth, None).await;
         }
     }
 }

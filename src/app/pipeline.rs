@@ -29,6 +29,8 @@ pub(super) struct Trace {
     /// The key the request was made with, when one was recognised (revoked ones included).
     pub(super) key: Option<KeyRecord>,
     pub(super) idempotency_key: Option<String>,
+    /// The key hash of a guard whose answer was lost (it may hold a claim of this request).
+    pub(super) unanswered_guard: Option<String>,
 }
 
 /// An admitted caller: the key (none on public and admin routes), its usage, and its claim.
@@ -133,7 +135,13 @@ impl<P: Ports> Gateway<'_, P> {
             .await
         {
             Ok(caller) => caller,
-            Err((usage, e)) => return Served::early(usage, e),
+            Err((usage, e)) => {
+                // A claim the guard may have taken is released after the 503, so the client's
+                // retry is not refused as IN_USE for the lease (the API key id is unknown: only a
+                // release can follow).
+                let lost = trace.unanswered_guard.take().zip(claim).map(|(hash, c)| (hash, String::new(), c));
+                return Served { usage, answer: Err(e), taken_claim: lost };
+            }
         };
         let usage = caller.usage;
         if let Err(e) = idempotency_key {

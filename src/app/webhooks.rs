@@ -22,6 +22,9 @@ const HOLD_SLACK_MS: i64 = 30_000;
 /// The sweep re-enqueues deliveries this overdue: a queued message normally arrives first.
 const SWEEP_GRACE_MS: i64 = 30_000;
 const SWEEP_BATCH: usize = 500;
+/// A delivery the sweep re-queued is not re-queued again for this long: its message may still be
+/// in the queue's retries (D1 refusing it), and every sweep would add a copy.
+const SWEEP_REPEAT_MS: i64 = 600_000;
 /// Queues delay a message by at most 12 hours; a later attempt is picked up by the sweep.
 const QUEUE_MAX_DELAY_SECONDS: i64 = 43_200;
 
@@ -212,7 +215,9 @@ pub async fn sweep<S: WebhookStore, Q: DeliveryQueue>(
     queue: &Q,
     now_ms: i64,
 ) -> Result<usize, PortError> {
-    let ids = store.overdue_deliveries(now_ms - SWEEP_GRACE_MS, now_ms, SWEEP_BATCH).await?;
+    let ids = store
+        .overdue_deliveries(now_ms - SWEEP_GRACE_MS, now_ms, now_ms - SWEEP_REPEAT_MS, SWEEP_BATCH)
+        .await?;
     if !ids.is_empty() {
         queue.enqueue(&ids, 0).await?;
     }

@@ -131,6 +131,35 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 mod tests {
     use super::*;
 
+    fn record(revoked_at: Option<i64>, plan: &str) -> KeyRecord {
+        KeyRecord {
+            id: "key_1".into(),
+            project_id: "prj_1".into(),
+            key_type: KeyType::Server,
+            name: None,
+            plan: plan.into(),
+            rate_limit_per_minute: None,
+            key_hash: "ab".into(),
+            prefix: "gh_s_abcdefg".into(),
+            created_at: 1,
+            revoked_at,
+        }
+    }
+
+    #[test]
+    fn a_revocation_is_one_way_unless_that_revocation_is_undone() {
+        let revoked = record(Some(7), "trial");
+        let told = |held: Option<&KeyRecord>, key, undo| KeyRecord::told(held, key, undo);
+        // A concurrent change read before the revocation does not bring the key back.
+        assert_eq!(told(Some(&revoked), record(None, "business"), None), record(Some(7), "business"));
+        // D1 refused this revocation: the guard takes it back; undoing another one does not.
+        assert_eq!(told(Some(&revoked), record(None, "trial"), Some(7)), record(None, "trial"));
+        assert_eq!(told(Some(&revoked), record(None, "trial"), Some(8)), record(Some(7), "trial"));
+        // Nothing held, or nothing revoked: the guard holds what it is told.
+        assert_eq!(told(None, record(None, "trial"), None), record(None, "trial"));
+        assert_eq!(told(Some(&record(None, "a")), record(Some(9), "b"), None), record(Some(9), "b"));
+    }
+
     fn key(t: KeyType, fill: u8) -> String {
         generate(t, &[fill; SECRET_LEN])
     }
@@ -230,6 +259,18 @@ pub struct KeyRecord {
 impl KeyRecord {
     pub fn is_revoked(&self) -> bool {
         self.revoked_at.is_some()
+    }
+
+    /// What a key's guard holds after it is told `told` while it holds `held`: a revocation is
+    /// one-way, so a change made from a record read before the revocation (a concurrent PATCH,
+    /// or D1 read back before the revocation's write landed) keeps the key revoked. Only the
+    /// revocation that is being undone (`undo`: its `revoked_at`, because D1 refused it or the
+    /// guard's answer was lost) is taken back; another one stays.
+    pub fn told(held: Option<&KeyRecord>, mut told: KeyRecord, undo: Option<i64>) -> KeyRecord {
+        if let Some(revoked_at) = held.and_then(|h| h.revoked_at).filter(|at| Some(*at) != undo) {
+            told.revoked_at.get_or_insert(revoked_at);
+        }
+        told
     }
 
     /// The key as the API shows it (never the hash; the secret is added only at creation).

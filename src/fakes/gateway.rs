@@ -147,19 +147,22 @@ impl KeyGuard for FakeGuard {
         key_hash: &str,
         claim: &ClaimRequest,
         response: &StoredResponse,
-    ) -> Result<(), PortError> {
+    ) -> Result<bool, PortError> {
         self.faults
             .run("guard.complete_claim", || {
                 let now = self.clock.get();
                 let slot = (key_hash.to_owned(), claim.idempotency_key.clone());
-                if let Some(held) = self.claims.borrow_mut().get_mut(&slot) {
-                    if held.owner == claim.request_id && !held.claim.completed && !held.claim.released {
-                        held.claim.completed = true;
-                        held.claim.until_ms = now + self.config.idempotency_ttl_seconds as i64 * 1000;
-                        held.claim.response = Some(response.clone());
-                        held.inline_until = now + 60_000;
-                    }
+                let mut claims = self.claims.borrow_mut();
+                let Some(held) = claims.get_mut(&slot).filter(|h| h.owner == claim.request_id) else {
+                    return false;
+                };
+                if !held.claim.completed && !held.claim.released {
+                    held.claim.completed = true;
+                    held.claim.until_ms = now + self.config.idempotency_ttl_seconds as i64 * 1000;
+                    held.claim.response = Some(response.clone());
+                    held.inline_until = now + 60_000;
                 }
+                held.claim.completed
             })
             .await
     }
@@ -195,11 +198,15 @@ impl KeyGuard for FakeGuard {
             .await
     }
 
-    async fn apply(&self, key: &KeyRecord) -> Result<(), PortError> {
+    async fn apply(&self, key: &KeyRecord, undo: Option<i64>) -> Result<(), PortError> {
         self.faults
             .run("guard.apply", || {
-                let until = self.clock.get() + 600_000;
-                self.applied.borrow_mut().insert(key.key_hash.clone(), (key.clone(), until));
+                let now = self.clock.get();
+                let mut applied = self.applied.borrow_mut();
+                let held =
+                    applied.get(&key.key_hash).filter(|(_, until)| *until > now).map(|(k, _)| k.clone());
+                let key = KeyRecord::told(held.as_ref(), key.clone(), undo);
+                applied.insert(key.key_hash.clone(), (key, now + 600_000));
             })
             .await
     }

@@ -24,6 +24,7 @@ pub struct DeliveryRow {
     pub locked_until: Option<i64>,
     pub attempt_started_at: Option<i64>,
     pub retry_requested: bool,
+    pub swept_at: Option<i64>,
 }
 
 /// The webhook tables of [`FakeStore`].
@@ -61,8 +62,13 @@ impl WebhookTables {
             created_at: now_ms,
             updated_at: now_ms,
         };
-        let row =
-            DeliveryRow { delivery, locked_until: None, attempt_started_at: None, retry_requested: false };
+        let row = DeliveryRow {
+            delivery,
+            locked_until: None,
+            attempt_started_at: None,
+            retry_requested: false,
+            swept_at: None,
+        };
         self.deliveries.insert(id.to_owned(), row);
     }
 
@@ -297,17 +303,25 @@ impl WebhookStore for FakeStore {
         &self,
         due_before_ms: i64,
         now_ms: i64,
+        swept_before_ms: i64,
         limit: usize,
     ) -> Result<Vec<String>, PortError> {
         self.tables("webhooks.overdue", |t| {
-            let mut due: Vec<&DeliveryRow> = t
+            let mut due: Vec<&mut DeliveryRow> = t
                 .deliveries
-                .values()
+                .values_mut()
                 .filter(|r| r.delivery.status == "pending" && r.delivery.scheduled_at <= due_before_ms)
                 .filter(|r| r.locked_until.is_none_or(|l| l < now_ms))
+                .filter(|r| r.swept_at.is_none_or(|s| s < swept_before_ms))
                 .collect();
             due.sort_by_key(|r| r.delivery.scheduled_at);
-            due.into_iter().take(limit).map(|r| r.delivery.id.clone()).collect()
+            due.into_iter()
+                .take(limit)
+                .map(|r| {
+                    r.swept_at = Some(now_ms);
+                    r.delivery.id.clone()
+                })
+                .collect()
         })
         .await
     }

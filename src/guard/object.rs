@@ -21,8 +21,8 @@ use worker::{
 };
 
 use super::protocol::{
-    Apply, Ask, AuthFailures, Authorize, Authorized, CompleteClaim, Done, GuardCommand, HeldResponse,
-    ReleaseClaim,
+    Apply, Ask, AuthFailures, Authorize, Authorized, CompleteClaim, Completed, Done, GuardCommand,
+    HeldResponse, ReleaseClaim,
 };
 use crate::adapters::{d1::D1Store, env::config};
 use crate::config::Config;
@@ -79,9 +79,6 @@ impl DurableObject for KeyGuardObject {
                id INTEGER PRIMARY KEY CHECK (id = 1),
                window_start_ms INTEGER NOT NULL, window_used INTEGER NOT NULL,
                month_start_ms INTEGER NOT NULL, month_used INTEGER NOT NULL)",
-            // `claims` of the first version had no operation; its rows are dropped (a key in
-            // flight during the upgrade executes again, as after a lost claim).
-            "DROP TABLE IF EXISTS claims",
             "CREATE TABLE IF NOT EXISTS idempotency_claims (
                idempotency_key TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, owner TEXT NOT NULL,
                operation TEXT NOT NULL, until_ms INTEGER NOT NULL, completed INTEGER NOT NULL,
@@ -93,13 +90,28 @@ impl DurableObject for KeyGuardObject {
         ] {
             sql.exec(ddl, None).expect("create the guard's tables");
         }
+        // The first version kept claims without an operation in `claims`: they move over (each
+        // its owner's operation), so a completed key stays completed across the upgrade. Where
+        // there is no such table, the copy fails and there is nothing to move.
+        let moved = sql.exec(
+            "INSERT OR IGNORE INTO idempotency_claims
+               (idempotency_key, fingerprint, owner, operation, until_ms, completed, released, keep_until_ms,
+                response, response_until_ms)
+             SELECT idempotency_key, fingerprint, owner, owner, until_ms, completed, 0,
+                    CASE WHEN completed = 1 THEN until_ms ELSE until_ms + 86400000 END, response, response_until_ms
+             FROM claims",
+            None,
+        );
+        if moved.is_ok() {
+            sql.exec("DROP TABLE claims", None).expect("drop the first version's claims");
+        }
         Self { env, sql, key: RefCell::new(None), counters: Cell::new(None), epoch: Cell::new(0) }
     }
 
     async fn fetch(&self, mut req: Request) -> Result<Response> {
         match req.json::<GuardCommand>().await? {
             GuardCommand::Authorize(c) => answer::<Authorize>(self.authorize(c).await?),
-            GuardCommand::Apply(Apply { key }) => answer::<Apply>(self.apply(key)?),
+            GuardCommand::Apply(Apply { key, undo }) => answer::<Apply>(self.apply(key, undo)?),
             GuardCommand::RecordAuthFailure(_) => {
                 let (verdict, usage) = self.count(AUTH_FAILURE_LIMITS)?;
                 answer::<super::protocol::RecordAuthFailure>(AuthFailures { verdict, usage })
@@ -160,16 +172,8 @@ impl KeyGuardObject {
                 return Ok((Some(key.clone()), 0));
             }
         }
-        #[derive(Deserialize)]
-        struct AppliedRow {
-            record: String,
-            until_ms: i64,
-        }
-        let applied =
-            self.sql.exec("SELECT record, until_ms FROM applied", None)?.to_array::<AppliedRow>()?;
-        if let Some(row) = applied.into_iter().find(|row| row.until_ms > now) {
-            let key: KeyRecord = serde_json::from_str(&row.record).map_err(rust_error)?;
-            self.key.replace(Some((key.clone(), row.until_ms)));
+        if let Some((key, until)) = self.applied_record(now)? {
+            self.key.replace(Some((key.clone(), until)));
             return Ok((Some(key), 0));
         }
         let epoch = self.epoch.get();
@@ -185,9 +189,30 @@ impl KeyGuardObject {
         Ok((loaded, 1))
     }
 
-    /// Holds `key` as the key's record from now on, in memory and in storage.
-    fn apply(&self, key: KeyRecord) -> Result<Done> {
-        let until = now_ms() + RECORD_FRESH_MS;
+    /// What `Apply` stored, while it is fresh.
+    fn applied_record(&self, now: i64) -> Result<Option<(KeyRecord, i64)>> {
+        #[derive(Deserialize)]
+        struct AppliedRow {
+            record: String,
+            until_ms: i64,
+        }
+        let rows = self.sql.exec("SELECT record, until_ms FROM applied", None)?.to_array::<AppliedRow>()?;
+        match rows.into_iter().find(|row| row.until_ms > now) {
+            Some(row) => Ok(Some((serde_json::from_str(&row.record).map_err(rust_error)?, row.until_ms))),
+            None => Ok(None),
+        }
+    }
+
+    /// Holds `key` as the key's record from now on, in memory and in storage (a revocation it
+    /// holds stays, unless it is the one undone: `KeyRecord::told`).
+    fn apply(&self, key: KeyRecord, undo: Option<i64>) -> Result<Done> {
+        let now = now_ms();
+        let held = match self.key.borrow().as_ref() {
+            Some((held, until)) if *until > now => Some(held.clone()),
+            _ => self.applied_record(now)?.map(|(held, _)| held),
+        };
+        let key = KeyRecord::told(held.as_ref(), key, undo);
+        let until = now + RECORD_FRESH_MS;
         self.sql.exec(
             "INSERT OR REPLACE INTO applied (id, record, until_ms) VALUES (1, ?, ?)",
             vec![serde_json::to_string(&key).map_err(rust_error)?.into(), until.into()],
@@ -295,7 +320,7 @@ impl KeyGuardObject {
     /// Marks the claim completed until the TTL ends and keeps its response as long. Replays carry
     /// the response inline for as long as the response store may not show it yet; after that they
     /// read the store, and ask [`Self::held_response`] when it misses. A repeated notice changes nothing.
-    fn complete(&self, claim: &ClaimRequest, response: &StoredResponse) -> Result<Done> {
+    fn complete(&self, claim: &ClaimRequest, response: &StoredResponse) -> Result<Completed> {
         let now = now_ms();
         let until = now + self.config()?.idempotency_ttl_seconds as i64 * 1000;
         self.sql.exec(
@@ -311,7 +336,18 @@ impl KeyGuardObject {
                 claim.request_id.clone().into(),
             ],
         )?;
-        Ok(Done {})
+        #[derive(Deserialize)]
+        struct Mine {
+            completed: i64,
+        }
+        let mine = self
+            .sql
+            .exec(
+                "SELECT completed FROM idempotency_claims WHERE idempotency_key = ? AND owner = ?",
+                vec![claim.idempotency_key.clone().into(), claim.request_id.clone().into()],
+            )?
+            .to_array::<Mine>()?;
+        Ok(Completed { completed: mine.first().is_some_and(|m| m.completed == 1) })
     }
 
     fn held_response(&self, idempotency_key: &str) -> Result<Option<StoredResponse>> {

@@ -67,6 +67,9 @@ pub enum Authorized {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Apply {
     pub key: KeyRecord,
+    /// The `revoked_at` of a revocation to take back (D1 refused it, or the guard's answer to it
+    /// was lost); any other revocation the guard holds stays (see `KeyRecord::told`).
+    pub undo: Option<i64>,
 }
 
 /// One failed authentication from this object's client address.
@@ -103,6 +106,13 @@ pub struct HeldResponse {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ping {}
 
+/// Whether the claim is completed by this request: false when its lease ran out and another
+/// request holds the claim now (its response must then not be stored).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Completed {
+    pub completed: bool,
+}
+
 /// The answer of commands that only act.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Done {}
@@ -124,7 +134,7 @@ asks! {
     Authorize => Authorized,
     Apply => Done,
     RecordAuthFailure => AuthFailures,
-    CompleteClaim => Done,
+    CompleteClaim => Completed,
     ReleaseClaim => Done,
     HeldResponse => Option<StoredResponse>,
     Ping => Done,

@@ -318,6 +318,7 @@ impl WebhookStore for D1Store {
         &self,
         due_before_ms: i64,
         now_ms: i64,
+        swept_before_ms: i64,
         limit: usize,
     ) -> Result<Vec<String>, PortError> {
         #[derive(serde::Deserialize)]
@@ -326,10 +327,14 @@ impl WebhookStore for D1Store {
         }
         let rows: Vec<Id> = self
             .rows(
-                "SELECT id FROM webhook_deliveries
-                 WHERE status = 'pending' AND scheduled_at <= ?1 AND (locked_until IS NULL OR locked_until < ?2)
-                 ORDER BY scheduled_at LIMIT ?3",
-                &[int(due_before_ms), int(now_ms), int(limit as i64)],
+                "UPDATE webhook_deliveries SET swept_at = ?2
+                 WHERE id IN (
+                   SELECT id FROM webhook_deliveries
+                   WHERE status = 'pending' AND scheduled_at <= ?1 AND (locked_until IS NULL OR locked_until < ?2)
+                     AND (swept_at IS NULL OR swept_at < ?3)
+                   ORDER BY scheduled_at LIMIT ?4)
+                 RETURNING id",
+                &[int(due_before_ms), int(now_ms), int(swept_before_ms), int(limit as i64)],
             )
             .await?;
         Ok(rows.into_iter().map(|r| r.id).collect())
