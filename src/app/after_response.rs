@@ -3,6 +3,8 @@
 
 use std::future::Future;
 
+use futures_util::future::join_all;
+
 use super::queues::{record_audit_row, AuditPath};
 use super::{ingest, ApiResponse, Gateway};
 use crate::core::audit::AuditRow;
@@ -14,7 +16,7 @@ pub struct AfterResponse {
     pub request_id: String,
     pub audit: AuditRow,
     pub deliveries: Vec<String>,
-    pub settlement: Option<Settlement>,
+    pub settlements: Vec<Settlement>,
 }
 
 impl ApiResponse {
@@ -25,7 +27,7 @@ impl ApiResponse {
             request_id: self.request_id.clone(),
             audit: self.audit.clone(),
             deliveries: std::mem::take(&mut self.webhook_deliveries),
-            settlement: self.settlement.take(),
+            settlements: std::mem::take(&mut self.settlements),
         }
     }
 }
@@ -48,7 +50,7 @@ impl<P: Ports> Gateway<'_, P> {
         after: AfterResponse,
         pause: impl Fn(u64) -> F,
     ) -> Vec<String> {
-        let AfterResponse { request_id, audit, deliveries, settlement } = after;
+        let AfterResponse { request_id, audit, deliveries, settlements } = after;
         let audit = async {
             match record_audit_row(&self.audit, &self.store, audit).await {
                 Ok(AuditPath::Queued) => None,
@@ -65,13 +67,12 @@ impl<P: Ports> Gateway<'_, P> {
             let sent = self.deliveries.enqueue(&deliveries, 0).await;
             sent.err().map(|e| format!("webhook deliveries {deliveries:?} not queued (the sweep will): {e}"))
         };
-        let settled = async {
-            let settlement = settlement?;
-            let settled = self.settle(settlement, pause).await;
+        let settled = join_all(settlements.into_iter().map(|settlement| async {
+            let settled = self.settle(settlement, &pause).await;
             settled.err().map(|e| format!("request {request_id}: settling after the response failed: {e}"))
-        };
+        }));
         let (a, d, s) = futures_util::future::join3(audit, deliveries, settled).await;
-        [a, d, s].into_iter().flatten().collect()
+        [a, d].into_iter().chain(s).flatten().collect()
     }
 
     /// Finishes a claim after the response. On success the guard learns first (it is the source of

@@ -1,5 +1,6 @@
 //! The audit log's read side (SPEC §9): the filtered log, one row, per-key statistics, the
-//! archives; and its two jobs: the queue consumer's insert and the daily retention move to R2.
+//! archives; and its daily job, the retention move to R2. (Rows are written by the queue
+//! consumer, `app::queues`, and by the producer's fallback, `app::after_response`.)
 
 use std::collections::hash_map::{Entry, HashMap};
 use std::collections::BTreeMap;
@@ -102,15 +103,6 @@ impl<P: Ports> Gateway<'_, P> {
             after: None,
         })
     }
-}
-
-/// The queue consumer's side: rows are inserted once per `request_id`, so a batch delivered twice
-/// leaves one row per request.
-pub async fn store_rows<S: AuditStore>(store: &S, rows: &[AuditRow]) -> Result<(), PortError> {
-    if rows.is_empty() {
-        return Ok(());
-    }
-    store.insert_audit_rows(rows).await
 }
 
 /// How much one retention run may do. Each chunk costs three D1 queries (find the oldest expired
@@ -243,16 +235,6 @@ mod tests {
     }
 
     const SMALL: RetentionLimits = RetentionLimits { rows_per_chunk: 5, chunks_per_run: 100 };
-
-    #[test]
-    fn a_batch_delivered_three_times_leaves_one_row_per_request() {
-        let (store, _) = fakes();
-        let batch = [row(Some("prj_1"), "r1", NOW), row(Some("prj_1"), "r2", NOW)];
-        for _ in 0..3 {
-            complete(store_rows(&store, &batch)).unwrap();
-        }
-        assert_eq!(store.audit.rows.borrow().len(), 2);
-    }
 
     #[test]
     fn retention_archives_old_days_then_deletes_only_what_it_archived() {

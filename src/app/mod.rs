@@ -13,7 +13,7 @@ mod responses;
 pub use after_response::{AfterResponse, Settlement};
 pub use responses::failure;
 
-pub use audit::{enforce_retention, store_rows as store_audit_rows, RetentionLimits};
+pub use audit::{enforce_retention, RetentionLimits};
 pub use dead_letters::{redrive, RedriveReport};
 pub use webhooks::{dispatch, retry, sweep, ManualRetry};
 mod dead_letters;
@@ -64,7 +64,7 @@ pub struct ApiResponse {
     /// or a problem behind a success.
     pub internal_error: Option<String>,
     /// Work to finish after the response is sent (`ctx.wait_until`).
-    pub settlement: Option<Settlement>,
+    pub settlements: Vec<Settlement>,
     /// The request's audit row; the caller adds the response time and sends it off the hot path.
     pub audit: AuditRow,
     /// Webhook deliveries to enqueue after the response (the minute sweep catches a lost send).

@@ -94,7 +94,7 @@ impl<P: Ports> Gateway<'_, P> {
             response.headers.extend(CORS_HEADERS.map(|(name, value)| (name, value.to_owned())));
         }
         if let Some((key_hash, api_key_id, claim)) = served.taken_claim {
-            response.settlement = Some(if (200..300).contains(&response.status) {
+            response.settlements.push(if (200..300).contains(&response.status) {
                 let body = String::from_utf8_lossy(&response.body).into_owned();
                 let stored =
                     StoredResponse { status: response.status, body, request_id: response.request_id.clone() };

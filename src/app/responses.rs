@@ -33,7 +33,7 @@ pub(super) fn preflight(request_id: String, mut audit: AuditRow) -> ApiResponse 
         body: Vec::new(),
         request_id,
         internal_error: None,
-        settlement: None,
+        settlements: Vec::new(),
         audit,
         webhook_deliveries: Vec::new(),
     }
@@ -60,11 +60,11 @@ pub(super) fn respond(
         headers.extend(usage.headers());
     }
     let mut webhook_deliveries = Vec::new();
-    let mut settlement = None;
+    let mut settlements = Vec::new();
     let (status, body, internal_error) = match answer {
         Ok(Answer::Reply(Reply { status, body, log, deliveries, after })) => {
             webhook_deliveries = deliveries;
-            settlement = after.map(|s| *s);
+            settlements.extend(after.map(|s| *s));
             match body {
                 Payload::Json(json) => (status, json.to_string().into_bytes(), log),
                 Payload::File { content_type: file_type, bytes } => {
@@ -93,5 +93,5 @@ pub(super) fn respond(
     headers.insert(0, ("content-type", content_type.to_owned()));
     audit.status = status;
     audit.response_bytes = body.len() as u64;
-    ApiResponse { status, headers, body, request_id, internal_error, settlement, audit, webhook_deliveries }
+    ApiResponse { status, headers, body, request_id, internal_error, settlements, audit, webhook_deliveries }
 }

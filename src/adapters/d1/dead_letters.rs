@@ -11,16 +11,6 @@ use crate::ports::{DeadLetters, MessageFailure, PortError};
 const FAILURE_KEPT_MS: i64 = 7 * 86_400_000;
 const COLUMNS: &str = "id, queue, body, first_failed_at, dead_at, last_error, attempts, redriven_at";
 
-impl D1Store {
-    /// Runs statements as one D1 batch and answers their results.
-    async fn results(
-        &self,
-        statements: Vec<worker::D1PreparedStatement>,
-    ) -> Result<Vec<worker::D1Result>, PortError> {
-        Ok(self.batch_with_deliveries(statements, Vec::new()).await?.0)
-    }
-}
-
 impl DeadLetters for D1Store {
     async fn note_failures(&self, failures: &[MessageFailure]) -> Result<Vec<u32>, PortError> {
         let mut statements = failures

@@ -63,11 +63,16 @@ impl D1Store {
 
     /// Runs statements as one D1 batch (one transaction); answers each statement's changed rows.
     async fn batch(&self, statements: Vec<D1PreparedStatement>) -> Result<Vec<usize>, PortError> {
-        let results = self.batch_with_deliveries(statements, Vec::new()).await?.0;
-        results
+        self.results(statements)
+            .await?
             .iter()
             .map(|r| Ok(r.meta().map_err(PortError::from_display)?.and_then(|m| m.changes).unwrap_or(0)))
             .collect()
+    }
+
+    /// Runs statements as one D1 batch (one transaction) and answers their results.
+    async fn results(&self, statements: Vec<D1PreparedStatement>) -> Result<Vec<D1Result>, PortError> {
+        Ok(self.batch_with_deliveries(statements, Vec::new()).await?.0)
     }
 
     /// Runs the statements and then the delivery inserts of their events in one batch; answers the

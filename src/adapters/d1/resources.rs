@@ -27,7 +27,8 @@ impl D1Store {
                     "contact.created" => "contacts",
                     "message.created" => "messages",
                     "scenario.run.started" => "scenario_runs",
-                    _ => "release_markers",
+                    "release_marker.created" => "release_markers",
+                    other => return Err(PortError(format!("no table holds the subject of {other} events"))),
                 };
                 self.statement(
                     &format!(
