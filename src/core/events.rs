@@ -28,7 +28,7 @@ pub fn dedup_namespace(project_id: &str, key_type: KeyType) -> String {
 
 /// How many ledger objects share one namespace's ids: no project's 48 h of ids live in one object,
 /// and a batch's ids are spread so its shards are called side by side.
-pub const LEDGER_SHARDS: u64 = 16;
+pub const LEDGER_SHARDS: u64 = 4;
 /// How long a reservation holds before its request confirms it (its events are queued): a
 /// request that died in between frees its ids after this.
 pub const RESERVATION_LEASE_MS: i64 = 60_000;
