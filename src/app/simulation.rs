@@ -173,7 +173,7 @@ fn json(response: &ApiResponse) -> Value {
     serde_json::from_slice(&response.body).unwrap_or(Value::Null)
 }
 
-/// Schedules per scenario in `cargo test`; `SIM_SCHEDULES` raises it (scripts/bench runs more).
+/// Schedules per scenario in `cargo test`; `SIM_SCHEDULES` raises it (`scripts/bench` runs 20,000).
 const SCHEDULES: u64 = 1_000;
 
 /// Exactly-once execution per Idempotency-Key: retries and concurrent copies of one create, over
