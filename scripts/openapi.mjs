@@ -61,12 +61,14 @@ const paths = {
   '/public/v1/keys/{id}/stats': { get: ownerOp('Daily counts, top endpoints and error share of a key', {
     parameters: [pathParam('id'), query('days', { type: 'integer', minimum: 1, maximum: 90 })], responses: { ...ok(200, ref('KeyStats')), ...errors(400, 401, 403, 404, 429) } }) },
   '/public/v1/logs': { get: ownerOp('The audit log, newest first', {
-    parameters: [query('method', str), query('status', str, '2xx, 4xx, 5xx or a code'), query('path', str, 'glob; * matches anything'),
-      query('request_id', str), query('key_id', str), query('idempotency_key', str), query('from', str, 'RFC 3339 or Unix ms'), query('to', str), ...paging],
-    responses: { ...ok(200, list(ref('AuditRow'))), ...errors(400, 401, 403, 429) } }) },
+    parameters: [query('method', str), query('status', str, '2xx, 4xx, 5xx or a code'), query('path', { type: 'string', maxLength: 200 }, 'glob over the path with its query: * matches any run of characters, everything else itself (case-sensitive); at most 200 characters (422 beyond)'),
+      query('request_id', str), query('key_id', str), query('idempotency_key', str),
+      query('from', str, 'RFC 3339, YYYY-MM-DD (the day\'s first ms) or Unix ms; a date or time that does not exist (2026-02-31) is a 422'),
+      query('to', str, 'RFC 3339, YYYY-MM-DD (the day\'s last ms) or Unix ms; not before from (422)'), ...paging],
+    responses: { ...ok(200, list(ref('AuditRow'))), ...errors(400, 401, 403, 422, 429) } }) },
   '/public/v1/logs/archives': { get: ownerOp('Archived days of the log', { responses: { ...ok(200, list(ref('Archive'))), ...errors(401, 403, 429) } }) },
   '/public/v1/logs/archives/{date}': { get: ownerOp('Download one archived day (gzip NDJSON)', {
-    parameters: [pathParam('date')], responses: { 200: { description: 'gzip NDJSON: the day\'s objects as consecutive gzip members, one stream to any gunzip', content: { 'application/gzip': { schema: { type: 'string', format: 'binary' } } } }, ...errors(400, 401, 403, 404, 429) } }) },
+    parameters: [{ ...pathParam('date'), description: 'YYYY-MM-DD (400 otherwise); a day that does not exist (2026-02-31) is a 422' }], responses: { 200: { description: 'gzip NDJSON: the day\'s objects as consecutive gzip members, one stream to any gunzip', content: { 'application/gzip': { schema: { type: 'string', format: 'binary' } } } }, ...errors(400, 401, 403, 404, 422, 429) } }) },
   '/public/v1/logs/{request_id}': { get: ownerOp('One request of the log', { parameters: [pathParam('request_id')], responses: { ...ok(200, ref('AuditRow')), ...errors(401, 403, 404, 429) } }) },
   '/public/v1/contacts': {
     post: mutating('Create a contact (emits contact.created)', contactIn, { ...ok(201, ref('Contact'), 'Created'), ...errors(400, 401, 403, 409, 413, 422, 429) }),
@@ -138,7 +140,7 @@ const codes = { 400: 'Malformed JSON, a bad field, or IDEMPOTENCY_KEY_REQUIRED',
   500: 'INTERNAL_ERROR (nothing accepted; retry)' };
 const doc = {
   openapi: '3.1.0',
-  info: { title: 'Gatehouse', version: '1.0.0', description: 'Public-API edge gateway. Errors follow one schema; every response carries X-Request-Id; authenticated ones carry the rate-limit headers.' },
+  info: { title: 'Gatehouse', version: '1.0.0', description: 'Public-API edge gateway. Errors follow one schema; every response carries X-Request-Id; authenticated ones carry the rate-limit headers. HEAD is served wherever GET is (same status and headers, no body; it counts against the rate limit and is audited like a GET).' },
   servers: [{ url: '/' }],
   security: [{ apiKey: [] }],
   paths,

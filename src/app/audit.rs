@@ -75,12 +75,7 @@ impl<P: Ports> Gateway<'_, P> {
     /// One archived day as one gzip stream: its objects' gzip members one after another (a gzip
     /// file may hold several members; every gunzip reads them as one stream).
     pub(super) async fn get_archive(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
-        let date = call.params[0];
-        let valid =
-            date.len() == 10 && crate::core::time::parse_rfc3339(&format!("{date}T00:00:00Z")).is_some();
-        if !valid {
-            return Err(ApiError::bad_request("date must be YYYY-MM-DD").with_detail("field", "date"));
-        }
+        let date = crate::core::audit::archive_date(call.params[0])?;
         let project = Some(call.project_id());
         // `audit/{project}/{date}` covers the day's folder of chunks and a whole-day object.
         let prefix = format!("{}{date}", archive::project_prefix(project));

@@ -122,9 +122,10 @@ pub fn hash(pepper: &[u8], key: &str) -> String {
     super::encoding::hex(&mac.finalize().into_bytes())
 }
 
-/// Compares two secrets in time that does not depend on where they first differ.
+/// Compares two secrets in time that does not depend on where they first differ (`subtle`; only
+/// the length, which is not secret, may end the comparison early).
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    subtle::ConstantTimeEq::ct_eq(a, b).into()
 }
 
 #[cfg(test)]

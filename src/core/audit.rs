@@ -6,12 +6,14 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::page::{Cursor, PageRequest};
-use super::time::{parse_rfc3339, rfc3339};
+use super::time::{parse_date, parse_rfc3339_checked, rfc3339, TimeError};
 
 /// Query parameters whose names contain one of these (case-insensitive) have their values
 /// replaced by `REDACTED` before the path is stored.
 const SECRET_NAME_PARTS: [&str; 6] = ["key", "token", "secret", "password", "signature", "auth"];
 pub const USER_AGENT_MAX: usize = 256;
+/// The longest `path` glob of the log filter, in characters (SPEC §13).
+pub const PATH_GLOB_MAX: usize = 200;
 
 /// One audit row. `project_id` is `None` for requests no project can be named for (an unknown key,
 /// an unknown route without a key): they are kept for the operator.
@@ -110,21 +112,39 @@ impl AuditRow {
 }
 
 /// `path?query` with the values of secret-looking parameters replaced by `REDACTED`. The rest of
-/// the query is kept as sent.
+/// the query is kept as sent, names included: `?tok%65n=abc` is stored as `?tok%65n=REDACTED`.
 pub fn redacted_path(path: &str, raw_query: Option<&str>) -> String {
     let Some(query) = raw_query.filter(|q| !q.is_empty()) else { return path.to_owned() };
     let pairs: Vec<String> = query
         .split('&')
-        .map(|pair| {
-            let name = pair.split('=').next().unwrap_or_default().to_ascii_lowercase();
-            if pair.contains('=') && SECRET_NAME_PARTS.iter().any(|part| name.contains(part)) {
-                format!("{}=REDACTED", pair.split('=').next().unwrap_or_default())
-            } else {
-                pair.to_owned()
-            }
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if secret_name(name) => format!("{name}=REDACTED"),
+            _ => pair.to_owned(),
         })
         .collect();
     format!("{path}?{}", pairs.join("&"))
+}
+
+/// Whether a raw query parameter name names a secret once decoded as the application would read
+/// it (`%XX` and `+`). Decoding repeats until the name no longer changes (a few rounds at most), so
+/// a name encoded twice is caught as well: redacting too much is harmless, too little is not.
+fn secret_name(raw: &str) -> bool {
+    let mut name = raw.to_owned();
+    for _ in 0..4 {
+        let lower = name.to_lowercase();
+        if SECRET_NAME_PARTS.iter().any(|part| lower.contains(part)) {
+            return true;
+        }
+        let decoded: String = url::form_urlencoded::parse(name.as_bytes())
+            .map(|(k, v)| if v.is_empty() { k.into_owned() } else { format!("{k}={v}") })
+            .collect::<Vec<_>>()
+            .join("&");
+        if decoded == name {
+            return false;
+        }
+        name = decoded;
+    }
+    false
 }
 
 /// The first 256 characters of a user agent.
@@ -153,8 +173,8 @@ impl StatusFilter {
 pub struct LogFilter {
     pub method: Option<String>,
     pub status: Option<StatusFilter>,
-    /// A SQL `LIKE` pattern (escape `\`) made from the `path` glob.
-    pub path_like: Option<String>,
+    /// The `path` glob.
+    pub path: Option<PathGlob>,
     pub request_id: Option<String>,
     pub key_id: Option<String>,
     pub idempotency_key: Option<String>,
@@ -166,27 +186,94 @@ fn bad(field: &str, message: impl Into<String>) -> ApiError {
     ApiError::bad_request(message).with_detail("field", field)
 }
 
-/// A time bound: RFC 3339, or Unix milliseconds.
-fn time_bound(field: &str, value: &str) -> Result<i64, ApiError> {
-    parse_rfc3339(value)
-        .or_else(|| value.parse::<i64>().ok().filter(|n| *n >= 0))
-        .ok_or_else(|| bad(field, format!("{field} must be an RFC 3339 timestamp or Unix milliseconds")))
+/// A date or time input that is well formed but names no real day or instant: 422.
+fn nonexistent(field: &str, value: &str) -> ApiError {
+    ApiError::unprocessable(format!("{field} is not a real date or time: {value}"))
+        .with_detail("field", field)
 }
 
-/// A path glob where `*` matches anything, as a `LIKE` pattern with `\` escaping `%`, `_`, `\`.
-pub fn glob_to_like(glob: &str) -> String {
-    let mut like = String::with_capacity(glob.len() + 2);
-    for c in glob.chars() {
-        match c {
-            '*' => like.push('%'),
-            '%' | '_' | '\\' => {
-                like.push('\\');
-                like.push(c);
-            }
-            c => like.push(c),
-        }
+/// A time bound: RFC 3339, a `YYYY-MM-DD` day (its first millisecond for `from`, its last for
+/// `to`), or Unix milliseconds. Malformed → 400; well formed but nonexistent (`2026-02-31`) → 422.
+fn time_bound(field: &str, value: &str, end_of_day: bool) -> Result<i64, ApiError> {
+    let parsed = if value.len() == 10 {
+        parse_date(value).map(|start| if end_of_day { start + 86_400_000 - 1 } else { start })
+    } else {
+        parse_rfc3339_checked(value)
+    };
+    match parsed {
+        Ok(ms) => Ok(ms),
+        Err(TimeError::Nonexistent) => Err(nonexistent(field, value)),
+        Err(TimeError::Malformed) => value.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
+            bad(
+                field,
+                format!("{field} must be an RFC 3339 timestamp, a YYYY-MM-DD date or Unix milliseconds"),
+            )
+        }),
     }
-    like
+}
+
+/// The `{date}` of an archive download: a `YYYY-MM-DD` day that exists.
+pub fn archive_date(value: &str) -> Result<&str, ApiError> {
+    match parse_date(value) {
+        Ok(_) => Ok(value),
+        Err(TimeError::Nonexistent) => Err(nonexistent("date", value)),
+        Err(TimeError::Malformed) => Err(bad("date", "date must be YYYY-MM-DD")),
+    }
+}
+
+/// A log `path` glob: `*` matches any run of characters (none included), everything else matches
+/// itself, case-sensitively, against the stored path with its query. Kept as its literal parts
+/// so that the store can match it without a pattern operator: D1 caps `LIKE` and `GLOB` patterns
+/// at 50 bytes, and a glob of 200 characters must still work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathGlob {
+    /// What the path starts with (the text before the first `*`; all of it without a `*`).
+    pub prefix: String,
+    /// What the path ends with (the text after the last `*`); `None` when the glob has no `*`,
+    /// so the path must equal `prefix`.
+    pub suffix: Option<String>,
+    /// The non-empty parts between `*`s, which must appear in this order, without overlapping,
+    /// between the prefix and the suffix.
+    pub middle: Vec<String>,
+}
+
+impl PathGlob {
+    /// At most [`PATH_GLOB_MAX`] characters (422 beyond).
+    pub fn parse(glob: &str) -> Result<Self, ApiError> {
+        if glob.chars().count() > PATH_GLOB_MAX {
+            return Err(ApiError::unprocessable(format!("path must be at most {PATH_GLOB_MAX} characters"))
+                .with_detail("field", "path"));
+        }
+        let mut parts: Vec<&str> = glob.split('*').collect();
+        if parts.len() == 1 {
+            return Ok(PathGlob { prefix: glob.to_owned(), suffix: None, middle: Vec::new() });
+        }
+        let suffix = parts.pop().unwrap_or_default().to_owned();
+        let prefix = parts.remove(0).to_owned();
+        let middle = parts.into_iter().filter(|p| !p.is_empty()).map(str::to_owned).collect();
+        Ok(PathGlob { prefix, suffix: Some(suffix), middle })
+    }
+
+    /// The middle parts as a JSON array (one bound SQL parameter).
+    pub fn middle_json(&self) -> String {
+        Value::from(self.middle.clone()).to_string()
+    }
+
+    /// Whether `path` matches: the prefix, then each middle part at its first occurrence after the
+    /// previous one (leftmost is always right when `*` is the only wildcard), then the suffix in
+    /// what is left. The D1 query computes the same thing.
+    pub fn matches(&self, path: &str) -> bool {
+        let Some(suffix) = &self.suffix else { return path == self.prefix };
+        let Some(rest) = path.strip_prefix(self.prefix.as_str()) else { return false };
+        let Some(mut between) = rest.strip_suffix(suffix.as_str()) else { return false };
+        for part in &self.middle {
+            match between.find(part.as_str()) {
+                Some(at) => between = &between[at + part.len()..],
+                None => return false,
+            }
+        }
+        true
+    }
 }
 
 impl LogFilter {
@@ -217,13 +304,20 @@ impl LogFilter {
                         ),
                     })
                 }
-                "path" => f.path_like = Some(glob_to_like(value)),
+                "path" => f.path = Some(PathGlob::parse(value)?),
                 "request_id" => f.request_id = Some(value.to_owned()),
                 "key_id" => f.key_id = Some(value.to_owned()),
                 "idempotency_key" => f.idempotency_key = Some(value.to_owned()),
-                "from" => f.from_ms = Some(time_bound("from", value)?),
-                "to" => f.to_ms = Some(time_bound("to", value)?),
+                "from" => f.from_ms = Some(time_bound("from", value, false)?),
+                "to" => f.to_ms = Some(time_bound("to", value, true)?),
                 _ => {}
+            }
+        }
+        if let (Some(from), Some(to)) = (f.from_ms, f.to_ms) {
+            if from > to {
+                return Err(
+                    ApiError::unprocessable("from must not be later than to").with_detail("field", "from")
+                );
             }
         }
         Ok(f)
@@ -338,10 +432,69 @@ mod tests {
     }
 
     #[test]
-    fn globs_become_escaped_like_patterns() {
-        assert_eq!(glob_to_like("/public/v1/contacts/*"), "/public/v1/contacts/%");
-        assert_eq!(glob_to_like("*bulk*"), "%bulk%");
-        assert_eq!(glob_to_like("/a_b%c\\"), "/a\\_b\\%c\\\\");
+    fn redacts_names_that_are_secret_once_percent_decoded() {
+        assert_eq!(redacted_path("/x", Some("tok%65n=abc&page=2")), "/x?tok%65n=REDACTED&page=2");
+        assert_eq!(redacted_path("/x", Some("%61pi%5Fkey=abc")), "/x?%61pi%5Fkey=REDACTED");
+        assert_eq!(redacted_path("/x", Some("%53%45%43%52%45%54=s")), "/x?%53%45%43%52%45%54=REDACTED");
+        assert_eq!(redacted_path("/x", Some("pass%2577ord=p")), "/x?pass%2577ord=REDACTED", "encoded twice");
+        assert_eq!(redacted_path("/x", Some("x-auth+header=h")), "/x?x-auth+header=REDACTED");
+        assert_eq!(redacted_path("/x", Some("sign%61ture=s&t%6Fken")), "/x?sign%61ture=REDACTED&t%6Fken");
+        // Names that are not secret stay untouched, undecodable bytes included.
+        assert_eq!(redacted_path("/x", Some("q=%74oken&n%FF=1&%=2")), "/x?q=%74oken&n%FF=1&%=2");
+    }
+
+    #[test]
+    fn path_globs_match_by_literal_parts_of_any_length() {
+        let m = |glob: &str, path: &str| PathGlob::parse(glob).unwrap().matches(path);
+        assert!(m("/public/v1/contacts/*", "/public/v1/contacts/c_1"));
+        assert!(m("*bulk*", "/public/v1/contacts/bulk"));
+        assert!(m("/public/v1/me", "/public/v1/me") && !m("/public/v1/me", "/public/v1/me?x=1"));
+        assert!(m("*", "") && m("**", "/a") && m("/a*", "/a"));
+        assert!(m("/a_b%c\\*", "/a_b%c\\d") && !m("/a_b%c*", "/aXbYc"), "no LIKE metacharacters");
+        assert!(!m("/Public/*", "/public/v1"), "case-sensitive");
+        assert!(!m("ab*ba", "aba"), "prefix and suffix do not overlap");
+        assert!(m("*a*b*", "xxbxaxb") && !m("*b*a", "ab"), "parts in order");
+        assert!(m("/é*ü", "/éàü"));
+        let long = format!("/public/v1/contacts/*{}*", "x".repeat(170));
+        assert_eq!(long.chars().count(), 192);
+        assert!(m(&long, &format!("/public/v1/contacts/c_1?q={}&z", "x".repeat(170))));
+        assert!(!m(&long, &format!("/public/v1/contacts/c_1?q={}&z", "x".repeat(169))));
+        let g = PathGlob::parse("/a*b**c*d").unwrap();
+        assert_eq!(
+            (g.prefix.as_str(), g.suffix.as_deref(), g.middle_json()),
+            ("/a", Some("d"), r#"["b","c"]"#.into())
+        );
+        assert_eq!(PathGlob::parse(&"é".repeat(200)).unwrap().prefix.chars().count(), 200);
+        let too_long = PathGlob::parse(&"*".repeat(201)).unwrap_err();
+        assert_eq!(
+            (too_long.status(), too_long.body("r")["error"]["details"]["field"].clone()),
+            (422, "path".into())
+        );
+    }
+
+    #[test]
+    fn time_bounds_must_exist() {
+        let f = LogFilter::from_query(&q(&[("from", "2028-02-29"), ("to", "2028-02-29")])).unwrap();
+        assert_eq!(f.to_ms.unwrap() - f.from_ms.unwrap(), 86_400_000 - 1, "a day's first and last ms");
+        for (name, value) in [
+            ("from", "2026-02-31"),
+            ("to", "2026-13-01"),
+            ("from", "2027-02-29"),
+            ("to", "2026-02-31T00:00:00Z"),
+            ("from", "2026-11-29T24:00:00Z"),
+        ] {
+            let e = LogFilter::from_query(&q(&[(name, value)])).unwrap_err();
+            assert_eq!(
+                (e.status(), e.body("r")["error"]["details"]["field"].clone()),
+                (422, name.into()),
+                "{value}"
+            );
+        }
+        let reversed = LogFilter::from_query(&q(&[("from", "2026-11-30"), ("to", "2026-11-29")]));
+        assert_eq!(reversed.unwrap_err().status(), 422);
+        assert_eq!(archive_date("2028-02-29").unwrap(), "2028-02-29");
+        assert_eq!(archive_date("2026-02-31").unwrap_err().status(), 422);
+        assert_eq!(archive_date("2026-2-3").unwrap_err().status(), 400);
     }
 
     #[test]
@@ -359,7 +512,7 @@ mod tests {
         .unwrap();
         assert_eq!(f.method.as_deref(), Some("POST"));
         assert_eq!(f.status.unwrap().range(), (400, 499));
-        assert_eq!(f.path_like.as_deref(), Some("/public/%"));
+        assert_eq!(f.path, Some(PathGlob::parse("/public/*").unwrap()));
         assert_eq!((f.from_ms, f.to_ms), (Some(1_795_910_400_000), Some(1_795_942_112_123)));
         assert_eq!(
             LogFilter::from_query(&q(&[("status", "404")])).unwrap().status,

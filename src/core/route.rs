@@ -160,14 +160,21 @@ pub fn cors_path(path: &str) -> bool {
 }
 
 /// Finds the route for `method` and `path` (no query string). A trailing slash is not the same path.
+/// `HEAD` is served wherever `GET` is, by the `GET` route (RFC 9110 §9.3.2: same status and
+/// headers, no body — the Workers runtime never sends a body in answer to a HEAD), so it is
+/// authenticated, rate limited and audited (method `HEAD`) like any request; `Allow` lists it next
+/// to `GET`.
 pub fn match_route<'p>(method: &str, path: &'p str) -> Result<Matched<'p>, Miss> {
     let mut allow = Vec::new();
     for route in ROUTES {
         if let Some(params) = match_template(route.template, path) {
-            if route.method == method {
+            if route.method == method || (method == "HEAD" && route.method == "GET") {
                 return Ok(Matched { route, params });
             }
             allow.push(route.method);
+            if route.method == "GET" {
+                allow.push("HEAD");
+            }
         }
     }
     if allow.is_empty() {
@@ -213,7 +220,31 @@ mod tests {
         assert_eq!(match_route("GET", "/nope"), Err(Miss::NotFound));
         assert_eq!(match_route("GET", "/public/v1/keys/"), Err(Miss::NotFound));
         assert_eq!(match_route("GET", "/public/v1/me/"), Err(Miss::NotFound));
-        assert_eq!(match_route("PUT", "/public/v1/keys"), Err(Miss::MethodNotAllowed(vec!["POST", "GET"])));
+        assert_eq!(
+            match_route("PUT", "/public/v1/keys"),
+            Err(Miss::MethodNotAllowed(vec!["POST", "GET", "HEAD"]))
+        );
+        assert_eq!(match_route("HEAD", "/public/v1/contacts"), match_route("GET", "/public/v1/contacts"));
+    }
+
+    #[test]
+    fn head_is_served_wherever_get_is_and_nowhere_else() {
+        for route in ROUTES {
+            let path =
+                route.template.replace("{id}", "x").replace("{request_id}", "x").replace("{date}", "x");
+            let path = path.replace("{project_id}", "x");
+            match (route.method, match_route("HEAD", &path)) {
+                ("GET", Ok(m)) => assert_eq!((m.route.method, m.route.template), ("GET", route.template)),
+                ("GET", Err(miss)) => panic!("HEAD {path}: {miss:?}"),
+                (_, head) => assert!(
+                    head.as_ref().is_ok_and(|m| m.route.method == "GET")
+                        || matches!(&head, Err(Miss::MethodNotAllowed(allow)) if !allow.contains(&"HEAD")),
+                    "HEAD {path}: {head:?}"
+                ),
+            }
+        }
+        let Err(Miss::MethodNotAllowed(allow)) = match_route("HEAD", "/v1/track") else { panic!() };
+        assert_eq!(allow, ["POST"]);
     }
 
     #[test]

@@ -35,28 +35,62 @@ pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-/// Unix ms of an RFC 3339 timestamp (`2026-11-29T08:48:32Z`, fractional seconds and a `±hh:mm`
-/// offset allowed; a space or `t` for `T`, `z` for `Z`).
-pub fn parse_rfc3339(s: &str) -> Option<i64> {
+/// Why a date or time input was refused: not in the expected form (a 400), or in the form but
+/// naming no real instant (`2026-02-31`, `2026-13-01`, `24:00:00`, a `+25:00` offset; a 422).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeError {
+    Malformed,
+    Nonexistent,
+}
+
+/// Whether `y` is a Gregorian leap year.
+pub fn is_leap_year(y: i64) -> bool {
+    y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)
+}
+
+/// The number of days of month `m` (1–12) of year `y`.
+pub fn days_in_month(y: i64, m: u32) -> u32 {
+    match m {
+        2 if is_leap_year(y) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// The digits of `s[r]` as a number, or `Malformed` when they are not all ASCII digits.
+fn digits(s: &str, r: std::ops::Range<usize>) -> Result<i64, TimeError> {
+    let t = s.get(r).ok_or(TimeError::Malformed)?;
+    if t.is_empty() || !t.bytes().all(|c| c.is_ascii_digit()) {
+        return Err(TimeError::Malformed);
+    }
+    t.parse().map_err(|_| TimeError::Malformed)
+}
+
+/// Days since 1970-01-01 of the `YYYY-MM-DD` that starts `s` (which must be at least 10 bytes).
+fn full_date(s: &str) -> Result<i64, TimeError> {
     let b = s.as_bytes();
-    if b.len() < 20
-        || b[4] != b'-'
-        || b[7] != b'-'
-        || !matches!(b[10], b'T' | b't' | b' ')
-        || b[13] != b':'
-        || b[16] != b':'
-    {
-        return None;
+    if b.len() < 10 || b[4] != b'-' || b[7] != b'-' {
+        return Err(TimeError::Malformed);
     }
-    let num = |r: std::ops::Range<usize>| -> Option<i64> {
-        let t = s.get(r)?;
-        t.bytes().all(|c| c.is_ascii_digit()).then(|| t.parse().ok())?
-    };
-    let (y, mo, d, h, mi, sec) =
-        (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
-        return None;
+    let (y, m, d) = (digits(s, 0..4)?, digits(s, 5..7)?, digits(s, 8..10)?);
+    if !(1..=12).contains(&m) || d < 1 || d > i64::from(days_in_month(y, m as u32)) {
+        return Err(TimeError::Nonexistent);
     }
+    Ok(days_from_civil(y, m as u32, d as u32))
+}
+
+/// Unix ms of an RFC 3339 timestamp (`2026-11-29T08:48:32Z`, fractional seconds and a `±hh:mm`
+/// offset allowed; a space or `t` for `T`, `z` for `Z`). The date must exist (month lengths and
+/// leap years), hours are 00–23, minutes and seconds 00–59 (no leap second: Unix time has none),
+/// offsets at most ±23:59.
+pub fn parse_rfc3339_checked(s: &str) -> Result<i64, TimeError> {
+    let b = s.as_bytes();
+    if b.len() < 20 || !matches!(b[10], b'T' | b't' | b' ') || b[13] != b':' || b[16] != b':' {
+        return Err(TimeError::Malformed);
+    }
+    // The form is checked whole before the values, so a malformed input is never called nonexistent.
+    let (h, mi, sec) = (digits(s, 11..13)?, digits(s, 14..16)?, digits(s, 17..19)?);
     let mut i = 19;
     let mut millis = 0;
     if b.get(i) == Some(&b'.') {
@@ -66,34 +100,47 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
             i += 1;
         }
         if i == start {
-            return None;
+            return Err(TimeError::Malformed);
         }
         let frac = &s[start..i.min(start + 3)];
-        millis = frac.parse::<i64>().ok()? * 10_i64.pow(3 - frac.len() as u32);
+        millis = digits(frac, 0..frac.len())? * 10_i64.pow(3 - frac.len() as u32);
     }
     let offset_min = match &s[i..] {
         "Z" | "z" => 0,
         tz if tz.len() == 6 && matches!(tz.as_bytes()[0], b'+' | b'-') && tz.as_bytes()[3] == b':' => {
             let sign = if tz.starts_with('-') { -1 } else { 1 };
-            sign * (num(i + 1..i + 3)? * 60 + num(i + 4..i + 6)?)
+            let (oh, om) = (digits(tz, 1..3)?, digits(tz, 4..6)?);
+            if oh > 23 || om > 59 {
+                full_date(s)?;
+                return Err(TimeError::Nonexistent);
+            }
+            sign * (oh * 60 + om)
         }
-        _ => return None,
+        _ => return Err(TimeError::Malformed),
     };
-    let days = days_from_civil(y, mo as u32, d as u32);
-    Some(((days * 86_400 + h * 3600 + mi * 60 + sec) - offset_min * 60) * 1000 + millis)
+    let days = full_date(s)?;
+    if h > 23 || mi > 59 || sec > 59 {
+        return Err(TimeError::Nonexistent);
+    }
+    Ok(((days * 86_400 + h * 3600 + mi * 60 + sec) - offset_min * 60) * 1000 + millis)
 }
 
-/// Unix ms of 00:00 UTC of a `YYYY-MM-DD` date.
+/// [`parse_rfc3339_checked`] without the reason.
+pub fn parse_rfc3339(s: &str) -> Option<i64> {
+    parse_rfc3339_checked(s).ok()
+}
+
+/// Unix ms of 00:00 UTC of a `YYYY-MM-DD` date that exists.
+pub fn parse_date(date: &str) -> Result<i64, TimeError> {
+    if date.len() != 10 {
+        return Err(TimeError::Malformed);
+    }
+    Ok(full_date(date)? * 86_400_000)
+}
+
+/// [`parse_date`] without the reason.
 pub fn date_start(date: &str) -> Option<i64> {
-    let b = date.as_bytes();
-    if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
-        return None;
-    }
-    let (y, m, d) = (date[0..4].parse().ok()?, date[5..7].parse().ok()?, date[8..10].parse().ok()?);
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
-        return None;
-    }
-    Some(days_from_civil(y, m, d) * 86_400_000)
+    parse_date(date).ok()
 }
 
 /// `YYYY-MM-DD` of a Unix time in ms (UTC).
@@ -130,6 +177,56 @@ mod tests {
         assert_eq!(date_start("2026-11-29").unwrap() % 86_400_000, 0);
         assert_eq!(date_start("2026-13-01"), None);
         assert_eq!(date_start("bad"), None);
+    }
+
+    #[test]
+    fn dates_must_exist() {
+        use TimeError::{Malformed, Nonexistent};
+        assert_eq!(parse_date("2028-02-29"), Ok(date_start("2028-02-28").unwrap() + 86_400_000));
+        assert!(parse_date("2000-02-29").is_ok(), "divisible by 400: leap");
+        assert!(parse_date("2026-12-31").is_ok() && parse_date("2026-04-30").is_ok());
+        for nonexistent in
+            ["2026-02-31", "2026-13-01", "2027-02-29", "1900-02-29", "2026-04-31", "2026-00-10", "2026-01-00"]
+        {
+            assert_eq!(parse_date(nonexistent), Err(Nonexistent), "{nonexistent}");
+            let instant = format!("{nonexistent}T00:00:00Z");
+            assert_eq!(parse_rfc3339_checked(&instant), Err(Nonexistent), "{instant}");
+        }
+        for malformed in ["", "2026-2-01", "2026/02/01", "2026-02-1x", "+026-02-01", "2026-02-01T"] {
+            assert_eq!(parse_date(malformed), Err(Malformed), "{malformed}");
+        }
+        assert_eq!(parse_rfc3339_checked("2028-02-29T23:59:59.999Z"), Ok(1_835_481_599_999));
+        for nonexistent in [
+            "2026-11-29T24:00:00Z",
+            "2026-11-29T23:60:00Z",
+            "2026-11-29T23:59:60Z",
+            "2026-11-29T08:00:00+24:00",
+            "2026-11-29T08:00:00-01:60",
+        ] {
+            assert_eq!(parse_rfc3339_checked(nonexistent), Err(Nonexistent), "{nonexistent}");
+        }
+        for malformed in [
+            "2026-02-31",
+            "2026-02-31T00:00:00",
+            "2026-02-31T0a:00:00Z",
+            "2026-11-29T08:00:00+1:00",
+            "2026-13",
+        ] {
+            assert_eq!(parse_rfc3339_checked(malformed), Err(Malformed), "{malformed}");
+        }
+    }
+
+    #[test]
+    fn month_lengths_follow_the_gregorian_calendar() {
+        // Against the day arithmetic: the day after the last of each month is the 1st of the next.
+        for y in [1900, 1999, 2000, 2024, 2026, 2027, 2028, 2100, 2400] {
+            for m in 1..=12 {
+                let last = days_from_civil(y, m, days_in_month(y, m));
+                let (ny, nm, nd) = civil_from_days(last + 1);
+                assert_eq!((nd, nm), (1, m % 12 + 1), "{y}-{m}");
+                assert_eq!(ny, if m == 12 { y + 1 } else { y });
+            }
+        }
     }
 
     #[test]

@@ -66,6 +66,7 @@ impl AuditStore for FakeStore {
                 rows.into_iter()
                     .filter(|r| filter.method.as_ref().is_none_or(|m| *m == r.method))
                     .filter(|r| filter.status.is_none_or(|s| (s.range().0..=s.range().1).contains(&r.status)))
+                    .filter(|r| filter.path.as_ref().is_none_or(|glob| glob.matches(&r.path)))
                     .filter(|r| filter.request_id.as_ref().is_none_or(|id| *id == r.request_id))
                     .filter(|r| filter.key_id.is_none() || filter.key_id == r.key_id)
                     .filter(|r| {

@@ -11,6 +11,25 @@ const AUDIT_COLUMNS: &str = "ts, request_id, project_id, key_id, key_prefix, met
   response_bytes, response_time_ms, ip, user_agent, idempotency_key, replayed, original_request_id,
   rate_limit_remaining, error_code";
 
+/// The `path` glob of [`crate::core::audit::PathGlob`] without `LIKE` or `GLOB`, whose patterns D1
+/// caps at 50 bytes: ?5 the prefix (NULL: no filter), ?14 the suffix (NULL: the glob has no `*`,
+/// the path equals ?5), ?15 the middle parts as a JSON array, found in order by a recursive walk
+/// over what lies between prefix and suffix (each at its first occurrence after the previous).
+/// `substr`, `instr` and `length` all count characters, and `=` and `instr` are case-sensitive.
+const PATH_GLOB: &str = "(?5 IS NULL OR (
+    substr(path, 1, length(?5)) = ?5
+    AND ((?14 IS NULL AND length(path) = length(?5))
+      OR (?14 IS NOT NULL AND length(path) >= length(?5) + length(?14)
+        AND substr(path, length(path) - length(?14) + 1) = ?14
+        AND EXISTS (
+          WITH RECURSIVE walk(i, rest) AS (
+            SELECT 0, substr(path, length(?5) + 1, length(path) - length(?5) - length(?14))
+            UNION ALL
+            SELECT walk.i + 1, substr(walk.rest, instr(walk.rest, part.value) + length(part.value))
+            FROM walk JOIN json_each(?15) AS part ON part.key = walk.i
+            WHERE instr(walk.rest, part.value) > 0)
+          SELECT 1 FROM walk WHERE walk.i = json_array_length(?15))))))";
+
 impl AuditStore for D1Store {
     async fn insert_audit_rows(&self, rows: &[AuditRow]) -> Result<(), PortError> {
         let statements = rows
@@ -60,13 +79,14 @@ impl AuditStore for D1Store {
             None => (JsValue::NULL, JsValue::NULL),
         };
         let (after_ts, after_id) = after(page.after.as_ref());
+        let glob = filter.path.as_ref();
         self.rows(
             &format!(
                 "SELECT {AUDIT_COLUMNS} FROM audit_log
                  WHERE project_id = ?1
                    AND (?2 IS NULL OR method = ?2)
                    AND (?3 IS NULL OR status BETWEEN ?3 AND ?4)
-                   AND (?5 IS NULL OR path LIKE ?5 ESCAPE '\\')
+                   AND {PATH_GLOB}
                    AND (?6 IS NULL OR request_id = ?6)
                    AND (?7 IS NULL OR key_id = ?7)
                    AND (?8 IS NULL OR idempotency_key = ?8)
@@ -80,7 +100,7 @@ impl AuditStore for D1Store {
                 opt_text(filter.method.as_deref()),
                 status_min,
                 status_max,
-                opt_text(filter.path_like.as_deref()),
+                opt_text(glob.map(|g| g.prefix.as_str())),
                 opt_text(filter.request_id.as_deref()),
                 opt_text(filter.key_id.as_deref()),
                 opt_text(filter.idempotency_key.as_deref()),
@@ -89,6 +109,8 @@ impl AuditStore for D1Store {
                 after_ts,
                 after_id,
                 int(page.fetch_len() as i64),
+                opt_text(glob.and_then(|g| g.suffix.as_deref())),
+                opt_text(glob.map(|g| g.middle_json()).as_deref()),
             ],
         )
         .await
