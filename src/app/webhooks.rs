@@ -13,7 +13,8 @@ use crate::core::error::ApiError;
 use crate::core::json_body;
 use crate::core::page::{Cursor, PageRequest};
 use crate::core::webhook::{
-    self, check_events, check_url, judge, signing_key, Attempt, Delivery, ReceiverOutcome, Webhook,
+    self, check_events, check_url, judge, signing_key, target_refusal, Attempt, Delivery, ReceiverOutcome,
+    Webhook,
 };
 use crate::ports::{DeliveryQueue, PortError, Ports, WebhookClient, WebhookStore};
 
@@ -162,23 +163,32 @@ pub async fn dispatch<S: WebhookStore, Q: DeliveryQueue, C: WebhookClient>(
         return Ok(());
     };
     let attempt_no = delivery.attempts;
-    let reply = match signing_key(&hook.secret) {
-        Some(key) => {
-            let headers = webhook::headers(
-                &config.webhook_header_prefix,
-                &key,
-                &delivery.id,
-                started / 1000,
-                &delivery.event,
-                &delivery.request_id,
-                &delivery.payload,
-            );
-            client.post(&hook.url, &headers, &delivery.payload, config.webhook_timeout_ms).await
-        }
-        None => ReceiverOutcome::Unreachable("the subscription's secret cannot be read".into()),
-    };
+    // The target again, under today's configuration: the switch may be off now, or the row may
+    // predate the rules. A refused target is a failed attempt, and no request is sent.
+    let reply =
+        match (target_refusal(&hook.url, config.allow_private_webhook_urls), signing_key(&hook.secret)) {
+            (Err(why), _) => Err(why),
+            (Ok(_), Some(key)) => {
+                let headers = webhook::headers(
+                    &config.webhook_header_prefix,
+                    &key,
+                    &delivery.id,
+                    started / 1000,
+                    &delivery.event,
+                    &delivery.request_id,
+                    &delivery.payload,
+                );
+                Ok(client.post(&hook.url, &headers, &delivery.payload, config.webhook_timeout_ms).await)
+            }
+            (Ok(_), None) => {
+                Ok(ReceiverOutcome::Unreachable("the subscription's secret cannot be read".into()))
+            }
+        };
     let finished = now_ms();
-    let verdict = judge(attempt_no, &reply, &config.webhook_retry_schedule, jitter, finished);
+    let verdict = match &reply {
+        Ok(reply) => judge(attempt_no, reply, &config.webhook_retry_schedule, jitter, finished),
+        Err(why) => webhook::refused(why),
+    };
     let attempt = Attempt {
         delivery_id: delivery.id.clone(),
         attempt: attempt_no,
@@ -186,8 +196,8 @@ pub async fn dispatch<S: WebhookStore, Q: DeliveryQueue, C: WebhookClient>(
         duration_ms: finished - started,
         response_code: verdict.response_code,
         response_excerpt: match &reply {
-            ReceiverOutcome::Answered { excerpt, .. } => Some(excerpt.clone()),
-            ReceiverOutcome::Unreachable(_) => None,
+            Ok(ReceiverOutcome::Answered { excerpt, .. }) => Some(excerpt.clone()),
+            Ok(ReceiverOutcome::Unreachable(_)) | Err(_) => None,
         },
         error: verdict.error.clone(),
         next_retry_at: verdict.next_attempt_ms,
@@ -753,5 +763,75 @@ mod tests {
             }
         }
         assert!(seen > 0, "some seed retried a failed record");
+    }
+
+    #[test]
+    fn each_attempt_checks_the_target_again_and_a_refused_one_sends_nothing() {
+        // (subscription URL, ALLOW_PRIVATE_WEBHOOK_URLS at the attempt, the refusal's words)
+        let cases = [
+            ("https://198.18.0.1/hook", true, Some("benchmarking address (198.18.0.0/15)")),
+            ("https://[64:ff9b::7f00:1]/", true, Some("NAT64 address (64:ff9b::/96)")),
+            ("https://[::127.0.0.1]/", true, Some("IPv4-compatible address (::/96)")),
+            ("https://metadata.google.internal/", true, Some("cloud metadata host")),
+            ("https://2852039166/latest", false, Some("cloud metadata address (169.254.169.254)")),
+            // Accepted while the switch was on; it is off now.
+            ("https://127.0.0.1/hook", false, Some("loopback address (127.0.0.0/8)")),
+            ("http://hooks.example.com/in", false, Some("must use https")),
+            ("https://127.0.0.1/hook", true, None),
+            ("https://hooks.example.com/in", false, None),
+        ];
+        for (url, allow_private, refusal) in cases {
+            let mut w = quiet_world(1);
+            w.config.allow_private_webhook_urls = allow_private;
+            w.store.webhooks.borrow_mut().webhooks.get_mut("wh_0").expect("the subscription").url =
+                url.into();
+            let attempt = dispatch(&w.store, &w.queue, &w.receiver, &w.config, "dlv_0", || T0, 0.0);
+            assert_eq!(complete(attempt), Ok(()), "{url}");
+            let posts = w.receiver.posts.borrow().len();
+            let t = w.store.webhooks.borrow();
+            let attempts = t.attempts_of("dlv_0");
+            assert_eq!(attempts.len(), 1, "{url}: the attempt is recorded");
+            let Some(words) = refusal else {
+                assert_eq!(posts, 1, "{url}: allowed, so posted");
+                continue;
+            };
+            assert_eq!(posts, 0, "{url}: the receiver was not called");
+            let error = attempts[0].error.clone().unwrap_or_default();
+            assert!(
+                error.starts_with("refused: url must not") || error == "refused: url must use https",
+                "{url}: {error}"
+            );
+            assert!(error.contains(words), "{url}: {error}");
+            assert_eq!((attempts[0].response_code, attempts[0].response_excerpt.as_ref()), (None, None));
+            let d = &t.deliveries["dlv_0"].delivery;
+            assert_eq!(
+                (d.status.as_str(), d.last_error.as_deref()),
+                ("failed", Some(error.as_str())),
+                "{url}"
+            );
+            assert!(w.queue.messages.borrow().is_empty(), "{url}: no later attempt is queued");
+            assert_eq!(t.webhooks["wh_0"].status, "active", "the subscription itself is left alone");
+        }
+    }
+
+    #[test]
+    fn a_manual_retry_of_a_refused_delivery_runs_under_the_configuration_of_then() {
+        let mut w = quiet_world(1);
+        w.store.webhooks.borrow_mut().webhooks.get_mut("wh_0").expect("the subscription").url =
+            "https://127.0.0.1:9000/hook".into();
+        assert_eq!(
+            complete(dispatch(&w.store, &w.queue, &w.receiver, &w.config, "dlv_0", || T0, 0.0)),
+            Ok(())
+        );
+        assert_eq!(status_of(&w, "dlv_0").0, "failed");
+        assert!(w.receiver.posts.borrow().is_empty());
+
+        w.config.allow_private_webhook_urls = true;
+        assert_eq!(complete(retry(&w.store, &w.queue, PROJECT, "dlv_0", T0)), Ok(ManualRetry::Queued));
+        let message = w.queue.receive(0).expect("queued");
+        let next = dispatch(&w.store, &w.queue, &w.receiver, &w.config, &message.delivery_id, || T0, 0.0);
+        assert_eq!(complete(next), Ok(()));
+        assert_eq!(w.receiver.posts.borrow().len(), 1, "allowed now, so sent");
+        assert_eq!(status_of(&w, "dlv_0").1, 2);
     }
 }
