@@ -89,7 +89,12 @@ impl<P: Ports> Gateway<'_, P> {
             Err(e) => audit.error_code = Some(e.code.as_str().to_owned()),
             Ok(Answer::Reply(_)) => {}
         }
+        let head = audit.method == "HEAD";
         let mut response = respond(request_id, served.usage, served.answer, replays_created_as_ok, audit);
+        if head {
+            // The runtime sends a HEAD answer without its body.
+            response.audit.response_bytes = 0;
+        }
         if trace.route.is_some_and(|r| r.cors) {
             response.headers.extend(CORS_HEADERS.map(|(name, value)| (name, value.to_owned())));
         }

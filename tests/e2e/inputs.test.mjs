@@ -120,6 +120,7 @@ test('HEAD answers like GET without a body, counts against the rate limit and is
   assert.equal(row.method, 'HEAD');
   assert.equal(row.status, 200);
   assert.equal(row.route, '/public/v1/me');
+  assert.equal(row.response_bytes, 0, 'a HEAD answer sends no body');
   const heads = await rowsOnce(owner.key, 'method=HEAD', 2);
   assert.deepEqual(heads.map((r) => r.status).sort(), [200, 404], 'one row per HEAD request');
 });
