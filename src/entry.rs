@@ -73,9 +73,13 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     let started = now_ms();
     let meter = Rc::new(Meter::default());
     let (method, path) = (req.inner().method(), req.path());
-    let mut api = match config(&env) {
-        Ok(config) => gateway(&env, config, &meter)?.handle(http::api_request(req, started)?).await,
-        Err(e) => app::failure(ApiError::internal(e.to_string()), &method, &path, started),
+    // One gateway per request: it answers, then finishes the work after the response.
+    let (mut api, finisher) = match config(&env) {
+        Ok(config) => {
+            let gateway = gateway(&env, config, &meter)?;
+            (gateway.handle(http::api_request(req, started)?).await, Some(gateway))
+        }
+        Err(e) => (app::failure(ApiError::internal(e.to_string()), &method, &path, started), None),
     };
     api.audit.response_time_ms = now_ms() - started;
     if let Some(note) = &api.internal_error {
@@ -92,18 +96,18 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
         meter.d1_queries.get(),
         meter.kv_operations.get(),
     );
-    // After the response: the audit row, webhook deliveries, the claim's settlement, confirmations.
+    // After the response: the audit row, webhook deliveries, the claim's settlement, confirmations
+    // (the meter's line is written: what they cost is not the request's budget).
     let after = api.after_response();
-    match config(&env) {
-        Ok(config) => {
-            let finisher = gateway(&env, config, &Rc::new(Meter::default()))?;
-            ctx.wait_until(async move {
-                for line in finisher.finish(after, pause).await {
-                    console_error!("{line}");
-                }
-            });
+    match finisher {
+        Some(gateway) => ctx.wait_until(async move {
+            for line in gateway.finish(after, pause).await {
+                console_error!("{line}");
+            }
+        }),
+        None => {
+            console_error!("request {}: nothing done after the response (no configuration)", after.request_id)
         }
-        Err(e) => console_error!("request {}: nothing done after the response: {e}", after.request_id),
     }
     http::response(api)
 }
