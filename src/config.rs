@@ -16,7 +16,8 @@ pub struct Plan {
     pub monthly_quota: u64,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+/// `Debug` leaves the secrets out (a `{:?}` in a log line must never print them).
+#[derive(Clone, PartialEq)]
 pub struct Config {
     pub plans: BTreeMap<String, Plan>,
     pub idempotency_ttl_seconds: u64,
@@ -30,6 +31,24 @@ pub struct Config {
     pub queue_retry: RetryPolicy,
     pub key_pepper: String,
     pub admin_token: String,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("plans", &self.plans)
+            .field("idempotency_ttl_seconds", &self.idempotency_ttl_seconds)
+            .field("event_dedup_window_seconds", &self.event_dedup_window_seconds)
+            .field("audit_retention_days", &self.audit_retention_days)
+            .field("webhook_retry_schedule", &self.webhook_retry_schedule)
+            .field("webhook_timeout_ms", &self.webhook_timeout_ms)
+            .field("webhook_header_prefix", &self.webhook_header_prefix)
+            .field("allow_private_webhook_urls", &self.allow_private_webhook_urls)
+            .field("queue_retry", &self.queue_retry)
+            .field("key_pepper", &"[redacted]")
+            .field("admin_token", &"[redacted]")
+            .finish()
+    }
 }
 
 pub const DEFAULT_PLAN: &str = "trial";
@@ -150,6 +169,13 @@ mod tests {
         assert_eq!(c.webhook_header_prefix, "X-Gatehouse");
         assert!(!c.allow_private_webhook_urls);
         assert_eq!(c.queue_retry, RetryPolicy { base_seconds: 5, max_seconds: 3_600 });
+    }
+
+    #[test]
+    fn debug_output_never_prints_the_secrets() {
+        let shown = format!("{:?}", with(&SECRETS).unwrap());
+        assert!(!shown.contains("pepper-pepper") && !shown.contains("admin-admin"), "{shown}");
+        assert!(shown.contains("webhook_timeout_ms: 15000"), "{shown}");
     }
 
     #[test]

@@ -77,12 +77,23 @@ pub fn fingerprint(method: &str, path: &str, body: &[u8]) -> String {
     hex(&h.finalize())
 }
 
-/// A completed response as it is stored and replayed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A completed response as it is stored and replayed. `Debug` shows the body's length only: a
+/// key's or a subscription's creation answers its secret.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredResponse {
     pub status: u16,
     pub body: String,
     pub request_id: String,
+}
+
+impl std::fmt::Debug for StoredResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoredResponse")
+            .field("status", &self.status)
+            .field("body", &format_args!("[{} bytes]", self.body.len()))
+            .field("request_id", &self.request_id)
+            .finish()
+    }
 }
 
 /// A claim as a guard remembers it.
@@ -232,6 +243,14 @@ mod tests {
 
     fn execute(operation: &str) -> ClaimDecision {
         ClaimDecision::Execute { operation: operation.into() }
+    }
+
+    #[test]
+    fn debug_output_never_prints_a_stored_body() {
+        let stored =
+            StoredResponse { status: 201, body: r#"{"key":"gh_s_secret"}"#.into(), request_id: "r".into() };
+        let shown = format!("{stored:?}");
+        assert!(!shown.contains("gh_s_secret") && shown.contains("21 bytes"), "{shown}");
     }
 
     #[test]

@@ -304,8 +304,8 @@ pub enum DeliveryMessage {
     Delivery { delivery_id: String },
 }
 
-/// A subscription.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// A subscription. `Debug` leaves the signing secret out.
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Webhook {
     pub id: String,
     pub project_id: String,
@@ -315,6 +315,21 @@ pub struct Webhook {
     pub status: String,
     pub disabled_reason: Option<String>,
     pub created_at: i64,
+}
+
+impl std::fmt::Debug for Webhook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Webhook")
+            .field("id", &self.id)
+            .field("project_id", &self.project_id)
+            .field("url", &self.url)
+            .field("events", &self.events)
+            .field("secret", &"[redacted]")
+            .field("status", &self.status)
+            .field("disabled_reason", &self.disabled_reason)
+            .field("created_at", &self.created_at)
+            .finish()
+    }
 }
 
 impl Webhook {
@@ -524,6 +539,22 @@ mod tests {
 
     /// The vector published in the README, computed with Python's `hmac` module.
     const SECRET: &str = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYX";
+
+    #[test]
+    fn debug_output_never_prints_the_signing_secret() {
+        let hook = Webhook {
+            id: "wh_1".into(),
+            project_id: "prj_1".into(),
+            url: "https://example.com/hook".into(),
+            events: vec!["*".into()],
+            secret: SECRET.into(),
+            status: "active".into(),
+            disabled_reason: None,
+            created_at: 1,
+        };
+        let shown = format!("{hook:?}");
+        assert!(!shown.contains("whsec_") && shown.contains("example.com"), "{shown}");
+    }
     const ID: &str = "msg_2KWPBgLlAfxdpx2AI54pPJ85f4W";
     const TS: i64 = 1_674_087_231;
     const BODY: &str = r#"{"id":"evt_1","type":"contact.created","created_at":"2026-11-29T08:48:32.123Z","data":{"id":"con_1"}}"#;
