@@ -124,7 +124,6 @@ fn jitter() -> f64 {
 async fn queue(batch: MessageBatch<String>, env: Env, _ctx: Context) -> Result<()> {
     let config = config(&env).map_err(|e| worker::Error::RustError(e.to_string()))?;
     let store = D1Store::new(env.d1("DB")?, Rc::default());
-    let letters = D1Store::new(env.d1("DB")?, Rc::default());
     let deliveries = WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING)?);
     let name = batch.queue();
     let messages: Vec<_> = batch.raw_iter().collect();
@@ -144,8 +143,7 @@ async fn queue(batch: MessageBatch<String>, env: Env, _ctx: Context) -> Result<(
         async move { app::dispatch(store, deliveries, &FetchClient, config, &id, now_ms, jitter()).await }
     };
     let settled =
-        app::queues::consume(&store, &letters, &name, &incoming, dispatch, config.queue_retry, now_ms())
-            .await;
+        app::queues::consume(&store, &store, &name, &incoming, dispatch, config.queue_retry, now_ms()).await;
     for ((message, incoming), settle) in messages.iter().zip(&incoming).zip(settled) {
         match settle {
             Settle::Ack => message.ack(),

@@ -66,20 +66,17 @@ pub async fn accept_events<L: EventLedger, Q: EventSink>(
         }
     }
     let answers = join_all(by_shard.iter().map(|(shard, ids)| ledger.reserve(shard, owner, ids))).await;
-    // On a failure every shard called is released, also one whose answer was lost: a release only
-    // touches this request's unconfirmed reservations.
-    let attempted = Reservations { owner: owner.to_owned(), shards: by_shard.clone().into_iter().collect() };
     let mut reservations = Reservations { owner: owner.to_owned(), shards: Vec::new() };
     let mut decided = std::collections::HashMap::new();
     let mut failure = None;
-    for ((shard, ids), answer) in by_shard.into_iter().zip(answers) {
+    for ((shard, ids), answer) in by_shard.iter().zip(answers) {
         match answer {
             Ok(answer) if answer.len() == ids.len() => {
                 let fresh = ids.iter().zip(&answer).filter(|(_, a)| **a == Reserved::Fresh);
                 let fresh: Vec<String> = fresh.map(|(id, _)| id.clone()).collect();
-                decided.extend(ids.into_iter().zip(answer));
+                decided.extend(ids.iter().map(String::as_str).zip(answer));
                 if !fresh.is_empty() {
-                    reservations.shards.push((shard, fresh));
+                    reservations.shards.push((shard.clone(), fresh));
                 }
             }
             Ok(answer) => {
@@ -90,6 +87,9 @@ pub async fn accept_events<L: EventLedger, Q: EventSink>(
         }
     }
     if let Some(e) = failure {
+        // Every shard called is released, also one whose answer was lost: a release only touches
+        // this request's unconfirmed reservations.
+        let attempted = Reservations { owner: owner.to_owned(), shards: by_shard.into_iter().collect() };
         attempted.release(ledger).await;
         return Err(e);
     }
@@ -101,7 +101,7 @@ pub async fn accept_events<L: EventLedger, Q: EventSink>(
         } else if !first_of_batch.insert(event.event_id.clone()) {
             Reserved::Duplicate
         } else {
-            decided[&event.event_id]
+            decided[event.event_id.as_str()]
         };
         match decision {
             Reserved::Fresh => {

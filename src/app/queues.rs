@@ -31,6 +31,23 @@ pub struct Incoming {
     pub sent_ms: i64,
 }
 
+impl Incoming {
+    /// This message kept as a dead letter of `queue` now (its failures are filled in from the
+    /// counts D1 kept, when there are any).
+    fn dead_letter(&self, queue: &str, last_error: String, attempts: u32, now_ms: i64) -> DeadLetter {
+        DeadLetter {
+            id: self.id.clone(),
+            queue: queue.to_owned(),
+            body: self.body.clone(),
+            first_failed_at: now_ms,
+            dead_at: now_ms,
+            last_error: Some(last_error),
+            attempts,
+            redriven_at: None,
+        }
+    }
+}
+
 /// What becomes of one message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Settle {
@@ -74,19 +91,7 @@ where
         let kept = messages
             .iter()
             .enumerate()
-            .map(|(i, m)| {
-                let letter = DeadLetter {
-                    id: m.id.clone(),
-                    queue: source.clone(),
-                    body: m.body.clone(),
-                    first_failed_at: now_ms,
-                    dead_at: now_ms,
-                    last_error: Some(EXHAUSTED.into()),
-                    attempts: 0,
-                    redriven_at: None,
-                };
-                (i, vec![letter])
-            })
+            .map(|(i, m)| (i, vec![m.dead_letter(&source, EXHAUSTED.into(), 0, now_ms)]))
             .collect();
         record(store_each(kept, |l| async move { letters.keep(&l).await }).await);
     } else {
@@ -103,19 +108,7 @@ where
                     deliveries.push((i, delivery_id))
                 }
                 // Retrying it would fail the same way: it is a dead letter now.
-                Err(why) => unreadable.push((
-                    i,
-                    vec![DeadLetter {
-                        id: m.id.clone(),
-                        queue: queue.to_owned(),
-                        body: m.body.clone(),
-                        first_failed_at: now_ms,
-                        dead_at: now_ms,
-                        last_error: Some(why),
-                        attempts: 1,
-                        redriven_at: None,
-                    }],
-                )),
+                Err(why) => unreadable.push((i, vec![m.dead_letter(queue, why, 1, now_ms)])),
             }
         }
         record(store_each(unreadable, |l| async move { letters.keep(&l).await }).await);
