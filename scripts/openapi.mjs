@@ -39,8 +39,12 @@ const paths = {
   '/admin/v1/health': { get: { summary: 'Deep health: one round trip to a KeyGuard Durable Object', security: [{ adminToken: [] }],
     responses: { 200: { description: 'OK', content: json(obj({ status: str, key_guard: str })) }, ...errors(401), 503: { description: 'SERVICE_UNAVAILABLE', content: json(ref('Error')) } } } },
   '/admin/v1/projects': { post: { summary: 'Create a project and its first owner key', security: [{ adminToken: [] }],
-    requestBody: { required: true, content: json(obj({ name: str }, ['name'])) },
-    responses: { 201: { description: 'Created', content: json(ref('ProjectCreated')) }, ...errors(400, 401) } } },
+    requestBody: { required: true, content: json(obj({ name: str, plan: { type: 'string', description: 'a plan of PLANS; default trial' } }, ['name'])) },
+    responses: { 201: { description: 'Created', content: json(ref('ProjectCreated')) }, ...errors(400, 401, 422) } } },
+  '/admin/v1/projects/{id}': { patch: { summary: 'Put a project and all its keys on another plan (only the operator chooses plans)', security: [{ adminToken: [] }],
+    parameters: [pathParam('id')],
+    requestBody: { required: true, content: json(obj({ plan: str }, ['plan'])) },
+    responses: { 200: { description: 'OK', content: json(obj({ project_id: str, name: str, plan: str, keys: { type: 'integer' }, keys_told: { type: 'integer', description: "keys whose guard took the new limits at once; the others read them within 10 minutes" } })) }, ...errors(400, 401, 404, 422), 503: { description: 'SERVICE_UNAVAILABLE', content: json(ref('Error')) } } } },
   '/admin/v1/dead-letters': { get: { summary: 'Queue messages the consumers gave up on, newest first', security: [{ adminToken: [] }],
     parameters: [query('queue', str, 'only letters from this queue, e.g. gatehouse-events'), ...paging],
     responses: { 200: { description: 'OK', content: json(list(ref('DeadLetter'))) }, ...errors(400, 401), 503: { description: 'SERVICE_UNAVAILABLE', content: json(ref('Error')) } } } },
@@ -49,12 +53,12 @@ const paths = {
     responses: { 200: { description: 'OK', content: json(obj({ redriven: { type: 'integer' }, failed: { type: 'integer', description: 'sends that failed; still dead, re-drive again' }, skipped: { type: 'integer', description: 'named ids unknown or re-driven already' } })) }, ...errors(400, 401), 503: { description: 'SERVICE_UNAVAILABLE', content: json(ref('Error')) } } } },
   '/public/v1/me': { get: ownerOp('The calling key, its window and quota', { responses: { ...ok(200, ref('Me')), ...errors(401, 429) } }) },
   '/public/v1/keys': {
-    post: mutating('Create a key (the secret is shown only here)', obj({ type: { enum: ['owner', 'server', 'browser', 'cicd'] }, name: str, plan: str, rate_limit_per_minute: nullable({ type: 'integer', minimum: 1 }) }, ['type']),
+    post: mutating('Create a key (the secret is shown only here)', obj({ type: { enum: ['owner', 'server', 'browser', 'cicd'] }, name: str, plan: { type: 'string', description: "only the project's own plan (403 otherwise)" }, rate_limit_per_minute: nullable({ type: 'integer', minimum: 1, description: "at most the plan's per-minute limit (403 above)" }) }, ['type']),
       { ...ok(201, ref('KeyCreated'), 'Created'), ...errors(400, 401, 403, 409, 422, 429) }),
     get: ownerOp('List the project\'s keys', { parameters: paging, responses: { ...ok(200, list(ref('Key'))), ...errors(401, 403, 429) } }),
   },
   '/public/v1/keys/{id}': {
-    patch: mutating('Change name, plan or rate override (applies at once)', obj({ name: nullable(str), plan: str, rate_limit_per_minute: nullable({ type: 'integer', minimum: 1 }) }),
+    patch: mutating('Change the name or lower the rate limit (applies at once)', obj({ name: nullable(str), plan: { type: 'string', description: "only the project's own plan (403 otherwise)" }, rate_limit_per_minute: nullable({ type: 'integer', minimum: 1, description: "at most the plan's per-minute limit (403 above)" }) }),
       { ...ok(200, ref('Key')), ...errors(400, 401, 403, 404, 409, 422, 429) }, { parameters: [pathParam('id')] }),
     delete: { ...ownerOp('Revoke a key (applies at once)'), parameters: [idemHeader, pathParam('id')], responses: { ...ok(200, ref('Key')), ...errors(401, 403, 404, 409, 422, 429) } },
   },
@@ -115,7 +119,7 @@ delete paths['/api/v1/projects/{project_id}/release-markers/deploy'].post.parame
 const anyObject = { type: 'object' };
 const schemas = {
   Error: obj({ error: obj({ code: str, message: str, request_id: str, retryable: { type: 'boolean' }, details: anyObject }, ['code', 'message', 'request_id', 'retryable', 'details']) }, ['error']),
-  ProjectCreated: obj({ project_id: str, name: str, owner_key: obj({ id: str, key: str, prefix: str }) }),
+  ProjectCreated: obj({ project_id: str, name: str, plan: str, owner_key: obj({ id: str, key: str, prefix: str }) }),
   Key: obj({ id: str, prefix: str, type: str, name: nullable(str), plan: str, rate_limit_per_minute: nullable({ type: 'integer' }), status: { enum: ['active', 'revoked'] }, created_at: str, revoked_at: nullable(str) }),
   KeyCreated: { allOf: [ref('Key'), obj({ key: str })] },
   Me: obj({ key_id: str, prefix: str, type: str, project_id: str, plan: str, rate_limit: obj({ limit: { type: 'integer' }, remaining: { type: 'integer' }, reset: str }), quota: obj({ used: { type: 'integer' }, limit: { type: 'integer' }, resets_at: str }) }),

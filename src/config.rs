@@ -132,12 +132,17 @@ impl Config {
         self.plans.get(name)
     }
 
-    /// The key's limits: its plan's, with the per-key rate override. A key whose plan was removed
-    /// from `PLANS` falls back to the trial plan rather than to no limit.
+    /// The plan named, or the trial plan when `PLANS` no longer has it (rather than no limit).
+    pub fn plan_or_trial(&self, name: &str) -> &Plan {
+        self.plan(name).or_else(|| self.plan(DEFAULT_PLAN)).expect("PLANS has trial")
+    }
+
+    /// The key's limits: its plan's, lowered by the per-key rate override. An override is never
+    /// above the plan (SPEC §13), also after the project moved to a smaller plan.
     pub fn limits(&self, key: &KeyRecord) -> Limits {
-        let plan = self.plan(&key.plan).or_else(|| self.plan(DEFAULT_PLAN)).expect("PLANS has trial");
+        let plan = self.plan_or_trial(&key.plan);
         Limits {
-            per_minute: key.rate_limit_per_minute.unwrap_or(plan.per_minute),
+            per_minute: key.rate_limit_per_minute.map_or(plan.per_minute, |r| r.min(plan.per_minute)),
             monthly_quota: plan.monthly_quota,
         }
     }
@@ -192,5 +197,30 @@ mod tests {
         vars.pop();
         vars.push(("IDEMPOTENCY_TTL_SECONDS", "soon"));
         assert!(with(&vars).unwrap_err().0.contains("IDEMPOTENCY_TTL_SECONDS"));
+    }
+
+    #[test]
+    fn a_key_override_only_lowers_its_plan_limit() {
+        let mut vars = SECRETS.to_vec();
+        vars.push(("PLANS", r#"{"trial":{"per_minute":30,"monthly_quota":200},"pro":{"per_minute":600,"monthly_quota":9}}"#));
+        let config = with(&vars).unwrap();
+        let key = |plan: &str, rate: Option<u32>| KeyRecord {
+            id: "key_1".into(),
+            project_id: "prj_1".into(),
+            key_type: crate::core::api_key::KeyType::Server,
+            name: None,
+            plan: plan.into(),
+            rate_limit_per_minute: rate,
+            key_hash: String::new(),
+            prefix: String::new(),
+            created_at: 0,
+            revoked_at: None,
+        };
+        assert_eq!(config.limits(&key("pro", None)), Limits { per_minute: 600, monthly_quota: 9 });
+        assert_eq!(config.limits(&key("pro", Some(100))).per_minute, 100);
+        // Set under "pro", then the project moved to trial: the override never lifts the plan.
+        assert_eq!(config.limits(&key("trial", Some(100))), Limits { per_minute: 30, monthly_quota: 200 });
+        // A plan removed from PLANS falls back to trial.
+        assert_eq!(config.limits(&key("gone", None)).per_minute, 30);
     }
 }

@@ -108,10 +108,10 @@ pub enum Revocation {
 }
 
 /// What a key's owner may change (`PATCH /public/v1/keys/{id}`); `None` leaves a field as it is.
+/// The plan is the project's, set by the operator (SPEC §13).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KeyChanges {
     pub name: Option<Option<String>>,
-    pub plan: Option<String>,
     pub rate_limit_per_minute: Option<Option<u32>>,
 }
 
@@ -121,14 +121,18 @@ impl KeyChanges {
         if let Some(name) = &self.name {
             key.name = name.clone();
         }
-        if let Some(plan) = &self.plan {
-            key.plan = plan.clone();
-        }
         if let Some(rate) = self.rate_limit_per_minute {
             key.rate_limit_per_minute = rate;
         }
         key
     }
+}
+
+/// A project put on another plan by the operator: its name and its keys as they are now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanChange {
+    pub name: String,
+    pub keys: Vec<KeyRecord>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,14 +144,14 @@ pub enum KeyUpdate {
 
 /// Projects and keys in D1.
 pub trait Directory {
-    async fn create_project(
-        &self,
-        project_id: &str,
-        name: &str,
-        created_at: i64,
-        owner_key: &KeyRecord,
-    ) -> Result<(), PortError>;
-    async fn insert_key(&self, key: &KeyRecord) -> Result<(), PortError>;
+    /// The project on the owner key's plan, and that key: both or neither.
+    async fn create_project(&self, project_id: &str, name: &str, owner_key: &KeyRecord) -> Result<(), PortError>;
+    /// Inserts a key of an existing project, on the project's plan whatever `key.plan` says;
+    /// answers the stored record (`None`: no such project).
+    async fn insert_key(&self, key: &KeyRecord) -> Result<Option<KeyRecord>, PortError>;
+    /// Puts the project and all its keys on `plan` in one transaction; answers the project's name
+    /// and its keys as changed (`None`: no such project).
+    async fn set_project_plan(&self, project_id: &str, plan: &str) -> Result<Option<PlanChange>, PortError>;
     /// The project's keys, newest first, after the page's cursor.
     async fn list_keys(&self, project_id: &str, page: &PageRequest) -> Result<Vec<KeyRecord>, PortError>;
     async fn update_key(

@@ -1,19 +1,18 @@
-//! Owner key management of SPEC §2: create (secret shown once), list, change, revoke.
+//! Owner key management of SPEC §2: create (secret shown once), list, change, revoke. A key runs
+//! on its project's plan, which only the operator sets (SPEC §13); an owner may lower a key's
+//! per-minute limit below the plan's, never raise it, and never choose a plan.
 
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::{random, unavailable, Call, Gateway, Reply};
-use crate::config::{Config, DEFAULT_PLAN};
+use crate::config::Config;
 use crate::core::api_key::{self, KeyRecord, KeyType};
 use crate::core::encoding::object_id;
 use crate::core::error::ApiError;
 use crate::core::json_body;
 use crate::core::page::{Cursor, PageRequest};
 use crate::ports::{Directory, KeyChanges, KeyGuard, KeyUpdate, Ports, Revocation};
-
-/// The highest per-key override an owner may set (requests per minute).
-const MAX_RATE_OVERRIDE: u32 = 1_000_000;
 
 /// A key just made: its record and the secret, which exists only in this response.
 pub struct NewKey {
@@ -22,31 +21,30 @@ pub struct NewKey {
 }
 
 impl NewKey {
+    /// A key on `plan` (the store puts it on its project's plan when it inserts it).
     pub fn generate(
         config: &Config,
         project_id: &str,
         key_type: KeyType,
         name: Option<String>,
-        plan: Option<String>,
+        plan: &str,
         rate_limit_per_minute: Option<u32>,
         now_ms: i64,
-    ) -> Result<Self, ApiError> {
-        let plan = plan.unwrap_or_else(|| DEFAULT_PLAN.to_owned());
-        check_plan(config, &plan)?;
+    ) -> Self {
         let secret = api_key::generate(key_type, &random());
         let record = KeyRecord {
             id: object_id("key", &random()),
             project_id: project_id.to_owned(),
             key_type,
             name,
-            plan,
+            plan: plan.to_owned(),
             rate_limit_per_minute,
             key_hash: api_key::hash(config.key_pepper.as_bytes(), &secret),
             prefix: api_key::prefix(&secret).to_owned(),
             created_at: now_ms,
             revoked_at: None,
         };
-        Ok(NewKey { record, secret })
+        NewKey { record, secret }
     }
 }
 
@@ -81,18 +79,22 @@ impl<P: Ports> Gateway<'_, P> {
     pub(super) async fn create_key(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let input: CreateKey = json_body::parse(&call.body)?;
         let name = clean_name(input.name)?;
-        check_rate(input.rate_limit_per_minute)?;
+        // The caller's record carries the project's plan (its guard is told of a plan change).
+        let plan = &call.key().plan;
+        check_plan_unchanged(plan, input.plan.as_deref())?;
+        check_rate(self.config, plan, input.rate_limit_per_minute)?;
         let new = NewKey::generate(
             self.config,
             call.project_id(),
             input.key_type,
             name,
-            input.plan,
+            plan,
             input.rate_limit_per_minute,
             call.now_ms,
-        )?;
-        self.store.insert_key(&new.record).await.map_err(unavailable)?;
-        let mut body = new.record.view();
+        );
+        let stored = self.store.insert_key(&new.record).await.map_err(unavailable)?;
+        // The caller's project exists; a missing one is a deleted project: its key is no longer valid.
+        let mut body = stored.ok_or_else(ApiError::invalid_api_key)?.view();
         body["key"] = Value::String(new.secret);
         Ok(Reply::created(body))
     }
@@ -104,7 +106,7 @@ impl<P: Ports> Gateway<'_, P> {
         Ok(Reply::ok(page.respond(rows, position, KeyRecord::view)))
     }
 
-    /// Changes a key's name, plan or per-key rate override (`null` = the plan's limit). The key's
+    /// Changes a key's name or per-key rate override (`null` = the plan's limit). The key's
     /// guard is told first, so the next request runs under the new limits; if it cannot be told,
     /// nothing changes (503). Then D1; the guard ends up holding what D1 holds.
     pub(super) async fn update_key(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
@@ -112,14 +114,11 @@ impl<P: Ports> Gateway<'_, P> {
         let input: UpdateKey = json_body::parse(&call.body)?;
         let changes = KeyChanges {
             name: input.name.map(clean_name).transpose()?,
-            plan: input.plan,
             rate_limit_per_minute: input.rate_limit_per_minute,
         };
-        if let Some(plan) = &changes.plan {
-            check_plan(self.config, plan)?;
-        }
-        check_rate(changes.rate_limit_per_minute.flatten())?;
         let current = self.existing_key(call, key_id).await?;
+        check_plan_unchanged(&current.plan, input.plan.as_deref())?;
+        check_rate(self.config, &current.plan, changes.rate_limit_per_minute.flatten())?;
         if current.is_revoked() {
             return Err(ApiError::unprocessable("A revoked key cannot be changed.").with_detail("id", key_id));
         }
@@ -237,17 +236,42 @@ fn clean_name(name: Option<String>) -> Result<Option<String>, ApiError> {
     Ok(name)
 }
 
-fn check_rate(rate: Option<u32>) -> Result<(), ApiError> {
-    match rate {
-        Some(r) if !(1..=MAX_RATE_OVERRIDE).contains(&r) => Err(ApiError::bad_request(format!(
-            "rate_limit_per_minute must be from 1 to {MAX_RATE_OVERRIDE}, or null for the plan's limit"
+/// A per-key limit must be at least 1 and at most the plan's: an owner may lower it, never raise it.
+fn check_rate(config: &Config, plan: &str, rate: Option<u32>) -> Result<(), ApiError> {
+    let Some(rate) = rate else { return Ok(()) };
+    let ceiling = config.plan_or_trial(plan).per_minute;
+    if rate == 0 {
+        return Err(ApiError::bad_request(format!(
+            "rate_limit_per_minute must be from 1 to {ceiling} (the plan's limit), or null for the plan's limit"
         ))
-        .with_detail("field", "rate_limit_per_minute")),
+        .with_detail("field", "rate_limit_per_minute"));
+    }
+    if rate > ceiling {
+        return Err(ApiError::forbidden(format!(
+            "A key's limit can be lowered, not raised: the {plan:?} plan allows {ceiling} requests per minute."
+        ))
+        .with_detail("field", "rate_limit_per_minute")
+        .with_detail("plan", plan)
+        .with_detail("plan_per_minute", ceiling));
+    }
+    Ok(())
+}
+
+/// Plans are set by the operator for the whole project: naming the project's own plan is allowed
+/// (it changes nothing), any other is refused.
+fn check_plan_unchanged(project_plan: &str, asked: Option<&str>) -> Result<(), ApiError> {
+    match asked {
+        Some(plan) if plan != project_plan => Err(ApiError::forbidden(format!(
+            "Plans belong to the project and are set by the operator; this project is on {project_plan:?}."
+        ))
+        .with_detail("field", "plan")
+        .with_detail("plan", project_plan)),
         _ => Ok(()),
     }
 }
 
-fn check_plan(config: &Config, plan: &str) -> Result<(), ApiError> {
+/// A plan name the operator may give a project.
+pub(super) fn check_plan(config: &Config, plan: &str) -> Result<(), ApiError> {
     if config.plan(plan).is_some() {
         return Ok(());
     }

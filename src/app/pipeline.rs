@@ -219,6 +219,7 @@ impl<P: Ports> Gateway<'_, P> {
                 Ok(Reply::ok(json!({ "status": "ok", "key_guard": "ok" })))
             }
             RouteId::CreateProject => self.create_project(call).await,
+            RouteId::UpdateProject => self.update_project(call).await,
             RouteId::Me => Ok(Reply::ok(me(call))),
             RouteId::CreateKey => self.create_key(call).await,
             RouteId::ListKeys => self.list_keys(call).await,

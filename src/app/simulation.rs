@@ -13,11 +13,11 @@ use serde_json::Value;
 
 use super::keys::NewKey;
 use super::{ApiRequest, ApiResponse, Gateway};
-use crate::config::Config;
+use crate::config::{Config, DEFAULT_PLAN};
 use crate::core::api_key::KeyType;
 use crate::core::events::dedup_namespace;
 use crate::fakes::audit::FakeArchive;
-use crate::fakes::gateway::{Clock, FakeAuditQueue, FakeGuard, FakeResponses};
+use crate::fakes::gateway::{Clock, FakeAuditQueue, FakeGuard, FakeProject, FakeResponses};
 use crate::fakes::ingest::{FakeEventQueue, FakeLedger};
 use crate::fakes::queue::{FakeDeadLetters, FakeRedrive};
 use crate::fakes::webhooks::FakeDeliveryQueue;
@@ -70,9 +70,11 @@ const T0: i64 = 1_796_000_000_000;
 fn world(faults: &Rc<Faults>, types: &[KeyType]) -> (Gateway<'static, Sim>, Clock, Vec<String>) {
     let clock: Clock = Rc::new(Cell::new(T0));
     let store = FakeStore::new(faults.clone());
+    let project = FakeProject { id: "prj_sim".into(), name: "simulated".into(), plan: DEFAULT_PLAN.into() };
+    store.directory.projects.borrow_mut().push(project);
     let mut secrets = Vec::new();
     for &key_type in types {
-        let key = NewKey::generate(config(), "prj_sim", key_type, None, None, None, T0).unwrap();
+        let key = NewKey::generate(config(), "prj_sim", key_type, None, DEFAULT_PLAN, None, T0);
         store.directory.keys.borrow_mut().push(key.record);
         secrets.push(key.secret);
     }

@@ -16,7 +16,7 @@ use crate::core::rate_limit::{decide, Counters, Usage, Verdict, AUTH_FAILURE_LIM
 use crate::core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
 use crate::core::webhook::OutgoingEvent;
 use crate::ports::{
-    Admission, AuditSink, Authorization, ClaimRequest, Directory, KeyChanges, KeyGuard, KeyUpdate, PortError,
+    Admission, AuditSink, Authorization, ClaimRequest, Directory, KeyChanges, KeyGuard, KeyUpdate, PlanChange, PortError,
     Resources, ResponseStore, Revocation, RunStart,
 };
 use crate::sim::Faults;
@@ -274,28 +274,59 @@ impl AuditSink for FakeAuditQueue {
 
 #[derive(Default)]
 pub struct DirectoryTables {
-    pub projects: RefCell<Vec<(String, String)>>,
+    pub projects: RefCell<Vec<FakeProject>>,
     pub keys: Rc<RefCell<Vec<KeyRecord>>>,
 }
 
+pub struct FakeProject {
+    pub id: String,
+    pub name: String,
+    pub plan: String,
+}
+
+impl DirectoryTables {
+    fn plan_of(&self, project_id: &str) -> Option<String> {
+        self.projects.borrow().iter().find(|p| p.id == project_id).map(|p| p.plan.clone())
+    }
+}
+
 impl Directory for FakeStore {
-    async fn create_project(
-        &self,
-        project_id: &str,
-        name: &str,
-        _: i64,
-        owner_key: &KeyRecord,
-    ) -> Result<(), PortError> {
+    async fn create_project(&self, project_id: &str, name: &str, owner_key: &KeyRecord) -> Result<(), PortError> {
         self.faults
             .run("d1.create_project", || {
-                self.directory.projects.borrow_mut().push((project_id.to_owned(), name.to_owned()));
+                let project =
+                    FakeProject { id: project_id.to_owned(), name: name.to_owned(), plan: owner_key.plan.clone() };
+                self.directory.projects.borrow_mut().push(project);
                 self.directory.keys.borrow_mut().push(owner_key.clone());
             })
             .await
     }
 
-    async fn insert_key(&self, key: &KeyRecord) -> Result<(), PortError> {
-        self.faults.run("d1.insert_key", || self.directory.keys.borrow_mut().push(key.clone())).await
+    async fn insert_key(&self, key: &KeyRecord) -> Result<Option<KeyRecord>, PortError> {
+        self.faults
+            .run("d1.insert_key", || {
+                let plan = self.directory.plan_of(&key.project_id)?;
+                let stored = KeyRecord { plan, ..key.clone() };
+                self.directory.keys.borrow_mut().push(stored.clone());
+                Some(stored)
+            })
+            .await
+    }
+
+    async fn set_project_plan(&self, project_id: &str, plan: &str) -> Result<Option<PlanChange>, PortError> {
+        self.faults
+            .run("d1.set_project_plan", || {
+                let mut projects = self.directory.projects.borrow_mut();
+                let project = projects.iter_mut().find(|p| p.id == project_id)?;
+                project.plan = plan.to_owned();
+                let mut keys = self.directory.keys.borrow_mut();
+                let keys = keys.iter_mut().filter(|k| k.project_id == project_id).map(|k| {
+                    k.plan = plan.to_owned();
+                    k.clone()
+                });
+                Some(PlanChange { name: project.name.clone(), keys: keys.collect() })
+            })
+            .await
     }
 
     async fn list_keys(&self, project_id: &str, _: &PageRequest) -> Result<Vec<KeyRecord>, PortError> {

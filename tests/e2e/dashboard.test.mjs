@@ -33,9 +33,8 @@ after(async () => {
 });
 
 test('the dashboard: sign-in, keys with a chart, a filtered log, and a webhook retried from the page', async () => {
-  const { owner } = await createProject('Dashboard demo');
-  await call('PATCH', `/public/v1/keys/${owner.id}`, { key: owner.key, body: { plan: 'business' } });
-  const server = await createKey(owner.key, 'server', { plan: 'business', name: 'backend' });
+  const { owner } = await createProject('Dashboard demo', { plan: 'business' });
+  const server = await createKey(owner.key, 'server', { name: 'backend' });
   const hook = await call('POST', '/public/v1/webhooks', {
     key: owner.key, body: { url: `http://127.0.0.1:${receiver.address().port}/hook`, events: ['contact.created'] },
   });

@@ -40,8 +40,8 @@ test('the dead-letter routes take the admin token only, and page like every list
 });
 
 test('an event D1 refuses ends in the dead letters, its neighbours are stored, and a re-drive stores it once', async () => {
-  const project = await createProject();
-  const server = await createKey(project.owner.key, 'server', { plan: 'business' });
+  const project = await createProject('dead letters', { plan: 'business' });
+  const server = await createKey(project.owner.key, 'server');
   const tag = randomUUID().slice(0, 8);
   const poisonId = randomUUID();
   const goodIds = [randomUUID(), randomUUID(), randomUUID()];
@@ -131,8 +131,8 @@ test('a webhook delivery D1 refuses to take ends in the dead letters; re-driven,
   });
   await new Promise((resolve) => receiver.listen(0, '127.0.0.1', resolve));
   try {
-    const { owner } = await createProject();
-    const server = await createKey(owner.key, 'server', { plan: 'business' });
+    const { owner } = await createProject('dead letters', { plan: 'business' });
+    const server = await createKey(owner.key, 'server');
     const url = `http://127.0.0.1:${receiver.address().port}/hook`;
     const hook = await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url, events: ['contact.created'] } });
     assert.equal(hook.status, 201, hook.text);

@@ -36,8 +36,8 @@ test('bootstrap validates its input: malformed JSON and a missing name are 400',
 });
 
 test('a key is shown once at creation; the list shows only its prefix', async () => {
-  const { owner } = await createProject();
-  const created = await createKey(owner.key, 'server', { name: 'backend', plan: 'business', rate_limit_per_minute: 120 });
+  const { owner } = await createProject('keys', { plan: 'business' });
+  const created = await createKey(owner.key, 'server', { name: 'backend', rate_limit_per_minute: 120 });
   assert.match(created.key, /^gh_s_[0-9A-Za-z]{40}$/);
   assert.equal(created.prefix, created.key.slice(0, 12));
   assert.deepEqual(
@@ -58,13 +58,15 @@ test('a key is shown once at creation; the list shows only its prefix', async ()
   assert.equal(listed.key, undefined);
 });
 
-test('new keys default to the trial plan; unknown plans and bad fields are refused', async () => {
+test('keys take their project\'s plan (trial by default); owners cannot choose a plan; bad fields are refused', async () => {
   const { owner } = await createProject();
-  const k = await createKey(owner.key, 'browser');
+  const k = await createKey(owner.key, 'browser', { plan: 'trial' });
   assert.equal(k.plan, 'trial');
   assert.equal(k.rate_limit_per_minute, null);
-  const plan = await call('POST', '/public/v1/keys', { key: owner.key, body: { type: 'server', plan: 'platinum' } });
-  assert.equal(assertError(plan, 422, 'VALIDATION_ERROR').details.field, 'plan');
+  for (const plan of ['business', 'platinum']) {
+    const res = await call('POST', '/public/v1/keys', { key: owner.key, body: { type: 'server', plan } });
+    assert.deepEqual(assertError(res, 403, 'FORBIDDEN').details, { field: 'plan', plan: 'trial' });
+  }
   assertError(await call('POST', '/public/v1/keys', { key: owner.key, body: { type: 'root' } }), 400, 'VALIDATION_ERROR');
   assertError(await call('POST', '/public/v1/keys', { key: owner.key, body: { type: 'server', rate_limit_per_minute: 0 } }), 400, 'VALIDATION_ERROR');
   assertError(await call('POST', '/public/v1/keys', { key: owner.key, body: { type: 'server', extra: 1 } }), 400, 'VALIDATION_ERROR');
@@ -135,8 +137,8 @@ test('scopes: only owner keys manage keys (403 FORBIDDEN); every type may read /
 });
 
 test('/me shows the key id, prefix, type, project and plan', async () => {
-  const { projectId, owner } = await createProject();
-  const k = await createKey(owner.key, 'cicd', { plan: 'business' });
+  const { projectId, owner } = await createProject('me', { plan: 'business' });
+  const k = await createKey(owner.key, 'cicd');
   const me = await call('GET', '/public/v1/me', { key: k.key });
   assert.equal(me.status, 200, me.text);
   assert.deepEqual(

@@ -65,10 +65,13 @@ export function assertRequestId(res) {
   return id;
 }
 
-/** A new project through the admin bootstrap; answers {projectId, owner: {id, key, prefix}}. */
-export async function createProject(name = 'e2e project') {
+/**
+ * A new project through the admin bootstrap, on the trial plan unless `plan` names another (only
+ * the operator chooses plans); answers {projectId, owner: {id, key, prefix}}.
+ */
+export async function createProject(name = 'e2e project', { plan } = {}) {
   const res = await call('POST', '/admin/v1/projects', {
-    body: { name },
+    body: { name, plan },
     headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
   });
   assert.equal(res.status, 201, res.text);
@@ -107,10 +110,10 @@ export async function workerLog() {
 /** A fresh unique Idempotency-Key. */
 export const idemKey = () => `idem-${crypto.randomUUID()}`;
 
-/** A project with a server key on the business plan (2000/min), for tests that make many calls. */
+/** A project on the business plan (2000/min) with a server key, for tests that make many calls. */
 export async function businessProject() {
-  const project = await createProject();
-  const server = await createKey(project.owner.key, 'server', { plan: 'business' });
+  const project = await createProject('e2e business project', { plan: 'business' });
+  const server = await createKey(project.owner.key, 'server');
   return { ...project, server };
 }
 

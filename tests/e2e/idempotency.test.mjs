@@ -102,7 +102,7 @@ test('a request refused with 403 takes no claim: the same key works at once wher
 
 test('the key is scoped to the API key: the same string under two API keys is two operations', async () => {
   const { owner, server } = await businessProject();
-  const second = await createKey(owner.key, 'server', { plan: 'business' });
+  const second = await createKey(owner.key, 'server');
   const idem = idemKey();
   const a = await call('POST', '/public/v1/contacts', { key: server.key, idem, body: { name: 'Same' } });
   const b = await call('POST', '/public/v1/contacts', { key: second.key, idem, body: { name: 'Same' } });
@@ -149,7 +149,7 @@ test('the completed response is stored in KV under papi:idem:{apiKeyId}:{key} wi
 
 test('release markers: 201, then 200 replay, 409 on another ts, 422 on two headers, 400 without a key, 403 for others', async () => {
   const { projectId, owner, server } = await businessProject();
-  const cicd = await createKey(owner.key, 'cicd', { plan: 'business' });
+  const cicd = await createKey(owner.key, 'cicd');
   const path = `/api/v1/projects/${projectId}/release-markers/deploy`;
   const body = { version: '1.4.0', ts: 1795942112, environment: 'production', commit: 'abc1234' };
   const idem = 'deploy-1.4.0-prod';

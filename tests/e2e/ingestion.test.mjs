@@ -3,12 +3,13 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
+import { spawnSync } from 'node:child_process';
 import { assertError, call, createKey, createProject, d1, eventually } from './harness.mjs';
 
 async function ingestionProject() {
-  const project = await createProject();
-  const server = await createKey(project.owner.key, 'server', { plan: 'business' });
-  const browser = await createKey(project.owner.key, 'browser', { plan: 'business' });
+  const project = await createProject('ingestion', { plan: 'business' });
+  const server = await createKey(project.owner.key, 'server');
+  const browser = await createKey(project.owner.key, 'browser');
   return { ...project, server, browser };
 }
 
@@ -146,9 +147,27 @@ test('a replay chunk sent twice is stored once; the second answer says duplicate
   const second = await call('POST', '/v1/replay', { key: server.key, body });
   assert.deepEqual(second.body, { duplicate: true });
   assert.deepEqual((await call('POST', '/v1/replay', { key: browser.key, body: { ...body, chunk: 1 } })).body, { duplicate: false });
-  const rows = await d1(`SELECT chunk, data FROM replay_chunks WHERE project_id = '${projectId}' ORDER BY chunk`);
-  assert.deepEqual(rows.map((r) => [r.chunk, JSON.parse(r.data)]), [[0, { frames: [1, 2, 3] }], [1, { frames: [1, 2, 3] }]]);
+  // D1 keeps an index row without the data; the chunk itself is an R2 object.
+  const rows = await d1(`SELECT chunk, bytes FROM replay_chunk_index WHERE project_id = '${projectId}' ORDER BY chunk`);
+  const stored = JSON.stringify(body.data);
+  assert.deepEqual(rows.map((r) => [r.chunk, r.bytes]), [[0, stored.length], [1, stored.length]]);
+  assert.deepEqual(await d1(`SELECT count(*) AS n FROM replay_chunks WHERE project_id = '${projectId}'`), [{ n: 0 }]);
+  for (const chunk of [0, 1]) {
+    assert.deepEqual(JSON.parse(r2Object(`replay/${projectId}/sess-1/${chunk}`)), body.data);
+  }
+  // A session id is one path segment of the object key: "/" and "%" are percent-encoded.
+  const odd = { session_id: 'a/b%c d', chunk: 7, data: 'x' };
+  assert.deepEqual((await call('POST', '/v1/replay', { key: browser.key, body: odd })).body, { duplicate: false });
+  assert.equal(r2Object(`replay/${projectId}/a%2Fb%25c%20d/7`), '"x"');
 });
+
+/** The bytes of an object in the local R2 bucket, as text. */
+function r2Object(key) {
+  const out = spawnSync('npx', ['wrangler', 'r2', 'object', 'get', `gatehouse-archive/${key}`, '--local',
+    '--persist-to', process.env.GATEHOUSE_STATE, '--pipe'], { encoding: 'utf8' });
+  assert.equal(out.status, 0, `r2 object get ${key}: ${out.stderr}`);
+  return out.stdout;
+}
 
 test('web pages may ingest with a browser key: CORS preflight and headers on ingestion routes only', async () => {
   const { browser, owner } = await ingestionProject();

@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  assertError, call, createKey, createProject, freshWindow, randomIp, sleep, workerLog,
+  ADMIN_TOKEN, assertError, call, createKey, createProject, freshWindow, randomIp, sleep, workerLog,
 } from './harness.mjs';
 
 function rateHeaders(res) {
@@ -113,13 +113,17 @@ test('a per-key override set with PATCH applies to the next request; null restor
   assert.deepEqual([rateHeaders(back).limit, rateHeaders(back).remaining], [30, 24]);
 
   assertError(await call('PATCH', `/public/v1/keys/${key.id}`, { key: owner.key, body: { rate_limit_per_minute: 0 } }), 400, 'VALIDATION_ERROR');
-  assertError(await call('PATCH', `/public/v1/keys/${key.id}`, { key: owner.key, body: { plan: 'nope' } }), 422, 'VALIDATION_ERROR');
+  // Lower, never higher than the plan (trial: 30 in the test PLANS), and never another plan.
+  const raised = await call('PATCH', `/public/v1/keys/${key.id}`, { key: owner.key, body: { rate_limit_per_minute: 31 } });
+  assert.equal(assertError(raised, 403, 'FORBIDDEN').details.plan_per_minute, 30);
+  assertError(await call('PATCH', `/public/v1/keys/${key.id}`, { key: owner.key, body: { plan: 'business' } }), 403, 'FORBIDDEN');
+  assert.equal((await call('PATCH', `/public/v1/keys/${key.id}`, { key: owner.key, body: { plan: 'trial', rate_limit_per_minute: 30 } })).status, 200);
   assertError(await call('PATCH', '/public/v1/keys/key_nope', { key: owner.key, body: { name: 'x' } }), 404, 'NOT_FOUND');
 });
 
 test('/me reports the window and the monthly quota', async () => {
-  const { owner } = await createProject();
-  const key = await createKey(owner.key, 'browser', { plan: 'business' });
+  const { owner } = await createProject('me', { plan: 'business' });
+  const key = await createKey(owner.key, 'browser');
   await freshWindow();
   await call('GET', '/public/v1/me', { key: key.key });
   const me = await call('GET', '/public/v1/me', { key: key.key });
@@ -137,8 +141,8 @@ test('/me reports the window and the monthly quota', async () => {
 });
 
 test('a used-up monthly quota is 429 QUOTA_EXCEEDED, not retryable, with details.resets_at', async () => {
-  const { owner } = await createProject();
-  const key = await createKey(owner.key, 'server', { plan: 'tiny' }); // 3 a month in the test PLANS
+  const { owner } = await createProject('tiny', { plan: 'tiny' });
+  const key = await createKey(owner.key, 'server'); // 3 a month in the test PLANS
   for (let i = 0; i < 3; i++) assert.equal((await call('GET', '/public/v1/me', { key: key.key })).status, 200);
   const res = await call('GET', '/public/v1/me', { key: key.key });
   const e = assertError(res, 429, 'QUOTA_EXCEEDED');
@@ -148,15 +152,29 @@ test('a used-up monthly quota is 429 QUOTA_EXCEEDED, not retryable, with details
   assert.ok(res.headers.get('x-ratelimit-limit'), 'rate headers on the quota refusal too');
 });
 
-test('on the trial plan the quota refusal is TRIAL_QUOTA_EXCEEDED', async () => {
-  const { owner } = await createProject();
-  // The test PLANS give trial 200 requests a month; lift the rate so the month runs out first.
-  const key = await createKey(owner.key, 'server', { rate_limit_per_minute: 1000 });
+test('the operator moves a project to trial: its keys run under trial at once, and its quota refusal is TRIAL_QUOTA_EXCEEDED', async () => {
+  const { projectId, owner } = await createProject('downgraded', { plan: 'business' });
+  // The test PLANS give trial 200 requests a month: use them on business, where the rate allows it.
+  const key = await createKey(owner.key, 'server');
   for (let batch = 0; batch < 4; batch++) {
     const statuses = await Promise.all(Array.from({ length: 50 }, () => call('GET', '/public/v1/me', { key: key.key })));
     assert.ok(statuses.every((r) => r.status === 200), statuses.map((r) => r.status).join());
   }
-  const e = assertError(await call('GET', '/public/v1/me', { key: key.key }), 429, 'TRIAL_QUOTA_EXCEEDED');
+  const admin = { authorization: `Bearer ${ADMIN_TOKEN}` };
+  const path = `/admin/v1/projects/${projectId}`;
+  assertError(await call('PATCH', path, { body: { plan: 'trial' } }), 401, 'INVALID_API_KEY');
+  assertError(await call('PATCH', path, { body: { plan: 'trial' }, key: owner.key }), 401, 'INVALID_API_KEY');
+  assert.equal(assertError(await call('PATCH', path, { body: { plan: 'platinum' }, headers: admin }), 422, 'VALIDATION_ERROR').details.field, 'plan');
+  assertError(await call('PATCH', '/admin/v1/projects/prj_missing', { body: { plan: 'trial' }, headers: admin }), 404, 'NOT_FOUND');
+  const moved = await call('PATCH', path, { body: { plan: 'trial' }, headers: admin });
+  assert.equal(moved.status, 200, moved.text);
+  assert.deepEqual(moved.body, { project_id: projectId, name: 'downgraded', plan: 'trial', keys: 2, keys_told: 2 });
+  const listed = await call('GET', '/public/v1/keys', { key: owner.key });
+  assert.deepEqual(listed.body.data.map((k) => k.plan), ['trial', 'trial']);
+
+  const refused = await call('GET', '/public/v1/me', { key: key.key });
+  const e = assertError(refused, 429, 'TRIAL_QUOTA_EXCEEDED');
+  assert.equal(refused.headers.get('x-ratelimit-limit'), '30', 'the trial rate applies from the next request');
   assert.equal(e.retryable, false);
   assert.ok(e.details.resets_at);
 });

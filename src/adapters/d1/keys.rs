@@ -1,12 +1,11 @@
 //! Projects and API keys: the [`Directory`] port.
 
 use wasm_bindgen::JsValue;
-use worker::D1PreparedStatement;
 
 use super::{int, opt_int, opt_text, text, D1Store};
 use crate::core::api_key::KeyRecord;
 use crate::core::page::PageRequest;
-use crate::ports::{Directory, KeyChanges, KeyUpdate, Meter, PortError, Revocation};
+use crate::ports::{Directory, KeyChanges, KeyUpdate, PlanChange, PortError, Revocation};
 
 const KEY_COLUMNS: &str =
     "id, project_id, type, name, plan, rate_limit_per_minute, key_hash, prefix, created_at, revoked_at";
@@ -15,49 +14,55 @@ impl D1Store {
     async fn first_key(&self, sql: &str, args: &[JsValue]) -> Result<Option<KeyRecord>, PortError> {
         Ok(self.rows(sql, args).await?.into_iter().next())
     }
+}
 
-    fn insert_key_statement(&self, key: &KeyRecord) -> Result<D1PreparedStatement, PortError> {
-        self.statement(
-            &format!("INSERT INTO api_keys ({KEY_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
-            &[
-                text(&key.id),
-                text(&key.project_id),
-                text(key.key_type.as_str()),
-                opt_text(key.name.as_deref()),
-                text(&key.plan),
-                opt_int(key.rate_limit_per_minute.map(i64::from)),
-                text(&key.key_hash),
-                text(&key.prefix),
-                int(key.created_at),
-                opt_int(key.revoked_at),
-            ],
-        )
-    }
+/// The values of a key's row but its plan (`?5`, the project's).
+fn key_values(key: &KeyRecord) -> [JsValue; 9] {
+    [
+        text(&key.id),
+        text(&key.project_id),
+        text(key.key_type.as_str()),
+        opt_text(key.name.as_deref()),
+        opt_int(key.rate_limit_per_minute.map(i64::from)),
+        text(&key.key_hash),
+        text(&key.prefix),
+        int(key.created_at),
+        opt_int(key.revoked_at),
+    ]
 }
 
 impl Directory for D1Store {
-    async fn create_project(
-        &self,
-        project_id: &str,
-        name: &str,
-        created_at: i64,
-        owner_key: &KeyRecord,
-    ) -> Result<(), PortError> {
+    async fn create_project(&self, project_id: &str, name: &str, owner_key: &KeyRecord) -> Result<(), PortError> {
         // One batch is one transaction: never a project without its owner key.
         let project = self.statement(
-            "INSERT INTO projects (id, name, created_at) VALUES (?1, ?2, ?3)",
-            &[text(project_id), text(name), int(created_at)],
+            "INSERT INTO projects (id, name, plan, created_at) VALUES (?1, ?2, ?3, ?4)",
+            &[text(project_id), text(name), text(&owner_key.plan), int(owner_key.created_at)],
         )?;
-        let key = self.insert_key_statement(owner_key)?;
-        Meter::count(&self.meter.d1_queries);
-        self.db.batch(vec![project, key]).await.map_err(PortError::from_display)?;
+        let key = self.statement(&insert_key_sql(), &key_values(owner_key))?;
+        self.batch(vec![project, key]).await?;
         Ok(())
     }
 
-    async fn insert_key(&self, key: &KeyRecord) -> Result<(), PortError> {
-        Meter::count(&self.meter.d1_queries);
-        self.insert_key_statement(key)?.run().await.map_err(PortError::from_display)?;
-        Ok(())
+    async fn insert_key(&self, key: &KeyRecord) -> Result<Option<KeyRecord>, PortError> {
+        self.first_key(&insert_key_sql(), &key_values(key)).await
+    }
+
+    async fn set_project_plan(&self, project_id: &str, plan: &str) -> Result<Option<PlanChange>, PortError> {
+        #[derive(serde::Deserialize)]
+        struct Name {
+            name: String,
+        }
+        let args = [text(project_id), text(plan)];
+        let project = self.statement("UPDATE projects SET plan = ?2 WHERE id = ?1 RETURNING name", &args)?;
+        let keys = self.statement(
+            &format!("UPDATE api_keys SET plan = ?2 WHERE project_id = ?1 RETURNING {KEY_COLUMNS}"),
+            &args,
+        )?;
+        let results = self.results(vec![project, keys]).await?;
+        let name = results[0].results::<Name>().map_err(PortError::from_display)?.into_iter().next();
+        let Some(Name { name }) = name else { return Ok(None) };
+        let keys = results[1].results::<KeyRecord>().map_err(PortError::from_display)?;
+        Ok(Some(PlanChange { name, keys }))
     }
 
     async fn list_keys(&self, project_id: &str, page: &PageRequest) -> Result<Vec<KeyRecord>, PortError> {
@@ -70,14 +75,13 @@ impl Directory for D1Store {
         key_id: &str,
         changes: &KeyChanges,
     ) -> Result<KeyUpdate, PortError> {
-        // A field the change leaves out keeps its value: ?3 and ?6 say whether name and override are set.
+        // A field the change leaves out keeps its value: ?3 and ?5 say whether name and override are set.
         let updated = self
             .first_key(
                 &format!(
                     "UPDATE api_keys SET
                        name = CASE WHEN ?3 THEN ?4 ELSE name END,
-                       plan = COALESCE(?5, plan),
-                       rate_limit_per_minute = CASE WHEN ?6 THEN ?7 ELSE rate_limit_per_minute END
+                       rate_limit_per_minute = CASE WHEN ?5 THEN ?6 ELSE rate_limit_per_minute END
                      WHERE id = ?1 AND project_id = ?2 AND revoked_at IS NULL
                      RETURNING {KEY_COLUMNS}"
                 ),
@@ -86,7 +90,6 @@ impl Directory for D1Store {
                     text(project_id),
                     int(changes.name.is_some().into()),
                     opt_text(changes.name.clone().flatten().as_deref()),
-                    opt_text(changes.plan.as_deref()),
                     int(changes.rate_limit_per_minute.is_some().into()),
                     opt_int(changes.rate_limit_per_minute.flatten().map(i64::from)),
                 ],
@@ -152,4 +155,13 @@ impl Directory for D1Store {
         self.first_key(&format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE key_hash = ?1"), &[text(key_hash)])
             .await
     }
+}
+
+/// A key's insert on its project's plan, answering the stored row (none: no such project).
+fn insert_key_sql() -> String {
+    format!(
+        "INSERT INTO api_keys ({KEY_COLUMNS})
+         SELECT ?1, ?2, ?3, ?4, p.plan, ?5, ?6, ?7, ?8, ?9 FROM projects p WHERE p.id = ?2
+         RETURNING {KEY_COLUMNS}"
+    )
 }
