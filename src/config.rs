@@ -202,7 +202,10 @@ mod tests {
     #[test]
     fn a_key_override_only_lowers_its_plan_limit() {
         let mut vars = SECRETS.to_vec();
-        vars.push(("PLANS", r#"{"trial":{"per_minute":30,"monthly_quota":200},"pro":{"per_minute":600,"monthly_quota":9}}"#));
+        vars.push((
+            "PLANS",
+            r#"{"trial":{"per_minute":30,"monthly_quota":200},"pro":{"per_minute":600,"monthly_quota":9}}"#,
+        ));
         let config = with(&vars).unwrap();
         let key = |plan: &str, rate: Option<u32>| KeyRecord {
             id: "key_1".into(),

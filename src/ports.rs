@@ -145,7 +145,12 @@ pub enum KeyUpdate {
 /// Projects and keys in D1.
 pub trait Directory {
     /// The project on the owner key's plan, and that key: both or neither.
-    async fn create_project(&self, project_id: &str, name: &str, owner_key: &KeyRecord) -> Result<(), PortError>;
+    async fn create_project(
+        &self,
+        project_id: &str,
+        name: &str,
+        owner_key: &KeyRecord,
+    ) -> Result<(), PortError>;
     /// Inserts a key of an existing project, on the project's plan whatever `key.plan` says;
     /// answers the stored record (`None`: no such project).
     async fn insert_key(&self, key: &KeyRecord) -> Result<Option<KeyRecord>, PortError>;
@@ -244,19 +249,29 @@ pub trait EventSink {
     async fn send(&self, messages: &[EventMessage]) -> Result<(), PortError>;
 }
 
-/// Ingested data in D1: events and links from the queue, session-replay chunks directly.
+/// Ingested data in D1: events and links from the queue, the index of session-replay chunks
+/// (their data is in R2).
 pub trait EventStore {
     /// Stores each event and link once (a redelivered message changes nothing).
     async fn store_events(&self, messages: &[EventMessage]) -> Result<(), PortError>;
-    /// Stores a session-recording chunk unless the project has it already; answers whether it was new.
-    async fn store_session_chunk(
+    /// Whether the project has this session-replay chunk already.
+    async fn has_session_chunk(&self, chunk: &SessionChunk<'_>) -> Result<bool, PortError>;
+    /// Indexes a chunk whose object is written, unless it is indexed already (a concurrent copy);
+    /// answers whether it was new.
+    async fn index_session_chunk(
         &self,
-        project_id: &str,
-        session_id: &str,
-        chunk: u32,
-        data: &str,
+        chunk: &SessionChunk<'_>,
+        bytes: usize,
         now_ms: i64,
     ) -> Result<bool, PortError>;
+}
+
+/// One chunk of a recorded session: unique per (project, session, chunk number).
+#[derive(Debug, Clone, Copy)]
+pub struct SessionChunk<'a> {
+    pub project_id: &'a str,
+    pub session_id: &'a str,
+    pub chunk: u32,
 }
 
 /// The audit queue (`AUDIT_QUEUE`): rows leave the hot path here.
@@ -314,12 +329,14 @@ pub struct ArchiveObject {
     pub uploaded_ms: i64,
 }
 
-/// The audit archive (`ARCHIVE`, R2): gzip NDJSON, one object per chunk of a project's day (see
-/// `core::archive`).
+/// The `ARCHIVE` bucket (R2): the audit archive — gzip NDJSON, one object per chunk of a project's
+/// day (see `core::archive`) — and session-replay chunks (`core::events::replay_object_key`).
 pub trait Archive {
     /// Writes the object whole, replacing any object of that key: the NDJSON lines as one gzip
     /// member. Never a read-modify-write.
     async fn put(&self, key: &str, ndjson: &[u8]) -> Result<(), PortError>;
+    /// Writes a session-replay chunk's JSON as it is, replacing any object of that key.
+    async fn put_replay_chunk(&self, key: &str, json: &[u8]) -> Result<(), PortError>;
     /// Every object whose key starts with `prefix`, in key order.
     async fn list(&self, prefix: &str) -> Result<Vec<ArchiveObject>, PortError>;
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, PortError>;

@@ -1,5 +1,5 @@
-//! The [`Archive`] port over R2 (`ARCHIVE`): each object is written whole, one gzip member, in
-//! one put. Compression uses the runtime's own `CompressionStream`, so no deflate implementation
+//! The [`Archive`] port over R2 (`ARCHIVE`): each audit object is written whole, one gzip member,
+//! in one put; a session-replay chunk is its JSON as sent. Compression uses the runtime's own `CompressionStream`, so no deflate implementation
 //! is compiled into the wasm.
 
 use wasm_bindgen::prelude::wasm_bindgen;
@@ -40,6 +40,17 @@ impl Archive for R2Archive {
         let metadata = HttpMetadata { content_type: Some("application/gzip".into()), ..Default::default() };
         self.bucket
             .put(key, member)
+            .http_metadata(metadata)
+            .execute()
+            .await
+            .map_err(PortError::from_display)?;
+        Ok(())
+    }
+
+    async fn put_replay_chunk(&self, key: &str, json: &[u8]) -> Result<(), PortError> {
+        let metadata = HttpMetadata { content_type: Some("application/json".into()), ..Default::default() };
+        self.bucket
+            .put(key, json.to_vec())
             .http_metadata(metadata)
             .execute()
             .await

@@ -19,11 +19,11 @@ use super::{random, unavailable, Call, Gateway, Reply, Settlement};
 use crate::core::encoding::uuid_v4;
 use crate::core::error::ApiError;
 use crate::core::events::{
-    dedup_namespace, in_flight, ledger_shard, EventMessage, EventRecord, Reserved, Source, TrackBatch,
-    TrackItem, TrackOutcome,
+    dedup_namespace, in_flight, ledger_shard, replay_object_key, EventMessage, EventRecord, Reserved, Source,
+    TrackBatch, TrackItem, TrackOutcome,
 };
 use crate::core::json_body;
-use crate::ports::{EventLedger, EventSink, EventStore, PortError, Ports};
+use crate::ports::{Archive, EventLedger, EventSink, EventStore, PortError, Ports, SessionChunk};
 
 /// Ids one request reserved, per ledger shard: confirmed after the response.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,7 +139,7 @@ struct Alias {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct SessionChunk {
+struct ChunkInput {
     session_id: String,
     chunk: u32,
     data: Value,
@@ -231,21 +231,26 @@ impl<P: Ports> Gateway<'_, P> {
         Ok(Reply::accepted(body))
     }
 
-    /// Stores a session-replay chunk once per (project, session_id, chunk).
+    /// Stores a session-replay chunk once per (project, session_id, chunk): its data in R2, an
+    /// index row in D1 (SPEC §13). A chunk the index has is a duplicate and writes nothing. The
+    /// object is written before its index row, so an indexed chunk always has its data; an object
+    /// whose index write failed is written again by the client's retry.
     pub(super) async fn session_chunk(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
-        let input: SessionChunk = json_body::parse(&call.body)?;
+        let input: ChunkInput = json_body::parse(&call.body)?;
         check_id("session_id", &input.session_id)?;
-        let new = self
-            .store
-            .store_session_chunk(
-                &call.key().project_id,
-                &input.session_id,
-                input.chunk,
-                &input.data.to_string(),
-                call.now_ms,
-            )
-            .await
-            .map_err(unavailable)?;
+        let chunk = SessionChunk {
+            project_id: &call.key().project_id,
+            session_id: &input.session_id,
+            chunk: input.chunk,
+        };
+        if self.store.has_session_chunk(&chunk).await.map_err(unavailable)? {
+            return Ok(Reply::accepted(json!({ "duplicate": true })));
+        }
+        let data = input.data.to_string();
+        let key = replay_object_key(chunk.project_id, chunk.session_id, chunk.chunk);
+        self.archive.put_replay_chunk(&key, data.as_bytes()).await.map_err(unavailable)?;
+        let new =
+            self.store.index_session_chunk(&chunk, data.len(), call.now_ms).await.map_err(unavailable)?;
         Ok(Reply::accepted(json!({ "duplicate": !new })))
     }
 }

@@ -63,7 +63,8 @@ impl<P: Ports> Gateway<'_, P> {
         let project_id = call.params[0];
         let input: UpdateProject = json_body::parse(&call.body)?;
         check_plan(self.config, &input.plan)?;
-        let Some(change) = self.store.set_project_plan(project_id, &input.plan).await.map_err(unavailable)? else {
+        let Some(change) = self.store.set_project_plan(project_id, &input.plan).await.map_err(unavailable)?
+        else {
             return Err(ApiError::not_found("project").with_detail("id", project_id));
         };
         let active: Vec<_> = change.keys.iter().filter(|k| !k.is_revoked()).collect();

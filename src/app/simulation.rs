@@ -516,3 +516,78 @@ fn ingestion_accepts_each_event_once_under_faults() {
         audit
     });
 }
+
+/// Session-replay chunks (SPEC §13): data in R2, an index row in D1. Whatever fails, an indexed
+/// chunk has its object; at most one answer per chunk says it was new; once the faults stop,
+/// every chunk a client retries until 202 is indexed with its object.
+#[test]
+fn replay_chunks_are_indexed_only_with_their_object_under_faults() {
+    const REGRESSIONS: &[u64] = &[];
+    check_seeds(
+        "replay_chunks_are_indexed_only_with_their_object_under_faults",
+        SCHEDULES,
+        REGRESSIONS,
+        |seed| {
+            let faults = Rc::new(Faults::new(seed, 0.2));
+            let (gateway, clock, secrets) = world(&faults, &[KeyType::Browser]);
+            let body =
+                |chunk: u64| format!(r#"{{"session_id":"s/{seed}","chunk":{chunk},"data":{{"n":{chunk}}}}}"#);
+            let (seen, unfinished) = (RefCell::new(Vec::new()), RefCell::new(HashSet::new()));
+            let chunks: Vec<u64> = (0..2 + faults.below(6)).map(|_| faults.below(4)).collect();
+            let flows = chunks.iter().map(|&c| {
+                exchange(
+                    &gateway,
+                    request(&clock, "POST", "/v1/replay", &secrets[0], None, &body(c)),
+                    &seen,
+                    &unfinished,
+                )
+            });
+            drive(join_all(flows), &faults, 0.05);
+            let object = |chunk: u64| {
+                let key =
+                    crate::core::events::replay_object_key("prj_sim", &format!("s/{seed}"), chunk as u32);
+                gateway.archive.replay_chunks.borrow().get(&key).cloned()
+            };
+            let check_index = || {
+                for (_, _, chunk) in gateway.store.events.session_chunks.borrow().keys() {
+                    let expected = format!(r#"{{"n":{chunk}}}"#);
+                    if object((*chunk).into()).as_deref() != Some(expected.as_bytes()) {
+                        return Err(format!("chunk {chunk} is indexed without its object"));
+                    }
+                }
+                Ok(())
+            };
+            check_index()?;
+            faults.set_failure_rate(0.0);
+            for &c in &chunks {
+                drive(
+                    exchange(
+                        &gateway,
+                        request(&clock, "POST", "/v1/replay", &secrets[0], None, &body(c)),
+                        &seen,
+                        &unfinished,
+                    ),
+                    &faults,
+                    0.0,
+                );
+                let status = seen.borrow().last().map_or(0, |r| r.status);
+                if status != 202 {
+                    return Err(format!("a retry without faults answered {status}"));
+                }
+            }
+            check_index()?;
+            let indexed = gateway.store.events.session_chunks.borrow().len();
+            let distinct = chunks.iter().collect::<HashSet<_>>().len();
+            if indexed != distinct {
+                return Err(format!("{indexed} chunks indexed, {distinct} sent"));
+            }
+            let new_answers =
+                seen.borrow().iter().filter(|r| r.status == 202 && json(r)["duplicate"] == false).count();
+            if new_answers > distinct {
+                return Err(format!("{new_answers} answers said new for {distinct} chunks"));
+            }
+            let audit = check_audit(&gateway, &seen.borrow(), &unfinished.borrow());
+            audit
+        },
+    );
+}

@@ -6,6 +6,22 @@ const B64URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz
 const B64STD: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 const BASE32: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
 
+/// `s` as one path segment: unreserved characters (RFC 3986) as they are, every other byte of its
+/// UTF-8 as `%XX`, so no `/` of the value can split it.
+pub fn path_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for &b in s.as_bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push('%');
+            out.push(HEX[(b >> 4) as usize].to_ascii_uppercase() as char);
+            out.push(HEX[(b & 15) as usize].to_ascii_uppercase() as char);
+        }
+    }
+    out
+}
+
 pub fn hex(bytes: &[u8]) -> String {
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
@@ -136,5 +152,13 @@ mod tests {
         assert_eq!(id.len(), 36);
         assert_eq!(&id[14..15], "4");
         assert!(matches!(&id[19..20], "8" | "9" | "a" | "b"));
+    }
+
+    #[test]
+    fn a_path_segment_never_holds_a_slash_or_a_bare_percent() {
+        assert_eq!(path_segment("sess-1_a.b~"), "sess-1_a.b~");
+        assert_eq!(path_segment("a/b%c d"), "a%2Fb%25c%20d");
+        assert_eq!(path_segment(".."), "..");
+        assert_eq!(path_segment("é"), "%C3%A9");
     }
 }

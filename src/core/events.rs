@@ -26,6 +26,12 @@ pub fn dedup_namespace(project_id: &str, key_type: KeyType) -> String {
     format!("events:{project_id}:{}", key_type.as_str())
 }
 
+/// Where a session-replay chunk is kept in R2 (SPEC §13): `replay/{project_id}/{session_id}/{chunk}`,
+/// the session id as one path segment (`/` and `%` percent-encoded), so ids never collide.
+pub fn replay_object_key(project_id: &str, session_id: &str, chunk: u32) -> String {
+    format!("replay/{project_id}/{}/{chunk}", super::encoding::path_segment(session_id))
+}
+
 /// How many ledger objects share one namespace's ids: no project's 48 h of ids live in one object,
 /// and a batch's ids are spread so its shards are called side by side.
 pub const LEDGER_SHARDS: u64 = 4;

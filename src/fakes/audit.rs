@@ -163,6 +163,8 @@ pub struct FakeArchive {
     pub objects: RefCell<BTreeMap<String, Vec<u8>>>,
     /// The request ids each object holds, in its order (kept beside the bytes for cheap checks).
     pub ids: RefCell<BTreeMap<String, Vec<String>>>,
+    /// Session-replay chunks, apart from the audit objects.
+    pub replay_chunks: RefCell<BTreeMap<String, Vec<u8>>>,
     /// Puts fail before their effect while this is set.
     pub refuse_puts: Cell<bool>,
 }
@@ -173,6 +175,7 @@ impl FakeArchive {
             faults,
             objects: RefCell::default(),
             ids: RefCell::default(),
+            replay_chunks: RefCell::default(),
             refuse_puts: Cell::new(false),
         }
     }
@@ -209,6 +212,14 @@ impl Archive for FakeArchive {
             .run("r2 put", || {
                 self.objects.borrow_mut().insert(key.to_owned(), ndjson.to_vec());
                 self.ids.borrow_mut().insert(key.to_owned(), ids);
+            })
+            .await
+    }
+
+    async fn put_replay_chunk(&self, key: &str, json: &[u8]) -> Result<(), PortError> {
+        self.faults
+            .run("r2 put replay chunk", || {
+                self.replay_chunks.borrow_mut().insert(key.to_owned(), json.to_vec());
             })
             .await
     }

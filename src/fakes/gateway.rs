@@ -16,8 +16,8 @@ use crate::core::rate_limit::{decide, Counters, Usage, Verdict, AUTH_FAILURE_LIM
 use crate::core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
 use crate::core::webhook::OutgoingEvent;
 use crate::ports::{
-    Admission, AuditSink, Authorization, ClaimRequest, Directory, KeyChanges, KeyGuard, KeyUpdate, PlanChange, PortError,
-    Resources, ResponseStore, Revocation, RunStart,
+    Admission, AuditSink, Authorization, ClaimRequest, Directory, KeyChanges, KeyGuard, KeyUpdate,
+    PlanChange, PortError, Resources, ResponseStore, Revocation, RunStart,
 };
 use crate::sim::Faults;
 
@@ -291,11 +291,19 @@ impl DirectoryTables {
 }
 
 impl Directory for FakeStore {
-    async fn create_project(&self, project_id: &str, name: &str, owner_key: &KeyRecord) -> Result<(), PortError> {
+    async fn create_project(
+        &self,
+        project_id: &str,
+        name: &str,
+        owner_key: &KeyRecord,
+    ) -> Result<(), PortError> {
         self.faults
             .run("d1.create_project", || {
-                let project =
-                    FakeProject { id: project_id.to_owned(), name: name.to_owned(), plan: owner_key.plan.clone() };
+                let project = FakeProject {
+                    id: project_id.to_owned(),
+                    name: name.to_owned(),
+                    plan: owner_key.plan.clone(),
+                };
                 self.directory.projects.borrow_mut().push(project);
                 self.directory.keys.borrow_mut().push(owner_key.clone());
             })

@@ -8,7 +8,7 @@ use std::rc::Rc;
 use super::gateway::Clock;
 use super::FakeStore;
 use crate::core::events::{reserve, EventMessage, Reservation, Reserved};
-use crate::ports::{EventLedger, EventSink, EventStore, PortError};
+use crate::ports::{EventLedger, EventSink, EventStore, PortError, SessionChunk};
 use crate::sim::Faults;
 
 /// Every shard of the ledger: shard name → event id → reservation.
@@ -90,7 +90,8 @@ pub struct EventTables {
     /// (project, key type, event id) → the event, as the unique index keeps them.
     pub events: RefCell<BTreeMap<(String, String, String), EventMessage>>,
     pub links: RefCell<BTreeSet<(String, String, String)>>,
-    pub session_chunks: RefCell<BTreeMap<(String, String, u32), String>>,
+    /// The index of session-replay chunks: (project, session, chunk) → bytes.
+    pub session_chunks: RefCell<BTreeMap<(String, String, u32), usize>>,
 }
 
 impl EventStore for FakeStore {
@@ -114,22 +115,29 @@ impl EventStore for FakeStore {
             .await
     }
 
-    async fn store_session_chunk(
+    async fn has_session_chunk(&self, c: &SessionChunk<'_>) -> Result<bool, PortError> {
+        self.faults
+            .run("d1.has_session_chunk", || self.events.session_chunks.borrow().contains_key(&slot(c)))
+            .await
+    }
+
+    async fn index_session_chunk(
         &self,
-        project_id: &str,
-        session_id: &str,
-        chunk: u32,
-        data: &str,
+        c: &SessionChunk<'_>,
+        bytes: usize,
         _: i64,
     ) -> Result<bool, PortError> {
         self.faults
-            .run("d1.store_session_chunk", || {
-                let slot = (project_id.to_owned(), session_id.to_owned(), chunk);
+            .run("d1.index_session_chunk", || {
                 let mut chunks = self.events.session_chunks.borrow_mut();
-                let new = !chunks.contains_key(&slot);
-                chunks.entry(slot).or_insert_with(|| data.to_owned());
+                let new = !chunks.contains_key(&slot(c));
+                chunks.entry(slot(c)).or_insert(bytes);
                 new
             })
             .await
     }
+}
+
+fn slot(c: &SessionChunk<'_>) -> (String, String, u32) {
+    (c.project_id.to_owned(), c.session_id.to_owned(), c.chunk)
 }

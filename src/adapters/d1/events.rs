@@ -1,8 +1,8 @@
-//! Ingested events, identity links and session-recording chunks: the [`EventStore`] port.
+//! Ingested events, identity links and the index of session-recording chunks: the [`EventStore`] port.
 
 use super::{int, opt_text, text, D1Store};
 use crate::core::events::EventMessage;
-use crate::ports::{EventStore, PortError};
+use crate::ports::{EventStore, PortError, SessionChunk};
 
 /// Statements per D1 batch when storing queued events.
 const STORE_BATCH: usize = 500;
@@ -45,18 +45,26 @@ impl EventStore for D1Store {
         Ok(())
     }
 
-    async fn store_session_chunk(
+    async fn has_session_chunk(&self, c: &SessionChunk<'_>) -> Result<bool, PortError> {
+        let found: Vec<serde_json::Value> = self
+            .rows(
+                "SELECT 1 AS found FROM replay_chunk_index WHERE project_id = ?1 AND session_id = ?2 AND chunk = ?3",
+                &[text(c.project_id), text(c.session_id), int(c.chunk.into())],
+            )
+            .await?;
+        Ok(!found.is_empty())
+    }
+
+    async fn index_session_chunk(
         &self,
-        project_id: &str,
-        session_id: &str,
-        chunk: u32,
-        data: &str,
+        c: &SessionChunk<'_>,
+        bytes: usize,
         now_ms: i64,
     ) -> Result<bool, PortError> {
         let insert = self.statement(
-            "INSERT OR IGNORE INTO replay_chunks (project_id, session_id, chunk, data, received_at)
+            "INSERT OR IGNORE INTO replay_chunk_index (project_id, session_id, chunk, bytes, received_at)
              VALUES (?1, ?2, ?3, ?4, ?5)",
-            &[text(project_id), text(session_id), int(chunk.into()), text(data), int(now_ms)],
+            &[text(c.project_id), text(c.session_id), int(c.chunk.into()), int(bytes as i64), int(now_ms)],
         )?;
         Ok(self.batch(vec![insert]).await? == [1])
     }

@@ -32,7 +32,12 @@ fn key_values(key: &KeyRecord) -> [JsValue; 9] {
 }
 
 impl Directory for D1Store {
-    async fn create_project(&self, project_id: &str, name: &str, owner_key: &KeyRecord) -> Result<(), PortError> {
+    async fn create_project(
+        &self,
+        project_id: &str,
+        name: &str,
+        owner_key: &KeyRecord,
+    ) -> Result<(), PortError> {
         // One batch is one transaction: never a project without its owner key.
         let project = self.statement(
             "INSERT INTO projects (id, name, plan, created_at) VALUES (?1, ?2, ?3, ?4)",
