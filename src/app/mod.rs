@@ -54,7 +54,7 @@ pub struct ApiRequest<B> {
     pub now_ms: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ApiResponse {
     pub status: u16,
     pub headers: Vec<(&'static str, String)>,
@@ -69,6 +69,19 @@ pub struct ApiResponse {
     pub audit: AuditRow,
     /// Webhook deliveries to enqueue after the response (the minute sweep catches a lost send).
     pub webhook_deliveries: Vec<String>,
+}
+
+/// The body may carry a new API key or signing secret: Debug output shows its size only.
+impl std::fmt::Debug for ApiResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiResponse")
+            .field("status", &self.status)
+            .field("request_id", &self.request_id)
+            .field("body", &format_args!("[{} bytes]", self.body.len()))
+            .field("internal_error", &self.internal_error)
+            .field("settlements", &self.settlements.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// A successful answer before it becomes bytes.
