@@ -161,7 +161,7 @@ async fn queue(batch: MessageBatch<String>, env: Env, _ctx: Context) -> Result<(
     Ok(())
 }
 
-/// Every minute: the webhook sweep. Daily: audit retention (rows older than
+/// Every minute: the webhook sweep, and sealing of plaintext webhook secrets. Daily: audit retention (rows older than
 /// `AUDIT_RETENTION_DAYS` move to R2, then leave D1).
 #[event(scheduled)]
 async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
@@ -174,6 +174,13 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
                 app::sweep(&store, &queue, now_ms()).await.map_err(|e| worker::Error::RustError(e.0))?;
             if queued > 0 {
                 console_log!(r#"{{"component":"webhook_sweep","requeued":{queued}}}"#);
+            }
+            // Secrets of subscriptions from before sealing (SPEC §13), a batch a minute.
+            let sealed = app::seal_plaintext_secrets(&store, config)
+                .await
+                .map_err(|e| worker::Error::RustError(e.0))?;
+            if sealed > 0 {
+                console_log!(r#"{{"component":"webhook_secrets","sealed":{sealed}}}"#);
             }
             return Ok(());
         }

@@ -8,12 +8,12 @@ use std::cell::Cell;
 use crate::core::api_key::{KeyRecord, Scope};
 use crate::core::audit::{AuditRow, DayCount, EndpointCount, LogFilter};
 use crate::core::events::{EventMessage, Reserved};
-use crate::core::idempotency::{ClaimDecision, StoredResponse};
+use crate::core::idempotency::{ClaimDecision, KeptResponse};
 use crate::core::page::{Cursor, PageRequest};
 use crate::core::queue::DeadLetter;
 use crate::core::rate_limit::{Usage, Verdict};
 use crate::core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
-use crate::core::webhook::{Attempt, Delivery, OutgoingEvent, ReceiverOutcome, Webhook};
+use crate::core::webhook::{Attempt, Delivery, OutgoingEvent, ReceiverOutcome, StoredSecret, Webhook};
 
 /// A dependency failed; the cause is for the log, the client gets 503.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,13 +72,13 @@ pub trait KeyGuard {
         claim: Option<&ClaimRequest>,
     ) -> Result<Authorization, PortError>;
     /// The claimed operation succeeded: the claim is completed, and the guard keeps the response
-    /// until the key expires. Safe to repeat. `false`: the claim is no longer this request's (its
+    /// (sealed: the guard never sees it in clear) until the key expires. Safe to repeat. `false`: the claim is no longer this request's (its
     /// lease ran out and another request took it), so its response must not be stored.
     async fn complete_claim(
         &self,
         key_hash: &str,
         claim: &ClaimRequest,
-        response: &StoredResponse,
+        response: &KeptResponse,
     ) -> Result<bool, PortError>;
     /// The claimed operation failed: forget the claim, so a retry executes again. Safe to repeat.
     async fn release_claim(&self, key_hash: &str, claim: &ClaimRequest) -> Result<(), PortError>;
@@ -87,7 +87,7 @@ pub trait KeyGuard {
         &self,
         key_hash: &str,
         idempotency_key: &str,
-    ) -> Result<Option<StoredResponse>, PortError>;
+    ) -> Result<Option<KeptResponse>, PortError>;
     /// The guard holds this record of its key from now on (a revocation or a change, told to the
     /// guard before D1 is written). A revocation the guard holds stays (`KeyRecord::told`) unless
     /// it is the one `undo` names.
@@ -218,16 +218,16 @@ pub enum RunStart {
     UnknownContact,
 }
 
-/// Completed idempotent responses (SPEC §5: Workers KV, `papi:idem:{apiKeyId}:{key}`).
+/// Completed idempotent responses (SPEC §5: Workers KV, `papi:idem:{apiKeyId}:{key}`), sealed
+/// before they get here (SPEC §13).
 pub trait ResponseStore {
     async fn put(
         &self,
         api_key_id: &str,
         idempotency_key: &str,
-        response: &StoredResponse,
+        response: &KeptResponse,
     ) -> Result<(), PortError>;
-    async fn get(&self, api_key_id: &str, idempotency_key: &str)
-        -> Result<Option<StoredResponse>, PortError>;
+    async fn get(&self, api_key_id: &str, idempotency_key: &str) -> Result<Option<KeptResponse>, PortError>;
 }
 
 /// Strongly consistent memory of the event ids accepted per namespace (SPEC §7), within the
@@ -345,7 +345,7 @@ pub trait Archive {
 /// Subscriptions, deliveries and attempts in D1.
 pub trait WebhookStore {
     /// Create-or-find by id (like [`Resources`]): answers the subscription as stored, so a second
-    /// execution of the same operation shows the secret of the first.
+    /// execution of the same operation shows the secret of the first. Secrets arrive sealed.
     async fn create_webhook(&self, webhook: &Webhook) -> Result<Webhook, PortError>;
     /// The project's subscriptions that are not deleted, newest first.
     async fn webhooks(&self, project_id: &str) -> Result<Vec<Webhook>, PortError>;
@@ -393,6 +393,11 @@ pub trait WebhookStore {
         status: &str,
         disable_subscription: bool,
     ) -> Result<Option<i64>, PortError>;
+    /// Up to `limit` subscriptions (deleted ones too) whose secret is still the plaintext of a row
+    /// written before secrets were sealed: their ids and `whsec_` secrets.
+    async fn plaintext_secrets(&self, limit: usize) -> Result<Vec<(String, String)>, PortError>;
+    /// Puts the sealed secret in place of the plaintext one, if the row still holds `plaintext`.
+    async fn seal_secret(&self, id: &str, plaintext: &str, sealed: &StoredSecret) -> Result<(), PortError>;
     /// Pending deliveries due before `due_before_ms` that no attempt holds and that were not swept
     /// since `swept_before_ms` (the ones the queue lost), marked swept at `now_ms`.
     async fn overdue_deliveries(

@@ -6,7 +6,7 @@ use worker::ObjectNamespace;
 
 use super::durable;
 use crate::core::api_key::{KeyRecord, Scope};
-use crate::core::idempotency::StoredResponse;
+use crate::core::idempotency::KeptResponse;
 use crate::core::rate_limit::{Usage, Verdict};
 use crate::guard::protocol::{
     client_guard_name, Apply, Ask, Authorize, Authorized, CompleteClaim, HeldResponse, Ping,
@@ -52,7 +52,7 @@ impl KeyGuard for GuardClient {
         &self,
         key_hash: &str,
         claim: &ClaimRequest,
-        response: &StoredResponse,
+        response: &KeptResponse,
     ) -> Result<bool, PortError> {
         let command = CompleteClaim { claim: claim.clone(), response: response.clone() };
         Ok(self.ask(key_hash, command).await?.completed)
@@ -66,7 +66,7 @@ impl KeyGuard for GuardClient {
         &self,
         key_hash: &str,
         idempotency_key: &str,
-    ) -> Result<Option<StoredResponse>, PortError> {
+    ) -> Result<Option<KeptResponse>, PortError> {
         self.ask(key_hash, HeldResponse { idempotency_key: idempotency_key.to_owned() }).await
     }
 

@@ -5,7 +5,7 @@ use std::rc::Rc;
 
 use worker::kv::KvStore;
 
-use crate::core::idempotency::StoredResponse;
+use crate::core::idempotency::KeptResponse;
 use crate::ports::{Meter, PortError, ResponseStore};
 
 pub const BINDING: &str = "IDEMPOTENCY";
@@ -33,7 +33,7 @@ impl ResponseStore for KvResponses {
         &self,
         api_key_id: &str,
         idempotency_key: &str,
-        response: &StoredResponse,
+        response: &KeptResponse,
     ) -> Result<(), PortError> {
         Meter::count(&self.meter.kv_operations);
         let value = serde_json::to_string(response).map_err(PortError::from_display)?;
@@ -46,11 +46,7 @@ impl ResponseStore for KvResponses {
             .map_err(PortError::from_display)
     }
 
-    async fn get(
-        &self,
-        api_key_id: &str,
-        idempotency_key: &str,
-    ) -> Result<Option<StoredResponse>, PortError> {
+    async fn get(&self, api_key_id: &str, idempotency_key: &str) -> Result<Option<KeptResponse>, PortError> {
         Meter::count(&self.meter.kv_operations);
         self.kv.get(&storage_key(api_key_id, idempotency_key)).json().await.map_err(PortError::from_display)
     }

@@ -8,7 +8,7 @@ use futures_util::future::join_all;
 use super::queues::{record_audit_row, AuditPath};
 use super::{ingest, ApiResponse, Gateway};
 use crate::core::audit::AuditRow;
-use crate::core::idempotency::StoredResponse;
+use crate::core::idempotency::KeptResponse;
 use crate::ports::{ClaimRequest, DeliveryQueue, KeyGuard, PortError, Ports, ResponseStore};
 
 /// Everything a request leaves to do once its response is on its way.
@@ -36,8 +36,17 @@ impl ApiResponse {
 /// (complete and store on 2xx, release otherwise), or the confirmation of the event ids it reserved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Settlement {
-    Complete { key_hash: String, api_key_id: String, claim: ClaimRequest, response: StoredResponse },
-    Release { key_hash: String, claim: ClaimRequest },
+    /// `response` is sealed already (SPEC §13).
+    Complete {
+        key_hash: String,
+        api_key_id: String,
+        claim: ClaimRequest,
+        response: KeptResponse,
+    },
+    Release {
+        key_hash: String,
+        claim: ClaimRequest,
+    },
     ConfirmEvents(ingest::Reservations),
 }
 

@@ -7,6 +7,7 @@ use crate::core::api_key;
 use crate::core::error::{ApiError, ErrorCode};
 use crate::core::rate_limit::{Usage, Verdict};
 use crate::core::route::{Access, Route};
+use crate::core::sealing::SealingKey;
 use crate::core::time::rfc3339;
 use crate::ports::{Admission, Authorization, ClaimRequest, KeyGuard, Ports};
 
@@ -24,7 +25,7 @@ impl<P: Ports> Gateway<'_, P> {
         claim: Option<&ClaimRequest>,
         trace: &mut Trace,
     ) -> Result<Caller, Refusal> {
-        let anonymous = Caller { key: None, key_hash: None, usage: None, claim: None };
+        let anonymous = Caller { key: None, key_hash: None, usage: None, claim: None, sealing: None };
         let token = authorization.as_deref().and_then(api_key::bearer_token);
         let scope = match route.access {
             Access::Public => return Ok(anonymous),
@@ -95,7 +96,11 @@ impl<P: Ports> Gateway<'_, P> {
                 .with_detail("key_type", key.key_type.as_str());
             return Err((Some(usage), e));
         }
-        Ok(Caller { key: Some(key), key_hash: Some(key_hash), usage: Some(usage), claim })
+        // Its stored response is sealed under the API key itself (SPEC §13): only this caller's
+        // requests can derive the key that reads it.
+        let sealing =
+            claim.as_ref().map(|_| SealingKey::for_responses(self.config.key_pepper.as_bytes(), token));
+        Ok(Caller { key: Some(key), key_hash: Some(key_hash), usage: Some(usage), claim, sealing })
     }
 
     /// A failed authentication: counted against the client address, and 429 instead of 401 once

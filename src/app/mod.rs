@@ -15,7 +15,7 @@ pub use responses::failure;
 
 pub use audit::{enforce_retention, RetentionLimits};
 pub use dead_letters::{redrive, RedriveReport};
-pub use webhooks::{dispatch, retry, sweep, ManualRetry};
+pub use webhooks::{dispatch, retry, seal_plaintext_secrets, sweep, ManualRetry};
 mod dead_letters;
 mod keys;
 mod projects;

@@ -9,9 +9,10 @@ use crate::core::api_key::KeyRecord;
 use crate::core::audit::{clip_user_agent, redacted_path, AuditRow};
 use crate::core::encoding::uuid_v4;
 use crate::core::error::{ApiError, ErrorCode};
-use crate::core::idempotency::{self, ClaimDecision, StoredResponse};
+use crate::core::idempotency::{self, ClaimDecision, KeptResponse, StoredResponse};
 use crate::core::rate_limit::Usage;
 use crate::core::route::{cors_path, match_route, Miss, Route, RouteId};
+use crate::core::sealing::SealingKey;
 use crate::core::time::rfc3339;
 use crate::ports::{ClaimRequest, KeyGuard, Ports, RequestBody, ResponseStore};
 
@@ -33,25 +34,28 @@ pub(super) struct Trace {
     pub(super) unanswered_guard: Option<String>,
 }
 
-/// An admitted caller: the key (none on public and admin routes), its usage, and its claim.
+/// An admitted caller: the key (none on public and admin routes), its usage, its claim, and the
+/// key its claim's response is sealed under.
 pub(super) struct Caller {
     pub(super) key: Option<KeyRecord>,
     pub(super) key_hash: Option<String>,
     pub(super) usage: Option<Usage>,
     pub(super) claim: Option<ClaimDecision>,
+    pub(super) sealing: Option<SealingKey>,
 }
 
 /// What `serve` hands back: the answer, the usage for the rate headers, and the claim this
-/// request took (it must be settled).
+/// request took (it must be settled) with the key its response is sealed under.
 pub(super) struct Served {
     pub(super) usage: Option<Usage>,
     pub(super) answer: Result<Answer, ApiError>,
     pub(super) taken_claim: Option<(String, String, ClaimRequest)>,
+    pub(super) sealing: Option<SealingKey>,
 }
 
 impl Served {
     fn early(usage: Option<Usage>, e: ApiError) -> Self {
-        Served { usage, answer: Err(e), taken_claim: None }
+        Served { usage, answer: Err(e), taken_claim: None, sealing: None }
     }
 }
 
@@ -99,13 +103,20 @@ impl<P: Ports> Gateway<'_, P> {
             response.headers.extend(CORS_HEADERS.map(|(name, value)| (name, value.to_owned())));
         }
         if let Some((key_hash, api_key_id, claim)) = served.taken_claim {
-            response.settlements.push(if (200..300).contains(&response.status) {
-                let body = String::from_utf8_lossy(&response.body).into_owned();
-                let stored =
-                    StoredResponse { status: response.status, body, request_id: response.request_id.clone() };
-                Settlement::Complete { key_hash, api_key_id, claim, response: stored }
-            } else {
-                Settlement::Release { key_hash, claim }
+            response.settlements.push(match served.sealing {
+                Some(sealing) if (200..300).contains(&response.status) => {
+                    let body = String::from_utf8_lossy(&response.body).into_owned();
+                    let stored = StoredResponse {
+                        status: response.status,
+                        body,
+                        request_id: response.request_id.clone(),
+                    };
+                    // Sealed before it leaves the worker: neither the guard nor KV sees it in clear.
+                    let kept =
+                        KeptResponse::seal(&sealing, &api_key_id, &claim.idempotency_key, &stored, random());
+                    Settlement::Complete { key_hash, api_key_id, claim, response: kept }
+                }
+                _ => Settlement::Release { key_hash, claim },
             });
         }
         response
@@ -145,7 +156,7 @@ impl<P: Ports> Gateway<'_, P> {
                 // retry is not refused as IN_USE for the lease (the API key id is unknown: only a
                 // release can follow).
                 let lost = trace.unanswered_guard.take().zip(claim).map(|(hash, c)| (hash, String::new(), c));
-                return Served { usage, answer: Err(e), taken_claim: lost };
+                return Served { usage, answer: Err(e), taken_claim: lost, sealing: None };
             }
         };
         let usage = caller.usage;
@@ -158,8 +169,10 @@ impl<P: Ports> Gateway<'_, P> {
             (Some(ClaimDecision::Replay { response }), Some(claim)) => {
                 let key = caller.key.as_ref().expect("claims need a key");
                 let key_hash = caller.key_hash.as_deref().expect("claims need a key");
-                let answer = self.replay(&key.id, key_hash, response.clone(), &claim.idempotency_key).await;
-                return Served { usage, answer, taken_claim: None };
+                let sealing = caller.sealing.as_ref().expect("claims have a sealing key");
+                let answer =
+                    self.replay(&key.id, key_hash, sealing, response.clone(), &claim.idempotency_key).await;
+                return Served { usage, answer, taken_claim: None, sealing: None };
             }
             (Some(ClaimDecision::Execute { operation: op }), Some(claim)) => {
                 let key = caller.key.as_ref().expect("claims need a key");
@@ -185,27 +198,34 @@ impl<P: Ports> Gateway<'_, P> {
             ids: Ids::new(operation),
         };
         let answer = self.execute(route.id, &call).await.map(Answer::Reply);
-        Served { usage, answer, taken_claim }
+        Served { usage, answer, taken_claim, sealing: caller.sealing }
     }
 
     /// The stored response of a completed key: inline from the guard while the response store may
     /// not show it yet, then from the store, and from the guard's own copy when the store misses.
+    /// Each copy is opened with the caller's sealing key; one that does not open (changed at rest)
+    /// counts as a miss.
     pub(super) async fn replay(
         &self,
         api_key_id: &str,
         key_hash: &str,
-        held: Option<StoredResponse>,
+        sealing: &SealingKey,
+        held: Option<KeptResponse>,
         idempotency_key: &str,
     ) -> Result<Answer, ApiError> {
-        if let Some(response) = held {
+        let open = |kept: KeptResponse| kept.open(sealing, api_key_id, idempotency_key);
+        if let Some(response) = held.and_then(open) {
             return Ok(Answer::Replay(response));
         }
         let stored = self.responses.get(api_key_id, idempotency_key).await;
-        if let Ok(Some(response)) = stored {
+        if let Ok(Some(response)) = stored.clone().map(|kept| kept.and_then(open)) {
             return Ok(Answer::Replay(response));
         }
         match self.guard.held_response(key_hash, idempotency_key).await {
-            Ok(Some(response)) => Ok(Answer::Replay(response)),
+            Ok(Some(kept)) => match open(kept) {
+                Some(response) => Ok(Answer::Replay(response)),
+                None => Err(ApiError::unavailable("the completed claim's stored response does not open")),
+            },
             Ok(None) => Err(ApiError::unavailable("completed idempotency claim without a stored response")),
             Err(e) => Err(ApiError::unavailable(format!("response store: {stored:?}; key guard: {e}"))),
         }

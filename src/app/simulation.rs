@@ -16,6 +16,8 @@ use super::{ApiRequest, ApiResponse, Gateway};
 use crate::config::{Config, DEFAULT_PLAN};
 use crate::core::api_key::KeyType;
 use crate::core::events::dedup_namespace;
+use crate::core::idempotency::{KeptResponse, StoredResponse};
+use crate::core::sealing::SealingKey;
 use crate::fakes::audit::FakeArchive;
 use crate::fakes::gateway::{Clock, FakeAuditQueue, FakeGuard, FakeProject, FakeResponses};
 use crate::fakes::ingest::{FakeEventQueue, FakeLedger};
@@ -97,6 +99,22 @@ fn world(faults: &Rc<Faults>, types: &[KeyType]) -> (Gateway<'static, Sim>, Cloc
         store,
     };
     (gateway, clock, secrets)
+}
+
+/// A kept response as the caller with the API key `secret` (the project's first key) reads it
+/// again: it must be sealed (SPEC §13), and open under that key.
+fn opened(
+    gateway: &Gateway<'static, Sim>,
+    kept: KeptResponse,
+    secret: &str,
+    idempotency_key: &str,
+) -> Result<StoredResponse, String> {
+    if let KeptResponse::Plaintext(_) = kept {
+        return Err("a response was kept in plaintext".into());
+    }
+    let key_id = gateway.store.directory.keys.borrow()[0].id.clone();
+    let sealing = SealingKey::for_responses(config().key_pepper.as_bytes(), secret);
+    kept.open(&sealing, &key_id, idempotency_key).ok_or_else(|| "a kept response does not open".into())
 }
 
 fn request(
@@ -270,14 +288,18 @@ fn an_idempotent_create_executes_once_under_faults() {
         let completed = gateway.guard.claims.borrow().values().find(|h| h.claim.completed).cloned();
         match (last.status, completed) {
             (200..=299, Some(held)) => {
-                let stored = held.claim.response.map(|r| r.body).unwrap_or_default();
+                let stored = match held.claim.response {
+                    Some(kept) => opened(&gateway, kept, &secrets[0], "k-1")?.body,
+                    None => String::new(),
+                };
                 if String::from_utf8_lossy(&last.body) != stored {
                     return Err("the final answer is not the completed response".into());
                 }
             }
             (200..=299, None) => return Err("a 2xx left no completed claim".into()),
             (409, Some(held)) if json(last)["error"]["code"] == "IDEMPOTENCY_KEY_REUSED" => {
-                if held.claim.response.is_some_and(|r| r.body.contains("Ada")) {
+                let stored = held.claim.response.map(|kept| opened(&gateway, kept, &secrets[0], "k-1"));
+                if stored.transpose()?.is_some_and(|r| r.body.contains("Ada")) {
                     return Err("REUSED although the key completed this very request".into());
                 }
             }
@@ -315,7 +337,8 @@ fn a_late_completion_does_not_overwrite_the_key_holders_response() {
     drive(gateway.finish(bob_after, |_| async {}), &faults, 0.0);
     // Ada's settlement arrives late.
     drive(gateway.finish(ada_after, |_| async {}), &faults, 0.0);
-    let stored = gateway.responses.entries.borrow().values().next().cloned().unwrap();
+    let kept = gateway.responses.entries.borrow().values().next().cloned().unwrap();
+    let stored = opened(&gateway, kept, &secrets[0], "k-1").unwrap();
     assert!(stored.body.contains("Bob"), "the key's stored response is Bob's: {}", stored.body);
     assert!(ada.status == 201 && bob.body != ada.body);
 }

@@ -12,9 +12,10 @@ use crate::config::Config;
 use crate::core::error::ApiError;
 use crate::core::json_body;
 use crate::core::page::{Cursor, PageRequest};
+use crate::core::sealing::SealingKey;
 use crate::core::webhook::{
     self, check_events, check_url, judge, signing_key, target_refusal, Attempt, Delivery, ReceiverOutcome,
-    Webhook,
+    StoredSecret, Webhook,
 };
 use crate::ports::{DeliveryQueue, PortError, Ports, WebhookClient, WebhookStore};
 
@@ -41,24 +42,31 @@ impl<P: Ports> Gateway<'_, P> {
         let input: CreateWebhook = json_body::parse(&call.body)?;
         check_url(&input.url, self.config.allow_private_webhook_urls)?;
         check_events(&input.events)?;
+        let id = call.ids.next("wh");
+        let key = secrets_key(self.config);
+        let secret = StoredSecret::seal(&key, &id, &webhook::new_secret(&random()), random());
         let hook = Webhook {
-            id: call.ids.next("wh"),
+            id,
             project_id: call.project_id().to_owned(),
             url: input.url,
             events: input.events,
-            secret: webhook::new_secret(&random()),
+            secret,
             status: "active".into(),
             disabled_reason: None,
             created_at: call.now_ms,
         };
         // A second execution of the same operation finds the first subscription and its secret.
         let stored = self.store.create_webhook(&hook).await.map_err(unavailable)?;
-        Ok(Reply::created(stored.view(true)))
+        let secret = stored
+            .secret
+            .open(&key, &stored.id)
+            .ok_or_else(|| ApiError::internal("the stored subscription's secret does not open"))?;
+        Ok(Reply::created(stored.view(Some(&secret))))
     }
 
     pub(super) async fn list_webhooks(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let hooks = self.store.webhooks(call.project_id()).await.map_err(unavailable)?;
-        let data: Vec<_> = hooks.iter().map(|h| h.view(false)).collect();
+        let data: Vec<_> = hooks.iter().map(|h| h.view(None)).collect();
         Ok(Reply::ok(json!({ "data": data, "next_cursor": null })))
     }
 
@@ -165,25 +173,26 @@ pub async fn dispatch<S: WebhookStore, Q: DeliveryQueue, C: WebhookClient>(
     let attempt_no = delivery.attempts;
     // The target again, under today's configuration: the switch may be off now, or the row may
     // predate the rules. A refused target is a failed attempt, and no request is sent.
-    let reply =
-        match (target_refusal(&hook.url, config.allow_private_webhook_urls), signing_key(&hook.secret)) {
-            (Err(why), _) => Err(why),
-            (Ok(_), Some(key)) => {
-                let headers = webhook::headers(
-                    &config.webhook_header_prefix,
-                    &key,
-                    &delivery.id,
-                    started / 1000,
-                    &delivery.event,
-                    &delivery.request_id,
-                    &delivery.payload,
-                );
-                Ok(client.post(&hook.url, &headers, &delivery.payload, config.webhook_timeout_ms).await)
-            }
-            (Ok(_), None) => {
-                Ok(ReceiverOutcome::Unreachable("the subscription's secret cannot be read".into()))
-            }
-        };
+    let secret = hook.secret.open(&secrets_key(config), &hook.id);
+    let reply = match (
+        target_refusal(&hook.url, config.allow_private_webhook_urls),
+        secret.as_deref().and_then(signing_key),
+    ) {
+        (Err(why), _) => Err(why),
+        (Ok(_), Some(key)) => {
+            let headers = webhook::headers(
+                &config.webhook_header_prefix,
+                &key,
+                &delivery.id,
+                started / 1000,
+                &delivery.event,
+                &delivery.request_id,
+                &delivery.payload,
+            );
+            Ok(client.post(&hook.url, &headers, &delivery.payload, config.webhook_timeout_ms).await)
+        }
+        (Ok(_), None) => Ok(ReceiverOutcome::Unreachable("the subscription's secret cannot be read".into())),
+    };
     let finished = now_ms();
     let verdict = match &reply {
         Ok(reply) => judge(attempt_no, reply, &config.webhook_retry_schedule, jitter, finished),
@@ -234,6 +243,26 @@ pub async fn sweep<S: WebhookStore, Q: DeliveryQueue>(
     Ok(ids.len())
 }
 
+/// The key webhook signing secrets are sealed under in D1 (SPEC §13).
+fn secrets_key(config: &Config) -> SealingKey {
+    SealingKey::for_webhook_secrets(config.key_pepper.as_bytes())
+}
+
+/// Subscriptions whose secret one cron run seals, at most.
+const SEAL_BATCH: usize = 100;
+
+/// The minute cron, after the upgrade to sealed secrets: seals the secrets that rows written
+/// before it hold in plaintext, a batch per run. A row changes only if it still holds that
+/// plaintext; until it is sealed, its plaintext secret signs as before. Answers how many it sealed.
+pub async fn seal_plaintext_secrets<S: WebhookStore>(store: &S, config: &Config) -> Result<usize, PortError> {
+    let key = secrets_key(config);
+    let plaintext = store.plaintext_secrets(SEAL_BATCH).await?;
+    for (id, secret) in &plaintext {
+        store.seal_secret(id, secret, &StoredSecret::seal(&key, id, secret, random())).await?;
+    }
+    Ok(plaintext.len())
+}
+
 #[cfg(test)]
 mod tests {
     use std::cell::{Cell, RefCell};
@@ -255,6 +284,8 @@ mod tests {
     const REGRESSIONS: &[u64] = &[18171];
     const T0: i64 = 1_795_900_000_000;
     const PROJECT: &str = "prj_1";
+    /// The signing key of every subscription here (the base64-decoded part of its secret).
+    const SIGNING_KEY: [u8; 24] = [7; 24];
 
     fn config() -> Config {
         Config::from_lookup(|name| match name {
@@ -270,7 +301,12 @@ mod tests {
             project_id: PROJECT.into(),
             url: format!("https://hooks.example.com/{id}"),
             events: vec!["*".into()],
-            secret: webhook::new_secret(&[7; 24]),
+            secret: StoredSecret::seal(
+                &secrets_key(&config()),
+                id,
+                &webhook::new_secret(&SIGNING_KEY),
+                [0; 12],
+            ),
             status: "active".into(),
             disabled_reason: None,
             created_at: T0,
@@ -606,23 +642,86 @@ mod tests {
         assert!(one_seed || reached.iter().all(|&n| n > 0), "the schedules missed a case: {c:?}");
     }
 
-    /// A receiver that answers what it is told, after one yield (where a test acts meanwhile).
+    /// A receiver that answers what it is told, after one yield (where a test acts meanwhile), and
+    /// keeps the headers and body of every post.
     struct Scripted {
         faults: Rc<Faults>,
         replies: RefCell<Vec<ReceiverOutcome>>,
         posts: Cell<u32>,
+        received: RefCell<Vec<Received>>,
     }
 
+    /// The headers and body of one post.
+    type Received = (Vec<(String, String)>, String);
+
     impl WebhookClient for Scripted {
-        async fn post(&self, _: &str, _: &[(String, String)], _: &str, _: u64) -> ReceiverOutcome {
+        async fn post(&self, _: &str, headers: &[(String, String)], body: &str, _: u64) -> ReceiverOutcome {
             self.posts.set(self.posts.get() + 1);
+            self.received.borrow_mut().push((headers.to_vec(), body.to_owned()));
             self.faults.call("receiver").await;
             self.replies.borrow_mut().remove(0)
         }
     }
 
     fn scripted(w: &World, replies: Vec<ReceiverOutcome>) -> Scripted {
-        Scripted { faults: w.faults.clone(), replies: replies.into(), posts: Cell::new(0) }
+        Scripted {
+            faults: w.faults.clone(),
+            replies: replies.into(),
+            posts: Cell::new(0),
+            received: RefCell::default(),
+        }
+    }
+
+    /// Whether the `n`-th post carries the Standard Webhooks signature a receiver holding the
+    /// subscription's secret computes.
+    fn verifies(client: &Scripted, n: usize, now_ms: i64) -> bool {
+        let received = client.received.borrow();
+        let (headers, body) = &received[n];
+        let header = |name: &str| headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+        let id = header("webhook-id").unwrap_or_default();
+        header("webhook-signature")
+            == Some(&webhook::standard_signature(&SIGNING_KEY, id, now_ms / 1000, body))
+    }
+
+    #[test]
+    fn attempts_sign_with_the_sealed_secret_and_with_a_plaintext_one_until_the_cron_seals_it() {
+        let w = quiet_world(3);
+        let client = scripted(&w, vec![answered(200), answered(200), answered(200)]);
+        let now = || T0;
+        finish(Box::pin(dispatch(&w.store, &w.queue, &client, &w.config, "dlv_0", now, 0.0))).unwrap();
+        assert!(verifies(&client, 0, T0));
+
+        // A subscription written before secrets were sealed.
+        let plaintext = webhook::new_secret(&SIGNING_KEY);
+        w.store.webhooks.borrow_mut().webhooks.get_mut("wh_0").unwrap().secret =
+            StoredSecret::from_column(plaintext.clone());
+        finish(Box::pin(dispatch(&w.store, &w.queue, &client, &w.config, "dlv_1", now, 0.0))).unwrap();
+        assert!(verifies(&client, 1, T0));
+
+        assert_eq!(complete(seal_plaintext_secrets(&w.store, &w.config)), Ok(1));
+        let stored = w.store.webhooks.borrow().webhooks["wh_0"].secret.clone();
+        assert!(matches!(stored, StoredSecret::Sealed(_)) && !stored.as_column().contains("whsec_"));
+        assert_eq!(stored.open(&secrets_key(&w.config), "wh_0"), Some(plaintext));
+        assert_eq!(complete(seal_plaintext_secrets(&w.store, &w.config)), Ok(0));
+        finish(Box::pin(dispatch(&w.store, &w.queue, &client, &w.config, "dlv_2", now, 0.0))).unwrap();
+        assert!(verifies(&client, 2, T0));
+        assert_eq!(status_of(&w, "dlv_2").0, "delivered");
+    }
+
+    #[test]
+    fn a_secret_that_does_not_open_is_a_failed_attempt_and_nothing_is_sent() {
+        let w = quiet_world(1);
+        // Sealed for another subscription: moved rows do not open.
+        let moved = w.store.webhooks.borrow().webhooks["wh_0"].secret.clone();
+        let other = hook("wh_1");
+        w.store.webhooks.borrow_mut().webhooks.get_mut("wh_0").unwrap().secret = other.secret;
+        assert_ne!(moved, w.store.webhooks.borrow().webhooks["wh_0"].secret);
+        let client = scripted(&w, vec![]);
+        finish(Box::pin(dispatch(&w.store, &w.queue, &client, &w.config, "dlv_0", || T0, 0.0))).unwrap();
+        assert_eq!(client.posts.get(), 0);
+        let (status, attempts, error) = status_of(&w, "dlv_0");
+        assert_eq!((status.as_str(), attempts), ("pending", 1));
+        assert!(error.unwrap_or_default().contains("secret cannot be read"));
     }
 
     fn answered(status: u16) -> ReceiverOutcome {

@@ -6,6 +6,7 @@ use sha2::{Digest, Sha256};
 
 use super::encoding::hex;
 use super::error::{ApiError, ErrorCode};
+use super::sealing::{Sealed, SealingKey, NONCE_BYTES};
 
 pub const HEADER: &str = "Idempotency-Key";
 /// A claim whose execution died is released after this lease.
@@ -96,6 +97,49 @@ impl std::fmt::Debug for StoredResponse {
     }
 }
 
+/// A completed response as the response store and the guard keep it (SPEC §13): sealed under the
+/// caller's API key, so only a request with that key reads it. `Debug` shows no body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum KeptResponse {
+    /// A sealed [`StoredResponse`] (JSON), bound to its API key id and `Idempotency-Key`.
+    Sealed(Sealed),
+    /// Written before responses were sealed (a JSON object where a sealed one is a string): read
+    /// as it is until it expires with its key, at most the TTL after the upgrade.
+    Plaintext(StoredResponse),
+}
+
+impl KeptResponse {
+    /// Seals `response` for the entry of (`api_key_id`, `idempotency_key`); `nonce` is fresh random.
+    pub fn seal(
+        key: &SealingKey,
+        api_key_id: &str,
+        idempotency_key: &str,
+        response: &StoredResponse,
+        nonce: [u8; NONCE_BYTES],
+    ) -> Self {
+        let json = serde_json::to_vec(response).expect("a stored response serialises");
+        KeptResponse::Sealed(key.seal(&json, &entry_identity(api_key_id, idempotency_key), nonce))
+    }
+
+    /// The response, or `None` when it was sealed under another API key or for another entry, or
+    /// was changed.
+    pub fn open(self, key: &SealingKey, api_key_id: &str, idempotency_key: &str) -> Option<StoredResponse> {
+        match self {
+            KeptResponse::Sealed(sealed) => {
+                let json = key.open(&sealed, &entry_identity(api_key_id, idempotency_key))?;
+                serde_json::from_slice(&json).ok()
+            }
+            KeptResponse::Plaintext(response) => Some(response),
+        }
+    }
+}
+
+/// The associated data of a kept response: which entry it belongs to (the KV key of SPEC §1).
+fn entry_identity(api_key_id: &str, idempotency_key: &str) -> Vec<u8> {
+    format!("papi:idem:{api_key_id}:{idempotency_key}").into_bytes()
+}
+
 /// A claim as a guard remembers it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claim {
@@ -109,7 +153,7 @@ pub struct Claim {
     /// so that the same request executing again writes the same rows (see [`operation_seed`]).
     pub operation: String,
     /// The response, while the guard keeps it (see `adapters::` and the guard).
-    pub response: Option<StoredResponse>,
+    pub response: Option<KeptResponse>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,7 +167,7 @@ pub enum ClaimDecision {
     Reused,
     /// Same key, same request, completed: replay. The guard may hold the response itself;
     /// otherwise it is read from the response store.
-    Replay { response: Option<StoredResponse> },
+    Replay { response: Option<KeptResponse> },
 }
 
 /// The decision for a request with `fingerprint` (made by `request_id`) given the claim the guard
@@ -251,6 +295,48 @@ mod tests {
             StoredResponse { status: 201, body: r#"{"key":"gh_s_secret"}"#.into(), request_id: "r".into() };
         let shown = format!("{stored:?}");
         assert!(!shown.contains("gh_s_secret") && shown.contains("21 bytes"), "{shown}");
+    }
+
+    const PEPPER: &[u8] = b"pepper-of-at-least-32-bytes-length!!";
+
+    fn created_key() -> StoredResponse {
+        StoredResponse { status: 201, body: r#"{"key":"gh_s_issued"}"#.into(), request_id: "req-1".into() }
+    }
+
+    #[test]
+    fn a_kept_response_is_sealed_and_replays_exactly_with_the_same_api_key() {
+        let key = SealingKey::for_responses(PEPPER, "gh_o_caller");
+        let kept = KeptResponse::seal(&key, "key_1", "k-1", &created_key(), [9; 12]);
+        let stored = serde_json::to_string(&kept).unwrap();
+        assert!(stored.starts_with(r#""v1."#) && !stored.contains("gh_s_issued"), "{stored}");
+        let read: KeptResponse = serde_json::from_str(&stored).unwrap();
+        assert_eq!(read.open(&key, "key_1", "k-1"), Some(created_key()));
+    }
+
+    #[test]
+    fn a_kept_response_does_not_open_under_another_api_key_or_entry() {
+        let key = SealingKey::for_responses(PEPPER, "gh_o_caller");
+        let kept = KeptResponse::seal(&key, "key_1", "k-1", &created_key(), [9; 12]);
+        let other = SealingKey::for_responses(PEPPER, "gh_o_someone-else");
+        assert_eq!(kept.clone().open(&other, "key_1", "k-1"), None);
+        assert_eq!(kept.clone().open(&key, "key_1", "k-2"), None);
+        assert_eq!(kept.open(&key, "key_2", "k-1"), None);
+    }
+
+    #[test]
+    fn a_plaintext_response_kept_before_the_upgrade_still_replays() {
+        let legacy = r#"{"status":201,"body":"{\"key\":\"gh_s_issued\"}","request_id":"req-1"}"#;
+        let read: KeptResponse = serde_json::from_str(legacy).unwrap();
+        assert!(matches!(read, KeptResponse::Plaintext(_)));
+        let key = SealingKey::for_responses(PEPPER, "gh_o_caller");
+        assert_eq!(read.open(&key, "key_1", "k-1"), Some(created_key()));
+        // A claim of the guard from before the upgrade, with its response inline.
+        let decision = format!(r#"{{"claim":"replay","response":{legacy}}}"#);
+        let decision: ClaimDecision = serde_json::from_str(&decision).unwrap();
+        assert_eq!(
+            decision,
+            ClaimDecision::Replay { response: Some(KeptResponse::Plaintext(created_key())) }
+        );
     }
 
     #[test]

@@ -14,5 +14,6 @@ pub mod queue;
 pub mod rate_limit;
 pub mod resources;
 pub mod route;
+pub mod sealing;
 pub mod time;
 pub mod webhook;

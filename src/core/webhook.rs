@@ -9,6 +9,7 @@ use sha2::Sha256;
 
 use super::encoding::{base64, from_base64, hex};
 use super::error::ApiError;
+use super::sealing::{Sealed, SealingKey, NONCE_BYTES};
 
 const SECRET_PREFIX: &str = "whsec_";
 /// Attempts recorded in full: the first 1 KiB of a receiver's answer.
@@ -28,6 +29,65 @@ pub fn new_secret(random: &[u8; 24]) -> String {
 /// The HMAC key of a secret: the base64-decoded part after `whsec_`.
 pub fn signing_key(secret: &str) -> Option<Vec<u8>> {
     from_base64(secret.strip_prefix(SECRET_PREFIX)?)
+}
+
+/// A subscription's signing secret as D1 keeps it (SPEC §13). `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub enum StoredSecret {
+    /// Sealed under the webhook secrets' key ([`SealingKey::for_webhook_secrets`]), bound to the
+    /// subscription's id.
+    Sealed(Sealed),
+    /// A `whsec_` secret written before secrets were sealed: it signs as before until the minute
+    /// cron seals it (`app::seal_plaintext_secrets`).
+    Plaintext(String),
+}
+
+impl std::fmt::Debug for StoredSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoredSecret::Sealed(sealed) => write!(f, "StoredSecret::{sealed:?}"),
+            StoredSecret::Plaintext(_) => f.write_str("StoredSecret::Plaintext([redacted])"),
+        }
+    }
+}
+
+impl StoredSecret {
+    /// Seals `secret` for the subscription `webhook_id`; `nonce` is fresh random.
+    pub fn seal(key: &SealingKey, webhook_id: &str, secret: &str, nonce: [u8; NONCE_BYTES]) -> Self {
+        StoredSecret::Sealed(key.seal(secret.as_bytes(), &secret_identity(webhook_id), nonce))
+    }
+
+    /// The column as stored: a `whsec_` secret is one from before sealing, anything else is sealed.
+    pub fn from_column(text: String) -> Self {
+        if text.starts_with(SECRET_PREFIX) {
+            StoredSecret::Plaintext(text)
+        } else {
+            StoredSecret::Sealed(Sealed::from_stored(text))
+        }
+    }
+
+    pub fn as_column(&self) -> &str {
+        match self {
+            StoredSecret::Sealed(sealed) => sealed.as_str(),
+            StoredSecret::Plaintext(secret) => secret,
+        }
+    }
+
+    /// The `whsec_` secret, or `None` when it was sealed for another subscription or under another
+    /// pepper, or was changed.
+    pub fn open(&self, key: &SealingKey, webhook_id: &str) -> Option<String> {
+        match self {
+            StoredSecret::Sealed(sealed) => {
+                String::from_utf8(key.open(sealed, &secret_identity(webhook_id))?).ok()
+            }
+            StoredSecret::Plaintext(secret) => Some(secret.clone()),
+        }
+    }
+}
+
+/// The associated data of a sealed secret: the subscription it belongs to.
+fn secret_identity(webhook_id: &str) -> Vec<u8> {
+    format!("webhook:{webhook_id}:secret").into_bytes()
 }
 
 fn hmac(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
@@ -305,13 +365,13 @@ pub enum DeliveryMessage {
 }
 
 /// A subscription. `Debug` leaves the signing secret out.
-#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Webhook {
     pub id: String,
     pub project_id: String,
     pub url: String,
     pub events: Vec<String>,
-    pub secret: String,
+    pub secret: StoredSecret,
     pub status: String,
     pub disabled_reason: Option<String>,
     pub created_at: i64,
@@ -333,8 +393,8 @@ impl std::fmt::Debug for Webhook {
 }
 
 impl Webhook {
-    /// As the API shows it; the secret only at creation.
-    pub fn view(&self, with_secret: bool) -> Value {
+    /// As the API shows it; the (opened) secret only at creation.
+    pub fn view(&self, secret: Option<&str>) -> Value {
         let mut v = json!({
             "id": self.id,
             "url": self.url,
@@ -343,8 +403,8 @@ impl Webhook {
             "disabled_reason": self.disabled_reason,
             "created_at": super::time::rfc3339(self.created_at),
         });
-        if with_secret {
-            v["secret"] = Value::String(self.secret.clone());
+        if let Some(secret) = secret {
+            v["secret"] = Value::String(secret.to_owned());
         }
         v
     }
@@ -547,13 +607,42 @@ mod tests {
             project_id: "prj_1".into(),
             url: "https://example.com/hook".into(),
             events: vec!["*".into()],
-            secret: SECRET.into(),
+            secret: StoredSecret::Plaintext(SECRET.into()),
             status: "active".into(),
             disabled_reason: None,
             created_at: 1,
         };
         let shown = format!("{hook:?}");
         assert!(!shown.contains("whsec_") && shown.contains("example.com"), "{shown}");
+        let sealed = Webhook { secret: StoredSecret::seal(&secrets_key(), "wh_1", SECRET, [1; 12]), ..hook };
+        let shown = format!("{sealed:?}");
+        assert!(!shown.contains(sealed.secret.as_column()), "{shown}");
+    }
+
+    fn secrets_key() -> SealingKey {
+        SealingKey::for_webhook_secrets(b"pepper-of-at-least-32-bytes-length!!")
+    }
+
+    #[test]
+    fn a_sealed_secret_round_trips_for_its_own_subscription_only() {
+        let stored = StoredSecret::seal(&secrets_key(), "wh_1", SECRET, [2; 12]);
+        let column = stored.as_column().to_owned();
+        assert!(!column.contains("whsec_") && column.starts_with("v1."), "{column}");
+        let read = StoredSecret::from_column(column);
+        assert_eq!(read, stored);
+        assert_eq!(read.open(&secrets_key(), "wh_1").as_deref(), Some(SECRET));
+        assert_eq!(read.open(&secrets_key(), "wh_2"), None);
+        let other_pepper = SealingKey::for_webhook_secrets(b"another-pepper-of-32-bytes-length!!!");
+        assert_eq!(read.open(&other_pepper, "wh_1"), None);
+    }
+
+    #[test]
+    fn a_plaintext_secret_from_before_sealing_still_signs() {
+        let read = StoredSecret::from_column(SECRET.to_owned());
+        assert_eq!(read, StoredSecret::Plaintext(SECRET.into()));
+        assert_eq!(read.as_column(), SECRET);
+        let secret = read.open(&secrets_key(), "wh_1").unwrap();
+        assert_eq!(signing_key(&secret).unwrap(), (0u8..24).collect::<Vec<_>>());
     }
     const ID: &str = "msg_2KWPBgLlAfxdpx2AI54pPJ85f4W";
     const TS: i64 = 1_674_087_231;

@@ -10,7 +10,7 @@ use super::FakeStore;
 use crate::config::Config;
 use crate::core::api_key::{KeyRecord, KeyType, Scope};
 use crate::core::audit::AuditRow;
-use crate::core::idempotency::{decide_claim, Claim, ClaimDecision, StoredResponse, LEASE_MS};
+use crate::core::idempotency::{decide_claim, Claim, ClaimDecision, KeptResponse, LEASE_MS};
 use crate::core::page::PageRequest;
 use crate::core::rate_limit::{decide, Counters, Usage, Verdict, AUTH_FAILURE_LIMITS};
 use crate::core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
@@ -146,7 +146,7 @@ impl KeyGuard for FakeGuard {
         &self,
         key_hash: &str,
         claim: &ClaimRequest,
-        response: &StoredResponse,
+        response: &KeptResponse,
     ) -> Result<bool, PortError> {
         self.faults
             .run("guard.complete_claim", || {
@@ -185,7 +185,7 @@ impl KeyGuard for FakeGuard {
         &self,
         key_hash: &str,
         idempotency_key: &str,
-    ) -> Result<Option<StoredResponse>, PortError> {
+    ) -> Result<Option<KeptResponse>, PortError> {
         self.faults
             .run("guard.held_response", || {
                 let slot = (key_hash.to_owned(), idempotency_key.to_owned());
@@ -225,7 +225,7 @@ impl KeyGuard for FakeGuard {
 /// Workers KV: eventually consistent, so a read may miss a value written shortly before.
 pub struct FakeResponses {
     pub faults: Rc<Faults>,
-    pub entries: RefCell<HashMap<(String, String), StoredResponse>>,
+    pub entries: RefCell<HashMap<(String, String), KeptResponse>>,
     /// The chance that a read misses a present entry.
     pub miss_rate: f64,
 }
@@ -235,7 +235,7 @@ impl ResponseStore for FakeResponses {
         &self,
         api_key_id: &str,
         idempotency_key: &str,
-        response: &StoredResponse,
+        response: &KeptResponse,
     ) -> Result<(), PortError> {
         self.faults
             .run("kv.put", || {
@@ -245,11 +245,7 @@ impl ResponseStore for FakeResponses {
             .await
     }
 
-    async fn get(
-        &self,
-        api_key_id: &str,
-        idempotency_key: &str,
-    ) -> Result<Option<StoredResponse>, PortError> {
+    async fn get(&self, api_key_id: &str, idempotency_key: &str) -> Result<Option<KeptResponse>, PortError> {
         let miss = self.faults.chance(self.miss_rate);
         self.faults
             .run("kv.get", || {

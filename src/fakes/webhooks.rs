@@ -12,7 +12,7 @@ use std::rc::Rc;
 use super::FakeStore;
 use crate::core::page::PageRequest;
 use crate::core::webhook::{
-    Attempt, Delivery, ReceiverOutcome, Webhook, INTERRUPTED_ATTEMPT, RESPONSE_EXCERPT_BYTES,
+    Attempt, Delivery, ReceiverOutcome, StoredSecret, Webhook, INTERRUPTED_ATTEMPT, RESPONSE_EXCERPT_BYTES,
 };
 use crate::ports::{DeliveryQueue, PortError, WebhookClient, WebhookStore};
 use crate::sim::{Fault, Faults};
@@ -295,6 +295,26 @@ impl WebhookStore for FakeStore {
             let row = &t.deliveries[id];
             (row.delivery.status == "pending" && row.locked_until.is_none())
                 .then_some(row.delivery.scheduled_at)
+        })
+        .await
+    }
+
+    async fn plaintext_secrets(&self, limit: usize) -> Result<Vec<(String, String)>, PortError> {
+        self.tables("webhooks.plaintext_secrets", |t| {
+            let plaintext = t.webhooks.values().filter_map(|w| match &w.secret {
+                StoredSecret::Plaintext(secret) => Some((w.id.clone(), secret.clone())),
+                StoredSecret::Sealed(_) => None,
+            });
+            plaintext.take(limit).collect()
+        })
+        .await
+    }
+
+    async fn seal_secret(&self, id: &str, plaintext: &str, sealed: &StoredSecret) -> Result<(), PortError> {
+        self.tables("webhooks.seal_secret", |t| {
+            if let Some(hook) = t.webhooks.get_mut(id).filter(|w| w.secret.as_column() == plaintext) {
+                hook.secret = sealed.clone();
+            }
         })
         .await
     }

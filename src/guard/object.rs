@@ -27,7 +27,7 @@ use super::protocol::{
 use crate::adapters::{d1::D1Store, env::config};
 use crate::config::Config;
 use crate::core::api_key::KeyRecord;
-use crate::core::idempotency::{decide_claim, Claim, ClaimDecision, StoredResponse, LEASE_MS};
+use crate::core::idempotency::{decide_claim, Claim, ClaimDecision, KeptResponse, LEASE_MS};
 use crate::core::rate_limit::{decide, Counters, Limits, Usage, Verdict, AUTH_FAILURE_LIMITS};
 use crate::ports::{ClaimRequest, Directory};
 
@@ -320,7 +320,7 @@ impl KeyGuardObject {
     /// Marks the claim completed until the TTL ends and keeps its response as long. Replays carry
     /// the response inline for as long as the response store may not show it yet; after that they
     /// read the store, and ask [`Self::held_response`] when it misses. A repeated notice changes nothing.
-    fn complete(&self, claim: &ClaimRequest, response: &StoredResponse) -> Result<Completed> {
+    fn complete(&self, claim: &ClaimRequest, response: &KeptResponse) -> Result<Completed> {
         let now = now_ms();
         let until = now + self.config()?.idempotency_ttl_seconds as i64 * 1000;
         self.sql.exec(
@@ -350,7 +350,7 @@ impl KeyGuardObject {
         Ok(Completed { completed: mine.first().is_some_and(|m| m.completed == 1) })
     }
 
-    fn held_response(&self, idempotency_key: &str) -> Result<Option<StoredResponse>> {
+    fn held_response(&self, idempotency_key: &str) -> Result<Option<KeptResponse>> {
         #[derive(Deserialize)]
         struct Held {
             response: Option<String>,

@@ -5,7 +5,7 @@
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::core::api_key::{KeyRecord, Scope};
-use crate::core::idempotency::{ClaimDecision, StoredResponse};
+use crate::core::idempotency::{ClaimDecision, KeptResponse};
 use crate::core::rate_limit::{Usage, Verdict};
 use crate::ports::ClaimRequest;
 
@@ -87,7 +87,7 @@ pub struct AuthFailures {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompleteClaim {
     pub claim: ClaimRequest,
-    pub response: StoredResponse,
+    pub response: KeptResponse,
 }
 
 /// The claimed request failed: forget the claim.
@@ -136,7 +136,7 @@ asks! {
     RecordAuthFailure => AuthFailures,
     CompleteClaim => Completed,
     ReleaseClaim => Done,
-    HeldResponse => Option<StoredResponse>,
+    HeldResponse => Option<KeptResponse>,
     Ping => Done,
 }
 

@@ -4,7 +4,7 @@ use wasm_bindgen::JsValue;
 
 use super::{after, int, opt_int, opt_text, text, D1Store};
 use crate::core::page::PageRequest;
-use crate::core::webhook::{Attempt, Delivery, Webhook, INTERRUPTED_ATTEMPT};
+use crate::core::webhook::{Attempt, Delivery, StoredSecret, Webhook, INTERRUPTED_ATTEMPT};
 use crate::ports::{Meter, PortError, WebhookStore};
 
 const WEBHOOK_COLUMNS: &str = "id, project_id, url, events, secret, status, disabled_reason, created_at";
@@ -32,7 +32,7 @@ impl WebhookRecord {
             id: self.id,
             project_id: self.project_id,
             url: self.url,
-            secret: self.secret,
+            secret: StoredSecret::from_column(self.secret),
             status: self.status,
             disabled_reason: self.disabled_reason,
             created_at: self.created_at,
@@ -75,7 +75,7 @@ impl WebhookStore for D1Store {
                     text(&w.project_id),
                     text(&w.url),
                     text(&events),
-                    text(&w.secret),
+                    text(w.secret.as_column()),
                     text(&w.status),
                     opt_text(w.disabled_reason.as_deref()),
                     int(w.created_at),
@@ -312,6 +312,29 @@ impl WebhookStore for D1Store {
         let due: Vec<Due> =
             results.last().map_or(Ok(Vec::new()), |r| r.results()).map_err(PortError::from_display)?;
         Ok(due.first().map(|d| d.scheduled_at))
+    }
+
+    async fn plaintext_secrets(&self, limit: usize) -> Result<Vec<(String, String)>, PortError> {
+        #[derive(serde::Deserialize)]
+        struct Plaintext {
+            id: String,
+            secret: String,
+        }
+        let rows: Vec<Plaintext> = self
+            .rows(
+                "SELECT id, secret FROM webhooks WHERE substr(secret, 1, 6) = 'whsec_' LIMIT ?1",
+                &[int(limit as i64)],
+            )
+            .await?;
+        Ok(rows.into_iter().map(|r| (r.id, r.secret)).collect())
+    }
+
+    async fn seal_secret(&self, id: &str, plaintext: &str, sealed: &StoredSecret) -> Result<(), PortError> {
+        let statement = self.statement(
+            "UPDATE webhooks SET secret = ?3 WHERE id = ?1 AND secret = ?2",
+            &[text(id), text(plaintext), text(sealed.as_column())],
+        )?;
+        self.batch(vec![statement]).await.map(drop)
     }
 
     async fn overdue_deliveries(
