@@ -161,6 +161,19 @@ mod tests {
         }
     }
 
+    /// Values sealed with the nonce 0 by an independent implementation (Node's `crypto.hkdfSync`
+    /// and `aes-256-gcm`): the derivation and the format are the standard ones, and a change to
+    /// either would make every stored value unreadable, so this test pins them.
+    #[test]
+    fn opens_values_sealed_by_another_implementation_of_the_same_format() {
+        let response = Sealed::from_stored("v1.AAAAAAAAAAAAAAAAyPytqqoN0K9RHr81jlHV6EWksbI".into());
+        assert_eq!(key().open(&response, b"papi:idem:key_1:k-1").unwrap(), b"kept");
+        assert_eq!(key().seal(b"kept", b"papi:idem:key_1:k-1", [0; NONCE_BYTES]), response);
+        let secret = Sealed::from_stored("v1.AAAAAAAAAAAAAAAAYDqGSVkqgIZNtHxCAtY8YShtOmjuHro".into());
+        let webhooks = SealingKey::for_webhook_secrets(PEPPER);
+        assert_eq!(webhooks.open(&secret, b"webhook:wh_1:secret").unwrap(), b"whsec_x");
+    }
+
     #[test]
     fn debug_output_never_prints_the_key_or_the_value() {
         assert_eq!(format!("{:?}", key()), "SealingKey([redacted])");

@@ -4,33 +4,44 @@
 // Objects' SQLite, the D1 files with their -wal, the worker's log), searched as raw bytes.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createHmac } from 'node:crypto';
+import { createHmac, randomBytes } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import { join, relative } from 'node:path';
-import { call, createProject, eventually, idemKey } from './harness.mjs';
+import { BASE, call, createProject, d1, eventually, idemKey } from './harness.mjs';
 
 const STATE = process.env.GATEHOUSE_STATE;
 
-/** The receiver of the webhook: every request it got. */
-const received = [];
+/** The webhook receiver: every request it got, by path. */
+const received = new Map();
 let receiver;
-let receiverUrl;
+let receiverBase;
 
 before(async () => {
   receiver = createServer((req, res) => {
     let body = '';
     req.on('data', (c) => { body += c; });
     req.on('end', () => {
-      received.push({ headers: req.headers, body });
+      received.set(req.url, [...(received.get(req.url) ?? []), { headers: req.headers, body }]);
       res.writeHead(200).end('ok');
     });
   });
   await new Promise((resolve) => receiver.listen(0, '127.0.0.1', resolve));
-  receiverUrl = `http://127.0.0.1:${receiver.address().port}/at-rest-${Date.now()}`;
+  receiverBase = `http://127.0.0.1:${receiver.address().port}`;
 });
 
 after(() => receiver.close());
+
+/** Waits for the `n`-th request to `url` and answers whether it carries the Standard Webhooks
+ * signature a receiver holding `secret` computes. */
+async function signedWith(url, n, secret) {
+  const path = new URL(url).pathname;
+  assert.ok(await eventually(async () => (received.get(path) ?? []).length >= n, 20_000), `request ${n} to ${path}`);
+  const { headers, body } = received.get(path)[n - 1];
+  const key = Buffer.from(secret.slice('whsec_'.length), 'base64');
+  const signed = `${headers['webhook-id']}.${headers['webhook-timestamp']}.${body}`;
+  return headers['webhook-signature'] === `v1,${createHmac('sha256', key).update(signed).digest('base64')}`;
+}
 
 /** Every file under `dir`, recursively. */
 async function filesUnder(dir) {
@@ -57,6 +68,7 @@ async function stateFilesContaining(text) {
 test('issued keys and webhook secrets replay to their caller and are nowhere in the state folder', async () => {
   assert.ok(STATE, 'GATEHOUSE_STATE names the state folder of the running gateway');
   const { projectId, owner } = await createProject('at rest');
+  const receiverUrl = `${receiverBase}/at-rest-${Date.now()}`;
 
   // A key created idempotently: the replay answers the very key again.
   const keyIdem = idemKey();
@@ -91,11 +103,7 @@ test('issued keys and webhook secrets replay to their caller and are nowhere in 
   // The sealed secret still signs: a delivery verifies with the secret shown at creation.
   const contact = await call('POST', '/public/v1/contacts', { key: issued, body: { name: 'At Rest' } });
   assert.equal(contact.status, 201, contact.text);
-  assert.ok(await eventually(async () => received.length > 0, 20_000), 'the receiver got the event');
-  const [{ headers, body }] = received;
-  const signingKey = Buffer.from(secret.slice('whsec_'.length), 'base64');
-  const signed = `${headers['webhook-id']}.${headers['webhook-timestamp']}.${body}`;
-  assert.equal(headers['webhook-signature'], `v1,${createHmac('sha256', signingKey).update(signed).digest('base64')}`);
+  assert.ok(await signedWith(receiverUrl, 1, secret), 'the delivery verifies with the secret');
 
   // The responses reach KV after they are sent: wait until both entries are in the state folder.
   // This is also the search's own check: it finds what is stored in the clear (the KV key names,
@@ -113,4 +121,25 @@ test('issued keys and webhook secrets replay to their caller and are nowhere in 
   }
   // Nor the secret's base64 part alone (e.g. a JSON-escaped copy of it).
   assert.deepEqual(await stateFilesContaining(secret.slice('whsec_'.length)), [], 'the secret is stored in plaintext');
+});
+
+test('a webhook secret stored in plaintext before the upgrade signs as before, and the minute cron seals it', async () => {
+  const { owner } = await createProject('at rest, upgraded');
+  const url = `${receiverBase}/legacy-${Date.now()}`;
+  const hook = await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url, events: ['contact.created'] } });
+  assert.equal(hook.status, 201, hook.text);
+  // The row as the version before sealing wrote it: the `whsec_` secret itself.
+  const legacy = `whsec_${randomBytes(24).toString('base64')}`;
+  await d1(`UPDATE webhooks SET secret = '${legacy}' WHERE id = '${hook.body.id}'`);
+  const contact = (name) => call('POST', '/public/v1/contacts', { key: owner.key, body: { name } });
+  assert.equal((await contact('Before')).status, 201);
+  assert.ok(await signedWith(url, 1, legacy), 'the plaintext secret still signs');
+
+  const cron = await fetch(`${BASE}/__scheduled?cron=${encodeURIComponent('* * * * *')}`);
+  assert.equal(cron.status, 200);
+  const [row] = await d1(`SELECT secret FROM webhooks WHERE id = '${hook.body.id}'`);
+  assert.match(row.secret, /^v1\./, 'the cron sealed the secret');
+  assert.ok(!row.secret.includes(legacy.slice('whsec_'.length)));
+  assert.equal((await contact('After')).status, 201);
+  assert.ok(await signedWith(url, 2, legacy), 'the sealed secret signs with the same key');
 });
