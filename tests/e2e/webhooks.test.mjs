@@ -46,9 +46,8 @@ async function subscribe(ownerKey, path, events = ['*']) {
 }
 
 async function businessOwner() {
-  const project = await createProject();
-  await call('PATCH', `/public/v1/keys/${project.owner.id}`, { key: project.owner.key, body: { plan: 'business' } });
-  return project;
+  // Plans belong to projects (SPEC §13): an owner can no longer raise its own key's plan.
+  return createProject(undefined, { plan: 'business' });
 }
 
 const requestsTo = (path) => received.get(path) ?? [];
