@@ -103,9 +103,50 @@ pub fn uuid_v4(random: [u8; 16]) -> String {
     uuid::Builder::from_random_bytes(random).into_uuid().hyphenated().to_string()
 }
 
+/// A UUID version 7 (RFC 9562) in lowercase hyphenated form: `unix_ms` in its first 48 bits, so
+/// ids sort by time and name their hour; the rest from `random` (version and variant bits set).
+pub fn uuid_v7(unix_ms: i64, random: [u8; 10]) -> String {
+    let ms = (unix_ms.max(0) as u64) & 0xFFFF_FFFF_FFFF;
+    let mut rand = [0u8; 10];
+    rand.copy_from_slice(&random);
+    let counter_random = u16::from_be_bytes([rand[0], rand[1]]) & 0x0FFF;
+    let tail = u64::from_be_bytes(rand[2..10].try_into().expect("8 bytes")) & 0x3FFF_FFFF_FFFF_FFFF;
+    uuid::Uuid::from_fields(
+        (ms >> 16) as u32,
+        (ms & 0xFFFF) as u16,
+        0x7000 | counter_random,
+        &(tail | 0x8000_0000_0000_0000).to_be_bytes(),
+    )
+    .hyphenated()
+    .to_string()
+}
+
+/// The Unix milliseconds a UUIDv7 carries; `None` when `id` is not a UUID of version 7.
+pub fn uuid_v7_ms(id: &str) -> Option<i64> {
+    let uuid = uuid::Uuid::try_parse(id).ok()?;
+    if uuid.get_version_num() != 7 {
+        return None;
+    }
+    let b = uuid.as_bytes();
+    Some(b[..6].iter().fold(0i64, |ms, &byte| ms << 8 | i64::from(byte)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uuid_v7_carries_its_millisecond_and_sorts_by_it() {
+        let ms = 1_796_000_000_123;
+        let id = uuid_v7(ms, [0xff; 10]);
+        assert_eq!(id.len(), 36);
+        assert_eq!(&id[14..15], "7");
+        assert!(matches!(&id[19..20], "8" | "9" | "a" | "b"));
+        assert_eq!(uuid_v7_ms(&id), Some(ms));
+        assert!(uuid_v7(ms, [0xff; 10]) < uuid_v7(ms + 1, [0; 10]));
+        assert_eq!(uuid_v7_ms(&uuid_v4([7; 16])), None);
+        assert_eq!(uuid_v7_ms("not-a-uuid"), None);
+    }
 
     #[test]
     fn hex_encodes_lowercase() {

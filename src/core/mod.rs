@@ -15,5 +15,6 @@ pub mod rate_limit;
 pub mod resources;
 pub mod route;
 pub mod sealing;
+pub mod tiers;
 pub mod time;
 pub mod webhook;
