@@ -1,5 +1,6 @@
 //! The worker's only entry points. Each builds the adapters from `Env` and delegates.
 
+use std::cell::RefCell;
 use std::rc::Rc;
 
 use worker::{
@@ -19,6 +20,8 @@ use crate::adapters::webhooks::{self as webhook_queue, FetchClient, WebhookQueue
 use crate::app::queues::{Incoming, Settle};
 use crate::app::{self, Gateway};
 use crate::config::Config;
+use crate::core::abuse::AbuseMemory;
+use crate::core::audit::{clipped_len, PATH_MAX};
 use crate::core::error::ApiError;
 use crate::ports::{Meter, Ports};
 use crate::{guard, http, ledger};
@@ -39,6 +42,11 @@ impl Ports for Cloudflare {
     type Redrive = QueueRedrive;
 }
 
+thread_local! {
+    /// The isolate's memory of abusive traffic, shared by every request it serves.
+    static MEMORY: Rc<RefCell<AbuseMemory>> = Rc::default();
+}
+
 fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gateway<'static, Cloudflare>> {
     Ok(Gateway {
         config,
@@ -56,6 +64,7 @@ fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gate
             events: env.queue(events::QUEUE_BINDING)?,
             webhooks: env.queue(webhook_queue::QUEUE_BINDING)?,
         },
+        memory: MEMORY.with(Rc::clone),
     })
 }
 
@@ -89,7 +98,7 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     console_log!(
         r#"{{"request_id":"{}","method":"{method}","path":{:?},"status":{},"ms":{},"durable_object_calls":{},"d1_queries":{},"kv_operations":{}}}"#,
         api.request_id,
-        path,
+        &path[..clipped_len(&path, PATH_MAX)],
         api.status,
         api.audit.response_time_ms,
         meter.durable_object_calls.get(),

@@ -477,11 +477,14 @@ pub trait Ports {
     type Redrive: Redrive;
 }
 
-/// The request's body, read only once the route, the caller and the declared size allow it.
+/// The request's body as the client streams it, read only once the route, the caller and the
+/// declared size allow it, and only as far as the route's limit (`core::body::CappedBody`).
+/// Dropping it cancels the rest of the stream.
 pub trait RequestBody {
     /// `Content-Length`, when the client sent one.
     fn declared_len(&self) -> Option<u64>;
-    async fn read(self) -> Result<Vec<u8>, PortError>;
+    /// The next chunk as it arrives; `None` at the end.
+    async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>, PortError>;
 }
 
 /// Counts the I/O one request makes, for the per-request log line: the hot-path budget of

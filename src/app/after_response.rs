@@ -14,7 +14,8 @@ use crate::ports::{ClaimRequest, DeliveryQueue, KeyGuard, PortError, Ports, Resp
 /// Everything a request leaves to do once its response is on its way.
 pub struct AfterResponse {
     pub request_id: String,
-    pub audit: AuditRow,
+    /// `None` when the request is not audited (`ApiResponse::audited`).
+    pub audit: Option<AuditRow>,
     pub deliveries: Vec<String>,
     pub settlements: Vec<Settlement>,
 }
@@ -25,7 +26,7 @@ impl ApiResponse {
     pub fn after_response(&mut self) -> AfterResponse {
         AfterResponse {
             request_id: self.request_id.clone(),
-            audit: self.audit.clone(),
+            audit: self.audited.then(|| self.audit.clone()),
             deliveries: std::mem::take(&mut self.webhook_deliveries),
             settlements: std::mem::take(&mut self.settlements),
         }
@@ -61,6 +62,7 @@ impl<P: Ports> Gateway<'_, P> {
     ) -> Vec<String> {
         let AfterResponse { request_id, audit, deliveries, settlements } = after;
         let audit = async {
+            let audit = audit?;
             match record_audit_row(&self.audit, &self.store, audit).await {
                 Ok(AuditPath::Queued) => None,
                 Ok(AuditPath::Direct) => Some(format!(

@@ -1,9 +1,17 @@
-//! Authentication (SPEC §2, §3): the admin token, or the key's guard deciding on the key, its
-//! limits and its idempotency claim in one round trip, then the key type's scope.
+//! Authentication (SPEC §2, §3, §13) in two steps. `screen` decides what it can without I/O
+//! beyond the client address's guard, before the body is read: a public route, the admin token,
+//! a missing or malformed key, a key hash known to be unknown, an address known to be over its
+//! limit. `authenticate` then asks the key's guard to decide on the key, its limits and its
+//! idempotency claim in one round trip, and checks the key type's scope.
+//!
+//! Anonymous traffic (failed authentication and unmatched routes) is counted per client address
+//! (`refuse_anonymous`); once an address is over its limit, the isolate remembers it until the
+//! window ends and answers its anonymous requests from memory: no Durable Object, no D1 query,
+//! no audit row. A key hash its guard did not know is remembered as unknown for a minute.
 
 use super::pipeline::{Caller, Trace};
 use super::{unavailable, Gateway};
-use crate::core::api_key;
+use crate::core::api_key::{self, Scope};
 use crate::core::error::{ApiError, ErrorCode};
 use crate::core::rate_limit::{Usage, Verdict};
 use crate::core::route::{Access, Route};
@@ -14,47 +22,82 @@ use crate::ports::{Admission, Authorization, ClaimRequest, KeyGuard, Ports};
 /// A refusal during authentication, with the key's usage when the key itself was valid.
 pub(super) type Refusal = (Option<Usage>, ApiError);
 
+/// What the screen let through.
+pub(super) enum Credentials {
+    /// A public route, or an admin route with the admin token.
+    Open,
+    /// An API key for its guard to decide on (the key itself seals its stored responses).
+    Key { token: String, key_hash: String, scope: Scope },
+}
+
 impl<P: Ports> Gateway<'_, P> {
-    /// SPEC §3 order: authenticate, then the rate decision and the idempotency claim (made by the
-    /// key's guard in the same round trip), then the key type's scope.
-    pub(super) async fn authenticate(
+    /// What can be decided before the body is read and without the key's guard.
+    pub(super) async fn screen(
         &self,
         route: &Route,
         authorization: &Option<String>,
         client_ip: Option<&str>,
-        claim: Option<&ClaimRequest>,
+        now_ms: i64,
         trace: &mut Trace,
-    ) -> Result<Caller, Refusal> {
-        let anonymous = Caller { key: None, key_hash: None, usage: None, claim: None, sealing: None };
+    ) -> Result<Credentials, ApiError> {
         let token = authorization.as_deref().and_then(api_key::bearer_token);
         let scope = match route.access {
-            Access::Public => return Ok(anonymous),
+            Access::Public => return Ok(Credentials::Open),
             Access::Admin => {
                 let expected = self.config.admin_token.as_bytes();
                 return match token {
-                    Some(t) if api_key::constant_time_eq(t.as_bytes(), expected) => Ok(anonymous),
+                    Some(t) if api_key::constant_time_eq(t.as_bytes(), expected) => Ok(Credentials::Open),
                     _ => {
                         let e =
                             ApiError::new(ErrorCode::InvalidApiKey, "The admin token is missing or wrong.");
-                        Err((None, self.refuse(client_ip, e).await))
+                        Err(self.refuse_anonymous(client_ip, e, now_ms, trace).await)
                     }
                 };
             }
             Access::Key(scope) => scope,
         };
         let Some(token) = token.filter(|t| api_key::is_well_formed(t)) else {
-            return Err((None, self.refuse(client_ip, ApiError::invalid_api_key()).await));
+            return Err(self.refuse_anonymous(client_ip, ApiError::invalid_api_key(), now_ms, trace).await);
         };
         let key_hash = api_key::hash(self.config.key_pepper.as_bytes(), token);
+        let (unknown, stranger_from_blocked_address) = {
+            let memory = self.memory.borrow();
+            let blocked = client_ip.is_some_and(|ip| memory.blocked_until(ip, now_ms).is_some());
+            (memory.is_unknown_key(&key_hash, now_ms), blocked && !memory.is_recent_key(&key_hash, now_ms))
+        };
+        if unknown || stranger_from_blocked_address {
+            return Err(self.refuse_anonymous(client_ip, ApiError::invalid_api_key(), now_ms, trace).await);
+        }
+        Ok(Credentials::Key { token: token.to_owned(), key_hash, scope })
+    }
+
+    /// SPEC §3 order: authenticate, then the rate decision and the idempotency claim (made by the
+    /// key's guard in the same round trip), then the key type's scope.
+    pub(super) async fn authenticate(
+        &self,
+        credentials: Credentials,
+        client_ip: Option<&str>,
+        claim: Option<&ClaimRequest>,
+        now_ms: i64,
+        trace: &mut Trace,
+    ) -> Result<Caller, Refusal> {
+        let Credentials::Key { token, key_hash, scope } = credentials else {
+            return Ok(Caller { key: None, key_hash: None, usage: None, claim: None, sealing: None });
+        };
         let Admission { key, verdict, usage, claim } =
             match self.guard.authorize(&key_hash, scope, claim).await {
                 Ok(Authorization::Admitted(admission)) => {
+                    self.memory.borrow_mut().remember_recent_key(&key_hash, now_ms);
                     trace.key = Some(admission.key.clone());
                     *admission
                 }
                 Ok(Authorization::Denied(revoked)) => {
+                    if revoked.is_none() {
+                        self.memory.borrow_mut().remember_unknown_key(&key_hash, now_ms);
+                    }
                     trace.key = revoked.map(|k| *k);
-                    return Err((None, self.refuse(client_ip, ApiError::invalid_api_key()).await));
+                    let e = ApiError::invalid_api_key();
+                    return Err((None, self.refuse_anonymous(client_ip, e, now_ms, trace).await));
                 }
                 Err(e) => {
                     // The guard may have taken a claim and lost only its answer.
@@ -99,28 +142,48 @@ impl<P: Ports> Gateway<'_, P> {
         // Its stored response is sealed under the API key itself (SPEC §13): only this caller's
         // requests can derive the key that reads it.
         let sealing =
-            claim.as_ref().map(|_| SealingKey::for_responses(self.config.key_pepper.as_bytes(), token));
+            claim.as_ref().map(|_| SealingKey::for_responses(self.config.key_pepper.as_bytes(), &token));
         Ok(Caller { key: Some(key), key_hash: Some(key_hash), usage: Some(usage), claim, sealing })
     }
 
-    /// A failed authentication: counted against the client address, and 429 instead of 401 once
-    /// the address has failed too often this minute. If the count cannot be made, the 401 stands.
-    pub(super) async fn refuse(&self, client_ip: Option<&str>, unauthenticated: ApiError) -> ApiError {
+    /// An anonymous request (failed authentication, unmatched route): counted against the client
+    /// address, and 429 instead of `refused` once the address is over its limit this minute. An
+    /// address known to be over is answered from memory, without a count and without an audit
+    /// row. If the count cannot be made, `refused` stands.
+    pub(super) async fn refuse_anonymous(
+        &self,
+        client_ip: Option<&str>,
+        refused: ApiError,
+        now_ms: i64,
+        trace: &mut Trace,
+    ) -> ApiError {
         let Some(ip) = client_ip else {
-            return unauthenticated;
+            return refused;
         };
+        let blocked = self.memory.borrow().blocked_until(ip, now_ms);
+        if let Some(until) = blocked {
+            trace.unaudited = true;
+            return too_many_anonymous(((until - now_ms) as u64).div_ceil(1000));
+        }
         match self.guard.record_auth_failure(ip).await {
-            Ok((Verdict::RateLimited, usage)) => ApiError::new(
-                ErrorCode::RateLimitExceeded,
-                "Too many failed authentications from this address. Retry after the window ends.",
-            )
-            .with_retry_after(usage.seconds_to_reset()),
-            Ok(_) => unauthenticated,
+            Ok((Verdict::RateLimited, usage)) => {
+                self.memory.borrow_mut().block(ip, usage.reset_ms, now_ms);
+                too_many_anonymous(usage.seconds_to_reset())
+            }
+            Ok(_) => refused,
             Err(e) => {
-                let mut e401 = unauthenticated;
-                e401.internal = Some(format!("failed-authentication counter unavailable: {e}"));
-                e401
+                let mut refused = refused;
+                refused.internal = Some(format!("anonymous-request counter unavailable: {e}"));
+                refused
             }
         }
     }
+}
+
+fn too_many_anonymous(retry_after_seconds: u64) -> ApiError {
+    ApiError::new(
+        ErrorCode::RateLimitExceeded,
+        "Too many unauthenticated requests from this address. Retry after the window ends.",
+    )
+    .with_retry_after(retry_after_seconds)
 }

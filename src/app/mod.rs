@@ -25,10 +25,14 @@ mod resources;
 mod simulation;
 mod webhooks;
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::config::Config;
+use crate::core::abuse::AbuseMemory;
 use crate::core::api_key::KeyRecord;
 use crate::core::audit::AuditRow;
 use crate::core::encoding::object_id;
@@ -67,6 +71,9 @@ pub struct ApiResponse {
     pub settlements: Vec<Settlement>,
     /// The request's audit row; the caller adds the response time and sends it off the hot path.
     pub audit: AuditRow,
+    /// Whether the row is sent: not for a request refused from the isolate's memory of an address
+    /// over its anonymous limit (README, "Abuse").
+    pub audited: bool,
     /// Webhook deliveries to enqueue after the response (the minute sweep catches a lost send).
     pub webhook_deliveries: Vec<String>,
 }
@@ -188,6 +195,9 @@ pub struct Gateway<'c, P: Ports> {
     pub audit: P::Audit,
     pub dead_letters: P::DeadLetters,
     pub redrive: P::Redrive,
+    /// What this isolate remembers of blocked addresses and unknown and recent keys (shared by
+    /// the requests an isolate serves).
+    pub memory: Rc<RefCell<AbuseMemory>>,
 }
 
 fn unavailable(e: PortError) -> ApiError {

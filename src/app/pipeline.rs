@@ -7,6 +7,7 @@ use super::responses::{preflight, respond, CORS_HEADERS};
 use super::{random, unavailable, ApiRequest, ApiResponse, Call, Gateway, Ids, Reply, Settlement};
 use crate::core::api_key::KeyRecord;
 use crate::core::audit::{clip_user_agent, redacted_path, AuditRow};
+use crate::core::body::CappedBody;
 use crate::core::encoding::uuid_v4;
 use crate::core::error::{ApiError, ErrorCode};
 use crate::core::idempotency::{self, ClaimDecision, KeptResponse, StoredResponse};
@@ -32,6 +33,9 @@ pub(super) struct Trace {
     pub(super) idempotency_key: Option<String>,
     /// The key hash of a guard whose answer was lost (it may hold a claim of this request).
     pub(super) unanswered_guard: Option<String>,
+    /// Refused from the isolate's memory of an address over its anonymous limit: no audit row,
+    /// so a flood cannot make unlimited D1 writes (README, "Abuse").
+    pub(super) unaudited: bool,
 }
 
 /// An admitted caller: the key (none on public and admin routes), its usage, its claim, and the
@@ -95,6 +99,7 @@ impl<P: Ports> Gateway<'_, P> {
         }
         let head = audit.method == "HEAD";
         let mut response = respond(request_id, served.usage, served.answer, replays_created_as_ok, audit);
+        response.audited = !trace.unaudited;
         if head {
             // The runtime sends a HEAD answer without its body.
             response.audit.response_bytes = 0;
@@ -128,12 +133,21 @@ impl<P: Ports> Gateway<'_, P> {
         request_id: &str,
         trace: &mut Trace,
     ) -> Served {
+        let client_ip = req.client_ip.as_deref();
         let matched = match match_route(&req.method, &req.path) {
             Ok(m) => m,
-            Err(miss) => return Served::early(None, route_miss(miss, &req)),
+            Err(miss) => {
+                let e = route_miss(miss, &req);
+                return Served::early(None, self.refuse_anonymous(client_ip, e, req.now_ms, trace).await);
+            }
         };
         let route = matched.route;
         trace.route = Some(route);
+        // Refusals that need neither the body nor the key's guard come first: their body is never read.
+        let credentials = match self.screen(route, &req.authorization, client_ip, req.now_ms, trace).await {
+            Ok(credentials) => credentials,
+            Err(e) => return Served::early(None, e),
+        };
         let body = match read_body(route, req.body).await {
             Ok(body) => body,
             Err(e) => return Served::early(None, e),
@@ -146,9 +160,7 @@ impl<P: Ports> Gateway<'_, P> {
             idempotency_key: key,
             request_id: request_id.to_owned(),
         });
-        let caller = match self
-            .authenticate(route, &req.authorization, req.client_ip.as_deref(), claim.as_ref(), trace)
-            .await
+        let caller = match self.authenticate(credentials, client_ip, claim.as_ref(), req.now_ms, trace).await
         {
             Ok(caller) => caller,
             Err((usage, e)) => {
@@ -311,18 +323,20 @@ pub(super) fn me(call: &Call<'_>) -> Value {
     })
 }
 
-/// Reads the body within the route's limit: 413 before reading when the declared length is over,
-/// and again after reading when a body without a length turned out larger.
-pub(super) async fn read_body<B: RequestBody>(route: &Route, body: B) -> Result<Vec<u8>, ApiError> {
+/// Reads the body as it streams in, within the route's limit: 413 before reading when the
+/// declared length is over, and at the first chunk that would take it over (the rest is never
+/// read: dropping the body cancels its stream).
+pub(super) async fn read_body<B: RequestBody>(route: &Route, mut body: B) -> Result<Vec<u8>, ApiError> {
     let limit = route.body_limit;
-    if body.declared_len().is_some_and(|n| n > limit as u64) {
-        return Err(ApiError::payload_too_large(limit));
+    let too_large = |_| ApiError::payload_too_large(limit);
+    let mut capped = CappedBody::new(limit, body.declared_len()).map_err(too_large)?;
+    loop {
+        let chunk = body.next_chunk().await.map_err(|e| {
+            ApiError::bad_request("The request body could not be read.").with_detail("cause", e.0)
+        })?;
+        match chunk {
+            Some(chunk) => capped.push(&chunk).map_err(too_large)?,
+            None => return Ok(capped.into_bytes()),
+        }
     }
-    let bytes = body.read().await.map_err(|e| {
-        ApiError::bad_request("The request body could not be read.").with_detail("cause", e.0)
-    })?;
-    if bytes.len() > limit {
-        return Err(ApiError::payload_too_large(limit));
-    }
-    Ok(bytes)
 }

@@ -35,6 +35,7 @@ pub(super) fn preflight(request_id: String, mut audit: AuditRow) -> ApiResponse 
         internal_error: None,
         settlements: Vec::new(),
         audit,
+        audited: true,
         webhook_deliveries: Vec::new(),
     }
 }
@@ -93,5 +94,15 @@ pub(super) fn respond(
     headers.insert(0, ("content-type", content_type.to_owned()));
     audit.status = status;
     audit.response_bytes = body.len() as u64;
-    ApiResponse { status, headers, body, request_id, internal_error, settlements, audit, webhook_deliveries }
+    ApiResponse {
+        status,
+        headers,
+        body,
+        request_id,
+        internal_error,
+        settlements,
+        audit,
+        audited: true,
+        webhook_deliveries,
+    }
 }

@@ -42,14 +42,28 @@ impl Ports for Sim {
     type Redrive = FakeRedrive;
 }
 
-struct Body(Vec<u8>);
+/// A body as a client streams it: its chunks, with or without a `Content-Length`; counts the
+/// chunks the gateway read.
+struct Body {
+    chunks: std::collections::VecDeque<Vec<u8>>,
+    declared_len: Option<u64>,
+    read: Rc<Cell<usize>>,
+}
+
+impl Body {
+    fn whole(bytes: &[u8]) -> Self {
+        Body { chunks: [bytes.to_vec()].into(), declared_len: Some(bytes.len() as u64), read: Rc::default() }
+    }
+}
 
 impl RequestBody for Body {
     fn declared_len(&self) -> Option<u64> {
-        Some(self.0.len() as u64)
+        self.declared_len
     }
-    async fn read(self) -> Result<Vec<u8>, PortError> {
-        Ok(self.0)
+    async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>, PortError> {
+        let chunk = self.chunks.pop_front();
+        self.read.set(self.read.get() + usize::from(chunk.is_some()));
+        Ok(chunk)
     }
 }
 
@@ -97,6 +111,7 @@ fn world(faults: &Rc<Faults>, types: &[KeyType]) -> (Gateway<'static, Sim>, Cloc
         dead_letters: FakeDeadLetters::new(faults.clone()),
         redrive: FakeRedrive::new(faults.clone()),
         store,
+        memory: Rc::default(),
     };
     (gateway, clock, secrets)
 }
@@ -134,7 +149,7 @@ fn request(
         authorization: Some(format!("Bearer {key}")),
         idempotency_key: idem.map(str::to_owned),
         client_ip: Some("192.0.2.1".into()),
-        body: Body(body.as_bytes().to_vec()),
+        body: Body::whole(body.as_bytes()),
         now_ms: clock.get(),
     }
 }
@@ -613,4 +628,201 @@ fn replay_chunks_are_indexed_only_with_their_object_under_faults() {
             audit
         },
     );
+}
+
+// Abuse (SPEC §13): what a flood from one address costs, and what it leaves in the audit log.
+
+/// A request with no key and no body, from `ip`.
+fn anonymous(clock: &Clock, method: &str, path: &str, key: Option<&str>, ip: &str) -> ApiRequest<Body> {
+    let mut req = request(clock, method, path, "", None, "");
+    req.authorization = key.map(|k| format!("Bearer {k}"));
+    req.client_ip = Some(ip.into());
+    req
+}
+
+/// A well-formed key no project has.
+fn unknown_key(n: usize) -> String {
+    format!("gh_s_{n:040}")
+}
+
+/// Answers the response and runs the work after it, as the worker does.
+fn answer(gateway: &Gateway<'static, Sim>, faults: &Faults, req: ApiRequest<Body>) -> ApiResponse {
+    let mut response = drive(gateway.handle(req), faults, 0.0).unwrap();
+    let after = response.after_response();
+    assert!(drive(gateway.finish(after, |_| async {}), faults, 0.0).unwrap().is_empty());
+    response
+}
+
+fn error_code(response: &ApiResponse) -> String {
+    json(response)["error"]["code"].as_str().unwrap_or_default().to_owned()
+}
+
+fn retry_after(response: &ApiResponse) -> Option<u64> {
+    response.headers.iter().find(|(name, _)| *name == "retry-after").map(|(_, v)| v.parse().unwrap())
+}
+
+/// Once an address is over its limit, unknown keys from it ask no guard (no Durable Object, no D1
+/// lookup) and write no audit row; a key used recently still passes, a valid key this isolate has
+/// not seen waits for the window like any stranger, and other addresses are not affected.
+#[test]
+fn an_unknown_key_flood_costs_no_guard_once_the_address_is_over_its_limit() {
+    let faults = Rc::new(Faults::new(1, 0.0));
+    let (gateway, clock, secrets) = world(&faults, &[KeyType::Owner, KeyType::Server]);
+    let (attacker, neighbour) = ("198.51.100.7", "198.51.100.8");
+    assert_eq!(
+        answer(&gateway, &faults, anonymous(&clock, "GET", "/public/v1/me", Some(&secrets[0]), attacker))
+            .status,
+        200
+    );
+    let statuses: Vec<u16> = (0..25)
+        .map(|n| {
+            answer(
+                &gateway,
+                &faults,
+                anonymous(&clock, "GET", "/public/v1/me", Some(&unknown_key(n)), attacker),
+            )
+        })
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(statuses, [[401; 20].as_slice(), &[429; 5]].concat());
+    // One lookup per key until the address's guard said "over" (the 21st), none after.
+    let lookups = |asked: &[String]| asked.iter().filter(|name| !name.starts_with("ip:")).count();
+    assert_eq!(lookups(&gateway.guard.asked.borrow()), 1 + 21);
+    assert_eq!(gateway.guard.asked.borrow().len(), 1 + 21 + 21, "and no count of the refusals from memory");
+    // 20 × 401 and the 429 that found the address over are audited, the 4 refusals from memory not.
+    let audited = gateway.audit.sent.borrow();
+    assert_eq!(audited.iter().filter(|r| r.status == 429).count(), 1);
+    assert_eq!(audited.len(), 1 + 21);
+    drop(audited);
+
+    let asked = gateway.guard.asked.borrow().len();
+    let refused = answer(
+        &gateway,
+        &faults,
+        anonymous(&clock, "GET", "/public/v1/me", Some(&unknown_key(99)), attacker),
+    );
+    assert_eq!((refused.status, error_code(&refused)), (429, "RATE_LIMIT_EXCEEDED".to_owned()));
+    // T0 is 20 s into its minute: the window ends in 40 s.
+    assert_eq!(retry_after(&refused), Some(40));
+    let stranger =
+        answer(&gateway, &faults, anonymous(&clock, "GET", "/public/v1/me", Some(&secrets[1]), attacker));
+    assert_eq!(stranger.status, 429, "a valid key this isolate has not seen waits like an unknown one");
+    assert_eq!(gateway.guard.asked.borrow().len(), asked);
+    let recent =
+        answer(&gateway, &faults, anonymous(&clock, "GET", "/public/v1/me", Some(&secrets[0]), attacker));
+    assert_eq!(recent.status, 200, "a key used recently from the address still works");
+    let other = answer(
+        &gateway,
+        &faults,
+        anonymous(&clock, "GET", "/public/v1/me", Some(&unknown_key(100)), neighbour),
+    );
+    assert_eq!(other.status, 401);
+
+    // After the window the address is counted again from zero; unknown keys are still remembered.
+    clock.set(clock.get() + 40_000);
+    let asked = gateway.guard.asked.borrow().len();
+    let again =
+        answer(&gateway, &faults, anonymous(&clock, "GET", "/public/v1/me", Some(&unknown_key(0)), attacker));
+    assert_eq!(again.status, 401);
+    assert_eq!(
+        gateway.guard.asked.borrow()[asked..],
+        [format!("ip:{attacker}")],
+        "no lookup of a key known unknown"
+    );
+    assert_eq!(
+        answer(&gateway, &faults, anonymous(&clock, "GET", "/public/v1/me", Some(&secrets[1]), attacker))
+            .status,
+        200
+    );
+}
+
+/// The same unknown key twice within a minute is looked up once; after a minute, again.
+#[test]
+fn an_unknown_key_is_remembered_as_unknown_for_sixty_seconds() {
+    let faults = Rc::new(Faults::new(2, 0.0));
+    let (gateway, clock, _) = world(&faults, &[KeyType::Owner]);
+    let key = unknown_key(7);
+    let lookups = || gateway.guard.asked.borrow().iter().filter(|name| !name.starts_with("ip:")).count();
+    for (after_ms, expected) in [(0, 1), (59_999, 1), (60_000, 2)] {
+        let mut req = anonymous(&clock, "GET", "/public/v1/me", Some(&key), "198.51.100.9");
+        req.now_ms = T0 + after_ms;
+        assert_eq!(answer(&gateway, &faults, req).status, 401);
+        assert_eq!(lookups(), expected, "{after_ms} ms after the first");
+    }
+}
+
+/// Unmatched routes are anonymous traffic: limited per address, and a 60,000-character path is
+/// audited cut to 2 KiB.
+#[test]
+fn an_anonymous_404_flood_is_limited_per_address_with_paths_cut_to_2_kib() {
+    let faults = Rc::new(Faults::new(3, 0.0));
+    let (gateway, clock, secrets) = world(&faults, &[KeyType::Owner]);
+    let long = format!("/{}", "x".repeat(60_000));
+    let responses: Vec<ApiResponse> = (0..23)
+        .map(|_| answer(&gateway, &faults, anonymous(&clock, "GET", &long, None, "203.0.113.5")))
+        .collect();
+    let statuses: Vec<u16> = responses.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [[404; 20].as_slice(), &[429; 3]].concat());
+    assert!(responses[20..]
+        .iter()
+        .all(|r| error_code(r) == "RATE_LIMIT_EXCEEDED" && retry_after(r) == Some(40)));
+    let audited = gateway.audit.sent.borrow();
+    assert_eq!(audited.len(), 21, "20 × 404 and the first 429; the refusals from memory write nothing");
+    assert!(audited
+        .iter()
+        .all(|r| r.path.len() == crate::core::audit::PATH_MAX && r.path.starts_with("/xxx")));
+    drop(audited);
+    // A wrong method, a missing key and a wrong admin token count against the same address.
+    let post = answer(
+        &gateway,
+        &faults,
+        anonymous(&clock, "POST", "/public/v1/me", Some(&secrets[0]), "203.0.113.6"),
+    );
+    assert_eq!(post.status, 405);
+    let admin = answer(
+        &gateway,
+        &faults,
+        anonymous(&clock, "POST", "/admin/v1/projects", Some("wrong"), "203.0.113.5"),
+    );
+    assert_eq!(admin.status, 429);
+}
+
+/// A body streamed without a length is cut at the route's limit: the chunk that would go over ends
+/// the read and the rest is never pulled; a refused key's body is never read at all; a body just
+/// under the limit is served.
+#[test]
+fn an_oversized_chunked_body_is_cut_at_the_limit_and_never_read_for_a_refused_key() {
+    let faults = Rc::new(Faults::new(4, 0.0));
+    let (gateway, clock, secrets) = world(&faults, &[KeyType::Owner]);
+    let chunked = |total: usize| {
+        let chunks =
+            (0..total.div_ceil(65_536)).map(|i| vec![b' '; 65_536.min(total - i * 65_536)]).collect();
+        Body { chunks, declared_len: None, read: Rc::default() }
+    };
+    let post = |key: Option<&str>, body: Body| {
+        let mut req = anonymous(&clock, "POST", "/public/v1/contacts", key, "192.0.2.50");
+        req.body = body;
+        req
+    };
+    let huge = chunked(48 << 20);
+    let read = huge.read.clone();
+    let refused = answer(&gateway, &faults, post(Some(&secrets[0]), huge));
+    assert_eq!((refused.status, error_code(&refused)), (413, "PAYLOAD_TOO_LARGE".to_owned()));
+    assert_eq!(read.get(), 17, "16 chunks make 1 MiB; the 17th would go over and ends the read");
+
+    let huge = chunked(48 << 20);
+    let read = huge.read.clone();
+    assert_eq!(answer(&gateway, &faults, post(None, huge)).status, 401);
+    assert_eq!(read.get(), 0, "no key: answered without reading the body");
+
+    let mut declared = chunked(2 << 20);
+    declared.declared_len = Some(2 << 20);
+    let read = declared.read.clone();
+    assert_eq!(answer(&gateway, &faults, post(Some(&secrets[0]), declared)).status, 413);
+    assert_eq!(read.get(), 0, "a declared length over the limit is refused unread");
+
+    let contact = br#"{"name":"Ada"}"#;
+    let mut under = chunked((1 << 20) - 1);
+    under.chunks.front_mut().unwrap()[..contact.len()].copy_from_slice(contact);
+    assert_eq!(answer(&gateway, &faults, post(Some(&secrets[0]), under)).status, 201);
 }

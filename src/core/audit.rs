@@ -14,6 +14,8 @@ const SECRET_NAME_PARTS: [&str; 6] = ["key", "token", "secret", "password", "sig
 pub const USER_AGENT_MAX: usize = 256;
 /// The longest `path` glob of the log filter, in characters (SPEC §13).
 pub const PATH_GLOB_MAX: usize = 200;
+/// The longest path (with its query) a row keeps, in bytes (SPEC §13): longer ones are cut.
+pub const PATH_MAX: usize = 2048;
 
 /// One audit row. `project_id` is `None` for requests no project can be named for (an unknown key,
 /// an unknown route without a key): they are kept for the operator.
@@ -25,7 +27,7 @@ pub struct AuditRow {
     pub key_id: Option<String>,
     pub key_prefix: Option<String>,
     pub method: String,
-    /// The path with its query, secret values redacted.
+    /// The path with its query, secret values redacted, cut to [`PATH_MAX`] bytes.
     pub path: String,
     /// The route template, e.g. `/public/v1/contacts/{id}`; `None` when no route matched.
     pub route: Option<String>,
@@ -64,8 +66,10 @@ pub enum AuditMessage {
 }
 
 impl AuditRow {
-    /// A row for a request, to be completed as its handling learns more.
-    pub fn new(request_id: String, ts: i64, method: String, path: String) -> Self {
+    /// A row for a request, to be completed as its handling learns more. The path is cut to
+    /// [`PATH_MAX`] bytes.
+    pub fn new(request_id: String, ts: i64, method: String, mut path: String) -> Self {
+        path.truncate(clipped_len(&path, PATH_MAX));
         AuditRow {
             ts,
             request_id,
@@ -148,6 +152,14 @@ fn secret_name(raw: &str) -> bool {
 }
 
 /// The first 256 characters of a user agent.
+/// The longest prefix of `text` of at most `max` bytes that ends on a character boundary.
+pub fn clipped_len(text: &str, max: usize) -> usize {
+    if text.len() <= max {
+        return text.len();
+    }
+    (0..=max).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0)
+}
+
 pub fn clip_user_agent(ua: Option<&str>) -> Option<String> {
     ua.map(|u| u.chars().take(USER_AGENT_MAX).collect())
 }
@@ -415,6 +427,21 @@ mod tests {
         assert!(serde_json::from_value::<AuditRow>(sqlite.clone()).unwrap().replayed);
         sqlite["replayed"] = 0.into();
         assert!(!serde_json::from_value::<AuditRow>(sqlite).unwrap().replayed);
+    }
+
+    #[test]
+    fn a_row_keeps_the_path_cut_to_two_kib() {
+        let long = format!("/{}", "a".repeat(60_000));
+        let row = AuditRow::new("r".into(), 0, "GET".into(), redacted_path(&long, Some("token=x")));
+        assert_eq!(row.path.len(), PATH_MAX);
+        assert!(row.path.starts_with("/aaa"));
+        // A cut never splits a character.
+        let wide = format!("/{}", "é".repeat(2_000));
+        let row = AuditRow::new("r".into(), 0, "GET".into(), wide);
+        assert_eq!(row.path.len(), PATH_MAX - 1);
+        assert!(row.path.ends_with('é'));
+        let short = AuditRow::new("r".into(), 0, "GET".into(), "/public/v1/me?a=1".into());
+        assert_eq!(short.path, "/public/v1/me?a=1");
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! Pure domain logic: no Workers types, no I/O. Functions take the time (`now_ms`) and random
 //! bytes as arguments and return decisions, so every rule here is unit-tested natively.
 
+pub mod abuse;
 pub mod api_key;
 pub mod archive;
 pub mod audit;
+pub mod body;
 pub mod encoding;
 pub mod error;
 pub mod events;

@@ -96,7 +96,8 @@ impl ObjectSummary {
             _ => true,
         };
         let idempotent = filter.idempotency_key.is_none() || self.idempotent;
-        let time = filter.from_ms.is_none_or(|f| self.last_ts >= f) && filter.to_ms.is_none_or(|t| self.first_ts <= t);
+        let time = filter.from_ms.is_none_or(|f| self.last_ts >= f)
+            && filter.to_ms.is_none_or(|t| self.first_ts <= t);
         status && method && key && idempotent && time
     }
 }
@@ -156,10 +157,16 @@ impl PageMerge {
     /// `hot`: the hot tier's rows matching the filter after the cursor, newest first, at most
     /// `page.fetch_len()`; `summaries`: the objects overlapping the range, at most
     /// [`SUMMARIES_PER_PAGE`] in any order (a full list means more may exist).
-    pub fn new(filter: LogFilter, page: PageRequest, hot: Vec<AuditRow>, mut summaries: Vec<ObjectSummary>) -> Self {
+    pub fn new(
+        filter: LogFilter,
+        page: PageRequest,
+        hot: Vec<AuditRow>,
+        mut summaries: Vec<ObjectSummary>,
+    ) -> Self {
         let floor = (hot.len() >= page.fetch_len()).then(|| log_position(&hot[hot.len() - 1]));
         summaries.sort_by(|a, b| (b.last_ts, &b.last_id).cmp(&(a.last_ts, &a.last_id)));
-        let unlisted_below = (summaries.len() >= SUMMARIES_PER_PAGE).then(|| summaries[summaries.len() - 1].last());
+        let unlisted_below =
+            (summaries.len() >= SUMMARIES_PER_PAGE).then(|| summaries[summaries.len() - 1].last());
         let after = page.after.clone();
         summaries.retain(|s| {
             s.may_match(&filter)
@@ -257,7 +264,9 @@ mod tests {
             let mut h: Vec<AuditRow> = hot
                 .iter()
                 .filter(|r| filter.matches(r))
-                .filter(|r| p.after.as_ref().is_none_or(|c| (r.ts, r.request_id.as_str()) < (c.ts, c.id.as_str())))
+                .filter(|r| {
+                    p.after.as_ref().is_none_or(|c| (r.ts, r.request_id.as_str()) < (c.ts, c.id.as_str()))
+                })
                 .cloned()
                 .collect();
             h.sort_by(|a, b| (b.ts, &b.request_id).cmp(&(a.ts, &a.request_id)));
@@ -277,7 +286,12 @@ mod tests {
     }
 
     /// Every row exactly once, newest first, following cursors page by page.
-    fn all_pages(filter: &LogFilter, limit: usize, hot: &[AuditRow], objects: &[Vec<AuditRow>]) -> Vec<String> {
+    fn all_pages(
+        filter: &LogFilter,
+        limit: usize,
+        hot: &[AuditRow],
+        objects: &[Vec<AuditRow>],
+    ) -> Vec<String> {
         let mut out = Vec::new();
         let mut after = None;
         for _ in 0..1000 {
@@ -356,7 +370,9 @@ mod tests {
         let c = Cursor { ts: 5, id: "0190a3b4-0000-7000-8000-000000000000".into() };
         let t = through(&c);
         assert!(position(&c) < position(&t));
-        assert!(position(&t) < position(&Cursor { ts: 5, id: "0190a3b4-0000-7000-8000-000000000001".into() }));
+        assert!(
+            position(&t) < position(&Cursor { ts: 5, id: "0190a3b4-0000-7000-8000-000000000001".into() })
+        );
         assert!(position(&t) < position(&Cursor { ts: 6, id: String::new() }));
     }
 

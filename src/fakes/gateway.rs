@@ -49,6 +49,9 @@ pub struct FakeGuard {
     pub lapsed: Cell<u32>,
     /// Claims that were taken (`Execute` answers).
     pub executions: Cell<u32>,
+    /// The guard of every call, in order: a key hash (an `authorize` creates that key's object
+    /// and, for a key it does not hold, costs a D1 lookup) or `ip:<address>`.
+    pub asked: RefCell<Vec<String>>,
 }
 
 impl FakeGuard {
@@ -68,6 +71,7 @@ impl FakeGuard {
             claims: RefCell::default(),
             lapsed: Cell::new(0),
             executions: Cell::new(0),
+            asked: RefCell::default(),
         }
     }
 
@@ -128,6 +132,7 @@ impl KeyGuard for FakeGuard {
         scope: Scope,
         claim: Option<&ClaimRequest>,
     ) -> Result<Authorization, PortError> {
+        self.asked.borrow_mut().push(key_hash.to_owned());
         self.faults
             .run("guard.authorize", || match self.record(key_hash) {
                 Some(key) if !key.is_revoked() => {
@@ -216,6 +221,7 @@ impl KeyGuard for FakeGuard {
     }
 
     async fn record_auth_failure(&self, client_ip: &str) -> Result<(Verdict, Usage), PortError> {
+        self.asked.borrow_mut().push(format!("ip:{client_ip}"));
         self.faults
             .run("guard.record_auth_failure", || self.count(&format!("ip:{client_ip}"), AUTH_FAILURE_LIMITS))
             .await

@@ -23,7 +23,7 @@ pub fn api_request(req: Request, now_ms: i64) -> Result<ApiRequest<WorkerBody>> 
         authorization,
         idempotency_key,
         client_ip,
-        body: WorkerBody(req),
+        body: WorkerBody::new(&req),
         now_ms,
     })
 }

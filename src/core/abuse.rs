@@ -1,0 +1,157 @@
+//! What one isolate remembers about abusive traffic (SPEC §13), so a flood from one address costs
+//! no Durable Object and no D1 query once the address is over its limit:
+//!
+//! * **blocked addresses**: an address whose anonymous requests (failed authentication, unmatched
+//!   routes) went over the limit, until its window ends — learned from the address's guard;
+//! * **unknown keys**: key hashes no key has, for [`UNKNOWN_KEY_TTL_MS`] after their guard said so;
+//! * **recent keys**: key hashes a guard admitted in the last [`RECENT_KEY_TTL_MS`], so a valid key
+//!   keeps working from a blocked address (a shared NAT must not lock out its good clients).
+//!
+//! Each list holds at most [`MEMORY_ENTRIES`] entries; when full, expired entries go first, then
+//! the one that expires soonest. Pure: the caller passes `now_ms`.
+
+use std::collections::HashMap;
+
+/// How long a key hash its guard did not know is answered as unknown without asking again.
+pub const UNKNOWN_KEY_TTL_MS: i64 = 60_000;
+/// How long a key its guard admitted may pass the check of a blocked address.
+pub const RECENT_KEY_TTL_MS: i64 = 600_000;
+/// The most entries each list keeps (a few hundred KiB of the isolate's memory at most).
+pub const MEMORY_ENTRIES: usize = 10_000;
+
+/// Names (addresses or key hashes) and until when (Unix ms) each is remembered.
+#[derive(Debug)]
+struct Expiring {
+    until: HashMap<String, i64>,
+    capacity: usize,
+}
+
+impl Expiring {
+    fn new(capacity: usize) -> Self {
+        Expiring { until: HashMap::new(), capacity }
+    }
+
+    fn until(&self, name: &str, now_ms: i64) -> Option<i64> {
+        self.until.get(name).copied().filter(|until| *until > now_ms)
+    }
+
+    fn remember(&mut self, name: &str, until_ms: i64, now_ms: i64) {
+        if let Some(until) = self.until.get_mut(name) {
+            *until = until_ms;
+            return;
+        }
+        if self.until.len() >= self.capacity {
+            self.until.retain(|_, until| *until > now_ms);
+        }
+        if self.until.len() >= self.capacity {
+            let soonest = self.until.iter().min_by_key(|(_, until)| **until).map(|(name, _)| name.clone());
+            if let Some(soonest) = soonest {
+                self.until.remove(&soonest);
+            }
+        }
+        self.until.insert(name.to_owned(), until_ms);
+    }
+}
+
+/// The isolate's memory of blocked addresses, unknown keys and recently admitted keys.
+#[derive(Debug)]
+pub struct AbuseMemory {
+    blocked_addresses: Expiring,
+    unknown_keys: Expiring,
+    recent_keys: Expiring,
+}
+
+impl Default for AbuseMemory {
+    fn default() -> Self {
+        Self::with_capacity(MEMORY_ENTRIES)
+    }
+}
+
+impl AbuseMemory {
+    pub fn with_capacity(entries: usize) -> Self {
+        AbuseMemory {
+            blocked_addresses: Expiring::new(entries),
+            unknown_keys: Expiring::new(entries),
+            recent_keys: Expiring::new(entries),
+        }
+    }
+
+    /// Until when (Unix ms) the address is over its limit, if it is now.
+    pub fn blocked_until(&self, address: &str, now_ms: i64) -> Option<i64> {
+        self.blocked_addresses.until(address, now_ms)
+    }
+
+    /// The address's guard refused it until `until_ms` (the end of its window).
+    pub fn block(&mut self, address: &str, until_ms: i64, now_ms: i64) {
+        self.blocked_addresses.remember(address, until_ms, now_ms);
+    }
+
+    pub fn is_unknown_key(&self, key_hash: &str, now_ms: i64) -> bool {
+        self.unknown_keys.until(key_hash, now_ms).is_some()
+    }
+
+    /// The key's guard found no key with this hash.
+    pub fn remember_unknown_key(&mut self, key_hash: &str, now_ms: i64) {
+        self.unknown_keys.remember(key_hash, now_ms + UNKNOWN_KEY_TTL_MS, now_ms);
+    }
+
+    pub fn is_recent_key(&self, key_hash: &str, now_ms: i64) -> bool {
+        self.recent_keys.until(key_hash, now_ms).is_some()
+    }
+
+    /// The key's guard admitted this key (within its limits or not: it is a valid key).
+    pub fn remember_recent_key(&mut self, key_hash: &str, now_ms: i64) {
+        self.recent_keys.remember(key_hash, now_ms + RECENT_KEY_TTL_MS, now_ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: i64 = 1_795_942_800_000;
+
+    #[test]
+    fn an_unknown_key_is_remembered_for_sixty_seconds() {
+        let mut memory = AbuseMemory::default();
+        assert!(!memory.is_unknown_key("h1", T0));
+        memory.remember_unknown_key("h1", T0);
+        assert!(memory.is_unknown_key("h1", T0 + 59_999));
+        assert!(!memory.is_unknown_key("h1", T0 + 60_000));
+        assert!(!memory.is_unknown_key("h2", T0));
+    }
+
+    #[test]
+    fn a_blocked_address_is_blocked_until_its_window_ends() {
+        let mut memory = AbuseMemory::default();
+        memory.block("192.0.2.1", T0 + 60_000, T0 + 20_000);
+        assert_eq!(memory.blocked_until("192.0.2.1", T0 + 59_999), Some(T0 + 60_000));
+        assert_eq!(memory.blocked_until("192.0.2.1", T0 + 60_000), None);
+        assert_eq!(memory.blocked_until("192.0.2.2", T0 + 30_000), None);
+    }
+
+    #[test]
+    fn a_recent_key_passes_for_ten_minutes_after_its_last_admission() {
+        let mut memory = AbuseMemory::default();
+        memory.remember_recent_key("k", T0);
+        memory.remember_recent_key("k", T0 + 300_000);
+        assert!(memory.is_recent_key("k", T0 + 899_999));
+        assert!(!memory.is_recent_key("k", T0 + 900_000));
+    }
+
+    #[test]
+    fn a_full_list_drops_expired_entries_first_then_the_one_expiring_soonest() {
+        let mut memory = AbuseMemory::with_capacity(3);
+        memory.remember_unknown_key("old", T0);
+        memory.remember_unknown_key("a", T0 + 10_000);
+        memory.remember_unknown_key("b", T0 + 20_000);
+        // "old" has expired by now: it goes, the others stay.
+        memory.remember_unknown_key("c", T0 + 65_000);
+        assert!(["a", "b", "c"].iter().all(|k| memory.is_unknown_key(k, T0 + 65_000)));
+        // Nothing has expired: "a" expires soonest and goes.
+        memory.remember_unknown_key("d", T0 + 66_000);
+        assert!(!memory.is_unknown_key("a", T0 + 66_000));
+        assert!(["b", "c", "d"].iter().all(|k| memory.is_unknown_key(k, T0 + 66_000)));
+        assert_eq!(memory.unknown_keys.until.len(), 3);
+    }
+}
