@@ -1,23 +1,32 @@
 //! The [`RequestBody`] port over the runtime's request body stream (a `ReadableStream`): chunks
-//! as they arrive, never the whole body at once. Dropping it cancels the stream.
+//! as they arrive, never the whole body at once. A body read only in part is left as it is, not
+//! cancelled: the runtime discards the rest once the response is sent (a cancelled request body
+//! makes `wrangler dev`'s proxy drop its connection to the worker and answer the next request 503).
 
-use futures_util::StreamExt;
-use worker::ByteStream;
+use js_sys::Uint8Array;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
+use web_sys::{ReadableStream, ReadableStreamDefaultReader, ReadableStreamReadResult};
 
 use crate::ports::{PortError, RequestBody};
 
 pub struct WorkerBody {
     declared_len: Option<u64>,
-    /// `None` when the request has no body.
-    stream: Option<ByteStream>,
+    /// The body until its first chunk is asked for (`None`: the request has none).
+    stream: Option<ReadableStream>,
+    reader: Option<ReadableStreamDefaultReader>,
 }
 
 impl WorkerBody {
     pub fn new(req: &worker::Request) -> Self {
         let declared_len =
             req.headers().get("content-length").ok().flatten().and_then(|n| n.trim().parse().ok());
-        WorkerBody { declared_len, stream: req.inner().body().map(ByteStream::from) }
+        WorkerBody { declared_len, stream: req.inner().body(), reader: None }
     }
+}
+
+fn port_error(e: wasm_bindgen::JsValue) -> PortError {
+    PortError(e.as_string().unwrap_or_else(|| format!("{e:?}")))
 }
 
 impl RequestBody for WorkerBody {
@@ -26,7 +35,16 @@ impl RequestBody for WorkerBody {
     }
 
     async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>, PortError> {
-        let Some(stream) = self.stream.as_mut() else { return Ok(None) };
-        stream.next().await.transpose().map_err(PortError::from_display)
+        if let Some(stream) = self.stream.take() {
+            self.reader = Some(stream.get_reader().unchecked_into());
+        }
+        let Some(reader) = &self.reader else { return Ok(None) };
+        let result: ReadableStreamReadResult =
+            JsFuture::from(reader.read()).await.map_err(port_error)?.unchecked_into();
+        if result.get_done().unwrap_or(false) {
+            self.reader = None;
+            return Ok(None);
+        }
+        Ok(Some(Uint8Array::new(&result.get_value()).to_vec()))
     }
 }
