@@ -29,7 +29,7 @@ use crate::config::Config;
 use crate::core::api_key::KeyRecord;
 use crate::core::idempotency::{decide_claim, Claim, ClaimDecision, KeptResponse, LEASE_MS};
 use crate::core::rate_limit::{decide, Counters, Limits, Usage, Verdict, AUTH_FAILURE_LIMITS};
-use crate::ports::{ClaimRequest, Directory};
+use crate::ports::{ClaimRequest, Directory, Meter};
 
 /// How long a request with the same key as a running one waits for it to finish before it is
 /// answered 409 `IDEMPOTENCY_KEY_IN_USE`.
@@ -177,16 +177,19 @@ impl KeyGuardObject {
             return Ok((Some(key), 0));
         }
         let epoch = self.epoch.get();
-        let store = D1Store::new(self.env.d1("DB")?, Rc::default());
+        // The queries the load makes are counted and reported to the caller (SPEC §12).
+        let meter = Rc::new(Meter::default());
+        let store = D1Store::new(self.env.d1("DB")?, meter.clone());
         let loaded = store.key_by_hash(key_hash).await.map_err(|e| rust_error(e.0))?;
+        let d1_queries = meter.d1_queries.get();
         console_log!(
-            r#"{{"component":"key_guard","event":"record_loaded","d1_queries":1,"found":{}}}"#,
+            r#"{{"component":"key_guard","event":"record_loaded","d1_queries":{d1_queries},"found":{}}}"#,
             loaded.is_some()
         );
         if epoch == self.epoch.get() {
             self.key.replace(loaded.clone().map(|key| (key, now + RECORD_FRESH_MS)));
         }
-        Ok((loaded, 1))
+        Ok((loaded, d1_queries))
     }
 
     /// What `Apply` stored, while it is fresh.
