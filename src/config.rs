@@ -23,6 +23,8 @@ pub struct Config {
     pub idempotency_ttl_seconds: u64,
     pub event_dedup_window_seconds: u64,
     pub audit_retention_days: u32,
+    /// Seconds an audit row stays in D1 (the hot tier) before the roll-up moves it to R2.
+    pub audit_hot_seconds: u32,
     pub webhook_retry_schedule: Vec<u64>,
     pub webhook_timeout_ms: u64,
     pub webhook_header_prefix: String,
@@ -40,6 +42,7 @@ impl std::fmt::Debug for Config {
             .field("idempotency_ttl_seconds", &self.idempotency_ttl_seconds)
             .field("event_dedup_window_seconds", &self.event_dedup_window_seconds)
             .field("audit_retention_days", &self.audit_retention_days)
+            .field("audit_hot_seconds", &self.audit_hot_seconds)
             .field("webhook_retry_schedule", &self.webhook_retry_schedule)
             .field("webhook_timeout_ms", &self.webhook_timeout_ms)
             .field("webhook_header_prefix", &self.webhook_header_prefix)
@@ -115,6 +118,7 @@ impl Config {
             idempotency_ttl_seconds: number("IDEMPOTENCY_TTL_SECONDS", 86_400)?,
             event_dedup_window_seconds: number("EVENT_DEDUP_WINDOW_SECONDS", 172_800)?,
             audit_retention_days: number("AUDIT_RETENTION_DAYS", 90)? as u32,
+            audit_hot_seconds: number("AUDIT_HOT_SECONDS", 3_600)?.min(u64::from(u32::MAX)) as u32,
             webhook_retry_schedule,
             webhook_timeout_ms: number("WEBHOOK_TIMEOUT_MS", 15_000)?,
             webhook_header_prefix: get("WEBHOOK_HEADER_PREFIX").unwrap_or_else(|| "X-Gatehouse".into()),
@@ -169,6 +173,7 @@ mod tests {
         assert_eq!(c.idempotency_ttl_seconds, 86_400);
         assert_eq!(c.event_dedup_window_seconds, 172_800);
         assert_eq!(c.audit_retention_days, 90);
+        assert_eq!(c.audit_hot_seconds, 3_600);
         assert_eq!(c.webhook_retry_schedule, vec![30, 300, 1800, 7200, 21600]);
         assert_eq!(c.webhook_timeout_ms, 15_000);
         assert_eq!(c.webhook_header_prefix, "X-Gatehouse");

@@ -51,7 +51,7 @@ fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gate
     Ok(Gateway {
         config,
         guard: GuardClient::new(env.durable_object(guard::protocol::BINDING)?, meter.clone()),
-        store: D1Store::new(env.d1("DB")?, meter.clone()),
+        store: store(env, meter)?,
         responses: KvResponses::new(env.kv(kv::BINDING)?, config.idempotency_ttl_seconds, meter.clone()),
         ledger: LedgerClient::new(env.durable_object(ledger::protocol::BINDING)?, meter.clone()),
         events: QueueSink::new(env.queue(events::QUEUE_BINDING)?),
@@ -67,6 +67,13 @@ fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gate
         memory: MEMORY.with(Rc::clone),
     })
 }
+
+/// The D1 store: keys and resources in `DB`, the audit log in `AUDIT_DB`.
+fn store(env: &Env, meter: &Rc<Meter>) -> Result<D1Store> {
+    Ok(D1Store::new(env.d1("DB")?, meter.clone()).with_audit_log(env.d1(AUDIT_DB)?))
+}
+
+const AUDIT_DB: &str = "AUDIT_DB";
 
 /// Sleeps `ms` milliseconds (between the tries of a notice after the response).
 fn pause(ms: u64) -> worker::Delay {
@@ -132,7 +139,7 @@ fn jitter() -> f64 {
 #[event(queue)]
 async fn queue(batch: MessageBatch<String>, env: Env, _ctx: Context) -> Result<()> {
     let config = config(&env).map_err(|e| worker::Error::RustError(e.to_string()))?;
-    let store = D1Store::new(env.d1("DB")?, Rc::default());
+    let store = store(&env, &Rc::default())?;
     let deliveries = WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING)?);
     let name = batch.queue();
     let messages: Vec<_> = batch.raw_iter().collect();
@@ -170,44 +177,52 @@ async fn queue(batch: MessageBatch<String>, env: Env, _ctx: Context) -> Result<(
     Ok(())
 }
 
-/// Every minute: the webhook sweep, and sealing of plaintext webhook secrets. Daily: audit retention (rows older than
-/// `AUDIT_RETENTION_DAYS` move to R2, then leave D1).
+/// Every minute: the webhook sweep, sealing of plaintext webhook secrets, and the audit log's
+/// roll-up (rows older than `AUDIT_HOT_SECONDS` move to R2 hour objects, then leave D1; rows an
+/// older version kept in `DB` move to `AUDIT_DB` first).
 #[event(scheduled)]
 async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     let run = async {
         let config = config(&env).map_err(|e| worker::Error::RustError(e.to_string()))?;
-        let store = D1Store::new(env.d1("DB")?, Rc::default());
-        if event.cron() == "* * * * *" {
-            let queue = WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING)?);
-            let queued =
-                app::sweep(&store, &queue, now_ms()).await.map_err(|e| worker::Error::RustError(e.0))?;
-            if queued > 0 {
-                console_log!(r#"{{"component":"webhook_sweep","requeued":{queued}}}"#);
-            }
-            // Secrets of subscriptions from before sealing (SPEC §13), a batch a minute.
-            let sealed = app::seal_plaintext_secrets(&store, config)
-                .await
-                .map_err(|e| worker::Error::RustError(e.0))?;
-            if sealed > 0 {
-                console_log!(r#"{{"component":"webhook_secrets","sealed":{sealed}}}"#);
-            }
-            return Ok(());
+        let store = store(&env, &Rc::default())?;
+        let failed = |what: &str| {
+            let what = what.to_owned();
+            move |e: crate::ports::PortError| worker::Error::RustError(format!("{what}: {}", e.0))
+        };
+        let queue = WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING)?);
+        let queued = app::sweep(&store, &queue, now_ms()).await.map_err(failed("webhook sweep"))?;
+        if queued > 0 {
+            console_log!(r#"{{"component":"webhook_sweep","requeued":{queued}}}"#);
         }
-        // The daily retention run: bounded (see RetentionLimits::DAILY); the next run continues.
+        // Secrets of subscriptions from before sealing (SPEC §13), a batch a minute.
+        let sealed = app::seal_plaintext_secrets(&store, config).await.map_err(failed("sealing secrets"))?;
+        if sealed > 0 {
+            console_log!(r#"{{"component":"webhook_secrets","sealed":{sealed}}}"#);
+        }
+        let limits = app::RollUpLimits::PER_MINUTE;
+        let legacy = D1Store::new(env.d1("DB")?, Rc::default());
+        let moved = app::move_legacy_audit_rows(&legacy, &store, limits)
+            .await
+            .map_err(failed("legacy audit rows"))?;
+        if moved > 0 {
+            console_log!(r#"{{"component":"audit_legacy","moved_rows":{moved}}}"#);
+        }
         let archive = R2Archive::new(env.bucket(archive::BINDING)?);
         let started = now_ms();
-        let limits = app::RetentionLimits::DAILY;
-        let report = app::enforce_retention(&store, &archive, started, config.audit_retention_days, limits)
-            .await
-            .map_err(|e| worker::Error::RustError(format!("retention stopped: {}", e.0)))?;
-        console_log!(
-            r#"{{"component":"retention","archived_rows":{},"objects":{},"rewritten":{},"done":{},"elapsed_ms":{}}}"#,
-            report.archived,
-            report.objects,
-            report.rewritten,
-            report.done,
-            now_ms() - started
-        );
+        let cutoff = crate::core::archive::hot_cutoff(started, config.audit_hot_seconds);
+        let report =
+            app::roll_up(&store, &archive, cutoff, limits).await.map_err(failed("roll-up stopped"))?;
+        if report.objects > 0 || report.copies > 0 || report.rewritten > 0 {
+            console_log!(
+                r#"{{"component":"audit_roll_up","rolled_rows":{},"copies":{},"objects":{},"rewritten":{},"done":{},"elapsed_ms":{}}}"#,
+                report.rolled,
+                report.copies,
+                report.objects,
+                report.rewritten,
+                report.done,
+                now_ms() - started
+            );
+        }
         Ok::<(), worker::Error>(())
     };
     if let Err(e) = run.await {

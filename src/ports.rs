@@ -13,6 +13,7 @@ use crate::core::page::{Cursor, PageRequest};
 use crate::core::queue::DeadLetter;
 use crate::core::rate_limit::{Usage, Verdict};
 use crate::core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
+use crate::core::tiers::ObjectSummary;
 use crate::core::webhook::{Attempt, Delivery, OutgoingEvent, ReceiverOutcome, StoredSecret, Webhook};
 
 /// A dependency failed; the cause is for the log, the client gets 503.
@@ -279,18 +280,29 @@ pub trait AuditSink {
     async fn record(&self, rows: &[AuditRow]) -> Result<(), PortError>;
 }
 
-/// The audit log in D1.
+/// The audit log's database (`AUDIT_DB`, SPEC §18): the hot tier's rows, the summaries of the
+/// cold tier's objects, and the per-key daily aggregates.
 pub trait AuditStore {
-    /// Inserts each row once per `request_id` (a retried batch changes nothing).
+    /// Inserts each row once per `request_id` and adds it to the daily aggregates in the same
+    /// transaction (a retried batch changes nothing).
     async fn insert_audit_rows(&self, rows: &[AuditRow]) -> Result<(), PortError>;
-    /// The project's rows matching the filter, newest first, after the page's cursor.
-    async fn audit_rows(
+    /// One snapshot of the log for a page: the project's hot rows matching the filter, newest
+    /// first, after the page's cursor (at most `page.fetch_len()`), and the summaries of the cold
+    /// objects whose span overlaps the filter's time range before the cursor (at most
+    /// [`crate::core::tiers::SUMMARIES_PER_PAGE`], greatest `last` first).
+    async fn log_snapshot(
         &self,
         project_id: &str,
         filter: &LogFilter,
         page: &PageRequest,
-    ) -> Result<Vec<AuditRow>, PortError>;
-    /// Per UTC day since `since_ms`, and the top endpoints, of one key.
+    ) -> Result<(Vec<AuditRow>, Vec<ObjectSummary>), PortError>;
+    /// The summary of the project's object whose span holds `at`, if one does.
+    async fn object_covering(
+        &self,
+        project_id: Option<&str>,
+        at: &Cursor,
+    ) -> Result<Option<ObjectSummary>, PortError>;
+    /// Per UTC day since `since_ms`, and the top endpoints, of one key: from the aggregates.
     async fn key_stats(
         &self,
         project_id: &str,
@@ -298,7 +310,7 @@ pub trait AuditStore {
         since_ms: i64,
     ) -> Result<(Vec<DayCount>, Vec<EndpointCount>), PortError>;
     /// The oldest row (by `(ts, request_id)`) older than `before_ms`: its project (`None`: no
-    /// project) and position. Retention moves rows from here.
+    /// project) and position. The roll-up moves rows from here.
     async fn oldest_expired(&self, before_ms: i64) -> Result<Option<(Option<String>, Cursor)>, PortError>;
     /// The project's rows from `from` (inclusive) to `to` (exclusive) in `(ts, request_id)`
     /// order, at most `limit`.
@@ -309,16 +321,25 @@ pub trait AuditStore {
         to: &Cursor,
         limit: usize,
     ) -> Result<Vec<AuditRow>, PortError>;
-    /// Deletes the project's rows from `first` to `last` (both inclusive) in one statement, but
-    /// only if exactly `count` rows are there, the ones archived (a row that arrived since keeps
-    /// them all). Answers how many rows went: `count` or 0.
-    async fn delete_archived(
-        &self,
-        project_id: Option<&str>,
-        first: &Cursor,
-        last: &Cursor,
-        count: usize,
-    ) -> Result<usize, PortError>;
+    /// Settles a chunk the roll-up read, in one transaction, only if exactly `count` rows are
+    /// still between `first` and `last` (both inclusive) — a row that arrived since keeps them
+    /// all: inserts (or replaces) the summary of the object written, takes the rows that were
+    /// copies of rows already rolled up out of the aggregates, and deletes the chunk's rows.
+    /// Answers how many rows went: `count` or 0.
+    async fn settle_chunk(&self, chunk: &SettledChunk<'_>) -> Result<usize, PortError>;
+}
+
+/// A chunk of the roll-up, as [`AuditStore::settle_chunk`] settles it.
+pub struct SettledChunk<'a> {
+    pub project_id: Option<&'a str>,
+    pub first: &'a Cursor,
+    pub last: &'a Cursor,
+    /// Rows read from D1 between `first` and `last`.
+    pub count: usize,
+    /// The object written, when the chunk held a row not rolled up before.
+    pub summary: Option<&'a ObjectSummary>,
+    /// Rows of the chunk that an earlier object holds already (a redelivered audit message).
+    pub copies: &'a [AuditRow],
 }
 
 /// An archived object, as the archive lists them.
@@ -340,6 +361,8 @@ pub trait Archive {
     /// Every object whose key starts with `prefix`, in key order.
     async fn list(&self, prefix: &str) -> Result<Vec<ArchiveObject>, PortError>;
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, PortError>;
+    /// An audit object's NDJSON, decompressed.
+    async fn read_ndjson(&self, key: &str) -> Result<Option<Vec<u8>>, PortError>;
 }
 
 /// Subscriptions, deliveries and attempts in D1.

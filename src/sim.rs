@@ -47,6 +47,10 @@ impl Faults {
         self.failure_rate.set(rate);
     }
 
+    pub fn failure_rate(&self) -> f64 {
+        self.failure_rate.get()
+    }
+
     /// SplitMix64.
     pub fn next_u64(&self) -> u64 {
         let s = self.state.get().wrapping_add(0x9E37_79B9_7F4A_7C15);

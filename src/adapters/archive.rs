@@ -14,10 +14,16 @@ pub const BINDING: &str = "ARCHIVE";
 export async function gzip(bytes) {
   const stream = new Blob([bytes]).stream().pipeThrough(new CompressionStream("gzip"));
   return new Uint8Array(await new Response(stream).arrayBuffer());
+}
+export async function gunzip(bytes) {
+  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+  return new Uint8Array(await new Response(stream).arrayBuffer());
 }"#)]
 extern "C" {
     #[wasm_bindgen(catch)]
     async fn gzip(bytes: &[u8]) -> Result<JsValue, JsValue>;
+    #[wasm_bindgen(catch)]
+    async fn gunzip(bytes: &[u8]) -> Result<JsValue, JsValue>;
 }
 
 pub struct R2Archive {
@@ -87,5 +93,10 @@ impl Archive for R2Archive {
             Some(body) => Ok(Some(body.bytes().await.map_err(PortError::from_display)?)),
             None => Ok(Some(Vec::new())),
         }
+    }
+
+    async fn read_ndjson(&self, key: &str) -> Result<Option<Vec<u8>>, PortError> {
+        let Some(member) = self.get(key).await? else { return Ok(None) };
+        Ok(Some(js_sys::Uint8Array::new(&gunzip(&member).await.map_err(js_error)?).to_vec()))
     }
 }

@@ -13,7 +13,7 @@ mod responses;
 pub use after_response::{AfterResponse, Settlement};
 pub use responses::failure;
 
-pub use audit::{enforce_retention, RetentionLimits};
+pub use audit::{move_legacy_audit_rows, roll_up, RollUpLimits};
 pub use dead_letters::{redrive, RedriveReport};
 pub use webhooks::{dispatch, retry, seal_plaintext_secrets, sweep, ManualRetry};
 mod dead_letters;

@@ -8,7 +8,7 @@ use super::{random, unavailable, ApiRequest, ApiResponse, Call, Gateway, Ids, Re
 use crate::core::api_key::KeyRecord;
 use crate::core::audit::{clip_user_agent, redacted_path, AuditRow};
 use crate::core::body::CappedBody;
-use crate::core::encoding::uuid_v4;
+use crate::core::encoding::uuid_v7;
 use crate::core::error::{ApiError, ErrorCode};
 use crate::core::idempotency::{self, ClaimDecision, KeptResponse, StoredResponse};
 use crate::core::rate_limit::Usage;
@@ -65,7 +65,8 @@ impl Served {
 
 impl<P: Ports> Gateway<'_, P> {
     pub async fn handle<B: RequestBody>(&self, req: ApiRequest<B>) -> ApiResponse {
-        let request_id = uuid_v4(random());
+        // UUIDv7 (SPEC §18): the id names the millisecond of the row, so a lookup finds its hour.
+        let request_id = uuid_v7(req.now_ms, random());
         let mut audit = AuditRow::new(
             request_id.clone(),
             req.now_ms,

@@ -5,7 +5,7 @@
 use super::pipeline::Answer;
 use super::{random, ApiResponse, Payload, Reply};
 use crate::core::audit::AuditRow;
-use crate::core::encoding::uuid_v4;
+use crate::core::encoding::uuid_v7;
 use crate::core::error::ApiError;
 use crate::core::rate_limit::Usage;
 
@@ -42,7 +42,7 @@ pub(super) fn preflight(request_id: String, mut audit: AuditRow) -> ApiResponse 
 
 /// The response for a failure before the pipeline could start (e.g. bad configuration).
 pub fn failure(error: ApiError, method: &str, path: &str, now_ms: i64) -> ApiResponse {
-    let request_id = uuid_v4(random());
+    let request_id = uuid_v7(now_ms, random());
     let mut audit = AuditRow::new(request_id.clone(), now_ms, method.to_owned(), path.to_owned());
     audit.error_code = Some(error.code.as_str().to_owned());
     respond(request_id, None, Err(error), false, audit)

@@ -1,7 +1,7 @@
-//! The audit archive's layout in R2 (SPEC §9 and §12.1 "Retention"): where a retention run puts
-//! the rows it moves, and which rows go together.
+//! The cold tier's layout in R2 (SPEC §18, §9 and §12.1): where the roll-up puts the rows it moves
+//! out of D1, and which rows go together. The objects are also the archive.
 //!
-//! A run moves the rows of one project and UTC day in chunks, in `(ts, request_id)` order. Each
+//! A run moves the rows of one project and UTC hour in chunks, in `(ts, request_id)` order. Each
 //! chunk becomes one object, written whole and named after the chunk's first row:
 //! `audit/{project}/{YYYY-MM-DD}/{ts:013}-{request_id}.ndjson.gz`. A chunk never reaches past the
 //! first row of an object the day already has ([`chunk_end`]), so a chunk whose object was written
@@ -12,9 +12,15 @@ use super::page::Cursor;
 use super::time::{date_start, utc_date};
 
 pub const DAY_MS: i64 = 86_400_000;
+pub const HOUR_MS: i64 = 3_600_000;
 /// The archive folder of rows that no project could be named for.
 pub const UNATTRIBUTED: &str = "_unattributed";
 const SUFFIX: &str = ".ndjson.gz";
+
+/// Rows older than this leave the hot tier: `hot_seconds` before now.
+pub fn hot_cutoff(now_ms: i64, hot_seconds: u32) -> i64 {
+    now_ms - i64::from(hot_seconds) * 1000
+}
 
 /// Rows older than this are past retention: 00:00 UTC today, minus `retention_days` whole days.
 pub fn retention_cutoff(now_ms: i64, retention_days: u32) -> i64 {
@@ -50,13 +56,13 @@ fn position(c: &Cursor) -> (i64, &str) {
     (c.ts, c.id.as_str())
 }
 
-/// The exclusive end of the chunk that starts at `first`: the end of its UTC day or `cutoff`,
+/// The exclusive end of the chunk that starts at `first`: the end of its UTC hour or `cutoff`,
 /// whichever is earlier, or the first row of the next object the day already has (`starts`, the
 /// first rows of the day's objects), so chunks line up with the objects written before.
 pub fn chunk_end(first: &Cursor, cutoff: i64, starts: &[Cursor]) -> Cursor {
-    let day_end = first.ts - first.ts.rem_euclid(DAY_MS) + DAY_MS;
+    let hour_end = first.ts - first.ts.rem_euclid(HOUR_MS) + HOUR_MS;
     // (t, "") sorts before every row at t: "rows with ts < t".
-    let mut end = Cursor { ts: day_end.min(cutoff), id: String::new() };
+    let mut end = Cursor { ts: hour_end.min(cutoff), id: String::new() };
     for start in starts {
         if position(start) > position(first) && position(start) < position(&end) {
             end = start.clone();
@@ -114,9 +120,13 @@ mod tests {
     }
 
     #[test]
-    fn a_chunk_ends_at_the_day_the_cutoff_or_the_next_existing_object() {
+    fn a_chunk_ends_at_the_hour_the_cutoff_or_the_next_existing_object() {
         let first = at(JAN_15 + 10, "m");
-        assert_eq!(chunk_end(&first, i64::MAX, &[]), at(JAN_15 + DAY_MS, ""));
+        assert_eq!(chunk_end(&first, i64::MAX, &[]), at(JAN_15 + HOUR_MS, ""));
+        assert_eq!(
+            chunk_end(&at(JAN_15 + 5 * HOUR_MS + 1, "m"), i64::MAX, &[]),
+            at(JAN_15 + 6 * HOUR_MS, "")
+        );
         assert_eq!(chunk_end(&first, JAN_15 + 500, &[]), at(JAN_15 + 500, ""));
         let starts = [at(JAN_15 + 5, "z"), at(JAN_15 + 10, "m"), at(JAN_15 + 10, "n"), at(JAN_15 + 90, "a")];
         // Its own object (same first row) does not end it; the next one does, even at the same ts.

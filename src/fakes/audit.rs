@@ -1,5 +1,5 @@
-//! The audit log's fakes: the `audit_log` table behind [`AuditStore`] (on the shared
-//! [`FakeStore`]) and the R2 archive behind [`Archive`]. Every call goes through the schedule's
+//! The audit log's fakes: the `audit_log`, `audit_objects` and `audit_daily` tables behind
+//! [`AuditStore`] (on the shared [`FakeStore`]) and the R2 bucket behind [`Archive`]. Every call goes through the schedule's
 //! [`Faults`]; a D1 statement and an R2 put take effect whole or not at all, as they do in the
 //! worker.
 
@@ -8,16 +8,23 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use super::FakeStore;
-use crate::core::audit::AuditRow;
-use crate::core::audit::{DayCount, EndpointCount, LogFilter};
+use crate::core::audit::{AuditRow, DayCount, EndpointCount, LogFilter};
 use crate::core::page::{Cursor, PageRequest};
-use crate::ports::{Archive, ArchiveObject, AuditStore, PortError};
+use crate::core::tiers::{ObjectSummary, SUMMARIES_PER_PAGE};
+use crate::core::time::utc_date;
+use crate::ports::{Archive, ArchiveObject, AuditStore, PortError, SettledChunk};
 use crate::sim::Faults;
 
-/// `audit_log`, keyed by `request_id` like the table's primary key.
+/// A key's daily aggregate: (project, key, day, method, route) → (total, 4xx, 5xx).
+pub type DailyCounts = BTreeMap<(String, String, String, String, String), (i64, i64, i64)>;
+
+/// `audit_log` keyed by `request_id` like the table's primary key, the summaries of
+/// `audit_objects` by object key, and `audit_daily`.
 #[derive(Default)]
 pub struct AuditTables {
     pub rows: RefCell<BTreeMap<String, AuditRow>>,
+    pub objects: RefCell<BTreeMap<String, ObjectSummary>>,
+    pub daily: RefCell<DailyCounts>,
     /// This many coming chunk deletes fail before their effect.
     pub refuse_deletes: Cell<u32>,
 }
@@ -28,6 +35,20 @@ impl AuditTables {
         let mut table = self.rows.borrow_mut();
         for row in rows {
             table.entry(row.request_id.clone()).or_insert(row);
+        }
+    }
+
+    /// Adds rows to the daily aggregates (`sign` 1) or takes them out (`-1`).
+    fn count(&self, rows: &[AuditRow], sign: i64) {
+        let mut daily = self.daily.borrow_mut();
+        for r in rows {
+            let (Some(project), Some(key)) = (&r.project_id, &r.key_id) else { continue };
+            let route = r.route.clone().unwrap_or_else(|| r.path.clone());
+            let slot = (project.clone(), key.clone(), utc_date(r.ts), r.method.clone(), route);
+            let c = daily.entry(slot).or_default();
+            c.0 += sign;
+            c.1 += sign * i64::from((400..500).contains(&r.status));
+            c.2 += sign * i64::from(r.status >= 500);
         }
     }
 
@@ -50,44 +71,116 @@ fn at(c: &Cursor) -> (i64, &str) {
 
 impl AuditStore for FakeStore {
     async fn insert_audit_rows(&self, rows: &[AuditRow]) -> Result<(), PortError> {
-        self.faults.run("d1 insert audit rows", || self.audit.seed(rows.iter().cloned())).await
+        self.faults
+            .run("d1 insert audit rows", || {
+                let new: Vec<AuditRow> = {
+                    let table = self.audit.rows.borrow();
+                    let mut seen = std::collections::BTreeSet::new();
+                    rows.iter()
+                        .filter(|r| !table.contains_key(&r.request_id) && seen.insert(r.request_id.clone()))
+                        .cloned()
+                        .collect()
+                };
+                self.audit.count(&new, 1);
+                self.audit.seed(new);
+            })
+            .await
     }
 
-    async fn audit_rows(
+    async fn log_snapshot(
         &self,
         project_id: &str,
         filter: &LogFilter,
         page: &PageRequest,
-    ) -> Result<Vec<AuditRow>, PortError> {
+    ) -> Result<(Vec<AuditRow>, Vec<ObjectSummary>), PortError> {
         self.faults
-            .run("d1 audit rows", || {
+            .run("d1 log snapshot", || {
                 let mut rows = self.audit.project_rows(Some(project_id));
                 rows.reverse();
-                rows.into_iter()
-                    .filter(|r| filter.method.as_ref().is_none_or(|m| *m == r.method))
-                    .filter(|r| filter.status.is_none_or(|s| (s.range().0..=s.range().1).contains(&r.status)))
-                    .filter(|r| filter.path.as_ref().is_none_or(|glob| glob.matches(&r.path)))
-                    .filter(|r| filter.request_id.as_ref().is_none_or(|id| *id == r.request_id))
-                    .filter(|r| filter.key_id.is_none() || filter.key_id == r.key_id)
-                    .filter(|r| {
-                        filter.idempotency_key.is_none() || filter.idempotency_key == r.idempotency_key
-                    })
-                    .filter(|r| filter.from_ms.is_none_or(|from| r.ts >= from))
-                    .filter(|r| filter.to_ms.is_none_or(|to| r.ts <= to))
+                let hot = rows
+                    .into_iter()
+                    .filter(|r| filter.matches(r))
                     .filter(|r| page.after.as_ref().is_none_or(|c| position(r) < at(c)))
                     .take(page.fetch_len())
-                    .collect()
+                    .collect();
+                let mut objects: Vec<ObjectSummary> = self
+                    .audit
+                    .objects
+                    .borrow()
+                    .values()
+                    .filter(|o| o.project_id.as_deref() == Some(project_id))
+                    .filter(|o| filter.from_ms.is_none_or(|f| o.last_ts >= f))
+                    .filter(|o| filter.to_ms.is_none_or(|t| o.first_ts <= t))
+                    .filter(|o| page.after.as_ref().is_none_or(|c| at(&o.first()) < at(c)))
+                    .cloned()
+                    .collect();
+                objects.sort_by(|a, b| (b.last_ts, &b.last_id).cmp(&(a.last_ts, &a.last_id)));
+                objects.truncate(SUMMARIES_PER_PAGE);
+                (hot, objects)
+            })
+            .await
+    }
+
+    async fn object_covering(
+        &self,
+        project_id: Option<&str>,
+        at_: &Cursor,
+    ) -> Result<Option<ObjectSummary>, PortError> {
+        self.faults
+            .run("d1 object covering", || {
+                self.audit
+                    .objects
+                    .borrow()
+                    .values()
+                    .find(|o| {
+                        o.project_id.as_deref() == project_id
+                            && at(&o.first()) <= at(at_)
+                            && at(at_) <= at(&o.last())
+                    })
+                    .cloned()
             })
             .await
     }
 
     async fn key_stats(
         &self,
-        _: &str,
-        _: &str,
-        _: i64,
+        project_id: &str,
+        key_id: &str,
+        since_ms: i64,
     ) -> Result<(Vec<DayCount>, Vec<EndpointCount>), PortError> {
-        Err(PortError("key statistics are not simulated".into()))
+        self.faults
+            .run("d1 key stats", || {
+                let since = utc_date(since_ms);
+                let mut days: BTreeMap<String, DayCount> = BTreeMap::new();
+                let mut endpoints: BTreeMap<(String, String), EndpointCount> = BTreeMap::new();
+                for ((p, k, day, method, route), (total, c4, c5)) in self.audit.daily.borrow().iter() {
+                    if p != project_id || k != key_id || *day < since {
+                        continue;
+                    }
+                    let d = days.entry(day.clone()).or_insert(DayCount {
+                        day: day.clone(),
+                        total: 0,
+                        client_errors: 0,
+                        server_errors: 0,
+                    });
+                    d.total += *total as u64;
+                    d.client_errors += *c4 as u64;
+                    d.server_errors += *c5 as u64;
+                    let e = endpoints.entry((method.clone(), route.clone())).or_insert(EndpointCount {
+                        method: method.clone(),
+                        route: route.clone(),
+                        total: 0,
+                        errors: 0,
+                    });
+                    e.total += *total as u64;
+                    e.errors += (*c4 + *c5) as u64;
+                }
+                let mut top: Vec<EndpointCount> = endpoints.into_values().collect();
+                top.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.route.cmp(&b.route)));
+                top.truncate(10);
+                (days.into_values().collect(), top)
+            })
+            .await
     }
 
     async fn oldest_expired(&self, before_ms: i64) -> Result<Option<(Option<String>, Cursor)>, PortError> {
@@ -123,34 +216,32 @@ impl AuditStore for FakeStore {
             .await
     }
 
-    async fn delete_archived(
-        &self,
-        project_id: Option<&str>,
-        first: &Cursor,
-        last: &Cursor,
-        count: usize,
-    ) -> Result<usize, PortError> {
+    async fn settle_chunk(&self, chunk: &SettledChunk<'_>) -> Result<usize, PortError> {
         if self.audit.refuse_deletes.get() > 0 {
             self.audit.refuse_deletes.set(self.audit.refuse_deletes.get() - 1);
-            return Err(PortError("d1 delete a chunk: refused".into()));
+            return Err(PortError("d1 settle a chunk: refused".into()));
         }
         self.faults
-            .run("d1 delete a chunk", || {
+            .run("d1 settle a chunk", || {
                 let in_range: Vec<String> = self
                     .audit
-                    .project_rows(project_id)
+                    .project_rows(chunk.project_id)
                     .into_iter()
-                    .filter(|r| position(r) >= at(first) && position(r) <= at(last))
+                    .filter(|r| position(r) >= at(chunk.first) && position(r) <= at(chunk.last))
                     .map(|r| r.request_id)
                     .collect();
-                if in_range.len() != count {
+                if in_range.len() != chunk.count {
                     return 0;
                 }
+                if let Some(s) = chunk.summary {
+                    self.audit.objects.borrow_mut().insert(s.key.clone(), s.clone());
+                }
+                self.audit.count(chunk.copies, -1);
                 let mut table = self.audit.rows.borrow_mut();
                 in_range.iter().for_each(|id| {
                     table.remove(id);
                 });
-                count
+                chunk.count
             })
             .await
     }
@@ -239,5 +330,9 @@ impl Archive for FakeArchive {
 
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, PortError> {
         self.faults.run("r2 get", || self.objects.borrow().get(key).cloned()).await
+    }
+
+    async fn read_ndjson(&self, key: &str) -> Result<Option<Vec<u8>>, PortError> {
+        self.faults.run("r2 read", || self.objects.borrow().get(key).cloned()).await
     }
 }

@@ -1,11 +1,14 @@
-//! The audit log: the [`AuditStore`] port (rows, filters, stats, retention chunks).
+//! The audit log in its own database (`AUDIT_DB`): the [`AuditStore`] port — the hot tier's rows
+//! with their daily aggregates, the cold tier's object summaries, and the roll-up's chunks.
 
 use wasm_bindgen::JsValue;
+use worker::D1PreparedStatement;
 
 use super::{after, int, opt_int, opt_text, text, D1Store};
 use crate::core::audit::{AuditRow, DayCount, EndpointCount, LogFilter};
 use crate::core::page::{Cursor, PageRequest};
-use crate::ports::{AuditStore, PortError};
+use crate::core::tiers::ObjectSummary;
+use crate::ports::{AuditStore, PortError, SettledChunk};
 
 const AUDIT_COLUMNS: &str = "ts, request_id, project_id, key_id, key_prefix, method, path, route, status,
   response_bytes, response_time_ms, ip, user_agent, idempotency_key, replayed, original_request_id,
@@ -30,49 +33,42 @@ const PATH_GLOB: &str = "(?5 IS NULL OR (
             WHERE instr(walk.rest, part.value) > 0)
           SELECT 1 FROM walk WHERE walk.i = json_array_length(?15))))))";
 
-impl AuditStore for D1Store {
-    async fn insert_audit_rows(&self, rows: &[AuditRow]) -> Result<(), PortError> {
-        let statements = rows
-            .iter()
-            .map(|r| {
-                self.statement(
-                    &format!(
-                        "INSERT OR IGNORE INTO audit_log ({AUDIT_COLUMNS})
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
-                    ),
-                    &[
-                        int(r.ts),
-                        text(&r.request_id),
-                        opt_text(r.project_id.as_deref()),
-                        opt_text(r.key_id.as_deref()),
-                        opt_text(r.key_prefix.as_deref()),
-                        text(&r.method),
-                        text(&r.path),
-                        opt_text(r.route.as_deref()),
-                        int(r.status.into()),
-                        int(r.response_bytes as i64),
-                        int(r.response_time_ms),
-                        opt_text(r.ip.as_deref()),
-                        opt_text(r.user_agent.as_deref()),
-                        opt_text(r.idempotency_key.as_deref()),
-                        int(r.replayed.into()),
-                        opt_text(r.original_request_id.as_deref()),
-                        opt_int(r.rate_limit_remaining.map(i64::from)),
-                        opt_text(r.error_code.as_deref()),
-                    ],
-                )
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        self.batch(statements).await?;
-        Ok(())
+impl D1Store {
+    fn insert_row_statement(&self, r: &AuditRow) -> Result<D1PreparedStatement, PortError> {
+        self.statement(
+            &format!(
+                "INSERT OR IGNORE INTO audit_log ({AUDIT_COLUMNS})
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
+            ),
+            &[
+                int(r.ts),
+                text(&r.request_id),
+                opt_text(r.project_id.as_deref()),
+                opt_text(r.key_id.as_deref()),
+                opt_text(r.key_prefix.as_deref()),
+                text(&r.method),
+                text(&r.path),
+                opt_text(r.route.as_deref()),
+                int(r.status.into()),
+                int(r.response_bytes as i64),
+                int(r.response_time_ms),
+                opt_text(r.ip.as_deref()),
+                opt_text(r.user_agent.as_deref()),
+                opt_text(r.idempotency_key.as_deref()),
+                int(r.replayed.into()),
+                opt_text(r.original_request_id.as_deref()),
+                opt_int(r.rate_limit_remaining.map(i64::from)),
+                opt_text(r.error_code.as_deref()),
+            ],
+        )
     }
 
-    async fn audit_rows(
+    fn hot_rows_statement(
         &self,
         project_id: &str,
         filter: &LogFilter,
         page: &PageRequest,
-    ) -> Result<Vec<AuditRow>, PortError> {
+    ) -> Result<D1PreparedStatement, PortError> {
         // Every filter is bound (NULL = not filtering), so the statement text never varies.
         let (status_min, status_max) = match filter.status.map(|s| s.range()) {
             Some((a, b)) => (int(a.into()), int(b.into())),
@@ -80,7 +76,7 @@ impl AuditStore for D1Store {
         };
         let (after_ts, after_id) = after(page.after.as_ref());
         let glob = filter.path.as_ref();
-        self.rows(
+        self.statement(
             &format!(
                 "SELECT {AUDIT_COLUMNS} FROM audit_log
                  WHERE project_id = ?1
@@ -113,7 +109,92 @@ impl AuditStore for D1Store {
                 opt_text(glob.map(|g| g.middle_json()).as_deref()),
             ],
         )
-        .await
+    }
+}
+
+/// A summary as D1 keeps it: its span in columns (for the index), the whole as JSON.
+#[derive(serde::Deserialize)]
+struct SummaryRow {
+    summary: String,
+}
+
+fn summaries(rows: Vec<SummaryRow>) -> Result<Vec<ObjectSummary>, PortError> {
+    rows.into_iter().map(|r| serde_json::from_str(&r.summary).map_err(PortError::from_display)).collect()
+}
+
+/// The chunk's rows, both ends inclusive: ?1 project, ?2/?3 first, ?4/?5 last.
+const CHUNK: &str = "project_id IS ?1 AND ts >= ?2 AND ts <= ?4
+    AND (ts, request_id) >= (?2, ?3) AND (ts, request_id) <= (?4, ?5)";
+
+impl AuditStore for D1Store {
+    async fn insert_audit_rows(&self, rows: &[AuditRow]) -> Result<(), PortError> {
+        let log = self.log();
+        let mut statements =
+            rows.iter().map(|r| log.insert_row_statement(r)).collect::<Result<Vec<_>, _>>()?;
+        // The rows this batch inserted are the uncounted ones (a copy already stored was ignored):
+        // they join the aggregates and are marked counted, in the same transaction.
+        statements.push(log.statement(
+            "INSERT INTO audit_daily (project_id, key_id, day, method, route, total, client_errors, server_errors)
+             SELECT project_id, key_id, date(ts / 1000, 'unixepoch'), method, coalesce(route, path), count(*),
+                    sum(status BETWEEN 400 AND 499), sum(status >= 500)
+             FROM audit_log WHERE counted = 0 AND project_id IS NOT NULL AND key_id IS NOT NULL
+             GROUP BY 1, 2, 3, 4, 5
+             ON CONFLICT (project_id, key_id, day, method, route) DO UPDATE SET
+               total = total + excluded.total,
+               client_errors = client_errors + excluded.client_errors,
+               server_errors = server_errors + excluded.server_errors",
+            &[],
+        )?);
+        statements.push(log.statement("UPDATE audit_log SET counted = 1 WHERE counted = 0", &[])?);
+        log.batch(statements).await?;
+        Ok(())
+    }
+
+    async fn log_snapshot(
+        &self,
+        project_id: &str,
+        filter: &LogFilter,
+        page: &PageRequest,
+    ) -> Result<(Vec<AuditRow>, Vec<ObjectSummary>), PortError> {
+        let log = self.log();
+        let hot = log.hot_rows_statement(project_id, filter, page)?;
+        let (after_ts, after_id) = after(page.after.as_ref());
+        let objects = log.statement(
+            "SELECT summary FROM audit_objects
+             WHERE project_id = ?1 AND (?2 IS NULL OR last_ts >= ?2) AND (?3 IS NULL OR first_ts <= ?3)
+               AND (?4 IS NULL OR (first_ts, first_id) < (?4, ?5))
+             ORDER BY last_ts DESC, last_id DESC LIMIT ?6",
+            &[
+                text(project_id),
+                opt_int(filter.from_ms),
+                opt_int(filter.to_ms),
+                after_ts,
+                after_id,
+                int(crate::core::tiers::SUMMARIES_PER_PAGE as i64),
+            ],
+        )?;
+        // One batch is one snapshot: a roll-up commits before or after it, never in between.
+        let results = log.results(vec![hot, objects]).await?;
+        let rows = results[0].results::<AuditRow>().map_err(PortError::from_display)?;
+        let objects = summaries(results[1].results().map_err(PortError::from_display)?)?;
+        Ok((rows, objects))
+    }
+
+    async fn object_covering(
+        &self,
+        project_id: Option<&str>,
+        at: &Cursor,
+    ) -> Result<Option<ObjectSummary>, PortError> {
+        let rows = self
+            .log()
+            .rows(
+                "SELECT summary FROM audit_objects
+                 WHERE project_id IS ?1 AND (last_ts, last_id) >= (?2, ?3) AND (first_ts, first_id) <= (?2, ?3)
+                 ORDER BY last_ts, last_id LIMIT 1",
+                &[opt_text(project_id), int(at.ts), text(&at.id)],
+            )
+            .await?;
+        Ok(summaries(rows)?.into_iter().next())
     }
 
     async fn key_stats(
@@ -122,25 +203,30 @@ impl AuditStore for D1Store {
         key_id: &str,
         since_ms: i64,
     ) -> Result<(Vec<DayCount>, Vec<EndpointCount>), PortError> {
+        const SINCE: &str = "project_id = ?1 AND key_id = ?2 AND day >= date(?3 / 1000, 'unixepoch')";
         let args = [text(project_id), text(key_id), int(since_ms)];
-        let days = self
-            .rows(
-                "SELECT date(ts / 1000, 'unixepoch') AS day, count(*) AS total,
-                        sum(status BETWEEN 400 AND 499) AS client_errors, sum(status >= 500) AS server_errors
-                 FROM audit_log WHERE project_id = ?1 AND key_id = ?2 AND ts >= ?3
-                 GROUP BY day ORDER BY day",
-                &args,
-            )
-            .await?;
-        let endpoints = self
-            .rows(
-                "SELECT method, coalesce(route, path) AS route, count(*) AS total, sum(status >= 400) AS errors
-                 FROM audit_log WHERE project_id = ?1 AND key_id = ?2 AND ts >= ?3
-                 GROUP BY method, coalesce(route, path) ORDER BY total DESC, route LIMIT 10",
-                &args,
-            )
-            .await?;
-        Ok((days, endpoints))
+        let log = self.log();
+        let days = log.statement(
+            &format!(
+                "SELECT day, sum(total) AS total, sum(client_errors) AS client_errors,
+                        sum(server_errors) AS server_errors
+                 FROM audit_daily WHERE {SINCE} GROUP BY day ORDER BY day"
+            ),
+            &args,
+        )?;
+        let endpoints = log.statement(
+            &format!(
+                "SELECT method, route, sum(total) AS total, sum(client_errors + server_errors) AS errors
+                 FROM audit_daily WHERE {SINCE}
+                 GROUP BY method, route ORDER BY total DESC, route LIMIT 10"
+            ),
+            &args,
+        )?;
+        let results = log.results(vec![days, endpoints]).await?;
+        Ok((
+            results[0].results().map_err(PortError::from_display)?,
+            results[1].results().map_err(PortError::from_display)?,
+        ))
     }
 
     async fn oldest_expired(&self, before_ms: i64) -> Result<Option<(Option<String>, Cursor)>, PortError> {
@@ -151,6 +237,7 @@ impl AuditStore for D1Store {
             request_id: String,
         }
         let rows: Vec<Oldest> = self
+            .log()
             .rows(
                 "SELECT project_id, ts, request_id FROM audit_log WHERE ts < ?1
                  ORDER BY ts, request_id LIMIT 1",
@@ -167,50 +254,82 @@ impl AuditStore for D1Store {
         to: &Cursor,
         limit: usize,
     ) -> Result<Vec<AuditRow>, PortError> {
-        // The plain `ts` bounds let the index start at `from` instead of the day's first row.
-        self.rows(
-            &format!(
-                "SELECT {AUDIT_COLUMNS} FROM audit_log
-                 WHERE project_id IS ?1 AND ts >= ?2 AND ts <= ?4
-                   AND (ts, request_id) >= (?2, ?3) AND (ts, request_id) < (?4, ?5)
-                 ORDER BY ts, request_id LIMIT ?6"
-            ),
-            &[
-                opt_text(project_id),
-                int(from.ts),
-                text(&from.id),
-                int(to.ts),
-                text(&to.id),
-                int(limit as i64),
-            ],
-        )
-        .await
+        // The plain `ts` bounds let the index start at `from` instead of the hour's first row.
+        self.log()
+            .rows(
+                &format!(
+                    "SELECT {AUDIT_COLUMNS} FROM audit_log
+                     WHERE project_id IS ?1 AND ts >= ?2 AND ts <= ?4
+                       AND (ts, request_id) >= (?2, ?3) AND (ts, request_id) < (?4, ?5)
+                     ORDER BY ts, request_id LIMIT ?6"
+                ),
+                &[
+                    opt_text(project_id),
+                    int(from.ts),
+                    text(&from.id),
+                    int(to.ts),
+                    text(&to.id),
+                    int(limit as i64),
+                ],
+            )
+            .await
     }
 
-    async fn delete_archived(
-        &self,
-        project_id: Option<&str>,
-        first: &Cursor,
-        last: &Cursor,
-        count: usize,
-    ) -> Result<usize, PortError> {
-        // One statement, so all or nothing; the count guard keeps a row that arrived in the range
-        // after the chunk was read (it is not in the object yet).
-        const RANGE: &str = "project_id IS ?1 AND ts >= ?2 AND ts <= ?4
-            AND (ts, request_id) >= (?2, ?3) AND (ts, request_id) <= (?4, ?5)";
-        let delete = self.statement(
-            &format!(
-                "DELETE FROM audit_log WHERE {RANGE} AND (SELECT count(*) FROM audit_log WHERE {RANGE}) = ?6"
-            ),
-            &[
-                opt_text(project_id),
-                int(first.ts),
-                text(&first.id),
-                int(last.ts),
-                text(&last.id),
-                int(count as i64),
-            ],
-        )?;
-        Ok(self.batch(vec![delete]).await?.first().copied().unwrap_or(0))
+    async fn settle_chunk(&self, chunk: &SettledChunk<'_>) -> Result<usize, PortError> {
+        let log = self.log();
+        let range = [
+            opt_text(chunk.project_id),
+            int(chunk.first.ts),
+            text(&chunk.first.id),
+            int(chunk.last.ts),
+            text(&chunk.last.id),
+            int(chunk.count as i64),
+        ];
+        // Every statement holds only while the chunk is as it was read (?6 rows): one
+        // transaction, evaluated in order, the delete last.
+        let guard = format!("(SELECT count(*) FROM audit_log WHERE {CHUNK}) = ?6");
+        let mut statements = Vec::new();
+        if let Some(s) = chunk.summary {
+            let json = serde_json::to_string(s).map_err(PortError::from_display)?;
+            let mut args = range.to_vec();
+            args.extend([
+                text(&s.key),
+                opt_text(s.project_id.as_deref()),
+                int(s.first_ts),
+                text(&s.first_id),
+            ]);
+            args.extend([int(s.last_ts), text(&s.last_id), int(s.rows.into()), text(&json)]);
+            statements.push(log.statement(
+                &format!(
+                    "INSERT INTO audit_objects (key, project_id, first_ts, first_id, last_ts, last_id, rows, summary)
+                     SELECT ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14 WHERE {guard}
+                     ON CONFLICT (key) DO UPDATE SET first_ts = excluded.first_ts, first_id = excluded.first_id,
+                       last_ts = excluded.last_ts, last_id = excluded.last_id, rows = excluded.rows,
+                       summary = excluded.summary"
+                ),
+                &args,
+            )?);
+        }
+        for copy in chunk.copies.iter().filter(|c| c.key_id.is_some()) {
+            let mut args = range.to_vec();
+            args.extend([
+                opt_text(copy.key_id.as_deref()),
+                int(copy.ts),
+                text(&copy.method),
+                text(copy.route.as_deref().unwrap_or(&copy.path)),
+                int(copy.status.into()),
+            ]);
+            statements.push(log.statement(
+                &format!(
+                    "UPDATE audit_daily SET total = total - 1,
+                       client_errors = client_errors - (?11 BETWEEN 400 AND 499), server_errors = server_errors - (?11 >= 500)
+                     WHERE project_id IS ?1 AND key_id = ?7 AND day = date(?8 / 1000, 'unixepoch') AND method = ?9
+                       AND route = ?10 AND {guard}"
+                ),
+                &args,
+            )?);
+        }
+        statements.push(log.statement(&format!("DELETE FROM audit_log WHERE {CHUNK} AND {guard}"), &range)?);
+        Ok(log.batch(statements).await?.last().copied().unwrap_or(0))
     }
 }

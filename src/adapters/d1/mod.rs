@@ -1,6 +1,7 @@
 //! The D1-backed ports, one module per concern (`keys`, `resources`, `events`, `audit`,
-//! `webhooks`) over the shared statement helpers here. One [`D1Store`] implements them all: the
-//! worker has one `DB` binding, and every query is counted on the request's meter.
+//! `webhooks`) over the shared statement helpers here. One [`D1Store`] implements them all over
+//! the `DB` binding, but the audit log, which lives in its own `AUDIT_DB` (SPEC §18); every query
+//! is counted on the request's meter.
 
 mod audit;
 mod dead_letters;
@@ -20,11 +21,25 @@ use crate::ports::{Meter, PortError};
 pub struct D1Store {
     db: D1Database,
     meter: Rc<Meter>,
+    /// The audit log's own database; `None`: this store's (as the database of an older version,
+    /// read once to move its rows).
+    audit_log: Option<Box<D1Store>>,
 }
 
 impl D1Store {
     pub fn new(db: D1Database, meter: Rc<Meter>) -> Self {
-        Self { db, meter }
+        Self { db, meter, audit_log: None }
+    }
+
+    /// The same store with the audit log in `audit_db`.
+    pub fn with_audit_log(mut self, audit_db: D1Database) -> Self {
+        self.audit_log = Some(Box::new(D1Store::new(audit_db, self.meter.clone())));
+        self
+    }
+
+    /// Where the audit log's statements go.
+    fn log(&self) -> &D1Store {
+        self.audit_log.as_deref().unwrap_or(self)
     }
 
     fn statement(&self, sql: &str, args: &[JsValue]) -> Result<D1PreparedStatement, PortError> {
