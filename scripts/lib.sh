@@ -35,7 +35,8 @@ start_gateway() {
   local state="$1" port="$2" log="$3"
   shift 3
   mkdir -p "$state"
-  wrangler d1 migrations apply DB --local --persist-to "$state" > "$log.migrations" 2>&1 \
+  { wrangler d1 migrations apply DB --local --persist-to "$state" \
+      && wrangler d1 migrations apply AUDIT_DB --local --persist-to "$state"; } > "$log.migrations" 2>&1 \
     || { cat "$log.migrations"; die "D1 migrations failed"; }
   note "D1 migrations applied ($(grep -oE '[0-9]{4}_[a-z_]+\.sql' "$log.migrations" | sort -u | wc -l) files) in $state"
   setsid wrangler dev --ip 127.0.0.1 --port "$port" \

@@ -247,14 +247,14 @@ test('an anonymous 404 flood from one address is 429 after the limit; a 60,000-c
   const res = await call('GET', long, { headers: { 'cf-connecting-ip': randomIp() } });
   assertError(res, 404, 'NOT_FOUND');
   const id = res.headers.get('x-request-id');
-  const row = await eventually(async () => (await d1(`SELECT length(path) AS n, substr(path, 1, 4) AS head FROM audit_log WHERE request_id = '${id}'`))[0]);
+  const row = await eventually(async () => (await d1(`SELECT length(path) AS n, substr(path, 1, 4) AS head FROM audit_log WHERE request_id = '${id}'`, 'AUDIT_DB'))[0]);
   assert.ok(row, 'the long path has its audit row');
   assert.deepEqual([row.n, row.head], [2048, '/xxx']);
 
   // The 21st request (the one that found the address over) is audited; those refused from the
   // isolate's memory after it are not: an attacker cannot make unlimited D1 writes.
   const ids = made.map((r) => `'${r.headers.get('x-request-id')}'`);
-  const audited = await d1(`SELECT request_id, status FROM audit_log WHERE request_id IN (${ids.join(',')})`);
+  const audited = await d1(`SELECT request_id, status FROM audit_log WHERE request_id IN (${ids.join(',')})`, 'AUDIT_DB');
   const statuses = new Map(audited.map((r) => [r.request_id, r.status]));
   assert.equal(statuses.size, 21, JSON.stringify(audited));
   assert.equal(statuses.get(made[20].headers.get('x-request-id')), 429);

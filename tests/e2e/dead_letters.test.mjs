@@ -21,7 +21,7 @@ async function letterWith(queue, needle) {
   }, 120_000);
 }
 
-const count = async (sql) => (await d1(sql))[0].n;
+const count = async (sql, database) => (await d1(sql, database))[0].n;
 
 test('the dead-letter routes take the admin token only, and page like every list', async () => {
   assertError(await call('GET', '/admin/v1/dead-letters'), 401, 'INVALID_API_KEY');
@@ -88,7 +88,7 @@ test('an audit row D1 refuses becomes a dead letter; re-driving all stores it on
   const { owner } = await createProject();
   const tag = `poison-${randomUUID().slice(0, 8)}`;
   await d1(`CREATE TRIGGER refuse_audit_${tag.slice(7)} BEFORE INSERT ON audit_log WHEN NEW.path LIKE '%${tag}%'
-    BEGIN SELECT RAISE(ABORT, 'refused by the dead-letter test'); END`);
+    BEGIN SELECT RAISE(ABORT, 'refused by the dead-letter test'); END`, 'AUDIT_DB');
   let letter;
   let badId;
   const neighbourIds = [];
@@ -101,24 +101,24 @@ test('an audit row D1 refuses becomes a dead letter; re-driving all stores it on
     neighbourIds.push(...results.slice(1).map((r) => r.headers.get('x-request-id')));
     const inList = neighbourIds.map((id) => `'${id}'`).join(',');
     const neighbours = `SELECT count(*) AS n FROM audit_log WHERE request_id IN (${inList})`;
-    assert.equal(await eventually(async () => (await count(neighbours)) === 3), true, 'the neighbours are stored');
+    assert.equal(await eventually(async () => (await count(neighbours, 'AUDIT_DB')) === 3), true, 'the neighbours are stored');
 
     letter = await letterWith('gatehouse-audit', badId);
     assert.ok(letter, 'the refused row is listed as a dead letter');
     assert.match(letter.last_error ?? '', /refused by the dead-letter test/);
-    assert.equal(await count(`SELECT count(*) AS n FROM audit_log WHERE request_id = '${badId}'`), 0);
+    assert.equal(await count(`SELECT count(*) AS n FROM audit_log WHERE request_id = '${badId}'`, 'AUDIT_DB'), 0);
   } finally {
-    await d1(`DROP TRIGGER IF EXISTS refuse_audit_${tag.slice(7)}`);
+    await d1(`DROP TRIGGER IF EXISTS refuse_audit_${tag.slice(7)}`, 'AUDIT_DB');
   }
 
   const res = await redrive({});
   assert.equal(res.status, 200, res.text);
   assert.ok(res.body.redriven >= 1 && res.body.failed === 0, res.text);
   const stored = `SELECT count(*) AS n FROM audit_log WHERE request_id = '${badId}'`;
-  assert.equal(await eventually(async () => (await count(stored)) === 1), true, 'the re-driven row is stored');
+  assert.equal(await eventually(async () => (await count(stored, 'AUDIT_DB')) === 1), true, 'the re-driven row is stored');
   assert.equal((await letterWith('gatehouse-audit', badId)).status, 'redriven');
   await sleep(2000);
-  assert.equal(await count(stored), 1);
+  assert.equal(await count(stored, 'AUDIT_DB'), 1);
 });
 
 test('a webhook delivery D1 refuses to take ends in the dead letters; re-driven, it is delivered once', async () => {

@@ -178,7 +178,7 @@ test('bodies over the 1 MiB limit are 413 PAYLOAD_TOO_LARGE', async () => {
   assertError(res, 413, 'PAYLOAD_TOO_LARGE');
 });
 
-test('every response, errors included, carries a distinct UUIDv4 X-Request-Id', async () => {
+test('every response, errors included, carries a distinct UUIDv7 X-Request-Id naming its millisecond', async () => {
   const { owner } = await createProject();
   const responses = await Promise.all([
     call('GET', '/health'),
@@ -191,4 +191,7 @@ test('every response, errors included, carries a distinct UUIDv4 X-Request-Id', 
   ]);
   const ids = responses.map(assertRequestId);
   assert.equal(new Set(ids).size, ids.length);
+  // The first 48 bits are the Unix milliseconds of the request (RFC 9562).
+  const ms = ids.map((id) => parseInt(id.replace(/-/g, '').slice(0, 12), 16));
+  assert.ok(ms.every((t) => Math.abs(t - Date.now()) < 60_000), ms.join());
 });

@@ -21,7 +21,7 @@ export function randomIp() {
   return `2001:db8:${hex()}:${hex()}::${hex()}`;
 }
 
-const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+const UUID_V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
 /**
  * One request. `idem` becomes the Idempotency-Key header; `key` becomes `Authorization: Bearer <key>`; `body` is JSON-encoded unless it is a
@@ -61,7 +61,7 @@ export function assertError(res, status, code) {
 
 export function assertRequestId(res) {
   const id = res.headers.get('x-request-id');
-  assert.match(id ?? '', UUID_V4, `X-Request-Id ${id} is not a UUIDv4`);
+  assert.match(id ?? '', UUID_V7, `X-Request-Id ${id} is not a UUIDv7`);
   return id;
 }
 
@@ -131,10 +131,13 @@ export async function listAll(path, key) {
   return items;
 }
 
-/** Rows of a read-only query against the local D1 of the running gateway (wrangler d1 execute). */
-export async function d1(sql) {
+/**
+ * Rows of a query against a local D1 of the running gateway (wrangler d1 execute): `DB` (keys and
+ * resources) unless `database` names `AUDIT_DB` (the audit log).
+ */
+export async function d1(sql, database = 'DB') {
   const { spawnSync } = await import('node:child_process');
-  const out = spawnSync('npx', ['wrangler', 'd1', 'execute', 'DB', '--local', '--persist-to',
+  const out = spawnSync('npx', ['wrangler', 'd1', 'execute', database, '--local', '--persist-to',
     process.env.GATEHOUSE_STATE, '--json', '--command', sql], { encoding: 'utf8' });
   if (out.status !== 0) throw new Error(`d1 execute failed: ${out.stderr}${out.stdout}`);
   return JSON.parse(out.stdout)[0].results;
