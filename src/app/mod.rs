@@ -16,6 +16,8 @@ pub use responses::failure;
 pub use audit::{move_legacy_audit_rows, roll_up, RollUpLimits};
 pub use dead_letters::{redrive, RedriveReport};
 pub use webhooks::{dispatch, retry, seal_plaintext_secrets, sweep, ManualRetry};
+#[cfg(test)]
+mod audit_load;
 mod dead_letters;
 mod keys;
 mod projects;

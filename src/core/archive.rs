@@ -17,9 +17,12 @@ pub const HOUR_MS: i64 = 3_600_000;
 pub const UNATTRIBUTED: &str = "_unattributed";
 const SUFFIX: &str = ".ndjson.gz";
 
-/// Rows older than this leave the hot tier: `hot_seconds` before now.
+/// Rows older than this leave the hot tier: the start of the UTC hour `hot_seconds` before now.
+/// Only whole hours move, so a project's hour is one object (or one per 5,000 rows), not one per
+/// run; D1 holds the hot window and at most one hour more.
 pub fn hot_cutoff(now_ms: i64, hot_seconds: u32) -> i64 {
-    now_ms - i64::from(hot_seconds) * 1000
+    let t = now_ms - i64::from(hot_seconds) * 1000;
+    t - t.rem_euclid(HOUR_MS)
 }
 
 /// Rows older than this are past retention: 00:00 UTC today, minus `retention_days` whole days.
@@ -101,6 +104,13 @@ mod tests {
     }
 
     const JAN_15: i64 = 1_768_435_200_000; // 2026-01-15T00:00Z
+
+    #[test]
+    fn the_hot_cutoff_is_the_start_of_the_hour_the_window_ends_in() {
+        assert_eq!(hot_cutoff(JAN_15 + 5 * HOUR_MS + 59_000, 3_600), JAN_15 + 4 * HOUR_MS);
+        assert_eq!(hot_cutoff(JAN_15 + 5 * HOUR_MS, 3_600), JAN_15 + 4 * HOUR_MS);
+        assert_eq!(hot_cutoff(JAN_15 + 5 * HOUR_MS - 1, 3_600), JAN_15 + 3 * HOUR_MS);
+    }
 
     #[test]
     fn the_cutoff_is_midnight_utc_minus_whole_days() {
