@@ -204,6 +204,34 @@ fn check_audit(
     Ok(())
 }
 
+/// POST requests to `path` with the key `secret`, one per body.
+fn request_to<'a>(
+    clock: &'a Clock,
+    path: &'a str,
+    secret: &'a str,
+) -> impl Fn(&str) -> ApiRequest<Body> + 'a {
+    move |body| request(clock, "POST", path, secret, None, body)
+}
+
+/// Sends each request with the faults off and one at a time, as a client retries until it is
+/// answered 202; any other answer is an error.
+fn retry_until_accepted(
+    gateway: &Gateway<'static, Sim>,
+    requests: impl Iterator<Item = ApiRequest<Body>>,
+    seen: &RefCell<Vec<ApiResponse>>,
+    unfinished: &RefCell<HashSet<String>>,
+    faults: &Faults,
+) -> Result<(), String> {
+    for req in requests {
+        drive(exchange(gateway, req, seen, unfinished), faults, 0.0);
+        let status = seen.borrow().last().map_or(0, |r| r.status);
+        if status != 202 {
+            return Err(format!("a retry without faults answered {status}"));
+        }
+    }
+    Ok(())
+}
+
 fn json(response: &ApiResponse) -> Value {
     serde_json::from_slice(&response.body).unwrap_or(Value::Null)
 }
@@ -526,22 +554,8 @@ fn ingestion_accepts_each_event_once_under_faults() {
         // is answered 202, as a client would.
         faults.set_failure_rate(0.0);
         clock.set(clock.get() + 61_000);
-        for b in &batches {
-            drive(
-                exchange(
-                    &gateway,
-                    request(&clock, "POST", "/v1/track", &secrets[0], None, b),
-                    &seen,
-                    &unfinished,
-                ),
-                &faults,
-                0.0,
-            );
-            let status = seen.borrow().last().map_or(0, |r| r.status);
-            if status != 202 {
-                return Err(format!("a retry without faults answered {status}"));
-            }
-        }
+        let track = request_to(&clock, "/v1/track", &secrets[0]);
+        retry_until_accepted(&gateway, batches.iter().map(|b| track(b)), &seen, &unfinished, &faults)?;
         let namespace = dedup_namespace("prj_sim", KeyType::Server);
         for b in &batches {
             for id in ids.iter().filter(|id| b.contains(id.as_str())) {
@@ -597,22 +611,14 @@ fn replay_chunks_are_indexed_only_with_their_object_under_faults() {
             };
             check_index()?;
             faults.set_failure_rate(0.0);
-            for &c in &chunks {
-                drive(
-                    exchange(
-                        &gateway,
-                        request(&clock, "POST", "/v1/replay", &secrets[0], None, &body(c)),
-                        &seen,
-                        &unfinished,
-                    ),
-                    &faults,
-                    0.0,
-                );
-                let status = seen.borrow().last().map_or(0, |r| r.status);
-                if status != 202 {
-                    return Err(format!("a retry without faults answered {status}"));
-                }
-            }
+            let replay = request_to(&clock, "/v1/replay", &secrets[0]);
+            retry_until_accepted(
+                &gateway,
+                chunks.iter().map(|&c| replay(&body(c))),
+                &seen,
+                &unfinished,
+                &faults,
+            )?;
             check_index()?;
             let indexed = gateway.store.events.session_chunks.borrow().len();
             let distinct = chunks.iter().collect::<HashSet<_>>().len();
