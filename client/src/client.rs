@@ -215,7 +215,12 @@ impl Client {
     }
 
     pub(crate) fn call<T: DeserializeOwned>(&self, request: Request) -> Call<T> {
-        Call { client: self.clone(), request, decode: |bytes| serde_json::from_slice(bytes), output: PhantomData }
+        Call {
+            client: self.clone(),
+            request,
+            decode: |bytes| serde_json::from_slice(bytes),
+            output: PhantomData,
+        }
     }
 
     pub(crate) fn notify(&self, notice: Notice) {
@@ -237,7 +242,9 @@ impl Client {
     /// Sends `request` until it succeeds, fails for good, or runs out of attempts.
     async fn execute(&self, request: &Request) -> Result<Answer, Error> {
         let api_key = self.api_key.as_deref().ok_or_else(|| {
-            Error::Invalid("no API key: set one with ClientBuilder::api_key (or --key / GATEHOUSE_KEY)".into())
+            Error::Invalid(
+                "no API key: set one with ClientBuilder::api_key (or --key / GATEHOUSE_KEY)".into(),
+            )
         })?;
         let key = key_id(api_key);
         let max_attempts = self.shared.max_attempts;
@@ -284,8 +291,9 @@ impl Client {
                     match error {
                         None => return Ok(answer),
                         Some(error) => {
-                            let retry_after =
-                                answer.header("retry-after").and_then(|v| parse_retry_after(v, SystemTime::now()));
+                            let retry_after = answer
+                                .header("retry-after")
+                                .and_then(|v| parse_retry_after(v, SystemTime::now()));
                             (Error::Api(error), retry_after)
                         }
                     }

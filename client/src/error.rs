@@ -175,7 +175,10 @@ mod tests {
         let body = br#"{"error":{"code":"QUOTA_EXCEEDED","message":"monthly quota used","request_id":"r-1",
             "retryable":false,"details":{"resets_at":"2026-12-01T00:00:00.000Z"}}}"#;
         let e = ApiError::from_answer(429, Some("header-id".into()), body);
-        assert_eq!((e.status, e.code.as_str(), e.request_id.as_deref()), (429, "QUOTA_EXCEEDED", Some("r-1")));
+        assert_eq!(
+            (e.status, e.code.as_str(), e.request_id.as_deref()),
+            (429, "QUOTA_EXCEEDED", Some("r-1"))
+        );
         assert_eq!(e.details["resets_at"], "2026-12-01T00:00:00.000Z");
         let e = ApiError::from_answer(502, Some("h".into()), b"<html>Bad Gateway</html>");
         assert_eq!((e.code.as_str(), e.request_id.as_deref()), ("HTTP_502", Some("h")));

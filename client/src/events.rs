@@ -253,7 +253,11 @@ impl Client {
         let Some(buffer) = self.event_buffer() else { return Ok(0) };
         let _writer = buffer.lock.lock().await;
         buffer.append(events).map_err(Error::Buffer)?;
-        self.notify(Notice::EventsBuffered { count: events.len(), path: buffer.path.clone(), error: error.to_string() });
+        self.notify(Notice::EventsBuffered {
+            count: events.len(),
+            path: buffer.path.clone(),
+            error: error.to_string(),
+        });
         Ok(events.len())
     }
 
@@ -305,7 +309,11 @@ impl Client {
         buffer.replace(&kept).map_err(Error::Buffer)?;
         outcome.buffered = kept.len();
         if let Some(error) = failure {
-            self.notify(Notice::EventsBuffered { count: kept.len(), path: buffer.path.clone(), error: error.to_string() });
+            self.notify(Notice::EventsBuffered {
+                count: kept.len(),
+                path: buffer.path.clone(),
+                error: error.to_string(),
+            });
         }
         Ok(outcome)
     }
@@ -314,8 +322,9 @@ impl Client {
     async fn send_batch(&self, batch: &[Event], outcome: &mut TrackOutcome) -> Result<(), Error> {
         let mut pending: Vec<&Event> = batch.iter().collect();
         for round in 1..=self.max_attempts() {
-            let answer: TrackAnswer =
-                self.call(Request::post("/v1/track", &serde_json::json!({ "batch": pending })).repeatable()).await?;
+            let answer: TrackAnswer = self
+                .call(Request::post("/v1/track", &serde_json::json!({ "batch": pending })).repeatable())
+                .await?;
             let id = |index: usize| pending.get(index).map(|e| e.event_id.clone());
             outcome.accepted.extend(answer.accepted.iter().filter_map(|a| id(a.index)));
             outcome.duplicates.extend(answer.duplicates.iter().filter_map(|d| id(d.index)));
@@ -365,7 +374,10 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn alias(&self, anonymous_id: &str, user_id: &str) -> Call<Linked> {
-        self.call(Request::post("/v1/alias", &serde_json::json!({ "anonymous_id": anonymous_id, "user_id": user_id })))
+        self.call(Request::post(
+            "/v1/alias",
+            &serde_json::json!({ "anonymous_id": anonymous_id, "user_id": user_id }),
+        ))
     }
 
     /// `POST /v1/replay`: one session-replay chunk, stored once per (session, chunk).

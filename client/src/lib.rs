@@ -53,12 +53,13 @@ mod webhooks;
 pub use client::{Call, Client, ClientBuilder, Notice, Page, Pages, Reply, DEFAULT_URL};
 pub use error::{ApiError, Error};
 pub use events::{
-    Actor, Event, Identified, Linked, RejectedEvent, ReplayChunkStored, TrackOutcome, MAX_BATCH, MAX_BUFFERED_AGE,
+    Actor, Event, Identified, Linked, RejectedEvent, ReplayChunkStored, TrackOutcome, MAX_BATCH,
+    MAX_BUFFERED_AGE,
 };
 pub use logs::{LogEntry, LogFilter, LogTail};
 pub use resources::{
-    BulkItem, BulkOutcome, Contact, CreatedKey, Key, Me, Message, NewContact, NewKey, NewMessage, NewReleaseMarker,
-    Quota, RateLimit, ReleaseMarker, Scenario, ScenarioRun,
+    BulkItem, BulkOutcome, Contact, CreatedKey, Key, Me, Message, NewContact, NewKey, NewMessage,
+    NewReleaseMarker, Quota, RateLimit, ReleaseMarker, Scenario, ScenarioRun,
 };
 pub use webhooks::{
     CreatedWebhook, DeletedWebhook, Delivery, VerifyError, Webhook, WebhookVerifier, TIMESTAMP_TOLERANCE,

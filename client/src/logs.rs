@@ -237,7 +237,8 @@ mod tests {
             ..Default::default()
         };
         let request = filter.request();
-        let query: Vec<(&str, &str)> = request.query_pairs().iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        let query: Vec<(&str, &str)> =
+            request.query_pairs().iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
         assert_eq!(query, [("status", "4xx"), ("path", "/public/v1/contacts*"), ("limit", "50")]);
     }
 }

@@ -348,7 +348,12 @@ impl Client {
     /// let run = client.run_scenario("scn_01jdx…", "con_01jdx…", Some(serde_json::json!({"coupon": "W10"}))).await?;
     /// # Ok(()) }
     /// ```
-    pub fn run_scenario(&self, scenario_id: &str, contact_id: &str, variables: Option<Value>) -> Call<ScenarioRun> {
+    pub fn run_scenario(
+        &self,
+        scenario_id: &str,
+        contact_id: &str,
+        variables: Option<Value>,
+    ) -> Call<ScenarioRun> {
         let mut body = serde_json::json!({ "contact_id": contact_id });
         if let Some(variables) = variables {
             body["variables"] = variables;

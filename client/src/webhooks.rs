@@ -153,7 +153,12 @@ impl fmt::Display for VerifyError {
             VerifyError::InvalidSecret => write!(f, "the secret is not whsec_ followed by base64"),
             VerifyError::InvalidTimestamp => write!(f, "webhook-timestamp is not Unix seconds"),
             VerifyError::TimestampOutOfTolerance { skew } => {
-                write!(f, "webhook-timestamp is {}s {} (tolerance ±300s)", skew.abs(), if *skew < 0 { "old" } else { "in the future" })
+                write!(
+                    f,
+                    "webhook-timestamp is {}s {} (tolerance ±300s)",
+                    skew.abs(),
+                    if *skew < 0 { "old" } else { "in the future" }
+                )
             }
             VerifyError::NoSignature => write!(f, "webhook-signature holds no v1 signature"),
             VerifyError::SignatureMismatch => write!(f, "no signature matches the body"),
@@ -308,8 +313,14 @@ mod tests {
         let mut body = BODY.to_vec();
         body[10] ^= 1;
         assert_eq!(verifier.verify_at(ID, TS, SIGNATURE, &body, at(0)), Err(VerifyError::SignatureMismatch));
-        assert_eq!(verifier.verify_at("msg_other", TS, SIGNATURE, BODY, at(0)), Err(VerifyError::SignatureMismatch));
-        assert_eq!(verifier.verify_at(ID, "1674087232", SIGNATURE, BODY, at(0)), Err(VerifyError::SignatureMismatch));
+        assert_eq!(
+            verifier.verify_at("msg_other", TS, SIGNATURE, BODY, at(0)),
+            Err(VerifyError::SignatureMismatch)
+        );
+        assert_eq!(
+            verifier.verify_at(ID, "1674087232", SIGNATURE, BODY, at(0)),
+            Err(VerifyError::SignatureMismatch)
+        );
         let other_key = WebhookVerifier::new("whsec_AQECAwQFBgcICQoLDA0ODxAREhMUFRYX").unwrap();
         assert_eq!(other_key.verify_at(ID, TS, SIGNATURE, BODY, at(0)), Err(VerifyError::SignatureMismatch));
     }
@@ -319,7 +330,10 @@ mod tests {
         assert_eq!(WebhookVerifier::new("AAECAwQF").unwrap_err(), VerifyError::InvalidSecret);
         assert_eq!(WebhookVerifier::new("whsec_not base64!").unwrap_err(), VerifyError::InvalidSecret);
         let verifier = WebhookVerifier::new(SECRET).unwrap();
-        assert_eq!(verifier.verify_at(ID, "yesterday", SIGNATURE, BODY, at(0)), Err(VerifyError::InvalidTimestamp));
+        assert_eq!(
+            verifier.verify_at(ID, "yesterday", SIGNATURE, BODY, at(0)),
+            Err(VerifyError::InvalidTimestamp)
+        );
         assert_eq!(verifier.verify_at(ID, TS, "", BODY, at(0)), Err(VerifyError::NoSignature));
         assert_eq!(verifier.verify_at(ID, TS, "v1,%%%", BODY, at(0)), Err(VerifyError::NoSignature));
     }

@@ -66,11 +66,9 @@ async fn a_429_with_retry_after_is_waited_out_and_retried_with_the_same_key() {
     assert_eq!(got[1].header("idempotency-key"), Some(key), "the retry reuses the key");
     assert_eq!(got[0].body, got[1].body);
     assert_eq!(got[0].header("authorization"), Some("Bearer gh_s_test"));
-    assert!(notices
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|n| matches!(n, Notice::Retry { retry_after: Some(after), .. } if *after == Duration::from_secs(2))));
+    assert!(notices.lock().unwrap().iter().any(
+        |n| matches!(n, Notice::Retry { retry_after: Some(after), .. } if *after == Duration::from_secs(2))
+    ));
 }
 
 #[tokio::test]
@@ -80,7 +78,8 @@ async fn each_call_gets_its_own_key_and_a_given_key_is_sent_as_is() {
     client.create_contact(&ada()).await.unwrap();
     client.create_contact(&ada()).await.unwrap();
     client.create_contact(&ada()).idempotency_key("signup-4711").await.unwrap();
-    let keys: Vec<String> = server.received().iter().map(|r| r.header("idempotency-key").unwrap().to_owned()).collect();
+    let keys: Vec<String> =
+        server.received().iter().map(|r| r.header("idempotency-key").unwrap().to_owned()).collect();
     assert_ne!(keys[0], keys[1]);
     assert_eq!(keys[2], "signup-4711");
 }
@@ -164,7 +163,11 @@ async fn no_remaining_requests_hold_every_task_until_the_reset() {
     assert_eq!(got.len(), 4);
     let reset_at = UNIX_EPOCH + Duration::from_secs(reset);
     for later in &got[1..] {
-        assert!(later.wall >= reset_at, "a request came {:?} before the reset", reset_at.duration_since(later.wall));
+        assert!(
+            later.wall >= reset_at,
+            "a request came {:?} before the reset",
+            reset_at.duration_since(later.wall)
+        );
     }
     assert_eq!(notices.lock().unwrap().iter().filter(|n| matches!(n, Notice::Paced { .. })).count(), 3);
 }
@@ -191,14 +194,22 @@ async fn events_that_cannot_be_delivered_are_buffered_and_flushed_with_the_same_
     assert_eq!(server.received().len(), 2, "retried once (a track batch is safe to repeat), then buffered");
     assert!(std::fs::read_to_string(&buffer).unwrap().contains(&event.event_id));
 
-    let stale = Event::at("Old", Actor::User("u1".into()), SystemTime::now() - Duration::from_secs(48 * 3600));
+    let stale =
+        Event::at("Old", Actor::User("u1".into()), SystemTime::now() - Duration::from_secs(48 * 3600));
     std::fs::write(
         &buffer,
-        format!("{}\n{}\n", serde_json::to_string(&stale).unwrap(), std::fs::read_to_string(&buffer).unwrap()),
+        format!(
+            "{}\n{}\n",
+            serde_json::to_string(&stale).unwrap(),
+            std::fs::read_to_string(&buffer).unwrap()
+        ),
     )
     .unwrap();
-    server.script(vec![Answer::json(202, json!({"accepted": [{"index": 0, "event_id": event.event_id}],
-                                                 "duplicates": [], "rejected": []}))]);
+    server.script(vec![Answer::json(
+        202,
+        json!({"accepted": [{"index": 0, "event_id": event.event_id}],
+                                                 "duplicates": [], "rejected": []}),
+    )]);
     let flushed = client.flush_events().await.unwrap();
     assert_eq!(flushed.accepted, vec![event.event_id.clone()]);
     assert_eq!((flushed.dropped, flushed.buffered), (1, 0));
@@ -207,7 +218,11 @@ async fn events_that_cannot_be_delivered_are_buffered_and_flushed_with_the_same_
     assert_eq!(resent["batch"][0]["event_id"], event.event_id.as_str());
     assert_eq!(resent["batch"][0]["timestamp"], event.timestamp.as_str());
     assert_eq!(std::fs::read_to_string(&buffer).unwrap(), "");
-    assert!(notices.lock().unwrap().iter().any(|n| matches!(n, Notice::EventsDropped { count: 1, .. }) && n.is_warning()));
+    assert!(notices
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|n| matches!(n, Notice::EventsDropped { count: 1, .. }) && n.is_warning()));
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -220,7 +235,8 @@ async fn events_another_request_is_sending_are_sent_again() {
     ])
     .await;
     let (client, _) = client(&server.url());
-    let events: Vec<Event> = ["a", "b"].iter().map(|name| Event::new(*name, Actor::User("u".into()))).collect();
+    let events: Vec<Event> =
+        ["a", "b"].iter().map(|name| Event::new(*name, Actor::User("u".into()))).collect();
     let outcome = client.track(events.clone()).await.unwrap();
     assert_eq!(outcome.accepted, vec![events[0].event_id.clone()]);
     assert_eq!(outcome.duplicates, vec![events[1].event_id.clone()]);

@@ -161,7 +161,14 @@ async fn handle(
             script.first().cloned().unwrap_or_else(|| Answer::json(200, serde_json::json!({})))
         }
     };
-    log.lock().unwrap().push(Received { method, path, headers, body, at: Instant::now(), wall: SystemTime::now() });
+    log.lock().unwrap().push(Received {
+        method,
+        path,
+        headers,
+        body,
+        at: Instant::now(),
+        wall: SystemTime::now(),
+    });
     let mut response = format!(
         "HTTP/1.1 {} Scripted\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
         answer.status,

@@ -23,14 +23,19 @@ struct Row {
 }
 
 pub async fn run(client: &Client, file: &Path) -> Result<(), Failure> {
-    let bytes = std::fs::read(file).map_err(|e| Failure::Usage(format!("cannot read {}: {e}", file.display())))?;
+    let bytes =
+        std::fs::read(file).map_err(|e| Failure::Usage(format!("cannot read {}: {e}", file.display())))?;
     let digest = hex(&Sha256::digest(&bytes));
     let rows = if is_ndjson(file, &bytes) { ndjson(&bytes)? } else { csv(&bytes)? };
     if rows.is_empty() {
         return Err(Failure::Usage(format!("{} holds no contacts", file.display())));
     }
     let chunks = rows.len().div_ceil(CHUNK);
-    eprintln!("importing {} contacts from {} in {chunks} bulk call(s) of up to {CHUNK}", rows.len(), file.display());
+    eprintln!(
+        "importing {} contacts from {} in {chunks} bulk call(s) of up to {CHUNK}",
+        rows.len(),
+        file.display()
+    );
 
     let bar = ProgressBar::new(rows.len() as u64);
     bar.set_style(
@@ -124,8 +129,12 @@ fn ndjson(bytes: &[u8]) -> Result<Vec<Row>, Failure> {
 fn csv(bytes: &[u8]) -> Result<Vec<Row>, Failure> {
     let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).flexible(false).from_reader(bytes);
     let usage = |e: csv::Error| Failure::Usage(format!("CSV: {e}"));
-    let header: Vec<String> =
-        reader.headers().map_err(usage)?.iter().map(|h| h.trim_start_matches('\u{feff}').to_ascii_lowercase()).collect();
+    let header: Vec<String> = reader
+        .headers()
+        .map_err(usage)?
+        .iter()
+        .map(|h| h.trim_start_matches('\u{feff}').to_ascii_lowercase())
+        .collect();
     if let Some(unknown) = header.iter().find(|h| !COLUMNS.contains(&h.as_str())) {
         return Err(Failure::Usage(format!(
             "CSV column {unknown:?} is not a contact field (use {})",
@@ -157,7 +166,9 @@ mod tests {
 
     #[test]
     fn csv_rows_keep_their_line_and_leave_out_empty_cells() {
-        let rows = csv(b"Name,email,phone\nAda,ada@example.com,\n\"Lovelace, A.\",,+44 20 7946 0000\n").ok().unwrap();
+        let rows = csv(b"Name,email,phone\nAda,ada@example.com,\n\"Lovelace, A.\",,+44 20 7946 0000\n")
+            .ok()
+            .unwrap();
         assert_eq!(rows.len(), 2);
         assert_eq!((rows[0].line, rows[1].line), (2, 3));
         assert_eq!(rows[0].contact, serde_json::json!({"name": "Ada", "email": "ada@example.com"}));

@@ -204,17 +204,20 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
-    if let Command::Webhooks(WebhooksCommand::Verify { secret, id, timestamp, signature, body_file }) = &cli.command {
+    if let Command::Webhooks(WebhooksCommand::Verify { secret, id, timestamp, signature, body_file }) =
+        &cli.command
+    {
         return verify(secret, id, timestamp, signature, body_file.as_ref());
     }
     let verbose = cli.verbose;
-    let mut builder = Client::builder(&cli.url).max_attempts(cli.max_attempts).on_notice(move |notice: &Notice| {
-        if verbose {
-            eprintln!("{notice}");
-        } else if notice.is_warning() {
-            eprintln!("gatehouse: warning: {notice}");
-        }
-    });
+    let mut builder =
+        Client::builder(&cli.url).max_attempts(cli.max_attempts).on_notice(move |notice: &Notice| {
+            if verbose {
+                eprintln!("{notice}");
+            } else if notice.is_warning() {
+                eprintln!("gatehouse: warning: {notice}");
+            }
+        });
     match cli.key {
         Some(key) => builder = builder.api_key(key),
         None => return Err(Failure::Usage("no API key: pass --key or set GATEHOUSE_KEY".into())),
@@ -249,13 +252,27 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Keys(KeysCommand::Revoke { id }) => print_json(&client.revoke_key(&id).await?),
         Command::Contacts(ContactsCommand::Import { file }) => import::run(&client, &file).await?,
         Command::Logs(LogsCommand::Tail { filters, interval }) => {
-            let filter = LogFilter { status: filters.status, path: filters.path, method: filters.method, ..Default::default() };
+            let filter = LogFilter {
+                status: filters.status,
+                path: filters.path,
+                method: filters.method,
+                ..Default::default()
+            };
             let mut tail = client.tail_logs(filter, Duration::from_secs(interval.max(1)));
             loop {
                 println!("{}", log_line(&tail.next().await?));
             }
         }
-        Command::Logs(LogsCommand::List { filters, request_id, key_id, idempotency_key, from, to, limit, cursor }) => {
+        Command::Logs(LogsCommand::List {
+            filters,
+            request_id,
+            key_id,
+            idempotency_key,
+            from,
+            to,
+            limit,
+            cursor,
+        }) => {
             let filter = LogFilter {
                 status: filters.status,
                 path: filters.path,
@@ -312,7 +329,9 @@ fn verify(
         }
         None => {
             let mut body = Vec::new();
-            std::io::stdin().read_to_end(&mut body).map_err(|e| Failure::Usage(format!("cannot read stdin: {e}")))?;
+            std::io::stdin()
+                .read_to_end(&mut body)
+                .map_err(|e| Failure::Usage(format!("cannot read stdin: {e}")))?;
             body
         }
     };
