@@ -248,7 +248,7 @@ impl Client {
         })?;
         let key = key_id(api_key);
         let max_attempts = self.shared.max_attempts;
-        let url = self.url(request)?;
+        let url = self.url(request);
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -322,7 +322,7 @@ impl Client {
         }
     }
 
-    fn url(&self, request: &Request) -> Result<Url, Error> {
+    fn url(&self, request: &Request) -> Url {
         let mut url = self.shared.base.clone();
         let base_path = url.path().trim_end_matches('/').to_owned();
         url.set_path(&format!("{base_path}{}", request.path));
@@ -330,7 +330,7 @@ impl Client {
         if !request.query.is_empty() {
             url.query_pairs_mut().extend_pairs(&request.query);
         }
-        Ok(url)
+        url
     }
 
     async fn send_once(&self, request: &Request, url: Url, api_key: &str) -> Result<Answer, Error> {

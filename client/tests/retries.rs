@@ -6,6 +6,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use gatehouse_client::retry::RandomSource;
 use gatehouse_client::{Actor, Client, Error, Event, NewContact, Notice};
 use serde_json::json;
 use support::{Answer, FakeServer};
@@ -29,12 +30,27 @@ fn me(remaining: u64, reset: u64) -> Answer {
     .header("x-ratelimit-reset", reset)
 }
 
+/// The same draw every time: the jitter becomes exact.
+struct Fixed(f64);
+
+impl RandomSource for Fixed {
+    fn unit(&self) -> f64 {
+        self.0
+    }
+}
+
 /// A client for `url` that keeps every notice.
 fn client(url: &str) -> (Client, Arc<Mutex<Vec<Notice>>>) {
+    client_drawing(url, 0.5)
+}
+
+/// A client for `url` whose every random draw is `random`.
+fn client_drawing(url: &str, random: f64) -> (Client, Arc<Mutex<Vec<Notice>>>) {
     let notices = Arc::new(Mutex::new(Vec::new()));
     let kept = notices.clone();
     let client = Client::builder(url)
         .api_key("gh_s_test")
+        .random_source(Fixed(random))
         .on_notice(move |notice| kept.lock().unwrap().push(notice.clone()))
         .build()
         .unwrap();
@@ -52,23 +68,24 @@ async fn a_429_with_retry_after_is_waited_out_and_retried_with_the_same_key() {
         contact(),
     ])
     .await;
-    let (client, notices) = client(&server.url());
+    // The largest draw: Retry-After plus the full 10 %.
+    let (client, notices) = client_drawing(&server.url(), 1.0);
     let created = client.create_contact(&ada()).await.unwrap();
     assert_eq!(created.id, "con_1");
     let got = server.received();
     assert_eq!(got.len(), 2);
     assert_eq!((got[0].method.as_str(), got[0].path.as_str()), ("POST", "/public/v1/contacts"));
     let waited = got[1].at - got[0].at;
-    assert!(waited >= Duration::from_secs(2), "waited only {waited:?}");
-    assert!(waited <= Duration::from_millis(2_600), "waited {waited:?}, more than Retry-After + 10 %");
+    assert!(waited >= Duration::from_millis(2_200), "waited only {waited:?}, not Retry-After + 10 %");
+    assert!(waited <= Duration::from_millis(2_700), "waited {waited:?}");
     let key = got[0].header("idempotency-key").expect("an Idempotency-Key");
     assert!(uuid::Uuid::parse_str(key).is_ok_and(|id| id.get_version_num() == 4), "{key}");
     assert_eq!(got[1].header("idempotency-key"), Some(key), "the retry reuses the key");
     assert_eq!(got[0].body, got[1].body);
     assert_eq!(got[0].header("authorization"), Some("Bearer gh_s_test"));
-    assert!(notices.lock().unwrap().iter().any(
-        |n| matches!(n, Notice::Retry { retry_after: Some(after), .. } if *after == Duration::from_secs(2))
-    ));
+    let retry =
+        Notice::Retry { wait: Duration::from_millis(2_200), retry_after: Some(Duration::from_secs(2)) };
+    assert!(notices.lock().unwrap().contains(&retry), "{:?}", notices.lock().unwrap());
 }
 
 #[tokio::test]
@@ -87,13 +104,14 @@ async fn each_call_gets_its_own_key_and_a_given_key_is_sent_as_is() {
 #[tokio::test]
 async fn a_503_on_a_post_with_a_key_is_retried_after_a_backoff() {
     let server = FakeServer::start(vec![Answer::error(503, "SERVICE_UNAVAILABLE", true), contact()]).await;
-    let (client, _) = client(&server.url());
+    // The smallest draw: the first backoff, 1 s, halved.
+    let (client, _) = client_drawing(&server.url(), 0.0);
     let reply = client.create_contact(&ada()).reply().await.unwrap();
     assert_eq!(reply.status, 201);
     let got = server.received();
     assert_eq!(got.len(), 2);
     let waited = got[1].at - got[0].at;
-    assert!(waited >= Duration::from_millis(500) && waited < Duration::from_millis(1_500), "{waited:?}");
+    assert!(waited >= Duration::from_millis(500) && waited < Duration::from_millis(900), "{waited:?}");
     assert_eq!(got[0].header("idempotency-key"), got[1].header("idempotency-key"));
 }
 
