@@ -24,11 +24,22 @@ export CLOUDFLARE_CF_FETCH_ENABLED=false
 export WRANGLER_SEND_METRICS=false
 
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+  node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); })'
+}
+
+# The SHA-256 of stdin as "<hex>  -": GNU coreutils' sha256sum, or shasum on macOS and the BSDs.
+sha256() {
+  if command -v sha256sum >/dev/null 2>&1; then sha256sum; else shasum -a 256; fi
+}
+
+# The size of a file in bytes (portable; `stat` differs between GNU and BSD).
+file_size() {
+  wc -c < "$1" | tr -d ' '
 }
 
 # start_gateway STATE_DIR PORT LOG [wrangler dev args…]: applies the D1 migrations to STATE_DIR,
-# starts `wrangler dev` in its own process group (GATEWAY_PID) and waits until it answers.
+# starts `wrangler dev` in its own process group (GATEWAY_PID; job control puts a background job
+# in a group of its own, on Linux and macOS alike) and waits until it answers.
 # `--test-scheduled` serves GET /__scheduled?cron=… to run a cron handler now (the static assets
 # keep /cdn-cgi/handler/scheduled from reaching the worker).
 start_gateway() {
@@ -39,10 +50,14 @@ start_gateway() {
       && wrangler d1 migrations apply AUDIT_DB --local --persist-to "$state"; } > "$log.migrations" 2>&1 \
     || { cat "$log.migrations"; die "D1 migrations failed"; }
   note "D1 migrations applied ($(grep -oE '[0-9]{4}_[a-z_]+\.sql' "$log.migrations" | sort -u | wc -l) files) in $state"
-  setsid wrangler dev --ip 127.0.0.1 --port "$port" \
-    --inspector-port "$(free_port)" --persist-to "$state" \
+  local inspector
+  inspector="$(free_port)"
+  set -m
+  wrangler dev --ip 127.0.0.1 --port "$port" \
+    --inspector-port "$inspector" --persist-to "$state" \
     --show-interactive-dev-session=false --test-scheduled "$@" > "$log" 2>&1 < /dev/null &
   GATEWAY_PID=$!
+  set +m
   local waited=0
   until curl -fs -o /dev/null "http://127.0.0.1:$port/health"; do
     if ! kill -0 "$GATEWAY_PID" 2>/dev/null; then

@@ -1,0 +1,389 @@
+//! `gatehouse`, the command line of the Gatehouse API (SPEC §14), built on `gatehouse-client`:
+//! every command gets the SDK's idempotency keys, retries and pacing. Exit status: 0 success,
+//! 1 API or network error (the error as JSON on stderr), 2 usage error.
+
+mod import;
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use gatehouse_client::{
+    Actor, Client, Error, Event, LogEntry, LogFilter, NewKey, Notice, WebhookVerifier, DEFAULT_URL,
+};
+use serde::Serialize;
+
+#[derive(Parser)]
+#[command(name = "gatehouse", version, about = "Command line of the Gatehouse API", max_term_width = 100)]
+struct Cli {
+    /// Base URL of the gateway.
+    #[arg(long, env = "GATEHOUSE_URL", default_value = DEFAULT_URL, global = true)]
+    url: String,
+    /// API key (Authorization: Bearer …).
+    #[arg(long, env = "GATEHOUSE_KEY", hide_env_values = true, global = true)]
+    key: Option<String>,
+    /// Attempts per call, the first included.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..), global = true)]
+    max_attempts: u32,
+    /// Print each attempt, its status and every wait on stderr.
+    #[arg(long, short, global = true)]
+    verbose: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The key in use: project, plan, rate window, quota.
+    Me,
+    /// Any API request; the answer body on stdout.
+    Request {
+        /// GET, POST, PATCH, DELETE, …
+        method: String,
+        /// Path with optional query, e.g. /public/v1/contacts?limit=5
+        path: String,
+        /// JSON body, or @FILE to read it from a file.
+        #[arg(long)]
+        data: Option<String>,
+        /// Your own Idempotency-Key (mutating requests get a UUIDv4 otherwise).
+        #[arg(long)]
+        idempotency_key: Option<String>,
+    },
+    /// API keys (owner key).
+    #[command(subcommand)]
+    Keys(KeysCommand),
+    /// Contacts.
+    #[command(subcommand)]
+    Contacts(ContactsCommand),
+    /// The audit log (owner key).
+    #[command(subcommand)]
+    Logs(LogsCommand),
+    /// Webhooks.
+    #[command(subcommand)]
+    Webhooks(WebhooksCommand),
+    /// Send one event (server or browser key).
+    Track {
+        /// The event name, e.g. "Order Completed".
+        event: String,
+        /// Properties as a JSON object.
+        #[arg(long)]
+        properties: Option<String>,
+        #[arg(long, required_unless_present = "anonymous_id", conflicts_with = "anonymous_id")]
+        user_id: Option<String>,
+        #[arg(long)]
+        anonymous_id: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Create a key; its secret is printed this once.
+    Create {
+        /// owner, server, browser or cicd.
+        #[arg(long = "type")]
+        key_type: String,
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Every key of the project, one JSON line each.
+    List,
+    /// Revoke a key at once.
+    Revoke { id: String },
+}
+
+#[derive(Subcommand)]
+enum ContactsCommand {
+    /// Import a CSV (header row: name, phone, email, external_id) or NDJSON file in bulk calls of
+    /// 100; re-running the same file creates nothing twice.
+    Import { file: PathBuf },
+}
+
+#[derive(Subcommand)]
+enum LogsCommand {
+    /// Follow new rows, one line each, until interrupted.
+    Tail {
+        #[command(flatten)]
+        filters: TailFilters,
+        /// Seconds between polls.
+        #[arg(long, default_value_t = 3)]
+        interval: u64,
+    },
+    /// One page of rows as JSON lines, newest first (the next cursor on stderr).
+    List {
+        #[command(flatten)]
+        filters: TailFilters,
+        #[arg(long)]
+        request_id: Option<String>,
+        #[arg(long)]
+        key_id: Option<String>,
+        #[arg(long)]
+        idempotency_key: Option<String>,
+        /// RFC 3339, YYYY-MM-DD or Unix milliseconds.
+        #[arg(long)]
+        from: Option<String>,
+        #[arg(long)]
+        to: Option<String>,
+        /// Rows (at most 200).
+        #[arg(long)]
+        limit: Option<u32>,
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+}
+
+#[derive(Args)]
+struct TailFilters {
+    /// 2xx, 4xx, 5xx or an exact status.
+    #[arg(long)]
+    status: Option<String>,
+    /// Glob over path and query, * = anything.
+    #[arg(long)]
+    path: Option<String>,
+    #[arg(long)]
+    method: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum WebhooksCommand {
+    /// Check a delivery's Standard Webhooks signature (body from --body-file or stdin); needs no
+    /// --url or --key. Exit 0 valid, 1 invalid with the reason on stderr.
+    Verify {
+        /// The subscription's secret, whsec_…
+        #[arg(long)]
+        secret: String,
+        /// The webhook-id header.
+        #[arg(long)]
+        id: String,
+        /// The webhook-timestamp header.
+        #[arg(long)]
+        timestamp: String,
+        /// The webhook-signature header.
+        #[arg(long)]
+        signature: String,
+        #[arg(long)]
+        body_file: Option<PathBuf>,
+    },
+}
+
+/// How a command failed.
+enum Failure {
+    /// Bad arguments or input: exit 2.
+    Usage(String),
+    /// The API or the network: exit 1, the error JSON on stderr.
+    Api(Error),
+    /// Exit 1 with a message already written.
+    Reported,
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Failure {
+        match error {
+            Error::Invalid(message) => Failure::Usage(message),
+            other => Failure::Api(other),
+        }
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(message)) => {
+            eprintln!("gatehouse: {message}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Api(error)) => {
+            eprintln!("{}", error.to_json());
+            ExitCode::from(1)
+        }
+        Err(Failure::Reported) => ExitCode::from(1),
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    if let Command::Webhooks(WebhooksCommand::Verify { secret, id, timestamp, signature, body_file }) =
+        &cli.command
+    {
+        return verify(secret, id, timestamp, signature, body_file.as_ref());
+    }
+    let verbose = cli.verbose;
+    let mut builder =
+        Client::builder(&cli.url).max_attempts(cli.max_attempts).on_notice(move |notice: &Notice| {
+            if verbose {
+                eprintln!("{notice}");
+            } else if notice.is_warning() {
+                eprintln!("gatehouse: warning: {notice}");
+            }
+        });
+    match cli.key {
+        Some(key) => builder = builder.api_key(key),
+        None => return Err(Failure::Usage("no API key: pass --key or set GATEHOUSE_KEY".into())),
+    }
+    let client = builder.build()?;
+    match cli.command {
+        Command::Me => print_json(&client.me().await?),
+        Command::Request { method, path, data, idempotency_key } => {
+            let body = data.map(read_data).transpose()?;
+            let mut call = client.request(&method, &path, body)?;
+            if let Some(key) = idempotency_key {
+                call = call.idempotency_key(key);
+            }
+            let reply = call.reply().await?;
+            let mut stdout = std::io::stdout().lock();
+            let _ = stdout.write_all(&reply.value);
+            if !reply.value.ends_with(b"\n") && !reply.value.is_empty() {
+                let _ = stdout.write_all(b"\n");
+            }
+        }
+        Command::Keys(KeysCommand::Create { key_type, name }) => {
+            let mut key = NewKey::new(key_type);
+            key.name = name;
+            print_json(&client.create_key(&key).await?);
+        }
+        Command::Keys(KeysCommand::List) => {
+            let mut keys = client.list_keys();
+            while let Some(key) = keys.try_next().await? {
+                print_line(&key);
+            }
+        }
+        Command::Keys(KeysCommand::Revoke { id }) => print_json(&client.revoke_key(&id).await?),
+        Command::Contacts(ContactsCommand::Import { file }) => import::run(&client, &file).await?,
+        Command::Logs(LogsCommand::Tail { filters, interval }) => {
+            let filter = LogFilter {
+                status: filters.status,
+                path: filters.path,
+                method: filters.method,
+                ..Default::default()
+            };
+            let mut tail = client.tail_logs(filter, Duration::from_secs(interval.max(1)));
+            loop {
+                println!("{}", log_line(&tail.next().await?));
+            }
+        }
+        Command::Logs(LogsCommand::List {
+            filters,
+            request_id,
+            key_id,
+            idempotency_key,
+            from,
+            to,
+            limit,
+            cursor,
+        }) => {
+            let filter = LogFilter {
+                status: filters.status,
+                path: filters.path,
+                method: filters.method,
+                request_id,
+                key_id,
+                idempotency_key,
+                from,
+                to,
+                limit,
+            };
+            let page = client.log_page(&filter, cursor.as_deref()).await?;
+            for row in &page.data {
+                print_line(row);
+            }
+            if let Some(next) = page.next_cursor {
+                eprintln!("next cursor: {next}");
+            }
+        }
+        Command::Track { event, properties, user_id, anonymous_id } => {
+            let actor = match (user_id, anonymous_id) {
+                (Some(user), _) => Actor::User(user),
+                (None, Some(anonymous)) => Actor::Anonymous(anonymous),
+                (None, None) => unreachable!("clap requires one of them"),
+            };
+            let mut event = Event::new(event, actor);
+            if let Some(properties) = properties {
+                match serde_json::from_str(&properties) {
+                    Ok(value @ serde_json::Value::Object(_)) => event = event.properties(value),
+                    _ => return Err(Failure::Usage("--properties must be a JSON object".into())),
+                }
+            }
+            let outcome = client.track(vec![event]).await?;
+            print_json(&outcome);
+            if !outcome.rejected.is_empty() {
+                return Err(Failure::Reported);
+            }
+        }
+        Command::Webhooks(WebhooksCommand::Verify { .. }) => unreachable!("handled before a client is built"),
+    }
+    Ok(())
+}
+
+fn verify(
+    secret: &str,
+    id: &str,
+    timestamp: &str,
+    signature: &str,
+    body_file: Option<&PathBuf>,
+) -> Result<(), Failure> {
+    let body = match body_file {
+        Some(path) => {
+            std::fs::read(path).map_err(|e| Failure::Usage(format!("cannot read {}: {e}", path.display())))?
+        }
+        None => {
+            let mut body = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut body)
+                .map_err(|e| Failure::Usage(format!("cannot read stdin: {e}")))?;
+            body
+        }
+    };
+    let outcome = WebhookVerifier::new(secret).and_then(|v| v.verify(id, timestamp, signature, &body));
+    match outcome {
+        Ok(()) => {
+            println!("valid");
+            Ok(())
+        }
+        Err(reason) => {
+            eprintln!("invalid: {reason}");
+            Err(Failure::Reported)
+        }
+    }
+}
+
+/// `--data`: JSON as given, or `@FILE`; it must parse as JSON.
+fn read_data(data: String) -> Result<Vec<u8>, Failure> {
+    let bytes = match data.strip_prefix('@') {
+        Some(path) => std::fs::read(path).map_err(|e| Failure::Usage(format!("cannot read {path}: {e}")))?,
+        None => data.into_bytes(),
+    };
+    serde_json::from_slice::<serde_json::Value>(&bytes)
+        .map_err(|e| Failure::Usage(format!("--data is not JSON: {e}")))?;
+    Ok(bytes)
+}
+
+fn print_json(value: &impl Serialize) {
+    println!("{}", serde_json::to_string_pretty(value).expect("answers serialise"));
+}
+
+fn print_line(value: &impl Serialize) {
+    println!("{}", serde_json::to_string(value).expect("answers serialise"));
+}
+
+/// One tail line: time, status, method, path, duration, key, request id, and what stands out.
+fn log_line(row: &LogEntry) -> String {
+    let mut line = format!(
+        "{}  {} {} {}  {} ms  {}  {}",
+        row.ts,
+        row.status,
+        row.method,
+        row.path,
+        row.response_time_ms,
+        row.key_prefix.as_deref().unwrap_or("-"),
+        row.request_id
+    );
+    if let Some(code) = &row.error_code {
+        line.push_str(&format!("  {code}"));
+    }
+    if row.replayed {
+        line.push_str("  replayed");
+    }
+    line
+}

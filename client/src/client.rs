@@ -1,0 +1,668 @@
+//! The client: configuration, the send loop (idempotency key, pacing, retries), one call as a
+//! value ([`Call`]), its answer ([`Reply`]), what it reports on the way ([`Notice`]) and lists
+//! followed page by page ([`Pages`]).
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::{Future, IntoFuture};
+use std::marker::PhantomData;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use reqwest::header::{HeaderMap, ACCEPT, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
+use reqwest::{Method, Url};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ApiError, Error};
+use crate::events::EventBuffer;
+use crate::pacing::{key_id, RateWindows};
+use crate::retry::{
+    parse_retry_after, retry_delay, should_retry, Failure, OsRandom, RandomSource, DEFAULT_MAX_ATTEMPTS,
+};
+
+/// Where `gatehouse` and the builder point when told nothing else: `wrangler dev`'s address.
+pub const DEFAULT_URL: &str = "http://127.0.0.1:8787";
+
+type Observer = Arc<dyn Fn(&Notice) + Send + Sync>;
+
+/// Builds a [`Client`].
+///
+/// ```
+/// use std::time::Duration;
+/// let client = gatehouse_client::Client::builder("http://127.0.0.1:8787")
+///     .api_key("gh_s_…")
+///     .max_attempts(3)
+///     .timeout(Duration::from_secs(10))
+///     .on_notice(|notice| eprintln!("{notice}"))
+///     .build()?;
+/// # Ok::<(), gatehouse_client::Error>(())
+/// ```
+pub struct ClientBuilder {
+    base_url: String,
+    api_key: Option<String>,
+    max_attempts: u32,
+    timeout: Duration,
+    observer: Observer,
+    event_buffer: Option<PathBuf>,
+    random: Arc<dyn RandomSource>,
+}
+
+impl ClientBuilder {
+    /// The API key sent as `Authorization: Bearer …` (a client without one can only verify
+    /// webhooks).
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(key.into());
+        self
+    }
+
+    /// Attempts per call, the first included (default 5; at least 1).
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts.max(1);
+        self
+    }
+
+    /// How long one attempt may take, connecting included (default 30 s). A timeout is retried
+    /// like a network error.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Receives every [`Notice`]: attempts, answers, waits, buffered and dropped events. The
+    /// default prints only the warnings ([`Notice::is_warning`]) to stderr.
+    pub fn on_notice(mut self, observer: impl Fn(&Notice) + Send + Sync + 'static) -> Self {
+        self.observer = Arc::new(observer);
+        self
+    }
+
+    /// An NDJSON file that keeps events [`Client::track`] could not deliver, for
+    /// [`Client::flush_events`] to send again with the same `event_id`s.
+    pub fn event_buffer(mut self, path: impl Into<PathBuf>) -> Self {
+        self.event_buffer = Some(path.into());
+        self
+    }
+
+    /// The random source of the jitter (default: the operating system's).
+    pub fn random_source(mut self, random: impl RandomSource + 'static) -> Self {
+        self.random = Arc::new(random);
+        self
+    }
+
+    pub fn build(self) -> Result<Client, Error> {
+        let base = Url::parse(self.base_url.trim_end_matches('/'))
+            .map_err(|e| Error::Invalid(format!("invalid base URL {:?}: {e}", self.base_url)))?;
+        if !matches!(base.scheme(), "http" | "https") {
+            return Err(Error::Invalid(format!("the base URL must be http or https: {base}")));
+        }
+        let http = reqwest::Client::builder()
+            .timeout(self.timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| Error::Invalid(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Client {
+            shared: Arc::new(Shared {
+                http,
+                base,
+                max_attempts: self.max_attempts,
+                windows: RateWindows::default(),
+                observer: self.observer,
+                random: self.random,
+                buffer: self.event_buffer.map(EventBuffer::new),
+            }),
+            api_key: self.api_key.map(Arc::from),
+        })
+    }
+}
+
+/// A Gatehouse API client. Cheap to clone; clones share the connection pool and what the client
+/// knows about each key's rate window, so every task that uses a clone slows down together.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), gatehouse_client::Error> {
+/// let client = gatehouse_client::Client::new("http://127.0.0.1:8787", "gh_s_…")?;
+/// let me = client.me().await?;
+/// println!("{} requests left this minute", me.rate_limit.remaining);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    shared: Arc<Shared>,
+    api_key: Option<Arc<str>>,
+}
+
+struct Shared {
+    http: reqwest::Client,
+    base: Url,
+    max_attempts: u32,
+    windows: RateWindows,
+    observer: Observer,
+    random: Arc<dyn RandomSource>,
+    buffer: Option<EventBuffer>,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("base_url", &self.shared.base.as_str())
+            .field("api_key", &self.api_key.as_ref().map(|k| format!("{}…", &k[..k.len().min(12)])))
+            .field("max_attempts", &self.shared.max_attempts)
+            .finish()
+    }
+}
+
+impl Client {
+    /// A builder with the defaults: 5 attempts, a 30 s timeout, warnings to stderr.
+    pub fn builder(base_url: impl Into<String>) -> ClientBuilder {
+        ClientBuilder {
+            base_url: base_url.into(),
+            api_key: None,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            timeout: Duration::from_secs(30),
+            observer: Arc::new(|notice: &Notice| {
+                if notice.is_warning() {
+                    eprintln!("gatehouse: warning: {notice}");
+                }
+            }),
+            event_buffer: None,
+            random: Arc::new(OsRandom),
+        }
+    }
+
+    /// A client with the defaults for `base_url` and `api_key`.
+    pub fn new(base_url: impl Into<String>, api_key: impl Into<String>) -> Result<Client, Error> {
+        Client::builder(base_url).api_key(api_key).build()
+    }
+
+    /// The same client acting with another API key (same connections, same pacing state).
+    ///
+    /// ```no_run
+    /// # async fn run(owner: gatehouse_client::Client) -> Result<(), gatehouse_client::Error> {
+    /// let server_key = owner.create_key(&gatehouse_client::NewKey::new("server")).await?;
+    /// let server = owner.with_key(server_key.key);
+    /// # Ok(()) }
+    /// ```
+    pub fn with_key(&self, api_key: impl Into<String>) -> Client {
+        Client { shared: self.shared.clone(), api_key: Some(Arc::from(api_key.into())) }
+    }
+
+    /// Any request, for routes this SDK has no typed call for: `body` is sent as JSON; the answer
+    /// body comes back as bytes. Mutating methods get an automatic `Idempotency-Key`, and the
+    /// retry rules apply as for every call.
+    ///
+    /// ```no_run
+    /// # async fn run(client: gatehouse_client::Client) -> Result<(), gatehouse_client::Error> {
+    /// let reply = client.request("GET", "/public/v1/keys/key_123/stats?days=7", None)?.reply().await?;
+    /// println!("{} {}", reply.status, String::from_utf8_lossy(&reply.value));
+    /// # Ok(()) }
+    /// ```
+    pub fn request(&self, method: &str, path: &str, body: Option<Vec<u8>>) -> Result<Call<Vec<u8>>, Error> {
+        let method = Method::from_bytes(method.to_ascii_uppercase().as_bytes())
+            .map_err(|_| Error::Invalid(format!("not an HTTP method: {method}")))?;
+        let (path, query) = match path.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (path, None),
+        };
+        if !path.starts_with('/') {
+            return Err(Error::Invalid(format!("a path starts with '/': {path}")));
+        }
+        let mut request = Request::new(method, path.to_owned());
+        request.raw_query = query.map(str::to_owned);
+        request.body = body;
+        Ok(Call { client: self.clone(), request, decode: |bytes| Ok(bytes.to_vec()), output: PhantomData })
+    }
+
+    pub(crate) fn call<T: DeserializeOwned>(&self, request: Request) -> Call<T> {
+        Call {
+            client: self.clone(),
+            request,
+            decode: |bytes| serde_json::from_slice(bytes),
+            output: PhantomData,
+        }
+    }
+
+    pub(crate) fn notify(&self, notice: Notice) {
+        (self.shared.observer)(&notice);
+    }
+
+    pub(crate) fn event_buffer(&self) -> Option<&EventBuffer> {
+        self.shared.buffer.as_ref()
+    }
+
+    pub(crate) fn max_attempts(&self) -> u32 {
+        self.shared.max_attempts
+    }
+
+    pub(crate) fn random(&self) -> f64 {
+        self.shared.random.unit()
+    }
+
+    /// Sends `request` until it succeeds, fails for good, or runs out of attempts.
+    async fn execute(&self, request: &Request) -> Result<Answer, Error> {
+        let api_key = self.api_key.as_deref().ok_or_else(|| {
+            Error::Invalid(
+                "no API key: set one with ClientBuilder::api_key (or --key / GATEHOUSE_KEY)".into(),
+            )
+        })?;
+        let key = key_id(api_key);
+        let max_attempts = self.shared.max_attempts;
+        let url = self.url(request);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            if let Some(wait) = self.shared.windows.wait(&key, SystemTime::now()) {
+                let wait = wait.mul_f64(1.0 + 0.1 * self.random());
+                self.notify(Notice::Paced { wait });
+                tokio::time::sleep(wait).await;
+            }
+            self.notify(Notice::Attempt {
+                method: request.method.to_string(),
+                path: request.path.clone(),
+                attempt,
+                max_attempts,
+                idempotency_key: request.idempotency_key.clone(),
+            });
+            let started = Instant::now();
+            let (error, retry_after) = match self.send_once(request, url.clone(), api_key).await {
+                Ok(answer) => {
+                    self.shared.windows.observe(
+                        &key,
+                        answer.header("x-ratelimit-remaining"),
+                        answer.header("x-ratelimit-reset"),
+                    );
+                    let success = (200..300).contains(&answer.status);
+                    let error = (!success).then(|| {
+                        ApiError::from_answer(
+                            answer.status,
+                            answer.header("x-request-id").map(str::to_owned),
+                            &answer.body,
+                        )
+                    });
+                    self.notify(Notice::Answered {
+                        method: request.method.to_string(),
+                        path: request.path.clone(),
+                        status: answer.status,
+                        code: error.as_ref().map(|e| e.code.clone()),
+                        request_id: answer.header("x-request-id").map(str::to_owned),
+                        elapsed: started.elapsed(),
+                    });
+                    match error {
+                        None => return Ok(answer),
+                        Some(error) => {
+                            let retry_after = answer
+                                .header("retry-after")
+                                .and_then(|v| parse_retry_after(v, SystemTime::now()));
+                            (Error::Api(error), retry_after)
+                        }
+                    }
+                }
+                Err(error) => {
+                    self.notify(Notice::NoAnswer {
+                        method: request.method.to_string(),
+                        path: request.path.clone(),
+                        error: error.to_string(),
+                        elapsed: started.elapsed(),
+                    });
+                    (error, None)
+                }
+            };
+            let failure = match &error {
+                Error::Api(e) => Failure::Status { status: e.status, code: &e.code, retryable: e.retryable },
+                Error::Network { timeout: true, .. } => Failure::Timeout,
+                _ => Failure::Network,
+            };
+            if attempt >= max_attempts || !should_retry(failure, request.idempotent()) {
+                return Err(error);
+            }
+            let wait = retry_delay(attempt, retry_after, self.random());
+            self.notify(Notice::Retry { wait, retry_after });
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    fn url(&self, request: &Request) -> Url {
+        let mut url = self.shared.base.clone();
+        let base_path = url.path().trim_end_matches('/').to_owned();
+        url.set_path(&format!("{base_path}{}", request.path));
+        url.set_query(request.raw_query.as_deref());
+        if !request.query.is_empty() {
+            url.query_pairs_mut().extend_pairs(&request.query);
+        }
+        url
+    }
+
+    async fn send_once(&self, request: &Request, url: Url, api_key: &str) -> Result<Answer, Error> {
+        let mut builder = self
+            .shared
+            .http
+            .request(request.method.clone(), url)
+            .header(AUTHORIZATION, format!("Bearer {api_key}"))
+            .header(ACCEPT, "application/json")
+            .header(USER_AGENT, concat!("gatehouse-client/", env!("CARGO_PKG_VERSION")));
+        if let Some(key) = &request.idempotency_key {
+            builder = builder.header("Idempotency-Key", key);
+        }
+        if let Some(body) = &request.body {
+            builder = builder.header(CONTENT_TYPE, "application/json").body(body.clone());
+        }
+        let network = |e: reqwest::Error| Error::Network { message: describe(&e), timeout: e.is_timeout() };
+        let response = builder.send().await.map_err(network)?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response.bytes().await.map_err(network)?.to_vec();
+        Ok(Answer { status, headers, body })
+    }
+}
+
+/// A reqwest error with its causes ("error sending request: … : Connection refused").
+fn describe(error: &reqwest::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// One HTTP request as the send loop repeats it: the idempotency key is fixed when the call is
+/// made, so every retry carries the same one.
+#[derive(Debug, Clone)]
+pub(crate) struct Request {
+    method: Method,
+    path: String,
+    raw_query: Option<String>,
+    query: Vec<(String, String)>,
+    body: Option<Vec<u8>>,
+    idempotency_key: Option<String>,
+    /// Safe to repeat for another reason than a key (every item carries an `event_id`).
+    repeatable: bool,
+}
+
+impl Request {
+    /// A request; mutating methods get a fresh UUIDv4 `Idempotency-Key`.
+    fn new(method: Method, path: String) -> Request {
+        let mutating = !matches!(method, Method::GET | Method::HEAD);
+        Request {
+            method,
+            path,
+            raw_query: None,
+            query: Vec::new(),
+            body: None,
+            idempotency_key: mutating.then(|| uuid::Uuid::new_v4().to_string()),
+            repeatable: false,
+        }
+    }
+
+    pub(crate) fn get(path: impl Into<String>) -> Request {
+        Request::new(Method::GET, path.into())
+    }
+
+    pub(crate) fn delete(path: impl Into<String>) -> Request {
+        Request::new(Method::DELETE, path.into())
+    }
+
+    pub(crate) fn post(path: impl Into<String>, body: &impl Serialize) -> Request {
+        let mut request = Request::new(Method::POST, path.into());
+        request.body = Some(serde_json::to_vec(body).expect("request bodies serialise"));
+        request
+    }
+
+    pub(crate) fn query(mut self, name: &str, value: impl ToString) -> Request {
+        self.query.push((name.to_owned(), value.to_string()));
+        self
+    }
+
+    /// Marks a request whose repeat cannot do the work twice without a key (`/v1/track`).
+    pub(crate) fn repeatable(mut self) -> Request {
+        self.repeatable = true;
+        self
+    }
+
+    #[cfg(test)]
+    pub(crate) fn query_pairs(&self) -> &[(String, String)] {
+        &self.query
+    }
+
+    fn idempotent(&self) -> bool {
+        matches!(self.method, Method::GET | Method::HEAD) || self.idempotency_key.is_some() || self.repeatable
+    }
+}
+
+/// An answer as it came.
+struct Answer {
+    status: u16,
+    headers: HeaderMap,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+/// One API call, ready to send: `.await` it for the value, or call [`Call::reply`] for the value
+/// with its request id and replay flag. A mutating call already holds its `Idempotency-Key`
+/// (a UUIDv4), which every retry of this call reuses; [`Call::idempotency_key`] sets your own.
+///
+/// ```no_run
+/// # async fn run(client: gatehouse_client::Client) -> Result<(), gatehouse_client::Error> {
+/// use gatehouse_client::NewContact;
+/// let ada = NewContact { name: Some("Ada".into()), ..Default::default() };
+/// let contact = client.create_contact(&ada).idempotency_key("signup-4711").await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "a call does nothing until it is awaited"]
+pub struct Call<T> {
+    client: Client,
+    request: Request,
+    decode: fn(&[u8]) -> serde_json::Result<T>,
+    output: PhantomData<fn() -> T>,
+}
+
+impl<T> Call<T> {
+    /// Uses `key` as the `Idempotency-Key` of this call (and of all its retries) instead of the
+    /// automatic one: the same key for the same operation, e.g. the id of a CI job or of a chunk.
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.request.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// The `Idempotency-Key` this call will send, if any.
+    pub fn current_idempotency_key(&self) -> Option<&str> {
+        self.request.idempotency_key.as_deref()
+    }
+
+    /// Sends the call (with its retries) and answers the value with what came with it.
+    pub async fn reply(self) -> Result<Reply<T>, Error> {
+        let answer = self.client.execute(&self.request).await?;
+        let request_id = answer.header("x-request-id").map(str::to_owned);
+        let replayed = answer.header("idempotency-replayed") == Some("true");
+        let value = (self.decode)(&answer.body).map_err(|e| Error::Decode {
+            status: answer.status,
+            request_id: request_id.clone(),
+            message: e.to_string(),
+        })?;
+        Ok(Reply {
+            value,
+            status: answer.status,
+            request_id,
+            replayed,
+            idempotency_key: self.request.idempotency_key,
+        })
+    }
+}
+
+impl<T: Send + 'static> IntoFuture for Call<T> {
+    type Output = Result<T, Error>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<T, Error>> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move { self.reply().await.map(|reply| reply.value) })
+    }
+}
+
+/// A successful answer.
+#[derive(Debug, Clone)]
+pub struct Reply<T> {
+    pub value: T,
+    pub status: u16,
+    /// `X-Request-Id`: find the request in the audit log with it.
+    pub request_id: Option<String>,
+    /// The server answered from its idempotency store (`Idempotency-Replayed: true`): the work
+    /// was done by an earlier call with the same key, not by this one.
+    pub replayed: bool,
+    pub idempotency_key: Option<String>,
+}
+
+/// What the client reports while it works (see [`ClientBuilder::on_notice`]); its `Display` is
+/// one line, as `gatehouse --verbose` prints it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Notice {
+    /// An attempt is about to be sent.
+    Attempt { method: String, path: String, attempt: u32, max_attempts: u32, idempotency_key: Option<String> },
+    /// An attempt got an answer (`code` for error answers).
+    Answered {
+        method: String,
+        path: String,
+        status: u16,
+        code: Option<String>,
+        request_id: Option<String>,
+        elapsed: Duration,
+    },
+    /// An attempt got no answer.
+    NoAnswer { method: String, path: String, error: String, elapsed: Duration },
+    /// The next attempt waits `wait` (`retry_after` when the server named the wait).
+    Retry { wait: Duration, retry_after: Option<Duration> },
+    /// The key's window is used up: the request waits for its reset instead of earning a 429.
+    Paced { wait: Duration },
+    /// Events that could not be delivered were kept in the buffer file.
+    EventsBuffered { count: usize, path: PathBuf, error: String },
+    /// Buffered events older than 47 h were dropped: the server's de-duplication window (48 h)
+    /// would no longer recognise them, so sending them could record them twice.
+    EventsDropped { count: usize, path: PathBuf },
+}
+
+impl Notice {
+    /// Whether the notice is a warning (events buffered or dropped), which the default observer prints.
+    pub fn is_warning(&self) -> bool {
+        matches!(self, Notice::EventsBuffered { .. } | Notice::EventsDropped { .. })
+    }
+}
+
+impl fmt::Display for Notice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Notice::Attempt { method, path, attempt, max_attempts, idempotency_key } => {
+                write!(f, "→ {method} {path} (attempt {attempt}/{max_attempts}")?;
+                if let Some(key) = idempotency_key {
+                    write!(f, ", Idempotency-Key {key}")?;
+                }
+                write!(f, ")")
+            }
+            Notice::Answered { method, path, status, code, request_id, elapsed } => {
+                write!(f, "← {status}")?;
+                if let Some(code) = code {
+                    write!(f, " {code}")?;
+                }
+                write!(f, " {method} {path} in {} ms", elapsed.as_millis())?;
+                if let Some(id) = request_id {
+                    write!(f, ", request {id}")?;
+                }
+                Ok(())
+            }
+            Notice::NoAnswer { method, path, error, elapsed } => {
+                write!(f, "✗ {method} {path}: no answer after {} ms: {error}", elapsed.as_millis())
+            }
+            Notice::Retry { wait, retry_after } => match retry_after {
+                Some(after) => write!(f, "  retrying in {:.2} s (Retry-After: {} s)", wait.as_secs_f64(), after.as_secs()),
+                None => write!(f, "  retrying in {:.2} s (exponential backoff)", wait.as_secs_f64()),
+            },
+            Notice::Paced { wait } => write!(
+                f,
+                "  no requests left in this rate window: waiting {:.2} s for its reset",
+                wait.as_secs_f64()
+            ),
+            Notice::EventsBuffered { count, path, error } => {
+                write!(f, "{count} event(s) kept in {} for a later flush ({error})", path.display())
+            }
+            Notice::EventsDropped { count, path } => write!(
+                f,
+                "dropped {count} buffered event(s) older than 47 h from {} (past the 48 h de-duplication window)",
+                path.display()
+            ),
+        }
+    }
+}
+
+/// One page of a list: `{"data":[…], "next_cursor": …}`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Page<T> {
+    pub data: Vec<T>,
+    pub next_cursor: Option<String>,
+}
+
+/// A list followed across pages by cursor: [`Pages::try_next`] yields item after item and fetches
+/// the next page when one is used up.
+///
+/// ```no_run
+/// # async fn run(client: gatehouse_client::Client) -> Result<(), gatehouse_client::Error> {
+/// let mut contacts = client.list_contacts();
+/// while let Some(contact) = contacts.try_next().await? {
+///     println!("{} {:?}", contact.id, contact.name);
+/// }
+/// # Ok(()) }
+/// ```
+pub struct Pages<T> {
+    client: Client,
+    request: Request,
+    items: VecDeque<T>,
+    cursor: Option<String>,
+    done: bool,
+}
+
+impl<T: DeserializeOwned + Send + 'static> Pages<T> {
+    pub(crate) fn new(client: &Client, request: Request) -> Pages<T> {
+        Pages { client: client.clone(), request, items: VecDeque::new(), cursor: None, done: false }
+    }
+
+    /// The next item, or `None` after the last page.
+    pub async fn try_next(&mut self) -> Result<Option<T>, Error> {
+        while self.items.is_empty() {
+            match self.next_page().await? {
+                Some(page) => self.items.extend(page.data),
+                None => return Ok(None),
+            }
+        }
+        Ok(self.items.pop_front())
+    }
+
+    /// The next whole page, or `None` after the last one.
+    pub async fn next_page(&mut self) -> Result<Option<Page<T>>, Error> {
+        if self.done {
+            return Ok(None);
+        }
+        let mut request = self.request.clone();
+        if let Some(cursor) = &self.cursor {
+            request = request.query("cursor", cursor);
+        }
+        let page: Page<T> = self.client.call(request).await?;
+        self.cursor = page.next_cursor.clone();
+        self.done = self.cursor.is_none();
+        Ok(Some(page))
+    }
+
+    /// Every remaining item.
+    pub async fn collect_all(mut self) -> Result<Vec<T>, Error> {
+        let mut all = Vec::new();
+        while let Some(item) = self.try_next().await? {
+            all.push(item);
+        }
+        Ok(all)
+    }
+}

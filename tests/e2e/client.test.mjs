@@ -1,0 +1,241 @@
+// SPEC §14 end to end: the Rust SDK's live tests (client/tests/live.rs) and the `gatehouse` CLI,
+// run as a user runs them, against the gateway under wrangler dev. Webhooks go to a receiver on
+// 127.0.0.1 (scripts/test sets ALLOW_PRIVATE_WEBHOOK_URLS=true).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { createServer } from 'node:http';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { ADMIN_TOKEN, BASE, call, createKey, createProject, eventually, listAll, sleep } from './harness.mjs';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const work = mkdtempSync(join(tmpdir(), 'gatehouse-cli-'));
+let bin;
+
+before(() => {
+  const build = spawnSync('cargo', ['build', '--quiet', '-p', 'gatehouse-client', '--bin', 'gatehouse'], { cwd: ROOT, stdio: 'inherit' });
+  assert.equal(build.status, 0, 'the gatehouse binary builds');
+  const meta = JSON.parse(spawnSync('cargo', ['metadata', '--format-version', '1', '--no-deps'], { cwd: ROOT, encoding: 'utf8' }).stdout);
+  bin = join(meta.target_directory, 'debug', 'gatehouse');
+});
+
+/** Runs the CLI with GATEHOUSE_URL set (and GATEHOUSE_KEY when `key` is given). */
+function gatehouse(args, { key, input } = {}) {
+  const env = { ...process.env, GATEHOUSE_URL: BASE };
+  delete env.GATEHOUSE_KEY;
+  if (key) env.GATEHOUSE_KEY = key;
+  const out = spawnSync(bin, args, { input, encoding: 'utf8', env });
+  return { status: out.status, stdout: out.stdout, stderr: out.stderr };
+}
+
+const jsonLines = (text) => text.split('\n').filter(Boolean).map((line) => JSON.parse(line));
+
+async function businessProject() {
+  const project = await createProject('cli e2e', { plan: 'business' });
+  const server = await createKey(project.owner.key, 'server');
+  return { ...project, server };
+}
+
+test('the SDK against the gateway: resources, replays, events and the buffer, logs and tail, a verified webhook', () => {
+  const run = spawnSync('cargo', ['test', '--quiet', '-p', 'gatehouse-client', '--test', 'live', '--', '--ignored', '--test-threads=2'], {
+    cwd: ROOT, encoding: 'utf8', env: { ...process.env, GATEHOUSE_URL: BASE, GATEHOUSE_ADMIN_TOKEN: ADMIN_TOKEN },
+  });
+  const output = `${run.stdout}\n${run.stderr}`;
+  assert.equal(run.status, 0, output);
+  assert.match(run.stdout, /test result: ok\. 4 passed; 0 failed; 0 ignored/, output);
+});
+
+test('me, keys create / list / revoke, and the exit codes', async () => {
+  const { owner, projectId, server } = await businessProject();
+  const me = gatehouse(['me'], { key: owner.key });
+  assert.equal(me.status, 0, me.stderr);
+  assert.deepEqual([JSON.parse(me.stdout).type, JSON.parse(me.stdout).project_id], ['owner', projectId]);
+
+  const created = gatehouse(['keys', 'create', '--type', 'browser', '--name', 'from the cli'], { key: owner.key });
+  assert.equal(created.status, 0, created.stderr);
+  const key = JSON.parse(created.stdout);
+  assert.match(key.key, /^gh_b_/);
+  assert.equal(key.name, 'from the cli');
+  const listed = gatehouse(['keys', 'list'], { key: owner.key });
+  assert.equal(listed.status, 0, listed.stderr);
+  assert.deepEqual(jsonLines(listed.stdout).map((k) => k.id).sort(), [owner.id, server.id, key.id].sort());
+  assert.ok(jsonLines(listed.stdout).every((k) => k.key === undefined), 'lists never show a secret');
+  const revoked = gatehouse(['keys', 'revoke', key.id], { key: owner.key });
+  assert.equal(revoked.status, 0, revoked.stderr);
+  assert.equal(JSON.parse(revoked.stdout).status, 'revoked');
+
+  // API error: exit 1, the error JSON on stderr (not retried: 401 is never retried).
+  const refused = gatehouse(['--verbose', 'me'], { key: key.key });
+  assert.equal(refused.status, 1);
+  const error = JSON.parse(refused.stderr.trim().split('\n').pop()).error;
+  assert.deepEqual([error.status, error.code, error.retryable], [401, 'INVALID_API_KEY', false]);
+  assert.match(error.request_id, /^[0-9a-f-]{36}$/);
+  assert.equal(refused.stderr.match(/→ GET \/public\/v1\/me/g).length, 1, refused.stderr);
+  // Usage errors: exit 2.
+  assert.equal(gatehouse(['keys', 'create'], { key: owner.key }).status, 2);
+  assert.equal(gatehouse(['me']).status, 2, 'no key');
+  assert.equal(gatehouse(['--max-attempts', '0', 'me'], { key: owner.key }).status, 2);
+  assert.equal(gatehouse(['request', 'POST', '/public/v1/contacts', '--data', '{oops'], { key: owner.key }).status, 2);
+  assert.equal(gatehouse(['frobnicate']).status, 2);
+  // A network error: exit 1, NETWORK_ERROR after the attempts allowed.
+  const port = await new Promise((resolve) => { const s = createServer(); s.listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(() => resolve(p)); }); });
+  const down = spawnSync(bin, ['--url', `http://127.0.0.1:${port}`, '--key', owner.key, '--max-attempts', '2', '--verbose', 'me'], { encoding: 'utf8' });
+  assert.equal(down.status, 1, down.stderr);
+  assert.match(down.stderr, /attempt 2\/2/);
+  assert.match(down.stderr, /retrying in \d\.\d\d s \(exponential backoff\)/);
+  assert.equal(JSON.parse(down.stderr.trim().split('\n').pop()).error.code, 'NETWORK_ERROR');
+});
+
+test('request: the body on stdout; a given key replays, an automatic key is a UUIDv4 on every attempt', async () => {
+  const { server } = await businessProject();
+  const body = join(work, 'ada.json');
+  writeFileSync(body, JSON.stringify({ name: 'Ada', email: 'ada@example.com' }));
+  const first = gatehouse(['--verbose', 'request', 'POST', '/public/v1/contacts', '--data', `@${body}`, '--idempotency-key', 'cli-signup-1'], { key: server.key });
+  assert.equal(first.status, 0, first.stderr);
+  assert.match(first.stderr, /→ POST \/public\/v1\/contacts \(attempt 1\/5, Idempotency-Key cli-signup-1\)/);
+  assert.match(first.stderr, /← 201 POST \/public\/v1\/contacts in \d+ ms, request [0-9a-f-]{36}/);
+  const again = gatehouse(['request', 'POST', '/public/v1/contacts', '--data', `@${body}`, '--idempotency-key', 'cli-signup-1'], { key: server.key });
+  assert.equal(JSON.parse(again.stdout).id, JSON.parse(first.stdout).id, 'the replay answers the same contact');
+  const auto = gatehouse(['--verbose', 'request', 'post', '/public/v1/contacts', '--data', '{"name":"Grace"}'], { key: server.key });
+  assert.equal(auto.status, 0, auto.stderr);
+  assert.match(auto.stderr, /Idempotency-Key [0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\)/);
+  const list = gatehouse(['request', 'GET', '/public/v1/contacts?limit=10'], { key: server.key });
+  assert.deepEqual(JSON.parse(list.stdout).data.map((c) => c.name).sort(), ['Ada', 'Grace']);
+  const missing = gatehouse(['--verbose', 'request', 'GET', '/public/v1/contacts/con_nope'], { key: server.key });
+  assert.equal(missing.status, 1);
+  assert.match(missing.stderr, /← 404 NOT_FOUND GET \/public\/v1\/contacts\/con_nope/);
+  assert.equal(missing.stdout, '');
+});
+
+test('contacts import: 1,000 contacts with a progress bar, the same file again creates none, failures name their line', async () => {
+  const { server } = await businessProject();
+  const rows = ['name,email,phone'];
+  for (let i = 1; i <= 1000; i++) rows.push(`Contact ${i},contact${i}@example.com,+1 555 01${String(i).padStart(4, '0')}`);
+  const file = join(work, 'contacts.csv');
+  writeFileSync(file, rows.join('\n') + '\n');
+
+  const first = gatehouse(['contacts', 'import', file], { key: server.key });
+  assert.equal(first.status, 0, first.stderr + first.stdout);
+  assert.match(first.stderr, /importing 1000 contacts from .*contacts\.csv in 10 bulk call\(s\) of up to 100/);
+  assert.equal(first.stdout.split('\n')[0], 'created 1000, failed 0');
+  assert.equal((await listAll('/public/v1/contacts', server.key)).length, 1000);
+
+  const second = gatehouse(['contacts', 'import', file], { key: server.key });
+  assert.equal(second.status, 0, second.stderr + second.stdout);
+  assert.equal(second.stdout.split('\n')[0], 'created 0, failed 0');
+  assert.match(second.stdout, /10 of 10 chunk\(s\) were already imported by an earlier run of this file: 1000 contact\(s\) not created again/);
+  assert.equal((await listAll('/public/v1/contacts', server.key)).length, 1000, 'the second run created none');
+
+  const mixed = join(work, 'mixed.ndjson');
+  writeFileSync(mixed, '{"name":"Fine"}\n{"phone":"12"}\n\n{"email":"not-an-email"}\n');
+  const partial = gatehouse(['contacts', 'import', mixed], { key: server.key });
+  assert.equal(partial.status, 1);
+  assert.match(partial.stdout, /^created 1, failed 2\nline 2: VALIDATION_ERROR: .*phone.*\nline 4: VALIDATION_ERROR: .*email/m);
+  const badColumn = join(work, 'bad.csv');
+  writeFileSync(badColumn, 'name,age\nAda,36\n');
+  const usage = gatehouse(['contacts', 'import', badColumn], { key: server.key });
+  assert.equal(usage.status, 2);
+  assert.match(usage.stderr, /CSV column "age" is not a contact field/);
+});
+
+test('logs list is one page of JSON lines; logs tail follows new rows until interrupted', async () => {
+  const { owner, server } = await businessProject();
+  const tail = spawn(bin, ['logs', 'tail', '--path', '/public/v1/contacts*', '--method', 'POST', '--interval', '1'], {
+    env: { ...process.env, GATEHOUSE_URL: BASE, GATEHOUSE_KEY: owner.key },
+  });
+  let lines = '';
+  tail.stdout.on('data', (chunk) => { lines += chunk; });
+  let tailErrors = '';
+  tail.stderr.on('data', (chunk) => { tailErrors += chunk; });
+  try {
+    await sleep(300);
+    const created = [];
+    for (const name of ['Tail 1', 'Tail 2']) {
+      const res = await call('POST', '/public/v1/contacts', { key: server.key, body: { name } });
+      assert.equal(res.status, 201);
+      created.push(res.headers.get('x-request-id'));
+    }
+    await call('GET', '/public/v1/contacts', { key: server.key });
+    const seen = await eventually(async () => created.every((id) => lines.includes(id)), 30_000);
+    assert.ok(seen, `tail printed:\n${lines}\nstderr:\n${tailErrors}`);
+    const printed = lines.trim().split('\n');
+    assert.equal(printed.length, 2, `only the two POSTs, each once:\n${lines}`);
+    assert.match(printed[0], new RegExp(`^\\S+Z  201 POST /public/v1/contacts  \\d+ ms  gh_s_\\S+  ${created[0]}`));
+    assert.ok(printed[1].includes(created[1]), 'oldest first');
+  } finally {
+    tail.kill('SIGINT');
+  }
+
+  // The GET's row may still be on its way through the audit queue.
+  const all = () => jsonLines(gatehouse(['logs', 'list', '--path', '/public/v1/contacts*'], { key: owner.key }).stdout);
+  assert.ok(await eventually(async () => all().length === 3, 30_000), 'three rows: two POSTs and a GET');
+  const page = gatehouse(['logs', 'list', '--path', '/public/v1/contacts*', '--limit', '2'], { key: owner.key });
+  assert.equal(page.status, 0, page.stderr);
+  const rows = jsonLines(page.stdout);
+  assert.equal(rows.length, 2);
+  assert.ok(rows[0].ts >= rows[1].ts, 'newest first');
+  assert.match(page.stderr, /^next cursor: \S+/m);
+  const cursor = page.stderr.match(/^next cursor: (\S+)/m)[1];
+  const next = gatehouse(['logs', 'list', '--path', '/public/v1/contacts*', '--limit', '2', '--cursor', cursor], { key: owner.key });
+  assert.equal(jsonLines(next.stdout).length, 1, 'the third row on the second page');
+});
+
+test('webhooks verify: a real delivery from the engine verifies; a changed body or another secret does not', async () => {
+  const deliveries = [];
+  const receiver = createServer((req, res) => {
+    const chunks = [];
+    req.on('data', (c) => chunks.push(c));
+    req.on('end', () => { deliveries.push({ headers: req.headers, body: Buffer.concat(chunks) }); res.end('ok'); });
+  });
+  await new Promise((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+  try {
+    const { owner, server } = await businessProject();
+    const hook = await call('POST', '/public/v1/webhooks', {
+      key: owner.key, body: { url: `http://127.0.0.1:${receiver.address().port}/hook`, events: ['contact.created'] },
+    });
+    assert.equal(hook.status, 201, hook.text);
+    await call('POST', '/public/v1/contacts', { key: server.key, body: { name: 'Hooked' } });
+    assert.ok(await eventually(async () => deliveries.length > 0, 30_000), 'a delivery within 30 s');
+    const { headers, body } = deliveries[0];
+    const file = join(work, 'delivery.json');
+    writeFileSync(file, body);
+    const args = (secret) => ['webhooks', 'verify', '--secret', secret, '--id', headers['webhook-id'],
+      '--timestamp', headers['webhook-timestamp'], '--signature', headers['webhook-signature']];
+
+    const valid = gatehouse([...args(hook.body.secret), '--body-file', file]);
+    assert.equal(valid.status, 0, valid.stderr);
+    assert.equal(valid.stdout, 'valid\n');
+    assert.equal(gatehouse(args(hook.body.secret), { input: body }).status, 0, 'the body from stdin');
+
+    const changed = gatehouse(args(hook.body.secret), { input: Buffer.concat([body, Buffer.from(' ')]) });
+    assert.equal(changed.status, 1);
+    assert.equal(changed.stderr, 'invalid: no signature matches the body\n');
+    const other = gatehouse(args('whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYX'), { input: body });
+    assert.equal(other.status, 1);
+    const old = gatehouse(['webhooks', 'verify', '--secret', hook.body.secret, '--id', headers['webhook-id'],
+      '--timestamp', String(Number(headers['webhook-timestamp']) - 600), '--signature', headers['webhook-signature']], { input: body });
+    assert.equal(old.status, 1);
+    assert.match(old.stderr, /^invalid: webhook-timestamp is 6\d\ds old \(tolerance ±300s\)/);
+  } finally {
+    receiver.close();
+  }
+});
+
+test('track: one event, accepted once under its event_id', async () => {
+  const { server } = await businessProject();
+  const sent = gatehouse(['track', 'Signed Up', '--user-id', 'user-cli', '--properties', '{"plan":"trial"}'], { key: server.key });
+  assert.equal(sent.status, 0, sent.stderr);
+  const outcome = JSON.parse(sent.stdout);
+  assert.equal(outcome.accepted.length, 1);
+  assert.match(outcome.accepted[0], /^[0-9a-f]{8}-[0-9a-f]{4}-4/);
+  assert.equal(gatehouse(['track', 'Signed Up'], { key: server.key }).status, 2, 'a user or anonymous id is needed');
+  assert.equal(gatehouse(['track', 'x', '--user-id', 'u', '--anonymous-id', 'a'], { key: server.key }).status, 2);
+  assert.equal(gatehouse(['track', 'x', '--user-id', 'u', '--properties', '[1]'], { key: server.key }).status, 2);
+});
+
+after(() => {
+  spawnSync('rm', ['-rf', work]);
+});
