@@ -5,146 +5,208 @@ import { writeFileSync } from 'node:fs';
 
 const ref = (name) => ({ $ref: `#/components/schemas/${name}` });
 const str = { type: 'string' };
+const int = (minimum, maximum) => ({ type: 'integer', ...(minimum !== undefined && { minimum }), ...(maximum !== undefined && { maximum }) });
+const time = { type: 'string', format: 'date-time' };
 const nullable = (schema) => ({ oneOf: [schema, { type: 'null' }] });
 const obj = (properties, required = []) => ({ type: 'object', properties, required, additionalProperties: false });
-const list = (item) => obj({ data: { type: 'array', items: item }, next_cursor: nullable(str) }, ['data', 'next_cursor']);
+/** A response object: every property is always present. */
+const out = (properties) => obj(properties, Object.keys(properties));
+const list = (item) => out({ data: { type: 'array', items: item }, next_cursor: nullable(str) });
 const json = (schema) => ({ 'application/json': { schema } });
+/** Text the server trims: at most `max` characters and, when `blank` is false, not only whitespace. */
+const text = (max, { min = 1, blank = false } = {}) => ({ type: 'string', minLength: min, maxLength: max, ...(!blank && { pattern: '\\S' }) });
 
-const rateHeaders = Object.fromEntries(
-  ['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset', 'RateLimit-Policy', 'RateLimit']
-    .map((h) => [h, { $ref: `#/components/headers/${h}` }]),
-);
-const errors = (...codes) => Object.fromEntries(codes.map((c) => [String(c), { $ref: `#/components/responses/E${c}` }]));
-const ok = (status, schema, description = 'OK') => ({
-  [status]: { description, headers: { 'X-Request-Id': { $ref: '#/components/headers/X-Request-Id' }, ...rateHeaders }, content: json(schema) },
+// Headers: X-Request-Id on every response; the rate-limit headers on every answer to a known key
+// (SPEC §3, §4), so required on its successes and present on most of its errors (not on a 401).
+const header = (name, required) => ({ $ref: `#/components/headers/${name}${required ? '' : '-optional'}` });
+const RATE = ['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset', 'RateLimit-Policy', 'RateLimit'];
+const successHeaders = (keyed) => ({ 'X-Request-Id': header('X-Request-Id', true), ...(keyed ? Object.fromEntries(RATE.map((h) => [h, header(h, true)])) : {}) });
+/** The documented answers of one operation: its success(es) and every error status it can give. */
+const responses = (keyed, successes, codes) => ({
+  ...Object.fromEntries(Object.entries(successes).map(([status, { schema, description = 'OK', content }]) =>
+    [status, { description, headers: successHeaders(keyed), content: content ?? json(schema) }])),
+  ...Object.fromEntries(codes.map((c) => [String(c), { $ref: `#/components/responses/E${c}` }])),
 });
 const idemHeader = { $ref: '#/components/parameters/IdempotencyKey' };
-const pathParam = (name) => ({ name, in: 'path', required: true, schema: str });
-const query = (name, schema, description) => ({ name, in: 'query', schema, description });
-const paging = [query('limit', { type: 'integer', minimum: 1, maximum: 200 }), query('cursor', str, 'next_cursor of the previous page')];
+const pathParam = (name, description) => ({ name, in: 'path', required: true, schema: str, ...(description && { description }) });
+const query = (name, schema, description) => ({ name, in: 'query', schema, ...(description && { description }) });
+const paging = [query('limit', int(1, 200), '1–200 (400 otherwise), default 50'), query('cursor', str, 'next_cursor of the previous page (400 for one this API did not return)')];
 
-const keyed = (security) => ({ security: [{ [security]: [] }] });
-const ownerOp = (summary, extra) => ({ summary, ...keyed('apiKey'), ...extra });
+// Error statuses shared by whole kinds of operation (SPEC §3): a key route answers 401 (missing,
+// unknown or revoked key), 429 (its window or quota, or too many failed authentications from the
+// address) and 503 (its guard or storage unreachable); 403 where the key type may not call it.
+// A body is read within the route's limit (413) and parsed (400); a mutation honours
+// Idempotency-Key (409 reused or in use, 422 malformed or repeated).
+const KEYED = [401, 429, 503];
+const SCOPED = [...KEYED, 403];
+const BODY = [400, 413];
+const IDEMPOTENT = [409, 422];
+const ADMIN = [401, 429, 503];
 
-const contactIn = obj({ name: str, phone: str, email: str, external_id: str });
-const messageIn = obj({ contact_id: str, text: str }, ['contact_id', 'text']);
-const bulkIn = (item) => obj({ items: { type: 'array', minItems: 1, maxItems: 100, items: item } }, ['items']);
-const mutating = (summary, body, responses, extra = {}) => ({
-  summary, ...keyed('apiKey'), parameters: [idemHeader, ...(extra.parameters ?? [])],
-  requestBody: { required: true, content: json(body) }, responses,
+const keyed = { security: [{ apiKey: [] }] };
+const admin = { security: [{ adminToken: [] }] };
+const get = (summary, { parameters = [], ok, codes = [], scoped = true, content }) => ({
+  summary, ...keyed, ...(parameters.length && { parameters }),
+  responses: responses(true, { 200: { schema: ok, content } }, [...(scoped ? SCOPED : KEYED), ...codes].sort()),
+});
+/** A key route that changes something: optional Idempotency-Key, a JSON body (unless `body` is null). */
+const mutating = (summary, body, successes, codes = [], { parameters = [] } = {}) => ({
+  summary, ...keyed, parameters: [idemHeader, ...parameters],
+  ...(body && { requestBody: { required: true, content: json(body) } }),
+  responses: responses(true, successes, [...new Set([...SCOPED, ...BODY, ...IDEMPOTENT, ...codes])].sort()),
+});
+/** An ingestion route (SPEC §7): no Idempotency-Key (event ids, chunk keys), bodies up to 512 KiB. */
+const ingestion = (summary, body, ok, codes = []) => ({
+  summary, ...keyed, requestBody: { required: true, content: json(body) },
+  responses: responses(true, { 202: { schema: ok, description: 'Accepted' } }, [...new Set([...SCOPED, ...BODY, 422, ...codes])].sort()),
 });
 
+const nonBlankId = text(200);
+const contactIn = {
+  ...obj({ name: nullable(text(200)), phone: nullable({ type: 'string', maxLength: 32, pattern: '^\\+?[ ().-]*([0-9][ ().-]*){3,15}$', description: '3 to 15 digits, optionally a leading + and spaces, dashes, dots or parentheses' }),
+    email: nullable({ type: 'string', maxLength: 254, pattern: '^[^\\s@]+@[^\\s.]\\S*\\.\\S*[^\\s.]$' }), external_id: nullable(text(255)) }),
+  description: 'At least one of name, phone, email, external_id (422 otherwise). Text is trimmed; blank is absent.',
+  anyOf: ['name', 'phone', 'email', 'external_id'].map((f) => ({ required: [f], properties: { [f]: { type: 'string', pattern: '\\S' } } })),
+};
+const messageIn = obj({ contact_id: { ...str, description: 'a contact of this project (422 otherwise)' }, text: { type: 'string', minLength: 1, maxLength: 4096, pattern: '\\S' } }, ['contact_id', 'text']);
+const bulkIn = (item) => obj({ items: { type: 'array', minItems: 1, maxItems: 100, items: item, description: '1–100 items (422 otherwise); an item that is not valid fails alone' } }, ['items']);
+const rateOverride = nullable({ ...int(1, 4294967295), description: 'requests per minute, at most the plan\'s limit (403 above: an owner may lower a key\'s limit, not raise it; 400 for 0); null = the plan\'s limit' });
+const samePlan = nullable({ ...str, description: 'only the project\'s own plan (403 otherwise: the operator sets plans, PATCH /admin/v1/projects/{id})' });
+const eventTypes = ['contact.created', 'message.created', 'scenario.run.started', 'release_marker.created'];
+
 const paths = {
-  '/health': { get: { summary: 'Liveness; no credentials, no storage', security: [], responses: { 200: { description: 'OK', content: json(obj({ status: str })) } } } },
-  '/admin/v1/health': { get: { summary: 'Deep health: one round trip to a KeyGuard Durable Object', security: [{ adminToken: [] }],
-    responses: { 200: { description: 'OK', content: json(obj({ status: str, key_guard: str })) }, ...errors(401), 503: { description: 'SERVICE_UNAVAILABLE', content: json(ref('Error')) } } } },
-  '/admin/v1/projects': { post: { summary: 'Create a project and its first owner key', security: [{ adminToken: [] }],
-    requestBody: { required: true, content: json(obj({ name: str, plan: { type: 'string', description: 'a plan of PLANS; default trial' } }, ['name'])) },
-    responses: { 201: { description: 'Created', content: json(ref('ProjectCreated')) }, ...errors(400, 401, 422) } } },
-  '/admin/v1/projects/{id}': { patch: { summary: 'Put a project and all its keys on another plan (only the operator chooses plans)', security: [{ adminToken: [] }],
+  '/health': { get: { summary: 'Liveness; no credentials, no storage', security: [], responses: responses(false, { 200: { schema: out({ status: { const: 'ok' } }) } }, []) } },
+  '/admin/v1/health': { get: { summary: 'Deep health: one round trip to a KeyGuard Durable Object', ...admin,
+    responses: responses(false, { 200: { schema: out({ status: { const: 'ok' }, key_guard: { const: 'ok' } }) } }, ADMIN) } },
+  '/admin/v1/projects': { post: { summary: 'Create a project and its first owner key', ...admin,
+    requestBody: { required: true, content: json(obj({ name: { ...text(200), description: 'trimmed; 1–200 characters (400 otherwise)' }, plan: nullable({ ...str, description: 'a plan of PLANS (422 otherwise); default trial' }) }, ['name'])) },
+    responses: responses(false, { 201: { schema: ref('ProjectCreated'), description: 'Created' } }, [...BODY, 422, ...ADMIN].sort()) } },
+  '/admin/v1/projects/{id}': { patch: { summary: 'Put a project and all its keys on another plan (only the operator chooses plans)', ...admin,
     parameters: [pathParam('id')],
-    requestBody: { required: true, content: json(obj({ plan: str }, ['plan'])) },
-    responses: { 200: { description: 'OK', content: json(obj({ project_id: str, name: str, plan: str, keys: { type: 'integer' }, keys_told: { type: 'integer', description: "keys whose guard took the new limits at once; the others read them within 10 minutes" } })) }, ...errors(400, 401, 404, 422), 503: { description: 'SERVICE_UNAVAILABLE', content: json(ref('Error')) } } } },
-  '/admin/v1/dead-letters': { get: { summary: 'Queue messages the consumers gave up on, newest first', security: [{ adminToken: [] }],
-    parameters: [query('queue', str, 'only letters from this queue, e.g. gatehouse-events'), ...paging],
-    responses: { 200: { description: 'OK', content: json(list(ref('DeadLetter'))) }, ...errors(400, 401), 503: { description: 'SERVICE_UNAVAILABLE', content: json(ref('Error')) } } } },
-  '/admin/v1/dead-letters/redrive': { post: { summary: 'Send dead letters back to their queues (the named ones, or up to 500 not yet re-driven)', security: [{ adminToken: [] }],
-    requestBody: { required: false, content: json(obj({ ids: { type: 'array', minItems: 1, maxItems: 500, items: str } })) },
-    responses: { 200: { description: 'OK', content: json(obj({ redriven: { type: 'integer' }, failed: { type: 'integer', description: 'sends that failed; still dead, re-drive again' }, skipped: { type: 'integer', description: 'named ids unknown or re-driven already' } })) }, ...errors(400, 401), 503: { description: 'SERVICE_UNAVAILABLE', content: json(ref('Error')) } } } },
-  '/public/v1/me': { get: ownerOp('The calling key, its window and quota', { responses: { ...ok(200, ref('Me')), ...errors(401, 429) } }) },
+    requestBody: { required: true, content: json(obj({ plan: { ...str, description: 'a plan of PLANS (422 otherwise)' } }, ['plan'])) },
+    responses: responses(false, { 200: { schema: out({ project_id: str, name: str, plan: str, keys: int(0), keys_told: { ...int(0), description: 'keys whose guard took the new limits at once; the others read them within 10 minutes' } }) } }, [...BODY, 404, 422, ...ADMIN].sort()) } },
+  '/admin/v1/dead-letters': { get: { summary: 'Queue messages the consumers gave up on, newest first', ...admin,
+    parameters: [query('queue', { type: 'string', maxLength: 128 }, 'only letters from this queue, e.g. gatehouse-events (400 beyond 128 characters)'), ...paging],
+    responses: responses(false, { 200: { schema: list(ref('DeadLetter')) } }, [400, ...ADMIN]) } },
+  '/admin/v1/dead-letters/redrive': { post: { summary: 'Send dead letters back to their queues (the named ones, or up to 500 not yet re-driven)', ...admin,
+    requestBody: { required: false, content: json(obj({ ids: nullable({ type: 'array', minItems: 1, maxItems: 500, items: str, description: '1–500 ids (400 otherwise); absent or null = every letter not yet re-driven' }) })) },
+    responses: responses(false, { 200: { schema: out({ redriven: int(0), failed: { ...int(0), description: 'sends that failed; still dead, re-drive again' }, skipped: { ...int(0), description: 'named ids unknown or re-driven already' } }) } }, [...BODY, ...ADMIN].sort()) } },
+  '/public/v1/me': { get: get('The calling key, its window and quota', { ok: ref('Me'), scoped: false }) },
   '/public/v1/keys': {
-    post: mutating('Create a key (the secret is shown only here)', obj({ type: { enum: ['owner', 'server', 'browser', 'cicd'] }, name: str, plan: { type: 'string', description: "only the project's own plan (403 otherwise)" }, rate_limit_per_minute: nullable({ type: 'integer', minimum: 1, description: "at most the plan's per-minute limit (403 above)" }) }, ['type']),
-      { ...ok(201, ref('KeyCreated'), 'Created'), ...errors(400, 401, 403, 409, 422, 429) }),
-    get: ownerOp('List the project\'s keys', { parameters: paging, responses: { ...ok(200, list(ref('Key'))), ...errors(401, 403, 429) } }),
+    post: mutating('Create a key on the project\'s plan (the secret is shown only here)', obj({ type: { enum: ['owner', 'server', 'browser', 'cicd'] }, name: nullable({ type: 'string', maxLength: 200, description: 'trimmed; blank is none (400 beyond 200 characters)' }), plan: samePlan, rate_limit_per_minute: rateOverride }, ['type']),
+      { 201: { schema: ref('KeyCreated'), description: 'Created' } }),
+    get: get('List the project\'s keys', { parameters: paging, ok: list(ref('Key')), codes: [400] }),
   },
   '/public/v1/keys/{id}': {
-    patch: mutating('Change the name or lower the rate limit (applies at once)', obj({ name: nullable(str), plan: { type: 'string', description: "only the project's own plan (403 otherwise)" }, rate_limit_per_minute: nullable({ type: 'integer', minimum: 1, description: "at most the plan's per-minute limit (403 above)" }) }),
-      { ...ok(200, ref('Key')), ...errors(400, 401, 403, 404, 409, 422, 429) }, { parameters: [pathParam('id')] }),
-    delete: { ...ownerOp('Revoke a key (applies at once)'), parameters: [idemHeader, pathParam('id')], responses: { ...ok(200, ref('Key')), ...errors(401, 403, 404, 409, 422, 429) } },
+    patch: mutating('Change the name or lower the rate limit (applies at once)', obj({ name: nullable({ type: 'string', maxLength: 200, description: 'trimmed; blank or null clears it (400 beyond 200 characters)' }), plan: samePlan, rate_limit_per_minute: rateOverride }),
+      { 200: { schema: ref('Key') } }, [404], { parameters: [pathParam('id')] }),
+    delete: mutating('Revoke a key (applies at once)', null, { 200: { schema: ref('Key') } }, [404], { parameters: [pathParam('id')] }),
   },
-  '/public/v1/keys/{id}/stats': { get: ownerOp('Daily counts, top endpoints and error share of a key', {
-    parameters: [pathParam('id'), query('days', { type: 'integer', minimum: 1, maximum: 90 })], responses: { ...ok(200, ref('KeyStats')), ...errors(400, 401, 403, 404, 429) } }) },
-  '/public/v1/logs': { get: ownerOp('The audit log, newest first', {
-    parameters: [query('method', str), query('status', str, '2xx, 4xx, 5xx or a code'), query('path', { type: 'string', maxLength: 200 }, 'glob over the path with its query: * matches any run of characters, everything else itself (case-sensitive); at most 200 characters (422 beyond)'),
+  '/public/v1/keys/{id}/stats': { get: get('Daily counts, top endpoints and error share of a key', {
+    parameters: [pathParam('id'), query('days', int(1, 90), '1–90 (400 otherwise), default 30')], ok: ref('KeyStats'), codes: [400, 404] }) },
+  '/public/v1/logs': { get: get('The audit log, newest first', {
+    parameters: [query('method', { type: 'string', maxLength: 10, pattern: '^\\s*[A-Za-z]*\\s*$' }, 'an HTTP method, any case (400 otherwise)'),
+      query('status', { type: 'string', pattern: '^\\s*([1-5][xX][xX]|[1-5][0-9][0-9])?\\s*$' }, '1xx–5xx or a code 100–599 (400 otherwise)'),
+      query('path', { type: 'string', maxLength: 200 }, 'glob over the path with its query: * matches any run of characters, everything else itself (case-sensitive); at most 200 characters (422 beyond)'),
       query('request_id', str), query('key_id', str), query('idempotency_key', str),
-      query('from', str, 'RFC 3339, YYYY-MM-DD (the day\'s first ms) or Unix ms; a date or time that does not exist (2026-02-31) is a 422'),
+      query('from', str, 'RFC 3339, YYYY-MM-DD (the day\'s first ms) or Unix ms (400 otherwise); a date or time that does not exist (2026-02-31) is a 422'),
       query('to', str, 'RFC 3339, YYYY-MM-DD (the day\'s last ms) or Unix ms; not before from (422)'), ...paging],
-    responses: { ...ok(200, list(ref('AuditRow'))), ...errors(400, 401, 403, 422, 429) } }) },
-  '/public/v1/logs/archives': { get: ownerOp('Archived days of the log', { responses: { ...ok(200, list(ref('Archive'))), ...errors(401, 403, 429) } }) },
-  '/public/v1/logs/archives/{date}': { get: ownerOp('Download one archived day (gzip NDJSON)', {
-    parameters: [{ ...pathParam('date'), description: 'YYYY-MM-DD (400 otherwise); a day that does not exist (2026-02-31) is a 422' }], responses: { 200: { description: 'gzip NDJSON: the day\'s objects as consecutive gzip members, one stream to any gunzip', content: { 'application/gzip': { schema: { type: 'string', format: 'binary' } } } }, ...errors(400, 401, 403, 404, 422, 429) } }) },
-  '/public/v1/logs/{request_id}': { get: ownerOp('One request of the log', { parameters: [pathParam('request_id')], responses: { ...ok(200, ref('AuditRow')), ...errors(401, 403, 404, 429) } }) },
+    ok: list(ref('AuditRow')), codes: [400, 422] }) },
+  '/public/v1/logs/archives': { get: get('Archived days of the log', { ok: list(ref('Archive')) }) },
+  '/public/v1/logs/archives/{date}': { get: get('Download one archived day (gzip NDJSON)', {
+    parameters: [pathParam('date', 'YYYY-MM-DD (400 otherwise); a day that does not exist (2026-02-31) is a 422')],
+    content: { 'application/gzip': { schema: { type: 'string', format: 'binary' } } }, codes: [400, 404, 422] }) },
+  '/public/v1/logs/{request_id}': { get: get('One request of the log', { parameters: [pathParam('request_id')], ok: ref('AuditRow'), codes: [404] }) },
   '/public/v1/contacts': {
-    post: mutating('Create a contact (emits contact.created)', contactIn, { ...ok(201, ref('Contact'), 'Created'), ...errors(400, 401, 403, 409, 413, 422, 429) }),
-    get: ownerOp('List contacts', { parameters: paging, responses: { ...ok(200, list(ref('Contact'))), ...errors(400, 401, 403, 429) } }),
+    post: mutating('Create a contact (emits contact.created)', contactIn, { 201: { schema: ref('Contact'), description: 'Created' } }),
+    get: get('List contacts', { parameters: paging, ok: list(ref('Contact')), codes: [400] }),
   },
-  '/public/v1/contacts/bulk': { post: mutating('Create 1–100 contacts, each on its own', bulkIn(contactIn), { ...ok(200, ref('BulkResult')), ...errors(400, 401, 403, 409, 413, 422, 429) }) },
-  '/public/v1/contacts/{id}': { get: ownerOp('One contact', { parameters: [pathParam('id')], responses: { ...ok(200, ref('Contact')), ...errors(401, 403, 404, 429) } }) },
-  '/public/v1/messages': { post: mutating('Queue a message (emits message.created)', messageIn, { ...ok(201, ref('Message'), 'Created'), ...errors(400, 401, 403, 409, 422, 429) }) },
-  '/public/v1/messages/bulk': { post: mutating('Queue 1–100 messages, each on its own', bulkIn(messageIn), { ...ok(200, ref('BulkResult')), ...errors(400, 401, 403, 409, 422, 429) }) },
-  '/public/v1/scenarios': { post: mutating('Create a scenario', obj({ name: str }, ['name']), { ...ok(201, obj({ id: str, name: str, created_at: str }), 'Created'), ...errors(400, 401, 403, 409, 422, 429) }) },
-  '/public/v1/scenarios/{id}/run': { post: mutating('Start a run (emits scenario.run.started)', obj({ contact_id: str, variables: { type: 'object' } }, ['contact_id']),
-    { ...ok(202, obj({ run_id: str, status: { const: 'started' } }), 'Started'), ...errors(400, 401, 403, 404, 409, 422, 429) }, { parameters: [pathParam('id')] }) },
+  '/public/v1/contacts/bulk': { post: mutating('Create 1–100 contacts, each on its own', bulkIn(contactIn), { 200: { schema: ref('BulkResult') } }) },
+  '/public/v1/contacts/{id}': { get: get('One contact', { parameters: [pathParam('id')], ok: ref('Contact'), codes: [404] }) },
+  '/public/v1/messages': { post: mutating('Queue a message (emits message.created)', messageIn, { 201: { schema: ref('Message'), description: 'Created' } }) },
+  '/public/v1/messages/bulk': { post: mutating('Queue 1–100 messages, each on its own', bulkIn(messageIn), { 200: { schema: ref('BulkResult') } }) },
+  '/public/v1/scenarios': { post: mutating('Create a scenario', obj({ name: { ...text(200), description: 'trimmed; 1–200 characters (422 otherwise)' } }, ['name']),
+    { 201: { schema: out({ id: str, name: str, created_at: time }), description: 'Created' } }) },
+  '/public/v1/scenarios/{id}/run': { post: mutating('Start a run (emits scenario.run.started)', obj({ contact_id: { ...str, description: 'a contact of this project (422 otherwise)' }, variables: { type: 'object' } }, ['contact_id']),
+    { 202: { schema: out({ run_id: str, status: { const: 'started' } }), description: 'Started' } }, [404], { parameters: [pathParam('id')] }) },
   '/api/v1/projects/{project_id}/release-markers/deploy': { post: {
-    summary: 'Record a deploy (cicd keys; Idempotency-Key required, 8–128; a replay answers 200)', ...keyed('apiKey'),
-    parameters: [{ ...idemHeader, $ref: undefined, name: 'Idempotency-Key', in: 'header', required: true, schema: { type: 'string', minLength: 8, maxLength: 128 } }, pathParam('project_id')],
-    requestBody: { required: true, content: json(obj({ version: str, ts: { oneOf: [{ type: 'integer' }, str] }, environment: str, commit: str }, ['version', 'ts'])) },
-    responses: { ...ok(201, ref('ReleaseMarker'), 'Created'), ...ok(200, ref('ReleaseMarker'), 'Replayed'), ...errors(400, 401, 403, 409, 422, 429) } } },
-  '/v1/track': { post: { summary: 'Ingest up to 500 events (event_id de-duplication, 48 h)', ...keyed('apiKey'),
-    requestBody: { required: true, content: json(obj({ batch: { type: 'array', minItems: 1, maxItems: 500, items: ref('TrackItem') } }, ['batch'])) },
-    responses: { ...ok(202, ref('TrackResult'), 'Accepted'), ...errors(400, 401, 403, 413, 422, 429, 500) } } },
-  '/v1/identify': { post: { summary: 'Link ids and record an identify event', ...keyed('apiKey'),
-    requestBody: { required: true, content: json(obj({ anonymous_id: str, user_id: str, traits: { type: 'object' } }, ['anonymous_id', 'user_id'])) },
-    responses: { ...ok(202, obj({ event_id: str }), 'Accepted'), ...errors(400, 401, 403, 422, 429) } } },
-  '/v1/alias': { post: { summary: 'Link ids (server keys only)', ...keyed('apiKey'),
-    requestBody: { required: true, content: json(obj({ anonymous_id: str, user_id: str }, ['anonymous_id', 'user_id'])) },
-    responses: { ...ok(202, obj({ anonymous_id: str, user_id: str }), 'Accepted'), ...errors(400, 401, 403, 422, 429) } } },
-  '/v1/replay': { post: { summary: 'Store a session-replay chunk once', ...keyed('apiKey'),
-    requestBody: { required: true, content: json(obj({ session_id: str, chunk: { type: 'integer', minimum: 0 }, data: {} }, ['session_id', 'chunk', 'data'])) },
-    responses: { ...ok(202, obj({ duplicate: { type: 'boolean' } }), 'Accepted'), ...errors(400, 401, 403, 413, 422, 429) } } },
+    summary: 'Record a deploy (cicd keys; Idempotency-Key required, 8–128; a replay answers 200)', ...keyed,
+    parameters: [{ name: 'Idempotency-Key', in: 'header', required: true, description: '8–128 visible ASCII characters, no comma (400 when missing, 422 otherwise)', schema: { type: 'string', minLength: 8, maxLength: 128, pattern: '^[!#-+\\--~][!-+\\--~]*$' } },
+      pathParam('project_id', 'the key\'s own project (403 otherwise)')],
+    requestBody: { required: true, content: json(obj({ version: text(128), ts: { oneOf: [int(0), { type: 'string', minLength: 10, maxLength: 64 }], description: 'Unix seconds or an RFC 3339 string (422 otherwise)' }, environment: nullable({ type: 'string', maxLength: 64 }), commit: nullable({ type: 'string', maxLength: 64 }) }, ['version', 'ts'])) },
+    responses: responses(true, { 201: { schema: ref('ReleaseMarker'), description: 'Created' }, 200: { schema: ref('ReleaseMarker'), description: 'Replayed' } }, [...new Set([...SCOPED, ...BODY, ...IDEMPOTENT])].sort()) } },
+  '/v1/track': { post: ingestion('Ingest up to 500 events (event_id de-duplication, 48 h)',
+    obj({ batch: { type: 'array', minItems: 1, maxItems: 500, items: ref('TrackItem'), description: '1–500 events (422 otherwise); an event that is not valid is rejected alone' } }, ['batch']), ref('TrackResult'), [500]) },
+  '/v1/identify': { post: ingestion('Link ids and record an identify event', obj({ anonymous_id: nonBlankId, user_id: nonBlankId, traits: { type: 'object' } }, ['anonymous_id', 'user_id']), out({ event_id: { type: 'string', format: 'uuid' } })) },
+  '/v1/alias': { post: ingestion('Link ids (server keys only)', obj({ anonymous_id: nonBlankId, user_id: nonBlankId }, ['anonymous_id', 'user_id']), out({ anonymous_id: str, user_id: str })) },
+  '/v1/replay': { post: ingestion('Store a session-replay chunk once', obj({ session_id: nonBlankId, chunk: int(0, 4294967295), data: {} }, ['session_id', 'chunk', 'data']), out({ duplicate: { type: 'boolean' } })) },
   '/public/v1/webhooks': {
-    post: mutating('Subscribe (the secret is shown only here)', obj({ url: { type: 'string', format: 'uri' }, events: { type: 'array', items: str } }, ['url', 'events']),
-      { ...ok(201, ref('WebhookCreated'), 'Created'), ...errors(400, 401, 403, 409, 422, 429) }),
-    get: ownerOp('List subscriptions', { responses: { ...ok(200, list(ref('Webhook'))), ...errors(401, 403, 429) } }),
+    post: mutating('Subscribe (the secret is shown only here)', obj({ url: { type: 'string', format: 'uri', description: 'https (http too when ALLOW_PRIVATE_WEBHOOK_URLS), no credentials, no special-purpose address (422 otherwise)' },
+      events: { type: 'array', minItems: 1, uniqueItems: true, items: { enum: [...eventTypes, '*'] }, description: 'known event types or "*", no repeats (422 otherwise)' } }, ['url', 'events']),
+      { 201: { schema: ref('WebhookCreated'), description: 'Created' } }),
+    get: get('List subscriptions', { ok: list(ref('Webhook')) }),
   },
-  '/public/v1/webhooks/{id}': { delete: { ...ownerOp('Delete a subscription'), parameters: [idemHeader, pathParam('id')], responses: { ...ok(200, obj({ id: str, status: str })), ...errors(401, 403, 404, 409, 429) } } },
-  '/public/v1/webhooks/{id}/deliveries': { get: ownerOp('Deliveries with every attempt', {
-    parameters: [pathParam('id'), query('status', { enum: ['pending', 'delivered', 'failed'] }), ...paging], responses: { ...ok(200, list(ref('Delivery'))), ...errors(400, 401, 403, 404, 429) } }) },
-  '/public/v1/webhooks/deliveries/{id}/retry': { post: { ...ownerOp('Make a delivery due now (failed ones too)'), parameters: [idemHeader, pathParam('id')],
-    responses: { ...ok(202, ref('Delivery'), 'Queued'), ...errors(401, 403, 404, 409, 429) } } },
+  '/public/v1/webhooks/{id}': { delete: mutating('Delete a subscription (its pending deliveries fail)', null, { 200: { schema: out({ id: str, status: { const: 'deleted' } }) } }, [404], { parameters: [pathParam('id')] }) },
+  '/public/v1/webhooks/{id}/deliveries': { get: get('Deliveries with every attempt', {
+    parameters: [pathParam('id'), query('status', { enum: ['pending', 'delivered', 'failed'] }, '400 otherwise'), ...paging], ok: list(ref('Delivery')), codes: [400, 404] }) },
+  '/public/v1/webhooks/deliveries/{id}/retry': { post: mutating('Make a delivery due now (failed ones too)', null, { 202: { schema: ref('Delivery'), description: 'Queued' } }, [404], { parameters: [pathParam('id')] }) },
 };
-// The release-marker header is its own, not the shared optional one.
-delete paths['/api/v1/projects/{project_id}/release-markers/deploy'].post.parameters[0].$ref;
 
-const anyObject = { type: 'object' };
+const keyProps = { id: str, prefix: str, type: { enum: ['owner', 'server', 'browser', 'cicd'] }, name: nullable(str), plan: str,
+  rate_limit_per_minute: nullable(int(1)), status: { enum: ['active', 'revoked'] }, created_at: time, revoked_at: nullable(time) };
+const webhookProps = { id: str, url: str, events: { type: 'array', items: str }, status: { enum: ['active', 'disabled'] }, disabled_reason: nullable(str), created_at: time };
+const indexed = (props) => ({ type: 'array', items: out({ index: int(0), ...props }) });
 const schemas = {
-  Error: obj({ error: obj({ code: str, message: str, request_id: str, retryable: { type: 'boolean' }, details: anyObject }, ['code', 'message', 'request_id', 'retryable', 'details']) }, ['error']),
-  ProjectCreated: obj({ project_id: str, name: str, plan: str, owner_key: obj({ id: str, key: str, prefix: str }) }),
-  Key: obj({ id: str, prefix: str, type: str, name: nullable(str), plan: str, rate_limit_per_minute: nullable({ type: 'integer' }), status: { enum: ['active', 'revoked'] }, created_at: str, revoked_at: nullable(str) }),
-  KeyCreated: { allOf: [ref('Key'), obj({ key: str })] },
-  Me: obj({ key_id: str, prefix: str, type: str, project_id: str, plan: str, rate_limit: obj({ limit: { type: 'integer' }, remaining: { type: 'integer' }, reset: str }), quota: obj({ used: { type: 'integer' }, limit: { type: 'integer' }, resets_at: str }) }),
-  KeyStats: obj({ key_id: str, days: { type: 'integer' }, total: { type: 'integer' }, error_share: { type: 'number' }, daily: { type: 'array', items: anyObject }, top_endpoints: { type: 'array', items: anyObject } }),
-  AuditRow: anyObject,
-  Archive: obj({ date: str, objects: { type: 'integer', description: 'gzip objects (chunks of up to 5,000 rows) the day is stored in' }, size: { type: 'integer', description: 'bytes, all objects of the day' }, uploaded_at: str }),
-  Contact: obj({ id: str, name: nullable(str), phone: nullable(str), email: nullable(str), external_id: nullable(str), created_at: str }),
-  Message: obj({ id: str, contact_id: str, text: str, status: { const: 'queued' }, created_at: str }),
-  BulkResult: obj({ created: { type: 'integer' }, failed: { type: 'integer' }, results: { type: 'array', items: anyObject } }),
-  ReleaseMarker: obj({ id: str, project_id: str, version: str, ts: {}, environment: nullable(str), commit: nullable(str), created_at: str }),
-  TrackItem: obj({ event_id: str, event: str, anonymous_id: str, user_id: str, timestamp: {}, properties: anyObject }, ['event']),
-  TrackResult: obj({ accepted: { type: 'array', items: anyObject }, duplicates: { type: 'array', items: anyObject }, rejected: { type: 'array', items: anyObject } }),
-  Webhook: obj({ id: str, url: str, events: { type: 'array', items: str }, status: str, disabled_reason: nullable(str), created_at: str }),
-  WebhookCreated: { allOf: [ref('Webhook'), obj({ secret: str })] },
-  Delivery: anyObject,
-  DeadLetter: obj({ id: str, queue: str, body: { type: 'string', description: 'the message body as sent' }, first_failed_at: str, dead_at: str, last_error: nullable(str),
-    attempts: { type: 'integer' }, status: { enum: ['dead', 'redriven'] }, redriven_at: nullable(str) }),
+  Error: out({ error: obj({ code: str, message: str, request_id: { type: 'string', format: 'uuid' }, retryable: { type: 'boolean' }, details: { type: 'object' } }, ['code', 'message', 'request_id', 'retryable', 'details']) }),
+  ProjectCreated: out({ project_id: str, name: str, plan: str, owner_key: out({ id: str, key: str, prefix: str }) }),
+  Key: out(keyProps),
+  KeyCreated: out({ ...keyProps, key: { ...str, description: 'the secret; shown only in this response' } }),
+  Me: out({ key_id: str, prefix: str, type: { enum: ['owner', 'server', 'browser', 'cicd'] }, project_id: str, plan: str,
+    rate_limit: out({ limit: int(0), remaining: int(0), reset: time }), quota: out({ used: int(0), limit: int(0), resets_at: time }) }),
+  KeyStats: out({ key_id: str, days: int(1, 90), total: int(0), error_share: { type: 'number', minimum: 0, maximum: 1 },
+    daily: { type: 'array', items: out({ date: { type: 'string', format: 'date' }, total: int(0), '4xx': int(0), '5xx': int(0) }) },
+    top_endpoints: { type: 'array', items: out({ method: str, route: nullable(str), total: int(0), errors: int(0) }) } }),
+  AuditRow: out({ ts: time, request_id: str, key_id: nullable(str), key_prefix: nullable(str), method: str, path: str, route: nullable(str),
+    status: int(100, 599), response_bytes: int(0), response_time_ms: int(0), ip: nullable(str), user_agent: nullable(str),
+    idempotency_key: nullable(str), replayed: { type: 'boolean' }, original_request_id: nullable(str), rate_limit_remaining: nullable(int(0)), error_code: nullable(str) }),
+  Archive: out({ date: { type: 'string', format: 'date' }, objects: { ...int(1), description: 'gzip objects (chunks of up to 5,000 rows) the day is stored in' }, size: { ...int(0), description: 'bytes, all objects of the day' }, uploaded_at: time }),
+  Contact: out({ id: str, name: nullable(str), phone: nullable(str), email: nullable(str), external_id: nullable(str), created_at: time }),
+  Message: out({ id: str, contact_id: str, text: str, status: { const: 'queued' }, created_at: time }),
+  BulkResult: out({ created: int(0), failed: int(0), results: { type: 'array', items: { oneOf: [
+    out({ index: int(0), status: { const: 'created' }, id: str }),
+    out({ index: int(0), status: { const: 'failed' }, error: out({ code: str, message: str, details: { type: 'object' } }) }),
+  ] } } }),
+  ReleaseMarker: out({ id: str, project_id: str, version: str, ts: { oneOf: [int(0), str] }, environment: nullable(str), commit: nullable(str), created_at: time }),
+  TrackItem: obj({ event_id: nullable({ ...str, description: 'a UUID in any case, braces, urn:uuid: or 32 hex digits (INVALID_EVENT_ID otherwise); absent = generated, not de-duplicated' }),
+    event: text(200), anonymous_id: nullable(text(200)), user_id: nullable(text(200)),
+    timestamp: nullable({ oneOf: [int(0), str], description: 'RFC 3339 or Unix seconds' }), properties: nullable({ type: 'object' }) }, ['event']),
+  TrackResult: out({ accepted: indexed({ event_id: str }), duplicates: indexed({ event_id: str }), rejected: indexed({ code: str, message: str }) }),
+  Webhook: out(webhookProps),
+  WebhookCreated: out({ ...webhookProps, secret: { type: 'string', pattern: '^whsec_', description: 'whsec_ + base64 of 24 random bytes; shown only in this response' } }),
+  Delivery: out({ id: str, webhook_id: str, event_id: str, event: str, request_id: nullable(str), status: { enum: ['pending', 'delivered', 'failed'] },
+    attempt: int(0), scheduled_at: nullable(time), last_response_code: nullable(int(0)), last_error: nullable(str), created_at: time, payload: {},
+    attempts: { type: 'array', items: out({ attempt: int(1), started_at: time, duration_ms: int(0), response_code: nullable(int(0)), response_body: nullable(str), error: nullable(str), next_retry_at: nullable(time) }) } }),
+  DeadLetter: out({ id: str, queue: str, body: { type: 'string', description: 'the message body as sent' }, first_failed_at: time, dead_at: time, last_error: nullable(str),
+    attempts: int(0), status: { enum: ['dead', 'redriven'] }, redriven_at: nullable(time) }),
 };
-const codes = { 400: 'Malformed JSON, a bad field, or IDEMPOTENCY_KEY_REQUIRED', 401: 'INVALID_API_KEY', 403: 'FORBIDDEN',
+const codes = { 400: 'VALIDATION_ERROR (malformed JSON, a bad field or parameter) or IDEMPOTENCY_KEY_REQUIRED', 401: 'INVALID_API_KEY (or a missing or wrong admin token)', 403: 'FORBIDDEN',
   404: 'NOT_FOUND', 409: 'IDEMPOTENCY_KEY_REUSED or IDEMPOTENCY_KEY_IN_USE (Retry-After: 1)', 413: 'PAYLOAD_TOO_LARGE',
-  422: 'VALIDATION_ERROR (semantic, or a bad or repeated Idempotency-Key)', 429: 'RATE_LIMIT_EXCEEDED (Retry-After), QUOTA_EXCEEDED or TRIAL_QUOTA_EXCEEDED',
-  500: 'INTERNAL_ERROR (nothing accepted; retry)' };
+  422: 'VALIDATION_ERROR (semantic, or a bad or repeated Idempotency-Key)', 429: 'RATE_LIMIT_EXCEEDED (Retry-After), QUOTA_EXCEEDED or TRIAL_QUOTA_EXCEEDED; also too many failed authentications from the address',
+  500: 'INTERNAL_ERROR (nothing accepted; retry)', 503: 'SERVICE_UNAVAILABLE (a binding did not answer; retry with care)' };
+const retryAfter = { 409: true, 429: true, 503: true };
+const errorHeaders = (c) => ({ 'X-Request-Id': header('X-Request-Id', true), ...Object.fromEntries(RATE.map((h) => [h, header(h, false)])), ...(retryAfter[c] && { 'Retry-After': header('Retry-After', false) }) });
+const headerSchemas = {
+  'X-Request-Id': { description: 'this request\'s id (a UUID), also in the error body and the log', schema: { type: 'string', format: 'uuid' } },
+  'X-RateLimit-Limit': { description: 'requests per minute of the key', schema: { type: 'integer', minimum: 0 } },
+  'X-RateLimit-Remaining': { schema: { type: 'integer', minimum: 0 } },
+  'X-RateLimit-Reset': { description: 'Unix seconds of the window end', schema: { type: 'integer', minimum: 0 } },
+  'RateLimit-Policy': { schema: { type: 'string', pattern: '^"minute";q=[0-9]+;w=60$', example: '"minute";q=30;w=60' } },
+  'RateLimit': { schema: { type: 'string', pattern: '^"minute";r=[0-9]+;t=[0-9]+$', example: '"minute";r=29;t=55' } },
+  'Retry-After': { description: 'whole seconds to wait', schema: { type: 'integer', minimum: 1 } },
+};
 const doc = {
   openapi: '3.1.0',
-  info: { title: 'Gatehouse', version: '1.0.0', description: 'Public-API edge gateway. Errors follow one schema; every response carries X-Request-Id; authenticated ones carry the rate-limit headers. HEAD is served wherever GET is (same status and headers, no body; it counts against the rate limit and is audited like a GET).' },
+  info: { title: 'Gatehouse', version: '1.0.0', description: 'Public-API edge gateway. Errors follow one schema; every response carries X-Request-Id; authenticated ones carry the rate-limit headers. HEAD is served wherever GET is (same status and headers, no body; it counts against the rate limit and is audited like a GET). A method a path does not serve is a 405 with Allow; an unknown path is a 404. Checked against the server by scripts/conformance (Schemathesis).' },
   servers: [{ url: '/' }],
   security: [{ apiKey: [] }],
   paths,
@@ -153,16 +215,9 @@ const doc = {
       apiKey: { type: 'http', scheme: 'bearer', description: 'An API key: gh_<o|s|b|c>_…' },
       adminToken: { type: 'http', scheme: 'bearer', description: 'ADMIN_TOKEN' },
     },
-    parameters: { IdempotencyKey: { name: 'Idempotency-Key', in: 'header', required: false, description: '1–255 visible ASCII characters, no comma; replays the first 2xx for 24 h', schema: { type: 'string', minLength: 1, maxLength: 255 } } },
-    headers: {
-      'X-Request-Id': { schema: { type: 'string', format: 'uuid' } },
-      'X-RateLimit-Limit': { schema: { type: 'integer' } },
-      'X-RateLimit-Remaining': { schema: { type: 'integer' } },
-      'X-RateLimit-Reset': { description: 'Unix seconds of the window end', schema: { type: 'integer' } },
-      'RateLimit-Policy': { schema: { type: 'string', example: '"minute";q=30;w=60' } },
-      'RateLimit': { schema: { type: 'string', example: '"minute";r=29;t=55' } },
-    },
-    responses: Object.fromEntries(Object.entries(codes).map(([c, d]) => [`E${c}`, { description: d, content: json(ref('Error')) }])),
+    parameters: { IdempotencyKey: { name: 'Idempotency-Key', in: 'header', required: false, description: '1–255 visible ASCII characters, no comma (422 otherwise; an sf-string "…" is unquoted first); replays the first 2xx for 24 h', schema: { type: 'string', minLength: 1, maxLength: 255, pattern: '^[!#-+\\--~][!-+\\--~]*$' } } },
+    headers: Object.fromEntries(Object.entries(headerSchemas).flatMap(([name, h]) => [[name, { ...h, required: true }], [`${name}-optional`, h]])),
+    responses: Object.fromEntries(Object.entries(codes).map(([c, d]) => [`E${c}`, { description: d, headers: errorHeaders(c), content: json(ref('Error')) }])),
     schemas,
   },
 };

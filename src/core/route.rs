@@ -167,23 +167,28 @@ pub fn cors_path(path: &str) -> bool {
 /// authenticated, rate limited and audited (method `HEAD`) like any request; `Allow` lists it next
 /// to `GET`.
 pub fn match_route<'p>(method: &str, path: &'p str) -> Result<Matched<'p>, Miss> {
+    // The path's resource is its most specific template: a literal segment wins over a parameter
+    // (`/contacts/bulk` is not the contact `bulk`), so `Allow` lists that resource's methods only.
+    let Some(template) = ROUTES
+        .iter()
+        .filter(|r| match_template(r.template, path).is_some())
+        .map(|r| r.template)
+        .max_by_key(|t| t.split('/').map(|s| !s.starts_with('{')).collect::<Vec<_>>())
+    else {
+        return Err(Miss::NotFound);
+    };
+    let params = match_template(template, path).unwrap_or_default();
     let mut allow = Vec::new();
-    for route in ROUTES {
-        if let Some(params) = match_template(route.template, path) {
-            if route.method == method || (method == "HEAD" && route.method == "GET") {
-                return Ok(Matched { route, params });
-            }
-            allow.push(route.method);
-            if route.method == "GET" {
-                allow.push("HEAD");
-            }
+    for route in ROUTES.iter().filter(|r| r.template == template) {
+        if route.method == method || (method == "HEAD" && route.method == "GET") {
+            return Ok(Matched { route, params });
+        }
+        allow.push(route.method);
+        if route.method == "GET" {
+            allow.push("HEAD");
         }
     }
-    if allow.is_empty() {
-        Err(Miss::NotFound)
-    } else {
-        Err(Miss::MethodNotAllowed(allow))
-    }
+    Err(Miss::MethodNotAllowed(allow))
 }
 
 fn match_template<'p>(template: &str, path: &'p str) -> Option<Vec<&'p str>> {
@@ -227,6 +232,25 @@ mod tests {
             Err(Miss::MethodNotAllowed(vec!["POST", "GET", "HEAD"]))
         );
         assert_eq!(match_route("HEAD", "/public/v1/contacts"), match_route("GET", "/public/v1/contacts"));
+    }
+
+    #[test]
+    fn a_literal_segment_is_its_own_resource_for_every_method() {
+        // `/contacts/bulk` only takes POST: GET is not the contact `bulk`, and Allow says so.
+        assert_eq!(match_route("GET", "/public/v1/contacts/bulk"), Err(Miss::MethodNotAllowed(vec!["POST"])));
+        assert_eq!(match_route("PUT", "/public/v1/contacts/bulk"), Err(Miss::MethodNotAllowed(vec!["POST"])));
+        assert_eq!(match_route("POST", "/public/v1/messages/x"), Err(Miss::NotFound));
+        // `/logs/archives` is listed once, not also as the log entry `archives`.
+        assert_eq!(
+            match_route("DELETE", "/public/v1/logs/archives"),
+            Err(Miss::MethodNotAllowed(vec!["GET", "HEAD"]))
+        );
+        assert_eq!(match_route("GET", "/public/v1/logs/archives").unwrap().route.id, RouteId::ListArchives);
+        assert_eq!(match_route("GET", "/public/v1/logs/req_1").unwrap().route.id, RouteId::GetLog);
+        assert_eq!(
+            match_route("POST", "/public/v1/webhooks/deliveries/d_1/retry").unwrap().params,
+            vec!["d_1"]
+        );
     }
 
     #[test]

@@ -169,6 +169,15 @@ test('unknown routes are JSON 404, wrong methods JSON 405 with Allow', async () 
   const na = await call('PATCH', '/admin/v1/projects');
   assertError(na, 405, 'METHOD_NOT_ALLOWED');
   assert.equal(na.headers.get('allow'), 'POST');
+  // A literal segment is its own resource: /contacts/bulk is not the contact "bulk".
+  for (const method of ['GET', 'PUT']) {
+    const bulk = await call(method, '/public/v1/contacts/bulk');
+    assertError(bulk, 405, 'METHOD_NOT_ALLOWED');
+    assert.equal(bulk.headers.get('allow'), 'POST');
+  }
+  const archives = await call('DELETE', '/public/v1/logs/archives');
+  assertError(archives, 405, 'METHOD_NOT_ALLOWED');
+  assert.equal(archives.headers.get('allow'), 'GET, HEAD');
 });
 
 test('bodies over the 1 MiB limit are 413 PAYLOAD_TOO_LARGE', async () => {
