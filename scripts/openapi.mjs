@@ -72,6 +72,7 @@ const messageIn = obj({ contact_id: { ...str, description: 'a contact of this pr
 const bulkIn = (item) => obj({ items: { type: 'array', minItems: 1, maxItems: 100, items: item, description: '1–100 items (422 otherwise); an item that is not valid fails alone' } }, ['items']);
 const rateOverride = nullable({ ...int(1, 4294967295), description: 'requests per minute, at most the plan\'s limit (403 above: an owner may lower a key\'s limit, not raise it; 400 for 0); null = the plan\'s limit' });
 const samePlan = nullable({ ...str, description: 'only the project\'s own plan (403 otherwise: the operator sets plans, PATCH /admin/v1/projects/{id})' });
+const timeBound = { type: 'string', anyOf: [{ format: 'date-time' }, { format: 'date', pattern: '^[0-9]{4}-[0-9]{2}-[0-9]{2}$' }, { pattern: '^[0-9]+$' }] };
 const eventTypes = ['contact.created', 'message.created', 'scenario.run.started', 'release_marker.created'];
 
 const paths = {
@@ -109,12 +110,12 @@ const paths = {
       query('status', { type: 'string', pattern: '^\\s*([1-5][xX][xX]|[1-5][0-9][0-9])?\\s*$' }, '1xx–5xx or a code 100–599 (400 otherwise)'),
       query('path', { type: 'string', maxLength: 200 }, 'glob over the path with its query: * matches any run of characters, everything else itself (case-sensitive); at most 200 characters (422 beyond)'),
       query('request_id', str), query('key_id', str), query('idempotency_key', str),
-      query('from', str, 'RFC 3339, YYYY-MM-DD (the day\'s first ms) or Unix ms (400 otherwise); a date or time that does not exist (2026-02-31) is a 422'),
-      query('to', str, 'RFC 3339, YYYY-MM-DD (the day\'s last ms) or Unix ms; not before from (422)'), ...paging],
+      query('from', timeBound, 'RFC 3339, YYYY-MM-DD (the day\'s first ms) or Unix ms (400 otherwise); a date or time that does not exist (2026-02-31) is a 422'),
+      query('to', timeBound, 'RFC 3339, YYYY-MM-DD (the day\'s last ms) or Unix ms; not before from (422)'), ...paging],
     ok: list(ref('AuditRow')), codes: [400, 422] }) },
   '/public/v1/logs/archives': { get: get('Archived days of the log', { ok: list(ref('Archive')) }) },
   '/public/v1/logs/archives/{date}': { get: get('Download one archived day (gzip NDJSON)', {
-    parameters: [pathParam('date', 'YYYY-MM-DD (400 otherwise); a day that does not exist (2026-02-31) is a 422')],
+    parameters: [{ ...pathParam('date', 'YYYY-MM-DD (400 otherwise); a day that does not exist (2026-02-31) is a 422'), schema: { type: 'string', format: 'date', pattern: '^[0-9]{4}-[0-9]{2}-[0-9]{2}$' } }],
     content: { 'application/gzip': { schema: { type: 'string', format: 'binary' } } }, codes: [400, 404, 422] }) },
   '/public/v1/logs/{request_id}': { get: get('One request of the log', { parameters: [pathParam('request_id')], ok: ref('AuditRow'), codes: [404] }) },
   '/public/v1/contacts': {
