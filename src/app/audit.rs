@@ -30,26 +30,21 @@ impl<P: Ports> Gateway<'_, P> {
     pub(super) async fn get_log(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let request_id = call.params[0];
         let filter = LogFilter { request_id: Some(request_id.to_owned()), ..Default::default() };
-        // A lookup pages on until the row shows or the range ends (a page reads a bounded number
-        // of objects; a UUIDv7 narrows the range to its millisecond, so that is one page).
-        let mut page = PageRequest { limit: 1, after: None };
-        for _ in 0..LOOKUP_PAGES {
-            let (rows, next) = self.log_page(call, filter.clone(), page.clone()).await?;
-            if let Some(row) = rows.first() {
-                return Ok(Reply::ok(row.view()));
-            }
-            match next {
-                Some(after) => page.after = Some(after),
-                None => break,
+        let (rows, _) = self.log_page(call, filter, PageRequest { limit: 1, after: None }).await?;
+        match rows.first() {
+            Some(row) => Ok(Reply::ok(row.view())),
+            None => {
+                Err(ApiError::not_found("request in this project's log")
+                    .with_detail("request_id", request_id))
             }
         }
-        Err(ApiError::not_found("request in this project's log").with_detail("request_id", request_id))
     }
 
     /// One page of the log across both tiers (SPEC §18): the hot rows and the cold objects'
     /// summaries from one D1 snapshot, then the objects the page needs, merged newest first.
     /// Rows past retention are not searched; a UUIDv7 `request_id` filter narrows the range to
-    /// its millisecond.
+    /// its millisecond, and any other id (from before request ids were UUIDv7) is looked for in
+    /// the hot tier only, so a lookup never scans the cold tier.
     async fn log_page(
         &self,
         call: &Call<'_>,
@@ -58,15 +53,24 @@ impl<P: Ports> Gateway<'_, P> {
     ) -> Result<(Vec<AuditRow>, Option<Cursor>), ApiError> {
         let floor = archive::retention_cutoff(call.now_ms, self.config.audit_retention_days);
         filter.from_ms = Some(filter.from_ms.map_or(floor, |f| f.max(floor)));
-        if let Some(ms) = filter.request_id.as_deref().and_then(uuid_v7_ms) {
-            filter.from_ms = filter.from_ms.map(|f| f.max(ms));
-            filter.to_ms = Some(filter.to_ms.map_or(ms, |t| t.min(ms)));
+        let mut cold = true;
+        if let Some(id) = filter.request_id.as_deref() {
+            match uuid_v7_ms(id) {
+                Some(ms) => {
+                    filter.from_ms = filter.from_ms.map(|f| f.max(ms));
+                    filter.to_ms = Some(filter.to_ms.map_or(ms, |t| t.min(ms)));
+                }
+                None => cold = false,
+            }
         }
         if filter.to_ms.is_some_and(|t| Some(t) < filter.from_ms) {
             return Ok((Vec::new(), None));
         }
-        let (hot, summaries) =
+        let (hot, mut summaries) =
             self.store.log_snapshot(call.project_id(), &filter, &page).await.map_err(unavailable)?;
+        if !cold {
+            summaries.clear();
+        }
         let mut merge = PageMerge::new(filter, page, hot, summaries);
         while let Some(object) = merge.wanted() {
             let rows = read_object(&self.archive, &object.key).await.map_err(unavailable)?;
@@ -138,10 +142,6 @@ impl<P: Ports> Gateway<'_, P> {
         })
     }
 }
-
-/// Pages a `GET /logs/{request_id}` may read to find a row whose id does not name its time (rows
-/// from before request ids were UUIDv7).
-const LOOKUP_PAGES: usize = 8;
 
 /// The rows of one cold object.
 pub(super) async fn read_object<A: Archive>(archive: &A, key: &str) -> Result<Vec<AuditRow>, PortError> {
