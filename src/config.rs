@@ -223,6 +223,10 @@ mod tests {
             prefix: String::new(),
             created_at: 0,
             revoked_at: None,
+            expires_at: None,
+            rolled_from: None,
+            rolled_at: None,
+            rolled_to: None,
         };
         assert_eq!(config.limits(&key("pro", None)), Limits { per_minute: 600, monthly_quota: 9 });
         assert_eq!(config.limits(&key("pro", Some(100))).per_minute, 100);

@@ -5,7 +5,7 @@
 
 use std::cell::Cell;
 
-use crate::core::api_key::{KeyRecord, Scope};
+use crate::core::api_key::{KeyRecord, RefusalReason, Scope};
 use crate::core::audit::{AuditRow, DayCount, EndpointCount, LogFilter};
 use crate::core::events::{EventMessage, Reserved};
 use crate::core::idempotency::{ClaimDecision, KeptResponse};
@@ -56,9 +56,9 @@ pub struct ClaimRequest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Authorization {
     Admitted(Box<Admission>),
-    /// No key has this hash (`None`), or it is revoked (its record, so the refusal can be logged
-    /// for its project): both are 401 to the client.
-    Denied(Option<Box<KeyRecord>>),
+    /// No key has this hash (`None`), or it is refused (its record, so the refusal can be logged
+    /// for its project, and why: revoked, expired, or rolled and past its grace): all are 401.
+    Denied(Option<(Box<KeyRecord>, RefusalReason)>),
 }
 
 /// The per-key Durable Object (SPEC §1 `KEY_GUARD`): one round trip per authenticated request.
@@ -114,6 +114,8 @@ pub enum Revocation {
 pub struct KeyChanges {
     pub name: Option<Option<String>>,
     pub rate_limit_per_minute: Option<Option<u32>>,
+    /// A rolled key keeps its grace's end (the store leaves it).
+    pub expires_at: Option<Option<i64>>,
 }
 
 impl KeyChanges {
@@ -124,6 +126,9 @@ impl KeyChanges {
         }
         if let Some(rate) = self.rate_limit_per_minute {
             key.rate_limit_per_minute = rate;
+        }
+        if let Some(expires_at) = self.expires_at.filter(|_| key.rolled_at.is_none()) {
+            key.expires_at = expires_at;
         }
         key
     }
@@ -167,6 +172,16 @@ pub trait Directory {
         changes: &KeyChanges,
     ) -> Result<KeyUpdate, PortError>;
     async fn revoke_key(&self, project_id: &str, key_id: &str, now_ms: i64) -> Result<Revocation, PortError>;
+    /// In one transaction: marks the key rolled as `rolled` says (its replacement, its grace's
+    /// end) and inserts `replacement` on the project's plan — only while the key is not revoked,
+    /// not rolled before and not expired at `now_ms`. Answers both as stored, or `None` (nothing
+    /// written).
+    async fn roll_key(
+        &self,
+        rolled: &KeyRecord,
+        replacement: &KeyRecord,
+        now_ms: i64,
+    ) -> Result<Option<(KeyRecord, KeyRecord)>, PortError>;
     async fn find_key(&self, project_id: &str, key_id: &str) -> Result<Option<KeyRecord>, PortError>;
     /// How many owner keys of the project are not revoked.
     async fn active_owner_keys(&self, project_id: &str) -> Result<u32, PortError>;

@@ -5,7 +5,7 @@ use std::rc::Rc;
 use worker::ObjectNamespace;
 
 use super::durable;
-use crate::core::api_key::{KeyRecord, Scope};
+use crate::core::api_key::{KeyRecord, RefusalReason, Scope};
 use crate::core::idempotency::KeptResponse;
 use crate::core::rate_limit::{Usage, Verdict};
 use crate::guard::protocol::{
@@ -42,7 +42,11 @@ impl KeyGuard for GuardClient {
             Authorized::Decided { key, verdict, usage, claim, d1_queries } => {
                 (Authorization::Admitted(Box::new(Admission { key, verdict, usage, claim })), d1_queries)
             }
-            Authorized::Denied { key, d1_queries } => (Authorization::Denied(key.map(Box::new)), d1_queries),
+            Authorized::Denied { key, reason, d1_queries } => {
+                // A record without a reason comes from a guard of the previous version: revoked.
+                let reason = reason.unwrap_or(RefusalReason::Revoked);
+                (Authorization::Denied(key.map(|key| (Box::new(key), reason))), d1_queries)
+            }
         };
         self.meter.d1_queries.set(self.meter.d1_queries.get() + d1_queries);
         Ok(authorization)

@@ -11,7 +11,7 @@
 
 use super::pipeline::{Caller, Trace};
 use super::{unavailable, Gateway};
-use crate::core::api_key::{self, Scope};
+use crate::core::api_key::{self, KeyRecord, RefusalReason, Scope};
 use crate::core::error::{ApiError, ErrorCode};
 use crate::core::rate_limit::{Usage, Verdict};
 use crate::core::route::{Access, Route};
@@ -91,12 +91,15 @@ impl<P: Ports> Gateway<'_, P> {
                     trace.key = Some(admission.key.clone());
                     *admission
                 }
-                Ok(Authorization::Denied(revoked)) => {
-                    if revoked.is_none() {
-                        self.memory.borrow_mut().remember_unknown_key(&key_hash, now_ms);
-                    }
-                    trace.key = revoked.map(|k| *k);
-                    let e = ApiError::invalid_api_key();
+                Ok(Authorization::Denied(refused)) => {
+                    let e = match &refused {
+                        None => {
+                            self.memory.borrow_mut().remember_unknown_key(&key_hash, now_ms);
+                            ApiError::invalid_api_key()
+                        }
+                        Some((key, reason)) => refused_key(key, *reason),
+                    };
+                    trace.key = refused.map(|(k, _)| *k);
                     return Err((None, self.refuse_anonymous(client_ip, e, now_ms, trace).await));
                 }
                 Err(e) => {
@@ -178,6 +181,19 @@ impl<P: Ports> Gateway<'_, P> {
             }
         }
     }
+}
+
+/// A known key its guard refused (SPEC §17): 401 with `details.reason`.
+fn refused_key(key: &KeyRecord, reason: RefusalReason) -> ApiError {
+    let at = key.expires_at.map(rfc3339).unwrap_or_default();
+    let message = match reason {
+        RefusalReason::Revoked => "This API key was revoked.".to_owned(),
+        RefusalReason::Expired => format!("This API key expired at {at}."),
+        RefusalReason::Rolled => {
+            format!("This API key was rolled; its grace period ended at {at}. Use its replacement.")
+        }
+    };
+    ApiError::new(ErrorCode::InvalidApiKey, message).with_detail("reason", reason.as_str())
 }
 
 fn too_many_anonymous(retry_after_seconds: u64) -> ApiError {

@@ -12,6 +12,7 @@ use crate::core::encoding::object_id;
 use crate::core::error::ApiError;
 use crate::core::json_body;
 use crate::core::page::{Cursor, PageRequest};
+use crate::core::time;
 use crate::ports::{Directory, KeyChanges, KeyGuard, KeyUpdate, Ports, Revocation};
 
 /// A key just made: its record and the secret, which exists only in this response.
@@ -43,6 +44,10 @@ impl NewKey {
             prefix: api_key::prefix(&secret).to_owned(),
             created_at: now_ms,
             revoked_at: None,
+            expires_at: None,
+            rolled_from: None,
+            rolled_at: None,
+            rolled_to: None,
         };
         NewKey { record, secret }
     }
@@ -56,6 +61,13 @@ struct CreateKey {
     name: Option<String>,
     plan: Option<String>,
     rate_limit_per_minute: Option<u32>,
+    expires_at: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RollKey {
+    grace_seconds: Option<u64>,
 }
 
 /// A field that may be absent (leave it), `null` (clear it) or a value.
@@ -73,17 +85,20 @@ struct UpdateKey {
     plan: Option<String>,
     #[serde(default, deserialize_with = "patch_field")]
     rate_limit_per_minute: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "patch_field")]
+    expires_at: Option<Option<String>>,
 }
 
 impl<P: Ports> Gateway<'_, P> {
     pub(super) async fn create_key(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let input: CreateKey = json_body::parse(&call.body)?;
         let name = clean_name(input.name)?;
+        let expires_at = input.expires_at.as_deref().map(|at| future_instant(at, call.now_ms)).transpose()?;
         // The caller's record carries the project's plan (its guard is told of a plan change).
         let plan = &call.key().plan;
         check_plan_unchanged(plan, input.plan.as_deref())?;
         check_rate(self.config, plan, input.rate_limit_per_minute)?;
-        let new = NewKey::generate(
+        let mut new = NewKey::generate(
             self.config,
             call.project_id(),
             input.key_type,
@@ -92,9 +107,10 @@ impl<P: Ports> Gateway<'_, P> {
             input.rate_limit_per_minute,
             call.now_ms,
         );
+        new.record.expires_at = expires_at;
         let stored = self.store.insert_key(&new.record).await.map_err(unavailable)?;
         // The caller's project exists; a missing one is a deleted project: its key is no longer valid.
-        let mut body = stored.ok_or_else(ApiError::invalid_api_key)?.view();
+        let mut body = stored.ok_or_else(ApiError::invalid_api_key)?.view(call.now_ms);
         body["key"] = Value::String(new.secret);
         Ok(Reply::created(body))
     }
@@ -103,7 +119,7 @@ impl<P: Ports> Gateway<'_, P> {
         let page = PageRequest::from_query(call.query, 50, 200)?;
         let rows = self.store.list_keys(call.project_id(), &page).await.map_err(unavailable)?;
         let position = |key: &KeyRecord| Cursor { ts: key.created_at, id: key.id.clone() };
-        Ok(Reply::ok(page.respond(rows, position, KeyRecord::view)))
+        Ok(Reply::ok(page.respond(rows, position, |key| key.view(call.now_ms))))
     }
 
     /// Changes a key's name or per-key rate override (`null` = the plan's limit). The key's
@@ -115,6 +131,10 @@ impl<P: Ports> Gateway<'_, P> {
         let changes = KeyChanges {
             name: input.name.map(clean_name).transpose()?,
             rate_limit_per_minute: input.rate_limit_per_minute,
+            expires_at: input
+                .expires_at
+                .map(|at| at.map(|at| future_instant(&at, call.now_ms)).transpose())
+                .transpose()?,
         };
         let current = self.existing_key(call, key_id).await?;
         check_plan_unchanged(&current.plan, input.plan.as_deref())?;
@@ -122,13 +142,20 @@ impl<P: Ports> Gateway<'_, P> {
         if current.is_revoked() {
             return Err(ApiError::unprocessable("A revoked key cannot be changed.").with_detail("id", key_id));
         }
+        if changes.expires_at.is_some() && current.rolled_at.is_some() {
+            return Err(ApiError::unprocessable(
+                "A rolled key is refused when its grace period ends; its expiry cannot be changed.",
+            )
+            .with_detail("field", "expires_at")
+            .with_detail("id", key_id));
+        }
         self.tell_guard(&changes.applied_to(current.clone()), &current, None).await?;
         let written = self.store.update_key(call.project_id(), key_id, &changes).await;
         match written {
             Ok(KeyUpdate::Updated(record)) => {
                 // A concurrent change may have told the guard later than D1 saw it.
                 let _ = self.guard.apply(&record, None).await;
-                Ok(Reply::ok(record.view()))
+                Ok(Reply::ok(record.view(call.now_ms)))
             }
             Ok(KeyUpdate::NotFound) => {
                 self.restore(&current, None).await;
@@ -154,7 +181,7 @@ impl<P: Ports> Gateway<'_, P> {
         let current = self.existing_key(call, key_id).await?;
         if current.is_revoked() {
             self.guard.apply(&current, None).await.map_err(unavailable)?;
-            return Ok(Reply::ok(current.view()));
+            return Ok(Reply::ok(current.view(call.now_ms)));
         }
         let last_owner = || {
             ApiError::unprocessable(
@@ -171,7 +198,7 @@ impl<P: Ports> Gateway<'_, P> {
         self.tell_guard(&revoked, &current, revoked.revoked_at).await?;
         match self.store.revoke_key(call.project_id(), key_id, call.now_ms).await {
             Ok(Revocation::Revoked(record) | Revocation::AlreadyRevoked(record)) => {
-                Ok(Reply::ok(record.view()))
+                Ok(Reply::ok(record.view(call.now_ms)))
             }
             Ok(Revocation::NotFound) => {
                 self.restore(&current, revoked.revoked_at).await;
@@ -183,6 +210,76 @@ impl<P: Ports> Gateway<'_, P> {
             }
             Err(e) => {
                 self.reconcile(call, key_id).await;
+                Err(unavailable(e))
+            }
+        }
+    }
+
+    /// Rolls a key (SPEC §17): a new key with the same type, name and limit (`rolled_from` the old
+    /// one), shown once; the old key keeps working until `now + grace_seconds`, then is refused
+    /// (`rolled`). The old key's guard is told first, so it refuses the key at the grace's very
+    /// end by its own clock; if it cannot be told, nothing changes (503). Then one D1 transaction
+    /// marks the old key and inserts the new one; if that fails, the guard is given the old record
+    /// back (this roll undone).
+    pub(super) async fn roll_key(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let key_id = call.params[0];
+        let input: RollKey = json_body::parse(&call.body)?;
+        let grace = input.grace_seconds.unwrap_or(api_key::DEFAULT_ROLL_GRACE_SECONDS);
+        if grace > api_key::MAX_ROLL_GRACE_SECONDS {
+            return Err(ApiError::unprocessable(format!(
+                "grace_seconds must be from 0 to {}",
+                api_key::MAX_ROLL_GRACE_SECONDS
+            ))
+            .with_detail("field", "grace_seconds"));
+        }
+        let current = self.existing_key(call, key_id).await?;
+        if let Some(reason) = current.refusal(call.now_ms) {
+            return Err(ApiError::unprocessable(format!(
+                "A {} key cannot be rolled; create a new key instead.",
+                reason.as_str()
+            ))
+            .with_detail("id", key_id)
+            .with_detail("reason", reason.as_str()));
+        }
+        if let Some(replacement) = &current.rolled_to {
+            return Err(ApiError::unprocessable(
+                "This key was rolled already; roll its replacement instead.",
+            )
+            .with_detail("id", key_id)
+            .with_detail("rolled_to", replacement.as_str()));
+        }
+        let mut new = NewKey::generate(
+            self.config,
+            call.project_id(),
+            current.key_type,
+            current.name.clone(),
+            &current.plan,
+            current.rate_limit_per_minute,
+            call.now_ms,
+        );
+        new.record.rolled_from = Some(current.id.clone());
+        let rolled = current.rolled(&new.record.id, call.now_ms, grace as i64 * 1000);
+        self.tell_guard(&rolled, &current, rolled.rolled_at).await?;
+        match self.store.roll_key(&rolled, &new.record, call.now_ms).await {
+            Ok(Some((_, stored))) => {
+                let mut body = stored.view(call.now_ms);
+                body["key"] = Value::String(new.secret);
+                Ok(Reply::created(body))
+            }
+            Ok(None) => {
+                // Revoked, rolled or deleted concurrently: this roll is taken back from the guard.
+                self.restore(&current, rolled.rolled_at).await;
+                Err(ApiError::unprocessable("The key changed while it was being rolled; try again.")
+                    .with_detail("id", key_id))
+            }
+            Err(e) => {
+                // The write may have landed. Unless D1 shows this roll, it is taken back: a guard
+                // that refused the old key with no replacement stored would be an outage, while
+                // one that lets it live longer re-reads D1 within 10 minutes.
+                let landed = self.store.find_key(call.project_id(), key_id).await;
+                if !matches!(&landed, Ok(Some(k)) if k.rolled_to == rolled.rolled_to) {
+                    self.restore(&current, rolled.rolled_at).await;
+                }
                 Err(unavailable(e))
             }
         }
@@ -226,6 +323,18 @@ impl<P: Ports> Gateway<'_, P> {
             let _ = self.guard.apply(&truth, None).await;
         }
     }
+}
+
+/// An RFC 3339 instant that exists and lies after `now_ms` (SPEC §17: `expires_at`).
+fn future_instant(text: &str, now_ms: i64) -> Result<i64, ApiError> {
+    let invalid =
+        |why: &str| ApiError::unprocessable(format!("expires_at {why}")).with_detail("field", "expires_at");
+    let at = time::parse_rfc3339_checked(text)
+        .map_err(|_| invalid("must be an RFC 3339 date and time that exists, e.g. 2027-01-31T12:00:00Z"))?;
+    if at <= now_ms {
+        return Err(invalid("must be in the future"));
+    }
+    Ok(at)
 }
 
 fn clean_name(name: Option<String>) -> Result<Option<String>, ApiError> {

@@ -258,6 +258,7 @@ impl<P: Ports> Gateway<'_, P> {
             RouteId::ListKeys => self.list_keys(call).await,
             RouteId::UpdateKey => self.update_key(call).await,
             RouteId::RevokeKey => self.revoke_key(call).await,
+            RouteId::RollKey => self.roll_key(call).await,
             RouteId::CreateContact => self.create_contact(call).await,
             RouteId::ListContacts => self.list_contacts(call).await,
             RouteId::GetContact => self.get_contact(call).await,
@@ -311,6 +312,7 @@ pub(super) fn me(call: &Call<'_>) -> Value {
         "type": key.key_type,
         "project_id": key.project_id,
         "plan": key.plan,
+        "expires_at": key.expires_at.map(rfc3339),
         "rate_limit": {
             "limit": usage.limit,
             "remaining": usage.remaining,

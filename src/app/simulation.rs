@@ -18,6 +18,7 @@ use crate::core::api_key::KeyType;
 use crate::core::events::dedup_namespace;
 use crate::core::idempotency::{KeptResponse, StoredResponse};
 use crate::core::sealing::SealingKey;
+use crate::core::time;
 use crate::fakes::audit::FakeArchive;
 use crate::fakes::gateway::{Clock, FakeAuditQueue, FakeGuard, FakeProject, FakeResponses};
 use crate::fakes::ingest::{FakeEventQueue, FakeLedger};
@@ -479,6 +480,178 @@ fn a_revocation_is_exact_under_faults() {
                 }
             }
             other => Err(format!("the revocation answered {other}")),
+        }
+    });
+}
+
+/// One request with the faults off; its status and JSON body.
+fn answered(gateway: &Gateway<'static, Sim>, faults: &Faults, req: ApiRequest<Body>) -> (u16, Value) {
+    let response = answer(gateway, faults, req);
+    (response.status, json(&response))
+}
+
+/// SPEC §17: a key with `expires_at` works until that instant and is refused (`expired`) from it
+/// on, decided by its guard's clock with no D1 read; a roll's old key works through the grace and
+/// is refused (`rolled`) at its very end, while the new key (same type, `rolled_from`) works on.
+#[test]
+fn expiry_and_a_rolls_grace_end_at_their_instant_by_the_guards_clock() {
+    let faults = Rc::new(Faults::new(1, 0.0));
+    let (gateway, clock, secrets) = world(&faults, &[KeyType::Owner, KeyType::Server]);
+    let owner = &secrets[0];
+    let me = |key: &str| answered(&gateway, &faults, request(&clock, "GET", "/public/v1/me", key, None, ""));
+    let expires = time::rfc3339(T0 + 3_000);
+    let (status, created) = answered(
+        &gateway,
+        &faults,
+        request(
+            &clock,
+            "POST",
+            "/public/v1/keys",
+            owner,
+            None,
+            &format!(r#"{{"type":"server","expires_at":"{expires}"}}"#),
+        ),
+    );
+    assert_eq!((status, created["status"].as_str()), (201, Some("expiring")), "{created}");
+    let expiring = created["key"].as_str().unwrap().to_owned();
+    assert_eq!(me(&expiring).0, 200);
+    clock.set(T0 + 2_999);
+    assert_eq!(me(&expiring).0, 200);
+    clock.set(T0 + 3_000);
+    let (status, refused) = me(&expiring);
+    assert_eq!((status, refused["error"]["details"]["reason"].as_str()), (401, Some("expired")), "{refused}");
+
+    // A roll with 3 s of grace at T0 + 10 s.
+    clock.set(T0 + 10_000);
+    let server_id = gateway.store.directory.keys.borrow()[1].id.clone();
+    let (status, rolled) = answered(
+        &gateway,
+        &faults,
+        request(
+            &clock,
+            "POST",
+            &format!("/public/v1/keys/{server_id}/roll"),
+            owner,
+            None,
+            r#"{"grace_seconds":3}"#,
+        ),
+    );
+    assert_eq!(status, 201, "{rolled}");
+    assert_eq!(
+        (rolled["type"].as_str(), rolled["rolled_from"].as_str()),
+        (Some("server"), Some(server_id.as_str()))
+    );
+    let new_key = rolled["key"].as_str().unwrap().to_owned();
+    assert_eq!((me(&secrets[1]).0, me(&new_key).0), (200, 200));
+    clock.set(T0 + 12_999);
+    assert_eq!(me(&secrets[1]).0, 200);
+    clock.set(T0 + 13_000);
+    let (status, refused) = me(&secrets[1]);
+    assert_eq!((status, refused["error"]["details"]["reason"].as_str()), (401, Some("rolled")), "{refused}");
+    assert_eq!(me(&new_key).0, 200);
+    // Ten minutes on, the guard re-reads D1, which holds the same roll.
+    clock.set(T0 + 700_000);
+    assert_eq!(me(&secrets[1]).1["error"]["details"]["reason"], "rolled");
+    // The list shows each key's status; a rolled key cannot be rolled again.
+    let (_, list) = answered(&gateway, &faults, request(&clock, "GET", "/public/v1/keys", owner, None, ""));
+    let status_of = |id: &str| {
+        list["data"].as_array().unwrap().iter().find(|k| k["id"] == id).map(|k| k["status"].clone())
+    };
+    assert_eq!(status_of(&server_id), Some("expired".into()));
+    assert_eq!(status_of(rolled["id"].as_str().unwrap()), Some("active".into()));
+    let (status, again) = answered(
+        &gateway,
+        &faults,
+        request(&clock, "POST", &format!("/public/v1/keys/{server_id}/roll"), owner, None, "{}"),
+    );
+    assert_eq!(status, 422, "{again}");
+    // Revoked wins as the reason.
+    let id = rolled["id"].as_str().unwrap();
+    let (status, _) = answered(
+        &gateway,
+        &faults,
+        request(&clock, "DELETE", &format!("/public/v1/keys/{id}"), owner, None, ""),
+    );
+    assert_eq!(status, 200);
+    assert_eq!(me(&new_key).1["error"]["details"]["reason"], "revoked");
+    // Bad input is a 4xx.
+    for body in [r#"{"grace_seconds":86401}"#, r#"{"grace_seconds":-1}"#, r#"{"grace":1}"#] {
+        let req = request(&clock, "POST", &format!("/public/v1/keys/{id}/roll"), owner, None, body);
+        let status = answered(&gateway, &faults, req).0;
+        assert!(status == 400 || status == 422, "{body}: {status}");
+    }
+    for at in ["2020-01-01T00:00:00Z", "2027-02-31T00:00:00Z", "tomorrow"] {
+        let body = format!(r#"{{"type":"server","expires_at":"{at}"}}"#);
+        let req = request(&clock, "POST", "/public/v1/keys", owner, None, &body);
+        assert_eq!(answered(&gateway, &faults, req).0, 422, "{at}");
+    }
+}
+
+/// A roll goes through the old key's guard first: a 201 means both keys work until the grace's
+/// end and the old one is refused from then on; any other answer means D1 holds no roll, no new
+/// key exists, and the old key keeps working (once the guard has its record back, at the latest
+/// when that record's freshness ends) — never an old key refused without its replacement stored.
+#[test]
+fn a_roll_is_exact_under_faults() {
+    check_seeds("a_roll_is_exact_under_faults", SCHEDULES, &[], |seed| {
+        let faults = Rc::new(Faults::new(seed, 0.3));
+        let (gateway, clock, secrets) = world(&faults, &[KeyType::Owner, KeyType::Server]);
+        let server_id = gateway.store.directory.keys.borrow()[1].id.clone();
+        let seen = RefCell::new(Vec::new());
+        let roll = async {
+            later(faults.below(6)).await;
+            let path = format!("/public/v1/keys/{server_id}/roll");
+            let req = request(&clock, "POST", &path, &secrets[0], None, r#"{"grace_seconds":60}"#);
+            exchange(&gateway, req, &seen, &RefCell::default()).await
+        };
+        let change = async {
+            if faults.chance(0.5) {
+                later(faults.below(6)).await;
+                let path = format!("/public/v1/keys/{server_id}");
+                let req = request(&clock, "PATCH", &path, &secrets[0], None, r#"{"name":"renamed"}"#);
+                exchange(&gateway, req, &RefCell::default(), &RefCell::default()).await
+            }
+        };
+        drive(futures_util::future::join(roll, change), &faults, 0.05);
+        faults.set_failure_rate(0.0);
+        let rolled_in_d1 = gateway.store.directory.keys.borrow()[1].rolled_to.clone();
+        let new_key_in_d1 = gateway.store.directory.keys.borrow().len() == 3;
+        if rolled_in_d1.is_some() != new_key_in_d1 {
+            return Err(format!("D1 holds the roll {rolled_in_d1:?} but a new key: {new_key_in_d1}"));
+        }
+        let me = |key: &str| {
+            answer(&gateway, &faults, request(&clock, "GET", "/public/v1/me", key, None, "")).status
+        };
+        let Some(answer) = seen.borrow().last().map(|r| (r.status, json(r))) else {
+            return Ok(()); // the isolate died before answering
+        };
+        let started = T0;
+        match answer {
+            (201, body) => {
+                let new_key = body["key"].as_str().ok_or("no key in the 201")?.to_owned();
+                if rolled_in_d1.as_deref() != body["id"].as_str() {
+                    return Err("201 but D1 does not hold this roll".into());
+                }
+                clock.set(started + 59_999);
+                if (me(&secrets[1]), me(&new_key)) != (200, 200) {
+                    return Err("a key was refused during the grace".into());
+                }
+                clock.set(started + 60_000);
+                if (me(&secrets[1]), me(&new_key)) != (401, 200) {
+                    return Err("the old key was not refused at the grace's end".into());
+                }
+                Ok(())
+            }
+            (status, _) => {
+                clock.set(started + 601_000);
+                let expected = if rolled_in_d1.is_some() { 401 } else { 200 };
+                match me(&secrets[1]) {
+                    s if s == expected => Ok(()),
+                    s => Err(format!(
+                        "after a {status} with D1 rolled={rolled_in_d1:?}, the old key answers {s}"
+                    )),
+                }
+            }
         }
     });
 }

@@ -144,7 +144,57 @@ mod tests {
             prefix: "gh_s_abcdefg".into(),
             created_at: 1,
             revoked_at,
+            expires_at: None,
+            rolled_from: None,
+            rolled_at: None,
+            rolled_to: None,
         }
+    }
+
+    #[test]
+    fn a_key_is_refused_from_the_instant_its_expiry_or_grace_ends() {
+        let key = record(None, "trial");
+        assert_eq!(key.refusal(i64::MAX), None);
+        assert_eq!(key.status(5), "active");
+        let expiring = KeyRecord { expires_at: Some(1_000), ..key.clone() };
+        assert_eq!(expiring.refusal(999), None);
+        assert_eq!(expiring.status(999), "expiring");
+        assert_eq!(expiring.refusal(1_000), Some(RefusalReason::Expired));
+        assert_eq!(expiring.status(1_000), "expired");
+        // A roll at 500 with 300 ms of grace: refused as `rolled` at 800, not a millisecond later.
+        let rolled = key.rolled("key_2", 500, 300);
+        assert_eq!((rolled.expires_at, rolled.rolled_to.as_deref()), (Some(800), Some("key_2")));
+        assert_eq!(rolled.refusal(799), None);
+        assert_eq!(rolled.refusal(800), Some(RefusalReason::Rolled));
+        assert_eq!(rolled.status(800), "expired");
+        // A roll never lengthens a key's life.
+        assert_eq!(expiring.rolled("key_2", 500, 10_000).expires_at, Some(1_000));
+        // Revocation wins over everything.
+        let revoked = KeyRecord { revoked_at: Some(2), ..rolled.clone() };
+        assert_eq!(revoked.refusal(0), Some(RefusalReason::Revoked));
+        assert_eq!(revoked.status(0), "revoked");
+        assert_eq!(serde_json::to_value(RefusalReason::Rolled).unwrap(), "rolled");
+    }
+
+    #[test]
+    fn a_roll_is_one_way_unless_that_roll_is_undone() {
+        let key = record(None, "trial");
+        let rolled = key.rolled("key_2", 500, 300);
+        let told = |held: Option<&KeyRecord>, key, undo| KeyRecord::told(held, key, undo);
+        // A rename read before the roll keeps the roll and its grace's end.
+        let renamed = KeyRecord { name: Some("n".into()), ..key.clone() };
+        let held = told(Some(&rolled), renamed.clone(), None);
+        assert_eq!(
+            (held.rolled_at, held.expires_at, held.name.as_deref()),
+            (Some(500), Some(800), Some("n"))
+        );
+        // An expiry set later than the grace does not lengthen it; an earlier one shortens it.
+        let later = KeyRecord { expires_at: Some(5_000), ..key.clone() };
+        assert_eq!(told(Some(&rolled), later, None).expires_at, Some(800));
+        let earlier = KeyRecord { expires_at: Some(600), ..key.clone() };
+        assert_eq!(told(Some(&rolled), earlier, None).expires_at, Some(600));
+        // The roll D1 refused is taken back.
+        assert_eq!(told(Some(&rolled), key.clone(), Some(500)), key);
     }
 
     #[test]
@@ -255,11 +305,86 @@ pub struct KeyRecord {
     pub prefix: String,
     pub created_at: i64,
     pub revoked_at: Option<i64>,
+    /// From this instant on the key is refused (SPEC §17): set by its owner, or the end of the
+    /// grace of a roll.
+    #[serde(default)]
+    pub expires_at: Option<i64>,
+    /// The key this one replaced (`POST /public/v1/keys/{id}/roll`).
+    #[serde(default)]
+    pub rolled_from: Option<String>,
+    /// When this key was rolled (its replacement made); it is then refused from `expires_at` on.
+    #[serde(default)]
+    pub rolled_at: Option<i64>,
+    /// The key that replaced this one.
+    #[serde(default)]
+    pub rolled_to: Option<String>,
 }
+
+/// Why a known key is refused (SPEC §17, the 401's `details.reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RefusalReason {
+    Expired,
+    Rolled,
+    Revoked,
+}
+
+impl RefusalReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Expired => "expired",
+            Self::Rolled => "rolled",
+            Self::Revoked => "revoked",
+        }
+    }
+}
+
+/// The longest grace of a key roll (SPEC §17): one day.
+pub const MAX_ROLL_GRACE_SECONDS: u64 = 86_400;
+/// The grace of a roll when the owner names none: one hour.
+pub const DEFAULT_ROLL_GRACE_SECONDS: u64 = 3_600;
 
 impl KeyRecord {
     pub fn is_revoked(&self) -> bool {
         self.revoked_at.is_some()
+    }
+
+    /// Whether the key is refused at `now_ms`, and why: revoked, or past its `expires_at` (a
+    /// rolled key's grace ended: `rolled`; else `expired`). The key's guard decides this on every
+    /// request with its own clock, from the record it holds, so a key is refused from the very
+    /// millisecond its grace or lifetime ends.
+    pub fn refusal(&self, now_ms: i64) -> Option<RefusalReason> {
+        if self.is_revoked() {
+            return Some(RefusalReason::Revoked);
+        }
+        match self.expires_at {
+            Some(at) if at <= now_ms && self.rolled_at.is_some() => Some(RefusalReason::Rolled),
+            Some(at) if at <= now_ms => Some(RefusalReason::Expired),
+            _ => None,
+        }
+    }
+
+    /// `active` | `expiring` (an `expires_at` ahead, a roll's grace included) | `expired` (a
+    /// rolled key past its grace too) | `revoked`.
+    pub fn status(&self, now_ms: i64) -> &'static str {
+        match (self.refusal(now_ms), self.expires_at) {
+            (Some(RefusalReason::Revoked), _) => "revoked",
+            (Some(_), _) => "expired",
+            (None, Some(_)) => "expiring",
+            (None, None) => "active",
+        }
+    }
+
+    /// This key after a roll at `now_ms` with `grace_ms`: refused from the grace's end (or its own
+    /// earlier expiry), and pointing to its replacement.
+    pub fn rolled(&self, replacement_id: &str, now_ms: i64, grace_ms: i64) -> KeyRecord {
+        let grace_end = now_ms + grace_ms;
+        KeyRecord {
+            rolled_at: Some(now_ms),
+            rolled_to: Some(replacement_id.to_owned()),
+            expires_at: Some(self.expires_at.map_or(grace_end, |at| at.min(grace_end))),
+            ..self.clone()
+        }
     }
 
     /// What a key's guard holds after it is told `told` while it holds `held`: a revocation is
@@ -267,15 +392,30 @@ impl KeyRecord {
     /// or D1 read back before the revocation's write landed) keeps the key revoked. Only the
     /// revocation that is being undone (`undo`: its `revoked_at`, because D1 refused it or the
     /// guard's answer was lost) is taken back; another one stays.
+    ///
+    /// A roll is one-way in the same way: once the guard holds a roll (`rolled_at`), a record
+    /// without it keeps the roll and the grace's end, unless `undo` names that roll's `rolled_at`.
     pub fn told(held: Option<&KeyRecord>, mut told: KeyRecord, undo: Option<i64>) -> KeyRecord {
-        if let Some(revoked_at) = held.and_then(|h| h.revoked_at).filter(|at| Some(*at) != undo) {
+        let Some(held) = held else { return told };
+        if let Some(revoked_at) = held.revoked_at.filter(|at| Some(*at) != undo) {
             told.revoked_at.get_or_insert(revoked_at);
+        }
+        if let Some(rolled_at) = held.rolled_at.filter(|at| Some(*at) != undo) {
+            if told.rolled_at.is_none() {
+                told.rolled_at = Some(rolled_at);
+                told.rolled_to.clone_from(&held.rolled_to);
+            }
+            told.expires_at = match (told.expires_at, held.expires_at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
         }
         told
     }
 
-    /// The key as the API shows it (never the hash; the secret is added only at creation).
-    pub fn view(&self) -> serde_json::Value {
+    /// The key as the API shows it at `now_ms` (never the hash; the secret is added only at
+    /// creation).
+    pub fn view(&self, now_ms: i64) -> serde_json::Value {
         use super::time::rfc3339;
         serde_json::json!({
             "id": self.id,
@@ -284,9 +424,12 @@ impl KeyRecord {
             "name": self.name,
             "plan": self.plan,
             "rate_limit_per_minute": self.rate_limit_per_minute,
-            "status": if self.is_revoked() { "revoked" } else { "active" },
+            "status": self.status(now_ms),
             "created_at": rfc3339(self.created_at),
+            "expires_at": self.expires_at.map(rfc3339),
             "revoked_at": self.revoked_at.map(rfc3339),
+            "rolled_from": self.rolled_from,
+            "rolled_to": self.rolled_to,
         })
     }
 }

@@ -135,14 +135,17 @@ impl KeyGuard for FakeGuard {
         self.asked.borrow_mut().push(key_hash.to_owned());
         self.faults
             .run("guard.authorize", || match self.record(key_hash) {
-                Some(key) if !key.is_revoked() => {
+                Some(key) if key.refusal(self.clock.get()).is_none() => {
                     let (verdict, usage) = self.count(key_hash, self.config.limits(&key));
                     let claim = claim
                         .filter(|_| verdict == Verdict::Allowed && key.key_type.allows(scope))
                         .map(|c| self.claim(key_hash, c));
                     Authorization::Admitted(Box::new(Admission { key, verdict, usage, claim }))
                 }
-                revoked => Authorization::Denied(revoked.map(Box::new)),
+                refused => Authorization::Denied(refused.map(|key| {
+                    let reason = key.refusal(self.clock.get()).expect("refused");
+                    (Box::new(key), reason)
+                })),
             })
             .await
     }
@@ -386,6 +389,34 @@ impl Directory for FakeStore {
                         Revocation::Revoked(k.clone())
                     }
                 }
+            })
+            .await
+    }
+
+    async fn roll_key(
+        &self,
+        rolled: &KeyRecord,
+        replacement: &KeyRecord,
+        now_ms: i64,
+    ) -> Result<Option<(KeyRecord, KeyRecord)>, PortError> {
+        self.faults
+            .run("d1.roll_key", || {
+                let plan = self.directory.plan_of(&rolled.project_id)?;
+                let mut keys = self.directory.keys.borrow_mut();
+                let old = keys.iter_mut().find(|k| k.id == rolled.id && k.project_id == rolled.project_id)?;
+                if old.is_revoked()
+                    || old.rolled_at.is_some()
+                    || old.expires_at.is_some_and(|at| at <= now_ms)
+                {
+                    return None;
+                }
+                old.rolled_at = Some(now_ms);
+                old.rolled_to.clone_from(&rolled.rolled_to);
+                old.expires_at = rolled.expires_at;
+                let old = old.clone();
+                let new = KeyRecord { plan, ..replacement.clone() };
+                keys.push(new.clone());
+                Some((old, new))
             })
             .await
     }

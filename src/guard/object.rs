@@ -148,8 +148,11 @@ impl KeyGuardObject {
 
     async fn authorize(&self, c: Authorize) -> Result<Authorized> {
         let (record, d1_queries) = self.record(&c.key_hash).await?;
+        // Expiry and a roll's grace are decided here, per request, with the object's clock and
+        // the record it holds (told first of every change): no D1 read, no cache that lags.
+        let refusal = record.as_ref().and_then(|key| key.refusal(now_ms()));
         Ok(match record {
-            Some(key) if !key.is_revoked() => {
+            Some(key) if refusal.is_none() => {
                 let (verdict, usage) = self.count(self.config()?.limits(&key))?;
                 let claim = match c.claim {
                     Some(claim) if verdict == Verdict::Allowed && key.key_type.allows(c.scope) => {
@@ -159,7 +162,7 @@ impl KeyGuardObject {
                 };
                 Authorized::Decided { key, verdict, usage, claim, d1_queries }
             }
-            revoked => Authorized::Denied { key: revoked, d1_queries },
+            refused => Authorized::Denied { key: refused, reason: refusal, d1_queries },
         })
     }
 

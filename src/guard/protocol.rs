@@ -4,7 +4,7 @@
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-use crate::core::api_key::{KeyRecord, Scope};
+use crate::core::api_key::{KeyRecord, RefusalReason, Scope};
 use crate::core::idempotency::{ClaimDecision, KeptResponse};
 use crate::core::rate_limit::{Usage, Verdict};
 use crate::ports::ClaimRequest;
@@ -58,8 +58,14 @@ pub enum Authorized {
     /// The key is valid; `verdict` says whether this request is within its limits, `claim` what
     /// its `Idempotency-Key` allows (only within its limits and its type's scope).
     Decided { key: KeyRecord, verdict: Verdict, usage: Usage, claim: Option<ClaimDecision>, d1_queries: u32 },
-    /// No such key (`None`), or revoked (its record).
-    Denied { key: Option<KeyRecord>, d1_queries: u32 },
+    /// No such key (`None`), or refused at the guard's clock (its record, and why: revoked,
+    /// expired, or rolled and past its grace).
+    Denied {
+        key: Option<KeyRecord>,
+        #[serde(default)]
+        reason: Option<RefusalReason>,
+        d1_queries: u32,
+    },
 }
 
 /// A change to the key (revocation, plan, override) before it is written to D1: the guard holds
@@ -163,7 +169,7 @@ mod tests {
     #[test]
     fn answers_round_trip() {
         let a: Authorized = serde_json::from_str(r#"{"answer":"denied","key":null,"d1_queries":1}"#).unwrap();
-        assert_eq!(a, Authorized::Denied { key: None, d1_queries: 1 });
+        assert_eq!(a, Authorized::Denied { key: None, reason: None, d1_queries: 1 });
         let d: ClaimDecision = serde_json::from_str(r#"{"claim":"replay","response":null}"#).unwrap();
         assert_eq!(d, ClaimDecision::Replay { response: None });
         let held: <HeldResponse as Ask>::Answer = serde_json::from_str("null").unwrap();

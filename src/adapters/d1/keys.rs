@@ -8,7 +8,8 @@ use crate::core::page::PageRequest;
 use crate::ports::{Directory, KeyChanges, KeyUpdate, PlanChange, PortError, Revocation};
 
 const KEY_COLUMNS: &str =
-    "id, project_id, type, name, plan, rate_limit_per_minute, key_hash, prefix, created_at, revoked_at";
+    "id, project_id, type, name, plan, rate_limit_per_minute, key_hash, prefix, created_at,
+    revoked_at, expires_at, rolled_from, rolled_at, rolled_to";
 
 impl D1Store {
     async fn first_key(&self, sql: &str, args: &[JsValue]) -> Result<Option<KeyRecord>, PortError> {
@@ -17,7 +18,7 @@ impl D1Store {
 }
 
 /// The values of a key's row but its plan (`?5`, the project's).
-fn key_values(key: &KeyRecord) -> [JsValue; 9] {
+fn key_values(key: &KeyRecord) -> [JsValue; 13] {
     [
         text(&key.id),
         text(&key.project_id),
@@ -28,6 +29,10 @@ fn key_values(key: &KeyRecord) -> [JsValue; 9] {
         text(&key.prefix),
         int(key.created_at),
         opt_int(key.revoked_at),
+        opt_int(key.expires_at),
+        opt_text(key.rolled_from.as_deref()),
+        opt_int(key.rolled_at),
+        opt_text(key.rolled_to.as_deref()),
     ]
 }
 
@@ -86,7 +91,8 @@ impl Directory for D1Store {
                 &format!(
                     "UPDATE api_keys SET
                        name = CASE WHEN ?3 THEN ?4 ELSE name END,
-                       rate_limit_per_minute = CASE WHEN ?5 THEN ?6 ELSE rate_limit_per_minute END
+                       rate_limit_per_minute = CASE WHEN ?5 THEN ?6 ELSE rate_limit_per_minute END,
+                       expires_at = CASE WHEN ?7 AND rolled_at IS NULL THEN ?8 ELSE expires_at END
                      WHERE id = ?1 AND project_id = ?2 AND revoked_at IS NULL
                      RETURNING {KEY_COLUMNS}"
                 ),
@@ -97,6 +103,8 @@ impl Directory for D1Store {
                     opt_text(changes.name.clone().flatten().as_deref()),
                     int(changes.rate_limit_per_minute.is_some().into()),
                     opt_int(changes.rate_limit_per_minute.flatten().map(i64::from)),
+                    int(changes.expires_at.is_some().into()),
+                    opt_int(changes.expires_at.flatten()),
                 ],
             )
             .await?;
@@ -133,6 +141,44 @@ impl Directory for D1Store {
         })
     }
 
+    async fn roll_key(
+        &self,
+        rolled: &KeyRecord,
+        replacement: &KeyRecord,
+        now_ms: i64,
+    ) -> Result<Option<(KeyRecord, KeyRecord)>, PortError> {
+        // One batch, one transaction: the replacement exists only if the old key was rolled to it,
+        // and the old key is rolled only while it is active and not rolled before.
+        let roll = self.statement(
+            &format!(
+                "UPDATE api_keys SET rolled_at = ?3, rolled_to = ?4, expires_at = ?5
+                 WHERE id = ?1 AND project_id = ?2 AND revoked_at IS NULL AND rolled_at IS NULL
+                   AND (expires_at IS NULL OR expires_at > ?3)
+                 RETURNING {KEY_COLUMNS}"
+            ),
+            &[
+                text(&rolled.id),
+                text(&rolled.project_id),
+                int(now_ms),
+                opt_text(rolled.rolled_to.as_deref()),
+                opt_int(rolled.expires_at),
+            ],
+        )?;
+        let insert = self.statement(
+            &format!(
+                "INSERT INTO api_keys ({KEY_COLUMNS})
+                 SELECT ?1, ?2, ?3, ?4, p.plan, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13 FROM projects p
+                 WHERE p.id = ?2 AND EXISTS (SELECT 1 FROM api_keys o WHERE o.id = ?11 AND o.rolled_to = ?1)
+                 RETURNING {KEY_COLUMNS}"
+            ),
+            &key_values(replacement),
+        )?;
+        let results = self.results(vec![roll, insert]).await?;
+        let old = results[0].results::<KeyRecord>().map_err(PortError::from_display)?;
+        let new = results[1].results::<KeyRecord>().map_err(PortError::from_display)?;
+        Ok(old.into_iter().next().zip(new.into_iter().next()))
+    }
+
     async fn find_key(&self, project_id: &str, key_id: &str) -> Result<Option<KeyRecord>, PortError> {
         self.first_key(
             &format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE id = ?1 AND project_id = ?2"),
@@ -166,7 +212,7 @@ impl Directory for D1Store {
 fn insert_key_sql() -> String {
     format!(
         "INSERT INTO api_keys ({KEY_COLUMNS})
-         SELECT ?1, ?2, ?3, ?4, p.plan, ?5, ?6, ?7, ?8, ?9 FROM projects p WHERE p.id = ?2
+         SELECT ?1, ?2, ?3, ?4, p.plan, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13 FROM projects p WHERE p.id = ?2
          RETURNING {KEY_COLUMNS}"
     )
 }
