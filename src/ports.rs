@@ -142,6 +142,7 @@ pub struct PlanChange {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant)] // made once per PATCH
 pub enum KeyUpdate {
     Updated(KeyRecord),
     Revoked,
