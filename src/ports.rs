@@ -392,6 +392,28 @@ pub trait WebhookStore {
     /// Marks the subscription deleted and, in the same batch, fails its pending deliveries
     /// (`failed`, last error `subscription deleted`; no attempt row is written).
     async fn delete_webhook(&self, project_id: &str, id: &str, now_ms: i64) -> Result<bool, PortError>;
+    /// Rotates the subscription's secret (SPEC §17): `secret` becomes current and the current one
+    /// becomes the previous secret, which also signs until `previous_until_ms`. Answers the
+    /// subscription as stored (`None`: no such subscription, or deleted).
+    async fn rotate_secret(
+        &self,
+        project_id: &str,
+        id: &str,
+        secret: &StoredSecret,
+        previous_until_ms: i64,
+    ) -> Result<Option<Webhook>, PortError>;
+    /// Makes an active subscription of a disabled one (after a 410), or leaves an active one;
+    /// answers it as stored (`None`: no such subscription, or deleted).
+    async fn enable_webhook(&self, project_id: &str, id: &str) -> Result<Option<Webhook>, PortError>;
+    /// A recovery (SPEC §17): every `failed` delivery of the subscription created at or after
+    /// `since_ms` becomes pending and due at `now_ms`, its schedule starting over; answers their ids.
+    async fn recover_deliveries(
+        &self,
+        project_id: &str,
+        webhook_id: &str,
+        since_ms: i64,
+        now_ms: i64,
+    ) -> Result<Vec<String>, PortError>;
     /// A subscription's deliveries, newest first, optionally of one status, with their attempts.
     async fn deliveries(
         &self,

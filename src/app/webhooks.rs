@@ -13,9 +13,10 @@ use crate::core::error::ApiError;
 use crate::core::json_body;
 use crate::core::page::{Cursor, PageRequest};
 use crate::core::sealing::SealingKey;
+use crate::core::time;
 use crate::core::webhook::{
-    self, check_events, check_url, judge, signing_key, target_refusal, Attempt, Delivery, ReceiverOutcome,
-    StoredSecret, Webhook,
+    self, check_events, check_url, judge, target_refusal, Attempt, Delivery, ReceiverOutcome, StoredSecret,
+    Webhook,
 };
 use crate::ports::{DeliveryQueue, PortError, Ports, WebhookClient, WebhookStore};
 
@@ -37,6 +38,24 @@ struct CreateWebhook {
     events: Vec<String>,
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RotateSecret {
+    grace_seconds: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpdateWebhook {
+    status: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Recover {
+    since: String,
+}
+
 impl<P: Ports> Gateway<'_, P> {
     pub(super) async fn create_webhook(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let input: CreateWebhook = json_body::parse(&call.body)?;
@@ -51,6 +70,7 @@ impl<P: Ports> Gateway<'_, P> {
             url: input.url,
             events: input.events,
             secret,
+            previous_secret: None,
             status: "active".into(),
             disabled_reason: None,
             created_at: call.now_ms,
@@ -61,12 +81,12 @@ impl<P: Ports> Gateway<'_, P> {
             .secret
             .open(&key, &stored.id)
             .ok_or_else(|| ApiError::internal("the stored subscription's secret does not open"))?;
-        Ok(Reply::created(stored.view(Some(&secret))))
+        Ok(Reply::created(stored.view(Some(&secret), call.now_ms)))
     }
 
     pub(super) async fn list_webhooks(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let hooks = self.store.webhooks(call.project_id()).await.map_err(unavailable)?;
-        let data: Vec<_> = hooks.iter().map(|h| h.view(None)).collect();
+        let data: Vec<_> = hooks.iter().map(|h| h.view(None, call.now_ms)).collect();
         Ok(Reply::ok(json!({ "data": data, "next_cursor": null })))
     }
 
@@ -76,6 +96,78 @@ impl<P: Ports> Gateway<'_, P> {
             return Err(ApiError::not_found("webhook").with_detail("id", id));
         }
         Ok(Reply::ok(json!({ "id": id, "status": "deleted" })))
+    }
+
+    /// Rotates the signing secret (SPEC §17): the new one is answered once; every attempt signs
+    /// with both, new first, until the grace ends, then with the new one only.
+    pub(super) async fn rotate_webhook_secret(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let id = call.params[0];
+        let input: RotateSecret = json_body::parse(&call.body)?;
+        let grace = input.grace_seconds.unwrap_or(webhook::DEFAULT_ROTATION_GRACE_SECONDS);
+        if grace > webhook::MAX_ROTATION_GRACE_SECONDS {
+            return Err(ApiError::unprocessable(format!(
+                "grace_seconds must be from 0 to {}",
+                webhook::MAX_ROTATION_GRACE_SECONDS
+            ))
+            .with_detail("field", "grace_seconds"));
+        }
+        let key = secrets_key(self.config);
+        let secret = webhook::new_secret(&random());
+        let sealed = StoredSecret::seal(&key, id, &secret, random());
+        let until = call.now_ms + grace as i64 * 1000;
+        let Some(hook) =
+            self.store.rotate_secret(call.project_id(), id, &sealed, until).await.map_err(unavailable)?
+        else {
+            return Err(ApiError::not_found("webhook").with_detail("id", id));
+        };
+        Ok(Reply::ok(hook.view(Some(&secret), call.now_ms)))
+    }
+
+    /// `PATCH /public/v1/webhooks/{id}` `{status:"active"}`: re-enables a subscription disabled by
+    /// a 410 (its failed deliveries stay failed; `recover` re-queues them).
+    pub(super) async fn update_webhook(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let id = call.params[0];
+        let input: UpdateWebhook = json_body::parse(&call.body)?;
+        if input.status != "active" {
+            return Err(ApiError::unprocessable(r#"status can only be set to "active" (re-enable)"#)
+                .with_detail("field", "status"));
+        }
+        match self.store.enable_webhook(call.project_id(), id).await.map_err(unavailable)? {
+            Some(hook) => Ok(Reply::ok(hook.view(None, call.now_ms))),
+            None => Err(ApiError::not_found("webhook").with_detail("id", id)),
+        }
+    }
+
+    /// Recovery (SPEC §17): every failed delivery of the subscription created at or after `since`
+    /// gets one more attempt, then follows the schedule again. The deliveries are queued now; a
+    /// send that fails is made up by the minute sweep (they are due).
+    pub(super) async fn recover_deliveries(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let id = call.params[0];
+        let input: Recover = json_body::parse(&call.body)?;
+        let since = time::parse_rfc3339_checked(&input.since).map_err(|_| {
+            ApiError::unprocessable(
+                "since must be an RFC 3339 date and time that exists, e.g. 2026-11-30T12:00:00Z",
+            )
+            .with_detail("field", "since")
+        })?;
+        let Some(hook) = self.store.webhook(call.project_id(), id).await.map_err(unavailable)? else {
+            return Err(ApiError::not_found("webhook").with_detail("id", id));
+        };
+        if hook.status != "active" {
+            return Err(ApiError::unprocessable(format!(
+                "The subscription is {}; re-enable it (PATCH status \"active\") before recovering.",
+                hook.status
+            ))
+            .with_detail("status", hook.status.as_str()));
+        }
+        let ids = self
+            .store
+            .recover_deliveries(call.project_id(), id, since, call.now_ms)
+            .await
+            .map_err(unavailable)?;
+        let mut reply = Reply::accepted(json!({ "requeued": ids.len() }));
+        reply.deliveries = ids;
+        Ok(reply)
     }
 
     pub(super) async fn list_deliveries(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
@@ -173,16 +265,14 @@ pub async fn dispatch<S: WebhookStore, Q: DeliveryQueue, C: WebhookClient>(
     let attempt_no = delivery.attempts;
     // The target again, under today's configuration: the switch may be off now, or the row may
     // predate the rules. A refused target is a failed attempt, and no request is sent.
-    let secret = hook.secret.open(&secrets_key(config), &hook.id);
-    let reply = match (
-        target_refusal(&hook.url, config.allow_private_webhook_urls),
-        secret.as_deref().and_then(signing_key),
-    ) {
+    // The current secret, and the previous one while a rotation's grace runs (SPEC §17).
+    let keys = hook.signing_keys(&secrets_key(config), started);
+    let reply = match (target_refusal(&hook.url, config.allow_private_webhook_urls), keys) {
         (Err(why), _) => Err(why),
-        (Ok(_), Some(key)) => {
+        (Ok(_), Some(keys)) => {
             let headers = webhook::headers(
                 &config.webhook_header_prefix,
-                &key,
+                &keys,
                 &delivery.id,
                 started / 1000,
                 &delivery.event,
@@ -195,7 +285,14 @@ pub async fn dispatch<S: WebhookStore, Q: DeliveryQueue, C: WebhookClient>(
     };
     let finished = now_ms();
     let verdict = match &reply {
-        Ok(reply) => judge(attempt_no, reply, &config.webhook_retry_schedule, jitter, finished),
+        // The schedule's step counts from its last start (the first attempt, or a recovery).
+        Ok(reply) => judge(
+            attempt_no.saturating_sub(delivery.schedule_from),
+            reply,
+            &config.webhook_retry_schedule,
+            jitter,
+            finished,
+        ),
         Err(why) => webhook::refused(why),
     };
     let attempt = Attempt {
@@ -307,6 +404,7 @@ mod tests {
                 &webhook::new_secret(&SIGNING_KEY),
                 [0; 12],
             ),
+            previous_secret: None,
             status: "active".into(),
             disabled_reason: None,
             created_at: T0,
@@ -862,6 +960,145 @@ mod tests {
             }
         }
         assert!(seen > 0, "some seed retried a failed record");
+    }
+
+    /// The Standard Webhooks example schedule (SPEC §17): three steps are longer than a queue
+    /// message's longest delay (12 h).
+    const LONG_SCHEDULE: [u64; 9] = [5, 300, 1800, 7200, 18000, 36000, 50400, 72000, 86400];
+
+    /// SPEC §17: steps longer than 12 h are carried without loss. A failing receiver, a minute
+    /// cron, a consumer that takes every visible message, and a queue that loses a share of the
+    /// messages sent to it (a lost send, or a delay cut to 12 h that arrives early and finds the
+    /// delivery not due): every attempt of the schedule still happens, none before its time, each
+    /// within minutes of it, and the delivery ends `failed` with all ten attempts recorded.
+    #[test]
+    fn a_schedule_with_steps_longer_than_a_queue_delay_is_carried_to_the_end_without_loss() {
+        for (seed, loss) in [(1, 0.0), (5, 0.2), (6, 0.3), (7, 0.3)] {
+            let mut w = quiet_world(1);
+            w.config.webhook_retry_schedule = LONG_SCHEDULE.to_vec();
+            let rng = Faults::new(seed, 0.0);
+            let client = scripted(&w, vec![answered(503); 10]);
+            let (mut lost, mut early) = (0, 0);
+            let minute = 60_000;
+            // Four days and a bit, minute by minute.
+            for _ in 0..(4 * 24 * 60 + 120) {
+                w.clock.set(w.clock.get() + minute);
+                complete(sweep(&w.store, &w.queue, w.now())).unwrap();
+                while let Some(message) = w.queue.receive(0) {
+                    if rng.chance(loss) {
+                        lost += 1;
+                        continue;
+                    }
+                    let due = w.store.webhooks.borrow().deliveries["dlv_0"].delivery.scheduled_at;
+                    early += usize::from(due > w.now());
+                    let clock = w.clock.clone();
+                    let attempt = dispatch(
+                        &w.store,
+                        &w.queue,
+                        &client,
+                        &w.config,
+                        &message.delivery_id,
+                        move || clock.get(),
+                        0.0,
+                    );
+                    complete(attempt).unwrap();
+                }
+            }
+            let t = w.store.webhooks.borrow();
+            let d = &t.deliveries["dlv_0"].delivery;
+            assert_eq!((d.status.as_str(), d.attempts), ("failed", 10), "seed {seed}: {d:?}");
+            let attempts = t.attempts_of("dlv_0");
+            assert_eq!(attempts.len(), 10);
+            for pair in attempts.windows(2) {
+                let due = pair[0].next_retry_at.expect("a retry was scheduled");
+                let waited = pair[1].started_at - due;
+                // Never early. Without losses the sweep finds an early-arriving step within its
+                // grace plus a minute; a lost message waits for the sweep's repeat (10 minutes).
+                let bound = if loss == 0.0 { 90_000 } else { 60 * minute };
+                assert!(
+                    (0..=bound).contains(&waited),
+                    "seed {seed}: attempt {} {waited} ms after due",
+                    pair[1].attempt
+                );
+            }
+            let longest = attempts.windows(2).map(|p| p[1].started_at - p[0].started_at).max().unwrap();
+            assert!(longest >= 86_400_000, "the 24 h step ran: {longest}");
+            assert!(early > 0, "a message delayed 12 h arrived before a longer step was due");
+            assert!(loss == 0.0 || lost > 0);
+        }
+    }
+
+    /// SPEC §17: during a rotation's grace every attempt carries both signatures, new first, each
+    /// verifying under its own secret; after the grace only the new one.
+    #[test]
+    fn a_rotation_signs_with_both_secrets_during_the_grace_then_with_the_new_one_only() {
+        let w = quiet_world(2);
+        let key = secrets_key(&w.config);
+        let new_key = [42u8; 24];
+        let sealed = StoredSecret::seal(&key, "wh_0", &webhook::new_secret(&new_key), [3; 12]);
+        let rotated = complete(w.store.rotate_secret(PROJECT, "wh_0", &sealed, T0 + 1_000)).unwrap().unwrap();
+        assert_eq!(rotated.previous_secret_until(T0), Some(T0 + 1_000));
+        let client = scripted(&w, vec![answered(200), answered(200)]);
+        finish(Box::pin(dispatch(&w.store, &w.queue, &client, &w.config, "dlv_0", || T0 + 999, 0.0)))
+            .unwrap();
+        finish(Box::pin(dispatch(&w.store, &w.queue, &client, &w.config, "dlv_1", || T0 + 1_000, 0.0)))
+            .unwrap();
+        let received = client.received.borrow();
+        let signature = |n: usize| {
+            let (headers, body) = &received[n];
+            let h = |name: &str| headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()).unwrap();
+            (
+                h("webhook-signature"),
+                h("webhook-id"),
+                h("webhook-timestamp").parse::<i64>().unwrap(),
+                body.clone(),
+                h("X-Gatehouse-Signature"),
+            )
+        };
+        let (both, id, ts, body, prefixed) = signature(0);
+        let expected_new = webhook::standard_signature(&new_key, &id, ts, &body);
+        let expected_old = webhook::standard_signature(&SIGNING_KEY, &id, ts, &body);
+        assert_eq!(both, format!("{expected_new} {expected_old}"));
+        assert_eq!(prefixed, webhook::body_signature(&new_key, &body));
+        let (only_new, id, ts, body, _) = signature(1);
+        assert_eq!(only_new, webhook::standard_signature(&new_key, &id, ts, &body));
+    }
+
+    /// SPEC §17: a receiver down for all six attempts fails the delivery; a recovery from a time
+    /// gives every failed delivery created since one more attempt, whose failure follows the
+    /// schedule again; once delivered, a second recovery finds nothing.
+    #[test]
+    fn a_recovery_requeues_failed_deliveries_once_and_the_schedule_starts_over() {
+        let w = quiet_world(1);
+        w.store.webhooks.borrow_mut().add_delivery("dlv_old", &hook("wh_0"), T0 - 60_000);
+        w.store.webhooks.borrow_mut().deliveries.get_mut("dlv_old").unwrap().delivery.status =
+            "failed".into();
+        let client = scripted(&w, [vec![answered(500); 7], vec![answered(200)]].concat());
+        for n in 0..6 {
+            let at = T0 + n * 100_000_000;
+            finish(Box::pin(dispatch(&w.store, &w.queue, &client, &w.config, "dlv_0", move || at, 0.0)))
+                .unwrap();
+        }
+        assert_eq!(status_of(&w, "dlv_0").0, "failed");
+        let later = T0 + 700_000_000;
+        let ids = complete(w.store.recover_deliveries(PROJECT, "wh_0", T0, later)).unwrap();
+        assert_eq!(ids, ["dlv_0"], "only failed deliveries created since");
+        assert_eq!(status_of(&w, "dlv_0").0, "pending");
+        // The recovered attempt fails: the schedule's first step follows, not "failed".
+        finish(Box::pin(dispatch(&w.store, &w.queue, &client, &w.config, "dlv_0", move || later, 0.0)))
+            .unwrap();
+        let t = w.store.webhooks.borrow();
+        let seventh = t.attempts_of("dlv_0")[6].clone();
+        drop(t);
+        assert_eq!(seventh.next_retry_at, Some(later + 30_000));
+        let due = later + 30_000;
+        finish(Box::pin(dispatch(&w.store, &w.queue, &client, &w.config, "dlv_0", move || due, 0.0)))
+            .unwrap();
+        assert_eq!(status_of(&w, "dlv_0"), ("delivered".into(), 8, None));
+        assert_eq!(
+            complete(w.store.recover_deliveries(PROJECT, "wh_0", T0, due)).unwrap(),
+            Vec::<String>::new()
+        );
     }
 
     #[test]

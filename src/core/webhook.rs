@@ -107,24 +107,30 @@ pub fn body_signature(key: &[u8], body: &str) -> String {
     format!("sha256={}", hex(&hmac(key, &[body.as_bytes()])))
 }
 
-/// The headers of one attempt (SPEC §10), in order.
+/// The headers of one attempt (SPEC §10), in order. `keys` are the subscription's signing keys,
+/// the current one first and, during a rotation's grace, the previous one after it (SPEC §17):
+/// `webhook-signature` carries one `v1,` entry per key, space-separated, in that order; the
+/// prefixed body signature uses the current key only.
 pub fn headers(
     prefix: &str,
-    key: &[u8],
+    keys: &[Vec<u8>],
     delivery_id: &str,
     timestamp: i64,
     event: &str,
     request_id: &str,
     body: &str,
 ) -> Vec<(String, String)> {
+    let current = keys.first().map_or(&[][..], Vec::as_slice);
+    let signatures: Vec<String> =
+        keys.iter().map(|key| standard_signature(key, delivery_id, timestamp, body)).collect();
     vec![
         ("content-type".into(), "application/json".into()),
         ("webhook-id".into(), delivery_id.into()),
         ("webhook-timestamp".into(), timestamp.to_string()),
-        ("webhook-signature".into(), standard_signature(key, delivery_id, timestamp, body)),
+        ("webhook-signature".into(), signatures.join(" ")),
         (format!("{prefix}-Event"), event.into()),
         (format!("{prefix}-Request-Id"), request_id.into()),
-        (format!("{prefix}-Signature"), body_signature(key, body)),
+        (format!("{prefix}-Signature"), body_signature(current, body)),
     ]
 }
 
@@ -372,10 +378,16 @@ pub struct Webhook {
     pub url: String,
     pub events: Vec<String>,
     pub secret: StoredSecret,
+    /// The secret a rotation replaced, and until when attempts are signed with it too (SPEC §17).
+    pub previous_secret: Option<(StoredSecret, i64)>,
     pub status: String,
     pub disabled_reason: Option<String>,
     pub created_at: i64,
 }
+
+/// The default grace of a secret rotation (SPEC §17: 24 hours), and the longest one (7 days).
+pub const DEFAULT_ROTATION_GRACE_SECONDS: u64 = 86_400;
+pub const MAX_ROTATION_GRACE_SECONDS: u64 = 604_800;
 
 impl std::fmt::Debug for Webhook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -385,6 +397,7 @@ impl std::fmt::Debug for Webhook {
             .field("url", &self.url)
             .field("events", &self.events)
             .field("secret", &"[redacted]")
+            .field("previous_secret_until", &self.previous_secret.as_ref().map(|(_, until)| until))
             .field("status", &self.status)
             .field("disabled_reason", &self.disabled_reason)
             .field("created_at", &self.created_at)
@@ -393,8 +406,8 @@ impl std::fmt::Debug for Webhook {
 }
 
 impl Webhook {
-    /// As the API shows it; the (opened) secret only at creation.
-    pub fn view(&self, secret: Option<&str>) -> Value {
+    /// As the API shows it at `now_ms`; the (opened) secret only at creation and rotation.
+    pub fn view(&self, secret: Option<&str>, now_ms: i64) -> Value {
         let mut v = json!({
             "id": self.id,
             "url": self.url,
@@ -402,11 +415,32 @@ impl Webhook {
             "status": self.status,
             "disabled_reason": self.disabled_reason,
             "created_at": super::time::rfc3339(self.created_at),
+            "previous_secret_expires_at": self.previous_secret_until(now_ms).map(super::time::rfc3339),
         });
         if let Some(secret) = secret {
             v["secret"] = Value::String(secret.to_owned());
         }
         v
+    }
+}
+
+impl Webhook {
+    /// Until when the previous secret still signs, if a rotation's grace runs at `now_ms`.
+    pub fn previous_secret_until(&self, now_ms: i64) -> Option<i64> {
+        self.previous_secret.as_ref().map(|(_, until)| *until).filter(|until| *until > now_ms)
+    }
+
+    /// The signing keys of an attempt at `now_ms`: the current secret's, then the previous one's
+    /// while its grace runs. `None` when the current secret cannot be opened; a previous secret
+    /// that cannot be opened is left out.
+    pub fn signing_keys(&self, key: &SealingKey, now_ms: i64) -> Option<Vec<Vec<u8>>> {
+        let current = signing_key(&self.secret.open(key, &self.id)?)?;
+        let previous = self
+            .previous_secret
+            .as_ref()
+            .filter(|(_, until)| *until > now_ms)
+            .and_then(|(secret, _)| signing_key(&secret.open(key, &self.id)?));
+        Some(std::iter::once(current).chain(previous).collect())
     }
 }
 
@@ -458,6 +492,10 @@ pub struct Delivery {
     pub request_id: String,
     pub status: String,
     pub attempts: u32,
+    /// The attempts taken before the schedule last started over (a recovery, SPEC §17): the
+    /// schedule's step after an attempt is the one of `attempts - schedule_from`.
+    #[serde(default)]
+    pub schedule_from: u32,
     pub scheduled_at: i64,
     pub last_response_code: Option<u16>,
     pub last_error: Option<String>,
@@ -608,6 +646,7 @@ mod tests {
             url: "https://example.com/hook".into(),
             events: vec!["*".into()],
             secret: StoredSecret::Plaintext(SECRET.into()),
+            previous_secret: Some((StoredSecret::Plaintext(SECRET.into()), 5)),
             status: "active".into(),
             disabled_reason: None,
             created_at: 1,
@@ -664,13 +703,48 @@ mod tests {
     #[test]
     fn attempt_headers_carry_both_signatures_and_the_prefix() {
         let key = signing_key(SECRET).unwrap();
-        let h = headers("X-Gatehouse", &key, ID, TS, "contact.created", "req-1", BODY);
+        let h = headers("X-Gatehouse", std::slice::from_ref(&key), ID, TS, "contact.created", "req-1", BODY);
         let get = |n: &str| h.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
         assert_eq!(get("webhook-id"), Some(ID));
         assert_eq!(get("webhook-timestamp"), Some("1674087231"));
         assert_eq!(get("X-Gatehouse-Event"), Some("contact.created"));
         assert_eq!(get("X-Gatehouse-Request-Id"), Some("req-1"));
         assert!(get("X-Gatehouse-Signature").unwrap().starts_with("sha256="));
+        assert_eq!(get("webhook-signature"), Some(standard_signature(&key, ID, TS, BODY).as_str()));
+    }
+
+    #[test]
+    fn during_a_rotation_both_signatures_are_sent_new_first_and_the_body_signature_is_the_new_ones() {
+        let old = signing_key(SECRET).unwrap();
+        let new = vec![9u8; 24];
+        let h = headers("X-Gatehouse", &[new.clone(), old.clone()], ID, TS, "contact.created", "r", BODY);
+        let get = |n: &str| h.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone()).unwrap();
+        let expected =
+            format!("{} {}", standard_signature(&new, ID, TS, BODY), standard_signature(&old, ID, TS, BODY));
+        assert_eq!(get("webhook-signature"), expected);
+        assert_eq!(get("X-Gatehouse-Signature"), body_signature(&new, BODY));
+    }
+
+    #[test]
+    fn the_previous_secret_signs_only_until_its_grace_ends() {
+        let key = secrets_key();
+        let new_secret = new_secret(&[9; 24]);
+        let hook = Webhook {
+            id: "wh_1".into(),
+            project_id: "prj_1".into(),
+            url: "https://example.com/h".into(),
+            events: vec!["*".into()],
+            secret: StoredSecret::seal(&key, "wh_1", &new_secret, [1; 12]),
+            previous_secret: Some((StoredSecret::seal(&key, "wh_1", SECRET, [2; 12]), 1_000)),
+            status: "active".into(),
+            disabled_reason: None,
+            created_at: 0,
+        };
+        let old = signing_key(SECRET).unwrap();
+        assert_eq!(hook.signing_keys(&key, 999), Some(vec![vec![9; 24], old]));
+        assert_eq!(hook.signing_keys(&key, 1_000), Some(vec![vec![9; 24]]));
+        assert_eq!(hook.previous_secret_until(999), Some(1_000));
+        assert_eq!(hook.previous_secret_until(1_000), None);
     }
 
     #[test]

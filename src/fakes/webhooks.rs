@@ -56,6 +56,7 @@ impl WebhookTables {
             request_id: format!("req_{id}"),
             status: "pending".into(),
             attempts: 0,
+            schedule_from: 0,
             scheduled_at: now_ms,
             last_response_code: None,
             last_error: None,
@@ -146,6 +147,63 @@ impl WebhookStore for FakeStore {
             hook.status = "deleted".into();
             t.fail_pending_of(id, "subscription deleted", now_ms);
             true
+        })
+        .await
+    }
+
+    async fn rotate_secret(
+        &self,
+        project_id: &str,
+        id: &str,
+        secret: &StoredSecret,
+        previous_until_ms: i64,
+    ) -> Result<Option<Webhook>, PortError> {
+        self.tables("webhooks.rotate_secret", |t| {
+            let hook =
+                t.webhooks.get_mut(id).filter(|w| w.project_id == project_id && w.status != "deleted")?;
+            let previous = std::mem::replace(&mut hook.secret, secret.clone());
+            hook.previous_secret = Some((previous, previous_until_ms));
+            Some(hook.clone())
+        })
+        .await
+    }
+
+    async fn enable_webhook(&self, project_id: &str, id: &str) -> Result<Option<Webhook>, PortError> {
+        self.tables("webhooks.enable", |t| {
+            let hook =
+                t.webhooks.get_mut(id).filter(|w| w.project_id == project_id && w.status != "deleted")?;
+            hook.status = "active".into();
+            hook.disabled_reason = None;
+            Some(hook.clone())
+        })
+        .await
+    }
+
+    async fn recover_deliveries(
+        &self,
+        project_id: &str,
+        webhook_id: &str,
+        since_ms: i64,
+        now_ms: i64,
+    ) -> Result<Vec<String>, PortError> {
+        self.tables("webhooks.recover", |t| {
+            let mut ids = Vec::new();
+            for row in t.deliveries.values_mut() {
+                let d = &mut row.delivery;
+                if d.webhook_id == webhook_id
+                    && d.project_id == project_id
+                    && d.status == "failed"
+                    && d.created_at >= since_ms
+                {
+                    d.status = "pending".into();
+                    d.scheduled_at = now_ms;
+                    d.schedule_from = d.attempts;
+                    d.updated_at = now_ms;
+                    row.retry_requested = false;
+                    ids.push(d.id.clone());
+                }
+            }
+            ids
         })
         .await
     }

@@ -7,9 +7,10 @@ use crate::core::page::PageRequest;
 use crate::core::webhook::{Attempt, Delivery, StoredSecret, Webhook, INTERRUPTED_ATTEMPT};
 use crate::ports::{Meter, PortError, WebhookStore};
 
-const WEBHOOK_COLUMNS: &str = "id, project_id, url, events, secret, status, disabled_reason, created_at";
+const WEBHOOK_COLUMNS: &str = "id, project_id, url, events, secret, status, disabled_reason, created_at,
+  previous_secret, previous_secret_until";
 const DELIVERY_COLUMNS: &str =
-    "id, project_id, webhook_id, event_id, event, payload, request_id, status, attempts,
+    "id, project_id, webhook_id, event_id, event, payload, request_id, status, attempts, schedule_from,
   scheduled_at, last_response_code, last_error, created_at, updated_at";
 
 /// A subscription as SQLite returns it (`events` is JSON text).
@@ -23,6 +24,8 @@ struct WebhookRecord {
     status: String,
     disabled_reason: Option<String>,
     created_at: i64,
+    previous_secret: Option<String>,
+    previous_secret_until: Option<i64>,
 }
 
 impl WebhookRecord {
@@ -33,6 +36,10 @@ impl WebhookRecord {
             project_id: self.project_id,
             url: self.url,
             secret: StoredSecret::from_column(self.secret),
+            previous_secret: self
+                .previous_secret
+                .map(StoredSecret::from_column)
+                .zip(self.previous_secret_until),
             status: self.status,
             disabled_reason: self.disabled_reason,
             created_at: self.created_at,
@@ -67,7 +74,7 @@ impl WebhookStore for D1Store {
         let rows = self
             .webhook_rows(
                 &format!(
-                    "INSERT INTO webhooks ({WEBHOOK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                    "INSERT INTO webhooks ({WEBHOOK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL, NULL)
                  ON CONFLICT (id) DO UPDATE SET id = excluded.id RETURNING {WEBHOOK_COLUMNS}"
                 ),
                 &[
@@ -121,6 +128,64 @@ impl WebhookStore for D1Store {
             &args,
         )?;
         Ok(self.batch(vec![delete, fail_pending]).await?.first() == Some(&1))
+    }
+
+    async fn rotate_secret(
+        &self,
+        project_id: &str,
+        id: &str,
+        secret: &StoredSecret,
+        previous_until_ms: i64,
+    ) -> Result<Option<Webhook>, PortError> {
+        // One statement: the replaced secret moves to `previous_secret` as it is stored (sealed).
+        let rows = self
+            .webhook_rows(
+                &format!(
+                    "UPDATE webhooks SET previous_secret = secret, previous_secret_until = ?4, secret = ?3
+                     WHERE id = ?1 AND project_id = ?2 AND status <> 'deleted'
+                     RETURNING {WEBHOOK_COLUMNS}"
+                ),
+                &[text(id), text(project_id), text(secret.as_column()), int(previous_until_ms)],
+            )
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    async fn enable_webhook(&self, project_id: &str, id: &str) -> Result<Option<Webhook>, PortError> {
+        let rows = self
+            .webhook_rows(
+                &format!(
+                    "UPDATE webhooks SET status = 'active', disabled_reason = NULL
+                     WHERE id = ?1 AND project_id = ?2 AND status <> 'deleted'
+                     RETURNING {WEBHOOK_COLUMNS}"
+                ),
+                &[text(id), text(project_id)],
+            )
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    async fn recover_deliveries(
+        &self,
+        project_id: &str,
+        webhook_id: &str,
+        since_ms: i64,
+        now_ms: i64,
+    ) -> Result<Vec<String>, PortError> {
+        #[derive(serde::Deserialize)]
+        struct Id {
+            id: String,
+        }
+        let rows: Vec<Id> = self
+            .rows(
+                "UPDATE webhook_deliveries SET status = 'pending', scheduled_at = ?4, schedule_from = attempts,
+                   retry_requested = 0, swept_at = NULL, updated_at = ?4
+                 WHERE webhook_id = ?1 AND project_id = ?2 AND status = 'failed' AND created_at >= ?3
+                 RETURNING id",
+                &[text(webhook_id), text(project_id), int(since_ms), int(now_ms)],
+            )
+            .await?;
+        Ok(rows.into_iter().map(|r| r.id).collect())
     }
 
     async fn deliveries(
