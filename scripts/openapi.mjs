@@ -73,6 +73,8 @@ const bulkIn = (item) => obj({ items: { type: 'array', minItems: 1, maxItems: 10
 const rateOverride = nullable({ ...int(1, 4294967295), description: 'requests per minute, at most the plan\'s limit (403 above: an owner may lower a key\'s limit, not raise it; 400 for 0); null = the plan\'s limit' });
 const samePlan = nullable({ ...str, description: 'only the project\'s own plan (403 otherwise: the operator sets plans, PATCH /admin/v1/projects/{id})' });
 const timeBound = { type: 'string', anyOf: [{ format: 'date-time' }, { format: 'date', pattern: '^[0-9]{4}-[0-9]{2}-[0-9]{2}$' }, { pattern: '^[0-9]+$' }] };
+const futureTime = (extra) => ({ ...time, description: `RFC 3339, in the future (422 otherwise)${extra}` });
+const grace = (max, byDefault, what) => ({ ...int(0, max), description: `0–${max} seconds (422 above), default ${byDefault}: ${what}` });
 const eventTypes = ['contact.created', 'message.created', 'scenario.run.started', 'release_marker.created'];
 
 const paths = {
@@ -94,15 +96,20 @@ const paths = {
     responses: responses(false, { 200: { schema: out({ redriven: int(0), failed: { ...int(0), description: 'sends that failed; still dead, re-drive again' }, skipped: { ...int(0), description: 'named ids unknown or re-driven already' } }) } }, [...BODY, ...ADMIN].sort()) } },
   '/public/v1/me': { get: get('The calling key, its window and quota', { ok: ref('Me'), scoped: false }) },
   '/public/v1/keys': {
-    post: mutating('Create a key on the project\'s plan (the secret is shown only here)', obj({ type: { enum: ['owner', 'server', 'browser', 'cicd'] }, name: nullable({ type: 'string', maxLength: 200, description: 'trimmed; blank is none (400 beyond 200 characters)' }), plan: samePlan, rate_limit_per_minute: rateOverride }, ['type']),
+    post: mutating('Create a key on the project\'s plan (the secret is shown only here)', obj({ type: { enum: ['owner', 'server', 'browser', 'cicd'] }, name: nullable({ type: 'string', maxLength: 200, description: 'trimmed; blank is none (400 beyond 200 characters)' }), plan: samePlan, rate_limit_per_minute: rateOverride,
+      expires_at: nullable(futureTime('; from then on the key is refused: 401, details.reason "expired"')) }, ['type']),
       { 201: { schema: ref('KeyCreated'), description: 'Created' } }),
     get: get('List the project\'s keys', { parameters: paging, ok: list(ref('Key')), codes: [400] }),
   },
   '/public/v1/keys/{id}': {
-    patch: mutating('Change the name or lower the rate limit (applies at once)', obj({ name: nullable({ type: 'string', maxLength: 200, description: 'trimmed; blank or null clears it (400 beyond 200 characters)' }), plan: samePlan, rate_limit_per_minute: rateOverride }),
+    patch: mutating('Change the name, lower the rate limit or set the expiry (applies at once)', obj({ name: nullable({ type: 'string', maxLength: 200, description: 'trimmed; blank or null clears it (400 beyond 200 characters)' }), plan: samePlan, rate_limit_per_minute: rateOverride,
+      expires_at: nullable(futureTime('; null: never. Not for a rolled or expired key (422)')) }),
       { 200: { schema: ref('Key') } }, [404], { parameters: [pathParam('id')] }),
     delete: mutating('Revoke a key (applies at once)', null, { 200: { schema: ref('Key') } }, [404], { parameters: [pathParam('id')] }),
   },
+  '/public/v1/keys/{id}/roll': { post: mutating('Roll a key: a new key (the secret is shown only here) with the same type, name and limit; the old one works until the grace ends, then is refused (401, details.reason "rolled")',
+    obj({ grace_seconds: grace(86400, 3600, 'how long the old key keeps working') }),
+    { 201: { schema: ref('KeyCreated'), description: 'Created' } }, [404], { parameters: [pathParam('id')] }) },
   '/public/v1/keys/{id}/stats': { get: get('Daily counts, top endpoints and error share of a key', {
     parameters: [pathParam('id'), query('days', int(1, 90), '1–90 (400 otherwise), default 30')], ok: ref('KeyStats'), codes: [400, 404] }) },
   '/public/v1/logs': { get: get('The audit log, newest first', {
@@ -147,22 +154,34 @@ const paths = {
       { 201: { schema: ref('WebhookCreated'), description: 'Created' } }),
     get: get('List subscriptions', { ok: list(ref('Webhook')) }),
   },
-  '/public/v1/webhooks/{id}': { delete: mutating('Delete a subscription (its pending deliveries fail)', null, { 200: { schema: out({ id: str, status: { const: 'deleted' } }) } }, [404], { parameters: [pathParam('id')] }) },
+  '/public/v1/webhooks/{id}': {
+    delete: mutating('Delete a subscription (its pending deliveries fail)', null, { 200: { schema: out({ id: str, status: { const: 'deleted' } }) } }, [404], { parameters: [pathParam('id')] }),
+    patch: mutating('Re-enable a subscription (e.g. one disabled by a 410 Gone); its failed deliveries stay failed', obj({ status: { const: 'active', description: 'only "active" (422 otherwise)' } }, ['status']),
+      { 200: { schema: ref('Webhook') } }, [404], { parameters: [pathParam('id')] }),
+  },
+  '/public/v1/webhooks/{id}/rotate-secret': { post: mutating('Rotate the signing secret (the new one is shown only here); during the grace every attempt carries both signatures, new first',
+    obj({ grace_seconds: grace(604800, 86400, 'how long the old secret keeps signing') }),
+    { 200: { schema: ref('WebhookCreated') } }, [404], { parameters: [pathParam('id')] }) },
+  '/public/v1/webhooks/{id}/recover': { post: mutating('Give every failed delivery created at or after `since` one more attempt, then the schedule again (422 while the subscription is not active)',
+    obj({ since: { ...time, description: 'RFC 3339 (422 if it does not exist)' } }, ['since']),
+    { 202: { schema: out({ requeued: int(0) }), description: 'Queued' } }, [404], { parameters: [pathParam('id')] }) },
   '/public/v1/webhooks/{id}/deliveries': { get: get('Deliveries with every attempt', {
     parameters: [pathParam('id'), query('status', { enum: ['pending', 'delivered', 'failed'] }, '400 otherwise'), ...paging], ok: list(ref('Delivery')), codes: [400, 404] }) },
   '/public/v1/webhooks/deliveries/{id}/retry': { post: mutating('Make a delivery due now (failed ones too)', null, { 202: { schema: ref('Delivery'), description: 'Queued' } }, [404], { parameters: [pathParam('id')] }) },
 };
 
 const keyProps = { id: str, prefix: str, type: { enum: ['owner', 'server', 'browser', 'cicd'] }, name: nullable(str), plan: str,
-  rate_limit_per_minute: nullable(int(1)), status: { enum: ['active', 'revoked'] }, created_at: time, revoked_at: nullable(time) };
-const webhookProps = { id: str, url: str, events: { type: 'array', items: str }, status: { enum: ['active', 'disabled'] }, disabled_reason: nullable(str), created_at: time };
+  rate_limit_per_minute: nullable(int(1)), status: { enum: ['active', 'expiring', 'expired', 'revoked'] }, created_at: time,
+  expires_at: nullable(time), revoked_at: nullable(time), rolled_from: nullable(str), rolled_to: nullable(str) };
+const webhookProps = { id: str, url: str, events: { type: 'array', items: str }, status: { enum: ['active', 'disabled'] }, disabled_reason: nullable(str), created_at: time,
+  previous_secret_expires_at: nullable({ ...time, description: 'while a rotation\'s grace runs: until when attempts are signed with the previous secret too' }) };
 const indexed = (props) => ({ type: 'array', items: out({ index: int(0), ...props }) });
 const schemas = {
   Error: out({ error: obj({ code: str, message: str, request_id: { type: 'string', format: 'uuid' }, retryable: { type: 'boolean' }, details: { type: 'object' } }, ['code', 'message', 'request_id', 'retryable', 'details']) }),
   ProjectCreated: out({ project_id: str, name: str, plan: str, owner_key: out({ id: str, key: str, prefix: str }) }),
   Key: out(keyProps),
   KeyCreated: out({ ...keyProps, key: { ...str, description: 'the secret; shown only in this response' } }),
-  Me: out({ key_id: str, prefix: str, type: { enum: ['owner', 'server', 'browser', 'cicd'] }, project_id: str, plan: str,
+  Me: out({ key_id: str, prefix: str, type: { enum: ['owner', 'server', 'browser', 'cicd'] }, project_id: str, plan: str, expires_at: nullable(time),
     rate_limit: out({ limit: int(0), remaining: int(0), reset: time }), quota: out({ used: int(0), limit: int(0), resets_at: time }) }),
   KeyStats: out({ key_id: str, days: int(1, 90), total: int(0), error_share: { type: 'number', minimum: 0, maximum: 1 },
     daily: { type: 'array', items: out({ date: { type: 'string', format: 'date' }, total: int(0), '4xx': int(0), '5xx': int(0) }) },
@@ -183,14 +202,14 @@ const schemas = {
     timestamp: nullable({ oneOf: [int(0), str], description: 'RFC 3339 or Unix seconds' }), properties: nullable({ type: 'object' }) }, ['event']),
   TrackResult: out({ accepted: indexed({ event_id: str }), duplicates: indexed({ event_id: str }), rejected: indexed({ code: str, message: str }) }),
   Webhook: out(webhookProps),
-  WebhookCreated: out({ ...webhookProps, secret: { type: 'string', pattern: '^whsec_', description: 'whsec_ + base64 of 24 random bytes; shown only in this response' } }),
+  WebhookCreated: out({ ...webhookProps, secret: { type: 'string', pattern: '^whsec_', description: 'whsec_ + base64 of 24 random bytes; shown only in this response (and the rotation that made it)' } }),
   Delivery: out({ id: str, webhook_id: str, event_id: str, event: str, request_id: nullable(str), status: { enum: ['pending', 'delivered', 'failed'] },
     attempt: int(0), scheduled_at: nullable(time), last_response_code: nullable(int(0)), last_error: nullable(str), created_at: time, payload: {},
     attempts: { type: 'array', items: out({ attempt: int(1), started_at: time, duration_ms: int(0), response_code: nullable(int(0)), response_body: nullable(str), error: nullable(str), next_retry_at: nullable(time) }) } }),
   DeadLetter: out({ id: str, queue: str, body: { type: 'string', description: 'the message body as sent' }, first_failed_at: time, dead_at: time, last_error: nullable(str),
     attempts: int(0), status: { enum: ['dead', 'redriven'] }, redriven_at: nullable(time) }),
 };
-const codes = { 400: 'VALIDATION_ERROR (malformed JSON, a bad field or parameter) or IDEMPOTENCY_KEY_REQUIRED', 401: 'INVALID_API_KEY (or a missing or wrong admin token)', 403: 'FORBIDDEN',
+const codes = { 400: 'VALIDATION_ERROR (malformed JSON, a bad field or parameter) or IDEMPOTENCY_KEY_REQUIRED', 401: 'INVALID_API_KEY (or a missing or wrong admin token); a known key that is refused says why in details.reason: expired, rolled or revoked', 403: 'FORBIDDEN',
   404: 'NOT_FOUND', 409: 'IDEMPOTENCY_KEY_REUSED or IDEMPOTENCY_KEY_IN_USE (Retry-After: 1)', 413: 'PAYLOAD_TOO_LARGE',
   422: 'VALIDATION_ERROR (semantic, or a bad or repeated Idempotency-Key)', 429: 'RATE_LIMIT_EXCEEDED (Retry-After), QUOTA_EXCEEDED or TRIAL_QUOTA_EXCEEDED; also too many failed authentications from the address',
   500: 'INTERNAL_ERROR (nothing accepted; retry)', 503: 'SERVICE_UNAVAILABLE (a binding did not answer; retry with care)' };
