@@ -36,6 +36,22 @@ function button(label, onClick) {
   return b;
 }
 const when = (iso) => (iso ? new Date(iso).toLocaleString() : '—');
+
+/** A new key or signing secret, shown once in the page until dismissed (never stored). */
+function showOnce(title, secret, note) {
+  $('shown-title').textContent = title;
+  $('shown-secret').textContent = secret;
+  $('shown-note').textContent = note ?? '';
+  $('shown-once').hidden = false;
+}
+$('shown-dismiss').addEventListener('click', () => {
+  $('shown-secret').textContent = '';
+  $('shown-once').hidden = true;
+});
+
+/** A JSON POST (or PATCH) to the API. */
+const send = (path, body, method = 'POST') =>
+  api(path, { method, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
 const statusClass = (status) => `status-${String(status)[0]}`;
 function showError(e) {
   $('app-error').textContent = e ? `${e.message}` : '';
@@ -92,7 +108,19 @@ async function loadKeys() {
   $('keys').replaceChildren(...data.map((k, i) => {
     const actions = cell('');
     actions.append(button('Stats', () => loadStats(k).catch(showError)));
-    if (k.status === 'active') {
+    if ((k.status === 'active' || k.status === 'expiring') && !k.rolled_to) {
+      actions.append(' ', button('Roll', async () => {
+        const grace = prompt(`Roll ${k.prefix}…: a new key replaces it. Seconds the old key keeps working (0–86400):`, '3600');
+        if (grace === null) return;
+        try {
+          const rolled = await send(`/public/v1/keys/${k.id}/roll`, { grace_seconds: Number(grace) });
+          const graceEnd = new Date(Date.now() + Number(grace) * 1000).toISOString();
+          showOnce(`New key ${rolled.prefix}… (replaces ${k.prefix}…)`, rolled.key, `The old key works until about ${when(graceEnd)}.`);
+        } catch (e) { showError(e); }
+        await loadKeys();
+      }));
+    }
+    if (k.status === 'active' || k.status === 'expiring') {
       actions.append(' ', button('Revoke', async () => {
         if (!confirm(`Revoke ${k.prefix}…? Requests with it fail at once.`)) return;
         await api(`/public/v1/keys/${k.id}`, { method: 'DELETE' }).catch(showError);
@@ -100,8 +128,9 @@ async function loadKeys() {
       }));
     }
     const tr = row(cell(k.prefix), cell(k.type), cell(k.name), cell(k.plan), cell(k.rate_limit_per_minute ?? 'plan'),
-      cell(k.status), cell(when(lastUse[i])), actions);
+      cell(k.status), cell(when(k.expires_at)), cell(when(lastUse[i])), actions);
     tr.dataset.prefix = k.prefix;
+    tr.dataset.status = k.status;
     return tr;
   }));
 }
@@ -190,7 +219,37 @@ async function loadWebhooks() {
   $('webhooks').replaceChildren(...data.map((w) => {
     const actions = cell('');
     actions.append(button('Deliveries', () => loadDeliveries(w).catch(showError)));
-    return row(cell(w.url), cell(w.events.join(', ')), cell(w.status), actions);
+    actions.append(' ', button('Rotate secret', async () => {
+      const grace = prompt('Seconds the old secret keeps signing beside the new one (0–604800):', '86400');
+      if (grace === null) return;
+      try {
+        const rotated = await send(`/public/v1/webhooks/${w.id}/rotate-secret`, { grace_seconds: Number(grace) });
+        showOnce(`New signing secret of ${w.url}`, rotated.secret,
+          `Until ${when(rotated.previous_secret_expires_at)} every delivery carries both signatures (new first).`);
+      } catch (e) { showError(e); }
+      await loadWebhooks();
+    }));
+    if (w.status === 'disabled') {
+      actions.append(' ', button('Re-enable', async () => {
+        await send(`/public/v1/webhooks/${w.id}`, { status: 'active' }, 'PATCH').catch(showError);
+        await loadWebhooks();
+      }));
+    }
+    actions.append(' ', button('Recover', async () => {
+      const since = prompt('Re-queue every failed delivery created since (RFC 3339):',
+        new Date(Date.now() - 86_400_000).toISOString());
+      if (since === null) return;
+      try {
+        const { requeued } = await send(`/public/v1/webhooks/${w.id}/recover`, { since });
+        $('app-error').textContent = '';
+        $('webhook-note').textContent = `${requeued} failed ${requeued === 1 ? 'delivery' : 'deliveries'} queued again.`;
+        setTimeout(() => loadDeliveries(w).catch(showError), 1500);
+      } catch (e) { showError(e); }
+    }));
+    const tr = row(cell(w.url), cell(w.events.join(', ')), cell(w.status), cell(when(w.previous_secret_expires_at)), actions);
+    tr.dataset.id = w.id;
+    tr.dataset.status = w.status;
+    return tr;
   }));
 }
 

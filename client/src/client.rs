@@ -411,6 +411,12 @@ impl Request {
         request
     }
 
+    pub(crate) fn patch(path: impl Into<String>, body: &impl Serialize) -> Request {
+        let mut request = Request::new(Method::PATCH, path.into());
+        request.body = Some(serde_json::to_vec(body).expect("request bodies serialise"));
+        request
+    }
+
     pub(crate) fn query(mut self, name: &str, value: impl ToString) -> Request {
         self.query.push((name.to_owned(), value.to_string()));
         self

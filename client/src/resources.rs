@@ -16,6 +16,9 @@ pub struct Me {
     pub key_type: String,
     pub project_id: String,
     pub plan: String,
+    /// When this key stops working (RFC 3339), if it expires.
+    #[serde(default)]
+    pub expires_at: Option<String>,
     pub rate_limit: RateLimit,
     pub quota: Quota,
 }
@@ -45,11 +48,20 @@ pub struct Key {
     pub name: Option<String>,
     pub plan: String,
     pub rate_limit_per_minute: Option<u64>,
-    /// `active` or `revoked`.
+    /// `active`, `expiring` (an `expires_at` ahead, a roll's grace included), `expired` or
+    /// `revoked`.
     pub status: String,
     pub created_at: String,
     #[serde(default)]
+    pub expires_at: Option<String>,
+    #[serde(default)]
     pub revoked_at: Option<String>,
+    /// The key this one replaced (a roll).
+    #[serde(default)]
+    pub rolled_from: Option<String>,
+    /// The key that replaced this one.
+    #[serde(default)]
+    pub rolled_to: Option<String>,
 }
 
 /// A key just created: the only answer that carries the secret `key`.
@@ -72,11 +84,19 @@ pub struct NewKey {
     /// A per-minute limit below the project plan's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rate_limit_per_minute: Option<u64>,
+    /// RFC 3339, in the future: the key is refused from then on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
 }
 
 impl NewKey {
     pub fn new(key_type: impl Into<String>) -> NewKey {
-        NewKey { key_type: key_type.into(), name: None, rate_limit_per_minute: None }
+        NewKey { key_type: key_type.into(), name: None, rate_limit_per_minute: None, expires_at: None }
+    }
+
+    pub fn expires_at(mut self, rfc3339: impl Into<String>) -> NewKey {
+        self.expires_at = Some(rfc3339.into());
+        self
     }
 
     pub fn name(mut self, name: impl Into<String>) -> NewKey {
@@ -251,6 +271,24 @@ impl Client {
     /// ```
     pub fn revoke_key(&self, id: &str) -> Call<Key> {
         self.call(Request::delete(format!("/public/v1/keys/{}", segment(id))))
+    }
+
+    /// `POST /public/v1/keys/{id}/roll` (owner key): a new key with the same type, name and
+    /// limit, its secret shown only in this answer; the old key keeps working for `grace_seconds`
+    /// (default 3600, at most 86400), then is refused (401, `details.reason` `rolled`).
+    ///
+    /// ```no_run
+    /// # async fn run(owner: gatehouse_client::Client) -> Result<(), gatehouse_client::Error> {
+    /// let rolled = owner.roll_key("key_01jdx…", Some(3600)).await?;
+    /// println!("deploy {} within the hour", rolled.key);
+    /// # Ok(()) }
+    /// ```
+    pub fn roll_key(&self, id: &str, grace_seconds: Option<u64>) -> Call<CreatedKey> {
+        let body = match grace_seconds {
+            Some(grace) => serde_json::json!({ "grace_seconds": grace }),
+            None => serde_json::json!({}),
+        };
+        self.call(Request::post(format!("/public/v1/keys/{}/roll", segment(id)), &body))
     }
 
     /// `POST /public/v1/contacts`.

@@ -26,6 +26,10 @@ pub struct Webhook {
     #[serde(default)]
     pub disabled_reason: Option<String>,
     pub created_at: String,
+    /// While a secret rotation's grace runs: until when deliveries are signed with the previous
+    /// secret too.
+    #[serde(default)]
+    pub previous_secret_expires_at: Option<String>,
 }
 
 /// A subscription just made: the only answer with its signing `secret` (`whsec_…`).
@@ -52,6 +56,12 @@ pub struct Delivery {
     pub payload: Value,
     #[serde(default)]
     pub attempts: Vec<Value>,
+}
+
+/// The answer of a recovery: how many failed deliveries were queued again.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Recovered {
+    pub requeued: u64,
 }
 
 /// The answer of deleting a subscription.
@@ -113,6 +123,45 @@ impl Client {
             request = request.query("status", status);
         }
         Pages::new(self, request)
+    }
+
+    /// `POST /public/v1/webhooks/{id}/rotate-secret`: a new signing secret, shown only in this
+    /// answer. For `grace_seconds` (default 86400) every delivery carries both signatures, new
+    /// first, so receivers can switch at their pace; then only the new one.
+    ///
+    /// ```no_run
+    /// # async fn run(owner: gatehouse_client::Client) -> Result<(), gatehouse_client::Error> {
+    /// let rotated = owner.rotate_webhook_secret("wh_01jdx…", None).await?;
+    /// println!("new secret: {}", rotated.secret);
+    /// # Ok(()) }
+    /// ```
+    pub fn rotate_webhook_secret(&self, id: &str, grace_seconds: Option<u64>) -> Call<CreatedWebhook> {
+        let body = match grace_seconds {
+            Some(grace) => serde_json::json!({ "grace_seconds": grace }),
+            None => serde_json::json!({}),
+        };
+        self.call(Request::post(format!("/public/v1/webhooks/{}/rotate-secret", segment(id)), &body))
+    }
+
+    /// `POST /public/v1/webhooks/{id}/recover`: every failed delivery created at or after `since`
+    /// (RFC 3339) gets one more attempt, then follows the retry schedule again.
+    ///
+    /// ```no_run
+    /// # async fn run(owner: gatehouse_client::Client) -> Result<(), gatehouse_client::Error> {
+    /// let recovered = owner.recover_deliveries("wh_01jdx…", "2026-11-30T08:00:00Z").await?;
+    /// println!("{} deliveries queued again", recovered.requeued);
+    /// # Ok(()) }
+    /// ```
+    pub fn recover_deliveries(&self, id: &str, since: &str) -> Call<Recovered> {
+        let path = format!("/public/v1/webhooks/{}/recover", segment(id));
+        self.call(Request::post(path, &serde_json::json!({ "since": since })))
+    }
+
+    /// `PATCH /public/v1/webhooks/{id}` `{status:"active"}`: re-enables a subscription disabled by
+    /// a 410 Gone (its failed deliveries stay failed; see [`Client::recover_deliveries`]).
+    pub fn enable_webhook(&self, id: &str) -> Call<Webhook> {
+        let path = format!("/public/v1/webhooks/{}", segment(id));
+        self.call(Request::patch(path, &serde_json::json!({ "status": "active" })))
     }
 
     /// `POST /public/v1/webhooks/deliveries/{id}/retry`: one more attempt now (failed ones too).

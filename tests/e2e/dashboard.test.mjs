@@ -111,6 +111,64 @@ test('the dashboard: sign-in, keys with a chart, a filtered log, and a webhook r
   await page.close();
 });
 
+test('lifecycles from the dashboard: roll a key (the new one shown once), rotate a secret, re-enable after 410, recover', async () => {
+  const { owner } = await createProject('Dashboard lifecycles', { plan: 'business' });
+  const server = await createKey(owner.key, 'server', { name: 'worker' });
+  let gone = true;
+  const gate = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => { res.writeHead(gone ? 410 : 200); res.end(); });
+  });
+  await new Promise((resolve) => gate.listen(0, '127.0.0.1', resolve));
+  try {
+    const hook = (await call('POST', '/public/v1/webhooks', {
+      key: owner.key, body: { url: `http://127.0.0.1:${gate.address().port}/gone`, events: ['contact.created'] },
+    })).body;
+    await call('POST', '/public/v1/contacts', { key: owner.key, body: { name: 'Gone' } });
+    await eventually(async () => (await listAll(`/public/v1/webhooks/${hook.id}/deliveries?status=failed`, owner.key)).length === 1, 20_000);
+
+    const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    const answers = [];
+    page.on('dialog', (dialog) => dialog.accept(answers.shift()));
+    await page.goto(`${BASE}/dashboard`);
+    await page.fill('#owner-key', owner.key);
+    await page.click('#login button[type=submit]');
+    await page.waitForSelector(`#keys tr[data-prefix="${server.prefix}"]`);
+
+    // Roll with a minute of grace: the new key is shown once and works; the old one is expiring.
+    answers.push('60');
+    await page.click(`#keys tr[data-prefix="${server.prefix}"] button:text("Roll")`);
+    await page.waitForSelector('#shown-once:not([hidden])');
+    const newKey = (await page.textContent('#shown-secret')).trim();
+    assert.match(newKey, /^gh_s_/);
+    assert.equal((await call('GET', '/public/v1/me', { key: newKey })).status, 200);
+    await page.waitForSelector(`#keys tr[data-prefix="${server.prefix}"][data-status=expiring]`);
+    assert.equal(await page.$(`#keys tr[data-prefix="${server.prefix}"] button:text("Roll")`), null, 'a rolled key is not rolled twice');
+    await page.screenshot({ path: `${SHOTS}/key-rolled.png`, fullPage: true });
+    await page.click('#shown-dismiss');
+    assert.equal(await page.isVisible('#shown-once'), false);
+
+    // Webhooks: rotate (the new secret shown once), re-enable, recover.
+    await page.click('#tab-webhooks');
+    await page.waitForSelector(`#webhooks tr[data-id="${hook.id}"][data-status=disabled]`);
+    answers.push('3600');
+    await page.click(`#webhooks tr[data-id="${hook.id}"] button:text("Rotate secret")`);
+    await page.waitForSelector('#shown-once:not([hidden])');
+    assert.match(await page.textContent('#shown-secret'), /^whsec_/);
+    gone = false;
+    await page.click(`#webhooks tr[data-id="${hook.id}"] button:text("Re-enable")`);
+    await page.waitForSelector(`#webhooks tr[data-id="${hook.id}"][data-status=active]`);
+    answers.push(new Date(Date.now() - 3_600_000).toISOString());
+    await page.click(`#webhooks tr[data-id="${hook.id}"] button:text("Recover")`);
+    await page.waitForFunction(() => /1 failed delivery queued again/.test(document.querySelector('#webhook-note').textContent));
+    await page.waitForSelector('#deliveries tr[data-status=delivered]', { timeout: 15_000 });
+    await page.screenshot({ path: `${SHOTS}/webhook-recovered.png`, fullPage: true });
+    await page.close();
+  } finally {
+    gate.close();
+  }
+});
+
 test('the API description is served at /openapi.json', async () => {
   const res = await fetch(`${BASE}/openapi.json`);
   assert.equal(res.status, 200);

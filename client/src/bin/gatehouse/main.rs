@@ -86,11 +86,22 @@ enum KeysCommand {
         key_type: String,
         #[arg(long)]
         name: Option<String>,
+        /// RFC 3339, in the future: the key is refused from then on.
+        #[arg(long)]
+        expires_at: Option<String>,
     },
     /// Every key of the project, one JSON line each.
     List,
     /// Revoke a key at once.
     Revoke { id: String },
+    /// Roll a key: a new key (printed this once) with the same type, name and limit; the old one
+    /// keeps working for the grace, then is refused.
+    Roll {
+        id: String,
+        /// Seconds the old key keeps working (0–86400; default 3600).
+        #[arg(long)]
+        grace: Option<u64>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -165,6 +176,23 @@ enum WebhooksCommand {
         #[arg(long)]
         body_file: Option<PathBuf>,
     },
+    /// Rotate a subscription's signing secret; the new one is printed this once. During the grace
+    /// every delivery carries both signatures, new first.
+    RotateSecret {
+        id: String,
+        /// Seconds the old secret keeps signing (0–604800; default 86400).
+        #[arg(long)]
+        grace: Option<u64>,
+    },
+    /// Queue every failed delivery created since a time again (one more attempt, then the schedule).
+    Recover {
+        id: String,
+        /// RFC 3339, e.g. 2026-11-30T08:00:00Z.
+        #[arg(long)]
+        since: String,
+    },
+    /// Re-enable a subscription disabled by a 410 Gone.
+    Enable { id: String },
 }
 
 /// How a command failed.
@@ -238,9 +266,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 let _ = stdout.write_all(b"\n");
             }
         }
-        Command::Keys(KeysCommand::Create { key_type, name }) => {
+        Command::Keys(KeysCommand::Create { key_type, name, expires_at }) => {
             let mut key = NewKey::new(key_type);
             key.name = name;
+            key.expires_at = expires_at;
             print_json(&client.create_key(&key).await?);
         }
         Command::Keys(KeysCommand::List) => {
@@ -250,6 +279,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
         }
         Command::Keys(KeysCommand::Revoke { id }) => print_json(&client.revoke_key(&id).await?),
+        Command::Keys(KeysCommand::Roll { id, grace }) => print_json(&client.roll_key(&id, grace).await?),
+        Command::Webhooks(WebhooksCommand::RotateSecret { id, grace }) => {
+            print_json(&client.rotate_webhook_secret(&id, grace).await?)
+        }
+        Command::Webhooks(WebhooksCommand::Recover { id, since }) => {
+            print_json(&client.recover_deliveries(&id, &since).await?)
+        }
+        Command::Webhooks(WebhooksCommand::Enable { id }) => print_json(&client.enable_webhook(&id).await?),
         Command::Contacts(ContactsCommand::Import { file }) => import::run(&client, &file).await?,
         Command::Logs(LogsCommand::Tail { filters, interval }) => {
             let filter = LogFilter {

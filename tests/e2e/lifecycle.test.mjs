@@ -1,0 +1,288 @@
+// SPEC §17 end to end: key rolls with a grace period, expiring keys and refusal reasons (decided
+// by each key's guard on its own clock), webhook secret rotation with both signatures checked by
+// the client crate's verification (the `gatehouse` CLI), recovery after a receiver outage,
+// re-enabling after 410, and a long step's due delivery that no queue message carries.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { createServer } from 'node:http';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { BASE, assertError, call, createKey, createProject, d1, eventually, listAll, sleep } from './harness.mjs';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+let bin;
+
+/** The receiver: behaviour per path, and every request it got. */
+const received = new Map();
+const behaviour = new Map();
+let receiver;
+let receiverBase;
+
+before(async () => {
+  const build = spawnSync('cargo', ['build', '--quiet', '-p', 'gatehouse-client', '--bin', 'gatehouse'], { cwd: ROOT, stdio: 'inherit' });
+  assert.equal(build.status, 0, 'the gatehouse binary builds');
+  const meta = JSON.parse(spawnSync('cargo', ['metadata', '--format-version', '1', '--no-deps'], { cwd: ROOT, encoding: 'utf8' }).stdout);
+  bin = join(meta.target_directory, 'debug', 'gatehouse');
+  receiver = createServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => { body += c; });
+    req.on('end', () => {
+      const list = received.get(req.url) ?? [];
+      list.push({ headers: req.headers, body });
+      received.set(req.url, list);
+      const status = (behaviour.get(req.url) ?? (() => 200))(list.length);
+      res.writeHead(status, { 'content-type': 'text/plain' });
+      res.end(`answer ${list.length}`);
+    });
+  });
+  await new Promise((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+  receiverBase = `http://127.0.0.1:${receiver.address().port}`;
+});
+
+after(() => receiver?.close());
+
+/** Runs the CLI against the gateway (with GATEHOUSE_KEY when `key` is given). */
+function gatehouse(args, { key, input } = {}) {
+  const env = { ...process.env, GATEHOUSE_URL: BASE };
+  delete env.GATEHOUSE_KEY;
+  if (key) env.GATEHOUSE_KEY = key;
+  const out = spawnSync(bin, args, { input, encoding: 'utf8', env });
+  return { status: out.status, stdout: out.stdout, stderr: out.stderr };
+}
+
+let paths = 0;
+function endpoint(status = () => 200) {
+  const path = `/lifecycle-${++paths}`;
+  behaviour.set(path, status);
+  return path;
+}
+const requestsTo = (path) => received.get(path) ?? [];
+
+const me = (key) => call('GET', '/public/v1/me', { key });
+const reasonOf = (res) => res.body?.error?.details?.reason;
+const keyIn = async (owner, id) => (await listAll('/public/v1/keys', owner)).find((k) => k.id === id);
+
+/** Sleeps until the wall clock reaches `ms` (Unix ms). */
+const until = (ms) => sleep(Math.max(0, ms - Date.now()));
+
+test('a roll with a 3 s grace: both keys work, then the old one is refused as rolled within a second of the grace end', async () => {
+  const { owner } = await createProject('lifecycle roll', { plan: 'business' });
+  const server = await createKey(owner.key, 'server', { name: 'billing', rate_limit_per_minute: 1000 });
+  assert.equal((await me(server.key)).status, 200);
+
+  const cli = gatehouse(['keys', 'roll', server.id, '--grace', '3'], { key: owner.key });
+  assert.equal(cli.status, 0, cli.stderr);
+  const rolled = JSON.parse(cli.stdout);
+  assert.match(rolled.key, /^gh_s_/);
+  assert.notEqual(rolled.id, server.id);
+  assert.deepEqual([rolled.type, rolled.name, rolled.rate_limit_per_minute, rolled.rolled_from, rolled.status],
+    ['server', 'billing', 1000, server.id, 'active']);
+
+  const old = await keyIn(owner.key, server.id);
+  assert.deepEqual([old.status, old.rolled_to], ['expiring', rolled.id]);
+  const graceEnd = Date.parse(old.expires_at);
+  assert.ok(Math.abs(graceEnd - (Date.now() + 3000)) < 2000, `grace ends at ${old.expires_at}`);
+
+  // Both work through the grace.
+  assert.equal((await me(server.key)).status, 200);
+  assert.equal((await me(rolled.key)).status, 200);
+  await until(graceEnd - 700);
+  assert.equal((await me(server.key)).status, 200, 'the old key still works just before the grace ends');
+
+  // Refused from the grace's end: polled, the first refusal comes within a second of it.
+  let refusedAt = null;
+  let last;
+  while (Date.now() < graceEnd + 3000) {
+    const sent = Date.now();
+    last = await me(server.key);
+    if (last.status === 401) { refusedAt = sent; break; }
+    await sleep(50);
+  }
+  assert.ok(refusedAt !== null, `the old key was never refused: ${last?.text}`);
+  assert.ok(refusedAt - graceEnd < 1000, `refused ${refusedAt - graceEnd} ms after the grace end`);
+  assert.equal(assertError(last, 401, 'INVALID_API_KEY').details.reason, 'rolled');
+  assert.equal((await me(rolled.key)).status, 200, 'the new key works on');
+  assert.equal((await keyIn(owner.key, server.id)).status, 'expired');
+
+  // A rolled key cannot be rolled again; bad grace values are 4xx.
+  assertError(await call('POST', `/public/v1/keys/${server.id}/roll`, { key: owner.key, body: {} }), 422, 'VALIDATION_ERROR');
+  assertError(await call('POST', `/public/v1/keys/${rolled.id}/roll`, { key: owner.key, body: { grace_seconds: 86401 } }), 422, 'VALIDATION_ERROR');
+  assertError(await call('POST', `/public/v1/keys/${rolled.id}/roll`, { key: owner.key, body: { grace_seconds: 'soon' } }), 400, 'VALIDATION_ERROR');
+  assertError(await call('POST', '/public/v1/keys/key_nope/roll', { key: owner.key, body: {} }), 404, 'NOT_FOUND');
+  assertError(await call('POST', `/public/v1/keys/${rolled.id}/roll`, { key: rolled.key, body: {} }), 403, 'FORBIDDEN');
+});
+
+test('expires_at 3 s ahead: the key works, then is refused as expired; revoked and unknown keys', async () => {
+  const { owner } = await createProject('lifecycle expiry');
+  const expiresAt = new Date(Date.now() + 3000).toISOString();
+  const key = await createKey(owner.key, 'server', { expires_at: expiresAt });
+  assert.deepEqual([key.status, key.expires_at], ['expiring', expiresAt]);
+  const ok = await me(key.key);
+  assert.equal(ok.status, 200);
+  assert.equal(ok.body.expires_at, expiresAt);
+  await until(Date.parse(expiresAt));
+  const refused = await eventually(async () => {
+    const res = await me(key.key);
+    return res.status === 401 ? res : null;
+  }, 1000);
+  assert.ok(refused, 'refused within a second of expires_at');
+  assert.equal(assertError(refused, 401, 'INVALID_API_KEY').details.reason, 'expired');
+  assert.equal((await keyIn(owner.key, key.id)).status, 'expired');
+
+  // PATCH sets and clears an expiry; the past and impossible dates are refused.
+  const other = await createKey(owner.key, 'server');
+  const later = new Date(Date.now() + 3_600_000).toISOString();
+  const patched = await call('PATCH', `/public/v1/keys/${other.id}`, { key: owner.key, body: { expires_at: later } });
+  assert.deepEqual([patched.status, patched.body.status, patched.body.expires_at], [200, 'expiring', later]);
+  const cleared = await call('PATCH', `/public/v1/keys/${other.id}`, { key: owner.key, body: { expires_at: null } });
+  assert.deepEqual([cleared.body.status, cleared.body.expires_at], ['active', null]);
+  for (const bad of ['2020-01-01T00:00:00Z', '2027-02-31T00:00:00Z', 'tomorrow']) {
+    const res = await call('POST', '/public/v1/keys', { key: owner.key, body: { type: 'server', expires_at: bad } });
+    assert.equal(assertError(res, 422, 'VALIDATION_ERROR').details.field, 'expires_at', bad);
+  }
+
+  assert.equal((await call('DELETE', `/public/v1/keys/${other.id}`, { key: owner.key })).status, 200);
+  assert.equal(reasonOf(await me(other.key)), 'revoked');
+  const unknown = await me(`gh_s_${'x'.repeat(40)}`);
+  assert.equal(assertError(unknown, 401, 'INVALID_API_KEY').details.reason, undefined, 'unknown keys carry no reason');
+});
+
+/** The CLI's verdict (the client crate's Standard Webhooks check) on one delivery. */
+function verifies(secret, { headers, body }, signature = headers['webhook-signature']) {
+  const out = gatehouse(['webhooks', 'verify', '--secret', secret, '--id', headers['webhook-id'],
+    '--timestamp', headers['webhook-timestamp'], '--signature', signature], { input: body });
+  return out.status === 0;
+}
+
+test('rotate-secret: during the grace both signatures, new first, each verifying under its own secret; after it only the new one', async () => {
+  const { owner } = await createProject('lifecycle rotation', { plan: 'business' });
+  const path = endpoint();
+  const hook = (await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: receiverBase + path, events: ['contact.created'] } })).body;
+  const oldSecret = hook.secret;
+
+  const cli = gatehouse(['webhooks', 'rotate-secret', hook.id, '--grace', '4'], { key: owner.key });
+  assert.equal(cli.status, 0, cli.stderr);
+  const rotated = JSON.parse(cli.stdout);
+  const newSecret = rotated.secret;
+  assert.match(newSecret, /^whsec_/);
+  assert.notEqual(newSecret, oldSecret);
+  const graceEnd = Date.parse(rotated.previous_secret_expires_at);
+  assert.ok(graceEnd > Date.now());
+  const listed = (await call('GET', '/public/v1/webhooks', { key: owner.key })).body.data[0];
+  assert.equal(listed.secret, undefined, 'the secret is shown only when made');
+
+  await call('POST', '/public/v1/contacts', { key: owner.key, body: { name: 'During' } });
+  assert.ok(await eventually(async () => requestsTo(path).length >= 1), 'delivered during the grace');
+  const during = requestsTo(path)[0];
+  const entries = during.headers['webhook-signature'].split(' ');
+  assert.equal(entries.length, 2, during.headers['webhook-signature']);
+  assert.ok(entries.every((e) => e.startsWith('v1,')));
+  assert.ok(verifies(newSecret, during) && verifies(oldSecret, during), 'the header verifies under either secret');
+  assert.ok(verifies(newSecret, during, entries[0]) && !verifies(oldSecret, during, entries[0]), 'the first entry is the new secret\'s');
+  assert.ok(verifies(oldSecret, during, entries[1]) && !verifies(newSecret, during, entries[1]), 'the second entry is the old secret\'s');
+
+  await until(graceEnd + 200);
+  await call('POST', '/public/v1/contacts', { key: owner.key, body: { name: 'After' } });
+  assert.ok(await eventually(async () => requestsTo(path).length >= 2), 'delivered after the grace');
+  const afterGrace = requestsTo(path)[1];
+  assert.equal(afterGrace.headers['webhook-signature'].split(' ').length, 1);
+  assert.ok(verifies(newSecret, afterGrace), 'the new secret verifies');
+  assert.ok(!verifies(oldSecret, afterGrace), 'the old secret no longer does');
+
+  assertError(await call('POST', `/public/v1/webhooks/${hook.id}/rotate-secret`, { key: owner.key, body: { grace_seconds: 604801 } }), 422, 'VALIDATION_ERROR');
+  assertError(await call('POST', '/public/v1/webhooks/wh_nope/rotate-secret', { key: owner.key, body: {} }), 404, 'NOT_FOUND');
+});
+
+async function settled(ownerKey, webhookId, status, ms = 40_000) {
+  let found = [];
+  await eventually(async () => {
+    found = await listAll(`/public/v1/webhooks/${webhookId}/deliveries?status=${status}`, ownerKey);
+    return found.length > 0;
+  }, ms);
+  return found;
+}
+
+test('a receiver down for 6 attempts: failed; recover from a time re-queues it and it is delivered once', async () => {
+  const { owner } = await createProject('lifecycle recover', { plan: 'business' });
+  let healthy = false;
+  const path = endpoint(() => (healthy ? 200 : 503));
+  const hook = (await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: receiverBase + path, events: ['contact.created'] } })).body;
+  const since = new Date(Date.now() - 1000).toISOString();
+  await call('POST', '/public/v1/contacts', { key: owner.key, body: { name: 'Outage' } });
+  const [failed] = await settled(owner.key, hook.id, 'failed');
+  assert.equal(failed.attempts.length, 6);
+  await sleep(1500);
+  assert.equal(requestsTo(path).length, 6);
+
+  healthy = true;
+  const cli = gatehouse(['webhooks', 'recover', hook.id, '--since', since], { key: owner.key });
+  assert.equal(cli.status, 0, cli.stderr);
+  assert.deepEqual(JSON.parse(cli.stdout), { requeued: 1 });
+  const [delivered] = await settled(owner.key, hook.id, 'delivered');
+  assert.equal(delivered.id, failed.id);
+  assert.equal(delivered.attempts.length, 7);
+  await sleep(1500);
+  assert.equal(requestsTo(path).length, 7, 'delivered once');
+
+  // Nothing failed is left: a second recovery queues nothing; a later `since` finds nothing either.
+  const again = await call('POST', `/public/v1/webhooks/${hook.id}/recover`, { key: owner.key, body: { since } });
+  assert.deepEqual([again.status, again.body], [202, { requeued: 0 }]);
+  assertError(await call('POST', `/public/v1/webhooks/${hook.id}/recover`, { key: owner.key, body: { since: '2026-02-31T00:00:00Z' } }), 422, 'VALIDATION_ERROR');
+  assertError(await call('POST', `/public/v1/webhooks/${hook.id}/recover`, { key: owner.key, body: {} }), 400, 'VALIDATION_ERROR');
+  assertError(await call('POST', '/public/v1/webhooks/wh_nope/recover', { key: owner.key, body: { since } }), 404, 'NOT_FOUND');
+});
+
+test('410 disables a subscription; re-enabled, a recovery delivers what failed', async () => {
+  const { owner } = await createProject('lifecycle re-enable', { plan: 'business' });
+  let gone = true;
+  const path = endpoint(() => (gone ? 410 : 200));
+  const hook = (await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: receiverBase + path, events: ['contact.created'] } })).body;
+  const since = new Date(Date.now() - 1000).toISOString();
+  await call('POST', '/public/v1/contacts', { key: owner.key, body: { name: 'Gone' } });
+  const [failed] = await settled(owner.key, hook.id, 'failed');
+  const listed = async () => (await call('GET', '/public/v1/webhooks', { key: owner.key })).body.data[0];
+  assert.equal((await listed()).status, 'disabled');
+  // Disabled: recovery is refused until it is re-enabled.
+  assertError(await call('POST', `/public/v1/webhooks/${hook.id}/recover`, { key: owner.key, body: { since } }), 422, 'VALIDATION_ERROR');
+  assertError(await call('PATCH', `/public/v1/webhooks/${hook.id}`, { key: owner.key, body: { status: 'disabled' } }), 422, 'VALIDATION_ERROR');
+
+  gone = false;
+  const enabled = await call('PATCH', `/public/v1/webhooks/${hook.id}`, { key: owner.key, body: { status: 'active' } });
+  assert.deepEqual([enabled.status, enabled.body.status, enabled.body.disabled_reason], [200, 'active', null]);
+  const recovered = await call('POST', `/public/v1/webhooks/${hook.id}/recover`, { key: owner.key, body: { since } });
+  assert.deepEqual(recovered.body, { requeued: 1 });
+  const [delivered] = await settled(owner.key, hook.id, 'delivered');
+  assert.equal(delivered.id, failed.id);
+  assert.deepEqual(delivered.attempts.map((a) => a.response_code), [410, 200]);
+  // New events reach it again.
+  await call('POST', '/public/v1/contacts', { key: owner.key, body: { name: 'Back' } });
+  assert.ok(await eventually(async () => requestsTo(path).length >= 3));
+});
+
+test('a step longer than a queue delay: its delivery, due now and carried by no queue message, is found by the sweep', async () => {
+  const { projectId, owner } = await createProject('lifecycle long step', { plan: 'business' });
+  const path = endpoint();
+  const hook = (await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: receiverBase + path, events: ['*'] } })).body;
+  // Attempt 6 of the Standard Webhooks schedule failed 14 h ago and set the next one 14 h later
+  // (past the 12 h a queue message can wait): the message that carried the wait arrived early,
+  // found the delivery not due, and no message carries it now.
+  const now = Date.now();
+  const lastAttempt = now - 14 * 3_600_000 - 60_000;
+  const due = now - 60_000;
+  const id = `dlv_long_${projectId}`;
+  const payload = JSON.stringify({ id: 'evt_long', type: 'contact.created', created_at: new Date(lastAttempt).toISOString(), data: {} });
+  await d1(`INSERT INTO webhook_deliveries (id, project_id, webhook_id, event_id, event, payload, request_id, status,
+    attempts, scheduled_at, created_at, updated_at) VALUES ('${id}', '${projectId}', '${hook.id}',
+    'evt_long', 'contact.created', '${payload}', 'req-long', 'pending', 6, ${due}, ${lastAttempt}, ${lastAttempt})`);
+  await d1(`INSERT INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms, response_code, next_retry_at)
+    VALUES ('${id}', 6, ${lastAttempt}, 20, 503, ${due})`);
+  await sleep(1000);
+  assert.equal(requestsTo(path).length, 0, 'no message carries it');
+  const cron = await fetch(`${BASE}/__scheduled?cron=${encodeURIComponent('* * * * *')}`);
+  assert.equal(cron.status, 200);
+  assert.ok(await eventually(async () => requestsTo(path).length >= 1), 'the sweep queued it');
+  assert.equal(requestsTo(path)[0].headers['webhook-id'], id);
+  const [delivered] = await settled(owner.key, hook.id, 'delivered');
+  assert.deepEqual(delivered.attempts.map((a) => [a.attempt, a.response_code]), [[6, 503], [7, 200]]);
+});
