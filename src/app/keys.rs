@@ -142,6 +142,11 @@ impl<P: Ports> Gateway<'_, P> {
         if current.is_revoked() {
             return Err(ApiError::unprocessable("A revoked key cannot be changed.").with_detail("id", key_id));
         }
+        if changes.expires_at.is_some() && current.refusal(call.now_ms).is_some() {
+            return Err(ApiError::unprocessable("An expired key stays expired; create a new key instead.")
+                .with_detail("field", "expires_at")
+                .with_detail("id", key_id));
+        }
         if changes.expires_at.is_some() && current.rolled_at.is_some() {
             return Err(ApiError::unprocessable(
                 "A rolled key is refused when its grace period ends; its expiry cannot be changed.",

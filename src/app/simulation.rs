@@ -520,6 +520,14 @@ fn expiry_and_a_rolls_grace_end_at_their_instant_by_the_guards_clock() {
     clock.set(T0 + 3_000);
     let (status, refused) = me(&expiring);
     assert_eq!((status, refused["error"]["details"]["reason"].as_str()), (401, Some("expired")), "{refused}");
+    // An expired key stays expired: its expiry cannot be moved or cleared.
+    let id = created["id"].as_str().unwrap();
+    let later = time::rfc3339(T0 + 60_000);
+    for body in [format!(r#"{{"expires_at":"{later}"}}"#), r#"{"expires_at":null}"#.to_owned()] {
+        let req = request(&clock, "PATCH", &format!("/public/v1/keys/{id}"), owner, None, &body);
+        assert_eq!(answered(&gateway, &faults, req).0, 422, "{body}");
+    }
+    assert_eq!(me(&expiring).0, 401);
 
     // A roll with 3 s of grace at T0 + 10 s.
     clock.set(T0 + 10_000);
