@@ -90,8 +90,8 @@ pub trait KeyGuard {
         idempotency_key: &str,
     ) -> Result<Option<KeptResponse>, PortError>;
     /// The guard holds this record of its key from now on (a revocation or a change, told to the
-    /// guard before D1 is written). A revocation the guard holds stays (`KeyRecord::told`) unless
-    /// it is the one `undo` names.
+    /// guard before D1 is written). A revocation or roll the guard holds stays (`KeyRecord::told`)
+    /// unless it is the one `undo` names (by its `revoked_at` or `rolled_at`).
     async fn apply(&self, key: &KeyRecord, undo: Option<i64>) -> Result<(), PortError>;
     /// One round trip to a guard that does nothing: the deep health check.
     async fn ping(&self) -> Result<(), PortError>;

@@ -73,8 +73,9 @@ pub enum Authorized {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Apply {
     pub key: KeyRecord,
-    /// The `revoked_at` of a revocation to take back (D1 refused it, or the guard's answer to it
-    /// was lost); any other revocation the guard holds stays (see `KeyRecord::told`).
+    /// The `revoked_at` of a revocation, or the `rolled_at` of a roll, to take back (D1 refused
+    /// it, or the guard's answer to it was lost); any other revocation or roll the guard holds
+    /// stays (see `KeyRecord::told`).
     pub undo: Option<i64>,
 }
 
