@@ -184,8 +184,8 @@ pub trait Directory {
         now_ms: i64,
     ) -> Result<Option<(KeyRecord, KeyRecord)>, PortError>;
     async fn find_key(&self, project_id: &str, key_id: &str) -> Result<Option<KeyRecord>, PortError>;
-    /// How many owner keys of the project are not revoked.
-    async fn active_owner_keys(&self, project_id: &str) -> Result<u32, PortError>;
+    /// How many owner keys of the project are neither revoked nor expired at `now_ms`.
+    async fn active_owner_keys(&self, project_id: &str, now_ms: i64) -> Result<u32, PortError>;
     async fn key_by_hash(&self, key_hash: &str) -> Result<Option<KeyRecord>, PortError>;
 }
 

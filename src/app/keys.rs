@@ -147,6 +147,17 @@ impl<P: Ports> Gateway<'_, P> {
                 .with_detail("field", "expires_at")
                 .with_detail("id", key_id));
         }
+        // An expiry must not leave the project without an owner key (as a revocation must not).
+        if matches!(changes.expires_at, Some(Some(_)))
+            && current.key_type == KeyType::Owner
+            && self.store.active_owner_keys(call.project_id(), call.now_ms).await.map_err(unavailable)? <= 1
+        {
+            return Err(ApiError::unprocessable(
+                "This is the project's last active owner key; create another owner key before giving it an expiry.",
+            )
+            .with_detail("field", "expires_at")
+            .with_detail("id", key_id));
+        }
         if changes.expires_at.is_some() && current.rolled_at.is_some() {
             return Err(ApiError::unprocessable(
                 "A rolled key is refused when its grace period ends; its expiry cannot be changed.",
@@ -195,7 +206,8 @@ impl<P: Ports> Gateway<'_, P> {
             .with_detail("id", key_id)
         };
         if current.key_type == KeyType::Owner
-            && self.store.active_owner_keys(call.project_id()).await.map_err(unavailable)? <= 1
+            && current.refusal(call.now_ms).is_none()
+            && self.store.active_owner_keys(call.project_id(), call.now_ms).await.map_err(unavailable)? <= 1
         {
             return Err(last_owner());
         }

@@ -595,6 +595,38 @@ fn expiry_and_a_rolls_grace_end_at_their_instant_by_the_guards_clock() {
     }
 }
 
+/// An expiry never leaves a project without an owner key, as a revocation never does: the last
+/// active owner key takes no `expires_at`, and once an owner key has expired, the last one that
+/// has not cannot be revoked (the expired one can).
+#[test]
+fn an_expiry_never_leaves_a_project_without_an_owner_key() {
+    let faults = Rc::new(Faults::new(1, 0.0));
+    let (gateway, clock, secrets) = world(&faults, &[KeyType::Owner]);
+    let owner = &secrets[0];
+    let first = gateway.store.directory.keys.borrow()[0].id.clone();
+    let send = |method: &str, path: &str, body: &str| {
+        answered(&gateway, &faults, request(&clock, method, path, owner, None, body))
+    };
+    let soon = format!(r#"{{"expires_at":"{}"}}"#, time::rfc3339(T0 + 60_000));
+    let (status, refused) = send("PATCH", &format!("/public/v1/keys/{first}"), &soon);
+    assert_eq!(status, 422, "{refused}");
+    let (status, second) = send("POST", "/public/v1/keys", r#"{"type":"owner"}"#);
+    assert_eq!(status, 201);
+    assert_eq!(send("PATCH", &format!("/public/v1/keys/{first}"), &soon).0, 200);
+    clock.set(T0 + 60_000);
+    let second_key = second["key"].as_str().unwrap();
+    let as_second = |method: &str, path: &str| {
+        answered(&gateway, &faults, request(&clock, method, path, second_key, None, ""))
+    };
+    let second_id = second["id"].as_str().unwrap();
+    assert_eq!(
+        as_second("DELETE", &format!("/public/v1/keys/{second_id}")).0,
+        422,
+        "the last active owner key"
+    );
+    assert_eq!(as_second("DELETE", &format!("/public/v1/keys/{first}")).0, 200, "an expired one may go");
+}
+
 /// A roll goes through the old key's guard first: a 201 means both keys work until the grace's
 /// end and the old one is refused from then on; any other answer means D1 holds no roll, no new
 /// key exists, and the old key keeps working (once the guard has its record back, at the latest

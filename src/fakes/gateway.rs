@@ -378,12 +378,22 @@ impl Directory for FakeStore {
                 let mut keys = self.directory.keys.borrow_mut();
                 let active_owners = keys
                     .iter()
-                    .filter(|k| k.project_id == project_id && k.key_type == KeyType::Owner && !k.is_revoked())
+                    .filter(|k| {
+                        k.project_id == project_id
+                            && k.key_type == KeyType::Owner
+                            && k.refusal(now_ms).is_none()
+                    })
                     .count();
                 match keys.iter_mut().find(|k| k.id == key_id && k.project_id == project_id) {
                     None => Revocation::NotFound,
                     Some(k) if k.is_revoked() => Revocation::AlreadyRevoked(k.clone()),
-                    Some(k) if k.key_type == KeyType::Owner && active_owners <= 1 => Revocation::LastOwnerKey,
+                    Some(k)
+                        if k.key_type == KeyType::Owner
+                            && k.refusal(now_ms).is_none()
+                            && active_owners <= 1 =>
+                    {
+                        Revocation::LastOwnerKey
+                    }
                     Some(k) => {
                         k.revoked_at = Some(now_ms);
                         Revocation::Revoked(k.clone())
@@ -430,13 +440,13 @@ impl Directory for FakeStore {
             .await
     }
 
-    async fn active_owner_keys(&self, project_id: &str) -> Result<u32, PortError> {
+    async fn active_owner_keys(&self, project_id: &str, now_ms: i64) -> Result<u32, PortError> {
         self.faults
             .run("d1.active_owner_keys", || {
                 let keys = self.directory.keys.borrow();
                 let owners =
                     keys.iter().filter(|k| k.project_id == project_id && k.key_type == KeyType::Owner);
-                owners.filter(|k| !k.is_revoked()).count() as u32
+                owners.filter(|k| k.refusal(now_ms).is_none()).count() as u32
             })
             .await
     }

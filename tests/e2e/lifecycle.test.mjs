@@ -142,6 +142,10 @@ test('expires_at 3 s ahead: the key works, then is refused as expired; revoked a
     assert.equal(assertError(res, 422, 'VALIDATION_ERROR').details.field, 'expires_at', bad);
   }
 
+  // The project's only owner key takes no expiry (it would lock the project out).
+  const lastOwner = await call('PATCH', `/public/v1/keys/${owner.id}`, { key: owner.key, body: { expires_at: later } });
+  assert.equal(assertError(lastOwner, 422, 'VALIDATION_ERROR').details.field, 'expires_at');
+
   assert.equal((await call('DELETE', `/public/v1/keys/${other.id}`, { key: owner.key })).status, 200);
   assert.equal(reasonOf(await me(other.key)), 'revoked');
   const unknown = await me(`gh_s_${'x'.repeat(40)}`);

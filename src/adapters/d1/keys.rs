@@ -124,8 +124,10 @@ impl Directory for D1Store {
                 &format!(
                     "UPDATE api_keys SET revoked_at = ?3
                      WHERE id = ?1 AND project_id = ?2 AND revoked_at IS NULL
-                       AND (type <> 'owner' OR (SELECT count(*) FROM api_keys
-                            WHERE project_id = ?2 AND type = 'owner' AND revoked_at IS NULL) > 1)
+                       AND (type <> 'owner' OR (expires_at IS NOT NULL AND expires_at <= ?3)
+                            OR (SELECT count(*) FROM api_keys
+                            WHERE project_id = ?2 AND type = 'owner' AND revoked_at IS NULL
+                              AND (expires_at IS NULL OR expires_at > ?3)) > 1)
                      RETURNING {KEY_COLUMNS}"
                 ),
                 &[text(key_id), text(project_id), int(now_ms)],
@@ -187,7 +189,7 @@ impl Directory for D1Store {
         .await
     }
 
-    async fn active_owner_keys(&self, project_id: &str) -> Result<u32, PortError> {
+    async fn active_owner_keys(&self, project_id: &str, now_ms: i64) -> Result<u32, PortError> {
         #[derive(serde::Deserialize)]
         struct Count {
             n: u32,
@@ -195,8 +197,9 @@ impl Directory for D1Store {
         let rows: Vec<Count> = self
             .rows(
                 "SELECT count(*) AS n FROM api_keys
-                 WHERE project_id = ?1 AND type = 'owner' AND revoked_at IS NULL",
-                &[text(project_id)],
+                 WHERE project_id = ?1 AND type = 'owner' AND revoked_at IS NULL
+                   AND (expires_at IS NULL OR expires_at > ?2)",
+                &[text(project_id), int(now_ms)],
             )
             .await?;
         Ok(rows.first().map_or(0, |c| c.n))
