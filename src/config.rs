@@ -8,6 +8,7 @@ use serde::Deserialize;
 use crate::core::api_key::KeyRecord;
 use crate::core::queue::RetryPolicy;
 use crate::core::rate_limit::Limits;
+use crate::core::upstream::{parse_upstreams, Upstream};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -33,6 +34,11 @@ pub struct Config {
     pub queue_retry: RetryPolicy,
     pub key_pepper: String,
     pub admin_token: String,
+    /// Proxied routes (SPEC §15), longest prefix first.
+    pub upstreams: Vec<Upstream>,
+    /// Signs forwarded requests and authenticates origin events; required when `upstreams` is
+    /// not empty.
+    pub origin_secret: Option<String>,
 }
 
 impl std::fmt::Debug for Config {
@@ -50,6 +56,8 @@ impl std::fmt::Debug for Config {
             .field("queue_retry", &self.queue_retry)
             .field("key_pepper", &"[redacted]")
             .field("admin_token", &"[redacted]")
+            .field("upstreams", &self.upstreams.iter().map(|u| &u.prefix).collect::<Vec<_>>())
+            .field("origin_secret", &self.origin_secret.as_ref().map(|_| "[redacted]"))
             .finish()
     }
 }
@@ -113,7 +121,16 @@ impl Config {
             }
         };
 
+        let upstreams = parse_upstreams(get("UPSTREAMS").as_deref().unwrap_or("[]")).map_err(ConfigError)?;
+        let origin_secret = match get("ORIGIN_SECRET").filter(|s| !s.is_empty()) {
+            Some(_) => Some(secret("ORIGIN_SECRET")?),
+            None if upstreams.is_empty() => None,
+            None => return Err(ConfigError("secret ORIGIN_SECRET is not set (UPSTREAMS needs it)".into())),
+        };
+
         Ok(Config {
+            upstreams,
+            origin_secret,
             plans,
             idempotency_ttl_seconds: number("IDEMPOTENCY_TTL_SECONDS", 86_400)?,
             event_dedup_window_seconds: number("EVENT_DEDUP_WINDOW_SECONDS", 172_800)?,
@@ -179,6 +196,25 @@ mod tests {
         assert_eq!(c.webhook_header_prefix, "X-Gatehouse");
         assert!(!c.allow_private_webhook_urls);
         assert_eq!(c.queue_retry, RetryPolicy { base_seconds: 5, max_seconds: 3_600 });
+    }
+
+    #[test]
+    fn upstreams_need_an_origin_secret_and_bad_ones_are_named() {
+        let route = r#"[{"prefix":"/shop/v1/","origin":"http://127.0.0.1:9000"}]"#;
+        let mut vars = SECRETS.to_vec();
+        vars.push(("UPSTREAMS", route));
+        assert!(with(&vars).unwrap_err().0.contains("ORIGIN_SECRET"));
+        vars.push(("ORIGIN_SECRET", "short"));
+        assert!(with(&vars).unwrap_err().0.contains("ORIGIN_SECRET must be at least 16"));
+        vars.pop();
+        vars.push(("ORIGIN_SECRET", "origin-origin-origin"));
+        let config = with(&vars).unwrap();
+        assert_eq!(config.upstreams[0].prefix, "/shop/v1/");
+        assert!(!format!("{config:?}").contains("origin-origin"));
+        vars[2] = ("UPSTREAMS", r#"[{"prefix":"/public/","origin":"http://127.0.0.1:9000"}]"#);
+        let e = with(&vars).unwrap_err().to_string();
+        assert!(e.contains("UPSTREAMS[0]") && e.contains("overlaps"), "{e}");
+        assert_eq!(with(&SECRETS).unwrap().origin_secret, None);
     }
 
     #[test]

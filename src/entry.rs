@@ -15,6 +15,7 @@ use crate::adapters::env::config;
 use crate::adapters::events::{self, LedgerClient, QueueSink};
 use crate::adapters::guard::GuardClient;
 use crate::adapters::kv::{self, KvResponses};
+use crate::adapters::origin::OriginClient;
 use crate::adapters::redrive::QueueRedrive;
 use crate::adapters::webhooks::{self as webhook_queue, FetchClient, WebhookQueue};
 use crate::app::queues::{Incoming, Settle};
@@ -40,6 +41,7 @@ impl Ports for Cloudflare {
     type Audit = AuditQueue;
     type DeadLetters = D1Store;
     type Redrive = QueueRedrive;
+    type Origin = OriginClient;
 }
 
 thread_local! {
@@ -64,6 +66,7 @@ fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gate
             events: env.queue(events::QUEUE_BINDING)?,
             webhooks: env.queue(webhook_queue::QUEUE_BINDING)?,
         },
+        origin: OriginClient::new(env.clone()),
         memory: MEMORY.with(Rc::clone),
     })
 }

@@ -3,7 +3,9 @@
 
 #![allow(async_fn_in_trait)] // single-threaded (wasm) futures: no `Send` bound wanted
 
-use std::cell::Cell;
+use std::any::Any;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 
 use crate::core::api_key::{KeyRecord, RefusalReason, Scope};
 use crate::core::audit::{AuditRow, DayCount, EndpointCount, LogFilter};
@@ -14,6 +16,7 @@ use crate::core::queue::DeadLetter;
 use crate::core::rate_limit::{Usage, Verdict};
 use crate::core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
 use crate::core::tiers::ObjectSummary;
+use crate::core::upstream::OriginTarget;
 use crate::core::webhook::{Attempt, Delivery, OutgoingEvent, ReceiverOutcome, StoredSecret, Webhook};
 
 /// A dependency failed; the cause is for the log, the client gets 503.
@@ -454,6 +457,10 @@ pub trait WebhookStore {
         status: &str,
         disable_subscription: bool,
     ) -> Result<Option<i64>, PortError>;
+    /// Writes one delivery of the origin's event per matching active subscription of its project,
+    /// once per (subscription, event id): the same event again writes nothing new. Answers the ids
+    /// of every delivery of that event (`None`: no such project).
+    async fn record_origin_event(&self, event: &OriginEvent) -> Result<Option<Vec<String>>, PortError>;
     /// Up to `limit` subscriptions (deleted ones too) whose secret is still the plaintext of a row
     /// written before secrets were sealed: their ids and `whsec_` secrets.
     async fn plaintext_secrets(&self, limit: usize) -> Result<Vec<(String, String)>, PortError>;
@@ -468,6 +475,18 @@ pub trait WebhookStore {
         swept_before_ms: i64,
         limit: usize,
     ) -> Result<Vec<String>, PortError>;
+}
+
+/// An event an origin sent for a project's subscribers (SPEC §15), as its deliveries are written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OriginEvent {
+    pub project_id: String,
+    pub event_id: String,
+    pub event_type: String,
+    /// The delivery payload `{id, type, created_at, data}` as sent.
+    pub payload: String,
+    pub request_id: String,
+    pub created_at: i64,
 }
 
 /// The webhook queue (`WEBHOOK_QUEUE`): delivery ids, optionally delayed.
@@ -524,6 +543,82 @@ pub trait Redrive {
     async fn resend(&self, queue: &str, body: &str) -> Result<(), PortError>;
 }
 
+/// A request forwarded to a proxied route's origin (SPEC §15), headers as they are sent.
+#[derive(Debug)]
+pub struct OriginRequest<'a> {
+    pub target: &'a OriginTarget,
+    pub url: String,
+    pub method: &'a str,
+    pub headers: Vec<(String, String)>,
+    pub body: &'a [u8],
+    pub timeout_ms: u64,
+}
+
+/// How the origin answered.
+#[derive(Debug)]
+pub enum OriginOutcome {
+    Answered(OriginAnswer),
+    /// No answer (or not the first [`crate::core::upstream::STORED_ANSWER_LIMIT`] bytes of its
+    /// body) within the route's `timeout_ms`.
+    TimedOut,
+    /// The connection failed; the cause is for the log.
+    Unreachable(String),
+}
+
+#[derive(Debug)]
+pub struct OriginAnswer {
+    pub status: u16,
+    /// As the origin sent them (the app decides which the client sees).
+    pub headers: Vec<(String, String)>,
+    pub body: AnswerBody,
+}
+
+/// An origin's answer body: read whole while it fits the stored-answer limit, else streamed on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnswerBody {
+    /// The whole body, at most `STORED_ANSWER_LIMIT` bytes: it can be kept for replay.
+    Whole(Vec<u8>),
+    /// Larger: the bytes read so far, then the rest as it streams from the origin.
+    Streaming { head: Vec<u8>, rest: PassThrough, declared_len: Option<u64> },
+}
+
+/// The unread rest of an origin's answer, handed to the runtime as it is: opaque to the app
+/// (the worker's adapter puts its stream here and takes it back when it builds the response).
+#[derive(Clone)]
+pub struct PassThrough(Rc<RefCell<Option<Box<dyn Any>>>>);
+
+impl PassThrough {
+    pub fn new<T: 'static>(rest: T) -> Self {
+        PassThrough(Rc::new(RefCell::new(Some(Box::new(rest)))))
+    }
+
+    /// The rest, once, if it is a `T`.
+    pub fn take<T: 'static>(&self) -> Option<T> {
+        let rest = self.0.borrow_mut().take()?;
+        rest.downcast::<T>().ok().map(|b| *b)
+    }
+}
+
+impl PartialEq for PassThrough {
+    fn eq(&self, other: &Self) -> bool {
+        Rc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for PassThrough {}
+
+impl std::fmt::Debug for PassThrough {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PassThrough")
+    }
+}
+
+/// Proxied routes' origins: an `http(s)` URL or a service binding, one request each, no
+/// redirects followed, within the route's timeout.
+pub trait Origin {
+    async fn forward(&self, request: OriginRequest<'_>) -> OriginOutcome;
+}
+
 /// The set of port implementations a [`crate::app::Gateway`] runs over.
 pub trait Ports {
     type Guard: KeyGuard;
@@ -536,6 +631,7 @@ pub trait Ports {
     type Audit: AuditSink;
     type DeadLetters: DeadLetters;
     type Redrive: Redrive;
+    type Origin: Origin;
 }
 
 /// The request's body as the client streams it, read only once the route, the caller and the

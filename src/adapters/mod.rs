@@ -10,5 +10,6 @@ pub mod env;
 pub mod events;
 pub mod guard;
 pub mod kv;
+pub mod origin;
 pub mod redrive;
 pub mod webhooks;

@@ -54,6 +54,21 @@ impl<P: Ports> Gateway<'_, P> {
                     }
                 };
             }
+            Access::Origin => {
+                let expected = self.config.origin_secret.as_deref().map(str::as_bytes);
+                return match (token, expected) {
+                    (Some(t), Some(expected)) if api_key::constant_time_eq(t.as_bytes(), expected) => {
+                        Ok(Credentials::Open)
+                    }
+                    _ => {
+                        let e = ApiError::new(
+                            ErrorCode::InvalidApiKey,
+                            "The origin secret is missing or wrong (or ORIGIN_SECRET is not set).",
+                        );
+                        Err(self.refuse_anonymous(client_ip, e, now_ms, trace).await)
+                    }
+                };
+            }
             Access::Key(scope) => scope,
         };
         let Some(token) = token.filter(|t| api_key::is_well_formed(t)) else {

@@ -21,6 +21,7 @@ mod audit_load;
 mod dead_letters;
 mod keys;
 mod projects;
+mod proxy;
 pub mod queues;
 mod resources;
 #[cfg(test)]
@@ -40,7 +41,7 @@ use crate::core::audit::AuditRow;
 use crate::core::encoding::object_id;
 use crate::core::error::ApiError;
 use crate::core::rate_limit::Usage;
-use crate::ports::{PortError, Ports};
+use crate::ports::{AnswerBody, PassThrough, PortError, Ports};
 
 pub struct ApiRequest<B> {
     pub method: String,
@@ -56,6 +57,8 @@ pub struct ApiRequest<B> {
     pub idempotency_key: Option<String>,
     /// `CF-Connecting-IP`: failed authentications are limited per client address.
     pub client_ip: Option<String>,
+    /// Every header as received (a proxied request forwards most of them, SPEC §15).
+    pub headers: Vec<(String, String)>,
     pub body: B,
     pub now_ms: i64,
 }
@@ -78,6 +81,10 @@ pub struct ApiResponse {
     pub audited: bool,
     /// Webhook deliveries to enqueue after the response (the minute sweep catches a lost send).
     pub webhook_deliveries: Vec<String>,
+    /// A proxied answer's own headers (after `headers`; ours win, SPEC §15).
+    pub origin_headers: Vec<(String, String)>,
+    /// The rest of a proxied answer too large to hold, streamed after `body`.
+    pub passthrough: Option<PassThrough>,
 }
 
 /// The body may carry a new API key or signing secret: Debug output shows its size only.
@@ -112,6 +119,11 @@ pub enum Payload {
         content_type: &'static str,
         bytes: Vec<u8>,
     },
+    /// A proxied route's answer: the origin's headers (as the client may see them) and body.
+    Origin {
+        headers: Vec<(String, String)>,
+        body: AnswerBody,
+    },
 }
 
 impl Reply {
@@ -138,6 +150,8 @@ pub struct Call<'a> {
     pub now_ms: i64,
     /// Where the ids of the rows this request creates come from.
     pub ids: Ids,
+    /// The request's `Idempotency-Key` where the route honours it.
+    pub idempotency_key: Option<String>,
 }
 
 /// The ids a request gives the rows it creates. Random, except for an idempotent request: there
@@ -197,6 +211,8 @@ pub struct Gateway<'c, P: Ports> {
     pub audit: P::Audit,
     pub dead_letters: P::DeadLetters,
     pub redrive: P::Redrive,
+    /// The origins of proxied routes (SPEC §15).
+    pub origin: P::Origin,
     /// What this isolate remembers of blocked addresses and unknown and recent keys (shared by
     /// the requests an isolate serves).
     pub memory: Rc<RefCell<AbuseMemory>>,

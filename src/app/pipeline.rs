@@ -15,6 +15,7 @@ use crate::core::rate_limit::Usage;
 use crate::core::route::{cors_path, match_route, Miss, Route, RouteId};
 use crate::core::sealing::SealingKey;
 use crate::core::time::rfc3339;
+use crate::core::upstream::match_upstream;
 use crate::ports::{ClaimRequest, KeyGuard, Ports, RequestBody, ResponseStore};
 
 /// What the pipeline answers before it becomes an [`ApiResponse`].
@@ -109,13 +110,34 @@ impl<P: Ports> Gateway<'_, P> {
             response.headers.extend(CORS_HEADERS.map(|(name, value)| (name, value.to_owned())));
         }
         if let Some((key_hash, api_key_id, claim)) = served.taken_claim {
+            let proxied = trace.route.is_some_and(|r| r.id == RouteId::Proxy);
             response.settlements.push(match served.sealing {
                 Some(sealing) if (200..300).contains(&response.status) => {
-                    let body = String::from_utf8_lossy(&response.body).into_owned();
-                    let stored = StoredResponse {
-                        status: response.status,
-                        body,
-                        request_id: response.request_id.clone(),
+                    let stored = if response.passthrough.is_some() {
+                        // SPEC §15: answered, not kept; the key stays completed, so the origin
+                        // is never called twice for it.
+                        StoredResponse {
+                            status: response.status,
+                            request_id: response.request_id.clone(),
+                            not_stored: true,
+                            ..StoredResponse::default()
+                        }
+                    } else if proxied {
+                        StoredResponse {
+                            status: response.status,
+                            body: crate::core::encoding::base64(&response.body),
+                            request_id: response.request_id.clone(),
+                            headers: response.origin_headers.clone(),
+                            base64: true,
+                            not_stored: false,
+                        }
+                    } else {
+                        StoredResponse {
+                            status: response.status,
+                            body: String::from_utf8_lossy(&response.body).into_owned(),
+                            request_id: response.request_id.clone(),
+                            ..StoredResponse::default()
+                        }
                     };
                     // Sealed before it leaves the worker: neither the guard nor KV sees it in clear.
                     let kept =
@@ -135,14 +157,18 @@ impl<P: Ports> Gateway<'_, P> {
         trace: &mut Trace,
     ) -> Served {
         let client_ip = req.client_ip.as_deref();
-        let matched = match match_route(&req.method, &req.path) {
-            Ok(m) => m,
-            Err(miss) => {
-                let e = route_miss(miss, &req);
-                return Served::early(None, self.refuse_anonymous(client_ip, e, req.now_ms, trace).await);
-            }
+        // Built-in routes first; a path none of them knows may be under an `UPSTREAMS` prefix
+        // (the two never overlap, SPEC §15).
+        let (route, params, upstream) = match match_route(&req.method, &req.path) {
+            Ok(m) => (m.route, m.params, None),
+            Err(miss) => match (&miss, match_upstream(&self.config.upstreams, &req.path)) {
+                (Miss::NotFound, Some(upstream)) => (upstream.route(&req.method), Vec::new(), Some(upstream)),
+                _ => {
+                    let e = route_miss(miss, &req);
+                    return Served::early(None, self.refuse_anonymous(client_ip, e, req.now_ms, trace).await);
+                }
+            },
         };
-        let route = matched.route;
         trace.route = Some(route);
         // Refusals that need neither the body nor the key's guard come first: their body is never read.
         let credentials = match self.screen(route, &req.authorization, client_ip, req.now_ms, trace).await {
@@ -204,13 +230,24 @@ impl<P: Ports> Gateway<'_, P> {
             request_id,
             key: caller.key,
             usage,
-            params: matched.params,
+            params,
             query: &req.query,
             body,
             now_ms: req.now_ms,
             ids: Ids::new(operation),
+            idempotency_key: trace.idempotency_key.clone(),
         };
-        let answer = self.execute(route.id, &call).await.map(Answer::Reply);
+        let answer = match upstream {
+            Some(upstream) => {
+                let path_and_query = match &req.raw_query {
+                    Some(q) => format!("{}?{q}", req.path),
+                    None => req.path.clone(),
+                };
+                self.proxy(upstream, &req.method, &path_and_query, &req.headers, &call).await
+            }
+            None => self.execute(route.id, &call).await,
+        }
+        .map(Answer::Reply);
         Served { usage, answer, taken_claim, sealing: caller.sealing }
     }
 
@@ -219,6 +256,26 @@ impl<P: Ports> Gateway<'_, P> {
     /// Each copy is opened with the caller's sealing key; one that does not open (changed at rest)
     /// counts as a miss.
     pub(super) async fn replay(
+        &self,
+        api_key_id: &str,
+        key_hash: &str,
+        sealing: &SealingKey,
+        held: Option<KeptResponse>,
+        idempotency_key: &str,
+    ) -> Result<Answer, ApiError> {
+        let replay = self.replay_kept(api_key_id, key_hash, sealing, held, idempotency_key).await;
+        match replay {
+            Ok(Answer::Replay(stored)) if stored.not_stored => Err(ApiError::new(
+                ErrorCode::IdempotencyResponseNotStored,
+                "This key completed with a response too large to keep; it is not executed again.",
+            )
+            .with_detail("header", idempotency::HEADER)
+            .with_detail("original_request_id", stored.request_id)),
+            other => other,
+        }
+    }
+
+    async fn replay_kept(
         &self,
         api_key_id: &str,
         key_hash: &str,
@@ -287,6 +344,9 @@ impl<P: Ports> Gateway<'_, P> {
             RouteId::RetryDelivery => self.retry_delivery(call).await,
             RouteId::ListDeadLetters => self.list_dead_letters(call).await,
             RouteId::RedriveDeadLetters => self.redrive_dead_letters(call).await,
+            RouteId::OriginEvent => self.origin_event(call).await,
+            // Proxied requests are forwarded by `serve`, which knows their upstream.
+            RouteId::Proxy => Err(ApiError::not_found("route")),
         }
     }
 }

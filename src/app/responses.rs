@@ -8,6 +8,7 @@ use crate::core::audit::AuditRow;
 use crate::core::encoding::uuid_v7;
 use crate::core::error::ApiError;
 use crate::core::rate_limit::Usage;
+use crate::ports::AnswerBody;
 
 /// What a web page's script may read of an ingestion answer (SPEC §7 routes, browser keys).
 pub(super) const CORS_HEADERS: [(&str, &str); 2] = [
@@ -37,6 +38,8 @@ pub(super) fn preflight(request_id: String, mut audit: AuditRow) -> ApiResponse 
         audit,
         audited: true,
         webhook_deliveries: Vec::new(),
+        origin_headers: Vec::new(),
+        passthrough: None,
     }
 }
 
@@ -62,6 +65,10 @@ pub(super) fn respond(
     }
     let mut webhook_deliveries = Vec::new();
     let mut settlements = Vec::new();
+    let mut origin_headers = Vec::new();
+    let mut passthrough = None;
+    let mut response_bytes = None;
+    let mut proxied = false;
     let (status, body, internal_error) = match answer {
         Ok(Answer::Reply(Reply { status, body, log, deliveries, after })) => {
             webhook_deliveries = deliveries;
@@ -72,14 +79,30 @@ pub(super) fn respond(
                     content_type = file_type;
                     (status, bytes, log)
                 }
+                Payload::Origin { headers, body } => {
+                    proxied = true;
+                    origin_headers = headers;
+                    match body {
+                        AnswerBody::Whole(bytes) => (status, bytes, log),
+                        AnswerBody::Streaming { head, rest, declared_len } => {
+                            response_bytes = declared_len;
+                            passthrough = Some(rest);
+                            (status, head, log)
+                        }
+                    }
+                }
             }
         }
         Ok(Answer::Replay(stored)) => {
             headers.push(("idempotent-replayed", "1".to_owned()));
             headers.push(("idempotency-replayed", "true".to_owned()));
+            let body = stored.body_bytes();
             headers.push(("x-original-request-id", stored.request_id));
             let status = if replays_created_as_ok && stored.status == 201 { 200 } else { stored.status };
-            (status, stored.body.into_bytes(), None)
+            // Proxied answers are kept as base64 with their headers.
+            proxied = stored.base64;
+            origin_headers = stored.headers;
+            (status, body, None)
         }
         Err(e) => {
             if let Some(seconds) = e.retry_after {
@@ -91,9 +114,12 @@ pub(super) fn respond(
             (e.status(), e.body(&request_id).to_string().into_bytes(), e.internal.clone())
         }
     };
-    headers.insert(0, ("content-type", content_type.to_owned()));
+    // A proxied answer carries the origin's content type, or none when the origin sent none.
+    if !proxied {
+        headers.insert(0, ("content-type", content_type.to_owned()));
+    }
     audit.status = status;
-    audit.response_bytes = body.len() as u64;
+    audit.response_bytes = response_bytes.unwrap_or(body.len() as u64);
     ApiResponse {
         status,
         headers,
@@ -104,5 +130,7 @@ pub(super) fn respond(
         audit,
         audited: true,
         webhook_deliveries,
+        origin_headers,
+        passthrough,
     }
 }

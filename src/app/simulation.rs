@@ -22,6 +22,7 @@ use crate::core::time;
 use crate::fakes::audit::FakeArchive;
 use crate::fakes::gateway::{Clock, FakeAuditQueue, FakeGuard, FakeProject, FakeResponses};
 use crate::fakes::ingest::{FakeEventQueue, FakeLedger};
+use crate::fakes::origin::FakeOrigin;
 use crate::fakes::queue::{FakeDeadLetters, FakeRedrive};
 use crate::fakes::webhooks::FakeDeliveryQueue;
 use crate::fakes::FakeStore;
@@ -41,6 +42,7 @@ impl Ports for Sim {
     type Audit = FakeAuditQueue;
     type DeadLetters = FakeDeadLetters;
     type Redrive = FakeRedrive;
+    type Origin = FakeOrigin;
 }
 
 /// A body as a client streams it: its chunks, with or without a `Content-Length`; counts the
@@ -111,6 +113,7 @@ fn world(faults: &Rc<Faults>, types: &[KeyType]) -> (Gateway<'static, Sim>, Cloc
         audit: FakeAuditQueue { faults: faults.clone(), sent: RefCell::default() },
         dead_letters: FakeDeadLetters::new(faults.clone()),
         redrive: FakeRedrive::new(faults.clone()),
+        origin: FakeOrigin::new(faults.clone(), Box::new(|_, n| (201, format!("order {n}").into_bytes()))),
         store,
         memory: Rc::default(),
     };
@@ -150,6 +153,7 @@ fn request(
         authorization: Some(format!("Bearer {key}")),
         idempotency_key: idem.map(str::to_owned),
         client_ip: Some("192.0.2.1".into()),
+        headers: Vec::new(),
         body: Body::whole(body.as_bytes()),
         now_ms: clock.get(),
     }

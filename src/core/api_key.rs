@@ -36,6 +36,38 @@ pub enum Scope {
     ReleaseMarkers,
     /// Anything any valid key may read about itself (`/me`).
     SelfInfo,
+    /// A proxied route of `UPSTREAMS` (SPEC §15): the key types it admits, and how many units of
+    /// the window (and of the monthly quota) one request costs.
+    Upstream { key_types: KeyTypes, cost: u32 },
+}
+
+impl Scope {
+    /// Units of the rate window and the monthly quota one admitted request takes (SPEC §4, §15).
+    pub fn cost(self) -> u32 {
+        match self {
+            Scope::Upstream { cost, .. } => cost,
+            _ => 1,
+        }
+    }
+}
+
+/// A set of key types, as a bit per type (it travels to the key's guard inside a [`Scope`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct KeyTypes(u8);
+
+impl KeyTypes {
+    pub fn of(types: &[KeyType]) -> Self {
+        KeyTypes(types.iter().fold(0, |bits, t| bits | t.bit()))
+    }
+
+    pub fn contains(self, t: KeyType) -> bool {
+        self.0 & t.bit() != 0
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
 }
 
 impl KeyType {
@@ -52,6 +84,10 @@ impl KeyType {
 
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+
+    fn bit(self) -> u8 {
+        1 << (self as u8)
     }
 
     /// The letter inside the secret that tells its type at a glance: `gh_s_…` is a server key.
@@ -73,6 +109,7 @@ impl KeyType {
             Scope::Ingest => matches!(self, Server | Browser),
             Scope::Alias => self == Server,
             Scope::ReleaseMarkers => self == Cicd,
+            Scope::Upstream { key_types, .. } => key_types.contains(self),
         }
     }
 }
@@ -281,6 +318,10 @@ mod tests {
         assert!(!Browser.allows(Scope::Alias) && Server.allows(Scope::Alias));
         assert!(Cicd.allows(Scope::ReleaseMarkers) && !Owner.allows(Scope::ReleaseMarkers));
         assert!(KeyType::ALL.iter().all(|t| t.allows(Scope::SelfInfo)));
+        let upstream = Scope::Upstream { key_types: KeyTypes::of(&[Server, Cicd]), cost: 3 };
+        assert!(Server.allows(upstream) && Cicd.allows(upstream));
+        assert!(!Owner.allows(upstream) && !Browser.allows(upstream));
+        assert_eq!((upstream.cost(), Scope::Resources.cost()), (3, 1));
     }
 
     #[test]

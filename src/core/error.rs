@@ -14,6 +14,8 @@ pub enum ErrorCode {
     MethodNotAllowed,
     IdempotencyKeyReused,
     IdempotencyKeyInUse,
+    /// 409: the key completed with a response too large to keep (SPEC §15): never executed again.
+    IdempotencyResponseNotStored,
     PayloadTooLarge,
     /// 422: well-formed input that the operation cannot accept.
     Unprocessable,
@@ -21,7 +23,11 @@ pub enum ErrorCode {
     QuotaExceeded,
     TrialQuotaExceeded,
     Internal,
+    /// 502: the origin of a proxied route could not be reached (SPEC §15).
+    UpstreamUnavailable,
     ServiceUnavailable,
+    /// 504: the origin did not answer within the route's `timeout_ms` (SPEC §15).
+    UpstreamTimeout,
 }
 
 impl ErrorCode {
@@ -33,12 +39,14 @@ impl ErrorCode {
             Forbidden => 403,
             NotFound => 404,
             MethodNotAllowed => 405,
-            IdempotencyKeyReused | IdempotencyKeyInUse => 409,
+            IdempotencyKeyReused | IdempotencyKeyInUse | IdempotencyResponseNotStored => 409,
             PayloadTooLarge => 413,
             Unprocessable => 422,
             RateLimitExceeded | QuotaExceeded | TrialQuotaExceeded => 429,
             Internal => 500,
+            UpstreamUnavailable => 502,
             ServiceUnavailable => 503,
+            UpstreamTimeout => 504,
         }
     }
 
@@ -53,18 +61,29 @@ impl ErrorCode {
             MethodNotAllowed => "METHOD_NOT_ALLOWED",
             IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",
             IdempotencyKeyInUse => "IDEMPOTENCY_KEY_IN_USE",
+            IdempotencyResponseNotStored => "IDEMPOTENCY_RESPONSE_NOT_STORED",
             PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             RateLimitExceeded => "RATE_LIMIT_EXCEEDED",
             QuotaExceeded => "QUOTA_EXCEEDED",
             TrialQuotaExceeded => "TRIAL_QUOTA_EXCEEDED",
             Internal => "INTERNAL_ERROR",
             ServiceUnavailable => "SERVICE_UNAVAILABLE",
+            UpstreamUnavailable => "UPSTREAM_UNAVAILABLE",
+            UpstreamTimeout => "UPSTREAM_TIMEOUT",
         }
     }
 
     pub fn retryable(self) -> bool {
         use ErrorCode::*;
-        matches!(self, IdempotencyKeyInUse | RateLimitExceeded | Internal | ServiceUnavailable)
+        matches!(
+            self,
+            IdempotencyKeyInUse
+                | RateLimitExceeded
+                | Internal
+                | ServiceUnavailable
+                | UpstreamUnavailable
+                | UpstreamTimeout
+        )
     }
 }
 

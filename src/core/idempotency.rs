@@ -80,11 +80,36 @@ pub fn fingerprint(method: &str, path: &str, body: &[u8]) -> String {
 
 /// A completed response as it is stored and replayed. `Debug` shows the body's length only: a
 /// key's or a subscription's creation answers its secret.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredResponse {
     pub status: u16,
     pub body: String,
     pub request_id: String,
+    /// A proxied answer's headers, replayed with it (built-in answers are JSON: none kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<(String, String)>,
+    /// `body` is base64: a proxied answer may be any bytes.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub base64: bool,
+    /// The request completed with a 2xx too large to keep (SPEC §15): its replay is 409
+    /// `IDEMPOTENCY_RESPONSE_NOT_STORED`, never a second execution.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub not_stored: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !b
+}
+
+impl StoredResponse {
+    /// The body's bytes as they were answered.
+    pub fn body_bytes(&self) -> Vec<u8> {
+        if self.base64 {
+            super::encoding::from_base64(&self.body).unwrap_or_default()
+        } else {
+            self.body.clone().into_bytes()
+        }
+    }
 }
 
 impl std::fmt::Debug for StoredResponse {
@@ -93,6 +118,7 @@ impl std::fmt::Debug for StoredResponse {
             .field("status", &self.status)
             .field("body", &format_args!("[{} bytes]", self.body.len()))
             .field("request_id", &self.request_id)
+            .field("not_stored", &self.not_stored)
             .finish()
     }
 }
@@ -291,8 +317,12 @@ mod tests {
 
     #[test]
     fn debug_output_never_prints_a_stored_body() {
-        let stored =
-            StoredResponse { status: 201, body: r#"{"key":"gh_s_secret"}"#.into(), request_id: "r".into() };
+        let stored = StoredResponse {
+            status: 201,
+            body: r#"{"key":"gh_s_secret"}"#.into(),
+            request_id: "r".into(),
+            ..Default::default()
+        };
         let shown = format!("{stored:?}");
         assert!(!shown.contains("gh_s_secret") && shown.contains("21 bytes"), "{shown}");
     }
@@ -300,7 +330,12 @@ mod tests {
     const PEPPER: &[u8] = b"pepper-of-at-least-32-bytes-length!!";
 
     fn created_key() -> StoredResponse {
-        StoredResponse { status: 201, body: r#"{"key":"gh_s_issued"}"#.into(), request_id: "req-1".into() }
+        StoredResponse {
+            status: 201,
+            body: r#"{"key":"gh_s_issued"}"#.into(),
+            request_id: "req-1".into(),
+            ..Default::default()
+        }
     }
 
     #[test]

@@ -19,4 +19,5 @@ pub mod route;
 pub mod sealing;
 pub mod tiers;
 pub mod time;
+pub mod upstream;
 pub mod webhook;

@@ -68,9 +68,16 @@ impl Usage {
     }
 }
 
-/// Decides one request. The quota is checked first: when the month is used up, waiting for the
-/// next minute would not help, and the client must learn that.
+/// Decides one request of cost 1. The quota is checked first: when the month is used up, waiting
+/// for the next minute would not help, and the client must learn that.
 pub fn decide(prev: Counters, now_ms: i64, limits: Limits) -> (Verdict, Usage, Counters) {
+    decide_cost(prev, now_ms, limits, 1)
+}
+
+/// Decides one request that takes `cost` units of the window and of the monthly quota (a proxied
+/// route's `cost`, SPEC §15). It passes only if all `cost` units fit; a refusal takes none.
+pub fn decide_cost(prev: Counters, now_ms: i64, limits: Limits, cost: u32) -> (Verdict, Usage, Counters) {
+    let cost = cost.max(1);
     let window_start_ms = now_ms - now_ms.rem_euclid(WINDOW_MS);
     let month_start_ms = month_start(now_ms);
     let mut next = Counters {
@@ -79,13 +86,13 @@ pub fn decide(prev: Counters, now_ms: i64, limits: Limits) -> (Verdict, Usage, C
         month_start_ms,
         month_used: if prev.month_start_ms == month_start_ms { prev.month_used } else { 0 },
     };
-    let verdict = if next.month_used >= limits.monthly_quota {
+    let verdict = if next.month_used.saturating_add(u64::from(cost)) > limits.monthly_quota {
         Verdict::QuotaExceeded
-    } else if next.window_used >= limits.per_minute {
+    } else if next.window_used.saturating_add(cost) > limits.per_minute {
         Verdict::RateLimited
     } else {
-        next.window_used += 1;
-        next.month_used += 1;
+        next.window_used += cost;
+        next.month_used += u64::from(cost);
         Verdict::Allowed
     };
     let usage = Usage {
@@ -129,6 +136,21 @@ mod tests {
             c = next;
         }
         (out, c)
+    }
+
+    #[test]
+    fn a_costly_request_takes_its_cost_and_is_refused_whole_when_it_does_not_fit() {
+        let mut c = Counters::default();
+        for _ in 0..7 {
+            let (v, _, next) = decide_cost(c, T0, TRIAL, 4);
+            assert_eq!(v, Verdict::Allowed);
+            c = next;
+        }
+        // 28 of 30 used: a cost of 4 does not fit and takes nothing; a cost of 2 does.
+        let (v, u, next) = decide_cost(c, T0, TRIAL, 4);
+        assert_eq!((v, u.remaining, next.window_used), (Verdict::RateLimited, 2, 28));
+        let (v, u, next) = decide_cost(next, T0, TRIAL, 2);
+        assert_eq!((v, u.remaining, next.month_used), (Verdict::Allowed, 0, 30));
     }
 
     #[test]

@@ -49,6 +49,10 @@ pub enum RouteId {
     RetryDelivery,
     ListDeadLetters,
     RedriveDeadLetters,
+    /// An origin's event for a project's subscribers (SPEC §15).
+    OriginEvent,
+    /// A request under an `UPSTREAMS` prefix, forwarded to its origin (SPEC §15).
+    Proxy,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +61,8 @@ pub enum Access {
     Public,
     /// `Authorization: Bearer $ADMIN_TOKEN`.
     Admin,
+    /// `Authorization: Bearer $ORIGIN_SECRET`: the provider's origin (SPEC §15).
+    Origin,
     /// An API key whose type allows the scope.
     Key(Scope),
 }
@@ -97,6 +103,13 @@ const fn ingestion(id: RouteId, template: &'static str, scope: Scope) -> Route {
     r
 }
 
+/// Origin events honour `Idempotency-Key` through their event id, not a key's guard (SPEC §15).
+const fn origin_events() -> Route {
+    let mut r = route(RouteId::OriginEvent, "POST", "/admin/v1/projects/{project_id}/events", Access::Origin);
+    r.idempotency = KeyPolicy::Optional;
+    r
+}
+
 const OWNER: Access = Access::Key(Scope::ManageProject);
 const RESOURCES: Access = Access::Key(Scope::Resources);
 
@@ -107,6 +120,7 @@ pub const ROUTES: &[Route] = &[
     route(RouteId::UpdateProject, "PATCH", "/admin/v1/projects/{id}", Access::Admin),
     route(RouteId::ListDeadLetters, "GET", "/admin/v1/dead-letters", Access::Admin),
     route(RouteId::RedriveDeadLetters, "POST", "/admin/v1/dead-letters/redrive", Access::Admin),
+    origin_events(),
     route(RouteId::Me, "GET", "/public/v1/me", Access::Key(Scope::SelfInfo)),
     route(RouteId::CreateKey, "POST", "/public/v1/keys", OWNER),
     route(RouteId::ListKeys, "GET", "/public/v1/keys", OWNER),

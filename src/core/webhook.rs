@@ -346,15 +346,26 @@ fn name_block(domain: &str) -> Option<Block> {
 }
 
 /// `events` of a subscription: known types or `"*"`, at least one, no repeats.
+/// The grammar of an event type, the built-in ones and an origin's (SPEC §15): `[a-z0-9_.]{1,64}`.
+pub fn is_event_type(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'.')
+}
+
+/// A subscription's `events`: `"*"`, the built-in types, or any type an origin may send
+/// (`[a-z0-9_.]{1,64}`, SPEC §15), each once.
 pub fn check_events(events: &[String]) -> Result<(), ApiError> {
     let invalid = |why: String| ApiError::unprocessable(why).with_detail("field", "events");
     if events.is_empty() {
         return Err(invalid(r#"events must name at least one event type, or "*""#.into()));
     }
     for (i, e) in events.iter().enumerate() {
-        if e != "*" && !EVENT_TYPES.contains(&e.as_str()) {
-            return Err(invalid(format!("unknown event type {e:?}; known: {}", EVENT_TYPES.join(", ")))
-                .with_detail("known", EVENT_TYPES.to_vec()));
+        if e != "*" && !is_event_type(e) {
+            return Err(invalid(format!(
+                "event type {e:?} is not \"*\" nor 1–64 characters of a-z, 0-9, _ and . (built-in: {})",
+                EVENT_TYPES.join(", ")
+            ))
+            .with_detail("known", EVENT_TYPES.to_vec()));
         }
         if events[..i].contains(e) {
             return Err(invalid(format!("{e:?} is listed twice")));
@@ -1075,7 +1086,11 @@ mod tests {
         assert!(check_events(&["*".into()]).is_ok());
         assert!(check_events(&["contact.created".into(), "message.created".into()]).is_ok());
         assert!(check_events(&[]).is_err());
-        assert!(check_events(&["contact.deleted".into()]).is_err());
+        // Origins send their own types (SPEC §15): any of the grammar is accepted.
+        assert!(check_events(&["order.shipped".into(), "invoice_2.paid".into()]).is_ok());
+        assert!(check_events(&["Order.Shipped".into()]).is_err());
+        assert!(check_events(&["order-shipped".into()]).is_err());
+        assert!(check_events(&["x".repeat(65)]).is_err());
         assert!(check_events(&["*".into(), "*".into()]).is_err());
     }
 }

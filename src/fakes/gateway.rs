@@ -12,7 +12,7 @@ use crate::core::api_key::{KeyRecord, KeyType, Scope};
 use crate::core::audit::AuditRow;
 use crate::core::idempotency::{decide_claim, Claim, ClaimDecision, KeptResponse, LEASE_MS};
 use crate::core::page::PageRequest;
-use crate::core::rate_limit::{decide, Counters, Usage, Verdict, AUTH_FAILURE_LIMITS};
+use crate::core::rate_limit::{decide_cost, Counters, Usage, Verdict, AUTH_FAILURE_LIMITS};
 use crate::core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
 use crate::core::webhook::OutgoingEvent;
 use crate::ports::{
@@ -84,10 +84,10 @@ impl FakeGuard {
         self.keys.borrow().iter().find(|k| k.key_hash == key_hash).cloned()
     }
 
-    fn count(&self, name: &str, limits: crate::core::rate_limit::Limits) -> (Verdict, Usage) {
+    fn count(&self, name: &str, limits: crate::core::rate_limit::Limits, cost: u32) -> (Verdict, Usage) {
         let mut counters = self.counters.borrow_mut();
         let prev = counters.get(name).copied().unwrap_or_default();
-        let (verdict, usage, next) = decide(prev, self.clock.get(), limits);
+        let (verdict, usage, next) = decide_cost(prev, self.clock.get(), limits, cost);
         if verdict == Verdict::Allowed {
             counters.insert(name.to_owned(), next);
         }
@@ -136,7 +136,7 @@ impl KeyGuard for FakeGuard {
         self.faults
             .run("guard.authorize", || match self.record(key_hash) {
                 Some(key) if key.refusal(self.clock.get()).is_none() => {
-                    let (verdict, usage) = self.count(key_hash, self.config.limits(&key));
+                    let (verdict, usage) = self.count(key_hash, self.config.limits(&key), scope.cost());
                     let claim = claim
                         .filter(|_| verdict == Verdict::Allowed && key.key_type.allows(scope))
                         .map(|c| self.claim(key_hash, c));
@@ -226,7 +226,9 @@ impl KeyGuard for FakeGuard {
     async fn record_auth_failure(&self, client_ip: &str) -> Result<(Verdict, Usage), PortError> {
         self.asked.borrow_mut().push(format!("ip:{client_ip}"));
         self.faults
-            .run("guard.record_auth_failure", || self.count(&format!("ip:{client_ip}"), AUTH_FAILURE_LIMITS))
+            .run("guard.record_auth_failure", || {
+                self.count(&format!("ip:{client_ip}"), AUTH_FAILURE_LIMITS, 1)
+            })
             .await
     }
 }

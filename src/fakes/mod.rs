@@ -12,6 +12,7 @@ use crate::sim::Faults;
 pub mod audit;
 pub mod gateway;
 pub mod ingest;
+pub mod origin;
 pub mod queue;
 pub mod webhooks;
 

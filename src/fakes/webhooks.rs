@@ -14,7 +14,7 @@ use crate::core::page::PageRequest;
 use crate::core::webhook::{
     Attempt, Delivery, ReceiverOutcome, StoredSecret, Webhook, INTERRUPTED_ATTEMPT, RESPONSE_EXCERPT_BYTES,
 };
-use crate::ports::{DeliveryQueue, PortError, WebhookClient, WebhookStore};
+use crate::ports::{DeliveryQueue, OriginEvent, PortError, WebhookClient, WebhookStore};
 use crate::sim::{Fault, Faults};
 
 /// A delivery row with the columns the port does not show.
@@ -353,6 +353,47 @@ impl WebhookStore for FakeStore {
             let row = &t.deliveries[id];
             (row.delivery.status == "pending" && row.locked_until.is_none())
                 .then_some(row.delivery.scheduled_at)
+        })
+        .await
+    }
+
+    async fn record_origin_event(&self, event: &OriginEvent) -> Result<Option<Vec<String>>, PortError> {
+        let known = self.directory.projects.borrow().iter().any(|p| p.id == event.project_id);
+        self.tables("webhooks.record_origin_event", |t| {
+            if !known {
+                return None;
+            }
+            let matching: Vec<Webhook> = t
+                .webhooks
+                .values()
+                .filter(|w| w.project_id == event.project_id && w.status == "active")
+                .filter(|w| w.events.iter().any(|e| e == "*" || *e == event.event_type))
+                .cloned()
+                .collect();
+            for hook in matching {
+                let written = t
+                    .deliveries
+                    .values()
+                    .any(|r| r.delivery.webhook_id == hook.id && r.delivery.event_id == event.event_id);
+                if !written {
+                    let id = format!("dlv_{}_{}", event.event_id, hook.id);
+                    t.add_delivery(&id, &hook, event.created_at);
+                    let d = &mut t.deliveries.get_mut(&id).expect("just added").delivery;
+                    d.event_id = event.event_id.clone();
+                    d.event = event.event_type.clone();
+                    d.payload = event.payload.clone();
+                    d.request_id = event.request_id.clone();
+                }
+            }
+            Some(
+                t.deliveries
+                    .values()
+                    .filter(|r| {
+                        r.delivery.project_id == event.project_id && r.delivery.event_id == event.event_id
+                    })
+                    .map(|r| r.delivery.id.clone())
+                    .collect(),
+            )
         })
         .await
     }

@@ -28,7 +28,7 @@ use crate::adapters::{d1::D1Store, env::config};
 use crate::config::Config;
 use crate::core::api_key::KeyRecord;
 use crate::core::idempotency::{decide_claim, Claim, ClaimDecision, KeptResponse, LEASE_MS};
-use crate::core::rate_limit::{decide, Counters, Limits, Usage, Verdict, AUTH_FAILURE_LIMITS};
+use crate::core::rate_limit::{decide_cost, Counters, Limits, Usage, Verdict, AUTH_FAILURE_LIMITS};
 use crate::ports::{ClaimRequest, Directory, Meter};
 
 /// How long a request with the same key as a running one waits for it to finish before it is
@@ -113,7 +113,7 @@ impl DurableObject for KeyGuardObject {
             GuardCommand::Authorize(c) => answer::<Authorize>(self.authorize(c).await?),
             GuardCommand::Apply(Apply { key, undo }) => answer::<Apply>(self.apply(key, undo)?),
             GuardCommand::RecordAuthFailure(_) => {
-                let (verdict, usage) = self.count(AUTH_FAILURE_LIMITS)?;
+                let (verdict, usage) = self.count(AUTH_FAILURE_LIMITS, 1)?;
                 answer::<super::protocol::RecordAuthFailure>(AuthFailures { verdict, usage })
             }
             GuardCommand::CompleteClaim(CompleteClaim { claim, response }) => {
@@ -153,7 +153,7 @@ impl KeyGuardObject {
         let refusal = record.as_ref().and_then(|key| key.refusal(now_ms()));
         Ok(match record {
             Some(key) if refusal.is_none() => {
-                let (verdict, usage) = self.count(self.config()?.limits(&key))?;
+                let (verdict, usage) = self.count(self.config()?.limits(&key), c.scope.cost())?;
                 let claim = match c.claim {
                     Some(claim) if verdict == Verdict::Allowed && key.key_type.allows(c.scope) => {
                         Some(self.claim_waiting(&claim).await?)
@@ -228,8 +228,8 @@ impl KeyGuardObject {
         Ok(Done {})
     }
 
-    /// One request against `limits`: read, decide and write the counters without yielding.
-    fn count(&self, limits: Limits) -> Result<(Verdict, Usage)> {
+    /// One request of `cost` units against `limits`: read, decide and write the counters without yielding.
+    fn count(&self, limits: Limits, cost: u32) -> Result<(Verdict, Usage)> {
         let prev = match self.counters.get() {
             Some(c) => c,
             None => self
@@ -239,7 +239,7 @@ impl KeyGuardObject {
                 .pop()
                 .unwrap_or_default(),
         };
-        let (verdict, usage, next) = decide(prev, now_ms(), limits);
+        let (verdict, usage, next) = decide_cost(prev, now_ms(), limits, cost);
         if verdict == Verdict::Allowed {
             self.sql.exec(
                 "INSERT INTO counters (id, window_start_ms, window_used, month_start_ms, month_used)

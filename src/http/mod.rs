@@ -3,6 +3,7 @@
 use worker::{Headers, Request, Response, Result};
 
 use crate::adapters::body::WorkerBody;
+use crate::adapters::origin::{streamed, AnswerRest};
 use crate::app::{ApiRequest, ApiResponse};
 
 pub fn api_request(req: Request, now_ms: i64) -> Result<ApiRequest<WorkerBody>> {
@@ -23,6 +24,7 @@ pub fn api_request(req: Request, now_ms: i64) -> Result<ApiRequest<WorkerBody>> 
         authorization,
         idempotency_key,
         client_ip,
+        headers: req.headers().entries().collect(),
         body: WorkerBody::new(&req),
         now_ms,
     })
@@ -33,5 +35,15 @@ pub fn response(api: ApiResponse) -> Result<Response> {
     for (name, value) in &api.headers {
         headers.append(name, value)?;
     }
-    Ok(Response::from_bytes(api.body)?.with_status(api.status).with_headers(headers))
+    // A proxied answer's own headers come after ours and never replace them (SPEC §15).
+    for (name, value) in &api.origin_headers {
+        headers.append(name, value)?;
+    }
+    let body = match api.passthrough.as_ref().and_then(|p| p.take::<AnswerRest>()) {
+        Some(rest) => streamed(api.body, rest)?,
+        // A null-body status (204, 304) takes no body, not even an empty one.
+        None if matches!(api.status, 101 | 204 | 205 | 304) => Response::empty()?,
+        None => Response::from_bytes(api.body)?,
+    };
+    Ok(body.with_status(api.status).with_headers(headers))
 }

@@ -78,7 +78,7 @@ test('subscriptions: the secret is shown once; bad URLs and event types are refu
   assert.equal(list.body.data[0].secret, undefined, 'the secret is shown only at creation');
   const bad = (body) => call('POST', '/public/v1/webhooks', { key: owner.key, body });
   assertError(await bad({ url: 'ftp://example.com/x', events: ['*'] }), 422, 'VALIDATION_ERROR');
-  assertError(await bad({ url: 'https://example.com/x', events: ['contact.deleted'] }), 422, 'VALIDATION_ERROR');
+  assertError(await bad({ url: 'https://example.com/x', events: ['Contact.Deleted'] }), 422, 'VALIDATION_ERROR');
   assertError(await bad({ url: 'https://example.com/x', events: [] }), 422, 'VALIDATION_ERROR');
   assertError(await bad({ url: 'https://example.com/x' }), 400, 'VALIDATION_ERROR');
   const server = await createKey(owner.key, 'server');

@@ -5,7 +5,7 @@ use wasm_bindgen::JsValue;
 use super::{after, int, opt_int, opt_text, text, D1Store};
 use crate::core::page::PageRequest;
 use crate::core::webhook::{Attempt, Delivery, StoredSecret, Webhook, INTERRUPTED_ATTEMPT};
-use crate::ports::{Meter, PortError, WebhookStore};
+use crate::ports::{Meter, OriginEvent, PortError, WebhookStore};
 
 const WEBHOOK_COLUMNS: &str = "id, project_id, url, events, secret, status, disabled_reason, created_at,
   previous_secret, previous_secret_until";
@@ -377,6 +377,47 @@ impl WebhookStore for D1Store {
         let due: Vec<Due> =
             results.last().map_or(Ok(Vec::new()), |r| r.results()).map_err(PortError::from_display)?;
         Ok(due.first().map(|d| d.scheduled_at))
+    }
+
+    async fn record_origin_event(&self, e: &OriginEvent) -> Result<Option<Vec<String>>, PortError> {
+        #[derive(serde::Deserialize)]
+        struct Id {
+            id: String,
+        }
+        // One batch: the deliveries (once per subscription and event id), then the project and
+        // every delivery of the event (those of an earlier call with the same event id included).
+        let statements = vec![
+            self.statement(
+                "INSERT OR IGNORE INTO webhook_deliveries (id, project_id, webhook_id, event_id, event, payload,
+                   request_id, status, attempts, scheduled_at, created_at, updated_at)
+                 SELECT 'dlv_' || lower(hex(randomblob(13))), ?1, w.id, ?2, ?3, ?4, ?5, 'pending', 0, ?6, ?6, ?6
+                 FROM webhooks w
+                 WHERE w.project_id = ?1 AND w.status = 'active'
+                   AND EXISTS (SELECT 1 FROM json_each(w.events) WHERE value IN ('*', ?3))",
+                &[
+                    text(&e.project_id),
+                    text(&e.event_id),
+                    text(&e.event_type),
+                    text(&e.payload),
+                    text(&e.request_id),
+                    int(e.created_at),
+                ],
+            )?,
+            self.statement("SELECT id FROM projects WHERE id = ?1", &[text(&e.project_id)])?,
+            self.statement(
+                "SELECT id FROM webhook_deliveries WHERE project_id = ?1 AND event_id = ?2",
+                &[text(&e.project_id), text(&e.event_id)],
+            )?,
+        ];
+        let results = self.results(statements).await?;
+        let ids = |i: usize| -> Result<Vec<String>, PortError> {
+            let rows = results[i].results::<Id>().map_err(PortError::from_display)?;
+            Ok(rows.into_iter().map(|r| r.id).collect())
+        };
+        if ids(1)?.is_empty() {
+            return Ok(None);
+        }
+        ids(2).map(Some)
     }
 
     async fn plaintext_secrets(&self, limit: usize) -> Result<Vec<(String, String)>, PortError> {

@@ -1,0 +1,124 @@
+//! The [`Origin`] port over outbound `fetch` (an `http(s)` origin) or a Workers service binding:
+//! no redirects followed; one deadline of the route's `timeout_ms` for the answer and the first
+//! [`STORED_ANSWER_LIMIT`] bytes of its body; a longer body streams on to the client untimed.
+
+use std::pin::pin;
+use std::time::Duration;
+
+use futures_util::future::{select, Either};
+use futures_util::StreamExt;
+use js_sys::Uint8Array;
+use worker::{
+    AbortController, ByteStream, Delay, Env, Fetch, Headers, Method, Request, RequestInit, RequestRedirect,
+    Response,
+};
+
+use crate::core::upstream::{OriginTarget, STORED_ANSWER_LIMIT};
+use crate::ports::{AnswerBody, Origin, OriginAnswer, OriginOutcome, OriginRequest, PassThrough};
+
+/// The origins of `UPSTREAMS`; `env` holds the service bindings.
+pub struct OriginClient {
+    env: Env,
+}
+
+impl OriginClient {
+    pub fn new(env: Env) -> Self {
+        OriginClient { env }
+    }
+}
+
+/// The rest of a large answer, as `http::response` takes it back from a [`PassThrough`].
+pub type AnswerRest = ByteStream;
+
+impl Origin for OriginClient {
+    async fn forward(&self, request: OriginRequest<'_>) -> OriginOutcome {
+        let controller = AbortController::default();
+        let outgoing = match build(&request, &controller) {
+            Ok(r) => r,
+            Err(e) => return OriginOutcome::Unreachable(format!("the request could not be made: {e}")),
+        };
+        let mut deadline = Delay::from(Duration::from_millis(request.timeout_ms));
+        let sent = async {
+            match request.target {
+                OriginTarget::Url(_) => Fetch::Request(outgoing).send().await,
+                OriginTarget::Service(binding) => self.env.service(binding)?.fetch_request(outgoing).await,
+            }
+        };
+        let mut response = match select(pin!(sent), &mut deadline).await {
+            Either::Left((Ok(response), _)) => response,
+            Either::Left((Err(e), _)) => return OriginOutcome::Unreachable(e.to_string()),
+            Either::Right(_) => {
+                controller.abort();
+                return OriginOutcome::TimedOut;
+            }
+        };
+        let status = response.status_code();
+        let headers: Vec<(String, String)> = response.headers().entries().collect();
+        let declared_len =
+            response.headers().get("content-length").ok().flatten().and_then(|n| n.parse().ok());
+        let Ok(mut stream) = response.stream() else {
+            return OriginOutcome::Answered(OriginAnswer {
+                status,
+                headers,
+                body: AnswerBody::Whole(Vec::new()),
+            });
+        };
+        let mut head = Vec::new();
+        let read = async {
+            while head.len() <= STORED_ANSWER_LIMIT {
+                match stream.next().await {
+                    Some(Ok(chunk)) => head.extend_from_slice(&chunk),
+                    Some(Err(e)) => return Err(e),
+                    None => return Ok(true),
+                }
+            }
+            Ok(false)
+        };
+        let body = match select(pin!(read), &mut deadline).await {
+            Either::Left((Ok(true), _)) => AnswerBody::Whole(head),
+            Either::Left((Ok(false), _)) => {
+                AnswerBody::Streaming { head, rest: PassThrough::new::<AnswerRest>(stream), declared_len }
+            }
+            Either::Left((Err(e), _)) => {
+                return OriginOutcome::Unreachable(format!("the answer broke off: {e}"))
+            }
+            Either::Right(_) => {
+                controller.abort();
+                return OriginOutcome::TimedOut;
+            }
+        };
+        OriginOutcome::Answered(OriginAnswer { status, headers, body })
+    }
+}
+
+fn build(request: &OriginRequest<'_>, controller: &AbortController) -> worker::Result<Request> {
+    let headers = Headers::new();
+    for (name, value) in &request.headers {
+        headers.append(name, value)?;
+    }
+    let mut init = RequestInit::new();
+    init.with_method(Method::from(request.method.to_owned()))
+        .with_headers(headers)
+        .with_redirect(RequestRedirect::Manual);
+    if !request.body.is_empty() && !matches!(request.method, "GET" | "HEAD") {
+        init.with_body(Some(Uint8Array::from(request.body).into()));
+    }
+    let outgoing = Request::new_with_init(&request.url, &init)?;
+    // The signal ends the subrequest when the deadline passes first.
+    let signalled = web_sys_request(&outgoing, controller)?;
+    Ok(signalled)
+}
+
+/// The same request bound to the controller's signal (`RequestInit` of worker 0.8 has no signal).
+fn web_sys_request(request: &Request, controller: &AbortController) -> worker::Result<Request> {
+    let init = worker::web_sys::RequestInit::new();
+    init.set_signal(Some(&controller.signal()));
+    let inner = worker::web_sys::Request::new_with_request_and_init(request.inner(), &init)?;
+    Ok(Request::from(inner))
+}
+
+/// The response for an answer too large to hold: the head read, then the origin's stream.
+pub fn streamed(head: Vec<u8>, rest: AnswerRest) -> worker::Result<Response> {
+    let head = futures_util::stream::once(async move { Ok::<Vec<u8>, worker::Error>(head) });
+    Response::from_stream(head.chain(rest))
+}

@@ -1,0 +1,119 @@
+//! Proxy mode (SPEC §15): a request under an `UPSTREAMS` prefix, admitted by the same pipeline
+//! as a built-in route, forwarded to its origin with the identity headers and the gateway's
+//! signature; and the origin's events, fanned out to the project's webhook subscriptions.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use super::{random, unavailable, Call, Gateway, Payload, Reply};
+use crate::core::encoding::object_id;
+use crate::core::error::{ApiError, ErrorCode};
+use crate::core::json_body;
+use crate::core::time::rfc3339;
+use crate::core::upstream::{
+    answered_headers, forwarded_request_headers, identity_headers, SignedRequest, Upstream,
+};
+use crate::core::webhook::{is_event_type, payload};
+use crate::ports::{Origin, OriginEvent, OriginOutcome, OriginRequest, Ports, WebhookStore};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OriginEventInput {
+    #[serde(rename = "type")]
+    event_type: String,
+    #[serde(default)]
+    data: Value,
+}
+
+impl<P: Ports> Gateway<'_, P> {
+    /// Forwards the admitted request to the upstream's origin and answers what it answered:
+    /// 504 `UPSTREAM_TIMEOUT` without an answer in time, 502 `UPSTREAM_UNAVAILABLE` when it
+    /// cannot be reached.
+    pub(super) async fn proxy(
+        &self,
+        upstream: &Upstream,
+        method: &str,
+        path_and_query: &str,
+        client_headers: &[(String, String)],
+        call: &Call<'_>,
+    ) -> Result<Reply, ApiError> {
+        let key = call.key();
+        // `Config` refuses `UPSTREAMS` without an `ORIGIN_SECRET`.
+        let secret = self.config.origin_secret.as_deref().unwrap_or_default();
+        let signed = SignedRequest {
+            timestamp: call.now_ms.div_euclid(1000),
+            method,
+            path_and_query,
+            request_id: call.request_id,
+            project_id: &key.project_id,
+            key_id: &key.id,
+            body: &call.body,
+        };
+        let mut headers = forwarded_request_headers(client_headers);
+        headers.extend(identity_headers(&signed, key.key_type, secret.as_bytes()));
+        let request = OriginRequest {
+            target: &upstream.origin,
+            url: upstream.url(path_and_query),
+            method,
+            headers,
+            body: &call.body,
+            timeout_ms: upstream.timeout_ms,
+        };
+        match self.origin.forward(request).await {
+            OriginOutcome::Answered(answer) => Ok(Reply {
+                status: answer.status,
+                body: Payload::Origin { headers: answered_headers(&answer.headers), body: answer.body },
+                log: None,
+                deliveries: Vec::new(),
+                after: None,
+            }),
+            OriginOutcome::TimedOut => Err(ApiError::new(
+                ErrorCode::UpstreamTimeout,
+                format!("The origin did not answer within {} ms.", upstream.timeout_ms),
+            )
+            .with_detail("timeout_ms", upstream.timeout_ms)),
+            OriginOutcome::Unreachable(cause) => {
+                let mut e = ApiError::new(ErrorCode::UpstreamUnavailable, "The origin could not be reached.");
+                e.internal = Some(format!("origin {}: {cause}", upstream.prefix));
+                Err(e)
+            }
+        }
+    }
+
+    /// `POST /admin/v1/projects/{project_id}/events` `{type, data}` (ORIGIN_SECRET): one delivery
+    /// per matching active subscription, through the webhook engine. With an `Idempotency-Key`
+    /// the event id derives from it, so a retried call writes no second delivery.
+    pub(super) async fn origin_event(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let project_id = call.params[0];
+        let input: OriginEventInput = json_body::parse(&call.body)?;
+        if !is_event_type(&input.event_type) {
+            return Err(ApiError::unprocessable("type must be 1–64 characters of a-z, 0-9, _ and .")
+                .with_detail("field", "type"));
+        }
+        let event_id = match &call.idempotency_key {
+            Some(key) => {
+                let digest = Sha256::digest(format!("{project_id}\n{key}").as_bytes());
+                let mut bytes = [0u8; 16];
+                bytes.copy_from_slice(&digest[..16]);
+                object_id("evt", &bytes)
+            }
+            None => object_id("evt", &random()),
+        };
+        let body = payload(&event_id, &input.event_type, &rfc3339(call.now_ms), input.data).to_string();
+        let event = OriginEvent {
+            project_id: project_id.to_owned(),
+            event_id: event_id.clone(),
+            event_type: input.event_type,
+            payload: body,
+            request_id: call.request_id.to_owned(),
+            created_at: call.now_ms,
+        };
+        let Some(deliveries) = self.store.record_origin_event(&event).await.map_err(unavailable)? else {
+            return Err(ApiError::not_found("project"));
+        };
+        let mut reply = Reply::accepted(json!({ "event_id": event_id, "deliveries": deliveries.len() }));
+        reply.deliveries = deliveries;
+        Ok(reply)
+    }
+}
