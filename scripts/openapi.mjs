@@ -94,6 +94,10 @@ const paths = {
   '/admin/v1/dead-letters/redrive': { post: { summary: 'Send dead letters back to their queues (the named ones, or up to 500 not yet re-driven)', ...admin,
     requestBody: { required: false, content: json(obj({ ids: nullable({ type: 'array', minItems: 1, maxItems: 500, items: str, description: '1–500 ids (400 otherwise); absent or null = every letter not yet re-driven' }) })) },
     responses: responses(false, { 200: { schema: out({ redriven: int(0), failed: { ...int(0), description: 'sends that failed; still dead, re-drive again' }, skipped: { ...int(0), description: 'named ids unknown or re-driven already' } }) } }, [...BODY, ...ADMIN].sort()) } },
+  '/admin/v1/projects/{project_id}/events': { post: { summary: "An origin's event for the project's webhook subscribers (proxy mode, ORIGIN_SECRET); with an Idempotency-Key the event id derives from it, so a retry writes no second delivery", security: [{ originSecret: [] }],
+    parameters: [idemHeader, pathParam('project_id')],
+    requestBody: { required: true, content: json(obj({ type: { type: 'string', pattern: '^[a-z0-9_.]{1,64}$', description: '1–64 characters of a-z 0-9 _ . (422 otherwise)' }, data: { description: 'any JSON; the payload data of the webhook' } }, ['type'])) },
+    responses: responses(false, { 202: { description: 'Accepted: one delivery per matching active subscription', schema: out({ event_id: str, deliveries: { ...int(0), description: 'deliveries of this event (an earlier call with the same Idempotency-Key included)' } }) } }, [...BODY, 404, 422, ...ADMIN].sort()) } },
   '/public/v1/me': { get: get('The calling key, its window and quota', { ok: ref('Me'), scoped: false }) },
   '/public/v1/keys': {
     post: mutating('Create a key on the project\'s plan (the secret is shown only here)', obj({ type: { enum: ['owner', 'server', 'browser', 'cicd'] }, name: nullable({ type: 'string', maxLength: 200, description: 'trimmed; blank is none (400 beyond 200 characters)' }), plan: samePlan, rate_limit_per_minute: rateOverride,
@@ -209,10 +213,34 @@ const schemas = {
   DeadLetter: out({ id: str, queue: str, body: { type: 'string', description: 'the message body as sent' }, first_failed_at: time, dead_at: time, last_error: nullable(str),
     attempts: int(0), status: { enum: ['dead', 'redriven'] }, redriven_at: nullable(time) }),
 };
+// Proxy mode: the routes under UPSTREAMS prefixes are the provider's, so they are not paths here;
+// this extension describes what the gateway adds to every one of them.
+const proxyContract = {
+  description: 'Requests under an UPSTREAMS prefix (route template "{prefix}*" in the log) run the same pipeline as built-in routes (key types, rate limit with cost, Idempotency-Key optional|required|off) and are forwarded to the origin with the original method, path, query and body.',
+  request_to_origin: {
+    removed: ['Authorization', 'hop-by-hop headers (Connection and the headers it names, Keep-Alive, TE, Trailer, Transfer-Encoding, Upgrade, Proxy-*)', 'every client-sent X-Gatehouse-* header', "the client's X-Request-Id", 'Host', 'cf-*'],
+    added: {
+      'X-Request-Id': "the gateway's request id (UUIDv7)",
+      'X-Gatehouse-Project-Id': 'project of the calling key',
+      'X-Gatehouse-Key-Id': 'id of the calling key',
+      'X-Gatehouse-Key-Type': 'owner | server | browser | cicd',
+      'X-Gatehouse-Timestamp': 'Unix seconds',
+      'X-Gatehouse-Signature': 'v1=<hex HMAC-SHA256(ORIGIN_SECRET, "{timestamp}.{method}.{path_and_query}.{request_id}.{project_id}.{key_id}.{hex SHA-256 of the body}")>',
+    },
+    body: 'as received, up to max_body_bytes (413 PAYLOAD_TOO_LARGE beyond)',
+  },
+  response: {
+    passed_through: "the origin's status, headers (minus hop-by-hop, Content-Length and Content-Encoding) and body, streamed",
+    added: ['X-Request-Id', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset', 'RateLimit-Policy', 'RateLimit (the gateway\'s win over the origin\'s)'],
+    idempotency: 'with an Idempotency-Key a 2xx of at most 1 MiB is kept 24 h and replayed (Idempotent-Replayed: 1); a larger 2xx is answered once and its replay is 409 IDEMPOTENCY_RESPONSE_NOT_STORED; a non-2xx is not kept and a retry forwards again',
+    errors: { 401: 'INVALID_API_KEY', 403: 'FORBIDDEN (key type not in key_types)', 400: 'IDEMPOTENCY_KEY_REQUIRED', 409: 'IDEMPOTENCY_KEY_REUSED | IDEMPOTENCY_KEY_IN_USE | IDEMPOTENCY_RESPONSE_NOT_STORED', 413: 'PAYLOAD_TOO_LARGE', 422: 'VALIDATION_ERROR (Idempotency-Key)', 429: 'RATE_LIMIT_EXCEEDED | QUOTA_EXCEEDED | TRIAL_QUOTA_EXCEEDED', 502: 'UPSTREAM_UNAVAILABLE', 504: 'UPSTREAM_TIMEOUT' },
+  },
+};
 const codes = { 400: 'VALIDATION_ERROR (malformed JSON, a bad field or parameter) or IDEMPOTENCY_KEY_REQUIRED', 401: 'INVALID_API_KEY (or a missing or wrong admin token); a known key that is refused says why in details.reason: expired, rolled or revoked', 403: 'FORBIDDEN',
   404: 'NOT_FOUND', 409: 'IDEMPOTENCY_KEY_REUSED or IDEMPOTENCY_KEY_IN_USE (Retry-After: 1)', 413: 'PAYLOAD_TOO_LARGE',
   422: 'VALIDATION_ERROR (semantic, or a bad or repeated Idempotency-Key)', 429: 'RATE_LIMIT_EXCEEDED (Retry-After), QUOTA_EXCEEDED or TRIAL_QUOTA_EXCEEDED; also too many failed authentications from the address',
-  500: 'INTERNAL_ERROR (nothing accepted; retry)', 503: 'SERVICE_UNAVAILABLE (a binding did not answer; retry with care)' };
+  500: 'INTERNAL_ERROR (nothing accepted; retry)', 502: 'UPSTREAM_UNAVAILABLE (proxy mode: the origin could not be reached; retryable)',
+  503: 'SERVICE_UNAVAILABLE (a binding did not answer; retry with care)', 504: 'UPSTREAM_TIMEOUT (proxy mode: no answer within the route timeout_ms; retryable)' };
 const retryAfter = { 409: true, 429: true, 503: true };
 const errorHeaders = (c) => ({ 'X-Request-Id': header('X-Request-Id', true), ...Object.fromEntries(RATE.map((h) => [h, header(h, false)])), ...(retryAfter[c] && { 'Retry-After': header('Retry-After', false) }) });
 const headerSchemas = {
@@ -230,10 +258,12 @@ const doc = {
   servers: [{ url: '/' }],
   security: [{ apiKey: [] }],
   paths,
+  'x-gatehouse-proxy': proxyContract,
   components: {
     securitySchemes: {
       apiKey: { type: 'http', scheme: 'bearer', description: 'An API key: gh_<o|s|b|c>_…' },
       adminToken: { type: 'http', scheme: 'bearer', description: 'ADMIN_TOKEN' },
+      originSecret: { type: 'http', scheme: 'bearer', description: 'ORIGIN_SECRET (proxy mode: the origin sends events with it)' },
     },
     parameters: { IdempotencyKey: { name: 'Idempotency-Key', in: 'header', required: false, description: '1–255 visible ASCII characters, no comma (422 otherwise; an sf-string "…" is unquoted first); replays the first 2xx for 24 h', schema: { type: 'string', minLength: 1, maxLength: 255, pattern: '^[!#-+\\--~][!-+\\--~]*$' } } },
     headers: Object.fromEntries(Object.entries(headerSchemas).flatMap(([name, h]) => [[name, { ...h, required: true }], [`${name}-optional`, h]])),

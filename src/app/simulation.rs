@@ -77,6 +77,8 @@ fn config() -> &'static Config {
             "KEY_PEPPER" => Some("simulation-pepper".into()),
             "ADMIN_TOKEN" => Some("simulation-admin-token".into()),
             "PLANS" => Some(r#"{"trial":{"per_minute":100000,"monthly_quota":100000000}}"#.into()),
+            "UPSTREAMS" => Some(r#"[{"prefix":"/shop/v1/","origin":"http://127.0.0.1:9","cost":2}]"#.into()),
+            "ORIGIN_SECRET" => Some(ORIGIN_SECRET.into()),
             _ => None,
         })
         .expect("the simulation's configuration is valid")
@@ -84,6 +86,7 @@ fn config() -> &'static Config {
 }
 
 const T0: i64 = 1_796_000_000_000;
+const ORIGIN_SECRET: &str = "simulation-origin-secret";
 
 /// A gateway over fresh fakes, a project with one key of each `types`, and their secrets.
 fn world(faults: &Rc<Faults>, types: &[KeyType]) -> (Gateway<'static, Sim>, Clock, Vec<String>) {
@@ -1048,4 +1051,190 @@ fn an_oversized_chunked_body_is_cut_at_the_limit_and_never_read_for_a_refused_ke
     let mut under = chunked((1 << 20) - 1);
     under.chunks.front_mut().unwrap()[..contact.len()].copy_from_slice(contact);
     assert_eq!(answer(&gateway, &faults, post(Some(&secrets[0]), under)).status, 201);
+}
+
+// Proxy mode (SPEC §15): the origin is a port like any other; the gateway's promise is that a
+// completed key never reaches the origin again.
+
+/// Identifies an answer: its status and body, or for a streamed one its full length (each
+/// execution of the fake origin answers a body of its own).
+fn answer_identity(r: &ApiResponse) -> (u16, Vec<u8>, u64) {
+    if r.passthrough.is_some() {
+        (r.status, Vec::new(), r.audit.response_bytes)
+    } else {
+        (r.status, r.body.clone(), 0)
+    }
+}
+
+/// Concurrent copies and retries of one proxied POST under one `Idempotency-Key`, over a faulty
+/// guard, KV, origin (unreachable, or timing out after it did the work) and a dying isolate: the
+/// client never sees two different successes; once the key completed, no request reaches the
+/// origin again — a small answer replays, a large one answers 409 `IDEMPOTENCY_RESPONSE_NOT_STORED`;
+/// origin 5xx are passed through and executed again; every answered request has its audit row
+/// with the route template `{prefix}*`; and every request the origin received is signed.
+#[test]
+fn a_completed_proxied_key_never_reaches_the_origin_again_under_faults() {
+    use crate::core::upstream::{SignedRequest, STORED_ANSWER_LIMIT};
+    use crate::fakes::origin::FakeOrigin;
+    check_seeds(
+        "a_completed_proxied_key_never_reaches_the_origin_again_under_faults",
+        SCHEDULES,
+        &[],
+        |seed| {
+            let faults = Rc::new(Faults::new(seed, 0.2));
+            let (mut gateway, clock, secrets) = world(&faults, &[KeyType::Server]);
+            let large = faults.chance(0.3);
+            let failing_first = faults.below(3) as usize;
+            gateway.origin = FakeOrigin::new(
+                faults.clone(),
+                Box::new(move |_, n| {
+                    if n < failing_first {
+                        (500, b"origin failed".to_vec())
+                    } else if large {
+                        (200, vec![b'x'; STORED_ANSWER_LIMIT + 1000 + n])
+                    } else {
+                        (201, format!("order {n}").into_bytes())
+                    }
+                }),
+            );
+            let (seen, unfinished) = (RefCell::new(Vec::new()), RefCell::new(HashSet::new()));
+            let send = |delay: u64| {
+                let (clock, secrets, seen, unfinished, gateway) =
+                    (&clock, &secrets, &seen, &unfinished, &gateway);
+                async move {
+                    later(delay).await;
+                    let mut req = request(
+                        clock,
+                        "POST",
+                        "/shop/v1/orders",
+                        &secrets[0],
+                        Some("k-1"),
+                        r#"{"sku":"tea"}"#,
+                    );
+                    req.raw_query = Some("expand=items".into());
+                    req.headers = vec![
+                        ("Authorization".into(), format!("Bearer {}", secrets[0])),
+                        ("X-Gatehouse-Key-Id".into(), "key_spoofed".into()),
+                        ("Content-Type".into(), "application/json".into()),
+                    ];
+                    exchange(gateway, req, seen, unfinished).await
+                }
+            };
+            let tick = || clock.set(clock.get() + faults.below(200) as i64);
+            for _ in 0..1 + faults.below(5) {
+                let copies: Vec<u64> = (0..1 + faults.below(3)).map(|_| faults.below(12)).collect();
+                drive_with(join_all(copies.iter().map(|&delay| send(delay))), &faults, 0.04, tick);
+                clock.set(clock.get() + faults.below(5_000) as i64);
+            }
+            faults.set_failure_rate(0.0);
+
+            // The client never sees two different successes for one key (within the lease).
+            let successes: HashSet<_> = seen
+                .borrow()
+                .iter()
+                .filter(|r| (200..300).contains(&r.status))
+                .map(answer_identity)
+                .collect();
+            if successes.len() > 1 {
+                return Err(format!("{} different successes for one key", successes.len()));
+            }
+            // With the faults over, retries are answered: an origin 500 is passed through and the
+            // next retry executes again; a claim whose holder died is waited out.
+            for _ in 0..5 {
+                drive(send(0), &faults, 0.0);
+                let last = seen.borrow().last().cloned().expect("answered");
+                if json(&last)["error"]["code"] == "IDEMPOTENCY_KEY_IN_USE" {
+                    clock.set(clock.get() + 61_000);
+                } else if last.status != 500 {
+                    break;
+                } else if last.body != b"origin failed" {
+                    return Err("an origin 500 was not passed through unchanged".into());
+                }
+            }
+            let last = seen.borrow().last().cloned().expect("answered");
+            let completed = gateway.guard.claims.borrow().values().any(|h| h.claim.completed);
+            match (large, last.status, completed) {
+                (false, 200..=299, true) | (true, 200..=299 | 409, true) => {}
+                (_, status, completed) => {
+                    return Err(format!(
+                        "with the faults over the key answered {status} (completed: {completed}): {}",
+                        String::from_utf8_lossy(&last.body[..last.body.len().min(200)])
+                    ))
+                }
+            }
+            // A completed key never reaches the origin again.
+            let calls = gateway.origin.received.borrow().len();
+            for _ in 0..3 {
+                drive(send(0), &faults, 0.0);
+                let r = seen.borrow().last().cloned().expect("answered");
+                let code = json(&r)["error"]["code"].clone();
+                let replayed = r.headers.iter().any(|(n, v)| *n == "idempotent-replayed" && v == "1");
+                let ok = if large {
+                    code == "IDEMPOTENCY_RESPONSE_NOT_STORED"
+                } else {
+                    r.status == 201 && replayed
+                };
+                if !ok {
+                    return Err(format!("a completed key answered {} {code}", r.status));
+                }
+                if !large && r.headers.iter().any(|(n, _)| *n == "content-type") {
+                    return Err("a replay carries our JSON content type instead of the origin's".into());
+                }
+                if !large && !r.origin_headers.iter().any(|(n, v)| n == "content-type" && v == "text/plain") {
+                    return Err("a replay lost the origin's content type".into());
+                }
+            }
+            if gateway.origin.received.borrow().len() != calls {
+                return Err("a completed key reached the origin again".into());
+            }
+            // Every request the origin received is the client's, signed, without its credentials.
+            for received in gateway.origin.received.borrow().iter() {
+                let get = |name: &str| received.header(name).unwrap_or_default().to_owned();
+                if received.header("authorization").is_some() || get("x-gatehouse-key-id") == "key_spoofed" {
+                    return Err("the origin received the client's credentials or a spoofed identity".into());
+                }
+                let signed = SignedRequest {
+                    timestamp: get("x-gatehouse-timestamp").parse().unwrap_or_default(),
+                    method: &received.method,
+                    path_and_query: "/shop/v1/orders?expand=items",
+                    request_id: &get("x-request-id"),
+                    project_id: &get("x-gatehouse-project-id"),
+                    key_id: &get("x-gatehouse-key-id"),
+                    body: &received.body,
+                };
+                if received.url != "http://127.0.0.1:9/shop/v1/orders?expand=items"
+                    || get("x-gatehouse-signature") != signed.signature(ORIGIN_SECRET.as_bytes())
+                {
+                    return Err(format!(
+                        "the origin received {} with a signature that does not verify",
+                        received.url
+                    ));
+                }
+            }
+            check_audit(&gateway, &seen.borrow(), &unfinished.borrow())?;
+            let rows = gateway.store.audit.rows.borrow();
+            if let Some(row) = rows.values().find(|row| row.route.as_deref() != Some("/shop/v1/*")) {
+                return Err(format!("an audit row has the route {:?}", row.route));
+            }
+            Ok(())
+        },
+    );
+}
+
+/// A proxied route's `cost` takes that many units of the window: `/me` shows them.
+#[test]
+fn a_proxied_request_takes_its_cost_of_the_window() {
+    let faults = Rc::new(Faults::new(1, 0.0));
+    let (gateway, clock, secrets) = world(&faults, &[KeyType::Server, KeyType::Browser]);
+    let get = |path: &str, key: &str| {
+        drive(gateway.handle(request(&clock, "GET", path, key, None, "")), &faults, 0.0).unwrap()
+    };
+    let proxied = get("/shop/v1/items", &secrets[0]);
+    assert_eq!(proxied.status, 201, "{:?}", String::from_utf8_lossy(&proxied.body));
+    let me = json(&get("/public/v1/me", &secrets[0]));
+    assert_eq!(me["rate_limit"]["remaining"], 100_000 - 3);
+    // A browser key is not among the route's key types (default server, owner): 403, no origin call.
+    let refused = get("/shop/v1/items", &secrets[1]);
+    assert_eq!((refused.status, json(&refused)["error"]["code"].as_str()), (403, Some("FORBIDDEN")));
+    assert_eq!(gateway.origin.received.borrow().len(), 1);
 }

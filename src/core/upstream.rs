@@ -122,7 +122,7 @@ pub fn parse_upstreams(json: &str) -> Result<Vec<Upstream>, String> {
         }
         upstreams.push(upstream);
     }
-    upstreams.sort_by(|a, b| b.prefix.len().cmp(&a.prefix.len()));
+    upstreams.sort_by_key(|u| std::cmp::Reverse(u.prefix.len()));
     Ok(upstreams)
 }
 
