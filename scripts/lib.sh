@@ -87,9 +87,12 @@ stop_gateway() {
 # start_test_gateway STATE_DIR PORT: the gateway as the tests run it — a tiny trial quota and a
 # "tiny" plan for the quota tests, a "bench" plan of a million requests a minute for the quick
 # benchmark, webhooks to a local receiver over http, a retry schedule of seconds, and queue retries
-# 1 s, 2 s, 2 s, … apart (so a message exhausts its 10 retries in about half a minute).
+# 1 s, 2 s, 2 s, … apart (so a message exhausts its 10 retries in about half a minute). Further
+# arguments go to wrangler dev (scripts/test adds the proxy mode's UPSTREAMS).
 start_test_gateway() {
-  start_gateway "$1" "$2" "$1/wrangler.log" \
+  local state="$1" port="$2"
+  shift 2
+  start_gateway "$state" "$port" "$state/wrangler.log" "$@" \
     --var "ALLOW_PRIVATE_WEBHOOK_URLS:true" --var "WEBHOOK_RETRY_SCHEDULE:1,1,1,1,1" --var "WEBHOOK_TIMEOUT_MS:3000" \
     --var "QUEUE_RETRY_BASE_SECONDS:1" --var "QUEUE_RETRY_MAX_SECONDS:2" \
     --var "PLANS:{\"trial\":{\"per_minute\":30,\"monthly_quota\":200},\"business\":{\"per_minute\":2000,\"monthly_quota\":10000000},\"tiny\":{\"per_minute\":100,\"monthly_quota\":3},\"bench\":{\"per_minute\":1000000,\"monthly_quota\":1000000000}}"

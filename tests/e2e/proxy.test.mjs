@@ -1,0 +1,323 @@
+// SPEC §15 end to end: Gatehouse in front of a real origin (a Node http server on 127.0.0.1 that
+// verifies the gateway's signature with its own code). scripts/test starts the gateway with
+// UPSTREAMS pointing at GATEHOUSE_ORIGIN_PORT: /e2e/ (timeout 2 s, bodies ≤ 64 KiB), /e2e/down/
+// (a closed port), /e2e-required/ (Idempotency-Key required), /e2e-cost/ (cost 5, server keys).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
+import { createServer } from 'node:http';
+import {
+  assertError, assertRequestId, businessProject, call, createKey, createProject, eventually, freshWindow, idemKey, workerLog,
+} from './harness.mjs';
+
+const ORIGIN_PORT = Number(process.env.GATEHOUSE_ORIGIN_PORT);
+const ORIGIN_SECRET = process.env.GATEHOUSE_ORIGIN_SECRET;
+const BIG = 3 * 1024 * 1024;
+
+/** What the origin does to refuse requests that did not come through the gateway (README). */
+function verifyGatehouse(req, body, secret) {
+  const h = (name) => req.headers[name] ?? '';
+  const ts = Number(h('x-gatehouse-timestamp'));
+  if (!Number.isInteger(ts) || Math.abs(Date.now() / 1000 - ts) > 300) return false;
+  const text = [ts, req.method, req.url, h('x-request-id'), h('x-gatehouse-project-id'), h('x-gatehouse-key-id'),
+    createHash('sha256').update(body).digest('hex')].join('.');
+  const expected = Buffer.from(`v1=${createHmac('sha256', secret).update(text).digest('hex')}`);
+  const got = Buffer.from(h('x-gatehouse-signature'));
+  return got.length === expected.length && timingSafeEqual(got, expected);
+}
+
+/** Every request the origin received, by path without the query. */
+const hits = new Map();
+const hitsOf = (path) => hits.get(path) ?? [];
+let origin;
+let receiver;
+let receiverBase;
+const webhooks = [];
+
+before(async () => {
+  assert.ok(ORIGIN_PORT && ORIGIN_SECRET, 'scripts/test sets GATEHOUSE_ORIGIN_PORT and GATEHOUSE_ORIGIN_SECRET');
+  origin = createServer((req, res) => {
+    const chunks = [];
+    req.on('data', (c) => chunks.push(c));
+    req.on('end', () => {
+      const body = Buffer.concat(chunks);
+      const path = req.url.split('?')[0];
+      const seen = { method: req.method, url: req.url, headers: req.headers, body: body.toString(), verified: verifyGatehouse(req, body, ORIGIN_SECRET) };
+      hits.set(path, [...hitsOf(path), seen]);
+      const n = hitsOf(path).length;
+      if (path === '/e2e/hang') return; // never answers
+      if (path === '/e2e/fail') {
+        res.writeHead(500, { 'content-type': 'text/plain', 'x-origin': 'yes' });
+        return res.end(`boom ${n}`);
+      }
+      if (path === '/e2e/big') {
+        res.writeHead(200, { 'content-type': 'application/octet-stream' });
+        return res.end(bigBody());
+      }
+      if (path.startsWith('/e2e/orders') || path.startsWith('/e2e-required/')) {
+        res.writeHead(201, { 'content-type': 'application/vnd.shop+json', 'x-order-number': String(n) });
+        return res.end(JSON.stringify({ order: n, path }));
+      }
+      res.writeHead(200, { 'content-type': 'application/json', 'x-origin': 'yes', 'x-ratelimit-remaining': '999', 'x-request-id': 'origin-chosen' });
+      res.end(JSON.stringify(seen));
+    });
+  });
+  await new Promise((resolve) => origin.listen(ORIGIN_PORT, '127.0.0.1', resolve));
+  receiver = createServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => { body += c; });
+    req.on('end', () => { webhooks.push({ headers: req.headers, body }); res.writeHead(200); res.end('ok'); });
+  });
+  await new Promise((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+  receiverBase = `http://127.0.0.1:${receiver.address().port}`;
+});
+
+after(() => {
+  origin.closeAllConnections?.();
+  origin.close();
+  receiver.close();
+});
+
+function bigBody() {
+  const b = Buffer.alloc(BIG);
+  for (let i = 0; i < BIG; i += 1) b[i] = (i * 7) % 251;
+  return b;
+}
+
+test('the origin gets path, query, body and identity headers, signed, and never the credentials or spoofed identity', async () => {
+  const { projectId, server } = await businessProject();
+  const res = await call('POST', '/e2e/echo/items?color=red&size=2', {
+    key: server.key,
+    body: { sku: 'tea', qty: 2 },
+    headers: {
+      'x-gatehouse-key-id': 'key_spoofed', 'X-Gatehouse-Signature': 'v1=forged', 'x-gatehouse-anything': 'x',
+      'proxy-authorization': 'Basic c2VjcmV0', 'x-custom': 'kept', 'x-request-id': 'client-chosen',
+    },
+  });
+  assert.equal(res.status, 200, res.text);
+  const seen = res.body;
+  assert.equal(seen.method, 'POST');
+  assert.equal(seen.url, '/e2e/echo/items?color=red&size=2');
+  assert.deepEqual(JSON.parse(seen.body), { sku: 'tea', qty: 2 });
+  assert.equal(seen.verified, true, 'the origin verified X-Gatehouse-Signature with its own code');
+  assert.equal(seen.headers['x-gatehouse-project-id'], projectId);
+  assert.equal(seen.headers['x-gatehouse-key-id'], server.id);
+  assert.equal(seen.headers['x-gatehouse-key-type'], 'server');
+  assert.equal(seen.headers['x-gatehouse-anything'], undefined);
+  assert.equal(seen.headers.authorization, undefined);
+  assert.equal(seen.headers['proxy-authorization'], undefined);
+  assert.equal(seen.headers['x-custom'], 'kept');
+  // The origin's X-Request-Id is the gateway's, and so is the client's answer (ours win).
+  const id = assertRequestId(res);
+  assert.equal(seen.headers['x-request-id'], id);
+  assert.equal(res.headers.get('x-origin'), 'yes');
+  assert.match(res.headers.get('content-type'), /^application\/json/);
+  assert.equal(res.headers.get('x-ratelimit-limit'), '2000');
+  assert.notEqual(res.headers.get('x-ratelimit-remaining'), '999');
+  assert.match(res.headers.get('ratelimit') ?? '', /^"minute";r=\d+;t=\d+$/);
+
+  // A request the gateway did not sign fails the origin's check.
+  const direct = await fetch(`http://127.0.0.1:${ORIGIN_PORT}/e2e/echo/direct`, { headers: { 'x-gatehouse-signature': 'v1=00' } });
+  assert.equal((await direct.json()).verified, false);
+
+  // GET and HEAD are forwarded too; an unknown key never reaches the origin.
+  const get = await call('GET', '/e2e/echo/get?q=1', { key: server.key });
+  assert.equal(get.status, 200);
+  assert.equal(get.body.method, 'GET');
+  assert.equal(get.body.verified, true);
+  const before = hitsOf('/e2e/echo/refused').length;
+  assertError(await call('GET', '/e2e/echo/refused', { key: 'gh_s_' + '0'.repeat(40) }), 401, 'INVALID_API_KEY');
+  assertError(await call('GET', '/e2e/echo/refused'), 401, 'INVALID_API_KEY');
+  assert.equal(hitsOf('/e2e/echo/refused').length, before);
+  // Not under any prefix: still 404.
+  assertError(await call('GET', '/e2e', { key: server.key }), 404, 'NOT_FOUND');
+});
+
+test('a completed key replays the stored answer without a second origin call; another body is 409', async () => {
+  const { server } = await businessProject();
+  const idem = idemKey();
+  const first = await call('POST', '/e2e/orders/replay', { key: server.key, idem, body: { sku: 'tea' } });
+  assert.equal(first.status, 201, first.text);
+  const replay = await eventually(async () => {
+    const r = await call('POST', '/e2e/orders/replay', { key: server.key, idem, body: { sku: 'tea' } });
+    return r.status === 201 ? r : null;
+  });
+  assert.equal(replay.text, first.text);
+  assert.equal(replay.headers.get('idempotent-replayed'), '1');
+  assert.equal(replay.headers.get('idempotency-replayed'), 'true');
+  assert.equal(replay.headers.get('x-original-request-id'), first.headers.get('x-request-id'));
+  assert.notEqual(replay.headers.get('x-request-id'), first.headers.get('x-request-id'));
+  assert.equal(replay.headers.get('content-type'), 'application/vnd.shop+json');
+  assert.equal(replay.headers.get('x-order-number'), first.headers.get('x-order-number'));
+  assert.ok(replay.headers.get('x-ratelimit-remaining'));
+  assert.equal(hitsOf('/e2e/orders/replay').length, 1);
+  const other = await call('POST', '/e2e/orders/replay', { key: server.key, idem, body: { sku: 'coffee' } });
+  assertError(other, 409, 'IDEMPOTENCY_KEY_REUSED');
+  assert.equal(hitsOf('/e2e/orders/replay').length, 1);
+});
+
+test('20 parallel identical POSTs with one key reach the origin once', async () => {
+  const { server } = await businessProject();
+  const idem = idemKey();
+  const send = () => call('POST', '/e2e/orders/parallel', { key: server.key, idem, body: { sku: 'tea', qty: 1 } });
+  const answers = await Promise.all(Array.from({ length: 20 }, send));
+  for (const a of answers) {
+    if (a.status !== 201) assertError(a, 409, 'IDEMPOTENCY_KEY_IN_USE');
+  }
+  assert.ok(answers.some((a) => a.status === 201));
+  assert.equal(hitsOf('/e2e/orders/parallel').length, 1);
+  const bodies = new Set(answers.filter((a) => a.status === 201).map((a) => a.text));
+  assert.equal(bodies.size, 1, 'every success is the one execution');
+  const later = await eventually(async () => { const r = await send(); return r.status === 201 ? r : null; });
+  assert.equal(later.text, [...bodies][0]);
+  assert.equal(hitsOf('/e2e/orders/parallel').length, 1);
+});
+
+test('an origin 500 is passed through unchanged and executed again on retry', async () => {
+  const { server } = await businessProject();
+  const idem = idemKey();
+  const first = await call('POST', '/e2e/fail', { key: server.key, idem, body: { n: 1 } });
+  assert.equal(first.status, 500);
+  assert.equal(first.text, 'boom 1');
+  assert.equal(first.headers.get('x-origin'), 'yes');
+  assertRequestId(first);
+  const again = await eventually(async () => {
+    const r = await call('POST', '/e2e/fail', { key: server.key, idem, body: { n: 1 } });
+    return r.status === 500 ? r : null;
+  });
+  assert.equal(again.text, 'boom 2');
+  assert.equal(hitsOf('/e2e/fail').length, 2);
+});
+
+test('a hanging origin is 504 UPSTREAM_TIMEOUT within timeout_ms; a closed port is 502 UPSTREAM_UNAVAILABLE', async () => {
+  const { server } = await businessProject();
+  const started = Date.now();
+  const hung = await call('GET', '/e2e/hang', { key: server.key });
+  const elapsed = Date.now() - started;
+  const e = assertError(hung, 504, 'UPSTREAM_TIMEOUT');
+  assert.equal(e.retryable, true);
+  assert.ok(elapsed >= 1900 && elapsed < 4000, `answered after ${elapsed} ms (timeout_ms 2000)`);
+  assert.ok(hung.headers.get('x-ratelimit-remaining'));
+  // /e2e/down/ is the longer prefix: its origin's port has nothing listening.
+  const down = await call('GET', '/e2e/down/anything', { key: server.key });
+  assert.equal(assertError(down, 502, 'UPSTREAM_UNAVAILABLE').retryable, true);
+  assert.equal(hitsOf('/e2e/down/anything').length, 0);
+});
+
+test('a 3 MiB answer streams through whole, is not stored, and its replay is 409 IDEMPOTENCY_RESPONSE_NOT_STORED', async () => {
+  const { server } = await businessProject();
+  const idem = idemKey();
+  const res = await fetch(`${process.env.GATEHOUSE_URL}/e2e/big`, {
+    method: 'POST', headers: { authorization: `Bearer ${server.key}`, 'idempotency-key': idem }, body: 'x',
+  });
+  assert.equal(res.status, 200);
+  const bytes = Buffer.from(await res.arrayBuffer());
+  assert.equal(bytes.length, BIG);
+  assert.equal(createHash('sha256').update(bytes).digest('hex'), createHash('sha256').update(bigBody()).digest('hex'));
+  assert.equal(res.headers.get('content-type'), 'application/octet-stream');
+  assertRequestId(res);
+  const replay = await eventually(async () => {
+    const r = await call('POST', '/e2e/big', { key: server.key, idem, body: 'x' });
+    return r.status === 409 && r.body.error?.code === 'IDEMPOTENCY_RESPONSE_NOT_STORED' ? r : null;
+  });
+  const e = assertError(replay, 409, 'IDEMPOTENCY_RESPONSE_NOT_STORED');
+  assert.equal(e.retryable, false);
+  assert.equal(e.details.original_request_id, res.headers.get('x-request-id'));
+  assert.equal(hitsOf('/e2e/big').length, 1);
+});
+
+test('key types, required keys and the body limit are enforced before the origin is called', async () => {
+  const { owner } = await businessProject();
+  const browser = await createKey(owner.key, 'browser');
+  const server = await createKey(owner.key, 'server');
+  assertError(await call('GET', '/e2e/echo/x', { key: browser.key }), 403, 'FORBIDDEN');
+  // /e2e-cost/ admits server keys only.
+  assertError(await call('GET', '/e2e-cost/x', { key: owner.key }), 403, 'FORBIDDEN');
+  assertError(await call('POST', '/e2e-required/x', { key: server.key, body: {} }), 400, 'IDEMPOTENCY_KEY_REQUIRED');
+  assertError(await call('POST', '/e2e-required/x', { key: server.key, body: {}, idem: 'a,b' }), 422, 'VALIDATION_ERROR');
+  assert.equal(hitsOf('/e2e-required/x').length, 0);
+  const ok = await call('POST', '/e2e-required/x', { key: server.key, body: {}, idem: idemKey() });
+  assert.equal(ok.status, 201, ok.text);
+  // max_body_bytes of /e2e/ is 64 KiB.
+  assertError(await call('POST', '/e2e/echo/large', { key: server.key, body: 'x'.repeat(65_537) }), 413, 'PAYLOAD_TOO_LARGE');
+  assert.equal(hitsOf('/e2e/echo/large').length, 0);
+  const fits = await call('POST', '/e2e/echo/large', { key: server.key, body: 'x'.repeat(65_536) });
+  assert.equal(fits.status, 200);
+  assert.equal(fits.body.body.length, 65_536);
+});
+
+test('rate limits and cost hold exactly under 100 parallel requests', async () => {
+  await freshWindow(20);
+  const { owner } = await createProject('proxy limits'); // trial: 30 a minute
+  const [a, b] = [await createKey(owner.key, 'server'), await createKey(owner.key, 'server')];
+  const burst = (path, key) => Promise.all(Array.from({ length: 100 }, () => call('GET', path, { key })));
+  const plain = await burst('/e2e/echo/limit-1', a.key);
+  assert.equal(plain.filter((r) => r.status === 200).length, 30);
+  for (const r of plain.filter((r) => r.status !== 200)) assertError(r, 429, 'RATE_LIMIT_EXCEEDED');
+  assert.equal(hitsOf('/e2e/echo/limit-1').length, 30);
+  // Cost 5: six requests use the 30 units of the window.
+  const costly = await burst('/e2e-cost/limit-5', b.key);
+  assert.equal(costly.filter((r) => r.status === 200).length, 6);
+  assert.equal(hitsOf('/e2e-cost/limit-5').length, 6);
+  const refused = costly.find((r) => r.status === 429);
+  assertError(refused, 429, 'RATE_LIMIT_EXCEEDED');
+  assert.ok(Number(refused.headers.get('retry-after')) >= 1);
+  assert.equal(refused.headers.get('x-ratelimit-remaining'), '0');
+});
+
+test('the audit row of a proxied request has the route {prefix}*, the key statistics show it, and the hot path was one guard call', async () => {
+  const { owner } = await businessProject();
+  const res = await call('GET', '/e2e/echo/audited?token=secret-value', { key: owner.key });
+  assert.equal(res.status, 200);
+  const id = res.headers.get('x-request-id');
+  const row = await eventually(async () => {
+    const r = await call('GET', `/public/v1/logs/${id}`, { key: owner.key });
+    return r.status === 200 ? r.body : null;
+  });
+  assert.ok(row, 'the audit row arrived');
+  assert.equal(row.route, '/e2e/*');
+  assert.equal(row.status, 200);
+  assert.equal(row.path, '/e2e/echo/audited?token=REDACTED');
+  assert.equal(row.key_id, owner.id);
+  const stats = await eventually(async () => {
+    const r = await call('GET', `/public/v1/keys/${owner.id}/stats?days=1`, { key: owner.key });
+    return r.body.top_endpoints?.some((t) => t.route === '/e2e/*') ? r.body : null;
+  });
+  assert.ok(stats, 'top endpoints list the proxied route');
+  const line = (await workerLog()).find((l) => l.request_id === id);
+  assert.ok(line, 'the per-request log line');
+  assert.deepEqual([line.durable_object_calls, line.d1_queries, line.kv_operations], [1, 0, 0]);
+});
+
+test('origin events reach a local receiver signed, once per Idempotency-Key', async () => {
+  const { projectId, owner } = await createProject('origin events');
+  const sub = await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: `${receiverBase}/orders`, events: ['order.shipped'] } });
+  assert.equal(sub.status, 201, sub.text);
+  const auth = { authorization: `Bearer ${ORIGIN_SECRET}` };
+  const idem = idemKey();
+  const sent = await call('POST', `/admin/v1/projects/${projectId}/events`, { headers: auth, idem, body: { type: 'order.shipped', data: { order: 7 } } });
+  assert.equal(sent.status, 202, sent.text);
+  assert.equal(sent.body.deliveries, 1);
+  const again = await call('POST', `/admin/v1/projects/${projectId}/events`, { headers: auth, idem, body: { type: 'order.shipped', data: { order: 7 } } });
+  assert.equal(again.status, 202);
+  assert.equal(again.body.event_id, sent.body.event_id);
+  const got = await eventually(async () => webhooks.find((w) => JSON.parse(w.body).id === sent.body.event_id));
+  assert.ok(got, 'the receiver got the event');
+  const payload = JSON.parse(got.body);
+  assert.equal(payload.type, 'order.shipped');
+  assert.deepEqual(payload.data, { order: 7 });
+  const key = Buffer.from(sub.body.secret.replace('whsec_', ''), 'base64');
+  const signed = `${got.headers['webhook-id']}.${got.headers['webhook-timestamp']}.${got.body}`;
+  assert.equal(got.headers['webhook-signature'], `v1,${createHmac('sha256', key).update(signed).digest('base64')}`);
+  assert.equal(got.headers['x-gatehouse-event'], 'order.shipped');
+  assert.equal(got.headers['x-gatehouse-request-id'], sent.headers.get('x-request-id'));
+  // Let any duplicate arrive, then count.
+  await new Promise((r) => setTimeout(r, 1500));
+  assert.equal(webhooks.filter((w) => JSON.parse(w.body).id === sent.body.event_id).length, 1);
+
+  assertError(await call('POST', `/admin/v1/projects/${projectId}/events`, { headers: { authorization: 'Bearer wrong-wrong-wrong-wrong' }, body: { type: 'order.shipped' } }), 401, 'INVALID_API_KEY');
+  assertError(await call('POST', `/admin/v1/projects/${projectId}/events`, { key: owner.key, body: { type: 'order.shipped' } }), 401, 'INVALID_API_KEY');
+  assertError(await call('POST', `/admin/v1/projects/${projectId}/events`, { headers: auth, body: { type: 'Order Shipped' } }), 422, 'VALIDATION_ERROR');
+  assertError(await call('POST', `/admin/v1/projects/${projectId}/events`, { headers: auth, body: '{"type":' }), 400, 'VALIDATION_ERROR');
+  assertError(await call('POST', '/admin/v1/projects/prj_nope/events', { headers: auth, body: { type: 'order.shipped' } }), 404, 'NOT_FOUND');
+});
