@@ -34,6 +34,25 @@ if (!demo || !(await stillValid(demo.keys))) {
   writeFileSync(file, JSON.stringify(demo, null, 2));
 }
 
+// scripts/dev --demo-origin: a subscription to the demo origin's receiver for its order events.
+const demoOrigin = process.env.DEMO_ORIGIN;
+if (demoOrigin) {
+  const url = `${demoOrigin}/webhook`;
+  const list = await fetch(base + '/public/v1/webhooks', { headers: { authorization: `Bearer ${demo.keys.owner}` } });
+  const subscribed = (await list.json()).data?.some((w) => w.url === url);
+  if (!subscribed) await post('/public/v1/webhooks', demo.keys.owner, { url, events: ['order.created'] });
+}
+
 console.log(`\nDemo project ${demo.project_id} (keys kept in ${file}):\n`);
 for (const [type, key] of Object.entries(demo.keys)) console.log(`  ${type.padEnd(8)} ${key}`);
 console.log(`\nTry it:\n  curl -s ${base}/public/v1/me -H "Authorization: Bearer ${demo.keys.server}"\n`);
+if (demoOrigin) {
+  console.log(`Proxy mode: /shop/v1/ goes to the demo origin at ${demoOrigin}. Place an order through the gateway:
+  curl -s -X POST ${base}/shop/v1/orders -H "Authorization: Bearer ${demo.keys.server}" \\
+       -H "Idempotency-Key: demo-order-1" -H "Content-Type: application/json" -d '{"sku":"tea","qty":2}'
+Send it again: the same order comes back (Idempotent-Replayed: 1) and the origin is not called twice.
+Its log row:
+  curl -s "${base}/public/v1/logs?limit=1" -H "Authorization: Bearer ${demo.keys.owner}"
+The order.created webhook is printed above by the demo origin ("[demo origin] webhook received").
+`);
+}
