@@ -34,6 +34,17 @@ const auth = { authorization: `Bearer ${server.key}`, 'content-type': 'applicati
 const replayKey = `bench-replay-${randomUUID()}`;
 await api('POST', '/public/v1/contacts', { key: server.key, body: { name: 'Replayed' }, headers: { 'idempotency-key': replayKey } });
 
+// Proxy mode (SPEC §16: a proxied GET ≥ 0.8× GET /public/v1/me): a minimal origin in its own
+// process on GATEHOUSE_BENCH_ORIGIN_PORT, which scripts/bench and scripts/test route /bench/ to.
+const ORIGIN_PORT = process.env.GATEHOUSE_BENCH_ORIGIN_PORT;
+let originProcess = null;
+if (ORIGIN_PORT) {
+  const { spawn } = await import('node:child_process');
+  const server = `require('node:http').createServer((q, s) => { q.resume(); q.on('end', () => { s.writeHead(200, { 'content-type': 'application/json' }); s.end('{"ok":true}'); }); }).listen(${Number(ORIGIN_PORT)}, '127.0.0.1', () => console.log('ready'))`;
+  originProcess = spawn(process.execPath, ['-e', server], { stdio: ['ignore', 'pipe', 'inherit'] });
+  await new Promise((resolve) => originProcess.stdout.once('data', resolve));
+}
+
 const trackBody = (n) => JSON.stringify({
   batch: Array.from({ length: n }, (_, i) => ({ event_id: randomUUID(), event: 'Bench Event', anonymous_id: `a-${i}`, properties: { i } })),
 });
@@ -42,6 +53,7 @@ const scenarios = [
   { name: 'floor: GET /health (no auth, no storage)', key: 'floor', path: '/health', expect: 200 },
   { name: 'one DO round trip: GET /admin/v1/health', key: 'guard', path: '/admin/v1/health', headers: { authorization: `Bearer ${ADMIN}` }, expect: 200 },
   { name: 'GET /public/v1/me', key: 'me', path: '/public/v1/me', headers: auth, expect: 200 },
+  ...(ORIGIN_PORT ? [{ name: 'proxied GET /bench/items (local origin)', key: 'proxy', path: '/bench/items?page=1', headers: auth, expect: 200 }] : []),
   { name: 'POST /public/v1/contacts, fresh Idempotency-Key', key: 'create', method: 'POST', path: '/public/v1/contacts', headers: auth,
     body: JSON.stringify({ name: 'Bench' }), setup: (req) => ({ ...req, headers: { ...req.headers, 'idempotency-key': randomUUID() } }), expect: 201 },
   { name: 'replay of one completed key', key: 'replay', method: 'POST', path: '/public/v1/contacts', headers: { ...auth, 'idempotency-key': replayKey },
@@ -99,7 +111,7 @@ for (const s of scenarios) {
     p99_ms: r.latency.p99,
     requests: r.requests.total,
     unexpected: wrong,
-    io_per_request: ['me', 'create', 'replay'].includes(s.key) ? await ioOf(s) : undefined,
+    io_per_request: ['me', 'create', 'replay', 'proxy'].includes(s.key) ? await ioOf(s) : undefined,
   };
 }
 
@@ -163,7 +175,8 @@ const report = {
   duration_seconds: DURATION,
   connections: CONNECTIONS,
   machine: `${process.platform} ${process.arch}, node ${process.version}`,
-  ratios: { me_over_one_do: ratio('me', 'guard'), create_over_one_do: ratio('create', 'guard'), replay_over_one_do: ratio('replay', 'guard') },
+  ratios: { me_over_one_do: ratio('me', 'guard'), create_over_one_do: ratio('create', 'guard'), replay_over_one_do: ratio('replay', 'guard'),
+    ...(results.proxy ? { proxied_get_over_me: ratio('proxy', 'me') } : {}) },
   wasm_bytes: { raw: statSync(new URL('../build/index_bg.wasm', import.meta.url)).size, gzip: gzipSync(wasm, { level: 9 }).length },
   scenarios: results,
   filtered_log_query_over_100k_rows: logQuery,
@@ -176,6 +189,7 @@ for (const r of Object.values(results)) {
   console.log(`${pad(r.name, 50)}${pad(r.requests_per_second.toFixed(0), 10)}${pad(r.events_per_second?.toFixed(0) ?? '', 10)}${pad(r.p50_ms, 8)}${pad(r.p99_ms, 8)}${pad(r.unexpected, 8)}${io}`);
 }
 console.log(`\nratios vs one DO round trip: /me ${report.ratios.me_over_one_do.toFixed(2)}, create ${report.ratios.create_over_one_do.toFixed(2)}, replay ${report.ratios.replay_over_one_do.toFixed(2)}`);
+if (results.proxy) console.log(`proxied GET over GET /public/v1/me: ${report.ratios.proxied_get_over_me.toFixed(2)} (SPEC §16: ≥ 0.8)`);
 console.log(`wasm: ${report.wasm_bytes.raw} bytes raw, ${report.wasm_bytes.gzip} bytes gzip`);
 if (logQuery) {
   console.log(`filtered GET /public/v1/logs over ${logQuery.rows} rows, 20 requests: hot p50 ${logQuery.hot.p50_ms} ms (max ${logQuery.hot.max_ms}), `
@@ -185,4 +199,5 @@ if (STATE) {
   writeFileSync(`${STATE}/bench.json`, JSON.stringify(report, null, 2));
   console.log(`results: ${STATE}/bench.json`);
 }
+originProcess?.kill();
 process.exit(failed ? 1 : 0);
