@@ -17,6 +17,9 @@ use crate::core::upstream::{
 use crate::core::webhook::{is_event_type, payload};
 use crate::ports::{Origin, OriginEvent, OriginOutcome, OriginRequest, Ports, WebhookStore};
 
+/// The methods a proxied route forwards (the runtime's `fetch` takes no others as they are).
+const FORWARDED_METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct OriginEventInput {
@@ -38,6 +41,12 @@ impl<P: Ports> Gateway<'_, P> {
         client_headers: &[(String, String)],
         call: &Call<'_>,
     ) -> Result<Reply, ApiError> {
+        if !FORWARDED_METHODS.contains(&method) {
+            let mut e = ApiError::new(ErrorCode::MethodNotAllowed, format!("{method} is not forwarded."))
+                .with_detail("allow", FORWARDED_METHODS.to_vec());
+            e.allow = FORWARDED_METHODS.to_vec();
+            return Err(e);
+        }
         let key = call.key();
         // `Config` refuses `UPSTREAMS` without an `ORIGIN_SECRET`.
         let secret = self.config.origin_secret.as_deref().unwrap_or_default();

@@ -1226,9 +1226,10 @@ fn a_completed_proxied_key_never_reaches_the_origin_again_under_faults() {
 fn a_proxied_request_takes_its_cost_of_the_window() {
     let faults = Rc::new(Faults::new(1, 0.0));
     let (gateway, clock, secrets) = world(&faults, &[KeyType::Server, KeyType::Browser]);
-    let get = |path: &str, key: &str| {
-        drive(gateway.handle(request(&clock, "GET", path, key, None, "")), &faults, 0.0).unwrap()
+    let get_with = |method: &str, path: &str, key: &str| {
+        drive(gateway.handle(request(&clock, method, path, key, None, "")), &faults, 0.0).unwrap()
     };
+    let get = |path: &str, key: &str| get_with("GET", path, key);
     let proxied = get("/shop/v1/items", &secrets[0]);
     assert_eq!(proxied.status, 201, "{:?}", String::from_utf8_lossy(&proxied.body));
     let me = json(&get("/public/v1/me", &secrets[0]));
@@ -1236,5 +1237,9 @@ fn a_proxied_request_takes_its_cost_of_the_window() {
     // A browser key is not among the route's key types (default server, owner): 403, no origin call.
     let refused = get("/shop/v1/items", &secrets[1]);
     assert_eq!((refused.status, json(&refused)["error"]["code"].as_str()), (403, Some("FORBIDDEN")));
+    assert_eq!(gateway.origin.received.borrow().len(), 1);
+    // A method the runtime's fetch would not forward as it is: 405, never a silent GET.
+    let purge = get_with("PURGE", "/shop/v1/items", &secrets[0]);
+    assert_eq!((purge.status, json(&purge)["error"]["code"].as_str()), (405, Some("METHOD_NOT_ALLOWED")));
     assert_eq!(gateway.origin.received.borrow().len(), 1);
 }
