@@ -42,7 +42,9 @@ test('the dashboard: sign-in, keys with a chart, a filtered log, and a webhook r
   await call('GET', `/public/v1/contacts/${contact.body.id}`, { key: server.key });
   const missing = await call('GET', '/public/v1/contacts/con_missing', { key: server.key });
   await call('POST', '/public/v1/contacts', { key: server.key, body: {} });
-  const serverRequests = 4;
+  // A proxied route (proxy mode; scripts/test routes /e2e/down/ to a closed port: 502).
+  assert.equal((await call('GET', '/e2e/down/dashboard', { key: server.key })).status, 502);
+  const serverRequests = 5;
   await eventually(async () => (await listAll(`/public/v1/logs?key_id=${server.id}`, owner.key)).length >= serverRequests, 20_000);
   await eventually(async () => (await listAll(`/public/v1/webhooks/${hook.body.id}/deliveries?status=failed`, owner.key)).length === 1, 40_000);
 
@@ -74,6 +76,7 @@ test('the dashboard: sign-in, keys with a chart, a filtered log, and a webhook r
   assert.equal(await page.getAttribute('#stats-chart', 'data-total'), String(serverRequests));
   assert.equal(await page.textContent('#stats-total'), String(serverRequests));
   assert.match(await page.textContent('#stats-endpoints'), /\/public\/v1\/contacts\/\{id\}/);
+  assert.match(await page.textContent('#stats-endpoints'), /\/e2e\/down\/\*/, 'top endpoints show the proxied route');
   await page.screenshot({ path: `${SHOTS}/keys.png`, fullPage: true });
 
   // Request log: only 4xx after filtering; a request_id finds its row, which opens its details.
