@@ -182,8 +182,13 @@ impl<P: Ports> Gateway<'_, P> {
         // A bad header is answered only after authentication (SPEC §3 order), so keep the error.
         let idempotency_key = idempotency::parse_key(req.idempotency_key.as_deref(), route.idempotency);
         trace.idempotency_key = idempotency_key.as_ref().ok().cloned().flatten();
+        // The origin receives the query too: for a proxied request it is part of "the same request".
+        let path_and_query = match &req.raw_query {
+            Some(q) if upstream.is_some() => format!("{}?{q}", req.path),
+            _ => req.path.clone(),
+        };
         let claim = trace.idempotency_key.clone().map(|key| ClaimRequest {
-            fingerprint: idempotency::fingerprint(&req.method, &req.path, &body),
+            fingerprint: idempotency::fingerprint(&req.method, &path_and_query, &body),
             idempotency_key: key,
             request_id: request_id.to_owned(),
         });
@@ -238,13 +243,7 @@ impl<P: Ports> Gateway<'_, P> {
             idempotency_key: trace.idempotency_key.clone(),
         };
         let answer = match upstream {
-            Some(upstream) => {
-                let path_and_query = match &req.raw_query {
-                    Some(q) => format!("{}?{q}", req.path),
-                    None => req.path.clone(),
-                };
-                self.proxy(upstream, &req.method, &path_and_query, &req.headers, &call).await
-            }
+            Some(upstream) => self.proxy(upstream, &req.method, &path_and_query, &req.headers, &call).await,
             None => self.execute(route.id, &call).await,
         }
         .map(Answer::Reply);

@@ -153,6 +153,9 @@ test('a completed key replays the stored answer without a second origin call; an
   assert.equal(hitsOf('/e2e/orders/replay').length, 1);
   const other = await call('POST', '/e2e/orders/replay', { key: server.key, idem, body: { sku: 'coffee' } });
   assertError(other, 409, 'IDEMPOTENCY_KEY_REUSED');
+  // The query reaches the origin, so it is part of the request the key names.
+  const otherQuery = await call('POST', '/e2e/orders/replay?express=1', { key: server.key, idem, body: { sku: 'tea' } });
+  assertError(otherQuery, 409, 'IDEMPOTENCY_KEY_REUSED');
   assert.equal(hitsOf('/e2e/orders/replay').length, 1);
 });
 
