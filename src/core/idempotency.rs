@@ -348,6 +348,29 @@ mod tests {
         assert_eq!(read.open(&key, "key_1", "k-1"), Some(created_key()));
     }
 
+    /// A proxied answer (SPEC §15) keeps its bytes (any, not only UTF-8) and its headers; a
+    /// response of a built-in route written before these fields existed still reads.
+    #[test]
+    fn a_proxied_answer_replays_its_exact_bytes_and_headers() {
+        let key = SealingKey::for_responses(PEPPER, "gh_s_caller");
+        let bytes = [0u8, 0xff, 0xfe, b'{', 0x80];
+        let answer = StoredResponse {
+            status: 200,
+            body: crate::core::encoding::base64(&bytes),
+            request_id: "req-1".into(),
+            headers: vec![("content-type".into(), "application/octet-stream".into())],
+            base64: true,
+            not_stored: false,
+        };
+        let kept = KeptResponse::seal(&key, "key_1", "k-1", &answer, [3; 12]);
+        let opened = kept.open(&key, "key_1", "k-1").unwrap();
+        assert_eq!((opened.body_bytes(), &opened.headers), (bytes.to_vec(), &answer.headers));
+        let older: StoredResponse =
+            serde_json::from_str(r#"{"status":201,"body":"{}","request_id":"r"}"#).unwrap();
+        assert_eq!((older.body_bytes(), older.base64, older.not_stored), (b"{}".to_vec(), false, false));
+        assert_eq!(serde_json::to_string(&older).unwrap(), r#"{"status":201,"body":"{}","request_id":"r"}"#);
+    }
+
     #[test]
     fn a_kept_response_does_not_open_under_another_api_key_or_entry() {
         let key = SealingKey::for_responses(PEPPER, "gh_o_caller");
