@@ -6,6 +6,7 @@ use std::cell::OnceCell;
 use worker::Env;
 
 use crate::config::{Config, ConfigError};
+use crate::core::upstream::OriginTarget;
 
 thread_local! {
     static CONFIG: OnceCell<Result<&'static Config, ConfigError>> = const { OnceCell::new() };
@@ -18,8 +19,26 @@ pub fn config(env: &Env) -> Result<&'static Config, ConfigError> {
                 env.var(name).map(|v| v.to_string()).or_else(|_| env.secret(name).map(|s| s.to_string())).ok()
             };
             // Leaked once per isolate, so handlers can borrow it for 'static.
-            Config::from_lookup(lookup).map(|c| &*Box::leak(Box::new(c)))
+            Config::from_lookup(lookup)
+                .and_then(|c| bound_services(env, &c).map(|()| c))
+                .map(|c| &*Box::leak(Box::new(c)))
         })
         .clone()
     })
+}
+
+/// Every `service:BINDING` origin of `UPSTREAMS` names a binding this worker has (SPEC §15: a
+/// bad route is a configuration error, not a 502 on each request).
+fn bound_services(env: &Env, config: &Config) -> Result<(), ConfigError> {
+    for upstream in &config.upstreams {
+        if let OriginTarget::Service(binding) = &upstream.origin {
+            if env.service(binding).is_err() {
+                return Err(ConfigError(format!(
+                    "UPSTREAMS: the origin of {} is service:{binding}, but no service binding {binding} is configured",
+                    upstream.prefix
+                )));
+            }
+        }
+    }
+    Ok(())
 }
