@@ -40,11 +40,8 @@ impl<P: Ports> Gateway<'_, P> {
         }
     }
 
-    /// One page of the log across both tiers (SPEC §18): the hot rows and the cold objects'
-    /// summaries from one D1 snapshot, then the objects the page needs, merged newest first.
-    /// Rows past retention are not searched; a UUIDv7 `request_id` filter narrows the range to
-    /// its millisecond, and any other id (from before request ids were UUIDv7) is looked for in
-    /// the hot tier only, so a lookup never scans the cold tier.
+    /// One page of the project's log from its first retained row on (SPEC §18; see
+    /// [`read_log_page`]).
     async fn log_page(
         &self,
         call: &Call<'_>,
@@ -53,30 +50,7 @@ impl<P: Ports> Gateway<'_, P> {
     ) -> Result<(Vec<AuditRow>, Option<Cursor>), ApiError> {
         let floor = archive::retention_cutoff(call.now_ms, self.config.audit_retention_days);
         filter.from_ms = Some(filter.from_ms.map_or(floor, |f| f.max(floor)));
-        let mut cold = true;
-        if let Some(id) = filter.request_id.as_deref() {
-            match uuid_v7_ms(id) {
-                Some(ms) => {
-                    filter.from_ms = filter.from_ms.map(|f| f.max(ms));
-                    filter.to_ms = Some(filter.to_ms.map_or(ms, |t| t.min(ms)));
-                }
-                None => cold = false,
-            }
-        }
-        if filter.to_ms.is_some_and(|t| Some(t) < filter.from_ms) {
-            return Ok((Vec::new(), None));
-        }
-        let (hot, mut summaries) =
-            self.store.log_snapshot(call.project_id(), &filter, &page).await.map_err(unavailable)?;
-        if !cold {
-            summaries.clear();
-        }
-        let mut merge = PageMerge::new(filter, page, hot, summaries);
-        while let Some(object) = merge.wanted() {
-            let rows = read_object(&self.archive, &object.key).await.map_err(unavailable)?;
-            merge.add(rows);
-        }
-        Ok(merge.finish())
+        read_log_page(&self.store, &self.archive, call.project_id(), filter, page).await.map_err(unavailable)
     }
 
     pub(super) async fn key_stats(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
@@ -141,6 +115,42 @@ impl<P: Ports> Gateway<'_, P> {
             after: None,
         })
     }
+}
+
+/// One page of a project's log across both tiers (SPEC §18): the hot rows and the cold objects'
+/// summaries from one D1 snapshot, then the objects the page needs, merged newest first. A UUIDv7
+/// `request_id` filter narrows the range to its millisecond; any other id (from before request
+/// ids were UUIDv7) is looked for in the hot tier only, so a lookup never scans the cold tier.
+pub(super) async fn read_log_page<S: AuditStore, A: Archive>(
+    store: &S,
+    archive: &A,
+    project_id: &str,
+    mut filter: LogFilter,
+    page: PageRequest,
+) -> Result<(Vec<AuditRow>, Option<Cursor>), PortError> {
+    let mut cold = true;
+    if let Some(id) = filter.request_id.as_deref() {
+        match uuid_v7_ms(id) {
+            Some(ms) => {
+                filter.from_ms = Some(filter.from_ms.map_or(ms, |f| f.max(ms)));
+                filter.to_ms = Some(filter.to_ms.map_or(ms, |t| t.min(ms)));
+            }
+            None => cold = false,
+        }
+    }
+    if filter.to_ms.is_some_and(|t| filter.from_ms.is_some_and(|f| t < f)) {
+        return Ok((Vec::new(), None));
+    }
+    let (hot, mut summaries) = store.log_snapshot(project_id, &filter, &page).await?;
+    if !cold {
+        summaries.clear();
+    }
+    let mut merge = PageMerge::new(filter, page, hot, summaries);
+    while let Some(object) = merge.wanted() {
+        let rows = read_object(archive, &object.key).await?;
+        merge.add(rows);
+    }
+    Ok(merge.finish())
 }
 
 /// The rows of one cold object.
@@ -369,14 +379,8 @@ mod tests {
         let mut out = Vec::new();
         let mut page = PageRequest { limit, after: None };
         loop {
-            let filter = LogFilter::default();
-            let (hot, summaries) = complete(store.log_snapshot(project, &filter, &page))?;
-            let mut merge = PageMerge::new(filter, page.clone(), hot, summaries);
-            while let Some(o) = merge.wanted() {
-                let key = o.key.clone();
-                merge.add(complete(read_object(bucket, &key))?);
-            }
-            let (rows, next) = merge.finish();
+            let (rows, next) =
+                complete(read_log_page(store, bucket, project, LogFilter::default(), page.clone()))?;
             out.extend(rows.into_iter().map(|r| r.request_id));
             match next {
                 Some(c) => page.after = Some(c),

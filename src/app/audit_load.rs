@@ -11,14 +11,13 @@ use std::collections::{BTreeMap, HashSet};
 use std::rc::Rc;
 use std::time::Instant;
 
-use super::audit::{read_object, roll_up, RollUpLimits};
+use super::audit::{read_log_page, roll_up, RollUpLimits};
 use super::queues::{consume, Incoming, Settle};
 use crate::core::archive::{hot_cutoff, HOUR_MS};
 use crate::core::audit::{AuditMessage, AuditRow, LogFilter};
 use crate::core::encoding::uuid_v7;
-use crate::core::page::PageRequest;
+use crate::core::page::{Cursor, PageRequest};
 use crate::core::queue::RetryPolicy;
-use crate::core::tiers::PageMerge;
 use crate::core::time::utc_date;
 use crate::fakes::audit::FakeArchive;
 use crate::fakes::queue::FakeDeadLetters;
@@ -124,14 +123,8 @@ fn page(
     project: &str,
     filter: &LogFilter,
     page: PageRequest,
-) -> (Vec<AuditRow>, Option<crate::core::page::Cursor>) {
-    let (hot, summaries) = complete(store.log_snapshot(project, filter, &page)).unwrap();
-    let mut merge = PageMerge::new(filter.clone(), page, hot, summaries);
-    while let Some(o) = merge.wanted() {
-        let key = o.key.clone();
-        merge.add(complete(read_object(archive, &key)).unwrap());
-    }
-    merge.finish()
+) -> (Vec<AuditRow>, Option<Cursor>) {
+    complete(read_log_page(store, archive, project, filter.clone(), page)).unwrap()
 }
 
 fn check(store: &FakeStore, archive: &FakeArchive, total: u64, ts_of: impl Fn(u64) -> i64, now: i64) {
