@@ -56,6 +56,11 @@ impl D1Store {
         result.results().map_err(PortError::from_display)
     }
 
+    /// The `id`s one statement answers.
+    async fn ids(&self, sql: &str, args: &[JsValue]) -> Result<Vec<String>, PortError> {
+        Ok(self.rows::<IdRow>(sql, args).await?.into_iter().map(|r| r.id).collect())
+    }
+
     /// A page of a project's rows, newest first, keyset on `(created_at, id)`.
     async fn newest_first<T: serde::de::DeserializeOwned>(
         &self,
@@ -104,13 +109,9 @@ impl D1Store {
         let split = statements.len();
         let all = statements.into_iter().chain(deliveries).collect();
         let mut results = self.db.batch(all).await.map_err(PortError::from_display)?;
-        #[derive(serde::Deserialize)]
-        struct Id {
-            id: String,
-        }
         let mut ids = Vec::new();
         for r in &results[split..] {
-            ids.extend(r.results::<Id>().map_err(PortError::from_display)?.into_iter().map(|i| i.id));
+            ids.extend(result_ids(r)?);
         }
         results.truncate(split);
         Ok((results, ids))
@@ -136,6 +137,17 @@ impl D1Store {
             .collect::<Result<Vec<_>, PortError>>()?;
         Ok((stored, deliveries))
     }
+}
+
+/// A row of a statement that answers ids (`SELECT id …`, `… RETURNING id`).
+#[derive(serde::Deserialize)]
+struct IdRow {
+    id: String,
+}
+
+/// The `id`s a statement of a batch answered.
+fn result_ids(result: &D1Result) -> Result<Vec<String>, PortError> {
+    Ok(result.results::<IdRow>().map_err(PortError::from_display)?.into_iter().map(|r| r.id).collect())
 }
 
 fn text(s: &str) -> JsValue {

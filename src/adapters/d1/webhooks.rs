@@ -2,7 +2,7 @@
 
 use wasm_bindgen::JsValue;
 
-use super::{after, int, opt_int, opt_text, text, D1Store};
+use super::{after, int, opt_int, opt_text, result_ids, text, D1Store};
 use crate::core::page::PageRequest;
 use crate::core::webhook::{Attempt, Delivery, StoredSecret, Webhook, INTERRUPTED_ATTEMPT};
 use crate::ports::{Meter, OriginEvent, PortError, WebhookStore};
@@ -172,20 +172,14 @@ impl WebhookStore for D1Store {
         since_ms: i64,
         now_ms: i64,
     ) -> Result<Vec<String>, PortError> {
-        #[derive(serde::Deserialize)]
-        struct Id {
-            id: String,
-        }
-        let rows: Vec<Id> = self
-            .rows(
-                "UPDATE webhook_deliveries SET status = 'pending', scheduled_at = ?4, schedule_from = attempts,
-                   retry_requested = 0, swept_at = NULL, updated_at = ?4
-                 WHERE webhook_id = ?1 AND project_id = ?2 AND status = 'failed' AND created_at >= ?3
-                 RETURNING id",
-                &[text(webhook_id), text(project_id), int(since_ms), int(now_ms)],
-            )
-            .await?;
-        Ok(rows.into_iter().map(|r| r.id).collect())
+        self.ids(
+            "UPDATE webhook_deliveries SET status = 'pending', scheduled_at = ?4, schedule_from = attempts,
+               retry_requested = 0, swept_at = NULL, updated_at = ?4
+             WHERE webhook_id = ?1 AND project_id = ?2 AND status = 'failed' AND created_at >= ?3
+             RETURNING id",
+            &[text(webhook_id), text(project_id), int(since_ms), int(now_ms)],
+        )
+        .await
     }
 
     async fn deliveries(
@@ -380,10 +374,6 @@ impl WebhookStore for D1Store {
     }
 
     async fn record_origin_event(&self, e: &OriginEvent) -> Result<Option<Vec<String>>, PortError> {
-        #[derive(serde::Deserialize)]
-        struct Id {
-            id: String,
-        }
         // One batch: the deliveries (once per subscription and event id), then the project and
         // every delivery of the event (those of an earlier call with the same event id included).
         let statements = vec![
@@ -410,14 +400,10 @@ impl WebhookStore for D1Store {
             )?,
         ];
         let results = self.results(statements).await?;
-        let ids = |i: usize| -> Result<Vec<String>, PortError> {
-            let rows = results[i].results::<Id>().map_err(PortError::from_display)?;
-            Ok(rows.into_iter().map(|r| r.id).collect())
-        };
-        if ids(1)?.is_empty() {
+        if result_ids(&results[1])?.is_empty() {
             return Ok(None);
         }
-        ids(2).map(Some)
+        result_ids(&results[2]).map(Some)
     }
 
     async fn plaintext_secrets(&self, limit: usize) -> Result<Vec<(String, String)>, PortError> {
@@ -450,22 +436,16 @@ impl WebhookStore for D1Store {
         swept_before_ms: i64,
         limit: usize,
     ) -> Result<Vec<String>, PortError> {
-        #[derive(serde::Deserialize)]
-        struct Id {
-            id: String,
-        }
-        let rows: Vec<Id> = self
-            .rows(
-                "UPDATE webhook_deliveries SET swept_at = ?2
-                 WHERE id IN (
-                   SELECT id FROM webhook_deliveries
-                   WHERE status = 'pending' AND scheduled_at <= ?1 AND (locked_until IS NULL OR locked_until < ?2)
-                     AND (swept_at IS NULL OR swept_at < ?3)
-                   ORDER BY scheduled_at LIMIT ?4)
-                 RETURNING id",
-                &[int(due_before_ms), int(now_ms), int(swept_before_ms), int(limit as i64)],
-            )
-            .await?;
-        Ok(rows.into_iter().map(|r| r.id).collect())
+        self.ids(
+            "UPDATE webhook_deliveries SET swept_at = ?2
+             WHERE id IN (
+               SELECT id FROM webhook_deliveries
+               WHERE status = 'pending' AND scheduled_at <= ?1 AND (locked_until IS NULL OR locked_until < ?2)
+                 AND (swept_at IS NULL OR swept_at < ?3)
+               ORDER BY scheduled_at LIMIT ?4)
+             RETURNING id",
+            &[int(due_before_ms), int(now_ms), int(swept_before_ms), int(limit as i64)],
+        )
+        .await
     }
 }
