@@ -282,40 +282,37 @@ fn connection_tokens(headers: &[(String, String)]) -> Vec<String> {
         .collect()
 }
 
+/// The end-to-end headers (not hop-by-hop, nor named in `Connection`: RFC 9110 §7.6.1) whose
+/// lowercase name `dropped` does not refuse.
+fn end_to_end<'h>(
+    headers: &'h [(String, String)],
+    dropped: impl Fn(&str) -> bool + 'h,
+) -> impl Iterator<Item = &'h (String, String)> + 'h {
+    let listed = connection_tokens(headers);
+    headers.iter().filter(move |(name, _)| {
+        let n = name.to_ascii_lowercase();
+        !(hop_by_hop(&n, &listed) || dropped(&n))
+    })
+}
+
 /// The client's headers the origin receives: all but `Authorization`, hop-by-hop headers, any
 /// `X-Gatehouse-*` (the identity headers are ours alone), the client's `X-Request-Id`, `Host`,
 /// `Content-Length` (the runtime sets it) and the platform's `cf-*` headers.
 pub fn forwarded_request_headers(headers: &[(String, String)]) -> Vec<(String, String)> {
-    let listed = connection_tokens(headers);
-    headers
-        .iter()
-        .filter(|(name, _)| {
-            let n = name.to_ascii_lowercase();
-            !(hop_by_hop(&n, &listed)
-                || n == "authorization"
-                || n == "host"
-                || n == "content-length"
-                || n == "x-request-id"
-                || n.starts_with("x-gatehouse-")
-                || n.starts_with("cf-"))
-        })
-        .cloned()
-        .collect()
+    end_to_end(headers, |n| {
+        matches!(n, "authorization" | "host" | "content-length" | "x-request-id")
+            || n.starts_with("x-gatehouse-")
+            || n.starts_with("cf-")
+    })
+    .cloned()
+    .collect()
 }
 
-/// The origin's headers the client receives: all but hop-by-hop ones, the ones we set ourselves,
-/// and `Content-Length`/`Content-Encoding` (the runtime hands us the decoded body and frames it).
+/// The origin's headers the client receives, names lowercase: all but hop-by-hop ones, the ones
+/// we set ourselves, and `Content-Length`/`Content-Encoding` (the runtime hands us the decoded
+/// body and frames it).
 pub fn answered_headers(headers: &[(String, String)]) -> Vec<(String, String)> {
-    let listed = connection_tokens(headers);
-    headers
-        .iter()
-        .filter(|(name, _)| {
-            let n = name.to_ascii_lowercase();
-            !(hop_by_hop(&n, &listed)
-                || OURS.contains(&n.as_str())
-                || n == "content-length"
-                || n == "content-encoding")
-        })
+    end_to_end(headers, |n| OURS.contains(&n) || n == "content-length" || n == "content-encoding")
         .map(|(n, v)| (n.to_ascii_lowercase(), v.clone()))
         .collect()
 }
