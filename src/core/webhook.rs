@@ -209,10 +209,19 @@ pub fn check_url(raw: &str, allow_private: bool) -> Result<url::Url, ApiError> {
 /// The rule of [`check_url`] as a pure verdict: the parsed URL, or why it is refused (completing
 /// "url …"). Hostnames are not resolved (a Worker cannot, and Cloudflare's `fetch` does not reach
 /// private networks): a name is refused only when it is a known internal or metadata name.
-/// IPv4 in any spelling (`2130706433`, `0177.0.0.1`, `0x7f.1`, `127.1`, `%31…`, full-width digits)
-/// reaches this as an address: the `url` crate parses hosts the WHATWG way.
+/// IPv4 in any spelling (`2130706433`, `0177.0.0.1`, `0x7f.1`, `127.1`, `%31…`) reaches this as an
+/// address: the `url` crate parses hosts the WHATWG way. A host must be ASCII (an international
+/// name in its `xn--` form): the worker carries no Unicode mapping tables, so full-width or other
+/// non-ASCII spellings of a host are refused rather than mapped.
 pub fn target_refusal(raw: &str, allow_private: bool) -> Result<url::Url, String> {
-    let url = url::Url::parse(raw).map_err(|_| "is not an absolute URL".to_owned())?;
+    let url = url::Url::parse(raw).map_err(|_| {
+        if raw.is_ascii() {
+            "is not an absolute URL"
+        } else {
+            "must have an ASCII host (an international name in its xn-- form)"
+        }
+        .to_owned()
+    })?;
     match url.scheme() {
         "https" => {}
         "http" if allow_private => {}
@@ -839,6 +848,7 @@ mod tests {
         ("https://example.com/hook", P, ""),
         ("https://hooks.example.com/in?x=1", P, ""),
         ("https://example.com:8443/hook", P, ""),
+        ("https://xn--bcher-kva.example/hook", P, ""), // an international name, written in ASCII
         ("https://[2606:4700::1111]/", P, ""),
         ("https://[2001:4860:4860::8888]/", P, ""),
         ("https://[2001:200::1]/", P, ""), // just past 2001::/23
@@ -869,7 +879,7 @@ mod tests {
         ("https://localhost/x", L, "loopback name"),
         ("https://LocalHost./x", L, "loopback name"),
         ("https://api.localhost/x", L, "loopback name"),
-        ("https://ｌｏｃａｌｈｏｓｔ/", L, "loopback name"), // full-width, IDNA-mapped
+        ("https://ｌｏｃａｌｈｏｓｔ/", N, "ASCII host"), // full-width: refused, never mapped
         ("http://hooks.example.com/in", L, "must use https"),
         ("http://127.0.0.1:9000/hook", L, "must use https"),
         // IPv4 spelled otherwise: the url crate parses every spelling to the address.
@@ -882,7 +892,8 @@ mod tests {
         ("https://127.0.1/", L, "127.0.0.0/8"),
         ("https://127.0.0.1./", L, "127.0.0.0/8"),
         ("https://%31%32%37.0.0.1/", L, "127.0.0.0/8"),
-        ("https://１２７.０.０.１/", L, "127.0.0.0/8"),
+        ("https://１２７.０.０.１/", N, "ASCII host"),
+        ("https://bücher.example/", N, "ASCII host"),
         ("https://012.0.0.1/", L, "10.0.0.0/8"),
         ("https://0xc0a80001/", L, "192.168.0.0/16"),
         ("https://2852039166/", N, "metadata address (169.254.169.254)"),
@@ -1026,15 +1037,13 @@ mod tests {
             ("https://127.1/", "127.0.0.1"),
             ("https://127.0.0.1./", "127.0.0.1"),
             ("https://%31%32%37.0.0.1/", "127.0.0.1"),
-            ("https://１２７.０.０.１/", "127.0.0.1"),
             ("https://0xa9.0xfe.0xa9.0xfe/", "169.254.169.254"),
             ("https://[::127.0.0.1]/", "[::7f00:1]"),
             ("https://[::ffff:0:7f00:1]/", "[::ffff:0:7f00:1]"),
-            ("https://ｌｏｃａｌｈｏｓｔ/", "localhost"),
         ] {
             let url = url::Url::parse(raw).expect(raw);
             assert_eq!(url.host_str(), Some(host), "{raw}");
-            if !host.starts_with('[') && host != "localhost" {
+            if !host.starts_with('[') {
                 assert!(matches!(url.host(), Some(url::Host::Ipv4(_))), "{raw} is an address, not a name");
             }
         }
