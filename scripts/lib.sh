@@ -39,7 +39,8 @@ file_size() {
 
 # start_gateway STATE_DIR PORT LOG [wrangler dev args…]: applies the D1 migrations to STATE_DIR,
 # starts `wrangler dev` in its own process group (GATEWAY_PID; job control puts a background job
-# in a group of its own, on Linux and macOS alike) and waits until it answers.
+# in a group of its own, on Linux and macOS alike) and waits until it answers. Its V8 inspector
+# (wrangler's proxy to the worker's isolate) listens on GATEWAY_INSPECTOR_PORT.
 # `--test-scheduled` serves GET /__scheduled?cron=… to run a cron handler now (the static assets
 # keep /cdn-cgi/handler/scheduled from reaching the worker).
 start_gateway() {
@@ -50,11 +51,10 @@ start_gateway() {
       && wrangler d1 migrations apply AUDIT_DB --local --persist-to "$state"; } > "$log.migrations" 2>&1 \
     || { cat "$log.migrations"; die "D1 migrations failed"; }
   note "D1 migrations applied ($(grep -oE '[0-9]{4}_[a-z_]+\.sql' "$log.migrations" | sort -u | wc -l) files) in $state"
-  local inspector
-  inspector="$(free_port)"
+  GATEWAY_INSPECTOR_PORT="$(free_port)"
   set -m
   wrangler dev --ip 127.0.0.1 --port "$port" \
-    --inspector-port "$inspector" --persist-to "$state" \
+    --inspector-port "$GATEWAY_INSPECTOR_PORT" --persist-to "$state" \
     --show-interactive-dev-session=false --test-scheduled "$@" > "$log" 2>&1 < /dev/null &
   GATEWAY_PID=$!
   set +m
