@@ -6,33 +6,15 @@
 import { readFileSync, writeFileSync, statSync } from 'node:fs';
 import { gzipSync } from 'node:zlib';
 import { randomUUID } from 'node:crypto';
-import autocannon from 'autocannon';
+import { BASE, CONNECTIONS, benchProject, scenarios as single, drive } from './load.mjs';
 
 const quick = process.argv.includes('--quick');
-const BASE = process.env.GATEHOUSE_URL;
-const ADMIN = process.env.GATEHOUSE_ADMIN_TOKEN;
 const STATE = process.env.GATEHOUSE_STATE;
 const DURATION = quick ? 2 : 10;
-const CONNECTIONS = 8;
 
-async function api(method, path, { key, body, headers = {} } = {}) {
-  const res = await fetch(BASE + path, {
-    method,
-    headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}), ...headers },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  return { status: res.status, headers: res.headers, body: await res.json().catch(() => null) };
-}
-
-// A project on the `bench` plan (a million requests a minute, which scripts/bench and scripts/test
-// define in PLANS): the limits are not what is measured.
-const project = await api('POST', '/admin/v1/projects', { body: { name: 'bench', plan: 'bench' }, headers: { authorization: `Bearer ${ADMIN}` } });
-if (project.status !== 201) throw new Error(`no bench project (is the "bench" plan in PLANS?): ${JSON.stringify(project.body)}`);
-const owner = project.body.owner_key;
-const server = (await api('POST', '/public/v1/keys', { key: owner.key, body: { type: 'server' } })).body;
+const { project, owner, server, replayKey } = await benchProject();
 const auth = { authorization: `Bearer ${server.key}`, 'content-type': 'application/json' };
-const replayKey = `bench-replay-${randomUUID()}`;
-await api('POST', '/public/v1/contacts', { key: server.key, body: { name: 'Replayed' }, headers: { 'idempotency-key': replayKey } });
+const one = single({ server, replayKey });
 
 // Proxy mode (SPEC §16: a proxied GET ≥ 0.8× GET /public/v1/me): a minimal origin in its own
 // process on GATEHOUSE_BENCH_ORIGIN_PORT, which scripts/bench and scripts/test route /bench/ to.
@@ -50,31 +32,14 @@ const trackBody = (n) => JSON.stringify({
 });
 
 const scenarios = [
-  { name: 'floor: GET /health (no auth, no storage)', key: 'floor', path: '/health', expect: 200 },
-  { name: 'one DO round trip: GET /admin/v1/health', key: 'guard', path: '/admin/v1/health', headers: { authorization: `Bearer ${ADMIN}` }, expect: 200 },
-  { name: 'GET /public/v1/me', key: 'me', path: '/public/v1/me', headers: auth, expect: 200 },
+  one.floor, one.guard, one.me,
   ...(ORIGIN_PORT ? [{ name: 'proxied GET /bench/items (local origin)', key: 'proxy', path: '/bench/items?page=1', headers: auth, expect: 200 }] : []),
-  { name: 'POST /public/v1/contacts, fresh Idempotency-Key', key: 'create', method: 'POST', path: '/public/v1/contacts', headers: auth,
-    body: JSON.stringify({ name: 'Bench' }), setup: (req) => ({ ...req, headers: { ...req.headers, 'idempotency-key': randomUUID() } }), expect: 201 },
-  { name: 'replay of one completed key', key: 'replay', method: 'POST', path: '/public/v1/contacts', headers: { ...auth, 'idempotency-key': replayKey },
-    body: JSON.stringify({ name: 'Replayed' }), expect: 201 },
+  one.create, one.replay,
   ...[1, 10, 100, 500].map((n) => ({
     name: `POST /v1/track, batch of ${n}`, key: `track${n}`, method: 'POST', path: '/v1/track', headers: auth, events: n,
     setup: (req) => ({ ...req, body: trackBody(n) }), expect: 202,
   })),
 ];
-
-function run(s) {
-  return new Promise((resolve, reject) => {
-    const instance = autocannon({
-      url: BASE,
-      connections: CONNECTIONS,
-      duration: DURATION,
-      requests: [{ method: s.method ?? 'GET', path: s.path, headers: s.headers, body: s.body, ...(s.setup ? { setupRequest: s.setup } : {}) }],
-    }, (err, result) => (err ? reject(err) : resolve(result)));
-    autocannon.track(instance, { renderProgressBar: false, renderResultsTable: false, renderLatencyTable: false });
-  });
-}
 
 /** The I/O one request of a scenario made, from the worker's per-request log lines. */
 async function ioOf(s) {
@@ -97,7 +62,7 @@ async function ioOf(s) {
 const results = {};
 let failed = false;
 for (const s of scenarios) {
-  const r = await run(s);
+  const r = await drive(s, DURATION);
   const wrong = r.non2xx + r.errors + r.timeouts;
   const statusOk = (r.statusCodeStats?.[String(s.expect)]?.count ?? 0) > 0;
   if (!statusOk) failed = true;

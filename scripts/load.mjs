@@ -1,0 +1,57 @@
+// What scripts/bench.mjs and scripts/profile.mjs share: a bench project on a running gateway
+// (GATEHOUSE_URL, GATEHOUSE_ADMIN_TOKEN), the request scenarios, and autocannon to drive one.
+import { randomUUID } from 'node:crypto';
+import autocannon from 'autocannon';
+
+export const BASE = process.env.GATEHOUSE_URL;
+export const ADMIN = process.env.GATEHOUSE_ADMIN_TOKEN;
+export const CONNECTIONS = 8;
+
+export async function api(method, path, { key, body, headers = {} } = {}) {
+  const res = await fetch(BASE + path, {
+    method,
+    headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}), ...headers },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  return { status: res.status, headers: res.headers, body: await res.json().catch(() => null) };
+}
+
+/** A project on the `bench` plan (a million requests a minute, which scripts/bench, scripts/profile
+ *  and scripts/test define in PLANS): the limits are not what is measured. Its owner key, a server
+ *  key, and one completed Idempotency-Key to replay. */
+export async function benchProject() {
+  const project = await api('POST', '/admin/v1/projects', { body: { name: 'bench', plan: 'bench' }, headers: { authorization: `Bearer ${ADMIN}` } });
+  if (project.status !== 201) throw new Error(`no bench project (is the "bench" plan in PLANS?): ${JSON.stringify(project.body)}`);
+  const owner = project.body.owner_key;
+  const server = (await api('POST', '/public/v1/keys', { key: owner.key, body: { type: 'server' } })).body;
+  const replayKey = `bench-replay-${randomUUID()}`;
+  await api('POST', '/public/v1/contacts', { key: server.key, body: { name: 'Replayed' }, headers: { 'idempotency-key': replayKey } });
+  return { project, owner, server, replayKey };
+}
+
+/** The single-request scenarios, by key (`floor`, `guard`, `me`, `create`, `replay`). */
+export function scenarios({ server, replayKey }) {
+  const auth = { authorization: `Bearer ${server.key}`, 'content-type': 'application/json' };
+  return {
+    floor: { name: 'floor: GET /health (no auth, no storage)', key: 'floor', path: '/health', expect: 200 },
+    guard: { name: 'one DO round trip: GET /admin/v1/health', key: 'guard', path: '/admin/v1/health', headers: { authorization: `Bearer ${ADMIN}` }, expect: 200 },
+    me: { name: 'GET /public/v1/me', key: 'me', path: '/public/v1/me', headers: auth, expect: 200 },
+    create: { name: 'POST /public/v1/contacts, fresh Idempotency-Key', key: 'create', method: 'POST', path: '/public/v1/contacts', headers: auth,
+      body: JSON.stringify({ name: 'Bench' }), setup: (req) => ({ ...req, headers: { ...req.headers, 'idempotency-key': randomUUID() } }), expect: 201 },
+    replay: { name: 'replay of one completed key', key: 'replay', method: 'POST', path: '/public/v1/contacts', headers: { ...auth, 'idempotency-key': replayKey },
+      body: JSON.stringify({ name: 'Replayed' }), expect: 201 },
+  };
+}
+
+/** Drives one scenario with autocannon: CONNECTIONS connections for `duration` seconds. */
+export function drive(s, duration) {
+  return new Promise((resolve, reject) => {
+    const instance = autocannon({
+      url: BASE,
+      connections: CONNECTIONS,
+      duration,
+      requests: [{ method: s.method ?? 'GET', path: s.path, headers: s.headers, body: s.body, ...(s.setup ? { setupRequest: s.setup } : {}) }],
+    }, (err, result) => (err ? reject(err) : resolve(result)));
+    autocannon.track(instance, { renderProgressBar: false, renderResultsTable: false, renderLatencyTable: false });
+  });
+}
