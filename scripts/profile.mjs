@@ -1,0 +1,209 @@
+// Where a request's CPU goes in the worker's isolate (see scripts/profile): V8's sampling profiler,
+// over the Chrome DevTools Protocol, while autocannon drives one scenario.
+// Usage: node scripts/profile.mjs [--seconds N] [scenario…]   (scenarios: floor me create replay)
+// Environment: GATEHOUSE_URL, GATEHOUSE_ADMIN_TOKEN, GATEHOUSE_STATE, GATEHOUSE_INSPECTOR (the
+// port of wrangler's inspector proxy), GATEHOUSE_PIDS ("name=pid …": processes whose CPU time
+// is reported per request too). Writes $GATEHOUSE_STATE/<scenario>.cpuprofile (Chrome DevTools,
+// Performance panel: load profile) and prints the breakdown.
+import { writeFileSync, readFileSync } from 'node:fs';
+// `ws` comes with wrangler (miniflare's dependency); undici's WebSocket fails wrangler's handshake.
+import WebSocket from 'ws';
+import { benchProject, scenarios, drive } from './load.mjs';
+
+const args = process.argv.slice(2);
+const at = args.indexOf('--seconds');
+const SECONDS = at >= 0 ? Number(args.splice(at, 2)[1]) : 10;
+const WANTED = args.length ? args : ['floor', 'me', 'create', 'replay'];
+const STATE = process.env.GATEHOUSE_STATE;
+const INTERVAL_US = 100;
+
+/** A minimal CDP client: send(method, params) answers the result; events are kept in `events`. */
+async function connect(url) {
+  const ws = new WebSocket(url);
+  await new Promise((resolve, reject) => { ws.once('open', resolve); ws.once('error', reject); });
+  let next = 1_000_000;
+  const waiting = new Map();
+  const events = [];
+  ws.on('message', (data) => {
+    const msg = JSON.parse(data);
+    if (msg.method) events.push(msg);
+    const w = waiting.get(msg.id);
+    if (!w) return;
+    waiting.delete(msg.id);
+    msg.error ? w.reject(new Error(`${w.method}: ${msg.error.message}`)) : w.resolve(msg.result);
+  });
+  return {
+    send: (method, params = {}) => new Promise((resolve, reject) => {
+      const id = next++;
+      waiting.set(id, { resolve, reject, method });
+      ws.send(JSON.stringify({ id, method, params }));
+    }),
+    events,
+    close: () => ws.close(),
+  };
+}
+
+/** CPU seconds (user + system) of a process so far, from /proc (Linux). */
+function cpuSeconds(pid) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(f[11]) + Number(f[12])) / 100;
+  } catch { return NaN; }
+}
+const PIDS = (process.env.GATEHOUSE_PIDS ?? '').split(/\s+/).filter(Boolean).map((p) => p.split('='));
+
+// ---- Categories -------------------------------------------------------------------------------
+
+/** Rust code by crate or module, from the demangled names of the wasm name section; first match. */
+const RUST = [
+  ['wasm: alloc (dlmalloc, Vec/String growth)', /dlmalloc|__rust_(alloc|dealloc|realloc)|__rdl_|alloc::alloc::|raw_vec|RawVec/],
+  ['wasm: memcpy/memset/memcmp', /^(memcpy|memmove|memset|memcmp|bcmp)\b|compiler_builtins/],
+  ['wasm: crypto (sha2/hmac/aes/hkdf)', /\b(sha2|hmac|aes|aes_gcm|hkdf|ghash|polyval|ctr|cipher|digest|universal_hash)::/],
+  ['wasm: serde_json', /serde_json::/],
+  ['wasm: serde (derived impls)', /\bserde::|__FieldVisitor|__Visitor/],
+  ['wasm: core::fmt / to_string', /core::fmt|alloc::fmt|ToString|format!/],
+  ['wasm: url/idna', /\b(url|idna|form_urlencoded|percent_encoding)::/],
+  ['wasm: wasm_bindgen_futures', /wasm_bindgen_futures::/],
+  ['wasm: wasm_bindgen', /wasm_bindgen::|__wbindgen|externref/],
+  ['wasm: js_sys / web_sys', /\b(js_sys|web_sys)::/],
+  ['wasm: worker:: (workers-rs)', /\bworker(_sys)?::/],
+  ['wasm: gatehouse::guard', /gatehouse::guard::|KeyGuardObject/],
+  ['wasm: gatehouse::ledger', /gatehouse::ledger::|EventLedgerObject/],
+  ['wasm: gatehouse::app', /gatehouse::app::/],
+  ['wasm: gatehouse::core', /gatehouse::core::/],
+  ['wasm: gatehouse::adapters', /gatehouse::adapters::/],
+  ['wasm: gatehouse (entry, http, other)', /gatehouse::/],
+  ['wasm: std/core/alloc (other)', /\b(core|alloc|std)::/],
+];
+
+/** The category of a sample's own frame. Native code and the JS glue count as logging or as the
+ *  queue send when the nearest Rust frame below them is `console.log` or `Queue::send`. */
+function category(frame, rustCaller) {
+  const { functionName: name, url } = frame;
+  if (name === '(idle)') return 'idle';
+  if (name === '(garbage collector)') return 'GC';
+  if (name === '(program)') return '(program)';
+  if (/^(js-to-wasm|wasm-to-js)/.test(name)) return 'JS↔wasm boundary (js-to-wasm, wasm-to-js)';
+  if (url.startsWith('wasm://')) return (RUST.find(([, re]) => re.test(name)) ?? ['wasm: other'])[0];
+  if (/console/.test(rustCaller)) return 'console.log (glue + native + inspect)';
+  if (/Queue::send/.test(rustCaller)) return 'queue send (glue + native)';
+  if (!url) return /^(parse|stringify)$/.test(name) ? 'JSON.parse/stringify (native)' : 'runtime/native (Response, fetch, SQL exec, …)';
+  if (url === 'index.js') return 'JS glue (wasm-bindgen, build/index.js)';
+  return `JS: ${url.replace(/^.*\//, '')}`;
+}
+
+/** Where the time under a frame goes, whatever its own category (a sample counts once). */
+const CENTRES = [
+  ['console.log of the request line (web_sys console)', /gen_console::console::log/],
+  ['queue send (worker::Queue::send)', /worker::queue::Queue::send/],
+  ['Response construction (worker::Response → JS)', /worker::response::.*From<worker::response::Response/],
+  ['serde_json (anywhere)', /serde_json::/],
+  ['serde_wasm_bindgen (Rust ↔ JS values)', /serde_wasm_bindgen::/],
+  ['crypto (sha2/hmac/aes/hkdf)', /\b(sha2|hmac|aes|aes_gcm|hkdf|ghash|polyval)::/],
+  ['allocation (dlmalloc)', /dlmalloc|__rust_(alloc|dealloc|realloc)|__rdl_/],
+  ['guard Durable Object code (gatehouse::guard::object)', /gatehouse::guard::object|KeyGuardObject/],
+  ['DO SQLite (worker::sql::SqlStorage::exec)', /SqlStorage::exec/],
+  ['D1 (cloudflare-internal:d1-api)', /d1-api/],
+  ['GC', /^\(garbage collector\)$/],
+];
+
+// ---- Analysis ---------------------------------------------------------------------------------
+
+const clean = (name) => name.replace(/::h[0-9a-f]{16}\b/g, '');
+
+/** The sources of the isolate's scripts, by id: the bundle's minifier leaves the glue's import
+ *  functions anonymous, but each follows its key (`__wbg_log_…: function(e) {`). */
+const SOURCES = new Map();
+async function loadSources(cdp) {
+  await cdp.send('Debugger.enable');
+  const bundles = () => cdp.events.filter((e) => e.method === 'Debugger.scriptParsed' && /(^|\/)index\.js$/.test(e.params.url));
+  // wrangler's proxy sends the scripts after its answer.
+  for (let i = 0; i < 50 && !bundles().length; i++) await new Promise((r) => setTimeout(r, 100));
+  for (const { params } of bundles()) {
+    SOURCES.set(params.scriptId, (await cdp.send('Debugger.getScriptSource', { scriptId: params.scriptId })).scriptSource.split('\n'));
+  }
+  await cdp.send('Debugger.disable');
+}
+function glueName(f) {
+  const before = SOURCES.get(f.scriptId)?.[f.lineNumber]?.slice(0, f.columnNumber) ?? '';
+  return before.match(/([\w$]+)\s*[:=]\s*(\/\*[^*]*\*\/\s*)?(__name\()?\s*(async\s*)?(function\s*)?$/)?.[1] ?? '(anonymous)';
+}
+
+function analyse(profile, requests) {
+  const nodes = new Map(profile.nodes.map((n) => [n.id, n]));
+  const parent = new Map();
+  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const { samples, timeDeltas } = profile;
+  // A sample stands for the time until the next one.
+  const dt = samples.map((_, i) => (i + 1 < timeDeltas.length ? timeDeltas[i + 1] : INTERVAL_US));
+  const total = dt.reduce((a, b) => a + b, 0);
+  const cats = new Map(), centres = new Map(), self = new Map(), inclusive = new Map();
+  const add = (m, k, v) => m.set(k, (m.get(k) ?? 0) + v);
+  const fnKey = (f) => (f.url.startsWith('wasm://') ? clean(f.functionName)
+    : `${f.functionName || (f.url ? glueName(f) : '(anonymous)')} [${f.url ? `${f.url.replace(/^.*\//, '')}:${f.lineNumber + 1}` : 'native'}]`);
+  for (let i = 0; i < samples.length; i++) {
+    const stack = [];
+    for (let id = samples[i]; id !== undefined; id = parent.get(id)) stack.push(nodes.get(id).callFrame);
+    const rust = stack.find((f) => f.url.startsWith('wasm://') && !/^(js-to-wasm|wasm-to-js)/.test(f.functionName));
+    add(cats, category(stack[0], rust?.functionName ?? ''), dt[i]);
+    add(self, fnKey(stack[0]), dt[i]);
+    for (const k of new Set(stack.map(fnKey))) if (k !== '(root) [native]') add(inclusive, k, dt[i]);
+    for (const [centre, re] of CENTRES) if (stack.some((f) => re.test(f.functionName) || re.test(f.url))) add(centres, centre, dt[i]);
+  }
+  return { total, requests, cats, centres, self, inclusive };
+}
+
+const pad = (v, n) => String(v).padEnd(n);
+const lpad = (v, n) => String(v).padStart(n);
+
+function table(title, map, { total, requests }, limit = Infinity) {
+  console.log(`\n${title}\n${pad('', 62)}${lpad('% time', 8)}${lpad('µs/req', 9)}`);
+  [...map].sort((a, b) => b[1] - a[1]).slice(0, limit).forEach(([k, us]) => {
+    console.log(`${pad(k.length > 60 ? `${k.slice(0, 59)}…` : k, 62)}${lpad((100 * us / total).toFixed(1), 8)}${lpad((us / requests).toFixed(1), 9)}`);
+  });
+}
+
+// ---- Run --------------------------------------------------------------------------------------
+
+const targets = await (await fetch(`http://127.0.0.1:${process.env.GATEHOUSE_INSPECTOR}/json`)).json();
+console.log(`inspector targets: ${targets.map((t) => `${t.title} (${t.webSocketDebuggerUrl})`).join(', ')}`);
+const cdp = await connect(targets[0].webSocketDebuggerUrl.replace('localhost', '127.0.0.1'));
+await loadSources(cdp);
+await cdp.send('Profiler.enable');
+await cdp.send('Profiler.setSamplingInterval', { interval: INTERVAL_US });
+
+const all = scenarios(await benchProject());
+const summary = [];
+for (const key of WANTED) {
+  const s = all[key];
+  if (!s) throw new Error(`unknown scenario ${key} (one of ${Object.keys(all).join(', ')})`);
+  await drive(s, 2); // warm-up: the wasm tiers up before it is measured
+  const cpu0 = PIDS.map(([, pid]) => cpuSeconds(pid));
+  await cdp.send('Profiler.start');
+  const r = await drive(s, SECONDS);
+  const { profile } = await cdp.send('Profiler.stop');
+  const cpu = PIDS.map(([, pid], i) => cpuSeconds(pid) - cpu0[i]);
+  const file = `${STATE}/${key}.cpuprofile`;
+  writeFileSync(file, JSON.stringify(profile));
+  const requests = r.requests.total;
+  const a = analyse(profile, requests);
+  const busy = a.total - (a.cats.get('idle') ?? 0) - (a.cats.get('(program)') ?? 0);
+  console.log(`\n==== ${s.name}: ${requests} requests in ${SECONDS} s (${(requests / SECONDS).toFixed(0)} req/s, `
+    + `${r.non2xx + r.errors + r.timeouts} unexpected); profile ${file}`);
+  console.log(`profiled ${(a.total / 1e6).toFixed(2)} s, ${profile.samples.length} samples; isolate busy (not idle, not (program)) `
+    + `${(busy / requests).toFixed(0)} µs/req`);
+  if (PIDS.length) console.log(`process CPU per request: ${PIDS.map(([name], i) => `${name} ${(1e6 * cpu[i] / requests).toFixed(0)} µs`).join(', ')}`);
+  table('self time by category', a.cats, a);
+  table('cost centres: time with such a frame anywhere on the stack (inclusive; they overlap)', a.centres, a);
+  table('top 25 functions by self time', a.self, a, 25);
+  table('top 15 functions by total (inclusive) time', a.inclusive, a, 15);
+  summary.push({ key, requests, busy: busy / requests, cpu });
+}
+
+console.log(`\n${pad('scenario', 10)}${lpad('req', 8)}${lpad('isolate busy µs/req', 21)}${PIDS.map(([n]) => lpad(`${n} µs/req`, 18)).join('')}`);
+for (const x of summary) {
+  console.log(`${pad(x.key, 10)}${lpad(x.requests, 8)}${lpad(x.busy.toFixed(0), 21)}${x.cpu.map((c) => lpad((1e6 * c / x.requests).toFixed(0), 18)).join('')}`);
+}
+cdp.close();
+process.exit(0);
