@@ -39,6 +39,10 @@ pub struct Config {
     /// Signs forwarded requests and authenticates origin events; required when `upstreams` is
     /// not empty.
     pub origin_secret: Option<String>,
+    /// Whether every request writes its log line (`REQUEST_LOG=all`) or only the ones answered
+    /// with a server error (`errors`, the default): a line costs as much as the rest of a cheap
+    /// request, and the audit log already has one row per request.
+    pub log_every_request: bool,
 }
 
 impl std::fmt::Debug for Config {
@@ -58,6 +62,7 @@ impl std::fmt::Debug for Config {
             .field("admin_token", &"[redacted]")
             .field("upstreams", &self.upstreams.iter().map(|u| &u.prefix).collect::<Vec<_>>())
             .field("origin_secret", &self.origin_secret.as_ref().map(|_| "[redacted]"))
+            .field("log_every_request", &self.log_every_request)
             .finish()
     }
 }
@@ -121,6 +126,12 @@ impl Config {
             }
         };
 
+        let log_every_request = match get("REQUEST_LOG").unwrap_or_default().trim() {
+            "" | "errors" => false,
+            "all" => true,
+            other => return Err(ConfigError(format!("REQUEST_LOG={other:?} is not all or errors"))),
+        };
+
         let upstreams = parse_upstreams(get("UPSTREAMS").as_deref().unwrap_or("[]")).map_err(ConfigError)?;
         let origin_secret = match get("ORIGIN_SECRET").filter(|s| !s.is_empty()) {
             Some(_) => Some(secret("ORIGIN_SECRET")?),
@@ -129,6 +140,7 @@ impl Config {
         };
 
         Ok(Config {
+            log_every_request,
             upstreams,
             origin_secret,
             plans,

@@ -18,6 +18,7 @@ use crate::adapters::kv::{self, KvResponses};
 use crate::adapters::origin::OriginClient;
 use crate::adapters::redrive::QueueRedrive;
 use crate::adapters::webhooks::{self as webhook_queue, FetchClient, WebhookQueue};
+use crate::app::outbox::{Coalesced, Outbox};
 use crate::app::queues::{Incoming, Settle};
 use crate::app::{self, Gateway};
 use crate::config::Config;
@@ -38,7 +39,7 @@ impl Ports for Cloudflare {
     type Events = QueueSink;
     type Archive = R2Archive;
     type Deliveries = WebhookQueue;
-    type Audit = AuditQueue;
+    type Audit = Coalesced<AuditQueue>;
     type DeadLetters = D1Store;
     type Redrive = QueueRedrive;
     type Origin = OriginClient;
@@ -47,6 +48,8 @@ impl Ports for Cloudflare {
 thread_local! {
     /// The isolate's memory of abusive traffic, shared by every request it serves.
     static MEMORY: Rc<RefCell<AbuseMemory>> = Rc::default();
+    /// The isolate's audit rows waiting for a send: concurrent requests share one.
+    static OUTBOX: Rc<Outbox> = Rc::default();
 }
 
 fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gateway<'static, Cloudflare>> {
@@ -59,7 +62,10 @@ fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gate
         events: QueueSink::new(env.queue(events::QUEUE_BINDING)?),
         archive: R2Archive::new(env.bucket(archive::BINDING)?),
         deliveries: WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING)?),
-        audit: AuditQueue::new(env.queue(audit_queue::QUEUE_BINDING)?),
+        audit: Coalesced {
+            outbox: OUTBOX.with(Rc::clone),
+            inner: AuditQueue::new(env.queue(audit_queue::QUEUE_BINDING)?),
+        },
         dead_letters: D1Store::new(env.d1("DB")?, meter.clone()),
         redrive: QueueRedrive {
             audit: env.queue(audit_queue::QUEUE_BINDING)?,
@@ -93,28 +99,31 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     let meter = Rc::new(Meter::default());
     let (method, path) = (req.inner().method(), req.path());
     // One gateway per request: it answers, then finishes the work after the response.
-    let (mut api, finisher) = match config(&env) {
+    let (mut api, finisher, log_every_request) = match config(&env) {
         Ok(config) => {
             let gateway = gateway(&env, config, &meter)?;
-            (gateway.handle(http::api_request(req, started)?).await, Some(gateway))
+            (gateway.handle(http::api_request(req, started)?).await, Some(gateway), config.log_every_request)
         }
-        Err(e) => (app::failure(ApiError::internal(e.to_string()), &method, &path, started), None),
+        Err(e) => (app::failure(ApiError::internal(e.to_string()), &method, &path, started), None, true),
     };
     api.audit.response_time_ms = now_ms() - started;
     if let Some(note) = &api.internal_error {
         console_error!("request {}: {note}", api.request_id);
     }
-    // One line per request: what it cost in I/O before the response (SPEC §12 budget).
-    console_log!(
-        r#"{{"request_id":"{}","method":"{method}","path":{:?},"status":{},"ms":{},"durable_object_calls":{},"d1_queries":{},"kv_operations":{}}}"#,
-        api.request_id,
-        &path[..clipped_len(&path, PATH_MAX)],
-        api.status,
-        api.audit.response_time_ms,
-        meter.durable_object_calls.get(),
-        meter.d1_queries.get(),
-        meter.kv_operations.get(),
-    );
+    // A line per request (`REQUEST_LOG=all`) or per server error: what it cost in I/O before the
+    // response (SPEC §12 budget).
+    if log_every_request || api.status >= 500 {
+        console_log!(
+            r#"{{"request_id":"{}","method":"{method}","path":{:?},"status":{},"ms":{},"durable_object_calls":{},"d1_queries":{},"kv_operations":{}}}"#,
+            api.request_id,
+            &path[..clipped_len(&path, PATH_MAX)],
+            api.status,
+            api.audit.response_time_ms,
+            meter.durable_object_calls.get(),
+            meter.d1_queries.get(),
+            meter.kv_operations.get(),
+        );
+    }
     // After the response: the audit row, webhook deliveries, the claim's settlement, confirmations
     // (the meter's line is written: what they cost is not the request's budget).
     let after = api.after_response();
