@@ -18,7 +18,6 @@ use crate::adapters::kv::{self, KvResponses};
 use crate::adapters::origin::OriginClient;
 use crate::adapters::redrive::QueueRedrive;
 use crate::adapters::webhooks::{self as webhook_queue, FetchClient, WebhookQueue};
-use crate::app::outbox::{Coalesced, Outbox};
 use crate::app::queues::{Incoming, Settle};
 use crate::app::{self, Gateway};
 use crate::config::Config;
@@ -39,7 +38,7 @@ impl Ports for Cloudflare {
     type Events = QueueSink;
     type Archive = R2Archive;
     type Deliveries = WebhookQueue;
-    type Audit = Coalesced<AuditQueue>;
+    type Audit = AuditQueue;
     type DeadLetters = D1Store;
     type Redrive = QueueRedrive;
     type Origin = OriginClient;
@@ -48,8 +47,6 @@ impl Ports for Cloudflare {
 thread_local! {
     /// The isolate's memory of abusive traffic, shared by every request it serves.
     static MEMORY: Rc<RefCell<AbuseMemory>> = Rc::default();
-    /// The isolate's audit rows waiting for a send: concurrent requests share one.
-    static OUTBOX: Rc<Outbox> = Rc::default();
 }
 
 fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gateway<'static, Cloudflare>> {
@@ -62,10 +59,7 @@ fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gate
         events: QueueSink::new(env.queue(events::QUEUE_BINDING)?),
         archive: R2Archive::new(env.bucket(archive::BINDING)?),
         deliveries: WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING)?),
-        audit: Coalesced {
-            outbox: OUTBOX.with(Rc::clone),
-            inner: AuditQueue::new(env.queue(audit_queue::QUEUE_BINDING)?),
-        },
+        audit: AuditQueue::new(env.queue(audit_queue::QUEUE_BINDING)?),
         dead_letters: D1Store::new(env.d1("DB")?, meter.clone()),
         redrive: QueueRedrive {
             audit: env.queue(audit_queue::QUEUE_BINDING)?,

@@ -1,5 +1,4 @@
-//! The [`AuditSink`] port over the `AUDIT_QUEUE` producer: the rows of one call in one
-//! `sendBatch` (the isolate's outbox gathers concurrent requests' rows into one call).
+//! The [`AuditSink`] port over the `AUDIT_QUEUE` producer.
 
 use worker::Queue;
 
@@ -22,18 +21,23 @@ impl AuditQueue {
 
 impl AuditSink for AuditQueue {
     async fn record(&self, rows: &[AuditRow]) -> Result<(), PortError> {
-        let bodies = rows
-            .iter()
-            .map(|row| serde_json::to_string(&AuditMessage::Audit(row.clone())))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(PortError::from_display)?;
-        let mut last = None;
-        for _ in 0..ATTEMPTS {
-            match self.queue.send_batch(bodies.iter().map(String::as_str)).await {
-                Ok(()) => return Ok(()),
-                Err(e) => last = Some(PortError::from_display(e)),
+        for row in rows {
+            let body =
+                serde_json::to_string(&AuditMessage::Audit(row.clone())).map_err(PortError::from_display)?;
+            let mut last = None;
+            for _ in 0..ATTEMPTS {
+                match self.queue.send(body.clone()).await {
+                    Ok(()) => {
+                        last = None;
+                        break;
+                    }
+                    Err(e) => last = Some(PortError::from_display(e)),
+                }
+            }
+            if let Some(e) = last {
+                return Err(e);
             }
         }
-        Err(last.unwrap_or_else(|| PortError("audit: no attempt".into())))
+        Ok(())
     }
 }

@@ -13,7 +13,6 @@ use serde_json::Value;
 
 use super::keys::NewKey;
 use super::{ApiRequest, ApiResponse, Gateway};
-use crate::app::outbox::Coalesced;
 use crate::config::{Config, DEFAULT_PLAN};
 use crate::core::api_key::KeyType;
 use crate::core::events::dedup_namespace;
@@ -40,7 +39,7 @@ impl Ports for Sim {
     type Events = FakeEventQueue;
     type Archive = FakeArchive;
     type Deliveries = FakeDeliveryQueue;
-    type Audit = Coalesced<FakeAuditQueue>;
+    type Audit = FakeAuditQueue;
     type DeadLetters = FakeDeadLetters;
     type Redrive = FakeRedrive;
     type Origin = FakeOrigin;
@@ -114,10 +113,7 @@ fn world(faults: &Rc<Faults>, types: &[KeyType]) -> (Gateway<'static, Sim>, Cloc
         events: FakeEventQueue { faults: faults.clone(), sent: RefCell::default() },
         archive: FakeArchive::new(faults.clone()),
         deliveries: FakeDeliveryQueue::new(faults.clone(), clock.clone()),
-        audit: Coalesced {
-            outbox: Rc::default(),
-            inner: FakeAuditQueue { faults: faults.clone(), sent: RefCell::default() },
-        },
+        audit: FakeAuditQueue { faults: faults.clone(), sent: RefCell::default() },
         dead_letters: FakeDeadLetters::new(faults.clone()),
         redrive: FakeRedrive::new(faults.clone()),
         origin: FakeOrigin::new(faults.clone(), Box::new(|_, n| (201, format!("order {n}").into_bytes()))),
@@ -195,7 +191,7 @@ fn check_audit(
     seen: &[ApiResponse],
     unfinished: &HashSet<String>,
 ) -> Result<(), String> {
-    gateway.store.audit.seed(gateway.audit.inner.sent.borrow().iter().cloned());
+    gateway.store.audit.seed(gateway.audit.sent.borrow().iter().cloned());
     let rows = gateway.store.audit.rows.borrow();
     for r in seen {
         match rows.get(&r.request_id) {
@@ -920,7 +916,7 @@ fn an_unknown_key_flood_costs_no_guard_once_the_address_is_over_its_limit() {
     assert_eq!(lookups(&gateway.guard.asked.borrow()), 1 + 21);
     assert_eq!(gateway.guard.asked.borrow().len(), 1 + 21 + 21, "and no count of the refusals from memory");
     // 20 × 401 and the 429 that found the address over are audited, the 4 refusals from memory not.
-    let audited = gateway.audit.inner.sent.borrow();
+    let audited = gateway.audit.sent.borrow();
     assert_eq!(audited.iter().filter(|r| r.status == 429).count(), 1);
     assert_eq!(audited.len(), 1 + 21);
     drop(audited);
@@ -996,7 +992,7 @@ fn an_anonymous_404_flood_is_limited_per_address_with_paths_cut_to_2_kib() {
     assert!(responses[20..]
         .iter()
         .all(|r| error_code(r) == "RATE_LIMIT_EXCEEDED" && retry_after(r) == Some(40)));
-    let audited = gateway.audit.inner.sent.borrow();
+    let audited = gateway.audit.sent.borrow();
     assert_eq!(audited.len(), 21, "20 × 404 and the first 429; the refusals from memory write nothing");
     assert!(audited
         .iter()
