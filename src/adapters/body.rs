@@ -1,5 +1,7 @@
-//! The [`RequestBody`] port over the runtime's request body stream (a `ReadableStream`): chunks
-//! as they arrive, never the whole body at once. A body read only in part is left as it is, not
+//! The [`RequestBody`] port over the runtime's request body: a body with a `Content-Length` (which
+//! the reader checks against the cap before it asks for a byte) in one `arrayBuffer()` call; a
+//! body without one from its stream (a `ReadableStream`), chunk by chunk as it arrives, never
+//! whole, so the cap cuts it off. A body read only in part is left as it is, not
 //! cancelled: the runtime discards the rest once the response is sent (a cancelled request body
 //! makes `wrangler dev`'s proxy drop its connection to the worker and answer the next request 503).
 
@@ -12,6 +14,8 @@ use crate::ports::{PortError, RequestBody};
 
 pub struct WorkerBody {
     declared_len: Option<u64>,
+    /// The request while its declared body is still to be read whole.
+    whole: Option<web_sys::Request>,
     /// The body until its first chunk is asked for (`None`: the request has none).
     stream: Option<ReadableStream>,
     reader: Option<ReadableStreamDefaultReader>,
@@ -21,7 +25,9 @@ impl WorkerBody {
     pub fn new(req: &worker::Request) -> Self {
         let declared_len =
             req.headers().get("content-length").ok().flatten().and_then(|n| n.trim().parse().ok());
-        WorkerBody { declared_len, stream: req.inner().body(), reader: None }
+        let stream = req.inner().body();
+        let whole = (declared_len.is_some() && stream.is_some()).then(|| Clone::clone(req.inner()));
+        WorkerBody { declared_len, whole, stream, reader: None }
     }
 }
 
@@ -35,6 +41,12 @@ impl RequestBody for WorkerBody {
     }
 
     async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>, PortError> {
+        if let Some(request) = self.whole.take() {
+            self.stream = None;
+            let promise = request.array_buffer().map_err(port_error)?;
+            let bytes = JsFuture::from(promise).await.map_err(port_error)?;
+            return Ok(Some(Uint8Array::new(&bytes).to_vec()));
+        }
         if let Some(stream) = self.stream.take() {
             self.reader = Some(stream.get_reader().unchecked_into());
         }

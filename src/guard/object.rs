@@ -41,6 +41,9 @@ const STORE_PROPAGATION_MS: i64 = 60_000;
 /// How long a record of the key is used before it is read again (from D1, or from what `Apply`
 /// stored): a change whose D1 write failed after the guard was told is undone by then at the latest.
 const RECORD_FRESH_MS: i64 = 600_000;
+/// How often lapsed idempotency claims are deleted (a lookup ignores them meanwhile): a claim
+/// does not pay for a delete statement of its own.
+const PURGE_EVERY_MS: i64 = 60_000;
 
 #[durable_object]
 pub struct KeyGuardObject {
@@ -50,6 +53,8 @@ pub struct KeyGuardObject {
     key: RefCell<Option<(KeyRecord, i64)>>,
     counters: Cell<Option<Counters>>,
     epoch: Cell<u64>,
+    /// When lapsed claims were last deleted.
+    purged_ms: Cell<i64>,
 }
 
 /// A claim row as SQLite returns it.
@@ -105,7 +110,14 @@ impl DurableObject for KeyGuardObject {
         if moved.is_ok() {
             sql.exec("DROP TABLE claims", None).expect("drop the first version's claims");
         }
-        Self { env, sql, key: RefCell::new(None), counters: Cell::new(None), epoch: Cell::new(0) }
+        Self {
+            env,
+            sql,
+            key: RefCell::new(None),
+            counters: Cell::new(None),
+            epoch: Cell::new(0),
+            purged_ms: Cell::new(0),
+        }
     }
 
     async fn fetch(&self, mut req: Request) -> Result<Response> {
@@ -277,13 +289,16 @@ impl KeyGuardObject {
     /// (completed, released or lapsed) until the TTL after it was taken or completed.
     fn claim(&self, request: &ClaimRequest) -> Result<ClaimDecision> {
         let now = now_ms();
-        self.sql.exec("DELETE FROM idempotency_claims WHERE keep_until_ms <= ?", vec![now.into()])?;
+        if now - self.purged_ms.get() >= PURGE_EVERY_MS {
+            self.sql.exec("DELETE FROM idempotency_claims WHERE keep_until_ms <= ?", vec![now.into()])?;
+            self.purged_ms.set(now);
+        }
         let existing = self
             .sql
             .exec(
                 "SELECT fingerprint, operation, until_ms, completed, released,
-                        CASE WHEN response_until_ms > ? THEN response END AS response
-                 FROM idempotency_claims WHERE idempotency_key = ?",
+                        CASE WHEN response_until_ms > ?1 THEN response END AS response
+                 FROM idempotency_claims WHERE idempotency_key = ?2 AND keep_until_ms > ?1",
                 vec![now.into(), request.idempotency_key.clone().into()],
             )?
             .to_array::<ClaimRow>()?
@@ -329,7 +344,7 @@ impl KeyGuardObject {
     fn complete(&self, claim: &ClaimRequest, response: &KeptResponse) -> Result<Completed> {
         let now = now_ms();
         let until = now + self.config()?.idempotency_ttl_seconds as i64 * 1000;
-        self.sql.exec(
+        let updated = self.sql.exec(
             "UPDATE idempotency_claims
              SET completed = 1, until_ms = ?, keep_until_ms = ?, response = ?, response_until_ms = ?
              WHERE idempotency_key = ? AND owner = ? AND completed = 0 AND released = 0",
@@ -342,6 +357,10 @@ impl KeyGuardObject {
                 claim.request_id.clone().into(),
             ],
         )?;
+        if updated.rows_written() > 0 {
+            return Ok(Completed { completed: true });
+        }
+        // A repeated notice: the claim is completed already, or was lost.
         #[derive(Deserialize)]
         struct Mine {
             completed: i64,
