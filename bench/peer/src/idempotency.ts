@@ -6,16 +6,16 @@
 //   * a completed record whose fingerprint (SHA-256 of the body) matches → its response, replayed
 //     with `Idempotency-Replayed: true`; another fingerprint → 422;
 //   * a record still in progress → 409 with `Retry-After: 1`;
-//   * none → an in-progress record (the lock), the handler, then the completed response; an answer
+//   * none → an in-progress record (the lock, with a random id), read back: another id there means
+//     another request took the lock (409); else the handler, then the completed response. An answer
 //     other than 2xx deletes the lock so that the client may try again. Records live 24 h.
-// Like the package's KV store it is best effort: KV has no compare-and-set, so requests that read
-// "none" at the same moment all run the handler. The package also reads its lock back after
-// writing it and reads the record again before completing it (two more KV reads on a fresh key);
-// this one does not, so it costs the peer less than the package would.
+// Like the package's KV store it is best effort: KV has no compare-and-set, so requests whose
+// writes and read-backs interleave may all run the handler. The package also reads the record
+// again before completing it (one more KV read on a fresh key); this one does not.
 import type { Context, MiddlewareHandler } from 'hono';
 
 type StoredResponse = { status: number; headers: Record<string, string>; body: string };
-type IdempotencyRecord = { fingerprint: string; response?: StoredResponse };
+type IdempotencyRecord = { fingerprint: string; lock?: string; response?: StoredResponse };
 
 const TTL_SECONDS = 24 * 60 * 60;
 
@@ -42,12 +42,14 @@ export function idempotency({ kv: namespace, scope }: IdempotencyOptions): Middl
       const { status, headers, body } = existing.response;
       return new Response(body, { status, headers: { ...headers, 'idempotency-replayed': 'true' } });
     }
-    if (existing) {
+    const inProgress = () => {
       c.header('retry-after', '1');
       return c.json({ error: { code: 'IDEMPOTENCY_IN_PROGRESS', message: 'A request with this Idempotency-Key is in progress.' } }, 409);
-    }
-
-    await kv.put(recordKey, JSON.stringify({ fingerprint } satisfies IdempotencyRecord), { expirationTtl: TTL_SECONDS });
+    };
+    if (existing) return inProgress();
+    const lock = crypto.randomUUID();
+    await kv.put(recordKey, JSON.stringify({ fingerprint, lock } satisfies IdempotencyRecord), { expirationTtl: TTL_SECONDS });
+    if ((await kv.get<IdempotencyRecord>(recordKey, 'json'))?.lock !== lock) return inProgress();
     await next();
     const res = c.res;
     if (!res.ok) {
