@@ -1,29 +1,54 @@
 // The gateway's cost per request, measured against a running gateway (see scripts/bench).
 // Usage: node scripts/bench.mjs [--quick]   (GATEHOUSE_URL, GATEHOUSE_ADMIN_TOKEN, GATEHOUSE_STATE)
-// Prints a table and writes $GATEHOUSE_STATE/bench.json. Numbers are reported, never asserted;
-// the run fails only when a scenario never got its expected answer (the gateway is broken). Other
-// answers are counted in the "errors" column.
+// With PEER_URL, PEER_STATE and PEER_SETUP_TOKEN (start_peer in scripts/lib.sh) it also drives the
+// TypeScript peer (bench/peer; SPEC §16) through the scenarios both serve, alternating with the
+// gateway round by round, and checks exactness on both sides. Without them it measures the gateway alone.
+// Prints tables and writes $GATEHOUSE_STATE/bench.json. Numbers are reported, never asserted;
+// the run fails only when a scenario never got its expected answer or the gateway failed an
+// exactness check (the gateway is broken). Other answers are counted in the "errors" column.
 import { readFileSync, writeFileSync, statSync } from 'node:fs';
 import { gzipSync } from 'node:zlib';
 import { randomUUID } from 'node:crypto';
-import { BASE, CONNECTIONS, benchProject, scenarios as single, drive } from './load.mjs';
+import { ADMIN, BASE, CONNECTIONS, api, benchProject, completedKey, scenarios as single, drive } from './load.mjs';
 
 const quick = process.argv.includes('--quick');
 const STATE = process.env.GATEHOUSE_STATE;
 const DURATION = quick ? 2 : 10;
+const PEER = process.env.PEER_URL;
+const PEER_STATE = process.env.PEER_STATE;
+// Side by side: each round runs both (gateway first in even rounds, the peer first in odd ones),
+// after a pause that lets the other side's queue consumers finish the previous run's work.
+const ROUNDS = quick ? 1 : 3;
+const SETTLE_MS = quick ? 500 : 2000;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 const { project, owner, server, replayKey } = await benchProject();
 const auth = { authorization: `Bearer ${server.key}`, 'content-type': 'application/json' };
 const one = single({ server, replayKey });
 
+/** A key of the peer (POST /bench/setup) with `perMinute` requests a minute. */
+async function peerKey(perMinute) {
+  const res = await api('POST', '/bench/setup', { base: PEER, body: { per_minute: perMinute }, headers: { authorization: `Bearer ${process.env.PEER_SETUP_TOKEN}` } });
+  if (res.status !== 201) throw new Error(`the peer made no key: ${res.status} ${JSON.stringify(res.body)}`);
+  return res.body.key;
+}
+// The peer's twins of the scenarios both serve, by key.
+let peer = {};
+if (PEER) {
+  const key = await peerKey(1_000_000);
+  const { me, create, replay } = single({ server: { key }, replayKey: await completedKey(PEER, key) }, PEER);
+  peer = { me, create, replay };
+}
+
 // Proxy mode (SPEC §16: a proxied GET ≥ 0.8× GET /public/v1/me): a minimal origin in its own
 // process on GATEHOUSE_BENCH_ORIGIN_PORT, which scripts/bench and scripts/test route /bench/ to.
 const ORIGIN_PORT = process.env.GATEHOUSE_BENCH_ORIGIN_PORT;
-let originProcess = null;
 if (ORIGIN_PORT) {
   const { spawn } = await import('node:child_process');
   const server = `require('node:http').createServer((q, s) => { q.resume(); q.on('end', () => { s.writeHead(200, { 'content-type': 'application/json' }); s.end('{"ok":true}'); }); }).listen(${Number(ORIGIN_PORT)}, '127.0.0.1', () => console.log('ready'))`;
-  originProcess = spawn(process.execPath, ['-e', server], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const originProcess = spawn(process.execPath, ['-e', server], { stdio: ['ignore', 'pipe', 'inherit'] });
+  // Stopped however this script ends (a failed setup throws).
+  process.on('exit', () => originProcess.kill());
   await new Promise((resolve) => originProcess.stdout.once('data', resolve));
 }
 
@@ -41,18 +66,41 @@ const scenarios = [
   })),
 ];
 
-/** The I/O one request of a scenario made, from the worker's per-request log lines. */
-async function ioOf(s) {
-  if (!STATE) return null;
+let failed = false;
+const sum = (runs, f) => runs.reduce((total, r) => total + f(r), 0);
+/** The runs of one side (`label`) of a scenario as one row: the mean of their req/s, and p50 and
+ *  p99 over all their responses. */
+function summarize(s, label, runs, latencies) {
+  const wrong = sum(runs, (r) => r.non2xx + r.errors + r.timeouts);
+  const expected = sum(runs, (r) => r.statusCodeStats?.[String(s.expect)]?.count ?? 0);
+  if (expected === 0) failed = true;
+  if (wrong > 0 || expected === 0) console.error(`${s.name}${label}: ${wrong} unexpected answers ${JSON.stringify(runs.map((r) => r.statusCodeStats))}`);
+  const sorted = latencies.sort((a, b) => a - b);
+  const percentile = (p) => Math.round(sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))] ?? 0);
+  return {
+    name: s.name,
+    requests_per_second: sum(runs, (r) => r.requests.average) / runs.length,
+    // Accepted events only: a refused batch carried none.
+    events_per_second: s.events ? (sum(runs, (r) => r['2xx']) * s.events) / sum(runs, (r) => r.duration) : undefined,
+    p50_ms: percentile(0.5),
+    p99_ms: percentile(0.99),
+    requests: sum(runs, (r) => r.requests.total),
+    unexpected: wrong,
+  };
+}
+
+/** The I/O one request of a scenario made, from its side's per-request log lines. */
+async function ioOf(s, state) {
+  if (!state) return null;
   const ids = [];
   for (let i = 0; i < 5; i++) {
     const headers = { ...(s.headers ?? {}) };
     if (s.key === 'create') headers['idempotency-key'] = randomUUID();
-    const res = await fetch(BASE + s.path, { method: s.method ?? 'GET', headers, body: s.key === 'create' || s.key === 'replay' ? s.body : undefined });
+    const res = await fetch((s.url ?? BASE) + s.path, { method: s.method ?? 'GET', headers, body: s.key === 'create' || s.key === 'replay' ? s.body : undefined });
     ids.push(res.headers.get('x-request-id'));
   }
-  await new Promise((r) => setTimeout(r, 500));
-  const lines = readFileSync(`${STATE}/wrangler.log`, 'utf8').split('\n')
+  await sleep(500);
+  const lines = readFileSync(`${state}/wrangler.log`, 'utf8').split('\n')
     .map((l) => { try { return JSON.parse(l.slice(l.indexOf('{'))); } catch { return null; } })
     .filter((l) => l && ids.includes(l.request_id));
   const avg = (k) => lines.reduce((sum, l) => sum + l[k], 0) / Math.max(lines.length, 1);
@@ -60,24 +108,53 @@ async function ioOf(s) {
 }
 
 const results = {};
-let failed = false;
+const sideBySide = {};
 for (const s of scenarios) {
-  const r = await drive(s, DURATION);
-  const wrong = r.non2xx + r.errors + r.timeouts;
-  const statusOk = (r.statusCodeStats?.[String(s.expect)]?.count ?? 0) > 0;
-  if (!statusOk) failed = true;
-  if (wrong > 0 || !statusOk) console.error(`${s.name}: ${wrong} unexpected answers ${JSON.stringify(r.statusCodeStats)}`);
-  results[s.key] = {
-    name: s.name,
-    requests_per_second: r.requests.average,
-    // Accepted events only: a refused batch carried none.
-    events_per_second: s.events ? (r['2xx'] * s.events) / r.duration : undefined,
-    p50_ms: r.latency.p50,
-    p99_ms: r.latency.p99,
-    requests: r.requests.total,
-    unexpected: wrong,
-    io_per_request: ['me', 'create', 'replay', 'proxy'].includes(s.key) ? await ioOf(s) : undefined,
+  const twin = peer[s.key];
+  const sides = [{ s, runs: [], latencies: [] }, ...(twin ? [{ s: twin, runs: [], latencies: [] }] : [])];
+  for (let round = 0; round < (twin ? ROUNDS : 1); round++) {
+    for (const side of round % 2 === 0 ? sides : [...sides].reverse()) {
+      if (twin) await sleep(SETTLE_MS);
+      side.runs.push(await drive(side.s, DURATION, side.latencies));
+    }
+  }
+  const [gatehouse, other] = sides.map((side, i) => summarize(side.s, i ? ' (peer)' : '', side.runs, side.latencies));
+  results[s.key] = { ...gatehouse, io_per_request: ['me', 'create', 'replay', 'proxy'].includes(s.key) ? await ioOf(s, STATE) : undefined };
+  if (twin) sideBySide[s.key] = { gatehouse: results[s.key], peer: { ...other, io_per_request: await ioOf(twin, PEER_STATE) } };
+}
+
+/** Exactness on one side (SPEC §4 and §5), with its key `key` and a key limited to 30 requests a
+ *  minute: 20 identical POSTs at once with one Idempotency-Key create one contact (the distinct ids
+ *  of the 201 answers), and of 100 requests at once exactly 30 pass. */
+async function exactness(url, key, limitedKey) {
+  // Open the connections first: otherwise the first request is answered before the others connect.
+  await Promise.all(Array.from({ length: 100 }, () => fetch(`${url}/health`).then((r) => r.arrayBuffer())));
+  const once = `bench-once-${randomUUID()}`;
+  const posts = await Promise.all(Array.from({ length: 20 }, () =>
+    api('POST', '/public/v1/contacts', { base: url, key, body: { name: 'Once' }, headers: { 'idempotency-key': once } })));
+  // Gatehouse's window is the wall-clock minute: a burst across its end would see two windows.
+  while (new Date().getSeconds() >= 57) await sleep(250);
+  const gets = await Promise.all(Array.from({ length: 100 }, () => api('GET', '/public/v1/me', { base: url, key: limitedKey })));
+  const statuses = (answers) => answers.reduce((n, a) => ({ ...n, [a.status]: (n[a.status] ?? 0) + 1 }), {});
+  return {
+    contacts_created_by_20_identical_posts: new Set(posts.filter((p) => p.status === 201).map((p) => p.body.id)).size,
+    post_statuses: statuses(posts),
+    passed_of_100_at_limit_30: gets.filter((g) => g.status === 200).length,
+    get_statuses: statuses(gets),
   };
+}
+let exact = null;
+if (PEER) {
+  // The owner key of a project on the `trial` plan: 30 requests a minute (scripts/bench and
+  // scripts/test define it in PLANS).
+  const trial = await api('POST', '/admin/v1/projects', { body: { name: 'bench-trial', plan: 'trial' }, headers: { authorization: `Bearer ${ADMIN}` } });
+  if (trial.status !== 201) throw new Error(`no trial project: ${JSON.stringify(trial.body)}`);
+  exact = { gatehouse: await exactness(BASE, server.key, trial.body.owner_key.key), peer: await exactness(PEER, await peerKey(1_000_000), await peerKey(30)) };
+  const g = exact.gatehouse;
+  if (g.contacts_created_by_20_identical_posts !== 1 || g.passed_of_100_at_limit_30 !== 30) {
+    failed = true;
+    console.error(`the gateway failed an exactness check: ${JSON.stringify(g)}`);
+  }
 }
 
 /** A filtered log query over 100 000 audit rows of one project (rows inserted straight into the
@@ -145,6 +222,16 @@ const report = {
   wasm_bytes: { raw: statSync(new URL('../build/index_bg.wasm', import.meta.url)).size, gzip: gzipSync(wasm, { level: 9 }).length },
   scenarios: results,
   filtered_log_query_over_100k_rows: logQuery,
+  ...(PEER ? {
+    peer: {
+      what: 'bench/peer: Hono, hono-rate-limiter with its Durable Object store, an Idempotency-Key middleware over KV, the key by SHA-256 in D1, an audit row per request through a queue into D1',
+      packages: JSON.parse(readFileSync(new URL('../bench/peer/package.json', import.meta.url))).dependencies,
+      rounds: ROUNDS,
+      ratios: Object.fromEntries(Object.entries(sideBySide).map(([k, v]) => [k, v.gatehouse.requests_per_second / v.peer.requests_per_second])),
+      scenarios: sideBySide,
+      exactness: exact,
+    },
+  } : {}),
 };
 
 const pad = (v, n) => String(v).padEnd(n);
@@ -160,9 +247,20 @@ if (logQuery) {
   console.log(`filtered GET /public/v1/logs over ${logQuery.rows} rows, 20 requests: hot p50 ${logQuery.hot.p50_ms} ms (max ${logQuery.hot.max_ms}), `
     + `cold p50 ${logQuery.cold.p50_ms} ms (max ${logQuery.cold.max_ms}); roll-up of the older rows ${logQuery.roll_up_ms} ms`);
 }
+if (PEER) {
+  console.log(`\nside by side with the TypeScript peer (bench/peer), ${ROUNDS} round${ROUNDS > 1 ? 's' : ''} of ${DURATION} s each, alternating; G = Gatehouse, P = peer`);
+  console.log(`${pad('scenario', 50)}${pad('req/s G', 10)}${pad('req/s P', 10)}${pad('G/P', 7)}${pad('p50 G/P', 10)}${pad('p99 G/P', 10)}${pad('errors G/P', 12)}DO/D1/KV per request G | P`);
+  const io = (r) => (r.io_per_request ? `${r.io_per_request.durable_object_calls}/${r.io_per_request.d1_queries}/${r.io_per_request.kv_operations}` : '?');
+  for (const [key, { gatehouse: g, peer: p }] of Object.entries(sideBySide)) {
+    console.log(`${pad(g.name, 50)}${pad(g.requests_per_second.toFixed(0), 10)}${pad(p.requests_per_second.toFixed(0), 10)}${pad(report.peer.ratios[key].toFixed(2), 7)}`
+      + `${pad(`${g.p50_ms}/${p.p50_ms}`, 10)}${pad(`${g.p99_ms}/${p.p99_ms}`, 10)}${pad(`${g.unexpected}/${p.unexpected}`, 12)}${io(g)} | ${io(p)}`);
+  }
+  console.log('exactness (G | P): contacts created by 20 identical POSTs at once with one Idempotency-Key '
+    + `${exact.gatehouse.contacts_created_by_20_identical_posts} | ${exact.peer.contacts_created_by_20_identical_posts} (1 expected); `
+    + `of 100 requests at once at 30 a minute, passed ${exact.gatehouse.passed_of_100_at_limit_30} | ${exact.peer.passed_of_100_at_limit_30} (30 expected)`);
+}
 if (STATE) {
   writeFileSync(`${STATE}/bench.json`, JSON.stringify(report, null, 2));
   console.log(`results: ${STATE}/bench.json`);
 }
-originProcess?.kill();
 process.exit(failed ? 1 : 0);

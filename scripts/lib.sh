@@ -37,30 +37,31 @@ file_size() {
   wc -c < "$1" | tr -d ' '
 }
 
-# start_gateway STATE_DIR PORT LOG [wrangler dev args…]: applies the D1 migrations to STATE_DIR,
-# starts `wrangler dev` in its own process group (GATEWAY_PID; job control puts a background job
-# in a group of its own, on Linux and macOS alike) and waits until it answers. Its V8 inspector
-# (wrangler's proxy to the worker's isolate) listens on GATEWAY_INSPECTOR_PORT.
+# start_worker CONFIG STATE_DIR PORT LOG [wrangler dev args…]: applies the D1 migrations of the
+# worker that the wrangler.toml CONFIG describes (its DB and AUDIT_DB) to STATE_DIR, starts
+# `wrangler dev` in its own process group (WORKER_PID; job control puts a background job in a group
+# of its own, on Linux and macOS alike) and waits until it answers GET /health. Its V8 inspector
+# (wrangler's proxy to the worker's isolate) listens on WORKER_INSPECTOR_PORT.
 # `--test-scheduled` serves GET /__scheduled?cron=… to run a cron handler now (the static assets
 # keep /cdn-cgi/handler/scheduled from reaching the worker).
-start_gateway() {
-  local state="$1" port="$2" log="$3"
-  shift 3
+start_worker() {
+  local config="$1" state="$2" port="$3" log="$4"
+  shift 4
   mkdir -p "$state"
-  { wrangler d1 migrations apply DB --local --persist-to "$state" \
-      && wrangler d1 migrations apply AUDIT_DB --local --persist-to "$state"; } > "$log.migrations" 2>&1 \
+  { wrangler d1 migrations apply DB --local --persist-to "$state" --config "$config" \
+      && wrangler d1 migrations apply AUDIT_DB --local --persist-to "$state" --config "$config"; } > "$log.migrations" 2>&1 \
     || { cat "$log.migrations"; die "D1 migrations failed"; }
   note "D1 migrations applied ($(grep -oE '[0-9]{4}_[a-z_]+\.sql' "$log.migrations" | sort -u | wc -l) files) in $state"
-  GATEWAY_INSPECTOR_PORT="$(free_port)"
+  WORKER_INSPECTOR_PORT="$(free_port)"
   set -m
-  wrangler dev --ip 127.0.0.1 --port "$port" \
-    --inspector-port "$GATEWAY_INSPECTOR_PORT" --persist-to "$state" \
+  wrangler dev --config "$config" --ip 127.0.0.1 --port "$port" \
+    --inspector-port "$WORKER_INSPECTOR_PORT" --persist-to "$state" \
     --show-interactive-dev-session=false --test-scheduled "$@" > "$log" 2>&1 < /dev/null &
-  GATEWAY_PID=$!
+  WORKER_PID=$!
   set +m
   local waited=0
   until curl -fs -o /dev/null "http://127.0.0.1:$port/health"; do
-    if ! kill -0 "$GATEWAY_PID" 2>/dev/null; then
+    if ! kill -0 "$WORKER_PID" 2>/dev/null; then
       tail -n 40 "$log"
       die "wrangler dev exited before it was ready (log: $log)"
     fi
@@ -71,17 +72,44 @@ start_gateway() {
     sleep 1
     waited=$((waited + 1))
   done
-  note "gateway ready on http://127.0.0.1:$port after ${waited}s (pid $GATEWAY_PID, log $log)"
+  note "$(awk -F'"' '/^name = /{ print $2; exit }' "$config") ready on http://127.0.0.1:$port after ${waited}s (pid $WORKER_PID, log $log)"
 }
 
-# Stops the process group that start_gateway began (wrangler and its workerd).
-stop_gateway() {
-  if [ -n "${GATEWAY_PID:-}" ] && kill -0 "$GATEWAY_PID" 2>/dev/null; then
-    kill -TERM -- "-$GATEWAY_PID" 2>/dev/null || true
-    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$GATEWAY_PID" 2>/dev/null || break; sleep 0.5; done
-    kill -KILL -- "-$GATEWAY_PID" 2>/dev/null || true
+# start_gateway STATE_DIR PORT LOG [wrangler dev args…]: Gatehouse (GATEWAY_PID,
+# GATEWAY_INSPECTOR_PORT), as start_worker.
+start_gateway() {
+  start_worker "$ROOT/wrangler.toml" "$@"
+  GATEWAY_PID=$WORKER_PID
+  GATEWAY_INSPECTOR_PORT=$WORKER_INSPECTOR_PORT
+}
+
+# start_peer STATE_DIR: the TypeScript peer of the side-by-side benchmark (bench/peer; README
+# "Performance") on a free port (PEER_PID), with a random token for its POST /bench/setup. Exports
+# PEER_URL, PEER_STATE and PEER_SETUP_TOKEN, which scripts/bench.mjs reads.
+start_peer() {
+  local state="$1" port
+  port="$(free_port)"
+  PEER_SETUP_TOKEN="$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+  start_worker "$ROOT/bench/peer/wrangler.toml" "$state" "$port" "$state/wrangler.log" --var "SETUP_TOKEN:$PEER_SETUP_TOKEN"
+  PEER_PID=$WORKER_PID
+  export PEER_URL="http://127.0.0.1:$port" PEER_STATE="$state" PEER_SETUP_TOKEN
+}
+
+# stop_group PID: stops the process group of PID (wrangler and its workerd), if it still runs.
+stop_group() {
+  if [ -n "$1" ] && kill -0 "$1" 2>/dev/null; then
+    kill -TERM -- "-$1" 2>/dev/null || true
+    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$1" 2>/dev/null || break; sleep 0.5; done
+    kill -KILL -- "-$1" 2>/dev/null || true
   fi
+}
+
+# Stops what start_gateway and start_peer began.
+stop_gateway() {
+  stop_group "${GATEWAY_PID:-}"
+  stop_group "${PEER_PID:-}"
   GATEWAY_PID=
+  PEER_PID=
 }
 
 # start_test_gateway STATE_DIR PORT: the gateway as the tests run it — a tiny trial quota and a
@@ -93,7 +121,7 @@ start_test_gateway() {
   local state="$1" port="$2"
   shift 2
   start_gateway "$state" "$port" "$state/wrangler.log" "$@" \
-    --var "REQUEST_LOG:all" --var "ALLOW_PRIVATE_WEBHOOK_URLS:true" --var "WEBHOOK_RETRY_SCHEDULE:1,1,1,1,1" --var "WEBHOOK_TIMEOUT_MS:3000" \
+    --var "ALLOW_PRIVATE_WEBHOOK_URLS:true" --var "WEBHOOK_RETRY_SCHEDULE:1,1,1,1,1" --var "WEBHOOK_TIMEOUT_MS:3000" \
     --var "QUEUE_RETRY_BASE_SECONDS:1" --var "QUEUE_RETRY_MAX_SECONDS:2" \
     --var "PLANS:{\"trial\":{\"per_minute\":30,\"monthly_quota\":200},\"business\":{\"per_minute\":2000,\"monthly_quota\":10000000},\"tiny\":{\"per_minute\":100,\"monthly_quota\":3},\"bench\":{\"per_minute\":1000000,\"monthly_quota\":1000000000}}"
 }

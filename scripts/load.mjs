@@ -1,5 +1,6 @@
 // What scripts/bench.mjs and scripts/profile.mjs share: a bench project on a running gateway
-// (GATEHOUSE_URL, GATEHOUSE_ADMIN_TOKEN), the request scenarios, and autocannon to drive one.
+// (GATEHOUSE_URL, GATEHOUSE_ADMIN_TOKEN), the request scenarios, and autocannon to drive one. The
+// scenarios can also name another base URL: the benchmark's TypeScript peer (bench/peer).
 import { randomUUID } from 'node:crypto';
 import autocannon from 'autocannon';
 
@@ -7,8 +8,8 @@ export const BASE = process.env.GATEHOUSE_URL;
 export const ADMIN = process.env.GATEHOUSE_ADMIN_TOKEN;
 export const CONNECTIONS = 8;
 
-export async function api(method, path, { key, body, headers = {} } = {}) {
-  const res = await fetch(BASE + path, {
+export async function api(method, path, { base = BASE, key, body, headers = {} } = {}) {
+  const res = await fetch(base + path, {
     method,
     headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}), ...headers },
     body: body === undefined ? undefined : JSON.stringify(body),
@@ -24,34 +25,41 @@ export async function benchProject() {
   if (project.status !== 201) throw new Error(`no bench project (is the "bench" plan in PLANS?): ${JSON.stringify(project.body)}`);
   const owner = project.body.owner_key;
   const server = (await api('POST', '/public/v1/keys', { key: owner.key, body: { type: 'server' } })).body;
-  const replayKey = `bench-replay-${randomUUID()}`;
-  await api('POST', '/public/v1/contacts', { key: server.key, body: { name: 'Replayed' }, headers: { 'idempotency-key': replayKey } });
-  return { project, owner, server, replayKey };
+  return { project, owner, server, replayKey: await completedKey(BASE, server.key) };
 }
 
-/** The single-request scenarios, by key (`floor`, `guard`, `me`, `create`, `replay`). */
-export function scenarios({ server, replayKey }) {
+/** An Idempotency-Key of a completed POST /public/v1/contacts by `key` on `base`, to replay. */
+export async function completedKey(base, key) {
+  const replayKey = `bench-replay-${randomUUID()}`;
+  await api('POST', '/public/v1/contacts', { base, key, body: { name: 'Replayed' }, headers: { 'idempotency-key': replayKey } });
+  return replayKey;
+}
+
+/** The single-request scenarios, by key (`floor`, `guard`, `me`, `create`, `replay`), on `url`. */
+export function scenarios({ server, replayKey }, url = BASE) {
   const auth = { authorization: `Bearer ${server.key}`, 'content-type': 'application/json' };
   return {
-    floor: { name: 'floor: GET /health (no auth, no storage)', key: 'floor', path: '/health', expect: 200 },
-    guard: { name: 'one DO round trip: GET /admin/v1/health', key: 'guard', path: '/admin/v1/health', headers: { authorization: `Bearer ${ADMIN}` }, expect: 200 },
-    me: { name: 'GET /public/v1/me', key: 'me', path: '/public/v1/me', headers: auth, expect: 200 },
-    create: { name: 'POST /public/v1/contacts, fresh Idempotency-Key', key: 'create', method: 'POST', path: '/public/v1/contacts', headers: auth,
+    floor: { name: 'floor: GET /health (no auth, no storage)', key: 'floor', url, path: '/health', expect: 200 },
+    guard: { name: 'one DO round trip: GET /admin/v1/health', key: 'guard', url, path: '/admin/v1/health', headers: { authorization: `Bearer ${ADMIN}` }, expect: 200 },
+    me: { name: 'GET /public/v1/me', key: 'me', url, path: '/public/v1/me', headers: auth, expect: 200 },
+    create: { name: 'POST /public/v1/contacts, fresh Idempotency-Key', key: 'create', url, method: 'POST', path: '/public/v1/contacts', headers: auth,
       body: JSON.stringify({ name: 'Bench' }), setup: (req) => ({ ...req, headers: { ...req.headers, 'idempotency-key': randomUUID() } }), expect: 201 },
-    replay: { name: 'replay of one completed key', key: 'replay', method: 'POST', path: '/public/v1/contacts', headers: { ...auth, 'idempotency-key': replayKey },
+    replay: { name: 'replay of one completed key', key: 'replay', url, method: 'POST', path: '/public/v1/contacts', headers: { ...auth, 'idempotency-key': replayKey },
       body: JSON.stringify({ name: 'Replayed' }), expect: 201 },
   };
 }
 
-/** Drives one scenario with autocannon: CONNECTIONS connections for `duration` seconds. */
-export function drive(s, duration) {
+/** Drives one scenario with autocannon: CONNECTIONS connections for `duration` seconds, on its
+ *  `url` (the gateway when it has none). With `latencies`, every response time (ms) is added to it. */
+export function drive(s, duration, latencies) {
   return new Promise((resolve, reject) => {
     const instance = autocannon({
-      url: BASE,
+      url: s.url ?? BASE,
       connections: CONNECTIONS,
       duration,
       requests: [{ method: s.method ?? 'GET', path: s.path, headers: s.headers, body: s.body, ...(s.setup ? { setupRequest: s.setup } : {}) }],
     }, (err, result) => (err ? reject(err) : resolve(result)));
+    if (latencies) instance.on('response', (_client, _status, _bytes, ms) => latencies.push(ms));
     autocannon.track(instance, { renderProgressBar: false, renderResultsTable: false, renderLatencyTable: false });
   });
 }
