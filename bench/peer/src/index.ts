@@ -4,7 +4,8 @@
 //   object per key) · an Idempotency-Key middleware over KV (src/idempotency.ts, our own minimal
 //   equivalent of hono-idempotency's KV store) · the key found by its SHA-256 in D1 · an audit row
 //   per request through a queue into D1, inserted one batch per message batch.
-// Like Gatehouse it writes one JSON line per request with the I/O made before the response.
+// Like Gatehouse it writes a JSON line with the I/O made before the response for each request
+// answered 5xx, or for every request with REQUEST_LOG=all.
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import { rateLimiter } from 'hono-rate-limiter';
 import { DurableObjectRateLimiter, DurableObjectStore } from '@hono-rate-limiter/cloudflare';
@@ -19,6 +20,7 @@ type Bindings = {
   RATE_LIMITER: DurableObjectNamespace<DurableObjectRateLimiter>;
   AUDIT: Queue<AuditRow>;
   SETUP_TOKEN?: string;
+  REQUEST_LOG: 'errors' | 'all';
 };
 type ApiKey = { id: string; project_id: string; type: string; rate_limit: number };
 type Meter = { durable_object_calls: number; d1_queries: number; kv_operations: number };
@@ -65,7 +67,7 @@ const error = (c: Context, status: 400 | 401 | 404, code: string, message: strin
 
 const app = new Hono<Env>();
 
-// Every request: a request id, the meter, then one log line, and the audit row after the response.
+// Every request: a request id, the meter, then its log line, and the audit row after the response.
 app.use(async (c, next) => {
   const started = Date.now();
   const requestId = crypto.randomUUID();
@@ -76,7 +78,9 @@ app.use(async (c, next) => {
   await next();
   const ms = Date.now() - started;
   c.header('x-request-id', requestId);
-  console.log(JSON.stringify({ request_id: requestId, method: c.req.method, path: c.req.path, status: c.res.status, ms, ...meter }));
+  if (c.env.REQUEST_LOG === 'all' || c.res.status >= 500) {
+    console.log(JSON.stringify({ request_id: requestId, method: c.req.method, path: c.req.path, status: c.res.status, ms, ...meter }));
+  }
   const key = c.get('key');
   c.executionCtx.waitUntil(c.env.AUDIT.send({
     request_id: requestId,
