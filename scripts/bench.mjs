@@ -103,6 +103,7 @@ async function ioOf(s, state) {
   const lines = readFileSync(`${state}/wrangler.log`, 'utf8').split('\n')
     .map((l) => { try { return JSON.parse(l.slice(l.indexOf('{'))); } catch { return null; } })
     .filter((l) => l && ids.includes(l.request_id));
+  if (lines.length === 0) return null; // REQUEST_LOG=errors: no line for a request answered 2xx
   const avg = (k) => lines.reduce((sum, l) => sum + l[k], 0) / Math.max(lines.length, 1);
   return { durable_object_calls: avg('durable_object_calls'), d1_queries: avg('d1_queries'), kv_operations: avg('kv_operations') };
 }
@@ -250,7 +251,7 @@ if (logQuery) {
 if (PEER) {
   console.log(`\nside by side with the TypeScript peer (bench/peer), ${ROUNDS} round${ROUNDS > 1 ? 's' : ''} of ${DURATION} s each, alternating; G = Gatehouse, P = peer`);
   console.log(`${pad('scenario', 50)}${pad('req/s G', 10)}${pad('req/s P', 10)}${pad('G/P', 7)}${pad('p50 G/P', 10)}${pad('p99 G/P', 10)}${pad('errors G/P', 12)}DO/D1/KV per request G | P`);
-  const io = (r) => (r.io_per_request ? `${r.io_per_request.durable_object_calls}/${r.io_per_request.d1_queries}/${r.io_per_request.kv_operations}` : '?');
+  const io = (r) => (r.io_per_request ? `${r.io_per_request.durable_object_calls}/${r.io_per_request.d1_queries}/${r.io_per_request.kv_operations}` : '-');
   for (const [key, { gatehouse: g, peer: p }] of Object.entries(sideBySide)) {
     console.log(`${pad(g.name, 50)}${pad(g.requests_per_second.toFixed(0), 10)}${pad(p.requests_per_second.toFixed(0), 10)}${pad(report.peer.ratios[key].toFixed(2), 7)}`
       + `${pad(`${g.p50_ms}/${p.p50_ms}`, 10)}${pad(`${g.p99_ms}/${p.p99_ms}`, 10)}${pad(`${g.unexpected}/${p.unexpected}`, 12)}${io(g)} | ${io(p)}`);

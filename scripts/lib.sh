@@ -83,14 +83,15 @@ start_gateway() {
   GATEWAY_INSPECTOR_PORT=$WORKER_INSPECTOR_PORT
 }
 
-# start_peer STATE_DIR: the TypeScript peer of the side-by-side benchmark (bench/peer; README
-# "Performance") on a free port (PEER_PID), with a random token for its POST /bench/setup. Exports
-# PEER_URL, PEER_STATE and PEER_SETUP_TOKEN, which scripts/bench.mjs reads.
+# start_peer STATE_DIR [wrangler dev args…]: the TypeScript peer of the side-by-side benchmark
+# (bench/peer; README "Performance") on a free port (PEER_PID), with a random token for its
+# POST /bench/setup. Exports PEER_URL, PEER_STATE and PEER_SETUP_TOKEN, which scripts/bench.mjs reads.
 start_peer() {
   local state="$1" port
+  shift
   port="$(free_port)"
   PEER_SETUP_TOKEN="$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-  start_worker "$ROOT/bench/peer/wrangler.toml" "$state" "$port" "$state/wrangler.log" --var "SETUP_TOKEN:$PEER_SETUP_TOKEN"
+  start_worker "$ROOT/bench/peer/wrangler.toml" "$state" "$port" "$state/wrangler.log" --var "SETUP_TOKEN:$PEER_SETUP_TOKEN" "$@"
   PEER_PID=$WORKER_PID
   export PEER_URL="http://127.0.0.1:$port" PEER_STATE="$state" PEER_SETUP_TOKEN
 }
