@@ -6,7 +6,7 @@
 //   per request through a queue into D1, inserted one batch per message batch.
 // Like Gatehouse it writes a JSON line with the I/O made before the response for each request
 // answered 5xx, or for every request with REQUEST_LOG=all.
-import { Hono, type Context, type MiddlewareHandler } from 'hono';
+import { Hono, type Context } from 'hono';
 import { rateLimiter } from 'hono-rate-limiter';
 import { DurableObjectRateLimiter, DurableObjectStore } from '@hono-rate-limiter/cloudflare';
 import { idempotency, sha256Hex } from './idempotency';
