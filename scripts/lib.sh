@@ -122,7 +122,7 @@ start_test_gateway() {
   local state="$1" port="$2"
   shift 2
   start_gateway "$state" "$port" "$state/wrangler.log" "$@" \
-    --var "ALLOW_PRIVATE_WEBHOOK_URLS:true" --var "WEBHOOK_RETRY_SCHEDULE:1,1,1,1,1" --var "WEBHOOK_TIMEOUT_MS:3000" \
+    --var "REQUEST_LOG:all" --var "ALLOW_PRIVATE_WEBHOOK_URLS:true" --var "WEBHOOK_RETRY_SCHEDULE:1,1,1,1,1" --var "WEBHOOK_TIMEOUT_MS:3000" \
     --var "QUEUE_RETRY_BASE_SECONDS:1" --var "QUEUE_RETRY_MAX_SECONDS:2" \
     --var "PLANS:{\"trial\":{\"per_minute\":30,\"monthly_quota\":200},\"business\":{\"per_minute\":2000,\"monthly_quota\":10000000},\"tiny\":{\"per_minute\":100,\"monthly_quota\":3},\"bench\":{\"per_minute\":1000000,\"monthly_quota\":1000000000}}"
 }

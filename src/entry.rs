@@ -1,11 +1,12 @@
 //! The worker's only entry points. Each builds the adapters from `Env` and delegates.
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::rc::Rc;
 
+use wasm_bindgen::{JsCast, JsValue};
 use worker::{
-    console_error, console_log, event, Context, Date, Env, MessageBatch, MessageExt,
-    QueueRetryOptionsBuilder, Request, Response, Result, ScheduleContext, ScheduledEvent,
+    console_error, console_log, event, Bucket, Context, Date, Env, KvStore, MessageBatch, MessageExt,
+    ObjectNamespace, Queue, QueueRetryOptionsBuilder, Result, ScheduleContext, ScheduledEvent,
 };
 
 use crate::adapters::archive::{self, R2Archive};
@@ -24,6 +25,7 @@ use crate::config::Config;
 use crate::core::abuse::AbuseMemory;
 use crate::core::audit::{clipped_len, PATH_MAX};
 use crate::core::error::ApiError;
+use crate::core::upstream::match_upstream;
 use crate::ports::{Meter, Ports};
 use crate::{guard, http, ledger};
 
@@ -49,23 +51,59 @@ thread_local! {
     static MEMORY: Rc<RefCell<AbuseMemory>> = Rc::default();
 }
 
+/// The bindings a request uses, looked up once per isolate like the configuration: each lookup
+/// is several calls into JavaScript (the property, its constructor's name), thirteen per request
+/// before. Bindings are not tied to a request, so every request of the isolate shares them.
+#[derive(Clone)]
+struct Bindings {
+    guard: ObjectNamespace,
+    ledger: ObjectNamespace,
+    db: JsValue,
+    audit_db: JsValue,
+    kv: KvStore,
+    events: Queue,
+    deliveries: Queue,
+    audit: Queue,
+    archive: Bucket,
+}
+
+thread_local! {
+    static BINDINGS: OnceCell<Bindings> = const { OnceCell::new() };
+}
+
+fn bindings(env: &Env) -> Result<Bindings> {
+    if let Some(b) = BINDINGS.with(|cell| cell.get().cloned()) {
+        return Ok(b);
+    }
+    let found = Bindings {
+        guard: env.durable_object(guard::protocol::BINDING)?,
+        ledger: env.durable_object(ledger::protocol::BINDING)?,
+        db: env.d1("DB")?.into(),
+        audit_db: env.d1(AUDIT_DB)?.into(),
+        kv: env.kv(kv::BINDING)?,
+        events: env.queue(events::QUEUE_BINDING)?,
+        deliveries: env.queue(webhook_queue::QUEUE_BINDING)?,
+        audit: env.queue(audit_queue::QUEUE_BINDING)?,
+        archive: env.bucket(archive::BINDING)?,
+    };
+    Ok(BINDINGS.with(|cell| cell.get_or_init(|| found).clone()))
+}
+
 fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gateway<'static, Cloudflare>> {
+    let b = bindings(env)?;
     Ok(Gateway {
         config,
-        guard: GuardClient::new(env.durable_object(guard::protocol::BINDING)?, meter.clone()),
-        store: store(env, meter)?,
-        responses: KvResponses::new(env.kv(kv::BINDING)?, config.idempotency_ttl_seconds, meter.clone()),
-        ledger: LedgerClient::new(env.durable_object(ledger::protocol::BINDING)?, meter.clone()),
-        events: QueueSink::new(env.queue(events::QUEUE_BINDING)?),
-        archive: R2Archive::new(env.bucket(archive::BINDING)?),
-        deliveries: WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING)?),
-        audit: AuditQueue::new(env.queue(audit_queue::QUEUE_BINDING)?),
-        dead_letters: D1Store::new(env.d1("DB")?, meter.clone()),
-        redrive: QueueRedrive {
-            audit: env.queue(audit_queue::QUEUE_BINDING)?,
-            events: env.queue(events::QUEUE_BINDING)?,
-            webhooks: env.queue(webhook_queue::QUEUE_BINDING)?,
-        },
+        guard: GuardClient::new(b.guard, meter.clone()),
+        store: D1Store::new(b.db.clone().unchecked_into(), meter.clone())
+            .with_audit_log(b.audit_db.unchecked_into()),
+        responses: KvResponses::new(b.kv, config.idempotency_ttl_seconds, meter.clone()),
+        ledger: LedgerClient::new(b.ledger, meter.clone()),
+        events: QueueSink::new(b.events.clone()),
+        archive: R2Archive::new(b.archive),
+        deliveries: WebhookQueue::new(b.deliveries.clone()),
+        audit: AuditQueue::new(b.audit.clone()),
+        dead_letters: D1Store::new(b.db.unchecked_into(), meter.clone()),
+        redrive: QueueRedrive { audit: b.audit, events: b.events, webhooks: b.deliveries },
         origin: OriginClient::new(env.clone()),
         memory: MEMORY.with(Rc::clone),
     })
@@ -88,15 +126,19 @@ fn now_ms() -> i64 {
 }
 
 #[event(fetch)]
-async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
+async fn fetch(req: web_sys::Request, env: Env, ctx: Context) -> Result<web_sys::Response> {
     let started = now_ms();
     let meter = Rc::new(Meter::default());
-    let (method, path) = (req.inner().method(), req.path());
+    let method = req.method();
+    let url = url::Url::parse(&req.url()).map_err(|e| worker::Error::RustError(e.to_string()))?;
+    let path = url.path().to_owned();
     // One gateway per request: it answers, then finishes the work after the response.
     let (mut api, finisher, log_every_request) = match config(&env) {
         Ok(config) => {
             let gateway = gateway(&env, config, &meter)?;
-            (gateway.handle(http::api_request(req, started)?).await, Some(gateway), config.log_every_request)
+            let forwards = |path: &str| match_upstream(&config.upstreams, path).is_some();
+            let request = http::api_request(&req, &url, started, forwards);
+            (gateway.handle(request).await, Some(gateway), config.log_every_request)
         }
         Err(e) => (app::failure(ApiError::internal(e.to_string()), &method, &path, started), None, true),
     };

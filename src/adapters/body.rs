@@ -22,11 +22,10 @@ pub struct WorkerBody {
 }
 
 impl WorkerBody {
-    pub fn new(req: &worker::Request) -> Self {
-        let declared_len =
-            req.headers().get("content-length").ok().flatten().and_then(|n| n.trim().parse().ok());
-        let stream = req.inner().body();
-        let whole = (declared_len.is_some() && stream.is_some()).then(|| Clone::clone(req.inner()));
+    pub fn new(req: &web_sys::Request, content_length: Option<String>) -> Self {
+        let declared_len = content_length.and_then(|n| n.trim().parse().ok());
+        let stream = req.body();
+        let whole = (declared_len.is_some() && stream.is_some()).then(|| Clone::clone(req));
         WorkerBody { declared_len, whole, stream, reader: None }
     }
 }
