@@ -1,7 +1,7 @@
-//! The [`RequestBody`] port over the runtime's request body: a body with a `Content-Length` (which
-//! the reader checks against the cap before it asks for a byte) in one `arrayBuffer()` call; a
-//! body without one from its stream (a `ReadableStream`), chunk by chunk as it arrives, never
-//! whole, so the cap cuts it off. A body read only in part is left as it is, not
+//! The [`RequestBody`] port over the runtime's request body stream (a `ReadableStream`): chunks
+//! as they arrive, never the whole body at once. (One `arrayBuffer()` call for a body with a
+//! `Content-Length` was measured and dropped: after proxy-mode requests it left later requests
+//! hanging in `wrangler dev`.) A body read only in part is left as it is, not
 //! cancelled: the runtime discards the rest once the response is sent (a cancelled request body
 //! makes `wrangler dev`'s proxy drop its connection to the worker and answer the next request 503).
 
@@ -14,8 +14,6 @@ use crate::ports::{PortError, RequestBody};
 
 pub struct WorkerBody {
     declared_len: Option<u64>,
-    /// The request while its declared body is still to be read whole.
-    whole: Option<web_sys::Request>,
     /// The body until its first chunk is asked for (`None`: the request has none).
     stream: Option<ReadableStream>,
     reader: Option<ReadableStreamDefaultReader>,
@@ -24,9 +22,7 @@ pub struct WorkerBody {
 impl WorkerBody {
     pub fn new(req: &web_sys::Request, content_length: Option<String>) -> Self {
         let declared_len = content_length.and_then(|n| n.trim().parse().ok());
-        let stream = req.body();
-        let whole = (declared_len.is_some() && stream.is_some()).then(|| Clone::clone(req));
-        WorkerBody { declared_len, whole, stream, reader: None }
+        WorkerBody { declared_len, stream: req.body(), reader: None }
     }
 }
 
@@ -40,12 +36,6 @@ impl RequestBody for WorkerBody {
     }
 
     async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>, PortError> {
-        if let Some(request) = self.whole.take() {
-            self.stream = None;
-            let promise = request.array_buffer().map_err(port_error)?;
-            let bytes = JsFuture::from(promise).await.map_err(port_error)?;
-            return Ok(Some(Uint8Array::new(&bytes).to_vec()));
-        }
         if let Some(stream) = self.stream.take() {
             self.reader = Some(stream.get_reader().unchecked_into());
         }
