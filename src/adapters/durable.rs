@@ -1,7 +1,10 @@
-//! One round trip to a Durable Object: a JSON command in, a JSON answer out, counted on the meter.
+//! One round trip to a Durable Object: a JSON command in, a JSON answer out, counted on the meter
+//! — over RPC to an object with an `ask` method ([`ask`]), else over `fetch` ([`call`]).
 
 use serde::{de::DeserializeOwned, Serialize};
+use wasm_bindgen::prelude::wasm_bindgen;
 use wasm_bindgen::JsValue;
+use wasm_bindgen_futures::JsFuture;
 use worker::{Method, ObjectNamespace, Request, RequestInit};
 
 use crate::ports::{Meter, PortError};
@@ -27,4 +30,32 @@ pub async fn call<C: Serialize, A: DeserializeOwned>(
         return Err(PortError(format!("{url} answered {}: {text}", response.status_code())));
     }
     response.json().await.map_err(PortError::from_display)
+}
+
+#[wasm_bindgen]
+extern "C" {
+    /// The stub of an object whose class has an `ask` RPC method (the KeyGuard).
+    type AskStub;
+    #[wasm_bindgen(method, catch)]
+    fn ask(this: &AskStub, command: &str) -> Result<js_sys::Promise, JsValue>;
+}
+
+fn js_error(e: JsValue) -> PortError {
+    PortError(e.as_string().unwrap_or_else(|| format!("{e:?}")))
+}
+
+/// Sends `command` to the object named `name` over RPC and reads its answer: one string each way,
+/// no `Request` or `Response` built on either side (SPEC §16).
+pub async fn ask<C: Serialize, A: DeserializeOwned>(
+    namespace: &ObjectNamespace,
+    meter: &Meter,
+    name: &str,
+    command: &C,
+) -> Result<A, PortError> {
+    Meter::count(&meter.durable_object_calls);
+    let stub: AskStub = namespace.get_by_name(name).map_err(PortError::from_display)?.into_rpc();
+    let body = serde_json::to_string(command).map_err(PortError::from_display)?;
+    let answer = JsFuture::from(stub.ask(&body).map_err(js_error)?).await.map_err(js_error)?;
+    let text = answer.as_string().ok_or_else(|| PortError(format!("{name} answered {answer:?}")))?;
+    serde_json::from_str(&text).map_err(PortError::from_display)
 }

@@ -1,4 +1,4 @@
-//! The [`KeyGuard`] port over the `KEY_GUARD` Durable Object namespace: one `stub.fetch` per call.
+//! The [`KeyGuard`] port over the `KEY_GUARD` Durable Object namespace: one RPC call (`ask`) each.
 
 use std::rc::Rc;
 
@@ -10,7 +10,7 @@ use crate::core::idempotency::KeptResponse;
 use crate::core::rate_limit::{Usage, Verdict};
 use crate::guard::protocol::{
     client_guard_name, Apply, Ask, Authorize, Authorized, CompleteClaim, HeldResponse, Ping,
-    RecordAuthFailure, ReleaseClaim, HEALTH_OBJECT, URL,
+    RecordAuthFailure, ReleaseClaim, HEALTH_OBJECT,
 };
 use crate::ports::{Admission, Authorization, ClaimRequest, KeyGuard, Meter, PortError};
 
@@ -25,7 +25,7 @@ impl GuardClient {
     }
 
     async fn ask<C: Ask>(&self, object_name: &str, command: C) -> Result<C::Answer, PortError> {
-        durable::call(&self.namespace, &self.meter, URL, object_name, &command.into()).await
+        durable::ask(&self.namespace, &self.meter, object_name, &command.into()).await
     }
 }
 

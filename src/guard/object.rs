@@ -15,8 +15,9 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use serde::Deserialize;
+use worker::wasm_bindgen::prelude::{wasm_bindgen, JsValue};
 use worker::{
-    console_log, durable_object, wasm_bindgen, Date, Delay, DurableObject, Env, Request, Response, Result,
+    console_log, durable_object, Date, Delay, DurableObject, Env, Request, Response, Result,
     SqlStorage, State,
 };
 
@@ -121,7 +122,25 @@ impl DurableObject for KeyGuardObject {
     }
 
     async fn fetch(&self, mut req: Request) -> Result<Response> {
-        match req.json::<GuardCommand>().await? {
+        Response::ok(self.dispatch(req.json::<GuardCommand>().await?).await?)
+    }
+}
+
+/// The guard's RPC method (the worker's path): a command as JSON text in, its answer as JSON text
+/// out — what `fetch` does, without a `Request` and a `Response` around it on either side
+/// (src/main.mjs makes the class a `DurableObject`, which RPC needs).
+#[wasm_bindgen(wasm_bindgen = ::worker::wasm_bindgen, wasm_bindgen_futures = ::worker::wasm_bindgen_futures)]
+impl KeyGuardObject {
+    pub async fn ask(&self, command: String) -> std::result::Result<String, JsValue> {
+        let command = serde_json::from_str(&command).map_err(|e| JsValue::from_str(&e.to_string()))?;
+        self.dispatch(command).await.map_err(|e| JsValue::from_str(&e.to_string()))
+    }
+}
+
+impl KeyGuardObject {
+    /// Runs one command and answers its JSON.
+    async fn dispatch(&self, command: GuardCommand) -> Result<String> {
+        match command {
             GuardCommand::Authorize(c) => answer::<Authorize>(self.authorize(c).await?),
             GuardCommand::Apply(Apply { key, undo }) => answer::<Apply>(self.apply(key, undo)?),
             GuardCommand::RecordAuthFailure(_) => {
@@ -149,8 +168,8 @@ impl DurableObject for KeyGuardObject {
 }
 
 /// The answer to command `C`, and only of its type.
-fn answer<C: Ask>(answer: C::Answer) -> Result<Response> {
-    Response::from_json(&answer)
+fn answer<C: Ask>(answer: C::Answer) -> Result<String> {
+    serde_json::to_string(&answer).map_err(rust_error)
 }
 
 impl KeyGuardObject {

@@ -1,4 +1,4 @@
-//! Commands to the KeyGuard Durable Object and their answers, as JSON over `stub.fetch`. Each
+//! Commands to the KeyGuard Durable Object and their answers, as JSON over its `ask` RPC method. Each
 //! command is its own type with its own answer type ([`Ask::Answer`]), so a client that expects
 //! the wrong answer, or an object that sends one, does not compile.
 
@@ -11,9 +11,6 @@ use crate::ports::ClaimRequest;
 
 /// The binding name of SPEC §1.
 pub const BINDING: &str = "KEY_GUARD";
-/// Durable Object `fetch` needs an absolute URL; the host is never resolved.
-pub const URL: &str = "https://key-guard/";
-
 /// The object the deep health check pings.
 pub const HEALTH_OBJECT: &str = "health";
 
