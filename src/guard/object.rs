@@ -17,8 +17,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use worker::wasm_bindgen::prelude::{wasm_bindgen, JsValue};
 use worker::{
-    console_log, durable_object, Date, Delay, DurableObject, Env, Request, Response, Result,
-    SqlStorage, State,
+    console_log, durable_object, Date, Delay, DurableObject, Env, Request, Response, Result, SqlStorage,
+    State,
 };
 
 use super::protocol::{
