@@ -19,6 +19,7 @@ use crate::adapters::kv::{self, KvResponses};
 use crate::adapters::origin::OriginClient;
 use crate::adapters::redrive::QueueRedrive;
 use crate::adapters::webhooks::{self as webhook_queue, FetchClient, WebhookQueue};
+use crate::app::outbox::{Coalesced, Outbox, Pause};
 use crate::app::queues::{Incoming, Settle};
 use crate::app::{self, Gateway};
 use crate::config::Config;
@@ -40,7 +41,7 @@ impl Ports for Cloudflare {
     type Events = QueueSink;
     type Archive = R2Archive;
     type Deliveries = WebhookQueue;
-    type Audit = AuditQueue;
+    type Audit = Coalesced<AuditQueue, Timer>;
     type DeadLetters = D1Store;
     type Redrive = QueueRedrive;
     type Origin = OriginClient;
@@ -49,6 +50,17 @@ impl Ports for Cloudflare {
 thread_local! {
     /// The isolate's memory of abusive traffic, shared by every request it serves.
     static MEMORY: Rc<RefCell<AbuseMemory>> = Rc::default();
+    /// The isolate's audit rows waiting for a send: concurrent requests share one.
+    static OUTBOX: Rc<Outbox> = Rc::default();
+}
+
+/// The request's own timer (`setTimeout`).
+struct Timer;
+
+impl Pause for Timer {
+    fn pause(&self, ms: u64) -> impl std::future::Future<Output = ()> {
+        pause(ms)
+    }
 }
 
 /// The bindings a request uses, looked up once per isolate like the configuration: each lookup
@@ -101,7 +113,11 @@ fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gate
         events: QueueSink::new(b.events.clone()),
         archive: R2Archive::new(b.archive),
         deliveries: WebhookQueue::new(b.deliveries.clone()),
-        audit: AuditQueue::new(b.audit.clone()),
+        audit: Coalesced {
+            outbox: OUTBOX.with(Rc::clone),
+            inner: AuditQueue::new(b.audit.clone()),
+            timer: Timer,
+        },
         dead_letters: D1Store::new(b.db.unchecked_into(), meter.clone()),
         redrive: QueueRedrive { audit: b.audit, events: b.events, webhooks: b.deliveries },
         origin: OriginClient::new(env.clone()),

@@ -1,4 +1,4 @@
-//! The [`AuditSink`] port over the `AUDIT_QUEUE` producer.
+//! The [`AuditSink`] port over the `AUDIT_QUEUE` producer: the rows of a call in one `sendBatch`.
 
 use worker::Queue;
 
@@ -21,23 +21,18 @@ impl AuditQueue {
 
 impl AuditSink for AuditQueue {
     async fn record(&self, rows: &[AuditRow]) -> Result<(), PortError> {
-        for row in rows {
-            let body =
-                serde_json::to_string(&AuditMessage::Audit(row.clone())).map_err(PortError::from_display)?;
-            let mut last = None;
-            for _ in 0..ATTEMPTS {
-                match self.queue.send(body.clone()).await {
-                    Ok(()) => {
-                        last = None;
-                        break;
-                    }
-                    Err(e) => last = Some(PortError::from_display(e)),
-                }
-            }
-            if let Some(e) = last {
-                return Err(e);
+        let bodies = rows
+            .iter()
+            .map(|row| serde_json::to_string(&AuditMessage::Audit(row.clone())))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(PortError::from_display)?;
+        let mut last = PortError("audit: nothing sent".into());
+        for _ in 0..ATTEMPTS {
+            match self.queue.send_batch(bodies.iter().map(String::as_str)).await {
+                Ok(()) => return Ok(()),
+                Err(e) => last = PortError::from_display(e),
             }
         }
-        Ok(())
+        Err(last)
     }
 }

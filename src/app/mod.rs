@@ -7,6 +7,7 @@ mod after_response;
 mod audit;
 mod authentication;
 pub mod ingest;
+pub mod outbox;
 mod pipeline;
 mod responses;
 

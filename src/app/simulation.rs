@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::keys::NewKey;
 use super::{ApiRequest, ApiResponse, Gateway};
+use crate::app::outbox::{Coalesced, Pause};
 use crate::config::{Config, DEFAULT_PLAN};
 use crate::core::api_key::KeyType;
 use crate::core::events::dedup_namespace;
@@ -31,6 +32,15 @@ use crate::sim::{check_seeds, drive, drive_with, later, Faults};
 
 struct Sim;
 
+/// A pause of the audit outbox is one yield, where the simulation may stop the isolate.
+struct Yield;
+
+impl Pause for Yield {
+    fn pause(&self, _ms: u64) -> impl std::future::Future<Output = ()> {
+        later(1)
+    }
+}
+
 impl Ports for Sim {
     type Guard = FakeGuard;
     type Store = FakeStore;
@@ -39,7 +49,7 @@ impl Ports for Sim {
     type Events = FakeEventQueue;
     type Archive = FakeArchive;
     type Deliveries = FakeDeliveryQueue;
-    type Audit = FakeAuditQueue;
+    type Audit = Coalesced<FakeAuditQueue, Yield>;
     type DeadLetters = FakeDeadLetters;
     type Redrive = FakeRedrive;
     type Origin = FakeOrigin;
@@ -113,7 +123,11 @@ fn world(faults: &Rc<Faults>, types: &[KeyType]) -> (Gateway<'static, Sim>, Cloc
         events: FakeEventQueue { faults: faults.clone(), sent: RefCell::default() },
         archive: FakeArchive::new(faults.clone()),
         deliveries: FakeDeliveryQueue::new(faults.clone(), clock.clone()),
-        audit: FakeAuditQueue { faults: faults.clone(), sent: RefCell::default() },
+        audit: Coalesced {
+            outbox: Rc::default(),
+            inner: FakeAuditQueue { faults: faults.clone(), sent: RefCell::default() },
+            timer: Yield,
+        },
         dead_letters: FakeDeadLetters::new(faults.clone()),
         redrive: FakeRedrive::new(faults.clone()),
         origin: FakeOrigin::new(faults.clone(), Box::new(|_, n| (201, format!("order {n}").into_bytes()))),
@@ -191,7 +205,7 @@ fn check_audit(
     seen: &[ApiResponse],
     unfinished: &HashSet<String>,
 ) -> Result<(), String> {
-    gateway.store.audit.seed(gateway.audit.sent.borrow().iter().cloned());
+    gateway.store.audit.seed(gateway.audit.inner.sent.borrow().iter().cloned());
     let rows = gateway.store.audit.rows.borrow();
     for r in seen {
         match rows.get(&r.request_id) {
@@ -916,7 +930,7 @@ fn an_unknown_key_flood_costs_no_guard_once_the_address_is_over_its_limit() {
     assert_eq!(lookups(&gateway.guard.asked.borrow()), 1 + 21);
     assert_eq!(gateway.guard.asked.borrow().len(), 1 + 21 + 21, "and no count of the refusals from memory");
     // 20 × 401 and the 429 that found the address over are audited, the 4 refusals from memory not.
-    let audited = gateway.audit.sent.borrow();
+    let audited = gateway.audit.inner.sent.borrow();
     assert_eq!(audited.iter().filter(|r| r.status == 429).count(), 1);
     assert_eq!(audited.len(), 1 + 21);
     drop(audited);
@@ -992,7 +1006,7 @@ fn an_anonymous_404_flood_is_limited_per_address_with_paths_cut_to_2_kib() {
     assert!(responses[20..]
         .iter()
         .all(|r| error_code(r) == "RATE_LIMIT_EXCEEDED" && retry_after(r) == Some(40)));
-    let audited = gateway.audit.sent.borrow();
+    let audited = gateway.audit.inner.sent.borrow();
     assert_eq!(audited.len(), 21, "20 × 404 and the first 429; the refusals from memory write nothing");
     assert!(audited
         .iter()

@@ -1,0 +1,194 @@
+//! Audit rows of one isolate's concurrent requests leave in one send (SPEC §16).
+//!
+//! At most one send is in flight per isolate. A row that arrives while one is in flight waits for
+//! it, then leaves with every other row that arrived meanwhile (up to [`MAX_BATCH`]); a lone
+//! request sends at once, exactly as without the outbox. Each request still awaits its own row's
+//! send (its `wait_until` covers it) and gets that send's result, so a failed send falls back to the
+//! direct write for every row in it, as a single send did before: a row is never lost to batching,
+//! and the consumer's insert (once per `request_id`) keeps it one row.
+//!
+//! A waiting request looks again every [`POLL_MS`] on a timer of its own. It is never woken by the
+//! other request's send: workerd cancels a request whose promise waits only on another request's
+//! I/O ("the Worker's code had hung"), which `tests/e2e/audit.test.mjs` showed.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::rc::Rc;
+
+use crate::core::audit::AuditRow;
+use crate::ports::{AuditSink, PortError};
+
+/// Messages per send: a queue takes at most 100 in one batch.
+pub const MAX_BATCH: usize = 100;
+/// How often a request whose row waits for the send in flight looks again.
+pub const POLL_MS: u64 = 2;
+
+type Slot = Rc<Cell<Option<Result<(), PortError>>>>;
+
+/// The isolate's rows waiting for a send, shared by every request it serves.
+#[derive(Default)]
+pub struct Outbox {
+    pending: RefCell<Vec<(Vec<AuditRow>, Slot)>>,
+    sending: Cell<bool>,
+}
+
+/// A timer of the request's own (the runtime's `setTimeout` in the worker).
+pub trait Pause {
+    fn pause(&self, ms: u64) -> impl Future<Output = ()>;
+}
+
+/// An [`AuditSink`] whose concurrent calls share sends through the isolate's [`Outbox`].
+pub struct Coalesced<A, T> {
+    pub outbox: Rc<Outbox>,
+    pub inner: A,
+    pub timer: T,
+}
+
+impl<A: AuditSink, T: Pause> AuditSink for Coalesced<A, T> {
+    async fn record(&self, rows: &[AuditRow]) -> Result<(), PortError> {
+        let outbox = &self.outbox;
+        let mine: Slot = Rc::default();
+        outbox.pending.borrow_mut().push((rows.to_vec(), mine.clone()));
+        loop {
+            if let Some(result) = mine.take() {
+                return result;
+            }
+            if outbox.sending.get() {
+                self.timer.pause(POLL_MS).await;
+                continue;
+            }
+            // This request sends: its own rows first, then whoever else is waiting.
+            outbox.sending.set(true);
+            let mut batch = Vec::new();
+            let mut owners = Vec::new();
+            {
+                let mut pending = outbox.pending.borrow_mut();
+                let own = pending.iter().position(|(_, slot)| Rc::ptr_eq(slot, &mine));
+                if let Some(i) = own {
+                    let entry = pending.remove(i);
+                    pending.insert(0, entry);
+                }
+                while let Some((rows, _)) = pending.first() {
+                    if !batch.is_empty() && batch.len() + rows.len() > MAX_BATCH {
+                        break;
+                    }
+                    let (rows, slot) = pending.remove(0);
+                    batch.extend(rows);
+                    owners.push(slot);
+                }
+            }
+            let sending = Sending { outbox, owners };
+            sending.finish(self.inner.record(&batch).await);
+        }
+    }
+}
+
+/// The send in flight. Dropped unfinished (the isolate stopped it), it tells its rows' owners it
+/// failed, so they write directly; the insert once per `request_id` makes a row sent anyway one row.
+struct Sending<'a> {
+    outbox: &'a Outbox,
+    owners: Vec<Slot>,
+}
+
+impl Sending<'_> {
+    fn finish(mut self, result: Result<(), PortError>) {
+        for slot in self.owners.drain(..) {
+            slot.set(Some(result.clone()));
+        }
+    }
+}
+
+impl Drop for Sending<'_> {
+    fn drop(&mut self) {
+        for slot in self.owners.drain(..) {
+            slot.set(Some(Err(PortError("audit send abandoned".into()))));
+        }
+        self.outbox.sending.set(false);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::future::join_all;
+
+    use std::task::{Context, Waker};
+
+    use super::*;
+    use crate::sim::later;
+
+    /// A pause is one yield.
+    struct Yield;
+
+    impl Pause for Yield {
+        fn pause(&self, _ms: u64) -> impl Future<Output = ()> {
+            later(1)
+        }
+    }
+
+    /// A queue that takes a while (one yield) and remembers each send's rows.
+    #[derive(Default)]
+    struct SlowQueue {
+        sends: RefCell<Vec<Vec<String>>>,
+        fail: Cell<bool>,
+    }
+
+    impl AuditSink for SlowQueue {
+        async fn record(&self, rows: &[AuditRow]) -> Result<(), PortError> {
+            later(1).await;
+            self.sends.borrow_mut().push(rows.iter().map(|r| r.request_id.clone()).collect());
+            if self.fail.get() {
+                return Err(PortError("queue down".into()));
+            }
+            Ok(())
+        }
+    }
+
+    fn row(id: &str) -> AuditRow {
+        AuditRow::new(id.into(), 0, "GET".into(), "/".into())
+    }
+
+    fn record_all(sink: &Coalesced<SlowQueue, Yield>, ids: &[&str]) -> Vec<Result<(), PortError>> {
+        pollster::block_on(join_all(ids.iter().map(|id| async move { sink.record(&[row(id)]).await })))
+    }
+
+    #[test]
+    fn a_lone_row_leaves_at_once_and_rows_arriving_during_a_send_leave_together() {
+        let sink = Coalesced { outbox: Rc::default(), inner: SlowQueue::default(), timer: Yield };
+        assert_eq!(record_all(&sink, &["a"]), vec![Ok(())]);
+        assert_eq!(record_all(&sink, &["b", "c", "d", "e"]), vec![Ok(()); 4]);
+        assert_eq!(*sink.inner.sends.borrow(), [vec!["a"], vec!["b"], vec!["c", "d", "e"]]);
+    }
+
+    #[test]
+    fn a_failed_send_fails_every_row_in_it_and_only_those() {
+        let sink = Coalesced { outbox: Rc::default(), inner: SlowQueue::default(), timer: Yield };
+        sink.inner.fail.set(true);
+        let results = record_all(&sink, &["a", "b", "c"]);
+        assert!(results.iter().all(|r| r.as_ref().unwrap_err().0 == "queue down"), "{results:?}");
+        assert_eq!(sink.inner.sends.borrow().concat(), ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn a_send_takes_at_most_a_queue_batch() {
+        let sink = Coalesced { outbox: Rc::default(), inner: SlowQueue::default(), timer: Yield };
+        let ids: Vec<String> = (0..250).map(|i| format!("r{i}")).collect();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        assert!(record_all(&sink, &ids).iter().all(Result::is_ok));
+        let sizes: Vec<usize> = sink.inner.sends.borrow().iter().map(Vec::len).collect();
+        assert_eq!(sizes, [1, MAX_BATCH, MAX_BATCH, 49]);
+        assert_eq!(sink.inner.sends.borrow().concat(), ids, "every row once, in order");
+    }
+
+    #[test]
+    fn a_send_stopped_midway_fails_its_rows_and_frees_the_outbox() {
+        let sink = Coalesced { outbox: Rc::default(), inner: SlowQueue::default(), timer: Yield };
+        // Polled once: "a" is handed to the queue, then its request stops.
+        let rows = [row("a")];
+        let mut first = Box::pin(sink.record(&rows));
+        assert!(first.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
+        assert!(sink.outbox.sending.get());
+        drop(first);
+        assert!(!sink.outbox.sending.get());
+        assert_eq!(record_all(&sink, &["b"]), vec![Ok(())]);
+    }
+}
