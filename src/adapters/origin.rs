@@ -8,10 +8,7 @@ use std::time::Duration;
 use futures_util::future::{select, Either};
 use futures_util::StreamExt;
 use js_sys::Uint8Array;
-use worker::{
-    AbortController, ByteStream, Delay, Env, Fetch, Headers, Method, Request, RequestInit, RequestRedirect,
-    Response,
-};
+use worker::{AbortController, ByteStream, Delay, Env, Fetch, Request, Response};
 
 use crate::core::upstream::{OriginTarget, STORED_ANSWER_LIMIT};
 use crate::ports::{AnswerBody, Origin, OriginAnswer, OriginOutcome, OriginRequest, PassThrough};
@@ -91,30 +88,22 @@ impl Origin for OriginClient {
     }
 }
 
+/// The outgoing request, made once: method, headers, no redirects, the body, and the controller's
+/// signal (which ends the subrequest when the deadline passes first).
 fn build(request: &OriginRequest<'_>, controller: &AbortController) -> worker::Result<Request> {
-    let headers = Headers::new();
+    let headers = worker::web_sys::Headers::new()?;
     for (name, value) in &request.headers {
         headers.append(name, value)?;
     }
-    let mut init = RequestInit::new();
-    init.with_method(Method::from(request.method.to_owned()))
-        .with_headers(headers)
-        .with_redirect(RequestRedirect::Manual);
-    if !request.body.is_empty() && !matches!(request.method, "GET" | "HEAD") {
-        init.with_body(Some(Uint8Array::from(request.body).into()));
-    }
-    let outgoing = Request::new_with_init(&request.url, &init)?;
-    // The signal ends the subrequest when the deadline passes first.
-    let signalled = web_sys_request(&outgoing, controller)?;
-    Ok(signalled)
-}
-
-/// The same request bound to the controller's signal (`RequestInit` of worker 0.8 has no signal).
-fn web_sys_request(request: &Request, controller: &AbortController) -> worker::Result<Request> {
     let init = worker::web_sys::RequestInit::new();
+    init.set_method(request.method);
+    init.set_headers(&headers);
+    init.set_redirect(worker::web_sys::RequestRedirect::Manual);
     init.set_signal(Some(&controller.signal()));
-    let inner = worker::web_sys::Request::new_with_request_and_init(request.inner(), &init)?;
-    Ok(Request::from(inner))
+    if !request.body.is_empty() && !matches!(request.method, "GET" | "HEAD") {
+        init.set_body(&Uint8Array::from(request.body).into());
+    }
+    Ok(Request::from(worker::web_sys::Request::new_with_str_and_init(&request.url, &init)?))
 }
 
 /// The response for an answer too large to hold: the head read, then the origin's stream.
