@@ -89,14 +89,14 @@ function category(frame, rustCaller) {
   if (/console/.test(rustCaller)) return 'console.log (glue + native + inspect)';
   if (/Queue::send/.test(rustCaller)) return 'queue send (glue + native)';
   if (!url) return /^(parse|stringify)$/.test(name) ? 'JSON.parse/stringify (native)' : 'runtime/native (Response, fetch, SQL exec, …)';
-  if (url === 'index.js') return 'JS glue (wasm-bindgen, build/index.js)';
+  if (/^(index|main)\.js$/.test(url)) return 'JS glue (wasm-bindgen, the bundle)';
   return `JS: ${url.replace(/^.*\//, '')}`;
 }
 
 /** Where the time under a frame goes, whatever its own category (a sample counts once). */
 const CENTRES = [
   ['console.log of the request line (web_sys console)', /gen_console::console::log/],
-  ['queue send (worker::Queue::send)', /worker::queue::Queue::send/],
+  ['queue send (worker::Queue::send, send_batch)', /worker::queue::Queue::send/],
   ['Response construction (worker::Response → JS)', /worker::response::.*From<worker::response::Response/],
   ['serde_json (anywhere)', /serde_json::/],
   ['serde_wasm_bindgen (Rust ↔ JS values)', /serde_wasm_bindgen::/],
@@ -117,7 +117,7 @@ const clean = (name) => name.replace(/::h[0-9a-f]{16}\b/g, '');
 const SOURCES = new Map();
 async function loadSources(cdp) {
   await cdp.send('Debugger.enable');
-  const bundles = () => cdp.events.filter((e) => e.method === 'Debugger.scriptParsed' && /(^|\/)index\.js$/.test(e.params.url));
+  const bundles = () => cdp.events.filter((e) => e.method === 'Debugger.scriptParsed' && /(^|\/)(index|main)\.js$/.test(e.params.url));
   // wrangler's proxy sends the scripts after its answer.
   for (let i = 0; i < 50 && !bundles().length; i++) await new Promise((r) => setTimeout(r, 100));
   for (const { params } of bundles()) {
