@@ -52,6 +52,8 @@ thread_local! {
     static MEMORY: Rc<RefCell<AbuseMemory>> = Rc::default();
     /// The isolate's audit rows waiting for a send: concurrent requests share one.
     static OUTBOX: Rc<Outbox> = Rc::default();
+    /// The bindings, looked up by the isolate's first request.
+    static BINDINGS: OnceCell<Bindings> = const { OnceCell::new() };
 }
 
 /// The request's own timer (`setTimeout`).
@@ -77,10 +79,6 @@ struct Bindings {
     deliveries: Queue,
     audit: Queue,
     archive: Bucket,
-}
-
-thread_local! {
-    static BINDINGS: OnceCell<Bindings> = const { OnceCell::new() };
 }
 
 fn bindings(env: &Env) -> Result<Bindings> {

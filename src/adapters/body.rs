@@ -10,6 +10,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{ReadableStream, ReadableStreamDefaultReader, ReadableStreamReadResult};
 
+use super::js_error;
 use crate::ports::{PortError, RequestBody};
 
 pub struct WorkerBody {
@@ -26,10 +27,6 @@ impl WorkerBody {
     }
 }
 
-fn port_error(e: wasm_bindgen::JsValue) -> PortError {
-    PortError(e.as_string().unwrap_or_else(|| format!("{e:?}")))
-}
-
 impl RequestBody for WorkerBody {
     fn declared_len(&self) -> Option<u64> {
         self.declared_len
@@ -41,7 +38,7 @@ impl RequestBody for WorkerBody {
         }
         let Some(reader) = &self.reader else { return Ok(None) };
         let result: ReadableStreamReadResult =
-            JsFuture::from(reader.read()).await.map_err(port_error)?.unchecked_into();
+            JsFuture::from(reader.read()).await.map_err(js_error)?.unchecked_into();
         if result.get_done().unwrap_or(false) {
             self.reader = None;
             return Ok(None);

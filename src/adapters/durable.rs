@@ -7,6 +7,7 @@ use wasm_bindgen::JsValue;
 use wasm_bindgen_futures::JsFuture;
 use worker::{Method, ObjectNamespace, Request, RequestInit};
 
+use super::js_error;
 use crate::ports::{Meter, PortError};
 
 /// Sends `command` to the object named `name` (at `url`, which Durable Objects require but never
@@ -38,10 +39,6 @@ extern "C" {
     type AskStub;
     #[wasm_bindgen(method, catch)]
     fn ask(this: &AskStub, command: &str) -> Result<js_sys::Promise, JsValue>;
-}
-
-fn js_error(e: JsValue) -> PortError {
-    PortError(e.as_string().unwrap_or_else(|| format!("{e:?}")))
 }
 
 /// Sends `command` to the object named `name` over RPC and reads its answer: one string each way,

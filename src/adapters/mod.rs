@@ -13,3 +13,8 @@ pub mod kv;
 pub mod origin;
 pub mod redrive;
 pub mod webhooks;
+
+/// A JavaScript exception as a port error: its message when it is a string, else its debug form.
+fn js_error(e: wasm_bindgen::JsValue) -> crate::ports::PortError {
+    crate::ports::PortError(e.as_string().unwrap_or_else(|| format!("{e:?}")))
+}
