@@ -9,7 +9,7 @@
 import { readFileSync, writeFileSync, statSync } from 'node:fs';
 import { gzipSync } from 'node:zlib';
 import { randomUUID } from 'node:crypto';
-import { ADMIN, BASE, CONNECTIONS, api, benchProject, completedKey, scenarios as single, drive } from './load.mjs';
+import { ADMIN, BASE, CONNECTIONS, api, benchProject, completedKey, scenarios as single, drive, startBenchOrigin } from './load.mjs';
 
 const quick = process.argv.includes('--quick');
 const STATE = process.env.GATEHOUSE_STATE;
@@ -40,17 +40,10 @@ if (PEER) {
   peer = { me, create, replay };
 }
 
-// Proxy mode (SPEC §16: a proxied GET ≥ 0.8× GET /public/v1/me): a minimal origin in its own
-// process on GATEHOUSE_BENCH_ORIGIN_PORT, which scripts/bench and scripts/test route /bench/ to.
+// Proxy mode (SPEC §16: a proxied GET ≥ 0.8× GET /public/v1/me), when scripts/bench or scripts/test
+// route /bench/ to GATEHOUSE_BENCH_ORIGIN_PORT.
 const ORIGIN_PORT = process.env.GATEHOUSE_BENCH_ORIGIN_PORT;
-if (ORIGIN_PORT) {
-  const { spawn } = await import('node:child_process');
-  const server = `require('node:http').createServer((q, s) => { q.resume(); q.on('end', () => { s.writeHead(200, { 'content-type': 'application/json' }); s.end('{"ok":true}'); }); }).listen(${Number(ORIGIN_PORT)}, '127.0.0.1', () => console.log('ready'))`;
-  const originProcess = spawn(process.execPath, ['-e', server], { stdio: ['ignore', 'pipe', 'inherit'] });
-  // Stopped however this script ends (a failed setup throws).
-  process.on('exit', () => originProcess.kill());
-  await new Promise((resolve) => originProcess.stdout.once('data', resolve));
-}
+if (ORIGIN_PORT) await startBenchOrigin(ORIGIN_PORT);
 
 const trackBody = (n) => JSON.stringify({
   batch: Array.from({ length: n }, (_, i) => ({ event_id: randomUUID(), event: 'Bench Event', anonymous_id: `a-${i}`, properties: { i } })),
@@ -58,7 +51,7 @@ const trackBody = (n) => JSON.stringify({
 
 const scenarios = [
   one.floor, one.guard, one.me,
-  ...(ORIGIN_PORT ? [{ name: 'proxied GET /bench/items (local origin)', key: 'proxy', path: '/bench/items?page=1', headers: auth, expect: 200 }] : []),
+  ...(ORIGIN_PORT ? [one.proxy] : []),
   one.create, one.replay,
   ...[1, 10, 100, 500].map((n) => ({
     name: `POST /v1/track, batch of ${n}`, key: `track${n}`, method: 'POST', path: '/v1/track', headers: auth, events: n,

@@ -42,6 +42,8 @@ file_size() {
 # `wrangler dev` in its own process group (WORKER_PID; job control puts a background job in a group
 # of its own, on Linux and macOS alike) and waits until it answers GET /health. Its V8 inspector
 # (wrangler's proxy to the worker's isolate) listens on WORKER_INSPECTOR_PORT.
+# Once it answers, the inspector's Network domain that wrangler turns on is turned off again
+# (scripts/quiet-inspector.mjs: it costs every subrequest milliseconds of wrangler's CPU).
 # `--test-scheduled` serves GET /__scheduled?cron=… to run a cron handler now (the static assets
 # keep /cdn-cgi/handler/scheduled from reaching the worker).
 start_worker() {
@@ -72,6 +74,7 @@ start_worker() {
     sleep 1
     waited=$((waited + 1))
   done
+  node "$ROOT/scripts/quiet-inspector.mjs" "$WORKER_INSPECTOR_PORT" || die "could not turn off the inspector's Network domain"
   note "$(awk -F'"' '/^name = /{ print $2; exit }' "$config") ready on http://127.0.0.1:$port after ${waited}s (pid $WORKER_PID, log $log)"
 }
 

@@ -35,18 +35,31 @@ export async function completedKey(base, key) {
   return replayKey;
 }
 
-/** The single-request scenarios, by key (`floor`, `guard`, `me`, `create`, `replay`), on `url`. */
+/** The single-request scenarios, by key (`floor`, `guard`, `me`, `proxy`, `create`, `replay`), on
+ *  `url`; `proxy` needs /bench/ routed to the origin of startBenchOrigin. */
 export function scenarios({ server, replayKey }, url = BASE) {
   const auth = { authorization: `Bearer ${server.key}`, 'content-type': 'application/json' };
   return {
     floor: { name: 'floor: GET /health (no auth, no storage)', key: 'floor', url, path: '/health', expect: 200 },
     guard: { name: 'one DO round trip: GET /admin/v1/health', key: 'guard', url, path: '/admin/v1/health', headers: { authorization: `Bearer ${ADMIN}` }, expect: 200 },
     me: { name: 'GET /public/v1/me', key: 'me', url, path: '/public/v1/me', headers: auth, expect: 200 },
+    proxy: { name: 'proxied GET /bench/items (local origin)', key: 'proxy', url, path: '/bench/items?page=1', headers: auth, expect: 200 },
     create: { name: 'POST /public/v1/contacts, fresh Idempotency-Key', key: 'create', url, method: 'POST', path: '/public/v1/contacts', headers: auth,
       body: JSON.stringify({ name: 'Bench' }), setup: (req) => ({ ...req, headers: { ...req.headers, 'idempotency-key': randomUUID() } }), expect: 201 },
     replay: { name: 'replay of one completed key', key: 'replay', url, method: 'POST', path: '/public/v1/contacts', headers: { ...auth, 'idempotency-key': replayKey },
       body: JSON.stringify({ name: 'Replayed' }), expect: 201 },
   };
+}
+
+/** The proxy scenario's origin: a minimal HTTP server in its own process on 127.0.0.1:`port`,
+ *  answering `{"ok":true}`; stopped when this process exits. Resolves to its pid once it listens. */
+export async function startBenchOrigin(port) {
+  const { spawn } = await import('node:child_process');
+  const server = `require('node:http').createServer((q, s) => { q.resume(); q.on('end', () => { s.writeHead(200, { 'content-type': 'application/json' }); s.end('{"ok":true}'); }); }).listen(${Number(port)}, '127.0.0.1', () => console.log('ready'))`;
+  const origin = spawn(process.execPath, ['-e', server], { stdio: ['ignore', 'pipe', 'inherit'] });
+  process.on('exit', () => origin.kill());
+  await new Promise((resolve) => origin.stdout.once('data', resolve));
+  return origin.pid;
 }
 
 /** Drives one scenario with autocannon: CONNECTIONS connections for `duration` seconds, on its

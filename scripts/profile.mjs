@@ -1,6 +1,6 @@
 // Where a request's CPU goes in the worker's isolate (see scripts/profile): V8's sampling profiler,
 // over the Chrome DevTools Protocol, while autocannon drives one scenario.
-// Usage: node scripts/profile.mjs [--seconds N] [scenario…]   (scenarios: floor me create replay)
+// Usage: node scripts/profile.mjs [--seconds N] [scenario…]   (scenarios: floor me proxy create replay)
 // Environment: GATEHOUSE_URL, GATEHOUSE_ADMIN_TOKEN, GATEHOUSE_STATE, GATEHOUSE_INSPECTOR (the
 // port of wrangler's inspector proxy), GATEHOUSE_PIDS ("name=pid …": processes whose CPU time
 // is reported per request too). Writes $GATEHOUSE_STATE/<scenario>.cpuprofile (Chrome DevTools,
@@ -8,12 +8,12 @@
 import { writeFileSync, readFileSync } from 'node:fs';
 // `ws` comes with wrangler (miniflare's dependency); undici's WebSocket fails wrangler's handshake.
 import WebSocket from 'ws';
-import { benchProject, scenarios, drive } from './load.mjs';
+import { benchProject, scenarios, drive, startBenchOrigin } from './load.mjs';
 
 const args = process.argv.slice(2);
 const at = args.indexOf('--seconds');
 const SECONDS = at >= 0 ? Number(args.splice(at, 2)[1]) : 10;
-const WANTED = args.length ? args : ['floor', 'me', 'create', 'replay'];
+const WANTED = args.length ? args : ['floor', 'me', 'proxy', 'create', 'replay'];
 const STATE = process.env.GATEHOUSE_STATE;
 const INTERVAL_US = 100;
 
@@ -52,6 +52,8 @@ function cpuSeconds(pid) {
   } catch { return NaN; }
 }
 const PIDS = (process.env.GATEHOUSE_PIDS ?? '').split(/\s+/).filter(Boolean).map((p) => p.split('='));
+// The proxy scenario's origin (scripts/profile routes /bench/ to it), a process of its own.
+if (WANTED.includes('proxy')) PIDS.push(['origin', await startBenchOrigin(process.env.GATEHOUSE_BENCH_ORIGIN_PORT)]);
 
 // ---- Categories -------------------------------------------------------------------------------
 
