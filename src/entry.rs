@@ -143,15 +143,16 @@ fn now_ms() -> i64 {
 async fn fetch(req: web_sys::Request, env: Env, ctx: Context) -> Result<web_sys::Response> {
     let started = now_ms();
     let meter = Rc::new(Meter::default());
-    let method = req.method();
-    let url = url::Url::parse(&req.url()).map_err(|e| worker::Error::RustError(e.to_string()))?;
+    let head = http::RequestHead::of(&req);
+    let method = head.method.clone();
+    let url = url::Url::parse(&head.url).map_err(|e| worker::Error::RustError(e.to_string()))?;
     let path = url.path().to_owned();
     // One gateway per request: it answers, then finishes the work after the response.
     let (mut api, finisher, log_every_request) = match config(&env) {
         Ok(config) => {
             let gateway = gateway(&env, config, &meter)?;
             let forwards = |path: &str| match_upstream(&config.upstreams, path).is_some();
-            let request = http::api_request(&req, &url, started, forwards);
+            let request = http::api_request(&req, head, &url, started, forwards);
             (gateway.handle(request).await, Some(gateway), config.log_every_request)
         }
         Err(e) => (app::failure(ApiError::internal(e.to_string()), &method, &path, started), None, true),

@@ -45,16 +45,33 @@ fn encode64(bytes: &[u8], alphabet: &[u8; 64], pad: bool) -> String {
     out
 }
 
-fn decode64(s: &str, alphabet: &[u8; 64]) -> Option<Vec<u8>> {
+/// Each byte's value in a base64 alphabet, or [`NOT_BASE64`]: one lookup per character.
+const fn values(alphabet: &[u8; 64]) -> [u8; 256] {
+    let mut table = [NOT_BASE64; 256];
+    let mut i = 0;
+    while i < 64 {
+        table[alphabet[i] as usize] = i as u8;
+        i += 1;
+    }
+    table
+}
+const NOT_BASE64: u8 = 0xFF;
+const B64URL_VALUES: [u8; 256] = values(B64URL);
+const B64STD_VALUES: [u8; 256] = values(B64STD);
+
+fn decode64(s: &str, values: &[u8; 256]) -> Option<Vec<u8>> {
     if s.len() % 4 == 1 {
         return None;
     }
     let mut out = Vec::with_capacity(s.len() * 3 / 4);
     for chunk in s.as_bytes().chunks(4) {
         let mut n = 0u32;
-        for (i, c) in chunk.iter().enumerate() {
-            let v = alphabet.iter().position(|x| x == c)? as u32;
-            n |= v << (18 - 6 * i);
+        for (i, &c) in chunk.iter().enumerate() {
+            let v = values[c as usize];
+            if v == NOT_BASE64 {
+                return None;
+            }
+            n |= (v as u32) << (18 - 6 * i);
         }
         out.extend_from_slice(&n.to_be_bytes()[1..chunk.len()]);
     }
@@ -67,7 +84,7 @@ pub fn base64url(bytes: &[u8]) -> String {
 }
 
 pub fn from_base64url(s: &str) -> Option<Vec<u8>> {
-    decode64(s, B64URL)
+    decode64(s, &B64URL_VALUES)
 }
 
 /// Standard padded base64 (RFC 4648 §4), as Standard Webhooks uses it.
@@ -80,7 +97,7 @@ pub fn from_base64(s: &str) -> Option<Vec<u8>> {
     if !s.len().is_multiple_of(4) || s.len() - unpadded.len() > 2 {
         return None;
     }
-    decode64(unpadded, B64STD)
+    decode64(unpadded, &B64STD_VALUES)
 }
 
 /// An object id: `kind_` followed by 26 Crockford-base32 characters of 16 random bytes (128 bits).
