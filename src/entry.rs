@@ -198,7 +198,7 @@ fn jitter() -> f64 {
 }
 
 /// Every queue and dead-letter queue: `app::queues::consume` decides per message, this acks or
-/// retries each as told.
+/// retries each as told (all at once when every message is acked).
 #[event(queue)]
 async fn queue(batch: MessageBatch<String>, env: Env, _ctx: Context) -> Result<()> {
     let config = config(&env).map_err(|e| worker::Error::RustError(e.to_string()))?;
@@ -223,6 +223,11 @@ async fn queue(batch: MessageBatch<String>, env: Env, _ctx: Context) -> Result<(
     };
     let settled =
         app::queues::consume(&store, &store, &name, &incoming, dispatch, config.queue_retry, now_ms()).await;
+    // The usual case in one call instead of one per message.
+    if settled.iter().all(|settle| matches!(settle, Settle::Ack)) {
+        batch.ack_all();
+        return Ok(());
+    }
     for ((message, incoming), settle) in messages.iter().zip(&incoming).zip(settled) {
         match settle {
             Settle::Ack => message.ack(),
