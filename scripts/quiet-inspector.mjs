@@ -17,7 +17,9 @@ const answer = new Promise((resolve) => ws.on('message', (data) => {
   if (message.id === 1) resolve(message);
 }));
 ws.send(JSON.stringify({ id: 1, method: 'Network.disable' }));
-const { error } = await answer;
+// A proxy that never answers must not hold up the script that started wrangler.
+const timeout = new Promise((resolve) => setTimeout(() => resolve({ error: { message: 'no answer in 10 s' } }), 10_000).unref());
+const { error } = await Promise.race([answer, timeout]);
 ws.close();
 if (error) {
   console.error(`Network.disable: ${error.message}`);

@@ -135,9 +135,12 @@ pub fn response(api: ApiResponse) -> Result<web_sys::Response> {
     }
     let mut head = String::with_capacity(512);
     for (name, value) in all() {
-        // A line break would split a header in two: the runtime refuses such a value anyway.
+        // A line break would split a header in two, a colon in a name would move the split: the
+        // runtime refuses both anyway.
         if name.contains(['\n', '\r', ':']) || value.contains(['\n', '\r']) {
-            return Err(worker::Error::RustError(format!("header {name:?} has a line break")));
+            return Err(worker::Error::RustError(format!(
+                "header {name:?}: a line break, or a colon in its name"
+            )));
         }
         head.push_str(name);
         head.push(':');
