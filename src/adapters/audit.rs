@@ -1,8 +1,10 @@
-//! The [`AuditSink`] port over the `AUDIT_QUEUE` producer: the rows of a call in one `sendBatch`.
+//! The [`AuditSink`] port over the `AUDIT_QUEUE` producer: the rows of a call packed into as few
+//! messages as fit, sent together.
 
 use worker::Queue;
 
-use crate::core::audit::{AuditMessage, AuditRow};
+use crate::core::audit::AuditRow;
+use crate::core::queue::{pack, MESSAGES_PER_SEND, MESSAGE_MAX_BYTES};
 use crate::ports::{AuditSink, PortError};
 
 pub const QUEUE_BINDING: &str = "AUDIT_QUEUE";
@@ -20,19 +22,18 @@ impl AuditQueue {
 }
 
 impl AuditSink for AuditQueue {
+    /// A send that fails after some of its messages went makes the caller write every row directly;
+    /// the insert once per `request_id` keeps the ones already sent one row each.
     async fn record(&self, rows: &[AuditRow]) -> Result<(), PortError> {
-        let bodies = rows
-            .iter()
-            .map(|row| serde_json::to_string(&AuditMessage::Audit(row.clone())))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(PortError::from_display)?;
-        let mut last = PortError("audit: nothing sent".into());
-        for _ in 0..ATTEMPTS {
-            match self.queue.send_batch(bodies.iter().map(String::as_str)).await {
-                Ok(()) => return Ok(()),
-                Err(e) => last = PortError::from_display(e),
+        for messages in pack(rows, "audit_rows", "rows", MESSAGE_MAX_BYTES).chunks(MESSAGES_PER_SEND) {
+            let mut tries = 1;
+            while let Err(e) = self.queue.send_batch(messages.iter().map(String::as_str)).await {
+                if tries == ATTEMPTS {
+                    return Err(PortError::from_display(e));
+                }
+                tries += 1;
             }
         }
-        Err(last)
+        Ok(())
     }
 }

@@ -6,15 +6,12 @@ use std::rc::Rc;
 use worker::{BatchMessageBuilder, ObjectNamespace, Queue};
 
 use super::durable;
-use crate::core::events::{pack, EventMessage, Reserved};
+use crate::core::events::{EventMessage, Reserved};
+use crate::core::queue::{pack, MESSAGES_PER_SEND, MESSAGE_MAX_BYTES};
 use crate::ledger::protocol::{LedgerAnswer, LedgerCommand, URL};
 use crate::ports::{EventLedger, EventSink, Meter, PortError};
 
 pub const QUEUE_BINDING: &str = "EVENTS_QUEUE";
-/// A queue message holds at most 128 KB, a sendBatch 256 KB; packing to 60 KiB leaves room for
-/// the encoding's overhead (an event is at most 64 KiB and then travels alone).
-const MESSAGE_MAX_BYTES: usize = 60 * 1024;
-const SEND_MESSAGES_PER_CALL: usize = 2;
 
 pub struct LedgerClient {
     namespace: ObjectNamespace,
@@ -68,9 +65,7 @@ impl QueueSink {
 
 impl EventSink for QueueSink {
     async fn send(&self, messages: &[EventMessage]) -> Result<(), PortError> {
-        let packed = pack(messages, MESSAGE_MAX_BYTES);
-        // sendBatch takes at most 100 messages and 256 KB: two packed messages per call.
-        for pair in packed.chunks(SEND_MESSAGES_PER_CALL) {
+        for pair in pack(messages, "events", "items", MESSAGE_MAX_BYTES).chunks(MESSAGES_PER_SEND) {
             let batch = BatchMessageBuilder::new().messages(pair.to_vec()).build();
             self.queue.send_batch(batch).await.map_err(PortError::from_display)?;
         }

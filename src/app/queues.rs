@@ -15,7 +15,7 @@ use std::future::Future;
 
 use futures_util::future::join_all;
 
-use crate::core::audit::{AuditMessage, AuditRow};
+use crate::core::audit::AuditRow;
 use crate::core::events::EventBatch;
 use crate::core::queue::{body_digest, served_queue, DeadLetter, QueueMessage, RetryPolicy};
 use crate::core::webhook::DeliveryMessage;
@@ -100,10 +100,7 @@ where
         for (i, m) in messages.iter().enumerate() {
             match QueueMessage::parse(&m.body) {
                 Ok(QueueMessage::Events(EventBatch::Events { items })) => events.push((i, items)),
-                Ok(QueueMessage::Audit(audit)) => {
-                    let AuditMessage::Audit(row) = *audit;
-                    rows.push((i, vec![row]))
-                }
+                Ok(QueueMessage::Audit(audit)) => rows.push((i, audit.into_rows())),
                 Ok(QueueMessage::Delivery(DeliveryMessage::Delivery { delivery_id })) => {
                     deliveries.push((i, delivery_id))
                 }
@@ -228,7 +225,9 @@ mod tests {
     use super::*;
     use crate::app::dead_letters::redrive;
     use crate::core::api_key::KeyType;
+    use crate::core::audit::AuditMessage;
     use crate::core::events::{EventMessage, EventRecord};
+    use crate::core::queue::{pack, MESSAGE_MAX_BYTES};
     use crate::fakes::queue::{FakeDeadLetters, FakeRedrive, QueueRuntime};
     use crate::fakes::FakeStore;
     use crate::sim::{check_seeds, complete, drive, schedules, Faults};
@@ -268,6 +267,14 @@ mod tests {
             "/".into(),
         )))
         .unwrap()
+    }
+
+    fn audit_rows_body(request_ids: &[String]) -> String {
+        let rows: Vec<AuditRow> =
+            request_ids.iter().map(|id| AuditRow::new(id.clone(), 1, "GET".into(), "/".into())).collect();
+        let mut packed = pack(&rows, "audit_rows", "rows", MESSAGE_MAX_BYTES);
+        assert_eq!(packed.len(), 1);
+        packed.remove(0)
     }
 
     fn delivery_body(id: &str) -> String {
@@ -450,10 +457,15 @@ mod tests {
         };
         let mut sent = Sent::default();
         let now = world.now_ms;
-        for i in 0..(3 + plan.below(10)) {
-            let id = format!("req-{i}");
-            world.runtime.send(AUDIT, &audit_body(&id), now);
-            sent.rows.insert(id);
+        let mut next = 0;
+        for _ in 0..(3 + plan.below(8)) {
+            // A send's rows travel packed (an older version sent one row per message).
+            let ids: Vec<String> = (0..1 + plan.below(3)).map(|j| format!("req-{}", next + j)).collect();
+            next += ids.len() as u64;
+            let body =
+                if ids.len() == 1 && plan.chance(0.5) { audit_body(&ids[0]) } else { audit_rows_body(&ids) };
+            world.runtime.send(AUDIT, &body, now);
+            sent.rows.extend(ids);
         }
         for i in 0..(2 + plan.below(6)) {
             // Batches overlap: an event may travel in two messages (a retried send), stored once.

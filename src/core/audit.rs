@@ -58,11 +58,22 @@ fn flag<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
     })
 }
 
-/// What the audit queue carries.
+/// What the audit queue carries: the rows of one send packed together ([`super::queue::pack`]),
+/// or one row as versions before the packing sent it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum AuditMessage {
+    AuditRows { rows: Vec<AuditRow> },
     Audit(AuditRow),
+}
+
+impl AuditMessage {
+    pub fn into_rows(self) -> Vec<AuditRow> {
+        match self {
+            AuditMessage::AuditRows { rows } => rows,
+            AuditMessage::Audit(row) => vec![row],
+        }
+    }
 }
 
 impl AuditRow {

@@ -130,36 +130,11 @@ pub enum EventMessage {
     },
 }
 
-/// One queue message: events packed together (a message per event would cost one queue operation
-/// per event; a message holds up to 128 KB).
+/// One queue message: events packed together ([`super::queue::pack`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum EventBatch {
     Events { items: Vec<EventMessage> },
-}
-
-/// Packs messages into queue messages of at most `max_bytes` of JSON each (a message larger than
-/// that alone gets its own), in order.
-pub fn pack(messages: &[EventMessage], max_bytes: usize) -> Vec<String> {
-    let mut packed = Vec::new();
-    let mut items: Vec<EventMessage> = Vec::new();
-    let mut size = 0;
-    for m in messages {
-        let len = serde_json::to_string(m).map_or(0, |s| s.len()) + 1;
-        if !items.is_empty() && size + len > max_bytes {
-            packed.push(
-                serde_json::to_string(&EventBatch::Events { items: std::mem::take(&mut items) })
-                    .expect("JSON"),
-            );
-            size = 0;
-        }
-        size += len;
-        items.push(m.clone());
-    }
-    if !items.is_empty() {
-        packed.push(serde_json::to_string(&EventBatch::Events { items }).expect("JSON"));
-    }
-    packed
 }
 
 /// An item refused alone, as `rejected[i]` shows it.
@@ -381,10 +356,11 @@ mod tests {
             linked_at: 0,
         };
         let messages: Vec<_> = (0..100).map(link).collect();
-        let one = pack(&messages, 100_000);
+        let packed = |max| crate::core::queue::pack(&messages, "events", "items", max);
+        let one = packed(100_000);
         assert_eq!(one.len(), 1);
-        let small = pack(&messages, 1_000);
-        assert!(small.len() > 5 && small.iter().all(|m| m.len() < 1_100));
+        let small = packed(1_000);
+        assert!(small.len() > 5 && small.iter().all(|m| m.len() <= 1_000));
         let back: Vec<EventMessage> = small
             .iter()
             .flat_map(|m| match serde_json::from_str::<EventBatch>(m).unwrap() {
