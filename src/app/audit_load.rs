@@ -77,7 +77,7 @@ fn run(total: u64) -> Load {
         // One simulated hour of traffic through the consumer, in batches of 100 messages.
         let mut batch = Vec::new();
         while n < total && ts_of(n) < hour_end {
-            let body = serde_json::to_string(&AuditMessage::Audit(row(n, ts_of(n)))).unwrap();
+            let body = serde_json::to_string(&AuditMessage::Audit(Box::new(row(n, ts_of(n))))).unwrap();
             batch.push(Incoming { id: n.to_string(), body, sent_ms: ts_of(n) });
             n += 1;
         }

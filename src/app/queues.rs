@@ -260,12 +260,12 @@ mod tests {
     }
 
     fn audit_body(request_id: &str) -> String {
-        serde_json::to_string(&AuditMessage::Audit(AuditRow::new(
+        serde_json::to_string(&AuditMessage::Audit(Box::new(AuditRow::new(
             request_id.into(),
             1,
             "GET".into(),
             "/".into(),
-        )))
+        ))))
         .unwrap()
     }
 

@@ -64,14 +64,14 @@ fn flag<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum AuditMessage {
     AuditRows { rows: Vec<AuditRow> },
-    Audit(AuditRow),
+    Audit(Box<AuditRow>),
 }
 
 impl AuditMessage {
     pub fn into_rows(self) -> Vec<AuditRow> {
         match self {
             AuditMessage::AuditRows { rows } => rows,
-            AuditMessage::Audit(row) => vec![row],
+            AuditMessage::Audit(row) => vec![*row],
         }
     }
 }
