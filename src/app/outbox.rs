@@ -20,7 +20,8 @@ use std::rc::Rc;
 use crate::core::audit::AuditRow;
 use crate::ports::{AuditSink, PortError};
 
-/// Messages per send: a queue takes at most 100 in one batch.
+/// Rows per send: they travel packed (`adapters::audit`), and a consumer batch of such messages
+/// stays one D1 statement of a bounded size.
 pub const MAX_BATCH: usize = 100;
 /// How often a request whose row waits looks again. The wait is after the response, so no client
 /// sees it; a longer one lets more rows gather for a send (each send costs CPU: under wrangler dev
