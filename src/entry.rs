@@ -3,9 +3,7 @@
 use std::cell::{OnceCell, RefCell};
 use std::rc::Rc;
 
-use wasm_bindgen::prelude::wasm_bindgen;
 use wasm_bindgen::{JsCast, JsValue};
-use wasm_bindgen_futures::JsFuture;
 use worker::{
     console_error, console_log, event, Bucket, Context, Date, Env, KvStore, MessageBatch, MessageExt,
     ObjectNamespace, Queue, QueueRetryOptionsBuilder, Result, ScheduleContext, ScheduledEvent,
@@ -132,18 +130,10 @@ fn store(env: &Env, meter: &Rc<Meter>) -> Result<D1Store> {
 
 const AUDIT_DB: &str = "AUDIT_DB";
 
-#[wasm_bindgen(
-    inline_js = "export function sleep(ms) { return new Promise((wake) => setTimeout(wake, ms)); }"
-)]
-extern "C" {
-    fn sleep(ms: f64) -> js_sys::Promise;
-}
-
-/// Sleeps `ms` milliseconds (an audit row waiting for the send in flight, the tries of a notice
-/// after the response): one promise of `setTimeout`, where worker's `Delay` made a closure, a timer
-/// and its clearing (≈ 80 µs per wait in the profile of GET /public/v1/me).
-async fn pause(ms: u64) {
-    let _ = JsFuture::from(sleep(ms as f64)).await;
+/// Sleeps `ms` milliseconds (an audit row waiting for a send, the tries of a notice after the
+/// response).
+fn pause(ms: u64) -> worker::Delay {
+    worker::Delay::from(std::time::Duration::from_millis(ms))
 }
 
 fn now_ms() -> i64 {
