@@ -86,12 +86,12 @@ impl RequestHead {
 pub fn api_request(
     req: &web_sys::Request,
     head: RequestHead,
-    url: &url::Url,
+    path: String,
+    raw_query: Option<String>,
     now_ms: i64,
     forwards: impl Fn(&str) -> bool,
 ) -> ApiRequest<WorkerBody> {
     let body = WorkerBody::new(req, head.content_length);
-    let path = url.path().to_owned();
     let headers = if forwards(&path) {
         all_headers(req)
             .lines()
@@ -104,8 +104,10 @@ pub fn api_request(
     ApiRequest {
         // The raw method string: `worker::Method` folds methods it does not know into GET.
         method: head.method,
-        query: url.query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).collect(),
-        raw_query: url.query().map(str::to_owned),
+        query: url::form_urlencoded::parse(raw_query.as_deref().unwrap_or("").as_bytes())
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect(),
+        raw_query,
         user_agent: head.user_agent,
         authorization: head.authorization,
         idempotency_key: head.idempotency_key,
