@@ -9,7 +9,7 @@ use crate::core::api_key::{KeyRecord, RefusalReason, Scope};
 use crate::core::idempotency::KeptResponse;
 use crate::core::rate_limit::{Usage, Verdict};
 use crate::guard::protocol::{
-    client_guard_name, Apply, Ask, Authorize, Authorized, CompleteClaim, HeldResponse, Ping,
+    client_guard_name, Apply, Ask, Authorize, Authorized, CompleteClaim, Decided, Denied, HeldResponse, Ping,
     RecordAuthFailure, ReleaseClaim, HEALTH_OBJECT,
 };
 use crate::ports::{Admission, Authorization, ClaimRequest, KeyGuard, Meter, PortError};
@@ -39,10 +39,10 @@ impl KeyGuard for GuardClient {
         let command = Authorize { key_hash: key_hash.to_owned(), scope, claim: claim.cloned() };
         // The guard's own D1 loads count against this request's budget too (SPEC §12).
         let (authorization, d1_queries) = match self.ask(key_hash, command).await? {
-            Authorized::Decided { key, verdict, usage, claim, d1_queries } => {
+            Authorized::Decided(Decided { key, verdict, usage, claim, d1_queries }) => {
                 (Authorization::Admitted(Box::new(Admission { key, verdict, usage, claim })), d1_queries)
             }
-            Authorized::Denied { key, reason, d1_queries } => {
+            Authorized::Denied(Denied { key, reason, d1_queries }) => {
                 // A record without a reason comes from a guard of the previous version: revoked.
                 let reason = reason.unwrap_or(RefusalReason::Revoked);
                 (Authorization::Denied(key.map(|key| (Box::new(key), reason))), d1_queries)

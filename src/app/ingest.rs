@@ -19,8 +19,8 @@ use super::{random, unavailable, Call, Gateway, Reply, Settlement};
 use crate::core::encoding::uuid_v4;
 use crate::core::error::ApiError;
 use crate::core::events::{
-    dedup_namespace, in_flight, ledger_shard, replay_object_key, EventMessage, EventRecord, Reserved, Source,
-    TrackBatch, TrackItem, TrackOutcome,
+    dedup_namespace, in_flight, ledger_shard, replay_object_key, EventMessage, EventRecord, Link, Reserved,
+    Source, TrackBatch, TrackItem, TrackOutcome,
 };
 use crate::core::json_body;
 use crate::ports::{Archive, EventLedger, EventSink, EventStore, PortError, Ports, SessionChunk};
@@ -205,12 +205,12 @@ impl<P: Ports> Gateway<'_, P> {
             generated_id: true,
         };
         let event_id = event.event_id.clone();
-        let link = EventMessage::Link {
+        let link = EventMessage::Link(Link {
             project_id: source.project_id.to_owned(),
             anonymous_id: input.anonymous_id,
             user_id: input.user_id,
             linked_at: call.now_ms,
-        };
+        });
         self.events.send(&[link, EventMessage::Event(event)]).await.map_err(unavailable)?;
         Ok(Reply::accepted(json!({ "event_id": event_id })))
     }
@@ -220,12 +220,12 @@ impl<P: Ports> Gateway<'_, P> {
         let input: Alias = json_body::parse(&call.body)?;
         check_id("anonymous_id", &input.anonymous_id)?;
         check_id("user_id", &input.user_id)?;
-        let link = EventMessage::Link {
+        let link = EventMessage::Link(Link {
             project_id: call.key().project_id.clone(),
             anonymous_id: input.anonymous_id.clone(),
             user_id: input.user_id.clone(),
             linked_at: call.now_ms,
-        };
+        });
         self.events.send(&[link]).await.map_err(unavailable)?;
         let body = json!({ "anonymous_id": input.anonymous_id, "user_id": input.user_id });
         Ok(Reply::accepted(body))

@@ -46,21 +46,38 @@ pub struct AuditRow {
 
 /// A boolean as JSON writes it (`true`) or as SQLite returns it (`1`).
 fn flag<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Flag {
-        Bool(bool),
-        Number(f64),
+    struct Flag;
+
+    impl serde::de::Visitor<'_> for Flag {
+        type Value = bool;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a boolean, or a number (0 is false)")
+        }
+
+        fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<bool, E> {
+            Ok(b)
+        }
+
+        fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<bool, E> {
+            Ok(n != 0)
+        }
+
+        fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<bool, E> {
+            Ok(n != 0)
+        }
+
+        fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<bool, E> {
+            Ok(n != 0.0)
+        }
     }
-    Ok(match Flag::deserialize(d)? {
-        Flag::Bool(b) => b,
-        Flag::Number(n) => n != 0.0,
-    })
+
+    d.deserialize_any(Flag)
 }
 
 /// What the audit queue carries: the rows of one send packed together ([`super::queue::pack`]),
 /// or one row as versions before the packing sent it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum AuditMessage {
     AuditRows { rows: Vec<AuditRow> },

@@ -1,11 +1,12 @@
 //! Event ingestion rules (SPEC §7): `event_id` normalisation, item validation, the de-duplication
 //! namespace, and the messages that carry accepted events to the events queue.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::api_key::KeyType;
 use super::error::ApiError;
+use super::tagged::{self, unknown, Tagged};
 
 /// Items in one `/v1/track` call.
 pub const TRACK_MAX_ITEMS: usize = 500;
@@ -117,21 +118,41 @@ pub struct EventRecord {
 }
 
 /// What the events queue carries.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum EventMessage {
     Event(EventRecord),
-    /// `anonymous_id` and `user_id` are the same person (identify, alias).
-    Link {
-        project_id: String,
-        anonymous_id: String,
-        user_id: String,
-        linked_at: i64,
-    },
+    Link(Link),
+}
+
+/// `anonymous_id` and `user_id` are the same person (identify, alias).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Link {
+    pub project_id: String,
+    pub anonymous_id: String,
+    pub user_id: String,
+    pub linked_at: i64,
+}
+
+impl Tagged for EventMessage {
+    const TAG: &'static str = "kind";
+    fn variant<'de, D: Deserializer<'de>>(tag: &str, fields: D) -> Result<Self, D::Error> {
+        match tag {
+            "event" => EventRecord::deserialize(fields).map(Self::Event),
+            "link" => Link::deserialize(fields).map(Self::Link),
+            other => Err(unknown(other, &["event", "link"])),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for EventMessage {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        tagged::deserialize(d)
+    }
 }
 
 /// One queue message: events packed together ([`super::queue::pack`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum EventBatch {
     Events { items: Vec<EventMessage> },
@@ -349,11 +370,13 @@ mod tests {
 
     #[test]
     fn packs_events_into_few_messages_in_order() {
-        let link = |i: usize| EventMessage::Link {
-            project_id: "p".into(),
-            anonymous_id: format!("a{i}"),
-            user_id: "u".into(),
-            linked_at: 0,
+        let link = |i: usize| {
+            EventMessage::Link(Link {
+                project_id: "p".into(),
+                anonymous_id: format!("a{i}"),
+                user_id: "u".into(),
+                linked_at: 0,
+            })
         };
         let messages: Vec<_> = (0..100).map(link).collect();
         let packed = |max| crate::core::queue::pack(&messages, "events", "items", max);
@@ -363,8 +386,9 @@ mod tests {
         assert!(small.len() > 5 && small.iter().all(|m| m.len() <= 1_000));
         let back: Vec<EventMessage> = small
             .iter()
-            .flat_map(|m| match serde_json::from_str::<EventBatch>(m).unwrap() {
-                EventBatch::Events { items } => items,
+            .flat_map(|m| match crate::core::queue::QueueMessage::parse(m).unwrap() {
+                crate::core::queue::QueueMessage::Events(EventBatch::Events { items }) => items,
+                other => panic!("{other:?}"),
             })
             .collect();
         assert_eq!(back, messages);

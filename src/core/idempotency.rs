@@ -1,12 +1,15 @@
 //! `Idempotency-Key` (SPEC §5): the header's grammar, the request fingerprint, and the decision a
 //! key's guard makes for a claim. The guard stores claims; this module only decides.
 
-use serde::{Deserialize, Serialize};
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::encoding::hex;
 use super::error::{ApiError, ErrorCode};
 use super::sealing::{Sealed, SealingKey, NONCE_BYTES};
+use super::tagged::{self, field, unit, unknown, Tagged};
 
 pub const HEADER: &str = "Idempotency-Key";
 /// A claim whose execution died is released after this lease.
@@ -125,7 +128,7 @@ impl std::fmt::Debug for StoredResponse {
 
 /// A completed response as the response store and the guard keep it (SPEC §13): sealed under the
 /// caller's API key, so only a request with that key reads it. `Debug` shows no body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum KeptResponse {
     /// A sealed [`StoredResponse`] (JSON), bound to its API key id and `Idempotency-Key`.
@@ -182,7 +185,7 @@ pub struct Claim {
     pub response: Option<KeptResponse>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "claim", rename_all = "snake_case")]
 pub enum ClaimDecision {
     /// The claim is taken: execute `operation`.
@@ -194,6 +197,55 @@ pub enum ClaimDecision {
     /// Same key, same request, completed: replay. The guard may hold the response itself;
     /// otherwise it is read from the response store.
     Replay { response: Option<KeptResponse> },
+}
+
+impl Tagged for ClaimDecision {
+    const TAG: &'static str = "claim";
+    fn variant<'de, D: Deserializer<'de>>(tag: &str, fields: D) -> Result<Self, D::Error> {
+        match tag {
+            "execute" => Ok(Self::Execute { operation: field(fields, "operation")? }),
+            "in_use" => unit(fields, Self::InUse),
+            "reused" => unit(fields, Self::Reused),
+            "replay" => Ok(Self::Replay { response: field(fields, "response")? }),
+            other => Err(unknown(other, &["execute", "in_use", "reused", "replay"])),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ClaimDecision {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        tagged::deserialize(d)
+    }
+}
+
+/// A sealed response is a string, one from before the sealing an object (read without serde's
+/// buffering of untagged enums, see [`tagged`]).
+impl<'de> Deserialize<'de> for KeptResponse {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Kept;
+
+        impl<'de> Visitor<'de> for Kept {
+            type Value = KeptResponse;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a sealed response (a string) or a stored response (an object)")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, sealed: &str) -> Result<KeptResponse, E> {
+                Ok(KeptResponse::Sealed(Sealed::from_stored(sealed.to_owned())))
+            }
+
+            fn visit_string<E: serde::de::Error>(self, sealed: String) -> Result<KeptResponse, E> {
+                Ok(KeptResponse::Sealed(Sealed::from_stored(sealed)))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<KeptResponse, A::Error> {
+                StoredResponse::deserialize(MapAccessDeserializer::new(map)).map(KeptResponse::Plaintext)
+            }
+        }
+
+        d.deserialize_any(Kept)
+    }
 }
 
 /// The decision for a request with `fingerprint` (made by `request_id`) given the claim the guard

@@ -17,6 +17,7 @@ pub mod rate_limit;
 pub mod resources;
 pub mod route;
 pub mod sealing;
+pub mod tagged;
 pub mod tiers;
 pub mod time;
 pub mod upstream;

@@ -2,24 +2,46 @@
 //! carries, how long a failed message waits before its next try, which queue a dead-letter queue
 //! serves, and the dead letters the operator lists and re-drives.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{json, Value};
 
-use super::audit::AuditMessage;
+use super::audit::{AuditMessage, AuditRow};
 use super::error::ApiError;
 use super::events::EventBatch;
 use super::page::{Cursor, PageRequest};
+use super::tagged::{self, field, unknown, Tagged};
 use super::time::rfc3339;
 use super::webhook::DeliveryMessage;
 
 /// What any of our queues carries: messages say their kind, so one consumer serves every queue
 /// whatever its name in an environment.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum QueueMessage {
     Events(EventBatch),
     Audit(Box<AuditMessage>),
     Delivery(DeliveryMessage),
+}
+
+/// Each message type writes its kind first (serde's tag; [`pack`]).
+impl Tagged for QueueMessage {
+    const TAG: &'static str = "kind";
+    fn variant<'de, D: Deserializer<'de>>(tag: &str, fields: D) -> Result<Self, D::Error> {
+        Ok(match tag {
+            "events" => Self::Events(EventBatch::Events { items: field(fields, "items")? }),
+            "audit_rows" => Self::Audit(Box::new(AuditMessage::AuditRows { rows: field(fields, "rows")? })),
+            "audit" => Self::Audit(Box::new(AuditMessage::Audit(Box::new(AuditRow::deserialize(fields)?)))),
+            "delivery" => {
+                Self::Delivery(DeliveryMessage::Delivery { delivery_id: field(fields, "delivery_id")? })
+            }
+            other => return Err(unknown(other, &["events", "audit_rows", "audit", "delivery"])),
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for QueueMessage {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        tagged::deserialize(d)
+    }
 }
 
 impl QueueMessage {

@@ -384,7 +384,7 @@ pub fn check_events(events: &[String]) -> Result<(), ApiError> {
 }
 
 /// What the webhook queue carries: a delivery to attempt.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum DeliveryMessage {
     Delivery { delivery_id: String },

@@ -7,7 +7,7 @@ use std::rc::Rc;
 
 use super::gateway::Clock;
 use super::FakeStore;
-use crate::core::events::{reserve, EventMessage, Reservation, Reserved};
+use crate::core::events::{reserve, EventMessage, Link, Reservation, Reserved};
 use crate::ports::{EventLedger, EventSink, EventStore, PortError, SessionChunk};
 use crate::sim::Faults;
 
@@ -105,7 +105,7 @@ impl EventStore for FakeStore {
                                 (e.project_id.clone(), e.key_type.as_str().to_owned(), e.event_id.clone());
                             self.events.events.borrow_mut().entry(slot).or_insert_with(|| m.clone());
                         }
-                        EventMessage::Link { project_id, anonymous_id, user_id, .. } => {
+                        EventMessage::Link(Link { project_id, anonymous_id, user_id, .. }) => {
                             let link = (project_id.clone(), anonymous_id.clone(), user_id.clone());
                             self.events.links.borrow_mut().insert(link);
                         }

@@ -22,8 +22,8 @@ use worker::{
 };
 
 use super::protocol::{
-    Apply, Ask, AuthFailures, Authorize, Authorized, CompleteClaim, Completed, Done, GuardCommand,
-    HeldResponse, ReleaseClaim,
+    Apply, Ask, AuthFailures, Authorize, Authorized, CompleteClaim, Completed, Decided, Denied, Done,
+    GuardCommand, HeldResponse, ReleaseClaim,
 };
 use crate::adapters::{d1::D1Store, env::config};
 use crate::config::Config;
@@ -191,9 +191,9 @@ impl KeyGuardObject {
                     }
                     _ => None,
                 };
-                Authorized::Decided { key, verdict, usage, claim, d1_queries }
+                Authorized::Decided(Decided { key, verdict, usage, claim, d1_queries })
             }
-            refused => Authorized::Denied { key: refused, reason: refusal, d1_queries },
+            refused => Authorized::Denied(Denied { key: refused, reason: refusal, d1_queries }),
         })
     }
 

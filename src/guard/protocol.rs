@@ -2,11 +2,12 @@
 //! command is its own type with its own answer type ([`Ask::Answer`]), so a client that expects
 //! the wrong answer, or an object that sends one, does not compile.
 
-use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use serde::{de::DeserializeOwned, Deserialize, Deserializer, Serialize};
 
 use crate::core::api_key::{KeyRecord, RefusalReason, Scope};
 use crate::core::idempotency::{ClaimDecision, KeptResponse};
 use crate::core::rate_limit::{Usage, Verdict};
+use crate::core::tagged::{self, unknown, Tagged};
 use crate::ports::ClaimRequest;
 
 /// The binding name of SPEC §1.
@@ -26,7 +27,7 @@ pub trait Ask: Into<GuardCommand> {
 }
 
 /// Every command, as it travels.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "command", rename_all = "snake_case")]
 pub enum GuardCommand {
     Authorize(Authorize),
@@ -48,21 +49,85 @@ pub struct Authorize {
     pub claim: Option<ClaimRequest>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "answer", rename_all = "snake_case")]
 #[allow(clippy::large_enum_variant)] // a wire message, made once per round trip
 pub enum Authorized {
-    /// The key is valid; `verdict` says whether this request is within its limits, `claim` what
-    /// its `Idempotency-Key` allows (only within its limits and its type's scope).
-    Decided { key: KeyRecord, verdict: Verdict, usage: Usage, claim: Option<ClaimDecision>, d1_queries: u32 },
-    /// No such key (`None`), or refused at the guard's clock (its record, and why: revoked,
-    /// expired, or rolled and past its grace).
-    Denied {
-        key: Option<KeyRecord>,
-        #[serde(default)]
-        reason: Option<RefusalReason>,
-        d1_queries: u32,
-    },
+    Decided(Decided),
+    Denied(Denied),
+}
+
+/// The key is valid; `verdict` says whether this request is within its limits, `claim` what its
+/// `Idempotency-Key` allows (only within its limits and its type's scope).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decided {
+    pub key: KeyRecord,
+    pub verdict: Verdict,
+    pub usage: Usage,
+    pub claim: Option<ClaimDecision>,
+    pub d1_queries: u32,
+}
+
+/// No such key (`None`), or refused at the guard's clock (its record, and why: revoked, expired,
+/// or rolled and past its grace).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Denied {
+    pub key: Option<KeyRecord>,
+    #[serde(default)]
+    pub reason: Option<RefusalReason>,
+    pub d1_queries: u32,
+}
+
+impl Tagged for GuardCommand {
+    const TAG: &'static str = "command";
+    fn variant<'de, D: Deserializer<'de>>(tag: &str, fields: D) -> Result<Self, D::Error> {
+        Ok(match tag {
+            "authorize" => Self::Authorize(Authorize::deserialize(fields)?),
+            "apply" => Self::Apply(Apply::deserialize(fields)?),
+            "record_auth_failure" => Self::RecordAuthFailure(RecordAuthFailure::deserialize(fields)?),
+            "complete_claim" => Self::CompleteClaim(CompleteClaim::deserialize(fields)?),
+            "release_claim" => Self::ReleaseClaim(ReleaseClaim::deserialize(fields)?),
+            "held_response" => Self::HeldResponse(HeldResponse::deserialize(fields)?),
+            "ping" => Self::Ping(Ping::deserialize(fields)?),
+            other => {
+                return Err(unknown(
+                    other,
+                    &[
+                        "authorize",
+                        "apply",
+                        "record_auth_failure",
+                        "complete_claim",
+                        "release_claim",
+                        "held_response",
+                        "ping",
+                    ],
+                ))
+            }
+        })
+    }
+}
+
+impl Tagged for Authorized {
+    const TAG: &'static str = "answer";
+    fn variant<'de, D: Deserializer<'de>>(tag: &str, fields: D) -> Result<Self, D::Error> {
+        match tag {
+            "decided" => Decided::deserialize(fields).map(Self::Decided),
+            "denied" => Denied::deserialize(fields).map(Self::Denied),
+            other => Err(unknown(other, &["decided", "denied"])),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for GuardCommand {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        tagged::deserialize(d)
+    }
+}
+
+impl<'de> Deserialize<'de> for Authorized {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        tagged::deserialize(d)
+    }
 }
 
 /// A change to the key (revocation, plan, override) before it is written to D1: the guard holds
@@ -167,7 +232,7 @@ mod tests {
     #[test]
     fn answers_round_trip() {
         let a: Authorized = serde_json::from_str(r#"{"answer":"denied","key":null,"d1_queries":1}"#).unwrap();
-        assert_eq!(a, Authorized::Denied { key: None, reason: None, d1_queries: 1 });
+        assert_eq!(a, Authorized::Denied(Denied { key: None, reason: None, d1_queries: 1 }));
         let d: ClaimDecision = serde_json::from_str(r#"{"claim":"replay","response":null}"#).unwrap();
         assert_eq!(d, ClaimDecision::Replay { response: None });
         let held: <HeldResponse as Ask>::Answer = serde_json::from_str("null").unwrap();

@@ -1,7 +1,7 @@
 //! Ingested events, identity links and the index of session-recording chunks: the [`EventStore`] port.
 
 use super::{int, opt_text, text, D1Store};
-use crate::core::events::EventMessage;
+use crate::core::events::{EventMessage, Link};
 use crate::ports::{EventStore, PortError, SessionChunk};
 
 /// Statements per D1 batch when storing queued events.
@@ -29,7 +29,7 @@ impl EventStore for D1Store {
                         int(e.generated_id.into()),
                     ],
                 ),
-                EventMessage::Link { project_id, anonymous_id, user_id, linked_at } => self.statement(
+                EventMessage::Link(Link { project_id, anonymous_id, user_id, linked_at }) => self.statement(
                     "INSERT OR IGNORE INTO identity_links (project_id, anonymous_id, user_id, linked_at)
                      VALUES (?1, ?2, ?3, ?4)",
                     &[text(project_id), text(anonymous_id), text(user_id), int(*linked_at)],
