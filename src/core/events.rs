@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 
 use super::api_key::KeyType;
 use super::error::ApiError;
-use super::tagged::{self, unknown, Tagged};
+use super::tagged::{deserialize_tagged, unknown, Tagged};
 
 /// Items in one `/v1/track` call.
 pub const TRACK_MAX_ITEMS: usize = 500;
@@ -145,11 +145,7 @@ impl Tagged for EventMessage {
     }
 }
 
-impl<'de> Deserialize<'de> for EventMessage {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        tagged::deserialize(d)
-    }
-}
+deserialize_tagged!(EventMessage);
 
 /// One queue message: events packed together ([`super::queue::pack`]).
 #[derive(Debug, Clone, PartialEq, Serialize)]

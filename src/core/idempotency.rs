@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use super::encoding::hex;
 use super::error::{ApiError, ErrorCode};
 use super::sealing::{Sealed, SealingKey, NONCE_BYTES};
-use super::tagged::{self, field, unit, unknown, Tagged};
+use super::tagged::{deserialize_tagged, field, unit, unknown, Tagged};
 
 pub const HEADER: &str = "Idempotency-Key";
 /// A claim whose execution died is released after this lease.
@@ -212,11 +212,7 @@ impl Tagged for ClaimDecision {
     }
 }
 
-impl<'de> Deserialize<'de> for ClaimDecision {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        tagged::deserialize(d)
-    }
-}
+deserialize_tagged!(ClaimDecision);
 
 /// A sealed response is a string, one from before the sealing an object (read without serde's
 /// buffering of untagged enums, see [`tagged`]).

@@ -9,7 +9,7 @@ use super::audit::{AuditMessage, AuditRow};
 use super::error::ApiError;
 use super::events::EventBatch;
 use super::page::{Cursor, PageRequest};
-use super::tagged::{self, field, unknown, Tagged};
+use super::tagged::{deserialize_tagged, field, unknown, Tagged};
 use super::time::rfc3339;
 use super::webhook::DeliveryMessage;
 
@@ -38,11 +38,7 @@ impl Tagged for QueueMessage {
     }
 }
 
-impl<'de> Deserialize<'de> for QueueMessage {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        tagged::deserialize(d)
-    }
-}
+deserialize_tagged!(QueueMessage);
 
 impl QueueMessage {
     /// Reads a message body; the error says why no version of this worker can read it.

@@ -46,6 +46,18 @@ pub fn deserialize<'de, T: Tagged, D: Deserializer<'de>>(d: D) -> Result<T, D::E
     d.deserialize_map(TagFirst(PhantomData))
 }
 
+/// `Deserialize` for [`Tagged`] types: each reads its tag first ([`deserialize`]).
+macro_rules! deserialize_tagged {
+    ($($tagged:ty),+ $(,)?) => {$(
+        impl<'de> serde::Deserialize<'de> for $tagged {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                $crate::core::tagged::deserialize(d)
+            }
+        }
+    )+};
+}
+pub(crate) use deserialize_tagged;
+
 /// A variant without fields: `value`, once the object's other fields (none are written) are read past.
 pub fn unit<'de, T, D: Deserializer<'de>>(fields: D, value: T) -> Result<T, D::Error> {
     IgnoredAny::deserialize(fields)?;
@@ -120,11 +132,7 @@ mod tests {
         }
     }
 
-    impl<'de> Deserialize<'de> for Shape {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            deserialize(d)
-        }
-    }
+    deserialize_tagged!(Shape);
 
     fn read(json: &str) -> Result<Shape, String> {
         serde_json::from_str(json).map_err(|e| e.to_string())

@@ -7,7 +7,7 @@ use serde::{de::DeserializeOwned, Deserialize, Deserializer, Serialize};
 use crate::core::api_key::{KeyRecord, RefusalReason, Scope};
 use crate::core::idempotency::{ClaimDecision, KeptResponse};
 use crate::core::rate_limit::{Usage, Verdict};
-use crate::core::tagged::{self, unknown, Tagged};
+use crate::core::tagged::{deserialize_tagged, unknown, Tagged};
 use crate::ports::ClaimRequest;
 
 /// The binding name of SPEC §1.
@@ -118,17 +118,7 @@ impl Tagged for Authorized {
     }
 }
 
-impl<'de> Deserialize<'de> for GuardCommand {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        tagged::deserialize(d)
-    }
-}
-
-impl<'de> Deserialize<'de> for Authorized {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        tagged::deserialize(d)
-    }
-}
+deserialize_tagged!(GuardCommand, Authorized);
 
 /// A change to the key (revocation, plan, override) before it is written to D1: the guard holds
 /// this record from now on, durably, so the change applies to the very next request.

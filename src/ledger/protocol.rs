@@ -3,7 +3,7 @@
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::core::events::Reserved;
-use crate::core::tagged::{self, field, unit, unknown, Tagged};
+use crate::core::tagged::{deserialize_tagged, field, unit, unknown, Tagged};
 
 pub const BINDING: &str = "EVENT_LEDGER";
 /// Durable Object `fetch` needs an absolute URL; the host is never resolved.
@@ -58,17 +58,7 @@ impl Tagged for LedgerAnswer {
     }
 }
 
-impl<'de> Deserialize<'de> for LedgerCommand {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        tagged::deserialize(d)
-    }
-}
-
-impl<'de> Deserialize<'de> for LedgerAnswer {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        tagged::deserialize(d)
-    }
-}
+deserialize_tagged!(LedgerCommand, LedgerAnswer);
 
 #[cfg(test)]
 mod tests {
