@@ -26,7 +26,7 @@ use crate::config::Config;
 use crate::core::abuse::AbuseMemory;
 use crate::core::audit::{clipped_len, PATH_MAX};
 use crate::core::error::ApiError;
-use crate::core::route::plain_path_and_query;
+use crate::core::route::path_and_query;
 use crate::core::upstream::match_upstream;
 use crate::ports::{Meter, Ports};
 use crate::{guard, http, ledger};
@@ -147,13 +147,7 @@ async fn fetch(req: web_sys::Request, env: Env, ctx: Context) -> Result<web_sys:
     let meter = Rc::new(Meter::default());
     let head = http::RequestHead::of(&req);
     let method = head.method.clone();
-    let (path, query) = match plain_path_and_query(&head.url) {
-        Some((path, query)) => (path.to_owned(), query.map(str::to_owned)),
-        None => {
-            let url = url::Url::parse(&head.url).map_err(|e| worker::Error::RustError(e.to_string()))?;
-            (url.path().to_owned(), url.query().map(str::to_owned))
-        }
-    };
+    let (path, query) = path_and_query(&head.url).map_err(|e| worker::Error::RustError(e.to_string()))?;
     // One gateway per request: it answers, then finishes the work after the response.
     let (mut api, finisher, log_every_request) = match config(&env) {
         Ok(config) => {
