@@ -9,6 +9,7 @@
 import { readFileSync, writeFileSync, statSync } from 'node:fs';
 import { gzipSync } from 'node:zlib';
 import { randomUUID } from 'node:crypto';
+import { execFileSync } from 'node:child_process';
 import { ADMIN, BASE, CONNECTIONS, api, benchProject, completedKey, scenarios as single, drive, startBenchOrigin } from './load.mjs';
 
 const quick = process.argv.includes('--quick');
@@ -36,8 +37,8 @@ async function peerKey(perMinute) {
 let peer = {};
 if (PEER) {
   const key = await peerKey(1_000_000);
-  const { floor, me, create, replay } = single({ server: { key }, replayKey: await completedKey(PEER, key) }, PEER);
-  peer = { floor, me, create, replay };
+  const { floor, me, create, replay, proxy } = single({ server: { key }, replayKey: await completedKey(PEER, key) }, PEER);
+  peer = { floor, me, create, replay, ...(process.env.GATEHOUSE_BENCH_ORIGIN_PORT ? { proxy } : {}) };
 }
 
 // Proxy mode (SPEC §16: a proxied GET ≥ 0.8× GET /public/v1/me), when scripts/bench or scripts/test
@@ -55,8 +56,8 @@ const trackBody = (n) => JSON.stringify({
 // gateway's own scenarios run first made its /me p99 ≈ 30 ms worse than the fresher peer's.
 const scenarios = [
   one.floor, one.me, one.create, one.replay,
-  one.guard,
   ...(ORIGIN_PORT ? [one.proxy] : []),
+  one.guard,
   ...[1, 10, 100, 500].map((n) => ({
     name: `POST /v1/track, batch of ${n}`, key: `track${n}`, method: 'POST', path: '/v1/track', headers: auth, events: n,
     setup: (req) => ({ ...req, body: trackBody(n) }), expect: 202,
@@ -121,10 +122,27 @@ for (const s of scenarios) {
   if (twin) sideBySide[s.key] = { gatehouse: results[s.key], peer: { ...other, io_per_request: await ioOf(twin, PEER_STATE) } };
 }
 
+/** A command on the local audit database of the side whose state folder is `state`; SQLITE_BUSY
+ *  (its queue consumer is writing) means try again. */
+async function auditDb(state, command) {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return execFileSync('npx', ['wrangler', 'd1', 'execute', 'AUDIT_DB', '--local', '--persist-to', state, '--json', '--command', command.replace(/\s+/g, ' ')],
+        { stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8' });
+    } catch (e) {
+      if (attempt >= 10 || !String(e.stderr).includes('SQLITE_BUSY')) throw e;
+      await sleep(1000);
+    }
+  }
+}
+
 /** Exactness on one side (SPEC §4 and §5), with its key `key` and a key limited to 30 requests a
  *  minute: 20 identical POSTs at once with one Idempotency-Key create one contact (the distinct ids
- *  of the 201 answers), and of 100 requests at once exactly 30 pass. */
-async function exactness(url, key, limitedKey) {
+ *  of the 201 answers), and of 100 requests at once exactly 30 pass. Each of the 100 carries its own
+ *  User-Agent and waits at most a minute: one left unanswered is looked up in the side's audit log
+ *  (`state`), which tells whether the worker answered it (and the answer was lost on its way back
+ *  through wrangler's local proxy) or never finished it (the peer's audit rows have no User-Agent). */
+async function exactness(url, key, limitedKey, state) {
   // Open the connections first: otherwise the first request is answered before the others connect.
   await Promise.all(Array.from({ length: 100 }, () => fetch(`${url}/health`).then((r) => r.arrayBuffer())));
   const once = `bench-once-${randomUUID()}`;
@@ -132,13 +150,27 @@ async function exactness(url, key, limitedKey) {
     api('POST', '/public/v1/contacts', { base: url, key, body: { name: 'Once' }, headers: { 'idempotency-key': once } })));
   // Gatehouse's window is the wall-clock minute: a burst across its end would see two windows.
   while (new Date().getSeconds() >= 57) await sleep(250);
-  const gets = await Promise.all(Array.from({ length: 100 }, () => api('GET', '/public/v1/me', { base: url, key: limitedKey })));
+  const burst = randomUUID();
+  const gets = await Promise.all(Array.from({ length: 100 }, (_, i) => {
+    const agent = `bench-exactness-${burst}-${i}`;
+    return api('GET', '/public/v1/me', { base: url, key: limitedKey, headers: { 'user-agent': agent }, timeoutMs: 60_000 })
+      .catch((e) => ({ status: 'unanswered', agent, error: String(e.cause?.code ?? e.name ?? e) }));
+  }));
   const statuses = (answers) => answers.reduce((n, a) => ({ ...n, [a.status]: (n[a.status] ?? 0) + 1 }), {});
+  const unanswered = gets.filter((g) => g.status === 'unanswered');
+  let audited;
+  if (unanswered.length > 0 && state) {
+    await sleep(5000); // the audit consumer's batch
+    const found = JSON.parse(await auditDb(state, `SELECT user_agent, status, response_time_ms FROM audit_log WHERE user_agent LIKE 'bench-exactness-${burst}-%'`))[0].results;
+    const lost = new Set(unanswered.map((u) => u.agent));
+    audited = { rows_of_the_100: found.length, rows_of_the_unanswered: found.filter((r) => lost.has(r.user_agent)) };
+  }
   return {
     contacts_created_by_20_identical_posts: new Set(posts.filter((p) => p.status === 201).map((p) => p.body.id)).size,
     post_statuses: statuses(posts),
     passed_of_100_at_limit_30: gets.filter((g) => g.status === 200).length,
     get_statuses: statuses(gets),
+    ...(unanswered.length > 0 ? { unanswered: unanswered.map((u) => u.error), audited } : {}),
   };
 }
 let exact = null;
@@ -147,9 +179,9 @@ if (PEER) {
   // scripts/test define it in PLANS).
   const trial = await api('POST', '/admin/v1/projects', { body: { name: 'bench-trial', plan: 'trial' }, headers: { authorization: `Bearer ${ADMIN}` } });
   if (trial.status !== 201) throw new Error(`no trial project: ${JSON.stringify(trial.body)}`);
-  exact = { gatehouse: await exactness(BASE, server.key, trial.body.owner_key.key), peer: await exactness(PEER, await peerKey(1_000_000), await peerKey(30)) };
+  exact = { gatehouse: await exactness(BASE, server.key, trial.body.owner_key.key, STATE), peer: await exactness(PEER, await peerKey(1_000_000), await peerKey(30)) };
   const g = exact.gatehouse;
-  if (g.contacts_created_by_20_identical_posts !== 1 || g.passed_of_100_at_limit_30 !== 30) {
+  if (g.contacts_created_by_20_identical_posts !== 1 || g.passed_of_100_at_limit_30 !== 30 || g.unanswered) {
     failed = true;
     console.error(`the gateway failed an exactness check: ${JSON.stringify(g)}`);
   }
@@ -161,7 +193,6 @@ if (PEER) {
  *  moved the rows older than AUDIT_HOT_SECONDS to R2 hour objects (cold; SPEC §18). */
 async function logQueryOver100k() {
   if (!STATE) return null;
-  const { execFileSync } = await import('node:child_process');
   const projectId = project.body.project_id;
   const sql = `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100000)
     INSERT INTO audit_log (request_id, ts, project_id, key_id, method, path, route, status, response_bytes,
@@ -170,19 +201,7 @@ async function logQueryOver100k() {
       CASE i % 3 WHEN 0 THEN 'POST' ELSE 'GET' END,
       '/public/v1/contacts/con_' || i, '/public/v1/contacts/{id}',
       CASE WHEN i % 10 = 0 THEN 404 WHEN i % 97 = 0 THEN 500 ELSE 200 END, 100, 5, 0, 1 FROM n`;
-  // The queue consumer may still be writing the load's audit rows: SQLITE_BUSY means try again.
-  const auditDb = async (command) => {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return execFileSync('npx', ['wrangler', 'd1', 'execute', 'AUDIT_DB', '--local', '--persist-to', STATE, '--json', '--command', command.replace(/\s+/g, ' ')],
-          { stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8' });
-      } catch (e) {
-        if (attempt >= 10 || !String(e.stderr).includes('SQLITE_BUSY')) throw e;
-        await new Promise((r) => setTimeout(r, 1000));
-      }
-    }
-  };
-  await auditDb(sql);
+  await auditDb(STATE, sql);
   const timed = async () => {
     const times = [];
     let rows = 0;
@@ -204,7 +223,7 @@ async function logQueryOver100k() {
   // The roll-up moves whole hours: rows before the start of the hour an hour ago.
   const cutoff = Math.floor((Date.now() - 3_600_000) / 3_600_000) * 3_600_000;
   await fetch(`${BASE}/__scheduled?cron=${encodeURIComponent('* * * * *')}`);
-  const hotLeft = async () => JSON.parse(await auditDb(`SELECT count(*) AS n FROM audit_log WHERE project_id = '${projectId}' AND request_id LIKE 'seed-%' AND ts < ${cutoff}`))[0].results[0].n;
+  const hotLeft = async () => JSON.parse(await auditDb(STATE, `SELECT count(*) AS n FROM audit_log WHERE project_id = '${projectId}' AND request_id LIKE 'seed-%' AND ts < ${cutoff}`))[0].results[0].n;
   while (await hotLeft() > 0 && performance.now() - t0 < 300_000) await new Promise((r) => setTimeout(r, 500));
   const rollUpMs = Math.round(performance.now() - t0);
   const cold = await timed();
@@ -256,6 +275,10 @@ if (PEER) {
   for (const [key, { gatehouse: g, peer: p }] of Object.entries(sideBySide)) {
     console.log(`${pad(g.name, 50)}${pad(g.requests_per_second.toFixed(0), 10)}${pad(p.requests_per_second.toFixed(0), 10)}${pad(report.peer.ratios[key].toFixed(2), 7)}`
       + `${pad(`${g.p50_ms}/${p.p50_ms}`, 10)}${pad(`${g.p99_ms}/${p.p99_ms}`, 10)}${pad(`${g.unexpected}/${p.unexpected}`, 12)}${io(g)} | ${io(p)}`);
+  }
+  if (sideBySide.proxy) {
+    const over = (side) => sideBySide.proxy[side].requests_per_second / sideBySide.me[side].requests_per_second;
+    console.log(`proxied GET over GET /public/v1/me, G | P: ${over('gatehouse').toFixed(2)} | ${over('peer').toFixed(2)}`);
   }
   console.log('exactness (G | P): contacts created by 20 identical POSTs at once with one Idempotency-Key '
     + `${exact.gatehouse.contacts_created_by_20_identical_posts} | ${exact.peer.contacts_created_by_20_identical_posts} (1 expected); `

@@ -8,9 +8,10 @@ export const BASE = process.env.GATEHOUSE_URL;
 export const ADMIN = process.env.GATEHOUSE_ADMIN_TOKEN;
 export const CONNECTIONS = 8;
 
-export async function api(method, path, { base = BASE, key, body, headers = {} } = {}) {
+export async function api(method, path, { base = BASE, key, body, headers = {}, timeoutMs } = {}) {
   const res = await fetch(base + path, {
     method,
+    signal: timeoutMs ? AbortSignal.timeout(timeoutMs) : undefined,
     headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}), ...headers },
     body: body === undefined ? undefined : JSON.stringify(body),
   });

@@ -5,6 +5,7 @@
 //! [`protocol`] is the typed wire contract shared by the caller (`adapters::guard`) and the object.
 
 pub mod protocol;
+pub mod single_flight;
 
 #[cfg(target_arch = "wasm32")]
 pub mod object;

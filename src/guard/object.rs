@@ -25,6 +25,7 @@ use super::protocol::{
     Apply, Ask, AuthFailures, Authorize, Authorized, CompleteClaim, Completed, Decided, Denied, Done,
     GuardCommand, HeldResponse, ReleaseClaim,
 };
+use super::single_flight::SingleFlight;
 use crate::adapters::{d1::D1Store, env::config};
 use crate::config::Config;
 use crate::core::api_key::KeyRecord;
@@ -52,6 +53,8 @@ pub struct KeyGuardObject {
     sql: SqlStorage,
     /// The record and until when it is used without reading it again.
     key: RefCell<Option<(KeyRecord, i64)>>,
+    /// The load of the record from D1 in flight, if any.
+    loading: SingleFlight<std::result::Result<Option<KeyRecord>, String>>,
     counters: Cell<Option<Counters>>,
     epoch: Cell<u64>,
     /// When lapsed claims were last deleted.
@@ -115,6 +118,7 @@ impl DurableObject for KeyGuardObject {
             env,
             sql,
             key: RefCell::new(None),
+            loading: SingleFlight::default(),
             counters: Cell::new(None),
             epoch: Cell::new(0),
             purged_ms: Cell::new(0),
@@ -198,32 +202,49 @@ impl KeyGuardObject {
     }
 
     /// The key's record, and how many D1 queries it took: from memory while fresh, else from what
-    /// `Apply` stored while that is fresh, else from D1. Unknown keys are not remembered.
+    /// `Apply` stored while that is fresh, else from D1 — one load at a time: requests that come
+    /// while it runs wait for it (one query, however many arrive at a guard that just started).
+    /// Unknown keys are not remembered.
     async fn record(&self, key_hash: &str) -> Result<(Option<KeyRecord>, u32)> {
-        let now = now_ms();
-        if let Some((key, until)) = self.key.borrow().as_ref() {
-            if *until > now {
-                return Ok((Some(key.clone()), 0));
-            }
-        }
-        if let Some((key, until)) = self.applied_record(now)? {
-            self.key.replace(Some((key.clone(), until)));
+        if let Some(key) = self.remembered(now_ms())? {
             return Ok((Some(key), 0));
         }
-        let epoch = self.epoch.get();
-        // The queries the load makes are counted and reported to the caller (SPEC §12).
+        // The queries the load makes are counted and reported to the request that made them (SPEC §12).
         let meter = Rc::new(Meter::default());
-        let store = D1Store::new(self.env.d1("DB")?, meter.clone());
-        let loaded = store.key_by_hash(key_hash).await.map_err(|e| rust_error(e.0))?;
-        let d1_queries = meter.d1_queries.get();
+        let loaded = self.loading.run(|| self.load(key_hash, meter.clone())).await.map_err(rust_error)?;
+        // A change told while the load ran is newer than what the load read.
+        let key = self.remembered(now_ms())?.or(loaded);
+        Ok((key, meter.d1_queries.get()))
+    }
+
+    /// The record in memory or, failing that, what `Apply` stored (then kept in memory), while fresh.
+    fn remembered(&self, now: i64) -> Result<Option<KeyRecord>> {
+        if let Some((key, until)) = self.key.borrow().as_ref() {
+            if *until > now {
+                return Ok(Some(key.clone()));
+            }
+        }
+        Ok(self.applied_record(now)?.map(|(key, until)| {
+            self.key.replace(Some((key.clone(), until)));
+            key
+        }))
+    }
+
+    /// Reads the record from D1 and keeps it in memory, unless a change was told meanwhile.
+    async fn load(&self, key_hash: &str, meter: Rc<Meter>) -> std::result::Result<Option<KeyRecord>, String> {
+        let epoch = self.epoch.get();
+        let now = now_ms();
+        let store = D1Store::new(self.env.d1("DB").map_err(|e| e.to_string())?, meter.clone());
+        let loaded = store.key_by_hash(key_hash).await.map_err(|e| e.0)?;
         console_log!(
-            r#"{{"component":"key_guard","event":"record_loaded","d1_queries":{d1_queries},"found":{}}}"#,
+            r#"{{"component":"key_guard","event":"record_loaded","d1_queries":{},"found":{}}}"#,
+            meter.d1_queries.get(),
             loaded.is_some()
         );
         if epoch == self.epoch.get() {
             self.key.replace(loaded.clone().map(|key| (key, now + RECORD_FRESH_MS)));
         }
-        Ok((loaded, d1_queries))
+        Ok(loaded)
     }
 
     /// What `Apply` stored, while it is fresh.

@@ -7,6 +7,7 @@
 // Like Gatehouse it writes a JSON line with the I/O made before the response for each request
 // answered 5xx, or for every request with REQUEST_LOG=all.
 import { Hono, type Context } from 'hono';
+import { createMiddleware } from 'hono/factory';
 import { rateLimiter } from 'hono-rate-limiter';
 import { DurableObjectRateLimiter, DurableObjectStore } from '@hono-rate-limiter/cloudflare';
 import { idempotency, sha256Hex } from './idempotency';
@@ -20,6 +21,7 @@ type Bindings = {
   RATE_LIMITER: DurableObjectNamespace<DurableObjectRateLimiter>;
   AUDIT: Queue<AuditRow>;
   SETUP_TOKEN?: string;
+  BENCH_ORIGIN?: string;
   REQUEST_LOG: 'errors' | 'all';
 };
 type ApiKey = { id: string; project_id: string; type: string; rate_limit: number };
@@ -113,7 +115,7 @@ app.post('/bench/setup', async (c) => {
 });
 
 // The public API: the key by the SHA-256 of its secret, then its rate limit (one object per key).
-app.use('/public/v1/*', async (c, next) => {
+const authenticate = createMiddleware<Env>(async (c, next) => {
   const secret = /^Bearer (\S+)$/.exec(c.req.header('authorization') ?? '')?.[1];
   const key = secret
     ? await c.var.db.prepare('SELECT id, project_id, type, rate_limit FROM api_keys WHERE key_hash = ?')
@@ -124,14 +126,29 @@ app.use('/public/v1/*', async (c, next) => {
   c.set('key', key);
   await next();
 });
-app.use('/public/v1/*', (c, next) =>
+const limit = createMiddleware<Env>((c, next) =>
   rateLimiter<Env>({
     windowMs: 60_000,
     limit: (c) => c.var.key!.rate_limit,
     keyGenerator: (c) => c.var.key!.id,
     store: new DurableObjectStore({ namespace: c.var.limiter }),
   })(c, next));
+app.use('/public/v1/*', authenticate, limit);
 
+// Proxy mode's twin (Gatehouse's UPSTREAMS): with BENCH_ORIGIN set, /bench/* is forwarded to it
+// after the same key check and rate limit — the request's method, path, query and headers, the
+// origin's answer as it is. Gatehouse also signs the forwarded request, adds identity headers,
+// holds the answer to a deadline and filters the headers both ways.
+app.use('/bench/items', authenticate, limit);
+app.all('/bench/items', async (c) => {
+  if (!c.env.BENCH_ORIGIN) return error(c, 404, 'NOT_FOUND', 'No such route.');
+  const url = new URL(c.req.url);
+  const answer = await fetch(new URL(url.pathname + url.search, c.env.BENCH_ORIGIN), {
+    method: c.req.method, headers: c.req.raw.headers, body: c.req.raw.body, redirect: 'manual',
+  });
+  // A fetched response's headers are immutable; the middleware adds x-request-id.
+  return new Response(answer.body, answer);
+});
 app.get('/public/v1/me', (c) => {
   const key = c.var.key!;
   const usage = c.var.rateLimit!;
