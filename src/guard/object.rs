@@ -237,9 +237,10 @@ impl KeyGuardObject {
         let store = D1Store::new(self.env.d1("DB").map_err(|e| e.to_string())?, meter.clone());
         let loaded = store.key_by_hash(key_hash).await.map_err(|e| e.0)?;
         console_log!(
-            r#"{{"component":"key_guard","event":"record_loaded","d1_queries":{},"found":{}}}"#,
+            r#"{{"component":"key_guard","event":"record_loaded","d1_queries":{},"found":{},"waiting":{}}}"#,
             meter.d1_queries.get(),
-            loaded.is_some()
+            loaded.is_some(),
+            self.loading.waiting()
         );
         if epoch == self.epoch.get() {
             self.key.replace(loaded.clone().map(|key| (key, now + RECORD_FRESH_MS)));

@@ -29,6 +29,13 @@ struct Flight<T> {
     waiting: RefCell<Vec<Waker>>,
 }
 
+impl<T> SingleFlight<T> {
+    /// How many callers wait for the load in flight.
+    pub fn waiting(&self) -> usize {
+        self.current.borrow().as_ref().map_or(0, |flight| flight.waiting.borrow().len())
+    }
+}
+
 impl<T: Clone> SingleFlight<T> {
     /// The outcome of `load`, run by this caller or by the one whose load was running when it came.
     pub async fn run<F: Future<Output = T>>(&self, load: impl FnOnce() -> F) -> T {
@@ -36,7 +43,7 @@ impl<T: Clone> SingleFlight<T> {
         loop {
             let running = self.current.borrow().clone();
             if let Some(flight) = running {
-                match (Landing { flight: &flight }).await {
+                match (Landing { flight: &flight, slot: None }).await {
                     Some(outcome) => return outcome,
                     None => continue,
                 }
@@ -77,18 +84,26 @@ impl<T> Drop for Runner<'_, T> {
 /// Resolves when its flight lands: to the outcome, or `None` when the runner was dropped.
 struct Landing<'a, T> {
     flight: &'a Flight<T>,
+    /// Where this caller's waker is in the flight's list, once it is there.
+    slot: Option<usize>,
 }
 
 impl<T: Clone> Future for Landing<'_, T> {
     type Output = Option<T>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
         if self.flight.landed.get() {
             return Poll::Ready(self.flight.outcome.borrow().clone());
         }
         let mut waiting = self.flight.waiting.borrow_mut();
-        if !waiting.iter().any(|w| w.will_wake(cx.waker())) {
-            waiting.push(cx.waker().clone());
+        match self.slot {
+            Some(i) => waiting[i].clone_from(cx.waker()),
+            None => {
+                waiting.push(cx.waker().clone());
+                let slot = waiting.len() - 1;
+                drop(waiting);
+                self.slot = Some(slot);
+            }
         }
         Poll::Pending
     }
@@ -132,6 +147,7 @@ mod tests {
         ));
         assert!(poll_once(both.as_mut()).is_pending());
         assert!(poll_once(both.as_mut()).is_pending());
+        assert_eq!(flight.waiting(), 2);
         open.set(true);
         assert_eq!(pollster::block_on(both), (1, (1, 1)));
         assert_eq!(runs.get(), 1);

@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  ADMIN_TOKEN, assertError, businessProject, call, createKey, createProject, freshWindow, randomIp, sleep, workerLog,
+  ADMIN_TOKEN, assertError, call, createKey, createProject, freshWindow, randomIp, sleep, workerLog,
 } from './harness.mjs';
 
 function rateHeaders(res) {
@@ -201,19 +201,6 @@ test('failed authentication is limited per client address: the 21st failure in a
   assertError(await call('GET', '/public/v1/me', { key: bad, headers: { 'cf-connecting-ip': randomIp() } }), 401, 'INVALID_API_KEY');
   assert.equal((await call('GET', '/public/v1/me', { key: owner.key, headers })).status, 200);
   assertError(await call('GET', '/public/v1/me', { key: unseen.key, headers }), 429, 'RATE_LIMIT_EXCEEDED');
-});
-
-test('a burst at a guard that has just started makes one D1 query: the others wait for its load', async () => {
-  const { server: key } = await businessProject();
-  await freshWindow();
-  // The key's first requests, all at once: its guard starts with the first and has no record yet.
-  const burst = await Promise.all(Array.from({ length: 40 }, () => call('GET', '/public/v1/me', { key: key.key })));
-  assert.deepEqual(burst.map((r) => r.status), burst.map(() => 200));
-  const ids = burst.map((r) => r.headers.get('x-request-id'));
-  await sleep(300); // let wrangler flush its log
-  const lines = (await workerLog()).filter((l) => ids.includes(l.request_id));
-  assert.equal(lines.length, 40, 'one log line per request');
-  assert.equal(lines.reduce((sum, l) => sum + l.d1_queries, 0), 1, JSON.stringify(lines.map((l) => l.d1_queries)));
 });
 
 test('hot path: a steady /me makes one Durable Object round trip, no D1 query, no KV operation', async () => {
