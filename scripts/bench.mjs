@@ -161,7 +161,8 @@ async function exactness(url, key, limitedKey, state) {
   let audited;
   if (unanswered.length > 0 && state) {
     await sleep(5000); // the audit consumer's batch
-    const found = JSON.parse(await auditDb(state, `SELECT user_agent, status, response_time_ms FROM audit_log WHERE user_agent LIKE 'bench-exactness-${burst}-%'`))[0].results;
+    const prefix = `bench-exactness-${burst}-`;
+    const found = JSON.parse(await auditDb(state, `SELECT user_agent, status, response_time_ms FROM audit_log WHERE substr(user_agent, 1, ${prefix.length}) = '${prefix}'`))[0].results;
     const lost = new Set(unanswered.map((u) => u.agent));
     audited = { rows_of_the_100: found.length, rows_of_the_unanswered: found.filter((r) => lost.has(r.user_agent)) };
   }
