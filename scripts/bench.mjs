@@ -33,17 +33,17 @@ async function peerKey(perMinute) {
   if (res.status !== 201) throw new Error(`the peer made no key: ${res.status} ${JSON.stringify(res.body)}`);
   return res.body.key;
 }
+// Proxy mode (SPEC §16: a proxied GET ≥ 0.8× GET /public/v1/me), when scripts/bench or scripts/test
+// route /bench/ to GATEHOUSE_BENCH_ORIGIN_PORT (and the peer's BENCH_ORIGIN to the same origin).
+const ORIGIN_PORT = process.env.GATEHOUSE_BENCH_ORIGIN_PORT;
 // The peer's twins of the scenarios both serve, by key.
 let peer = {};
 if (PEER) {
   const key = await peerKey(1_000_000);
   const { floor, me, create, replay, proxy } = single({ server: { key }, replayKey: await completedKey(PEER, key) }, PEER);
-  peer = { floor, me, create, replay, ...(process.env.GATEHOUSE_BENCH_ORIGIN_PORT ? { proxy } : {}) };
+  peer = { floor, me, create, replay, ...(ORIGIN_PORT ? { proxy } : {}) };
 }
 
-// Proxy mode (SPEC §16: a proxied GET ≥ 0.8× GET /public/v1/me), when scripts/bench or scripts/test
-// route /bench/ to GATEHOUSE_BENCH_ORIGIN_PORT.
-const ORIGIN_PORT = process.env.GATEHOUSE_BENCH_ORIGIN_PORT;
 if (ORIGIN_PORT) await startBenchOrigin(ORIGIN_PORT);
 
 const trackBody = (n) => JSON.stringify({

@@ -70,11 +70,9 @@ struct Runner<'a, T> {
 
 impl<T> Drop for Runner<'_, T> {
     fn drop(&mut self) {
+        // A flight starts only when none is running: the running one is this one.
         self.flight.landed.set(true);
-        let mine = self.cell.current.borrow().as_ref().is_some_and(|f| Rc::ptr_eq(f, &self.flight));
-        if mine {
-            self.cell.current.replace(None);
-        }
+        self.cell.current.replace(None);
         for waker in self.flight.waiting.take() {
             waker.wake();
         }
