@@ -135,7 +135,7 @@ const limit = createMiddleware<Env>((c, next) =>
   })(c, next));
 app.use('/public/v1/*', authenticate, limit);
 
-// Proxy mode's twin (Gatehouse's UPSTREAMS): with BENCH_ORIGIN set, /bench/* is forwarded to it
+// Proxy mode's twin (Gatehouse's UPSTREAMS): with BENCH_ORIGIN set, /bench/items is forwarded to it
 // after the same key check and rate limit — the request's method, path, query and headers, the
 // origin's answer as it is. Gatehouse also signs the forwarded request, adds identity headers,
 // holds the answer to a deadline and filters the headers both ways.
