@@ -80,6 +80,7 @@ function summarize(s, label, runs, latencies) {
     requests_per_second: sum(runs, (r) => r.requests.average) / runs.length,
     // Accepted events only: a refused batch carried none.
     events_per_second: s.events ? (sum(runs, (r) => r['2xx']) * s.events) / sum(runs, (r) => r.duration) : undefined,
+    events_accepted: s.events ? sum(runs, (r) => r['2xx']) * s.events : undefined,
     p50_ms: percentile(0.5),
     p99_ms: percentile(0.99),
     requests: sum(runs, (r) => r.requests.total),
@@ -122,12 +123,12 @@ for (const s of scenarios) {
   if (twin) sideBySide[s.key] = { gatehouse: results[s.key], peer: { ...other, io_per_request: await ioOf(twin, PEER_STATE) } };
 }
 
-/** A command on the local audit database of the side whose state folder is `state`; SQLITE_BUSY
- *  (its queue consumer is writing) means try again. */
-async function auditDb(state, command) {
+/** A command on a local D1 database (`binding`: DB or AUDIT_DB) of the side whose state folder is
+ *  `state`; SQLITE_BUSY (its queue consumer is writing) means try again. */
+async function localDb(state, command, binding = 'AUDIT_DB') {
   for (let attempt = 1; ; attempt++) {
     try {
-      return execFileSync('npx', ['wrangler', 'd1', 'execute', 'AUDIT_DB', '--local', '--persist-to', state, '--json', '--command', command.replace(/\s+/g, ' ')],
+      return execFileSync('npx', ['wrangler', 'd1', 'execute', binding, '--local', '--persist-to', state, '--json', '--command', command.replace(/\s+/g, ' ')],
         { stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8' });
     } catch (e) {
       if (attempt >= 10 || !String(e.stderr).includes('SQLITE_BUSY')) throw e;
@@ -136,12 +137,36 @@ async function auditDb(state, command) {
   }
 }
 
+/** Waits until the events consumer has stored every event the track scenarios had accepted (and
+ *  the count stays put for a few seconds: a batch autocannon left in flight is accepted too), at
+ *  most five minutes; returns how long it took. Under wrangler dev each consumer batch writes its
+ *  events to the local D1 in one synchronous SQLite transaction on the worker's one thread, which
+ *  holds every request for seconds (README "Performance", wrangler dev's parked GETs): the
+ *  exactness burst is sent on an idle worker, as the peer's is. */
+async function eventsStored(accepted) {
+  if (!STATE || accepted === 0) return null;
+  const t0 = performance.now();
+  const stored = async () => JSON.parse(await localDb(STATE, `SELECT count(*) AS n FROM events WHERE project_id = '${project.body.project_id}'`, 'DB'))[0].results[0].n;
+  let last = -1;
+  let since = t0;
+  for (;;) {
+    const n = await stored();
+    if (n !== last) { last = n; since = performance.now(); }
+    const waited = performance.now() - t0;
+    if ((n >= accepted && performance.now() - since >= 3000) || waited > 300_000) {
+      return { accepted, stored: n, waited_ms: Math.round(waited) };
+    }
+    await sleep(1000);
+  }
+}
+
 /** Exactness on one side (SPEC §4 and §5), with its key `key` and a key limited to 30 requests a
  *  minute: 20 identical POSTs at once with one Idempotency-Key create one contact (the distinct ids
  *  of the 201 answers), and of 100 requests at once exactly 30 pass. Each of the 100 carries its own
  *  User-Agent and waits at most a minute: one left unanswered is looked up in the side's audit log
  *  (`state`), which tells whether the worker answered it (and the answer was lost on its way back
- *  through wrangler's local proxy) or never finished it (the peer's audit rows have no User-Agent). */
+ *  through wrangler's local proxy) or never finished it (the peer's audit rows have no User-Agent).
+ *  Those still waiting after 20 s are counted (`unanswered_after_20_s`) before the nudge. */
 async function exactness(url, key, limitedKey, state) {
   // Open the connections first: otherwise the first request is answered before the others connect.
   await Promise.all(Array.from({ length: 100 }, () => fetch(`${url}/health`).then((r) => r.arrayBuffer())));
@@ -151,40 +176,57 @@ async function exactness(url, key, limitedKey, state) {
   // Gatehouse's window is the wall-clock minute: a burst across its end would see two windows.
   while (new Date().getSeconds() >= 57) await sleep(250);
   const burst = randomUUID();
-  const gets = await Promise.all(Array.from({ length: 100 }, (_, i) => {
+  let pending = 100;
+  const gets = Array.from({ length: 100 }, (_, i) => {
     const agent = `bench-exactness-${burst}-${i}`;
     return api('GET', '/public/v1/me', { base: url, key: limitedKey, headers: { 'user-agent': agent }, timeoutMs: 60_000 })
-      .catch((e) => ({ status: 'unanswered', agent, error: String(e.cause?.code ?? e.name ?? e) }));
-  }));
+      .catch((e) => ({ status: 'unanswered', agent, error: String(e.cause?.code ?? e.name ?? e) }))
+      .finally(() => { pending--; });
+  });
+  // wrangler dev's proxy parks a GET whose forward failed until its next request comes (README
+  // "Performance"): one request after 20 s tells a parked GET from one the worker never answered.
+  let parked = 0;
+  const nudge = setTimeout(() => { parked = pending; fetch(`${url}/health`).catch(() => {}); }, 20_000);
+  const answers = await Promise.all(gets);
+  clearTimeout(nudge);
   const statuses = (answers) => answers.reduce((n, a) => ({ ...n, [a.status]: (n[a.status] ?? 0) + 1 }), {});
-  const unanswered = gets.filter((g) => g.status === 'unanswered');
+  const unanswered = answers.filter((g) => g.status === 'unanswered');
   let audited;
   if (unanswered.length > 0 && state) {
     await sleep(5000); // the audit consumer's batch
     const prefix = `bench-exactness-${burst}-`;
-    const found = JSON.parse(await auditDb(state, `SELECT user_agent, status, response_time_ms FROM audit_log WHERE substr(user_agent, 1, ${prefix.length}) = '${prefix}'`))[0].results;
+    const found = JSON.parse(await localDb(state, `SELECT user_agent, status, response_time_ms FROM audit_log WHERE substr(user_agent, 1, ${prefix.length}) = '${prefix}'`))[0].results;
     const lost = new Set(unanswered.map((u) => u.agent));
     audited = { rows_of_the_100: found.length, rows_of_the_unanswered: found.filter((r) => lost.has(r.user_agent)) };
   }
   return {
     contacts_created_by_20_identical_posts: new Set(posts.filter((p) => p.status === 201).map((p) => p.body.id)).size,
     post_statuses: statuses(posts),
-    passed_of_100_at_limit_30: gets.filter((g) => g.status === 200).length,
-    get_statuses: statuses(gets),
+    passed_of_100_at_limit_30: answers.filter((g) => g.status === 200).length,
+    get_statuses: statuses(answers),
+    ...(parked > 0 ? { unanswered_after_20_s: parked } : {}),
     ...(unanswered.length > 0 ? { unanswered: unanswered.map((u) => u.error), audited } : {}),
   };
 }
 let exact = null;
+let backlog = null;
 if (PEER) {
   // The owner key of a project on the `trial` plan: 30 requests a minute (scripts/bench and
   // scripts/test define it in PLANS).
   const trial = await api('POST', '/admin/v1/projects', { body: { name: 'bench-trial', plan: 'trial' }, headers: { authorization: `Bearer ${ADMIN}` } });
   if (trial.status !== 201) throw new Error(`no trial project: ${JSON.stringify(trial.body)}`);
+  backlog = await eventsStored(Object.values(results).reduce((n, r) => n + (r.events_accepted ?? 0), 0));
+  if (backlog && backlog.stored < backlog.accepted) {
+    failed = true;
+    console.error(`the events consumer stored ${backlog.stored} of ${backlog.accepted} accepted events in ${backlog.waited_ms} ms`);
+  }
   exact = { gatehouse: await exactness(BASE, server.key, trial.body.owner_key.key, STATE), peer: await exactness(PEER, await peerKey(1_000_000), await peerKey(30)) };
   const g = exact.gatehouse;
   if (g.contacts_created_by_20_identical_posts !== 1 || g.passed_of_100_at_limit_30 !== 30 || g.unanswered) {
     failed = true;
     console.error(`the gateway failed an exactness check: ${JSON.stringify(g)}`);
+  } else if (g.unanswered_after_20_s) {
+    console.error(`${g.unanswered_after_20_s} requests of the gateway's burst waited in wrangler dev's proxy until the next request came`);
   }
 }
 
@@ -202,7 +244,7 @@ async function logQueryOver100k() {
       CASE i % 3 WHEN 0 THEN 'POST' ELSE 'GET' END,
       '/public/v1/contacts/con_' || i, '/public/v1/contacts/{id}',
       CASE WHEN i % 10 = 0 THEN 404 WHEN i % 97 = 0 THEN 500 ELSE 200 END, 100, 5, 0, 1 FROM n`;
-  await auditDb(STATE, sql);
+  await localDb(STATE, sql);
   const timed = async () => {
     const times = [];
     let rows = 0;
@@ -224,7 +266,7 @@ async function logQueryOver100k() {
   // The roll-up moves whole hours: rows before the start of the hour an hour ago.
   const cutoff = Math.floor((Date.now() - 3_600_000) / 3_600_000) * 3_600_000;
   await fetch(`${BASE}/__scheduled?cron=${encodeURIComponent('* * * * *')}`);
-  const hotLeft = async () => JSON.parse(await auditDb(STATE, `SELECT count(*) AS n FROM audit_log WHERE project_id = '${projectId}' AND request_id LIKE 'seed-%' AND ts < ${cutoff}`))[0].results[0].n;
+  const hotLeft = async () => JSON.parse(await localDb(STATE, `SELECT count(*) AS n FROM audit_log WHERE project_id = '${projectId}' AND request_id LIKE 'seed-%' AND ts < ${cutoff}`))[0].results[0].n;
   while (await hotLeft() > 0 && performance.now() - t0 < 300_000) await new Promise((r) => setTimeout(r, 500));
   const rollUpMs = Math.round(performance.now() - t0);
   const cold = await timed();
@@ -252,6 +294,7 @@ const report = {
       ratios: Object.fromEntries(Object.entries(sideBySide).map(([k, v]) => [k, v.gatehouse.requests_per_second / v.peer.requests_per_second])),
       scenarios: sideBySide,
       exactness: exact,
+      events_backlog_before_the_burst: backlog,
     },
   } : {}),
 };
@@ -284,6 +327,7 @@ if (PEER) {
   console.log('exactness (G | P): contacts created by 20 identical POSTs at once with one Idempotency-Key '
     + `${exact.gatehouse.contacts_created_by_20_identical_posts} | ${exact.peer.contacts_created_by_20_identical_posts} (1 expected); `
     + `of 100 requests at once at 30 a minute, passed ${exact.gatehouse.passed_of_100_at_limit_30} | ${exact.peer.passed_of_100_at_limit_30} (30 expected)`);
+  if (backlog) console.log(`before the burst, the events consumer stored the ${backlog.accepted} accepted events in ${backlog.waited_ms} ms more`);
 }
 if (STATE) {
   writeFileSync(`${STATE}/bench.json`, JSON.stringify(report, null, 2));
