@@ -126,13 +126,13 @@ for (const s of scenarios) {
 
 const scenariosEnd = performance.now();
 
-/** A command on a local D1 database (`binding`: DB or AUDIT_DB) of the side whose state folder is
- *  `state`; SQLITE_BUSY (its queue consumer is writing) means try again. */
+/** The rows of a command on a local D1 database (`binding`: DB or AUDIT_DB) of the side whose state
+ *  folder is `state`; SQLITE_BUSY (its queue consumer is writing) means try again. */
 async function localDb(state, command, binding = 'AUDIT_DB') {
   for (let attempt = 1; ; attempt++) {
     try {
-      return execFileSync('npx', ['wrangler', 'd1', 'execute', binding, '--local', '--persist-to', state, '--json', '--command', command.replace(/\s+/g, ' ')],
-        { stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8', timeout: 60_000 });
+      return JSON.parse(execFileSync('npx', ['wrangler', 'd1', 'execute', binding, '--local', '--persist-to', state, '--json', '--command', command.replace(/\s+/g, ' ')],
+        { stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8', timeout: 60_000 }))[0].results;
     } catch (e) {
       if (attempt >= 10 || !String(e.stderr).includes('SQLITE_BUSY')) throw e;
       await sleep(1000);
@@ -151,7 +151,7 @@ async function eventsStored(accepted, since) {
   if (!STATE || accepted === 0) return null;
   const count = async () => {
     try {
-      return JSON.parse(await localDb(STATE, `SELECT count(*) AS n FROM events WHERE project_id = '${project.body.project_id}'`, 'DB'))[0].results[0].n;
+      return (await localDb(STATE, `SELECT count(*) AS n FROM events WHERE project_id = '${project.body.project_id}'`, 'DB'))[0].n;
     } catch {
       return null;
     }
@@ -212,7 +212,7 @@ async function exactness(url, key, limitedKey, state) {
   if (unanswered.length > 0 && state) {
     await sleep(5000); // the audit consumer's batch
     const prefix = `bench-exactness-${burst}-`;
-    const found = JSON.parse(await localDb(state, `SELECT user_agent, status, response_time_ms FROM audit_log WHERE substr(user_agent, 1, ${prefix.length}) = '${prefix}'`))[0].results;
+    const found = await localDb(state, `SELECT user_agent, status, response_time_ms FROM audit_log WHERE substr(user_agent, 1, ${prefix.length}) = '${prefix}'`);
     const lost = new Set(unanswered.map((u) => u.agent));
     audited = { rows_of_the_100: found.length, rows_of_the_unanswered: found.filter((r) => lost.has(r.user_agent)) };
   }
@@ -283,7 +283,7 @@ async function logQueryOver100k() {
   // The roll-up moves whole hours: rows before the start of the hour an hour ago.
   const cutoff = Math.floor((Date.now() - 3_600_000) / 3_600_000) * 3_600_000;
   await fetch(`${BASE}/__scheduled?cron=${encodeURIComponent('* * * * *')}`);
-  const hotLeft = async () => JSON.parse(await localDb(STATE, `SELECT count(*) AS n FROM audit_log WHERE project_id = '${projectId}' AND request_id LIKE 'seed-%' AND ts < ${cutoff}`))[0].results[0].n;
+  const hotLeft = async () => (await localDb(STATE, `SELECT count(*) AS n FROM audit_log WHERE project_id = '${projectId}' AND request_id LIKE 'seed-%' AND ts < ${cutoff}`))[0].n;
   while (await hotLeft() > 0 && performance.now() - t0 < 300_000) await new Promise((r) => setTimeout(r, 500));
   const rollUpMs = Math.round(performance.now() - t0);
   const cold = await timed();
