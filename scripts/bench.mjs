@@ -10,7 +10,8 @@
 import { readFileSync, writeFileSync, statSync } from 'node:fs';
 import { gzipSync } from 'node:zlib';
 import { randomUUID } from 'node:crypto';
-import { execFileSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { ADMIN, BASE, CONNECTIONS, api, benchProject, completedKey, scenarios as single, drive, startBenchOrigin } from './load.mjs';
 
 const quick = process.argv.includes('--quick');
@@ -127,12 +128,17 @@ for (const s of scenarios) {
 const scenariosEnd = performance.now();
 
 /** The rows of a command on a local D1 database (`binding`: DB or AUDIT_DB) of the side whose state
- *  folder is `state`; SQLITE_BUSY (its queue consumer is writing) means try again. */
+ *  folder is `state`; SQLITE_BUSY (its queue consumer is writing) means try again. The command runs
+ *  as a child process this process does not wait for synchronously: a blocked event loop keeps in
+ *  fetch's pool a kept-alive connection the local server closed meanwhile (workerd closes one idle
+ *  for 5 s; fetch drops its own after 4 s, when its timer can run), and the next request sent on it
+ *  fails with "other side closed". */
+const execFileAsync = promisify(execFile);
 async function localDb(state, command, binding = 'AUDIT_DB') {
   for (let attempt = 1; ; attempt++) {
     try {
-      return JSON.parse(execFileSync('npx', ['wrangler', 'd1', 'execute', binding, '--local', '--persist-to', state, '--json', '--command', command.replace(/\s+/g, ' ')],
-        { stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8', timeout: 60_000 }))[0].results;
+      const args = ['wrangler', 'd1', 'execute', binding, '--local', '--persist-to', state, '--json', '--command', command.replace(/\s+/g, ' ')];
+      return JSON.parse((await execFileAsync('npx', args, { encoding: 'utf8', timeout: 60_000, maxBuffer: 64 << 20 })).stdout)[0].results;
     } catch (e) {
       if (attempt >= 10 || !String(e.stderr).includes('SQLITE_BUSY')) throw e;
       await sleep(1000);
