@@ -187,8 +187,20 @@ impl<P: Ports> Gateway<'_, P> {
             Some(q) if upstream.is_some() => format!("{}?{q}", req.path),
             _ => req.path.clone(),
         };
+        let fingerprint = || match upstream {
+            // A proxied body is opaque: its bytes and its type (SPEC §19).
+            Some(_) => {
+                let content_type = req
+                    .headers
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+                    .map(|(_, v)| v.as_str());
+                idempotency::opaque_fingerprint(&req.method, &path_and_query, content_type, &body)
+            }
+            None => idempotency::fingerprint(&req.method, &path_and_query, &body),
+        };
         let claim = trace.idempotency_key.clone().map(|key| ClaimRequest {
-            fingerprint: idempotency::fingerprint(&req.method, &path_and_query, &body),
+            fingerprint: fingerprint(),
             idempotency_key: key,
             request_id: request_id.to_owned(),
         });

@@ -6,6 +6,7 @@ use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::canonical_json;
 use super::encoding::hex;
 use super::error::{ApiError, ErrorCode};
 use super::sealing::{Sealed, SealingKey, NONCE_BYTES};
@@ -65,20 +66,46 @@ pub fn parse_key(header: Option<&str>, policy: KeyPolicy) -> Result<Option<Strin
     Ok(Some(key.to_owned()))
 }
 
-/// SHA-256 over method, path and the body in normalised form: JSON re-serialised with sorted object
-/// keys and no insignificant whitespace; any other body as it came.
+/// SHA-256 over method, path and the body in normalised form (SPEC §5, §19): a JSON body in the
+/// form of [`canonical_json`] (key order, whitespace and escapes do not matter, numbers stay
+/// exact); any other body, one naming a key twice included (its route refuses it), as it came.
 pub fn fingerprint(method: &str, path: &str, body: &[u8]) -> String {
+    let mut h = request_line(method, path);
+    match canonical_json::canonical(body) {
+        Ok(json) => h.update(json.as_bytes()),
+        Err(_) => h.update(body),
+    }
+    hex(&h.finalize())
+}
+
+/// The fingerprint of a proxied request (SPEC §15, §19): its body is opaque, so its bytes count as
+/// sent, and so does its `Content-Type` (the same bytes as another type are another request).
+pub fn opaque_fingerprint(
+    method: &str,
+    path_and_query: &str,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> String {
+    let mut h = request_line(method, path_and_query);
+    match content_type {
+        // Its length first: no type and body can read as another type and body.
+        Some(content_type) => {
+            h.update(format!("content-type {}:", content_type.len()).as_bytes());
+            h.update(content_type.as_bytes());
+        }
+        None => h.update(b"no content-type:"),
+    }
+    h.update(body);
+    hex(&h.finalize())
+}
+
+fn request_line(method: &str, path: &str) -> Sha256 {
     let mut h = Sha256::new();
     h.update(method.as_bytes());
     h.update(b"\n");
     h.update(path.as_bytes());
     h.update(b"\n");
-    match serde_json::from_slice::<serde_json::Value>(body) {
-        // serde_json's map is a BTreeMap: serialising sorts the keys at every depth.
-        Ok(json) => h.update(json.to_string().as_bytes()),
-        Err(_) => h.update(body),
-    }
-    hex(&h.finalize())
+    h
 }
 
 /// A completed response as it is stored and replayed. `Debug` shows the body's length only: a
@@ -346,6 +373,37 @@ mod tests {
         assert_ne!(a, fingerprint("POST", "/d", br#"{"b":1,"a":{"y":2,"x":[1,2]}}"#));
         assert_ne!(fingerprint("POST", "/c", b"x y"), fingerprint("POST", "/c", b"x  y"));
         assert_eq!(a.len(), 64);
+    }
+
+    /// Numbers compare as written, not as a `f64` holds them; a key named twice is never merged
+    /// into "the same request" as the body with one of its values (fails on main before this).
+    #[test]
+    fn fingerprint_keeps_numbers_exact_and_never_merges_a_key_named_twice() {
+        let fp = |body: &str| fingerprint("POST", "/c", body.as_bytes());
+        assert_ne!(fp(r#"{"n":18446744073709551616}"#), fp(r#"{"n":18446744073709551617}"#));
+        assert_ne!(fp(r#"{"n":0.1000000000000000000001}"#), fp(r#"{"n":0.1}"#));
+        assert_ne!(fp(r#"{"n":[9007199254740993]}"#), fp(r#"{"n":[9007199254740992]}"#));
+        assert_ne!(fp(r#"{"a":1,"a":2}"#), fp(r#"{"a":2}"#));
+        assert_eq!(fp(r#"{"s":"\u0041","n":1e2}"#), fp(r#"{"n":100.0, "s":"A"}"#));
+        // What it was before for a body `Value` read exactly: a claim taken then still matches.
+        let mut h = Sha256::new();
+        h.update(b"POST\n/c\n{\"a\":[1,2.5,\"x\"],\"b\":null}");
+        assert_eq!(fp(r#"{"b":null, "a":[1, 2.5, "x"]}"#), hex(&h.finalize()));
+    }
+
+    /// A proxied body is opaque: its bytes and its `Content-Type` count (fails on main before this
+    /// commit, which normalised it as JSON and ignored the type).
+    #[test]
+    fn an_opaque_fingerprint_covers_the_bytes_and_the_content_type() {
+        let fp =
+            |ct: Option<&str>, body: &str| opaque_fingerprint("POST", "/shop/v1/o?x=1", ct, body.as_bytes());
+        let json = Some("application/json");
+        assert_eq!(fp(json, r#"{"a":1}"#), fp(json, r#"{"a":1}"#));
+        assert_ne!(fp(json, r#"{"a":1}"#), fp(Some("text/plain"), r#"{"a":1}"#));
+        assert_ne!(fp(json, r#"{"a":1}"#), fp(None, r#"{"a":1}"#));
+        assert_ne!(fp(json, r#"{"a":1}"#), fp(json, r#"{ "a": 1 }"#));
+        assert_ne!(fp(Some("a"), "b\nc"), fp(Some("a\nb"), "c"));
+        assert_ne!(fp(json, "x"), opaque_fingerprint("POST", "/shop/v1/o?x=2", json, b"x"));
     }
 
     fn claim(fp: &str, until_ms: i64, completed: bool) -> Claim {

@@ -6,6 +6,7 @@ pub mod api_key;
 pub mod archive;
 pub mod audit;
 pub mod body;
+pub mod canonical_json;
 pub mod encoding;
 pub mod error;
 pub mod events;
