@@ -458,9 +458,10 @@ pub trait WebhookStore {
         disable_subscription: bool,
     ) -> Result<Option<i64>, PortError>;
     /// Writes one delivery of the origin's event per matching active subscription of its project,
-    /// once per (subscription, event id): the same event again writes nothing new. Answers the ids
-    /// of every delivery of that event (`None`: no such project).
-    async fn record_origin_event(&self, event: &OriginEvent) -> Result<Option<Vec<String>>, PortError>;
+    /// once per (subscription, event id): the same event again writes nothing new. An event with
+    /// a `request` fingerprint (sent with an `Idempotency-Key`, its id derived from the key) keeps
+    /// it: the same id with another fingerprint writes nothing and is [`OriginEventRecord::Reused`].
+    async fn record_origin_event(&self, event: &OriginEvent) -> Result<OriginEventRecord, PortError>;
     /// Up to `limit` subscriptions (deleted ones too) whose secret is still the plaintext of a row
     /// written before secrets were sealed: their ids and `whsec_` secrets.
     async fn plaintext_secrets(&self, limit: usize) -> Result<Vec<(String, String)>, PortError>;
@@ -487,6 +488,18 @@ pub struct OriginEvent {
     pub payload: String,
     pub request_id: String,
     pub created_at: i64,
+    /// The fingerprint of the request that named this event id through its `Idempotency-Key`.
+    pub request: Option<String>,
+}
+
+/// What [`WebhookStore::record_origin_event`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OriginEventRecord {
+    /// The ids of every delivery of the event.
+    Recorded(Vec<String>),
+    NoSuchProject,
+    /// The event id was named by another request (same `Idempotency-Key`, another body).
+    Reused,
 }
 
 /// The webhook queue (`WEBHOOK_QUEUE`): delivery ids, optionally delayed.

@@ -256,7 +256,11 @@ impl<P: Ports> Gateway<'_, P> {
         };
         let answer = match upstream {
             Some(upstream) => self.proxy(upstream, &req.method, &path_and_query, &req.headers, &call).await,
-            None => self.execute(route.id, &call).await,
+            // An unknown query parameter is refused as an unknown body field is: after the claim.
+            None => match route.check_query(call.query) {
+                Ok(()) => self.execute(route.id, &call).await,
+                Err(e) => Err(e),
+            },
         }
         .map(Answer::Reply);
         Served { usage, answer, taken_claim, sealing: caller.sealing }

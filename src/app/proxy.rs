@@ -9,13 +9,16 @@ use sha2::{Digest, Sha256};
 use super::{random, unavailable, Call, Gateway, Payload, Reply};
 use crate::core::encoding::object_id;
 use crate::core::error::{ApiError, ErrorCode};
+use crate::core::idempotency::{self, ClaimDecision};
 use crate::core::json_body;
 use crate::core::time::rfc3339;
 use crate::core::upstream::{
     answered_headers, forwarded_request_headers, identity_headers, SignedRequest, Upstream,
 };
 use crate::core::webhook::{is_event_type, payload};
-use crate::ports::{Origin, OriginEvent, OriginOutcome, OriginRequest, Ports, WebhookStore};
+use crate::ports::{
+    Origin, OriginEvent, OriginEventRecord, OriginOutcome, OriginRequest, Ports, WebhookStore,
+};
 
 /// The methods a proxied route forwards (the runtime's `fetch` takes no others as they are).
 const FORWARDED_METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
@@ -92,7 +95,8 @@ impl<P: Ports> Gateway<'_, P> {
 
     /// `POST /admin/v1/projects/{project_id}/events` `{type, data}` (ORIGIN_SECRET): one delivery
     /// per matching active subscription, through the webhook engine. With an `Idempotency-Key`
-    /// the event id derives from it, so a retried call writes no second delivery.
+    /// the event id derives from it, so a retried call writes no second delivery, and the key
+    /// with another body is 409 `IDEMPOTENCY_KEY_REUSED`.
     pub(super) async fn origin_event(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let project_id = call.params[0];
         let input: OriginEventInput = json_body::parse(&call.body)?;
@@ -100,6 +104,9 @@ impl<P: Ports> Gateway<'_, P> {
             return Err(ApiError::unprocessable("type must be 1–64 characters of a-z, 0-9, _ and .")
                 .with_detail("field", "type"));
         }
+        let request = call.idempotency_key.as_ref().map(|_| {
+            idempotency::fingerprint("POST", &format!("/admin/v1/projects/{project_id}/events"), &call.body)
+        });
         let event_id = match &call.idempotency_key {
             Some(key) => {
                 let digest = Sha256::digest(format!("{project_id}\n{key}").as_bytes());
@@ -117,9 +124,15 @@ impl<P: Ports> Gateway<'_, P> {
             payload: body,
             request_id: call.request_id.to_owned(),
             created_at: call.now_ms,
+            request,
         };
-        let Some(deliveries) = self.store.record_origin_event(&event).await.map_err(unavailable)? else {
-            return Err(ApiError::not_found("project"));
+        let deliveries = match self.store.record_origin_event(&event).await.map_err(unavailable)? {
+            OriginEventRecord::Recorded(deliveries) => deliveries,
+            OriginEventRecord::NoSuchProject => return Err(ApiError::not_found("project")),
+            // The key named another request: 409 as on every route (SPEC §5), not the first event.
+            OriginEventRecord::Reused => {
+                return Err(idempotency::refusal(&ClaimDecision::Reused).expect("reused is refused"))
+            }
         };
         let mut reply = Reply::accepted(json!({ "event_id": event_id, "deliveries": deliveries.len() }));
         reply.deliveries = deliveries;

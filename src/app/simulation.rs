@@ -1257,3 +1257,54 @@ fn a_proxied_request_takes_its_cost_of_the_window() {
     assert_eq!((purge.status, json(&purge)["error"]["code"].as_str()), (405, Some("METHOD_NOT_ALLOWED")));
     assert_eq!(gateway.origin.received.borrow().len(), 1);
 }
+
+/// An origin event's `Idempotency-Key` names one request (SPEC §5, §19): the same body again is
+/// the same event and writes nothing new; another body is 409 `IDEMPOTENCY_KEY_REUSED`, never the
+/// first event's id (fails on main before the commit that keeps the request with the event).
+#[test]
+fn an_origin_event_key_with_another_body_is_409() {
+    let faults = Rc::new(Faults::new(1, 0.0));
+    let (gateway, clock, secrets) = world(&faults, &[KeyType::Owner]);
+    let send = |idem: Option<&str>, key: &str, body: &str| {
+        let req = request(&clock, "POST", "/admin/v1/projects/prj_sim/events", key, idem, body);
+        let response = drive(gateway.handle(req), &faults, 0.0).unwrap();
+        (response.status, json(&response))
+    };
+    let hook = r#"{"url":"https://hooks.example.com/in","events":["order.shipped"]}"#;
+    let webhook = drive(
+        gateway.handle(request(&clock, "POST", "/public/v1/webhooks", &secrets[0], None, hook)),
+        &faults,
+        0.0,
+    )
+    .unwrap();
+    assert_eq!(webhook.status, 201, "{}", String::from_utf8_lossy(&webhook.body));
+    let first = send(
+        Some("evt-key-1"),
+        ORIGIN_SECRET,
+        r#"{"type":"order.shipped","data":{"n":18446744073709551616}}"#,
+    );
+    assert_eq!((first.0, first.1["deliveries"].as_u64()), (202, Some(1)), "{:?}", first.1);
+    let again = send(
+        Some("evt-key-1"),
+        ORIGIN_SECRET,
+        r#"{ "data": {"n": 18446744073709551616}, "type": "order.shipped" }"#,
+    );
+    assert_eq!((again.0, &again.1["event_id"]), (202, &first.1["event_id"]));
+    for other in [
+        r#"{"type":"order.shipped","data":{"n":18446744073709551617}}"#,
+        r#"{"type":"order.paid","data":{"n":18446744073709551616}}"#,
+    ] {
+        let reused = send(Some("evt-key-1"), ORIGIN_SECRET, other);
+        assert_eq!(
+            (reused.0, reused.1["error"]["code"].as_str()),
+            (409, Some("IDEMPOTENCY_KEY_REUSED")),
+            "{other}"
+        );
+        assert_eq!(reused.1["error"]["details"]["header"], "Idempotency-Key");
+    }
+    assert_eq!(gateway.store.webhooks.borrow().deliveries.len(), 1);
+    // Without a key every call is its own event.
+    let unkeyed = send(None, ORIGIN_SECRET, r#"{"type":"order.shipped"}"#);
+    assert_eq!(unkeyed.0, 202);
+    assert_eq!(gateway.store.webhooks.borrow().deliveries.len(), 2);
+}

@@ -3,6 +3,7 @@
 //! description all read the same table.
 
 use super::api_key::Scope;
+use super::error::ApiError;
 use super::events::INGEST_BODY_LIMIT;
 use super::idempotency::KeyPolicy;
 
@@ -78,6 +79,25 @@ pub struct Route {
     /// Callable from web pages on any origin (browser keys ingest from them): CORS headers and an
     /// `OPTIONS` preflight.
     pub cors: bool,
+    /// The query parameters it takes; any other is refused like an unknown body field.
+    pub query: &'static [&'static str],
+}
+
+impl Route {
+    /// 400 `VALIDATION_ERROR` naming the first query parameter the route does not take, as an
+    /// unknown field of a body is refused (a typo must not widen a list or change nothing
+    /// silently). A proxied route's query is the origin's and is never checked.
+    pub fn check_query(&self, query: &[(String, String)]) -> Result<(), ApiError> {
+        let Some((name, _)) = query.iter().find(|(name, _)| !self.query.contains(&name.as_str())) else {
+            return Ok(());
+        };
+        let expected = match self.query {
+            [] => "this route takes no query parameters".to_owned(),
+            names => format!("expected one of `{}`", names.join("`, `")),
+        };
+        Err(ApiError::bad_request(format!("Invalid query: unknown parameter `{name}`, {expected}"))
+            .with_detail("field", name.as_str()))
+    }
 }
 
 /// Idempotency is honoured on every mutating method of a key-authenticated route (SPEC §5).
@@ -85,8 +105,25 @@ const fn route(id: RouteId, method: &'static str, template: &'static str, access
     let mutating = matches!(method.as_bytes()[0], b'P' | b'D'); // POST, PUT, PATCH, DELETE
     let keyed = matches!(access, Access::Key(_));
     let idempotency = if mutating && keyed { KeyPolicy::Optional } else { KeyPolicy::Ignored };
-    Route { id, method, template, access, body_limit: DEFAULT_BODY_LIMIT, idempotency, cors: false }
+    Route {
+        id,
+        method,
+        template,
+        access,
+        body_limit: DEFAULT_BODY_LIMIT,
+        idempotency,
+        cors: false,
+        query: &[],
+    }
 }
+
+const fn with_query(mut r: Route, query: &'static [&'static str]) -> Route {
+    r.query = query;
+    r
+}
+
+/// A list's page (SPEC §3).
+const PAGE: &[&str] = &["limit", "cursor"];
 
 const fn required_key(mut r: Route, min: usize, max: usize) -> Route {
     r.idempotency = KeyPolicy::Required { min, max };
@@ -118,17 +155,34 @@ pub const ROUTES: &[Route] = &[
     route(RouteId::DeepHealth, "GET", "/admin/v1/health", Access::Admin),
     route(RouteId::CreateProject, "POST", "/admin/v1/projects", Access::Admin),
     route(RouteId::UpdateProject, "PATCH", "/admin/v1/projects/{id}", Access::Admin),
-    route(RouteId::ListDeadLetters, "GET", "/admin/v1/dead-letters", Access::Admin),
+    with_query(
+        route(RouteId::ListDeadLetters, "GET", "/admin/v1/dead-letters", Access::Admin),
+        &["queue", "limit", "cursor"],
+    ),
     route(RouteId::RedriveDeadLetters, "POST", "/admin/v1/dead-letters/redrive", Access::Admin),
     origin_events(),
     route(RouteId::Me, "GET", "/public/v1/me", Access::Key(Scope::SelfInfo)),
     route(RouteId::CreateKey, "POST", "/public/v1/keys", OWNER),
-    route(RouteId::ListKeys, "GET", "/public/v1/keys", OWNER),
+    with_query(route(RouteId::ListKeys, "GET", "/public/v1/keys", OWNER), PAGE),
     route(RouteId::UpdateKey, "PATCH", "/public/v1/keys/{id}", OWNER),
     route(RouteId::RevokeKey, "DELETE", "/public/v1/keys/{id}", OWNER),
     route(RouteId::RollKey, "POST", "/public/v1/keys/{id}/roll", OWNER),
-    route(RouteId::KeyStats, "GET", "/public/v1/keys/{id}/stats", OWNER),
-    route(RouteId::ListLogs, "GET", "/public/v1/logs", OWNER),
+    with_query(route(RouteId::KeyStats, "GET", "/public/v1/keys/{id}/stats", OWNER), &["days"]),
+    with_query(
+        route(RouteId::ListLogs, "GET", "/public/v1/logs", OWNER),
+        &[
+            "method",
+            "status",
+            "path",
+            "request_id",
+            "key_id",
+            "idempotency_key",
+            "from",
+            "to",
+            "limit",
+            "cursor",
+        ],
+    ),
     route(RouteId::ListArchives, "GET", "/public/v1/logs/archives", OWNER),
     route(RouteId::GetArchive, "GET", "/public/v1/logs/archives/{date}", OWNER),
     route(RouteId::GetLog, "GET", "/public/v1/logs/{request_id}", OWNER),
@@ -138,10 +192,13 @@ pub const ROUTES: &[Route] = &[
     route(RouteId::UpdateWebhook, "PATCH", "/public/v1/webhooks/{id}", OWNER),
     route(RouteId::RotateWebhookSecret, "POST", "/public/v1/webhooks/{id}/rotate-secret", OWNER),
     route(RouteId::RecoverDeliveries, "POST", "/public/v1/webhooks/{id}/recover", OWNER),
-    route(RouteId::ListDeliveries, "GET", "/public/v1/webhooks/{id}/deliveries", OWNER),
+    with_query(
+        route(RouteId::ListDeliveries, "GET", "/public/v1/webhooks/{id}/deliveries", OWNER),
+        &["status", "limit", "cursor"],
+    ),
     route(RouteId::RetryDelivery, "POST", "/public/v1/webhooks/deliveries/{id}/retry", OWNER),
     route(RouteId::CreateContact, "POST", "/public/v1/contacts", RESOURCES),
-    route(RouteId::ListContacts, "GET", "/public/v1/contacts", RESOURCES),
+    with_query(route(RouteId::ListContacts, "GET", "/public/v1/contacts", RESOURCES), PAGE),
     route(RouteId::BulkContacts, "POST", "/public/v1/contacts/bulk", RESOURCES),
     route(RouteId::GetContact, "GET", "/public/v1/contacts/{id}", RESOURCES),
     route(RouteId::CreateMessage, "POST", "/public/v1/messages", RESOURCES),
@@ -410,6 +467,44 @@ mod tests {
         documented.sort();
         served.sort();
         assert_eq!(documented, served);
+    }
+
+    /// Each route's query parameters are the ones `public/openapi.json` documents for it.
+    #[test]
+    fn the_api_description_documents_each_routes_query_parameters() {
+        let doc: serde_json::Value = serde_json::from_str(include_str!("../../public/openapi.json")).unwrap();
+        for r in ROUTES {
+            let op = &doc["paths"][r.template][r.method.to_lowercase()];
+            let documented: Vec<&str> = op["parameters"]
+                .as_array()
+                .map(|ps| {
+                    ps.iter().filter(|p| p["in"] == "query").filter_map(|p| p["name"].as_str()).collect()
+                })
+                .unwrap_or_default();
+            assert_eq!(documented, r.query, "{} {}", r.method, r.template);
+        }
+    }
+
+    /// An unknown query parameter is refused as an unknown body field is (it was ignored, so
+    /// `GET /public/v1/contacts?email=x` listed every contact: fails on main before this commit).
+    #[test]
+    fn an_unknown_query_parameter_is_400_naming_it() {
+        let q = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+        };
+        let contacts = match_route("GET", "/public/v1/contacts").unwrap().route;
+        let e = contacts.check_query(&q(&[("limit", "5"), ("email", "x")])).unwrap_err();
+        assert_eq!(
+            (e.status(), e.code.as_str(), e.details["field"].as_str()),
+            (400, "VALIDATION_ERROR", Some("email"))
+        );
+        assert!(e.message.contains("`email`") && e.message.contains("`limit`, `cursor`"), "{}", e.message);
+        assert!(contacts.check_query(&q(&[("limit", "5"), ("cursor", "")])).is_ok());
+        let me = match_route("GET", "/public/v1/me").unwrap().route;
+        assert!(me.check_query(&q(&[("note", "x")])).unwrap_err().message.contains("takes no query"));
+        assert!(me.check_query(&[]).is_ok());
+        // Names are exact: `Limit` is not `limit`.
+        assert!(contacts.check_query(&q(&[("Limit", "5")])).is_err());
     }
 
     #[test]

@@ -162,6 +162,8 @@ fn check(spec: UpstreamSpec) -> Result<Upstream, String> {
             body_limit: spec.max_body_bytes,
             idempotency,
             cors: false,
+            // The query is the origin's: passed through, never checked.
+            query: &[],
         }))
     };
     let policy = match spec.idempotency {

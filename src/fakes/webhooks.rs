@@ -14,7 +14,7 @@ use crate::core::page::PageRequest;
 use crate::core::webhook::{
     Attempt, Delivery, ReceiverOutcome, StoredSecret, Webhook, INTERRUPTED_ATTEMPT, RESPONSE_EXCERPT_BYTES,
 };
-use crate::ports::{DeliveryQueue, OriginEvent, PortError, WebhookClient, WebhookStore};
+use crate::ports::{DeliveryQueue, OriginEvent, OriginEventRecord, PortError, WebhookClient, WebhookStore};
 use crate::sim::{Fault, Faults};
 
 /// A delivery row with the columns the port does not show.
@@ -39,6 +39,8 @@ pub struct WebhookTables {
     pub resends: BTreeMap<String, u32>,
     /// Manual retries that found an attempt in flight (they must wait for it).
     pub retries_beside_attempts: u32,
+    /// The request fingerprint of each origin event named by an `Idempotency-Key`, by (project, event id).
+    pub origin_events: BTreeMap<(String, String), String>,
     /// Broken promises seen as they happened (a number handed out twice, an unknown one recorded).
     pub violations: Vec<String>,
 }
@@ -357,11 +359,17 @@ impl WebhookStore for FakeStore {
         .await
     }
 
-    async fn record_origin_event(&self, event: &OriginEvent) -> Result<Option<Vec<String>>, PortError> {
+    async fn record_origin_event(&self, event: &OriginEvent) -> Result<OriginEventRecord, PortError> {
         let known = self.directory.projects.borrow().iter().any(|p| p.id == event.project_id);
         self.tables("webhooks.record_origin_event", |t| {
             if !known {
-                return None;
+                return OriginEventRecord::NoSuchProject;
+            }
+            if let Some(request) = &event.request {
+                let named = t.origin_events.entry((event.project_id.clone(), event.event_id.clone()));
+                if named.or_insert_with(|| request.clone()) != request {
+                    return OriginEventRecord::Reused;
+                }
             }
             let matching: Vec<Webhook> = t
                 .webhooks
@@ -385,7 +393,7 @@ impl WebhookStore for FakeStore {
                     d.request_id = event.request_id.clone();
                 }
             }
-            Some(
+            OriginEventRecord::Recorded(
                 t.deliveries
                     .values()
                     .filter(|r| {

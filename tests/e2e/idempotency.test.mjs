@@ -176,3 +176,42 @@ test('release markers: 201, then 200 replay, 409 on another ts, 422 on two heade
   const otherPath = `/api/v1/projects/${other.projectId}/release-markers/deploy`;
   assertError(await call('POST', otherPath, { key: cicd.key, idem: idemKey(), body }), 403, 'FORBIDDEN');
 });
+
+test('numbers compare exactly as written and a key named twice is 400: different bodies never replay as one', async () => {
+  const { server } = await businessProject();
+  const contact = await call('POST', '/public/v1/contacts', { key: server.key, body: { name: 'Ada' } });
+  const scenario = await call('POST', '/public/v1/scenarios', { key: server.key, body: { name: 'welcome' } });
+  assert.equal(scenario.status, 201, scenario.text);
+  const path = `/public/v1/scenarios/${scenario.body.id}/run`;
+  const run = (idem, variables) => call('POST', path, { key: server.key, idem, body: `{"contact_id":"${contact.body.id}","variables":${variables}}` });
+  // Beyond 2^64, and beyond a double's precision: each pair read as one number through a double
+  // and replayed the first run (fails on main before this commit).
+  for (const [first, other] of [
+    ['{"n":18446744073709551616}', '{"n":18446744073709551617}'],
+    ['{"n":0.1}', '{"n":0.1000000000000000000001}'],
+  ]) {
+    const idem = idemKey();
+    const started = await run(idem, first);
+    assert.equal(started.status, 202, started.text);
+    const same = await run(idem, ` ${first.replace(':', ' : ')} `);
+    assert.equal(same.status, 202, same.text);
+    assert.equal(same.headers.get('idempotent-replayed'), '1');
+    assert.equal(same.body.run_id, started.body.run_id);
+    assertError(await run(idem, other), 409, 'IDEMPOTENCY_KEY_REUSED');
+  }
+  // Key order, whitespace and escapes still do not matter.
+  const idem = idemKey();
+  const escaped = await run(idem, '{"b":"\\u0041","a":1}');
+  assert.equal(escaped.status, 202, escaped.text);
+  const plain = await run(idem, '{ "a": 1, "b": "A" }');
+  assert.equal(plain.headers.get('idempotent-replayed'), '1');
+  assert.equal(plain.body.run_id, escaped.body.run_id);
+  // A key named twice, at any depth, is refused on every JSON route instead of merged.
+  const twice = assertError(await run(idemKey(), '{"n":1,"n":2}'), 400, 'VALIDATION_ERROR');
+  assert.equal(twice.details.field, 'n');
+  assert.match(twice.message, /duplicate key "n"/);
+  const contactTwice = await call('POST', '/public/v1/contacts', { key: server.key, body: '{"name":"A","name":"B"}' });
+  assert.equal(assertError(contactTwice, 400, 'VALIDATION_ERROR').details.field, 'name');
+  const trackTwice = await call('POST', '/v1/track', { key: server.key, body: '{"batch":[{"event":"e","properties":{"p":1,"p":2}}]}' });
+  assert.equal(assertError(trackTwice, 400, 'VALIDATION_ERROR').details.field, 'p');
+});

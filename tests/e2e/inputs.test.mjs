@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { chromium } from 'playwright-core';
-import { BASE, assertError, call, createKey, createProject, freshWindow, sleep } from './harness.mjs';
+import { BASE, assertError, businessProject, call, createKey, createProject, freshWindow, sleep } from './harness.mjs';
 
 /** A fresh project with a server key. The owner key only reads the log, slowly (trial limits). */
 async function project() {
@@ -37,7 +37,7 @@ test('a 200-character path glob matches the right rows; 201 characters is a 422'
   const sent = [];
   for (const path of paths) {
     const res = await call('GET', path, { key: server.key });
-    assert.equal(res.status, 404, res.text);
+    assert.equal(res.status, 400, res.text); // unknown query parameters, audited all the same
     sent.push(res.headers.get('x-request-id'));
   }
   const glob = `/public/v1/contacts/con_*?q=${long}&tag=a_b%25c&z=1`;
@@ -78,9 +78,38 @@ test('dates and times must exist: 2026-02-31 and 2026-13-01 are 422, leap days a
 test('query values of percent-encoded secret names are stored REDACTED, the names as sent', async () => {
   const { owner, server } = await project();
   const res = await call('GET', '/public/v1/contacts?tok%65n=abc&%61pi%5Fkey=zzz&pass%2577ord=p&page=2&q=%74oken', { key: server.key });
-  assert.equal(res.status, 200, res.text);
+  assertError(res, 400, 'VALIDATION_ERROR'); // unknown query parameters, audited all the same
   const [row] = await rowsOnce(owner.key, `request_id=${res.headers.get('x-request-id')}`, 1);
   assert.equal(row.path, '/public/v1/contacts?tok%65n=REDACTED&%61pi%5Fkey=REDACTED&pass%2577ord=REDACTED&page=2&q=%74oken');
+});
+
+test('an unknown query parameter is 400 VALIDATION_ERROR naming it, as an unknown body field is', async () => {
+  const { owner, server } = await businessProject();
+  for (const name of ['Ada', 'Grace']) {
+    assert.equal((await call('POST', '/public/v1/contacts', { key: server.key, body: { name } })).status, 201);
+  }
+  // It listed every contact, as if filtered (fails on main before this commit).
+  const filtered = await call('GET', '/public/v1/contacts?email=ada@example.com', { key: server.key });
+  const e = assertError(filtered, 400, 'VALIDATION_ERROR');
+  assert.equal(e.details.field, 'email');
+  assert.match(e.message, /unknown parameter `email`, expected one of `limit`, `cursor`/);
+  const field = assertError(await call('POST', '/public/v1/contacts', { key: server.key, body: { name: 'A', emial: 'x' } }), 400, 'VALIDATION_ERROR');
+  assert.match(field.message, /unknown field `emial`/);
+  assert.equal(assertError(await call('GET', '/public/v1/me?verbose=1', { key: server.key }), 400, 'VALIDATION_ERROR').details.field, 'verbose');
+  assert.equal((await call('HEAD', '/public/v1/contacts?email=x', { key: server.key })).status, 400);
+  assertError(await call('GET', '/public/v1/logs?stauts=4xx', { key: owner.key }), 400, 'VALIDATION_ERROR');
+  assertError(await call('POST', '/public/v1/contacts?dry_run=1', { key: server.key, body: { name: 'C' } }), 400, 'VALIDATION_ERROR');
+  // Known parameters work as before; what the dashboard and the SDK send is accepted.
+  const page = await call('GET', '/public/v1/contacts?limit=1', { key: server.key });
+  assert.equal(page.status, 200, page.text);
+  assert.equal(page.body.data.length, 1);
+  const next = await call('GET', `/public/v1/contacts?limit=1&cursor=${encodeURIComponent(page.body.next_cursor)}`, { key: server.key });
+  assert.equal(next.body.data.length, 1);
+  for (const path of ['/public/v1/keys?limit=200', '/public/v1/logs?key_id=k&limit=1', '/public/v1/logs?method=GET&status=4xx&path=%2F*&request_id=r&limit=50',
+    `/public/v1/keys/${server.id}/stats?days=30`, '/public/v1/webhooks']) {
+    const r = await call('GET', path, { key: owner.key });
+    assert.equal(r.status, 200, `${path}: ${r.text}`);
+  }
 });
 
 test('HEAD answers like GET without a body, counts against the rate limit and is audited', async () => {

@@ -159,6 +159,29 @@ test('a completed key replays the stored answer without a second origin call; an
   assert.equal(hitsOf('/e2e/orders/replay').length, 1);
 });
 
+test('a proxied body is opaque: the same bytes as another Content-Type, or the same JSON spaced otherwise, is another request', async () => {
+  const { server } = await businessProject();
+  const idem = idemKey();
+  const bytes = '{"sku":"tea"}';
+  const first = await call('POST', '/e2e/orders/opaque', { key: server.key, idem, body: bytes, headers: { 'content-type': 'application/json' } });
+  assert.equal(first.status, 201, first.text);
+  const replay = await eventually(async () => {
+    const r = await call('POST', '/e2e/orders/opaque', { key: server.key, idem, body: bytes, headers: { 'content-type': 'application/json' } });
+    return r.status === 201 ? r : null;
+  });
+  assert.equal(replay.headers.get('idempotent-replayed'), '1');
+  // Replayed without reaching the origin before the fingerprint covered the type (fails on main).
+  const otherType = await call('POST', '/e2e/orders/opaque', { key: server.key, idem, body: bytes, headers: { 'content-type': 'text/plain' } });
+  assertError(otherType, 409, 'IDEMPOTENCY_KEY_REUSED');
+  const spaced = await call('POST', '/e2e/orders/opaque', { key: server.key, idem, body: '{ "sku": "tea" }', headers: { 'content-type': 'application/json' } });
+  assertError(spaced, 409, 'IDEMPOTENCY_KEY_REUSED');
+  assert.equal(hitsOf('/e2e/orders/opaque').length, 1);
+  // The query of a proxied route is the origin's: passed through whatever its names.
+  const listed = await call('GET', '/e2e/orders/opaque?email=x&anything=1', { key: server.key });
+  assert.equal(listed.status, 201, listed.text);
+  assert.equal(hitsOf('/e2e/orders/opaque').at(-1).url, '/e2e/orders/opaque?email=x&anything=1');
+});
+
 test('20 parallel identical POSTs with one key reach the origin once', async () => {
   const { server } = await businessProject();
   const idem = idemKey();
@@ -301,9 +324,14 @@ test('origin events reach a local receiver signed, once per Idempotency-Key', as
   const sent = await call('POST', `/admin/v1/projects/${projectId}/events`, { headers: auth, idem, body: { type: 'order.shipped', data: { order: 7 } } });
   assert.equal(sent.status, 202, sent.text);
   assert.equal(sent.body.deliveries, 1);
-  const again = await call('POST', `/admin/v1/projects/${projectId}/events`, { headers: auth, idem, body: { type: 'order.shipped', data: { order: 7 } } });
+  const again = await call('POST', `/admin/v1/projects/${projectId}/events`, { headers: auth, idem, body: '{ "data": {"order": 7}, "type": "order.shipped" }' });
   assert.equal(again.status, 202);
   assert.equal(again.body.event_id, sent.body.event_id);
+  // The key with another body is 409 as on every route, never the first event's id (fails on main).
+  for (const body of [{ type: 'order.shipped', data: { order: 8 } }, { type: 'order.paid', data: { order: 7 } }]) {
+    const reused = await call('POST', `/admin/v1/projects/${projectId}/events`, { headers: auth, idem, body });
+    assert.equal(assertError(reused, 409, 'IDEMPOTENCY_KEY_REUSED').details.header, 'Idempotency-Key');
+  }
   const got = await eventually(async () => webhooks.find((w) => JSON.parse(w.body).id === sent.body.event_id));
   assert.ok(got, 'the receiver got the event');
   const payload = JSON.parse(got.body);

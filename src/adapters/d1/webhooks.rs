@@ -5,7 +5,7 @@ use wasm_bindgen::JsValue;
 use super::{after, int, opt_int, opt_text, result_ids, text, D1Store};
 use crate::core::page::PageRequest;
 use crate::core::webhook::{Attempt, Delivery, StoredSecret, Webhook, INTERRUPTED_ATTEMPT};
-use crate::ports::{Meter, OriginEvent, PortError, WebhookStore};
+use crate::ports::{Meter, OriginEvent, OriginEventRecord, PortError, WebhookStore};
 
 const WEBHOOK_COLUMNS: &str = "id, project_id, url, events, secret, status, disabled_reason, created_at,
   previous_secret, previous_secret_until";
@@ -373,17 +373,28 @@ impl WebhookStore for D1Store {
         Ok(due.first().map(|d| d.scheduled_at))
     }
 
-    async fn record_origin_event(&self, e: &OriginEvent) -> Result<Option<Vec<String>>, PortError> {
-        // One batch: the deliveries (once per subscription and event id), then the project and
-        // every delivery of the event (those of an earlier call with the same event id included).
+    async fn record_origin_event(&self, e: &OriginEvent) -> Result<OriginEventRecord, PortError> {
+        // One batch: the request that names the event id (kept once, ?7 NULL without a key), the
+        // deliveries (once per subscription and event id, and only for that request), then the
+        // project, every delivery of the event (an earlier call's included) and the request kept.
+        let named_by_this_request = "(?7 IS NULL OR EXISTS (SELECT 1 FROM origin_events
+             WHERE project_id = ?1 AND event_id = ?2 AND request = ?7))";
         let statements = vec![
             self.statement(
-                "INSERT OR IGNORE INTO webhook_deliveries (id, project_id, webhook_id, event_id, event, payload,
-                   request_id, status, attempts, scheduled_at, created_at, updated_at)
-                 SELECT 'dlv_' || lower(hex(randomblob(13))), ?1, w.id, ?2, ?3, ?4, ?5, 'pending', 0, ?6, ?6, ?6
-                 FROM webhooks w
-                 WHERE w.project_id = ?1 AND w.status = 'active'
-                   AND EXISTS (SELECT 1 FROM json_each(w.events) WHERE value IN ('*', ?3))",
+                "INSERT OR IGNORE INTO origin_events (project_id, event_id, request, created_at)
+                 SELECT ?1, ?2, ?3, ?4 WHERE ?3 IS NOT NULL AND EXISTS (SELECT 1 FROM projects WHERE id = ?1)",
+                &[text(&e.project_id), text(&e.event_id), opt_text(e.request.as_deref()), int(e.created_at)],
+            )?,
+            self.statement(
+                &format!(
+                    "INSERT OR IGNORE INTO webhook_deliveries (id, project_id, webhook_id, event_id, event, payload,
+                       request_id, status, attempts, scheduled_at, created_at, updated_at)
+                     SELECT 'dlv_' || lower(hex(randomblob(13))), ?1, w.id, ?2, ?3, ?4, ?5, 'pending', 0, ?6, ?6, ?6
+                     FROM webhooks w
+                     WHERE w.project_id = ?1 AND w.status = 'active'
+                       AND EXISTS (SELECT 1 FROM json_each(w.events) WHERE value IN ('*', ?3))
+                       AND {named_by_this_request}"
+                ),
                 &[
                     text(&e.project_id),
                     text(&e.event_id),
@@ -391,6 +402,7 @@ impl WebhookStore for D1Store {
                     text(&e.payload),
                     text(&e.request_id),
                     int(e.created_at),
+                    opt_text(e.request.as_deref()),
                 ],
             )?,
             self.statement("SELECT id FROM projects WHERE id = ?1", &[text(&e.project_id)])?,
@@ -398,12 +410,20 @@ impl WebhookStore for D1Store {
                 "SELECT id FROM webhook_deliveries WHERE project_id = ?1 AND event_id = ?2",
                 &[text(&e.project_id), text(&e.event_id)],
             )?,
+            self.statement(
+                "SELECT request AS id FROM origin_events WHERE project_id = ?1 AND event_id = ?2",
+                &[text(&e.project_id), text(&e.event_id)],
+            )?,
         ];
         let results = self.results(statements).await?;
-        if result_ids(&results[1])?.is_empty() {
-            return Ok(None);
+        if result_ids(&results[2])?.is_empty() {
+            return Ok(OriginEventRecord::NoSuchProject);
         }
-        result_ids(&results[2]).map(Some)
+        let kept = result_ids(&results[4])?;
+        if e.request.as_ref().is_some_and(|request| kept.first().is_some_and(|k| k != request)) {
+            return Ok(OriginEventRecord::Reused);
+        }
+        result_ids(&results[3]).map(OriginEventRecord::Recorded)
     }
 
     async fn plaintext_secrets(&self, limit: usize) -> Result<Vec<(String, String)>, PortError> {
