@@ -21,11 +21,14 @@ const text = (max, { min = 1, blank = false } = {}) => ({ type: 'string', minLen
 const header = (name, required) => ({ $ref: `#/components/headers/${name}${required ? '' : '-optional'}` });
 const RATE = ['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset', 'RateLimit-Policy', 'RateLimit'];
 const successHeaders = (keyed) => ({ 'X-Request-Id': header('X-Request-Id', true), ...(keyed ? Object.fromEntries(RATE.map((h) => [h, header(h, true)])) : {}) });
-/** The documented answers of one operation: its success(es) and every error status it can give. */
+/**
+ * The documented answers of one operation: its success(es) and every error status it can give,
+ * 400 always (an unknown query parameter is refused on every route, as an unknown body field is).
+ */
 const responses = (keyed, successes, codes) => ({
   ...Object.fromEntries(Object.entries(successes).map(([status, { schema, description = 'OK', content }]) =>
     [status, { description, headers: successHeaders(keyed), content: content ?? json(schema) }])),
-  ...Object.fromEntries(codes.map((c) => [String(c), { $ref: `#/components/responses/E${c}` }])),
+  ...Object.fromEntries([...new Set([400, ...codes])].sort().map((c) => [String(c), { $ref: `#/components/responses/E${c}` }])),
 });
 const idemHeader = { $ref: '#/components/parameters/IdempotencyKey' };
 const pathParam = (name, description) => ({ name, in: 'path', required: true, schema: str, ...(description && { description }) });
@@ -236,7 +239,7 @@ const proxyContract = {
     errors: { 401: 'INVALID_API_KEY', 403: 'FORBIDDEN (key type not in key_types)', 400: 'IDEMPOTENCY_KEY_REQUIRED', 409: 'IDEMPOTENCY_KEY_REUSED | IDEMPOTENCY_KEY_IN_USE | IDEMPOTENCY_RESPONSE_NOT_STORED', 413: 'PAYLOAD_TOO_LARGE', 422: 'VALIDATION_ERROR (Idempotency-Key)', 429: 'RATE_LIMIT_EXCEEDED | QUOTA_EXCEEDED | TRIAL_QUOTA_EXCEEDED', 502: 'UPSTREAM_UNAVAILABLE', 504: 'UPSTREAM_TIMEOUT' },
   },
 };
-const codes = { 400: 'VALIDATION_ERROR (malformed JSON, a bad field or parameter) or IDEMPOTENCY_KEY_REQUIRED', 401: 'INVALID_API_KEY (or a missing or wrong admin token); a known key that is refused says why in details.reason: expired, rolled or revoked', 403: 'FORBIDDEN',
+const codes = { 400: 'VALIDATION_ERROR (malformed JSON, an object naming a key twice, a bad or unknown field or query parameter) or IDEMPOTENCY_KEY_REQUIRED', 401: 'INVALID_API_KEY (or a missing or wrong admin token); a known key that is refused says why in details.reason: expired, rolled or revoked', 403: 'FORBIDDEN',
   404: 'NOT_FOUND', 409: 'IDEMPOTENCY_KEY_REUSED or IDEMPOTENCY_KEY_IN_USE (Retry-After: 1)', 413: 'PAYLOAD_TOO_LARGE',
   422: 'VALIDATION_ERROR (semantic, or a bad or repeated Idempotency-Key)', 429: 'RATE_LIMIT_EXCEEDED (Retry-After), QUOTA_EXCEEDED or TRIAL_QUOTA_EXCEEDED; also too many failed authentications from the address',
   500: 'INTERNAL_ERROR (nothing accepted; retry)', 502: 'UPSTREAM_UNAVAILABLE (proxy mode: the origin could not be reached; retryable)',
@@ -254,7 +257,7 @@ const headerSchemas = {
 };
 const doc = {
   openapi: '3.1.0',
-  info: { title: 'Gatehouse', version: '1.0.0', description: 'Public-API edge gateway. Errors follow one schema; every response carries X-Request-Id; authenticated ones carry the rate-limit headers. HEAD is served wherever GET is (same status and headers, no body; it counts against the rate limit and is audited like a GET). A method a path does not serve is a 405 with Allow; an unknown path is a 404. Checked against the server by scripts/conformance (Schemathesis).' },
+  info: { title: 'Gatehouse', version: '1.0.0', description: 'Public-API edge gateway. Errors follow one schema; every response carries X-Request-Id; authenticated ones carry the rate-limit headers. HEAD is served wherever GET is (same status and headers, no body; it counts against the rate limit and is audited like a GET). A method a path does not serve is a 405 with Allow; an unknown path is a 404. A query parameter an operation does not list is a 400 VALIDATION_ERROR naming it (details.field), as an unknown body field is; a JSON body naming a key twice in one object is a 400 too. Checked against the server by scripts/conformance (Schemathesis).' },
   servers: [{ url: '/' }],
   security: [{ apiKey: [] }],
   paths,
