@@ -50,8 +50,18 @@ impl fmt::Display for Refusal {
 
 /// The normalized form of the JSON text `text`, or why it has none.
 pub fn canonical(text: &[u8]) -> Result<String, Refusal> {
-    let mut reader = Reader { text, at: 0, depth: 0 };
-    let mut out = String::with_capacity(text.len());
+    read(text, true)
+}
+
+/// Why `text` has no normalized form, if it has none (what [`canonical`] refuses, without writing
+/// the form).
+pub fn check(text: &[u8]) -> Result<(), Refusal> {
+    read(text, false).map(drop)
+}
+
+fn read(text: &[u8], write: bool) -> Result<String, Refusal> {
+    let mut reader = Reader { text, at: 0, depth: 0, write };
+    let mut out = String::with_capacity(if write { text.len() } else { 0 });
     reader.skip_whitespace();
     reader.value(&mut out)?;
     reader.skip_whitespace();
@@ -65,6 +75,8 @@ struct Reader<'t> {
     text: &'t [u8],
     at: usize,
     depth: usize,
+    /// Whether the form is written, or only the text checked.
+    write: bool,
 }
 
 impl Reader<'_> {
@@ -104,7 +116,9 @@ impl Reader<'_> {
             Some(b'[') => self.nested(|r| r.array(out)),
             Some(b'"') => {
                 let s = self.string()?;
-                push_string(out, &s);
+                if self.write {
+                    push_string(out, &s);
+                }
                 Ok(())
             }
             Some(b'-' | b'0'..=b'9') => self.number(out),
@@ -176,6 +190,9 @@ impl Reader<'_> {
             let (key, _, at) = &pair[1];
             return Err(self.refuse_at(Problem::DuplicateKey(key.clone()), *at));
         }
+        if !self.write {
+            return Ok(());
+        }
         out.push('{');
         for (i, (key, value, _)) in members.iter().enumerate() {
             if i > 0 {
@@ -219,21 +236,34 @@ impl Reader<'_> {
     }
 
     /// A string token, decoded by serde_json itself (escapes, surrogate pairs, control characters
-    /// and UTF-8 checked exactly as every typed input reads them).
+    /// and UTF-8 checked exactly as every typed input reads them) unless it is plain: no escape,
+    /// no control character, valid UTF-8 — then it is what it says.
     fn string(&mut self) -> Result<String, Refusal> {
         let start = self.at;
+        let mut plain = true;
         self.at += 1;
         loop {
             match self.peek() {
                 Some(b'"') => break,
-                Some(b'\\') => self.at += 2,
-                Some(_) => self.at += 1,
+                Some(b'\\') => {
+                    plain = false;
+                    self.at += 2;
+                }
+                Some(b) => {
+                    plain &= b >= 0x20;
+                    self.at += 1;
+                }
                 None => return Err(self.refuse(Problem::Syntax("EOF while parsing a string"))),
             }
         }
         self.at += 1;
-        serde_json::from_slice(&self.text[start..self.at])
-            .map_err(|_| self.refuse_at(Problem::Syntax("invalid string"), start))
+        let token = &self.text[start..self.at];
+        if plain {
+            if let Ok(text) = std::str::from_utf8(&token[1..token.len() - 1]) {
+                return Ok(text.to_owned());
+            }
+        }
+        serde_json::from_slice(token).map_err(|_| self.refuse_at(Problem::Syntax("invalid string"), start))
     }
 
     fn number(&mut self, out: &mut String) -> Result<(), Refusal> {
@@ -272,6 +302,9 @@ impl Reader<'_> {
         }
         let literal = std::str::from_utf8(&self.text[start..self.at]).expect("ASCII");
         let exact = Decimal::of(literal).ok_or_else(|| self.refuse_at(Problem::NumberOutOfRange, start))?;
+        if !self.write {
+            return Ok(());
+        }
         // What `Value` wrote for it, when that says the same number.
         let as_value = serde_json::from_str::<serde_json::Number>(literal).ok().map(|n| n.to_string());
         match as_value {
@@ -473,6 +506,16 @@ mod tests {
         assert_eq!(e.to_string(), "duplicate key \"c\" at line 2 column 14");
         assert!(canonical(br#"[{"a":1},{"a":1}]"#).is_ok());
         assert!(matches!(canonical(br#"{"a":1,"a":1}"#).unwrap_err().problem, Problem::DuplicateKey(_)));
+    }
+
+    #[test]
+    fn check_refuses_what_canonical_refuses() {
+        for text in
+            ["{\"a\":1,\"a\":2}", "[1,]", "1e99999999999999999", "{\"a\":[{\"b\":1,\"b\":1}]}", "\"\\ud800\""]
+        {
+            assert_eq!(check(text.as_bytes()), canonical(text.as_bytes()).map(drop), "{text}");
+        }
+        assert!(check(br#"{"a":[1,2.5e3,{"b":"\u0041"}]}"#).is_ok());
     }
 
     #[test]

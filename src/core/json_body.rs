@@ -13,7 +13,7 @@ pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad_request("The request body must be a JSON object."));
     }
-    let checked = canonical_json::canonical(body);
+    let checked = canonical_json::check(body);
     if let Err(Refusal { problem: Problem::DuplicateKey(key), .. }) = &checked {
         let e = checked.as_ref().unwrap_err();
         return Err(ApiError::bad_request(format!(
