@@ -94,7 +94,7 @@ const paths = {
   '/admin/v1/dead-letters/redrive': { post: { summary: 'Send dead letters back to their queues (the named ones, or up to 500 not yet re-driven)', ...admin,
     requestBody: { required: false, content: json(obj({ ids: nullable({ type: 'array', minItems: 1, maxItems: 500, items: str, description: '1–500 ids (400 otherwise); absent or null = every letter not yet re-driven' }) })) },
     responses: responses(false, { 200: { schema: out({ redriven: int(0), failed: { ...int(0), description: 'sends that failed; still dead, re-drive again' }, skipped: { ...int(0), description: 'named ids unknown or re-driven already' } }) } }, [...BODY, ...ADMIN].sort()) } },
-  '/admin/v1/projects/{project_id}/events': { post: { summary: "An origin's event for the project's webhook subscribers (proxy mode, ORIGIN_SECRET); with an Idempotency-Key the event id derives from it, so a retry writes no second delivery", security: [{ originSecret: [] }],
+  '/admin/v1/projects/{project_id}/events': { post: { summary: "An origin's event for the project's webhook subscribers (proxy mode, EVENTS_SECRET); with an Idempotency-Key the event id derives from it, so a retry writes no second delivery", security: [{ originSecret: [] }],
     parameters: [idemHeader, pathParam('project_id')],
     requestBody: { required: true, content: json(obj({ type: { type: 'string', pattern: '^[a-z0-9_.]{1,64}$', description: '1–64 characters of a-z 0-9 _ . (422 otherwise)' }, data: { description: 'any JSON; the payload data of the webhook' } }, ['type'])) },
     responses: responses(false, { 202: { description: 'Accepted: one delivery per matching active subscription', schema: out({ event_id: str, deliveries: { ...int(0), description: 'deliveries of this event (an earlier call with the same Idempotency-Key included)' } }) } }, [...BODY, 404, 422, ...ADMIN].sort()) } },
@@ -263,7 +263,7 @@ const doc = {
     securitySchemes: {
       apiKey: { type: 'http', scheme: 'bearer', description: 'An API key: gh_<o|s|b|c>_…' },
       adminToken: { type: 'http', scheme: 'bearer', description: 'ADMIN_TOKEN' },
-      originSecret: { type: 'http', scheme: 'bearer', description: 'ORIGIN_SECRET (proxy mode: the origin sends events with it)' },
+      originSecret: { type: 'http', scheme: 'bearer', description: 'EVENTS_SECRET (proxy mode: the origin sends events with it; ORIGIN_SECRET only signs forwarded requests)' },
     },
     parameters: { IdempotencyKey: { name: 'Idempotency-Key', in: 'header', required: false, description: '1–255 visible ASCII characters, no comma (422 otherwise; an sf-string "…" is unquoted first); replays the first 2xx for 24 h', schema: { type: 'string', minLength: 1, maxLength: 255, pattern: '^[!#-+\\--~][!-+\\--~]*$' } } },
     headers: Object.fromEntries(Object.entries(headerSchemas).flatMap(([name, h]) => [[name, { ...h, required: true }], [`${name}-optional`, h]])),

@@ -461,11 +461,21 @@ pub trait WebhookStore {
     /// once per (subscription, event id): the same event again writes nothing new. Answers the ids
     /// of every delivery of that event (`None`: no such project).
     async fn record_origin_event(&self, event: &OriginEvent) -> Result<Option<Vec<String>>, PortError>;
-    /// Up to `limit` subscriptions (deleted ones too) whose secret is still the plaintext of a row
-    /// written before secrets were sealed: their ids and `whsec_` secrets.
-    async fn plaintext_secrets(&self, limit: usize) -> Result<Vec<(String, String)>, PortError>;
-    /// Puts the sealed secret in place of the plaintext one, if the row still holds `plaintext`.
-    async fn seal_secret(&self, id: &str, plaintext: &str, sealed: &StoredSecret) -> Result<(), PortError>;
+    /// Up to `limit` subscriptions (deleted ones too) whose secret column does not start with
+    /// `current_prefix` (a plaintext `whsec_` of a row from before sealing, or a value sealed in
+    /// an older format or under a previous key): their ids and stored secrets.
+    async fn secrets_to_reseal(
+        &self,
+        current_prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, StoredSecret)>, PortError>;
+    /// Puts `sealed` in place of the stored secret, if the row still holds `stored`.
+    async fn reseal_secret(
+        &self,
+        id: &str,
+        stored: &StoredSecret,
+        sealed: &StoredSecret,
+    ) -> Result<(), PortError>;
     /// Pending deliveries due before `due_before_ms` that no attempt holds and that were not swept
     /// since `swept_before_ms` (the ones the queue lost), marked swept at `now_ms`.
     async fn overdue_deliveries(
@@ -615,6 +625,21 @@ impl std::fmt::Debug for PassThrough {
 
 /// Proxied routes' origins: an `http(s)` URL or a service binding, one request each, no
 /// redirects followed, within the route's timeout.
+/// Leases of the cron jobs (SPEC §19), in D1: no two runs of one job overlap.
+pub trait JobLeases {
+    /// Takes the lease of `job` for `holder` until `until_ms`, unless another holder's lease is
+    /// still running at `now_ms`; answers whether it was taken.
+    async fn take_lease(
+        &self,
+        job: &str,
+        holder: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<bool, PortError>;
+    /// Gives the lease back, if `holder` still holds it.
+    async fn release_lease(&self, job: &str, holder: &str) -> Result<(), PortError>;
+}
+
 pub trait Origin {
     async fn forward(&self, request: OriginRequest<'_>) -> OriginOutcome;
 }

@@ -6,6 +6,7 @@
 mod after_response;
 mod audit;
 mod authentication;
+pub mod cron;
 pub mod ingest;
 pub mod outbox;
 mod pipeline;
@@ -16,7 +17,7 @@ pub use responses::failure;
 
 pub use audit::{move_legacy_audit_rows, roll_up, RollUpLimits};
 pub use dead_letters::{redrive, RedriveReport};
-pub use webhooks::{dispatch, retry, seal_plaintext_secrets, sweep, ManualRetry};
+pub use webhooks::{dispatch, reseal_secrets, retry, sweep, ManualRetry};
 #[cfg(test)]
 mod audit_load;
 mod dead_letters;

@@ -13,7 +13,7 @@ use crate::core::error::{ApiError, ErrorCode};
 use crate::core::idempotency::{self, ClaimDecision, KeptResponse, StoredResponse};
 use crate::core::rate_limit::Usage;
 use crate::core::route::{cors_path, match_route, Miss, Route, RouteId};
-use crate::core::sealing::SealingKey;
+use crate::core::sealing::Keyring;
 use crate::core::time::rfc3339;
 use crate::core::upstream::match_upstream;
 use crate::ports::{ClaimRequest, KeyGuard, Ports, RequestBody, ResponseStore};
@@ -46,7 +46,7 @@ pub(super) struct Caller {
     pub(super) key_hash: Option<String>,
     pub(super) usage: Option<Usage>,
     pub(super) claim: Option<ClaimDecision>,
-    pub(super) sealing: Option<SealingKey>,
+    pub(super) sealing: Option<Keyring>,
 }
 
 /// What `serve` hands back: the answer, the usage for the rate headers, and the claim this
@@ -55,7 +55,7 @@ pub(super) struct Served {
     pub(super) usage: Option<Usage>,
     pub(super) answer: Result<Answer, ApiError>,
     pub(super) taken_claim: Option<(String, String, ClaimRequest)>,
-    pub(super) sealing: Option<SealingKey>,
+    pub(super) sealing: Option<Keyring>,
 }
 
 impl Served {
@@ -258,7 +258,7 @@ impl<P: Ports> Gateway<'_, P> {
         &self,
         api_key_id: &str,
         key_hash: &str,
-        sealing: &SealingKey,
+        sealing: &Keyring,
         held: Option<KeptResponse>,
         idempotency_key: &str,
     ) -> Result<Answer, ApiError> {
@@ -278,7 +278,7 @@ impl<P: Ports> Gateway<'_, P> {
         &self,
         api_key_id: &str,
         key_hash: &str,
-        sealing: &SealingKey,
+        sealing: &Keyring,
         held: Option<KeptResponse>,
         idempotency_key: &str,
     ) -> Result<Answer, ApiError> {

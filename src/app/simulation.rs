@@ -18,7 +18,6 @@ use crate::config::{Config, DEFAULT_PLAN};
 use crate::core::api_key::KeyType;
 use crate::core::events::dedup_namespace;
 use crate::core::idempotency::{KeptResponse, StoredResponse};
-use crate::core::sealing::SealingKey;
 use crate::core::time;
 use crate::fakes::audit::FakeArchive;
 use crate::fakes::gateway::{Clock, FakeAuditQueue, FakeGuard, FakeProject, FakeResponses};
@@ -85,6 +84,7 @@ fn config() -> &'static Config {
     CONFIG.get_or_init(|| {
         Config::from_lookup(|name| match name {
             "KEY_PEPPER" => Some("simulation-pepper".into()),
+            "WEBHOOK_SECRETS_KEY" => Some("simulation-webhook-secrets".into()),
             "ADMIN_TOKEN" => Some("simulation-admin-token".into()),
             "PLANS" => Some(r#"{"trial":{"per_minute":100000,"monthly_quota":100000000}}"#.into()),
             "UPSTREAMS" => Some(r#"[{"prefix":"/shop/v1/","origin":"http://127.0.0.1:9","cost":2}]"#.into()),
@@ -149,7 +149,7 @@ fn opened(
         return Err("a response was kept in plaintext".into());
     }
     let key_id = gateway.store.directory.keys.borrow()[0].id.clone();
-    let sealing = SealingKey::for_responses(config().key_pepper.as_bytes(), secret);
+    let sealing = config().response_keys(secret);
     kept.open(&sealing, &key_id, idempotency_key).ok_or_else(|| "a kept response does not open".into())
 }
 

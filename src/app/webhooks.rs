@@ -12,7 +12,7 @@ use crate::config::Config;
 use crate::core::error::ApiError;
 use crate::core::json_body;
 use crate::core::page::{Cursor, PageRequest};
-use crate::core::sealing::SealingKey;
+use crate::core::sealing::Keyring;
 use crate::core::time;
 use crate::core::webhook::{
     self, check_events, check_url, judge, target_refusal, Attempt, Delivery, ReceiverOutcome, StoredSecret,
@@ -340,24 +340,35 @@ pub async fn sweep<S: WebhookStore, Q: DeliveryQueue>(
     Ok(ids.len())
 }
 
-/// The key webhook signing secrets are sealed under in D1 (SPEC §13).
-fn secrets_key(config: &Config) -> SealingKey {
-    SealingKey::for_webhook_secrets(config.key_pepper.as_bytes())
+/// The keys webhook signing secrets are sealed under in D1 (SPEC §13, §19).
+fn secrets_key(config: &Config) -> Keyring {
+    config.webhook_secrets_keys()
 }
 
-/// Subscriptions whose secret one cron run seals, at most.
+/// Subscriptions whose secret one cron run re-seals, at most.
 const SEAL_BATCH: usize = 100;
 
-/// The minute cron, after the upgrade to sealed secrets: seals the secrets that rows written
-/// before it hold in plaintext, a batch per run. A row changes only if it still holds that
-/// plaintext; until it is sealed, its plaintext secret signs as before. Answers how many it sealed.
-pub async fn seal_plaintext_secrets<S: WebhookStore>(store: &S, config: &Config) -> Result<usize, PortError> {
+/// The minute cron: seals, under the current `WEBHOOK_SECRETS_KEY`, the secrets that rows hold in
+/// plaintext (written before sealing), in the `v1` format (under a pepper-derived key) or under
+/// a previous key, a batch per run. A row changes only if it still holds what was read; until
+/// then, its secret signs as before. A secret no configured key opens is left as it is (logged by
+/// the caller through the count). Answers (re-sealed, left unopened).
+pub async fn reseal_secrets<S: WebhookStore>(
+    store: &S,
+    config: &Config,
+) -> Result<(usize, usize), PortError> {
     let key = secrets_key(config);
-    let plaintext = store.plaintext_secrets(SEAL_BATCH).await?;
-    for (id, secret) in &plaintext {
-        store.seal_secret(id, secret, &StoredSecret::seal(&key, id, secret, random())).await?;
+    let stale = store.secrets_to_reseal(&key.current_prefix(), SEAL_BATCH).await?;
+    let mut unopened = 0;
+    for (id, stored) in &stale {
+        match stored.open(&key, id) {
+            Some(secret) => {
+                store.reseal_secret(id, stored, &StoredSecret::seal(&key, id, &secret, random())).await?
+            }
+            None => unopened += 1,
+        }
     }
-    Ok(plaintext.len())
+    Ok((stale.len() - unopened, unopened))
 }
 
 #[cfg(test)]
@@ -387,6 +398,7 @@ mod tests {
     fn config() -> Config {
         Config::from_lookup(|name| match name {
             "KEY_PEPPER" | "ADMIN_TOKEN" => Some("0123456789abcdef0123".into()),
+            "WEBHOOK_SECRETS_KEY" => Some("webhook-secrets-key-0123".into()),
             _ => None,
         })
         .expect("the default configuration")
@@ -796,14 +808,47 @@ mod tests {
         finish(Box::pin(dispatch(&w.store, &w.queue, &client, &w.config, "dlv_1", now, 0.0))).unwrap();
         assert!(verifies(&client, 1, T0));
 
-        assert_eq!(complete(seal_plaintext_secrets(&w.store, &w.config)), Ok(1));
+        assert_eq!(complete(reseal_secrets(&w.store, &w.config)), Ok((1, 0)));
         let stored = w.store.webhooks.borrow().webhooks["wh_0"].secret.clone();
         assert!(matches!(stored, StoredSecret::Sealed(_)) && !stored.as_column().contains("whsec_"));
         assert_eq!(stored.open(&secrets_key(&w.config), "wh_0"), Some(plaintext));
-        assert_eq!(complete(seal_plaintext_secrets(&w.store, &w.config)), Ok(0));
+        assert_eq!(complete(reseal_secrets(&w.store, &w.config)), Ok((0, 0)));
         finish(Box::pin(dispatch(&w.store, &w.queue, &client, &w.config, "dlv_2", now, 0.0))).unwrap();
         assert!(verifies(&client, 2, T0));
         assert_eq!(status_of(&w, "dlv_2").0, "delivered");
+    }
+
+    /// SPEC §19: secrets sealed under the pepper (`v1`) or a previous `WEBHOOK_SECRETS_KEY` keep
+    /// signing, and the cron re-seals them under the current key; a pepper alone opens none after.
+    #[test]
+    fn the_cron_reseals_v1_and_previous_key_secrets_under_the_current_key_and_they_still_sign() {
+        let w = quiet_world(2);
+        let stored = |id: &str| w.store.webhooks.borrow().webhooks[id].secret.clone();
+        let plaintext = stored("wh_0").open(&secrets_key(&w.config), "wh_0").unwrap();
+        // wh_0 sealed under the WEBHOOK_SECRETS_KEY before a rotation.
+        let older = Keyring::for_webhook_secrets(&["an-older-webhook-key-0123"], &[]);
+        let previous = StoredSecret::seal(&older, "wh_0", &plaintext, random());
+        w.store.webhooks.borrow_mut().webhooks.get_mut("wh_0").unwrap().secret = previous.clone();
+        let mut config = w.config.clone();
+        config.webhook_secrets_key_previous = Some("an-older-webhook-key-0123".into());
+        assert_eq!(previous.open(&secrets_key(&config), "wh_0"), Some(plaintext.clone()));
+        assert_eq!(previous.open(&secrets_key(&w.config), "wh_0"), None, "without the previous key");
+        let client = scripted(&w, vec![answered(200), answered(200)]);
+        let now = || T0;
+        finish(Box::pin(dispatch(&w.store, &w.queue, &client, &config, "dlv_0", now, 0.0))).unwrap();
+        assert!(verifies(&client, 0, T0), "a secret under the previous key signs");
+
+        assert_eq!(complete(reseal_secrets(&w.store, &config)), Ok((1, 0)));
+        let resealed = stored("wh_0");
+        assert!(resealed.as_column().starts_with(&secrets_key(&config).current_prefix()));
+        assert_eq!(
+            resealed.open(&secrets_key(&w.config), "wh_0"),
+            Some(plaintext),
+            "the current key alone opens it"
+        );
+        assert_eq!(complete(reseal_secrets(&w.store, &config)), Ok((0, 0)));
+        finish(Box::pin(dispatch(&w.store, &w.queue, &client, &w.config, "dlv_1", now, 0.0))).unwrap();
+        assert!(verifies(&client, 1, T0));
     }
 
     #[test]

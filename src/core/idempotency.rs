@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 
 use super::encoding::hex;
 use super::error::{ApiError, ErrorCode};
-use super::sealing::{Sealed, SealingKey, NONCE_BYTES};
+use super::sealing::{Keyring, Sealed, NONCE_BYTES};
 use super::tagged::{deserialize_tagged, field, unit, unknown, Tagged};
 
 pub const HEADER: &str = "Idempotency-Key";
@@ -141,7 +141,7 @@ pub enum KeptResponse {
 impl KeptResponse {
     /// Seals `response` for the entry of (`api_key_id`, `idempotency_key`); `nonce` is fresh random.
     pub fn seal(
-        key: &SealingKey,
+        key: &Keyring,
         api_key_id: &str,
         idempotency_key: &str,
         response: &StoredResponse,
@@ -153,7 +153,7 @@ impl KeptResponse {
 
     /// The response, or `None` when it was sealed under another API key or for another entry, or
     /// was changed.
-    pub fn open(self, key: &SealingKey, api_key_id: &str, idempotency_key: &str) -> Option<StoredResponse> {
+    pub fn open(self, key: &Keyring, api_key_id: &str, idempotency_key: &str) -> Option<StoredResponse> {
         match self {
             KeptResponse::Sealed(sealed) => {
                 let json = key.open(&sealed, &entry_identity(api_key_id, idempotency_key))?;
@@ -375,7 +375,7 @@ mod tests {
         assert!(!shown.contains("gh_s_secret") && shown.contains("21 bytes"), "{shown}");
     }
 
-    const PEPPER: &[u8] = b"pepper-of-at-least-32-bytes-length!!";
+    const PEPPER: &str = "pepper-of-at-least-32-bytes-length!!";
 
     fn created_key() -> StoredResponse {
         StoredResponse {
@@ -388,10 +388,10 @@ mod tests {
 
     #[test]
     fn a_kept_response_is_sealed_and_replays_exactly_with_the_same_api_key() {
-        let key = SealingKey::for_responses(PEPPER, "gh_o_caller");
+        let key = Keyring::for_responses(&[PEPPER], "gh_o_caller");
         let kept = KeptResponse::seal(&key, "key_1", "k-1", &created_key(), [9; 12]);
         let stored = serde_json::to_string(&kept).unwrap();
-        assert!(stored.starts_with(r#""v1."#) && !stored.contains("gh_s_issued"), "{stored}");
+        assert!(stored.starts_with(r#""v2."#) && !stored.contains("gh_s_issued"), "{stored}");
         let read: KeptResponse = serde_json::from_str(&stored).unwrap();
         assert_eq!(read.open(&key, "key_1", "k-1"), Some(created_key()));
     }
@@ -400,7 +400,7 @@ mod tests {
     /// response of a built-in route written before these fields existed still reads.
     #[test]
     fn a_proxied_answer_replays_its_exact_bytes_and_headers() {
-        let key = SealingKey::for_responses(PEPPER, "gh_s_caller");
+        let key = Keyring::for_responses(&[PEPPER], "gh_s_caller");
         let bytes = [0u8, 0xff, 0xfe, b'{', 0x80];
         let answer = StoredResponse {
             status: 200,
@@ -421,9 +421,9 @@ mod tests {
 
     #[test]
     fn a_kept_response_does_not_open_under_another_api_key_or_entry() {
-        let key = SealingKey::for_responses(PEPPER, "gh_o_caller");
+        let key = Keyring::for_responses(&[PEPPER], "gh_o_caller");
         let kept = KeptResponse::seal(&key, "key_1", "k-1", &created_key(), [9; 12]);
-        let other = SealingKey::for_responses(PEPPER, "gh_o_someone-else");
+        let other = Keyring::for_responses(&[PEPPER], "gh_o_someone-else");
         assert_eq!(kept.clone().open(&other, "key_1", "k-1"), None);
         assert_eq!(kept.clone().open(&key, "key_1", "k-2"), None);
         assert_eq!(kept.open(&key, "key_2", "k-1"), None);
@@ -434,7 +434,7 @@ mod tests {
         let legacy = r#"{"status":201,"body":"{\"key\":\"gh_s_issued\"}","request_id":"req-1"}"#;
         let read: KeptResponse = serde_json::from_str(legacy).unwrap();
         assert!(matches!(read, KeptResponse::Plaintext(_)));
-        let key = SealingKey::for_responses(PEPPER, "gh_o_caller");
+        let key = Keyring::for_responses(&[PEPPER], "gh_o_caller");
         assert_eq!(read.open(&key, "key_1", "k-1"), Some(created_key()));
         // A claim of the guard from before the upgrade, with its response inline.
         let decision = format!(r#"{{"claim":"replay","response":{legacy}}}"#);

@@ -398,20 +398,26 @@ impl WebhookStore for FakeStore {
         .await
     }
 
-    async fn plaintext_secrets(&self, limit: usize) -> Result<Vec<(String, String)>, PortError> {
-        self.tables("webhooks.plaintext_secrets", |t| {
-            let plaintext = t.webhooks.values().filter_map(|w| match &w.secret {
-                StoredSecret::Plaintext(secret) => Some((w.id.clone(), secret.clone())),
-                StoredSecret::Sealed(_) => None,
-            });
-            plaintext.take(limit).collect()
+    async fn secrets_to_reseal(
+        &self,
+        current_prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, StoredSecret)>, PortError> {
+        self.tables("webhooks.secrets_to_reseal", |t| {
+            let old = t.webhooks.values().filter(|w| !w.secret.as_column().starts_with(current_prefix));
+            old.take(limit).map(|w| (w.id.clone(), w.secret.clone())).collect()
         })
         .await
     }
 
-    async fn seal_secret(&self, id: &str, plaintext: &str, sealed: &StoredSecret) -> Result<(), PortError> {
-        self.tables("webhooks.seal_secret", |t| {
-            if let Some(hook) = t.webhooks.get_mut(id).filter(|w| w.secret.as_column() == plaintext) {
+    async fn reseal_secret(
+        &self,
+        id: &str,
+        stored: &StoredSecret,
+        sealed: &StoredSecret,
+    ) -> Result<(), PortError> {
+        self.tables("webhooks.reseal_secret", |t| {
+            if let Some(hook) = t.webhooks.get_mut(id).filter(|w| &w.secret == stored) {
                 hook.secret = sealed.clone();
             }
         })

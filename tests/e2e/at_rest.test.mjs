@@ -138,7 +138,7 @@ test('a webhook secret stored in plaintext before the upgrade signs as before, a
   const cron = await fetch(`${BASE}/__scheduled?cron=${encodeURIComponent('* * * * *')}`);
   assert.equal(cron.status, 200);
   const [row] = await d1(`SELECT secret FROM webhooks WHERE id = '${hook.body.id}'`);
-  assert.match(row.secret, /^v1\./, 'the cron sealed the secret');
+  assert.match(row.secret, /^v2\./, 'the cron sealed the secret');
   assert.ok(!row.secret.includes(legacy.slice('whsec_'.length)));
   assert.equal((await contact('After')).status, 201);
   assert.ok(await signedWith(url, 2, legacy), 'the sealed secret signs with the same key');

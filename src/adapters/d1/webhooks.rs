@@ -406,25 +406,34 @@ impl WebhookStore for D1Store {
         result_ids(&results[2]).map(Some)
     }
 
-    async fn plaintext_secrets(&self, limit: usize) -> Result<Vec<(String, String)>, PortError> {
+    async fn secrets_to_reseal(
+        &self,
+        current_prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, StoredSecret)>, PortError> {
         #[derive(serde::Deserialize)]
-        struct Plaintext {
+        struct Stored {
             id: String,
             secret: String,
         }
-        let rows: Vec<Plaintext> = self
+        let rows: Vec<Stored> = self
             .rows(
-                "SELECT id, secret FROM webhooks WHERE substr(secret, 1, 6) = 'whsec_' LIMIT ?1",
-                &[int(limit as i64)],
+                "SELECT id, secret FROM webhooks WHERE substr(secret, 1, length(?1)) <> ?1 LIMIT ?2",
+                &[text(current_prefix), int(limit as i64)],
             )
             .await?;
-        Ok(rows.into_iter().map(|r| (r.id, r.secret)).collect())
+        Ok(rows.into_iter().map(|r| (r.id, StoredSecret::from_column(r.secret))).collect())
     }
 
-    async fn seal_secret(&self, id: &str, plaintext: &str, sealed: &StoredSecret) -> Result<(), PortError> {
+    async fn reseal_secret(
+        &self,
+        id: &str,
+        stored: &StoredSecret,
+        sealed: &StoredSecret,
+    ) -> Result<(), PortError> {
         let statement = self.statement(
             "UPDATE webhooks SET secret = ?3 WHERE id = ?1 AND secret = ?2",
-            &[text(id), text(plaintext), text(sealed.as_column())],
+            &[text(id), text(stored.as_column()), text(sealed.as_column())],
         )?;
         self.batch(vec![statement]).await.map(drop)
     }
