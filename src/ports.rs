@@ -438,12 +438,15 @@ pub trait WebhookStore {
     /// `Delivery::attempts` is the number of this attempt, never given to another one. `None` when
     /// it is not due, not pending, or held. In the same step, an earlier attempt whose hold ran out
     /// without a record gets an "interrupted" row, and a delivery whose subscription is no longer
-    /// active is failed (`subscription deleted` / `subscription disabled`) instead of taken.
+    /// active is failed (`subscription deleted` / `subscription disabled`) instead of taken. When
+    /// that interrupted attempt was the schedule's last (`max_attempts` since `schedule_from`), the
+    /// delivery fails instead of taking another (SPEC §19: none past the last attempt).
     async fn take_delivery(
         &self,
         id: &str,
         now_ms: i64,
         until_ms: i64,
+        max_attempts: u32,
     ) -> Result<Option<(Delivery, Webhook)>, PortError>;
     /// Records the attempt and its outcome in one batch (and on 410 disables the subscription and
     /// fails its pending deliveries). Safe to repeat. The delivery changes only while this attempt

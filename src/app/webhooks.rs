@@ -259,7 +259,8 @@ pub async fn dispatch<S: WebhookStore, Q: DeliveryQueue, C: WebhookClient>(
 ) -> Result<(), PortError> {
     let started = now_ms();
     let hold = started + config.webhook_timeout_ms as i64 + HOLD_SLACK_MS;
-    let Some((delivery, hook)) = store.take_delivery(delivery_id, started, hold).await? else {
+    let max_attempts = config.webhook_retry_schedule.len() as u32 + 1;
+    let Some((delivery, hook)) = store.take_delivery(delivery_id, started, hold, max_attempts).await? else {
         return Ok(());
     };
     let attempt_no = delivery.attempts;
@@ -978,6 +979,29 @@ mod tests {
         assert_eq!((attempts[0].started_at, attempts[0].response_code), (T0, None));
         assert_eq!((attempts[1].attempt, attempts[1].response_code), (2, Some(500)));
         assert_eq!(t.deliveries["dlv_0"].delivery.status, "pending");
+    }
+
+    /// SPEC §19: when the schedule's last attempt was interrupted, the next take writes it down and
+    /// fails the delivery; no attempt past the last one is sent (main sent a 7th POST).
+    #[test]
+    fn an_interrupted_last_attempt_fails_the_delivery_and_sends_nothing_more() {
+        let w = quiet_world(1);
+        let last = w.config.webhook_retry_schedule.len() as u32 + 1;
+        w.store.webhooks.borrow_mut().deliveries.get_mut("dlv_0").unwrap().delivery.attempts = last - 1;
+        let client = scripted(&w, vec![answered(500), answered(204)]);
+        let mut stopped = Box::pin(dispatch(&w.store, &w.queue, &client, &w.config, "dlv_0", || T0, 0.0));
+        until_posted(&mut stopped, &client);
+        drop(stopped); // the isolate is gone during the last attempt
+        let later = T0 + w.config.webhook_timeout_ms as i64 + HOLD_SLACK_MS + 1;
+        assert_eq!(complete(sweep(&w.store, &w.queue, later)), Ok(1));
+        let message = w.queue.receive(0).expect("the sweep queued it");
+        let next = dispatch(&w.store, &w.queue, &client, &w.config, &message.delivery_id, || later, 0.0);
+        assert_eq!(complete(next), Ok(()));
+        assert_eq!(client.posts.get(), 1, "no POST after the last attempt");
+        let t = w.store.webhooks.borrow();
+        let attempts = t.attempts_of("dlv_0");
+        assert_eq!((attempts.len(), attempts[0].attempt, attempts[0].error.as_deref()), (1, last, Some(INTERRUPTED_ATTEMPT)));
+        assert_eq!(t.deliveries["dlv_0"].delivery.status, "failed");
     }
 
     #[test]

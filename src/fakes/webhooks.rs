@@ -271,6 +271,7 @@ impl WebhookStore for FakeStore {
         id: &str,
         now_ms: i64,
         until_ms: i64,
+        max_attempts: u32,
     ) -> Result<Option<(Delivery, Webhook)>, PortError> {
         self.tables("webhooks.take", |t| {
             let row = t.deliveries.get(id).filter(|r| takeable(r, now_ms))?.clone();
@@ -290,8 +291,17 @@ impl WebhookStore for FakeStore {
                     });
                 }
             }
+            let interrupted_last = row.locked_until.is_some() && d.attempts - d.schedule_from >= max_attempts;
             let hook = t.webhooks.get(&d.webhook_id).cloned()?;
             let row = t.deliveries.get_mut(id).expect("read above");
+            if interrupted_last {
+                row.delivery.status = "failed".into();
+                row.delivery.last_error = Some(INTERRUPTED_ATTEMPT.into());
+                row.delivery.updated_at = now_ms;
+                row.locked_until = None;
+                row.retry_requested = false;
+                return None;
+            }
             if hook.status != "active" {
                 row.delivery.status = "failed".into();
                 row.delivery.last_error = Some(format!("subscription {}", hook.status));

@@ -24,10 +24,10 @@ export function randomIp() {
 const UUID_V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
 /**
- * One request. `idem` becomes the Idempotency-Key header; `key` becomes `Authorization: Bearer <key>`; `body` is JSON-encoded unless it is a
+ * One request (to `base`, the test gateway unless named). `idem` becomes the Idempotency-Key header; `key` becomes `Authorization: Bearer <key>`; `body` is JSON-encoded unless it is a
  * string. Answers {status, headers, body (parsed JSON or text), text}.
  */
-export async function call(method, path, { key, body, headers = {}, idem } = {}) {
+export async function call(method, path, { key, body, headers = {}, idem, base = BASE } = {}) {
   // A Headers object keeps repeated names, so a test can send a header twice.
   const h = new Headers({ 'cf-connecting-ip': CLIENT_IP });
   for (const [name, value] of Array.isArray(headers) ? headers : Object.entries(headers)) h.append(name, value);
@@ -38,7 +38,7 @@ export async function call(method, path, { key, body, headers = {}, idem } = {})
     init.body = typeof body === 'string' ? body : JSON.stringify(body);
     if (!h.has('content-type')) h.set('content-type', 'application/json');
   }
-  const res = await fetch(BASE + path, init);
+  const res = await fetch(base + path, init);
   const text = await res.text();
   let parsed = text;
   try { parsed = JSON.parse(text); } catch { /* not JSON */ }

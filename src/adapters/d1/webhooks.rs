@@ -3,7 +3,9 @@
 use wasm_bindgen::JsValue;
 
 use super::{after, int, opt_int, opt_text, result_ids, text, D1Store};
+use crate::adapters::deadline::within;
 use crate::core::page::PageRequest;
+use crate::core::platform::deadline;
 use crate::core::webhook::{Attempt, Delivery, StoredSecret, Webhook, INTERRUPTED_ATTEMPT};
 use crate::ports::{Meter, OriginEvent, PortError, WebhookStore};
 
@@ -242,6 +244,7 @@ impl WebhookStore for D1Store {
         id: &str,
         now_ms: i64,
         until_ms: i64,
+        max_attempts: u32,
     ) -> Result<Option<(Delivery, Webhook)>, PortError> {
         const TAKEABLE: &str = "id = ?1 AND status = 'pending' AND scheduled_at <= ?2
             AND (locked_until IS NULL OR locked_until < ?2)";
@@ -257,6 +260,15 @@ impl WebhookStore for D1Store {
                        AND attempt_started_at IS NOT NULL"
                 ),
                 &[text(id), int(now_ms), text(INTERRUPTED_ATTEMPT)],
+            )?,
+            // That attempt was the schedule's last: the delivery fails, with no further attempt.
+            self.statement(
+                &format!(
+                    "UPDATE webhook_deliveries SET status = 'failed', locked_until = NULL, retry_requested = 0,
+                       last_error = ?3, updated_at = ?2
+                     WHERE {TAKEABLE} AND locked_until IS NOT NULL AND attempts - schedule_from >= ?4"
+                ),
+                &[text(id), int(now_ms), text(INTERRUPTED_ATTEMPT), int(max_attempts.into())],
             )?,
             // A subscription deleted or disabled since: the delivery fails, with no attempt.
             self.statement(
@@ -288,10 +300,11 @@ impl WebhookStore for D1Store {
             )?,
         ];
         Meter::count(&self.meter.d1_queries);
-        let results = self.db.batch(statements).await.map_err(PortError::from_display)?;
-        let taken: Vec<Delivery> = results[2].results().map_err(PortError::from_display)?;
+        let batch = async { self.db.batch(statements).await.map_err(PortError::from_display) };
+        let results = within(deadline::D1_MS, "D1 batch", batch).await?;
+        let taken: Vec<Delivery> = results[3].results().map_err(PortError::from_display)?;
         let Some(delivery) = taken.into_iter().next() else { return Ok(None) };
-        let hooks: Vec<WebhookRecord> = results[3].results().map_err(PortError::from_display)?;
+        let hooks: Vec<WebhookRecord> = results[4].results().map_err(PortError::from_display)?;
         match hooks.into_iter().next() {
             Some(hook) => Ok(Some((delivery, hook.into_webhook()?))),
             None => Err(PortError(format!("delivery {id} has no subscription"))),
@@ -363,7 +376,8 @@ impl WebhookStore for D1Store {
             &[text(&a.delivery_id)],
         )?);
         Meter::count(&self.meter.d1_queries);
-        let results = self.db.batch(statements).await.map_err(PortError::from_display)?;
+        let batch = async { self.db.batch(statements).await.map_err(PortError::from_display) };
+        let results = within(deadline::D1_MS, "D1 batch", batch).await?;
         #[derive(serde::Deserialize)]
         struct Due {
             scheduled_at: i64,
