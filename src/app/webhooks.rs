@@ -1000,7 +1000,10 @@ mod tests {
         assert_eq!(client.posts.get(), 1, "no POST after the last attempt");
         let t = w.store.webhooks.borrow();
         let attempts = t.attempts_of("dlv_0");
-        assert_eq!((attempts.len(), attempts[0].attempt, attempts[0].error.as_deref()), (1, last, Some(INTERRUPTED_ATTEMPT)));
+        assert_eq!(
+            (attempts.len(), attempts[0].attempt, attempts[0].error.as_deref()),
+            (1, last, Some(INTERRUPTED_ATTEMPT))
+        );
         assert_eq!(t.deliveries["dlv_0"].delivery.status, "failed");
     }
 

@@ -19,7 +19,7 @@ use crate::ports::{
     Admission, AuditSink, Authorization, ClaimRequest, Directory, KeyChanges, KeyGuard, KeyUpdate,
     PlanChange, PortError, Resources, ResponseStore, Revocation, RunStart,
 };
-use crate::sim::Faults;
+use crate::sim::{Fault, Faults};
 
 /// The simulated wall clock (Unix ms), shared by the fakes and the driver.
 pub type Clock = Rc<Cell<i64>>;
@@ -49,6 +49,9 @@ pub struct FakeGuard {
     pub lapsed: Cell<u32>,
     /// Claims that were taken (`Execute` answers).
     pub executions: Cell<u32>,
+    /// Claims another request (another fingerprint) took over after a release or a lapse: the
+    /// first request's operation is forgotten (README's forfeit).
+    pub taken_over: Cell<u32>,
     /// The guard of every call, in order: a key hash (an `authorize` creates that key's object
     /// and, for a key it does not hold, costs a D1 lookup) or `ip:<address>`.
     pub asked: RefCell<Vec<String>>,
@@ -71,6 +74,7 @@ impl FakeGuard {
             claims: RefCell::default(),
             lapsed: Cell::new(0),
             executions: Cell::new(0),
+            taken_over: Cell::new(0),
             asked: RefCell::default(),
         }
     }
@@ -109,6 +113,9 @@ impl FakeGuard {
         if let ClaimDecision::Execute { operation } = &decision {
             if held.is_some_and(|h| !h.claim.completed && !h.claim.released) {
                 self.lapsed.set(self.lapsed.get() + 1);
+            }
+            if held.is_some_and(|h| h.claim.fingerprint != request.fingerprint) {
+                self.taken_over.set(self.taken_over.get() + 1);
             }
             self.executions.set(self.executions.get() + 1);
             let claim = Claim {
@@ -274,8 +281,20 @@ pub struct FakeAuditQueue {
 }
 
 impl AuditSink for FakeAuditQueue {
+    /// A hung send never answers at all (the outbox's own deadline must end the wait).
     async fn record(&self, rows: &[AuditRow]) -> Result<(), PortError> {
-        self.faults.run("queue.send_audit", || self.sent.borrow_mut().extend(rows.iter().cloned())).await
+        let what = "queue.send_audit";
+        match self.faults.call(what).await {
+            Fault::Hang => std::future::pending().await,
+            Fault::FailBefore => Err(PortError(format!("{what}: injected failure"))),
+            fault => {
+                self.sent.borrow_mut().extend(rows.iter().cloned());
+                match fault {
+                    Fault::Ok => Ok(()),
+                    _ => Err(PortError(format!("{what}: injected timeout after the effect"))),
+                }
+            }
+        }
     }
 }
 

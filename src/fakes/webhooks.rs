@@ -605,6 +605,9 @@ impl WebhookClient for FakeReceiver {
             Fault::Ok => self.answer(timeout_ms),
             Fault::FailBefore => (ReceiverOutcome::Unreachable("connection refused".into()), 1),
             Fault::FailAfter => (ReceiverOutcome::Unreachable("connection reset".into()), 10),
+            Fault::Hang => {
+                (ReceiverOutcome::Unreachable(format!("no answer within {timeout_ms} ms")), timeout_ms as i64)
+            }
         };
         // Posts run side by side: each ends at its own start plus its duration.
         self.clock.set(self.clock.get().max(sent_at + took_ms));
