@@ -140,8 +140,13 @@ impl<P: Ports> Gateway<'_, P> {
                         }
                     };
                     // Sealed before it leaves the worker: neither the guard nor KV sees it in clear.
-                    let kept =
-                        KeptResponse::seal(&sealing, &api_key_id, &claim.idempotency_key, &stored, random());
+                    let kept = KeptResponse::seal_to_keep(
+                        &sealing,
+                        &api_key_id,
+                        &claim.idempotency_key,
+                        &stored,
+                        random(),
+                    );
                     Settlement::Complete { key_hash, api_key_id, claim, response: kept }
                 }
                 _ => Settlement::Release { key_hash, claim },

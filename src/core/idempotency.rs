@@ -151,6 +151,32 @@ impl KeptResponse {
         KeptResponse::Sealed(key.seal(&json, &entry_identity(api_key_id, idempotency_key), nonce))
     }
 
+    /// Seals `response` as [`Self::seal`] does, unless sealed it would not fit one Durable Object
+    /// row beside its claim ([`KEPT_MAX_BYTES`], SPEC §19): then it seals the marker of a response
+    /// answered but not kept (as a streamed answer's), so the key still completes and the origin
+    /// is never called twice for it.
+    pub fn seal_to_keep(
+        key: &Keyring,
+        api_key_id: &str,
+        idempotency_key: &str,
+        response: &StoredResponse,
+        nonce: [u8; NONCE_BYTES],
+    ) -> Self {
+        let kept = Self::seal(key, api_key_id, idempotency_key, response, nonce);
+        match &kept {
+            KeptResponse::Sealed(sealed) if sealed.as_str().len() > KEPT_MAX_BYTES => {
+                let marker = StoredResponse {
+                    status: response.status,
+                    request_id: response.request_id.clone(),
+                    not_stored: true,
+                    ..StoredResponse::default()
+                };
+                Self::seal(key, api_key_id, idempotency_key, &marker, nonce)
+            }
+            _ => kept,
+        }
+    }
+
     /// The response, or `None` when it was sealed under another API key or for another entry, or
     /// was changed.
     pub fn open(self, key: &Keyring, api_key_id: &str, idempotency_key: &str) -> Option<StoredResponse> {
@@ -163,6 +189,10 @@ impl KeptResponse {
         }
     }
 }
+
+/// The largest sealed response a guard keeps in its claim's row: a Durable Object value is at most
+/// 2,000,000 bytes, and the row's other columns need a little room.
+pub const KEPT_MAX_BYTES: usize = super::platform::DO_MAX_VALUE_BYTES - 64 * 1024;
 
 /// The associated data of a kept response: which entry it belongs to (the KV key of SPEC §1).
 fn entry_identity(api_key_id: &str, idempotency_key: &str) -> Vec<u8> {
@@ -417,6 +447,33 @@ mod tests {
             serde_json::from_str(r#"{"status":201,"body":"{}","request_id":"r"}"#).unwrap();
         assert_eq!((older.body_bytes(), older.base64, older.not_stored), (b"{}".to_vec(), false, false));
         assert_eq!(serde_json::to_string(&older).unwrap(), r#"{"status":201,"body":"{}","request_id":"r"}"#);
+    }
+
+    /// SPEC §19: a proxied 1 MiB answer with large headers sealed as base64 in JSON in AES in
+    /// base64url is over a Durable Object row; it is kept as "answered, not stored" (main kept it
+    /// whole, the guard's write failed and the origin was called again).
+    #[test]
+    fn a_response_too_large_for_a_guard_row_is_kept_as_answered_not_stored() {
+        let key = Keyring::for_responses(&[PEPPER], "gh_s_caller");
+        let answer = |body_bytes: usize, header_bytes: usize| StoredResponse {
+            status: 200,
+            body: crate::core::encoding::base64(&vec![7u8; body_bytes]),
+            request_id: "req-1".into(),
+            headers: vec![("x-large".into(), "h".repeat(header_bytes))],
+            base64: true,
+            not_stored: false,
+        };
+        let small = answer(1024, 10);
+        let kept = KeptResponse::seal_to_keep(&key, "key_1", "k-1", &small, [1; 12]);
+        assert_eq!(kept.open(&key, "key_1", "k-1"), Some(small));
+        let large = answer(1 << 20, 64 * 1024);
+        let whole =
+            serde_json::to_string(&KeptResponse::seal(&key, "key_1", "k-1", &large, [1; 12])).unwrap();
+        assert!(whole.len() > KEPT_MAX_BYTES, "{} bytes", whole.len());
+        let kept = KeptResponse::seal_to_keep(&key, "key_1", "k-1", &large, [1; 12]);
+        assert!(serde_json::to_string(&kept).unwrap().len() < 1024);
+        let opened = kept.open(&key, "key_1", "k-1").unwrap();
+        assert!(opened.not_stored && opened.status == 200 && opened.body.is_empty());
     }
 
     #[test]
