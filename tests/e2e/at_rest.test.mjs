@@ -206,24 +206,34 @@ test('no value in the state folder derives a key that opens a kept response or a
   assert.ok(await eventually(async () => (await stateFilesContaining(responseAad)).length > 0, 20_000), 'KV holds the response');
 
   // Every token of every file: runs of the characters stored values are made of, and their parts.
+  // SQLite stores a row's text columns side by side, so a run may join two values: each run's
+  // parts, its hex runs (and their first and last 64 digits: a SHA-256 in hex) join it.
   const tokens = new Set();
   for (const path of await filesUnder(STATE)) {
     const text = (await readFile(path).catch(() => Buffer.alloc(0))).toString('latin1');
     for (const run of text.match(/[A-Za-z0-9_\-.:+/=]{8,}/g) ?? []) {
       tokens.add(run);
       for (const part of run.split(/[.:]/)) if (part.length >= 8) tokens.add(part);
+      for (const hex of run.match(/[0-9a-f]{32,}/g) ?? []) tokens.add(hex).add(hex.slice(0, 64)).add(hex.slice(-64));
     }
   }
-  const sealed = [...tokens].filter((t) => /^v[12]\.([0-9a-f]{8}\.)?[A-Za-z0-9_-]{40,}$/.test(t));
-  assert.ok(sealed.length > 0, 'the state folder holds sealed values');
+  // The sealed values: each `v1.`/`v2.<id>.` run, cut where a neighbouring column begins.
+  const sealedRuns = [...tokens].filter((t) => /^v[12]\.([0-9a-f]{8}\.)?[A-Za-z0-9_-]{40,}$/.test(t));
+  assert.ok(sealedRuns.length > 0, 'the state folder holds sealed values');
+  const opening = (key, aad) => {
+    for (const run of sealedRuns) {
+      for (let end = run.length; end > 40; end -= 1) if (open(run.slice(0, end), key, aad) !== null) return run.slice(0, end);
+    }
+    return undefined;
+  };
 
   // The control: with the secrets an attacker does not hold (the API key and the pepper; the
   // webhook secrets' key) the same values open, so the targets and associated data are right.
   const pepper = await devVar('KEY_PEPPER');
   const responseKey = hkdf(createHmac('sha256', pepper).update('gatehouse/idempotent-response/v2/root').digest(), owner.key, INFOS[1]);
   const secretKey = hkdf(Buffer.alloc(0), await devVar('WEBHOOK_SECRETS_KEY'), INFOS[3]);
-  const response = sealed.find((s) => open(s, responseKey, responseAad) !== null);
-  const secret = sealed.find((s) => open(s, secretKey, secretAad) !== null);
+  const response = opening(responseKey, responseAad);
+  const secret = opening(secretKey, secretAad);
   assert.ok(response?.startsWith('v2.') && open(response, responseKey, responseAad).includes(created.body.key), 'the kept response opens with the caller\'s key');
   assert.ok(secret?.startsWith('v2.') && open(secret, secretKey, secretAad) === hook.body.secret, 'the sealed secret opens with WEBHOOK_SECRETS_KEY');
 
