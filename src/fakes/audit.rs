@@ -300,6 +300,7 @@ fn ndjson_ids(ndjson: &[u8]) -> Vec<String> {
 
 impl Archive for FakeArchive {
     async fn put(&self, key: &str, ndjson: &[u8]) -> Result<(), PortError> {
+        super::over_limit("r2 key", key.len(), crate::core::platform::R2_MAX_KEY_BYTES)?;
         if self.refuse_puts.get() {
             return Err(PortError("r2 put: refused".into()));
         }
@@ -313,6 +314,7 @@ impl Archive for FakeArchive {
     }
 
     async fn put_replay_chunk(&self, key: &str, json: &[u8]) -> Result<(), PortError> {
+        super::over_limit("r2 key", key.len(), crate::core::platform::R2_MAX_KEY_BYTES)?;
         self.faults
             .run("r2 put replay chunk", || {
                 self.replay_chunks.borrow_mut().insert(key.to_owned(), json.to_vec());

@@ -163,6 +163,8 @@ impl KeyGuard for FakeGuard {
         claim: &ClaimRequest,
         response: &KeptResponse,
     ) -> Result<bool, PortError> {
+        let stored = serde_json::to_string(response).map_or(usize::MAX, |s| s.len());
+        super::over_limit("durable object value", stored, crate::core::platform::DO_MAX_VALUE_BYTES)?;
         self.faults
             .run("guard.complete_claim", || {
                 let now = self.clock.get();
@@ -255,6 +257,14 @@ impl ResponseStore for FakeResponses {
         idempotency_key: &str,
         response: &KeptResponse,
     ) -> Result<(), PortError> {
+        use crate::core::platform::{KV_MAX_KEY_BYTES, KV_MAX_VALUE_BYTES};
+        super::over_limit(
+            "kv key",
+            format!("papi:idem:{api_key_id}:{idempotency_key}").len(),
+            KV_MAX_KEY_BYTES,
+        )?;
+        let value = serde_json::to_string(response).map_or(usize::MAX, |s| s.len());
+        super::over_limit("kv value", value, KV_MAX_VALUE_BYTES)?;
         self.faults
             .run("kv.put", || {
                 let slot = (api_key_id.to_owned(), idempotency_key.to_owned());

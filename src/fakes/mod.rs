@@ -17,6 +17,15 @@ pub mod origin;
 pub mod queue;
 pub mod webhooks;
 
+/// What the platform answers a write over one of its limits (`core::platform`): the fakes refuse
+/// it as production would, before any effect, so a simulation fails where production would.
+pub fn over_limit(what: &str, bytes: usize, limit: usize) -> Result<(), PortError> {
+    if bytes > limit {
+        return Err(PortError(format!("{what}: {bytes} bytes is over the platform's limit of {limit}")));
+    }
+    Ok(())
+}
+
 /// The D1-backed ports over in-memory tables.
 pub struct FakeStore {
     pub faults: Rc<Faults>,
