@@ -202,6 +202,8 @@ impl KeyGuardObject {
         // Any table an older version did not have is created now: the object has storage anyway.
         self.create_tables()?;
         if names.iter().any(|n| n == "claims") {
+            // Looked up again at the next command if the move fails.
+            self.tables.set(None);
             self.sql.exec(
                 "INSERT OR IGNORE INTO idempotency_claims
                    (idempotency_key, fingerprint, owner, operation, until_ms, completed, released, keep_until_ms,
@@ -212,6 +214,7 @@ impl KeyGuardObject {
                 None,
             )?;
             self.sql.exec("DROP TABLE claims", None)?;
+            self.tables.set(Some(true));
         }
         Ok(true)
     }
@@ -392,34 +395,7 @@ impl KeyGuardObject {
             self.sql.exec("DELETE FROM idempotency_claims WHERE keep_until_ms <= ?", vec![now.into()])?;
             self.purged_ms.set(now);
         }
-        let existing = if !has_tables {
-            None
-        } else {
-            self.sql
-                .exec(
-                    "SELECT fingerprint, operation, until_ms, completed, released,
-                        CASE WHEN response_until_ms > ?1 THEN response END AS response
-                 FROM idempotency_claims WHERE idempotency_key = ?2 AND keep_until_ms > ?1",
-                    vec![now.into(), request.idempotency_key.clone().into()],
-                )?
-                .to_array::<ClaimRow>()?
-                .pop()
-                .map(|row| -> Result<Claim> {
-                    Ok(Claim {
-                        fingerprint: row.fingerprint,
-                        until_ms: row.until_ms,
-                        completed: row.completed != 0,
-                        released: row.released != 0,
-                        operation: row.operation,
-                        response: row
-                            .response
-                            .map(|r| serde_json::from_str(&r))
-                            .transpose()
-                            .map_err(rust_error)?,
-                    })
-                })
-                .transpose()?
-        };
+        let existing = if has_tables { self.held_claim(&request.idempotency_key, now)? } else { None };
         let decision = decide_claim(existing.as_ref(), &request.fingerprint, &request.request_id, now);
         if let ClaimDecision::Execute { operation } = &decision {
             let ttl_ms = self.config()?.idempotency_ttl_seconds as i64 * 1000;
@@ -439,6 +415,34 @@ impl KeyGuardObject {
             )?;
         }
         Ok(decision)
+    }
+
+    /// The claim kept for `idempotency_key`, unless it is past its keeping.
+    fn held_claim(&self, idempotency_key: &str, now: i64) -> Result<Option<Claim>> {
+        self.sql
+            .exec(
+                "SELECT fingerprint, operation, until_ms, completed, released,
+                        CASE WHEN response_until_ms > ?1 THEN response END AS response
+                 FROM idempotency_claims WHERE idempotency_key = ?2 AND keep_until_ms > ?1",
+                vec![now.into(), idempotency_key.into()],
+            )?
+            .to_array::<ClaimRow>()?
+            .pop()
+            .map(|row| -> Result<Claim> {
+                Ok(Claim {
+                    fingerprint: row.fingerprint,
+                    until_ms: row.until_ms,
+                    completed: row.completed != 0,
+                    released: row.released != 0,
+                    operation: row.operation,
+                    response: row
+                        .response
+                        .map(|r| serde_json::from_str(&r))
+                        .transpose()
+                        .map_err(rust_error)?,
+                })
+            })
+            .transpose()
     }
 
     /// Marks the claim completed until the TTL ends and keeps its response as long. Replays carry
