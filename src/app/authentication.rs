@@ -1,8 +1,8 @@
 //! Authentication (SPEC §2, §3, §13) in two steps. `screen` decides what it can without I/O
 //! beyond the client address's guard, before the body is read: a public route, the admin token,
 //! a missing or malformed key, a key hash known to be unknown, an address known to be over its
-//! limit. `authenticate` then asks the key's guard to decide on the key, its limits and its
-//! idempotency claim in one round trip, and checks the key type's scope.
+//! limit. `authenticate` then asks the key's guard to decide on the key, its type's scope, its
+//! limits and its idempotency claim in one round trip.
 //!
 //! Anonymous traffic (failed authentication and unmatched routes) is counted per client address
 //! (`refuse_anonymous`); once an address is over its limit, the isolate remembers it until the
@@ -90,8 +90,9 @@ impl<P: Ports> Gateway<'_, P> {
         Ok(Credentials::Key { token: token.to_owned(), key_hash, scope })
     }
 
-    /// SPEC §3 order: authenticate, then the rate decision and the idempotency claim (made by the
-    /// key's guard in the same round trip), then the key type's scope.
+    /// SPEC §3 order: authenticate and the key type's scope, then the rate decision and the
+    /// idempotency claim, all made by the key's guard in one round trip: a key refused for its
+    /// type (403) is counted against nothing.
     pub(super) async fn authenticate(
         &self,
         credentials: Credentials,
@@ -133,6 +134,13 @@ impl<P: Ports> Gateway<'_, P> {
                     return Err((None, unavailable(e)));
                 }
             };
+        if !key.key_type.allows(scope) {
+            // Decided by the guard before it counted: no part of the window or the quota and no
+            // claim was taken for it (a guard of the previous version counted it; it is 403 all the same).
+            let e = ApiError::forbidden(format!("A {} key may not call this route.", key.key_type.as_str()))
+                .with_detail("key_type", key.key_type.as_str());
+            return Err((Some(usage), e));
+        }
         let refusal = match verdict {
             Verdict::Allowed => None,
             Verdict::RateLimited => Some(
@@ -159,12 +167,6 @@ impl<P: Ports> Gateway<'_, P> {
             }
         };
         if let Some(e) = refusal {
-            return Err((Some(usage), e));
-        }
-        if !key.key_type.allows(scope) {
-            // The guard took no claim for it.
-            let e = ApiError::forbidden(format!("A {} key may not call this route.", key.key_type.as_str()))
-                .with_detail("key_type", key.key_type.as_str());
             return Err((Some(usage), e));
         }
         // Its stored response is sealed under the API key itself (SPEC §13): only this caller's

@@ -992,6 +992,56 @@ fn an_unknown_key_flood_costs_no_guard_once_the_address_is_over_its_limit() {
     );
 }
 
+/// One client holds a whole IPv6 /64: unknown keys from 2 × (limit + 5) different addresses of it
+/// are limited as one address (429 after the limit, then answered from memory: no guard, no
+/// lookup), while the next /64 is not affected.
+#[test]
+fn an_ipv6_client_rotating_inside_its_64_is_limited_as_one_address() {
+    let faults = Rc::new(Faults::new(1, 0.0));
+    let (gateway, clock, _) = world(&faults, &[KeyType::Owner]);
+    let limit = crate::core::rate_limit::AUTH_FAILURE_LIMITS.per_minute as usize;
+    let statuses: Vec<u16> = (0..2 * (limit + 5))
+        .map(|n| {
+            let ip = format!("2001:db8:77:1:{:x}:{:x}::{:x}", n / 7, n % 7, n + 1);
+            answer(&gateway, &faults, anonymous(&clock, "GET", "/public/v1/me", Some(&unknown_key(n)), &ip))
+        })
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(statuses, [vec![401; limit], vec![429; limit + 10]].concat());
+    let asked = gateway.guard.asked.borrow().clone();
+    let lookups = asked.iter().filter(|name| !name.starts_with("ip:")).count();
+    assert_eq!(lookups, limit + 1, "no key guard once the /64 is over its limit");
+    assert!(asked.iter().filter(|name| name.starts_with("ip:")).all(|name| name == "ip:2001:db8:77:1::/64"));
+    let neighbour = answer(
+        &gateway,
+        &faults,
+        anonymous(&clock, "GET", "/public/v1/me", Some(&unknown_key(999)), "2001:db8:77:2::1"),
+    );
+    assert_eq!(neighbour.status, 401, "the next /64 is another client");
+}
+
+/// A key refused for its type (403) takes nothing of the window or of the monthly quota (SPEC §4,
+/// §19), with or without an `Idempotency-Key`, and still carries the rate-limit headers.
+#[test]
+fn a_forbidden_request_takes_nothing_of_the_window_or_the_quota() {
+    let faults = Rc::new(Faults::new(1, 0.0));
+    let (gateway, clock, secrets) = world(&faults, &[KeyType::Browser]);
+    let get = |method: &str, path: &str, idem: Option<&str>| {
+        drive(gateway.handle(request(&clock, method, path, &secrets[0], idem, "{}")), &faults, 0.0).unwrap()
+    };
+    for n in 0..5 {
+        let idem = format!("forbidden-{n}");
+        let refused = get("POST", "/public/v1/contacts", Some(idem.as_str()).filter(|_| n % 2 == 0));
+        assert_eq!((refused.status, error_code(&refused)), (403, "FORBIDDEN".to_owned()));
+        let remaining = refused.headers.iter().find(|(name, _)| *name == "x-ratelimit-remaining");
+        assert_eq!(remaining.map(|(_, v)| v.as_str()), Some("100000"), "the window as it stands");
+    }
+    let me = json(&get("GET", "/public/v1/me", None));
+    assert_eq!(me["rate_limit"]["remaining"], 100_000 - 1, "{me}");
+    assert_eq!(me["quota"]["used"], 1, "{me}");
+    assert!(gateway.guard.claims.borrow().is_empty());
+}
+
 /// The same unknown key twice within a minute is looked up once; after a minute, again.
 #[test]
 fn an_unknown_key_is_remembered_as_unknown_for_sixty_seconds() {

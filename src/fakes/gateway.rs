@@ -12,9 +12,10 @@ use crate::core::api_key::{KeyRecord, KeyType, Scope};
 use crate::core::audit::AuditRow;
 use crate::core::idempotency::{decide_claim, Claim, ClaimDecision, KeptResponse, LEASE_MS};
 use crate::core::page::PageRequest;
-use crate::core::rate_limit::{decide_cost, Counters, Usage, Verdict, AUTH_FAILURE_LIMITS};
+use crate::core::rate_limit::{decide_request, Counters, Usage, Verdict, AUTH_FAILURE_LIMITS};
 use crate::core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
 use crate::core::webhook::OutgoingEvent;
+use crate::guard::protocol::client_guard_name;
 use crate::ports::{
     Admission, AuditSink, Authorization, ClaimRequest, Directory, KeyChanges, KeyGuard, KeyUpdate,
     PlanChange, PortError, Resources, ResponseStore, Revocation, RunStart,
@@ -88,11 +89,18 @@ impl FakeGuard {
         self.keys.borrow().iter().find(|k| k.key_hash == key_hash).cloned()
     }
 
-    fn count(&self, name: &str, limits: crate::core::rate_limit::Limits, cost: u32) -> (Verdict, Usage) {
+    /// One request against `limits`, counted only when `permitted` (`decide_request`).
+    fn count(
+        &self,
+        name: &str,
+        limits: crate::core::rate_limit::Limits,
+        cost: u32,
+        permitted: bool,
+    ) -> (Verdict, Usage) {
         let mut counters = self.counters.borrow_mut();
         let prev = counters.get(name).copied().unwrap_or_default();
-        let (verdict, usage, next) = decide_cost(prev, self.clock.get(), limits, cost);
-        if verdict == Verdict::Allowed {
+        let (verdict, usage, taken) = decide_request(prev, self.clock.get(), limits, cost, permitted);
+        if let Some(next) = taken {
             counters.insert(name.to_owned(), next);
         }
         (verdict, usage)
@@ -143,9 +151,11 @@ impl KeyGuard for FakeGuard {
         self.faults
             .run("guard.authorize", || match self.record(key_hash) {
                 Some(key) if key.refusal(self.clock.get()).is_none() => {
-                    let (verdict, usage) = self.count(key_hash, self.config.limits(&key), scope.cost());
+                    let permitted = key.key_type.allows(scope);
+                    let limits = self.config.limits(&key);
+                    let (verdict, usage) = self.count(key_hash, limits, scope.cost(), permitted);
                     let claim = claim
-                        .filter(|_| verdict == Verdict::Allowed && key.key_type.allows(scope))
+                        .filter(|_| verdict == Verdict::Allowed && permitted)
                         .map(|c| self.claim(key_hash, c));
                     Authorization::Admitted(Box::new(Admission { key, verdict, usage, claim }))
                 }
@@ -233,12 +243,9 @@ impl KeyGuard for FakeGuard {
     }
 
     async fn record_auth_failure(&self, client_ip: &str) -> Result<(Verdict, Usage), PortError> {
-        self.asked.borrow_mut().push(format!("ip:{client_ip}"));
-        self.faults
-            .run("guard.record_auth_failure", || {
-                self.count(&format!("ip:{client_ip}"), AUTH_FAILURE_LIMITS, 1)
-            })
-            .await
+        let name = client_guard_name(client_ip);
+        self.asked.borrow_mut().push(name.clone());
+        self.faults.run("guard.record_auth_failure", || self.count(&name, AUTH_FAILURE_LIMITS, 1, true)).await
     }
 }
 
