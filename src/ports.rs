@@ -106,7 +106,7 @@ pub trait KeyGuard {
 pub enum Revocation {
     Revoked(KeyRecord),
     AlreadyRevoked(KeyRecord),
-    /// The project would be left without an active owner key.
+    /// The project would be left without an owner key that stays usable (SPEC §19).
     LastOwnerKey,
     NotFound,
 }
@@ -149,6 +149,8 @@ pub struct PlanChange {
 pub enum KeyUpdate {
     Updated(KeyRecord),
     Revoked,
+    /// An expiry would leave the project without an owner key that stays usable (SPEC §19).
+    LastOwnerKey,
     NotFound,
 }
 
@@ -162,19 +164,24 @@ pub trait Directory {
         owner_key: &KeyRecord,
     ) -> Result<(), PortError>;
     /// Inserts a key of an existing project, on the project's plan whatever `key.plan` says;
-    /// answers the stored record (`None`: no such project).
+    /// answers the stored record (`None`: no such project). Create-or-find by id: a key of the
+    /// project with this id (an earlier execution of the same operation) is answered as stored.
     async fn insert_key(&self, key: &KeyRecord) -> Result<Option<KeyRecord>, PortError>;
     /// Puts the project and all its keys on `plan` in one transaction; answers the project's name
     /// and its keys as changed (`None`: no such project).
     async fn set_project_plan(&self, project_id: &str, plan: &str) -> Result<Option<PlanChange>, PortError>;
     /// The project's keys, newest first, after the page's cursor.
     async fn list_keys(&self, project_id: &str, page: &PageRequest) -> Result<Vec<KeyRecord>, PortError>;
+    /// Changes a key that is not revoked. An expiry on a lasting owner key is written only while
+    /// another lasting owner key exists (checked in the same statement), else `LastOwnerKey`.
     async fn update_key(
         &self,
         project_id: &str,
         key_id: &str,
         changes: &KeyChanges,
     ) -> Result<KeyUpdate, PortError>;
+    /// Revokes a key; an owner key that is not refused yet only while another lasting owner key
+    /// exists (checked in the same statement), else `LastOwnerKey`.
     async fn revoke_key(&self, project_id: &str, key_id: &str, now_ms: i64) -> Result<Revocation, PortError>;
     /// In one transaction: marks the key rolled as `rolled` says (its replacement, its grace's
     /// end) and inserts `replacement` on the project's plan — only while the key is not revoked,
@@ -187,8 +194,9 @@ pub trait Directory {
         now_ms: i64,
     ) -> Result<Option<(KeyRecord, KeyRecord)>, PortError>;
     async fn find_key(&self, project_id: &str, key_id: &str) -> Result<Option<KeyRecord>, PortError>;
-    /// How many owner keys of the project are neither revoked nor expired at `now_ms`.
-    async fn active_owner_keys(&self, project_id: &str, now_ms: i64) -> Result<u32, PortError>;
+    /// How many owner keys of the project other than `except_key_id` are lasting
+    /// ([`KeyRecord::is_lasting`]): the last-owner-key rule counts only these (SPEC §19).
+    async fn lasting_owner_keys(&self, project_id: &str, except_key_id: &str) -> Result<u32, PortError>;
     async fn key_by_hash(&self, key_hash: &str) -> Result<Option<KeyRecord>, PortError>;
 }
 
@@ -395,15 +403,17 @@ pub trait WebhookStore {
     /// Marks the subscription deleted and, in the same batch, fails its pending deliveries
     /// (`failed`, last error `subscription deleted`; no attempt row is written).
     async fn delete_webhook(&self, project_id: &str, id: &str, now_ms: i64) -> Result<bool, PortError>;
-    /// Rotates the subscription's secret (SPEC §17): `secret` becomes current and the current one
-    /// becomes the previous secret, which also signs until `previous_until_ms`. Answers the
-    /// subscription as stored (`None`: no such subscription, or deleted).
+    /// Rotates the subscription's secret (SPEC §17) if its current secret is still `replaces` (as
+    /// stored): `secret` becomes current and `replaces` the previous secret, which also signs
+    /// until `previous_until_ms`. Answers the subscription as stored (`None`: no such
+    /// subscription, deleted, or its secret is no longer `replaces`: nothing written).
     async fn rotate_secret(
         &self,
         project_id: &str,
         id: &str,
         secret: &StoredSecret,
         previous_until_ms: i64,
+        replaces: &StoredSecret,
     ) -> Result<Option<Webhook>, PortError>;
     /// Makes an active subscription of a disabled one (after a 410), or leaves an active one;
     /// answers it as stored (`None`: no such subscription, or deleted).

@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 use super::responses::{preflight, respond, CORS_HEADERS};
 use super::{random, unavailable, ApiRequest, ApiResponse, Call, Gateway, Ids, Reply, Settlement};
-use crate::core::api_key::KeyRecord;
+use crate::core::api_key::{bearer_token, KeyRecord};
 use crate::core::audit::{clip_user_agent, redacted_path, AuditRow};
 use crate::core::body::CappedBody;
 use crate::core::encoding::uuid_v7;
@@ -244,7 +244,8 @@ impl<P: Ports> Gateway<'_, P> {
             query: &req.query,
             body,
             now_ms: req.now_ms,
-            ids: Ids::new(operation),
+            // An operation's secrets are keyed by the credential its requests carry (SPEC §19).
+            ids: Ids::for_operation(operation, req.authorization.as_deref().and_then(bearer_token)),
             idempotency_key: trace.idempotency_key.clone(),
         };
         let answer = match upstream {
@@ -314,6 +315,7 @@ impl<P: Ports> Gateway<'_, P> {
             }
             RouteId::CreateProject => self.create_project(call).await,
             RouteId::UpdateProject => self.update_project(call).await,
+            RouteId::CreateOwnerKey => self.create_owner_key(call).await,
             RouteId::Me => Ok(Reply::ok(me(call))),
             RouteId::CreateKey => self.create_key(call).await,
             RouteId::ListKeys => self.list_keys(call).await,

@@ -20,6 +20,8 @@ use crate::core::webhook::{
 };
 use crate::ports::{DeliveryQueue, PortError, Ports, WebhookClient, WebhookStore};
 
+/// Reads of a subscription whose secret another rotation changed in between, before a 503.
+const ROTATION_ATTEMPTS: usize = 3;
 /// How long one attempt holds its delivery beyond the timeout, so a crashed attempt is retried.
 const HOLD_SLACK_MS: i64 = 30_000;
 /// The sweep re-enqueues deliveries this overdue: a queued message normally arrives first.
@@ -100,6 +102,12 @@ impl<P: Ports> Gateway<'_, P> {
 
     /// Rotates the signing secret (SPEC §17): the new one is answered once; every attempt signs
     /// with both, new first, until the grace ends, then with the new one only.
+    ///
+    /// The new secret derives from the request's operation (SPEC §19): when this operation rotated
+    /// the secret already (a write that landed but was never answered), the same secret is
+    /// answered again and nothing changes, so the secret from before the rotation stays the
+    /// previous one. The write replaces only the secret it read, so a rotation never drops one
+    /// it did not see.
     pub(super) async fn rotate_webhook_secret(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let id = call.params[0];
         let input: RotateSecret = json_body::parse(&call.body)?;
@@ -112,15 +120,27 @@ impl<P: Ports> Gateway<'_, P> {
             .with_detail("field", "grace_seconds"));
         }
         let key = secrets_key(self.config);
-        let secret = webhook::new_secret(&random());
+        let secret = webhook::new_secret(&call.ids.secret("whsec"));
         let sealed = StoredSecret::seal(&key, id, &secret, random());
         let until = call.now_ms + grace as i64 * 1000;
-        let Some(hook) =
-            self.store.rotate_secret(call.project_id(), id, &sealed, until).await.map_err(unavailable)?
-        else {
-            return Err(ApiError::not_found("webhook").with_detail("id", id));
-        };
-        Ok(Reply::ok(hook.view(Some(&secret), call.now_ms)))
+        for _ in 0..ROTATION_ATTEMPTS {
+            let Some(hook) = self.store.webhook(call.project_id(), id).await.map_err(unavailable)? else {
+                return Err(ApiError::not_found("webhook").with_detail("id", id));
+            };
+            if hook.secret.open(&key, id).as_deref() == Some(secret.as_str()) {
+                return Ok(Reply::ok(hook.view(Some(&secret), call.now_ms)));
+            }
+            let rotated = self
+                .store
+                .rotate_secret(call.project_id(), id, &sealed, until, &hook.secret)
+                .await
+                .map_err(unavailable)?;
+            if let Some(hook) = rotated {
+                return Ok(Reply::ok(hook.view(Some(&secret), call.now_ms)));
+            }
+            // Deleted, or rotated by another request since it was read: read it again.
+        }
+        Err(ApiError::unavailable("the subscription's secret kept changing during the rotation"))
     }
 
     /// `PATCH /public/v1/webhooks/{id}` `{status:"active"}`: re-enables a subscription disabled by
@@ -1108,7 +1128,9 @@ mod tests {
         let key = secrets_key(&w.config);
         let new_key = [42u8; 24];
         let sealed = StoredSecret::seal(&key, "wh_0", &webhook::new_secret(&new_key), [3; 12]);
-        let rotated = complete(w.store.rotate_secret(PROJECT, "wh_0", &sealed, T0 + 1_000)).unwrap().unwrap();
+        let current = hook("wh_0").secret;
+        let rotated =
+            complete(w.store.rotate_secret(PROJECT, "wh_0", &sealed, T0 + 1_000, &current)).unwrap().unwrap();
         assert_eq!(rotated.previous_secret_until(T0), Some(T0 + 1_000));
         let client = scripted(&w, vec![answered(200), answered(200)]);
         finish(Box::pin(dispatch(&w.store, &w.queue, &client, &w.config, "dlv_0", || T0 + 999, 0.0)))

@@ -15,6 +15,8 @@ pub enum RouteId {
     DeepHealth,
     CreateProject,
     UpdateProject,
+    /// The operator issues an owner key for a project (SPEC §19).
+    CreateOwnerKey,
     Me,
     CreateKey,
     ListKeys,
@@ -118,6 +120,7 @@ pub const ROUTES: &[Route] = &[
     route(RouteId::DeepHealth, "GET", "/admin/v1/health", Access::Admin),
     route(RouteId::CreateProject, "POST", "/admin/v1/projects", Access::Admin),
     route(RouteId::UpdateProject, "PATCH", "/admin/v1/projects/{id}", Access::Admin),
+    route(RouteId::CreateOwnerKey, "POST", "/admin/v1/projects/{id}/owner-keys", Access::Admin),
     route(RouteId::ListDeadLetters, "GET", "/admin/v1/dead-letters", Access::Admin),
     route(RouteId::RedriveDeadLetters, "POST", "/admin/v1/dead-letters/redrive", Access::Admin),
     origin_events(),

@@ -357,8 +357,12 @@ impl Directory for FakeStore {
         self.faults
             .run("d1.insert_key", || {
                 let plan = self.directory.plan_of(&key.project_id)?;
+                let mut keys = self.directory.keys.borrow_mut();
+                if let Some(found) = keys.iter().find(|k| k.id == key.id || k.key_hash == key.key_hash) {
+                    return (found.project_id == key.project_id && found.id == key.id).then(|| found.clone());
+                }
                 let stored = KeyRecord { plan, ..key.clone() };
-                self.directory.keys.borrow_mut().push(stored.clone());
+                keys.push(stored.clone());
                 Some(stored)
             })
             .await
@@ -398,9 +402,18 @@ impl Directory for FakeStore {
         self.faults
             .run("d1.update_key", || {
                 let mut keys = self.directory.keys.borrow_mut();
+                let others = keys.iter().filter(|k| k.is_other_lasting_owner(project_id, key_id)).count();
                 match keys.iter_mut().find(|k| k.id == key_id && k.project_id == project_id) {
                     None => KeyUpdate::NotFound,
                     Some(k) if k.is_revoked() => KeyUpdate::Revoked,
+                    Some(k)
+                        if matches!(changes.expires_at, Some(Some(_)))
+                            && k.key_type == KeyType::Owner
+                            && k.rolled_at.is_none()
+                            && others == 0 =>
+                    {
+                        KeyUpdate::LastOwnerKey
+                    }
                     Some(k) => {
                         *k = changes.applied_to(k.clone());
                         KeyUpdate::Updated(k.clone())
@@ -414,22 +427,11 @@ impl Directory for FakeStore {
         self.faults
             .run("d1.revoke_key", || {
                 let mut keys = self.directory.keys.borrow_mut();
-                let active_owners = keys
-                    .iter()
-                    .filter(|k| {
-                        k.project_id == project_id
-                            && k.key_type == KeyType::Owner
-                            && k.refusal(now_ms).is_none()
-                    })
-                    .count();
+                let others = keys.iter().filter(|k| k.is_other_lasting_owner(project_id, key_id)).count();
                 match keys.iter_mut().find(|k| k.id == key_id && k.project_id == project_id) {
                     None => Revocation::NotFound,
                     Some(k) if k.is_revoked() => Revocation::AlreadyRevoked(k.clone()),
-                    Some(k)
-                        if k.key_type == KeyType::Owner
-                            && k.refusal(now_ms).is_none()
-                            && active_owners <= 1 =>
-                    {
+                    Some(k) if k.key_type == KeyType::Owner && k.refusal(now_ms).is_none() && others == 0 => {
                         Revocation::LastOwnerKey
                     }
                     Some(k) => {
@@ -478,13 +480,11 @@ impl Directory for FakeStore {
             .await
     }
 
-    async fn active_owner_keys(&self, project_id: &str, now_ms: i64) -> Result<u32, PortError> {
+    async fn lasting_owner_keys(&self, project_id: &str, except_key_id: &str) -> Result<u32, PortError> {
         self.faults
-            .run("d1.active_owner_keys", || {
+            .run("d1.lasting_owner_keys", || {
                 let keys = self.directory.keys.borrow();
-                let owners =
-                    keys.iter().filter(|k| k.project_id == project_id && k.key_type == KeyType::Owner);
-                owners.filter(|k| k.refusal(now_ms).is_none()).count() as u32
+                keys.iter().filter(|k| k.is_other_lasting_owner(project_id, except_key_id)).count() as u32
             })
             .await
     }

@@ -157,10 +157,14 @@ impl WebhookStore for FakeStore {
         id: &str,
         secret: &StoredSecret,
         previous_until_ms: i64,
+        replaces: &StoredSecret,
     ) -> Result<Option<Webhook>, PortError> {
         self.tables("webhooks.rotate_secret", |t| {
-            let hook =
-                t.webhooks.get_mut(id).filter(|w| w.project_id == project_id && w.status != "deleted")?;
+            let hook = t.webhooks.get_mut(id).filter(|w| {
+                w.project_id == project_id
+                    && w.status != "deleted"
+                    && w.secret.as_column() == replaces.as_column()
+            })?;
             let previous = std::mem::replace(&mut hook.secret, secret.clone());
             hook.previous_secret = Some((previous, previous_until_ms));
             Some(hook.clone())

@@ -138,16 +138,24 @@ impl WebhookStore for D1Store {
         id: &str,
         secret: &StoredSecret,
         previous_until_ms: i64,
+        replaces: &StoredSecret,
     ) -> Result<Option<Webhook>, PortError> {
-        // One statement: the replaced secret moves to `previous_secret` as it is stored (sealed).
+        // One statement: the replaced secret moves to `previous_secret` as it is stored (sealed),
+        // only while it is the one the rotation read.
         let rows = self
             .webhook_rows(
                 &format!(
                     "UPDATE webhooks SET previous_secret = secret, previous_secret_until = ?4, secret = ?3
-                     WHERE id = ?1 AND project_id = ?2 AND status <> 'deleted'
+                     WHERE id = ?1 AND project_id = ?2 AND status <> 'deleted' AND secret = ?5
                      RETURNING {WEBHOOK_COLUMNS}"
                 ),
-                &[text(id), text(project_id), text(secret.as_column()), int(previous_until_ms)],
+                &[
+                    text(id),
+                    text(project_id),
+                    text(secret.as_column()),
+                    int(previous_until_ms),
+                    text(replaces.as_column()),
+                ],
             )
             .await?;
         Ok(rows.into_iter().next())
