@@ -64,6 +64,12 @@ pub enum Authorization {
     Denied(Option<(Box<KeyRecord>, RefusalReason)>),
 }
 
+/// The guard that holds the operator's idempotency claims (admin routes have no API key, SPEC
+/// §19): a name no key hash (64 hex digits) or client address (`ip:…`) takes. Its claims are
+/// scoped to the operator, as a key's are to the key, and its responses are sealed under the
+/// admin token.
+pub const OPERATOR_GUARD: &str = "operator";
+
 /// The per-key Durable Object (SPEC §1 `KEY_GUARD`): one round trip per authenticated request.
 /// It is the source of truth for the key's limits and claims, and for "completed".
 pub trait KeyGuard {
@@ -75,6 +81,9 @@ pub trait KeyGuard {
         scope: Scope,
         claim: Option<&ClaimRequest>,
     ) -> Result<Authorization, PortError>;
+    /// Takes a claim for a principal without an API key (the operator, [`OPERATOR_GUARD`]): the
+    /// claims of the guard named `principal`, decided as `authorize` decides a key's.
+    async fn take_claim(&self, principal: &str, claim: &ClaimRequest) -> Result<ClaimDecision, PortError>;
     /// The claimed operation succeeded: the claim is completed, and the guard keeps the response
     /// (sealed: the guard never sees it in clear) until the key expires. Safe to repeat. `false`: the claim is no longer this request's (its
     /// lease ran out and another request took it), so its response must not be stored.
@@ -156,13 +165,14 @@ pub enum KeyUpdate {
 
 /// Projects and keys in D1.
 pub trait Directory {
-    /// The project on the owner key's plan, and that key: both or neither.
+    /// The project on the owner key's plan, and that key: both or neither. Create-or-find by id
+    /// (an earlier execution of the same operation wrote them): answers the owner key as stored.
     async fn create_project(
         &self,
         project_id: &str,
         name: &str,
         owner_key: &KeyRecord,
-    ) -> Result<(), PortError>;
+    ) -> Result<KeyRecord, PortError>;
     /// Inserts a key of an existing project, on the project's plan whatever `key.plan` says;
     /// answers the stored record (`None`: no such project). Create-or-find by id: a key of the
     /// project with this id (an earlier execution of the same operation) is answered as stored.

@@ -348,3 +348,48 @@ fn a_rotation_executed_twice_for_one_operation_keeps_the_original_secret() {
     );
     assert_ne!(next["secret"], rotated["secret"]);
 }
+
+/// SPEC §5, §19: admin creates honour `Idempotency-Key` as key routes do — one project per key
+/// (replayed with `Idempotent-Replayed`), 409 for the same key with another body — also when the
+/// first execution landed but was never answered (then the retry makes the same project and
+/// owner key again, found, not written twice).
+#[test]
+fn admin_creates_honour_idempotency_key() {
+    let w = World::new(&[]);
+    // Beside the world's own project.
+    let projects = || w.gateway.store.directory.projects.borrow().len() - 1;
+    let body = r#"{"name":"acme"}"#;
+    let first = w.answered(w.request("POST", "/admin/v1/projects", ADMIN_TOKEN, Some("create-acme"), body));
+    assert_eq!(first.status, 201);
+    let again = w.answered(w.request("POST", "/admin/v1/projects", ADMIN_TOKEN, Some("create-acme"), body));
+    let text = |r: &ApiResponse| String::from_utf8_lossy(&r.body).into_owned();
+    assert_eq!((again.status, text(&again)), (201, text(&first)), "replayed");
+    let replayed = again.headers.iter().find(|(name, _)| name.eq_ignore_ascii_case("Idempotent-Replayed"));
+    assert_eq!(replayed.map(|(_, v)| v.as_str()), Some("1"));
+    assert_eq!(projects(), 1, "one project per Idempotency-Key");
+    let (status, reused) =
+        w.send_with("POST", "/admin/v1/projects", ADMIN_TOKEN, Some("create-acme"), r#"{"name":"other"}"#);
+    assert_eq!((status, reused["error"]["code"].as_str()), (409, Some("IDEMPOTENCY_KEY_REUSED")));
+    let (status, bad) = w.send_with("POST", "/admin/v1/projects", ADMIN_TOKEN, Some("a,b"), body);
+    assert_eq!((status, bad["error"]["details"]["header"].as_str()), (422, Some("Idempotency-Key")));
+
+    // Executed twice for one operation: the same project and the same working owner key.
+    assert_eq!(w.lost("POST", "/admin/v1/projects", ADMIN_TOKEN, "create-beta", r#"{"name":"beta"}"#), 201);
+    let (status, beta) =
+        w.send_with("POST", "/admin/v1/projects", ADMIN_TOKEN, Some("create-beta"), r#"{"name":"beta"}"#);
+    assert_eq!(status, 201, "{beta}");
+    assert_eq!(projects(), 2);
+    assert_eq!(w.gateway.store.directory.keys.borrow().len(), 2, "one owner key per project");
+    let (status, me) = w.me(beta["owner_key"]["key"].as_str().unwrap());
+    assert_eq!((status, me["project_id"].as_str()), (200, beta["project_id"].as_str()));
+
+    // The owner-key route too.
+    let path = format!("/admin/v1/projects/{}/owner-keys", beta["project_id"].as_str().unwrap());
+    assert_eq!(w.lost("POST", &path, ADMIN_TOKEN, "owner-2", "{}"), 201);
+    let (status, owner) = w.send_with("POST", &path, ADMIN_TOKEN, Some("owner-2"), "{}");
+    assert_eq!(status, 201, "{owner}");
+    assert_eq!(w.gateway.store.directory.keys.borrow().len(), 3, "one more owner key");
+    assert_eq!(w.me(owner["key"].as_str().unwrap()).0, 200);
+    let replay = w.answered(w.request("POST", &path, ADMIN_TOKEN, Some("owner-2"), "{}"));
+    assert_eq!(serde_json::from_slice::<Value>(&replay.body).unwrap()["key"], owner["key"]);
+}

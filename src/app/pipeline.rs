@@ -12,11 +12,11 @@ use crate::core::encoding::uuid_v7;
 use crate::core::error::{ApiError, ErrorCode};
 use crate::core::idempotency::{self, ClaimDecision, KeptResponse, StoredResponse};
 use crate::core::rate_limit::Usage;
-use crate::core::route::{cors_path, match_route, Miss, Route, RouteId};
+use crate::core::route::{cors_path, match_route, Access, Miss, Route, RouteId};
 use crate::core::sealing::Keyring;
 use crate::core::time::rfc3339;
 use crate::core::upstream::match_upstream;
-use crate::ports::{ClaimRequest, KeyGuard, Ports, RequestBody, ResponseStore};
+use crate::ports::{ClaimRequest, KeyGuard, Ports, RequestBody, ResponseStore, OPERATOR_GUARD};
 
 /// What the pipeline answers before it becomes an [`ApiResponse`].
 pub(super) enum Answer {
@@ -197,37 +197,49 @@ impl<P: Ports> Gateway<'_, P> {
             idempotency_key: key,
             request_id: request_id.to_owned(),
         });
-        let caller = match self.authenticate(credentials, client_ip, claim.as_ref(), req.now_ms, trace).await
-        {
-            Ok(caller) => caller,
-            Err((usage, e)) => {
-                // A claim the guard may have taken is released after the 503, so the client's
-                // retry is not refused as IN_USE for the lease (the API key id is unknown: only a
-                // release can follow).
-                let lost = trace.unanswered_guard.take().zip(claim).map(|(hash, c)| (hash, String::new(), c));
-                return Served { usage, answer: Err(e), taken_claim: lost, sealing: None };
-            }
-        };
+        let mut caller =
+            match self.authenticate(credentials, client_ip, claim.as_ref(), req.now_ms, trace).await {
+                Ok(caller) => caller,
+                Err((usage, e)) => {
+                    // A claim the guard may have taken is released after the 503, so the client's
+                    // retry is not refused as IN_USE for the lease (the API key id is unknown: only a
+                    // release can follow).
+                    let lost =
+                        trace.unanswered_guard.take().zip(claim).map(|(hash, c)| (hash, String::new(), c));
+                    return Served { usage, answer: Err(e), taken_claim: lost, sealing: None };
+                }
+            };
         let usage = caller.usage;
         if let Err(e) = idempotency_key {
             return Served::early(usage, e);
         }
+        if let (Access::Admin, Some(c)) = (route.access, &claim) {
+            caller = match self.operator_claim(c).await {
+                Ok(caller) => caller,
+                Err(e) => {
+                    // As for a key's guard: a claim it may have taken is released after the 503.
+                    let lost = claim.map(|c| (OPERATOR_GUARD.to_owned(), String::new(), c));
+                    return Served { usage, answer: Err(e), taken_claim: lost, sealing: None };
+                }
+            };
+        }
         let mut taken_claim = None;
         let mut operation = None;
+        // Whose claim it is: the API key, or the operator (admin routes).
+        let principal = caller.key.as_ref().map_or(OPERATOR_GUARD, |k| k.id.as_str()).to_owned();
         match (&caller.claim, claim) {
             (Some(ClaimDecision::Replay { response }), Some(claim)) => {
-                let key = caller.key.as_ref().expect("claims need a key");
-                let key_hash = caller.key_hash.as_deref().expect("claims need a key");
+                let key_hash = caller.key_hash.as_deref().expect("claims have a guard");
                 let sealing = caller.sealing.as_ref().expect("claims have a sealing key");
-                let answer =
-                    self.replay(&key.id, key_hash, sealing, response.clone(), &claim.idempotency_key).await;
+                let answer = self
+                    .replay(&principal, key_hash, sealing, response.clone(), &claim.idempotency_key)
+                    .await;
                 return Served { usage, answer, taken_claim: None, sealing: None };
             }
             (Some(ClaimDecision::Execute { operation: op }), Some(claim)) => {
-                let key = caller.key.as_ref().expect("claims need a key");
-                let key_hash = caller.key_hash.clone().expect("claims need a key");
-                operation = Some(idempotency::operation_seed(&key.id, &claim.idempotency_key, op));
-                taken_claim = Some((key_hash, key.id.clone(), claim));
+                let key_hash = caller.key_hash.clone().expect("claims have a guard");
+                operation = Some(idempotency::operation_seed(&principal, &claim.idempotency_key, op));
+                taken_claim = Some((key_hash, principal, claim));
             }
             (Some(decision), _) => {
                 if let Some(e) = idempotency::refusal(decision) {
@@ -254,6 +266,19 @@ impl<P: Ports> Gateway<'_, P> {
         }
         .map(Answer::Reply);
         Served { usage, answer, taken_claim, sealing: caller.sealing }
+    }
+
+    /// The operator's claim (SPEC §19: admin creates honour `Idempotency-Key`), in the operator's
+    /// guard; its response is sealed under the admin token, which only the operator's requests carry.
+    async fn operator_claim(&self, claim: &ClaimRequest) -> Result<Caller, ApiError> {
+        let decision = self.guard.take_claim(OPERATOR_GUARD, claim).await.map_err(unavailable)?;
+        Ok(Caller {
+            key: None,
+            key_hash: Some(OPERATOR_GUARD.to_owned()),
+            usage: None,
+            claim: Some(decision),
+            sealing: Some(self.config.response_keys(&self.config.admin_token)),
+        })
     }
 
     /// The stored response of a completed key: inline from the guard while the response store may

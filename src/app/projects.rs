@@ -5,10 +5,9 @@ use futures_util::future::join_all;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{keys::check_plan, keys::NewKey, random, unavailable, Call, Gateway, Reply};
+use super::{keys::check_plan, keys::NewKey, unavailable, Call, Gateway, Reply};
 use crate::config::DEFAULT_PLAN;
 use crate::core::api_key::KeyType;
-use crate::core::encoding::object_id;
 use crate::core::error::ApiError;
 use crate::core::json_body;
 use crate::ports::{Directory, KeyGuard, Ports};
@@ -37,7 +36,9 @@ impl<P: Ports> Gateway<'_, P> {
         }
         let plan = input.plan.as_deref().unwrap_or(DEFAULT_PLAN);
         check_plan(self.config, plan)?;
-        let project_id = object_id("prj", &random());
+        // With an Idempotency-Key both ids and the key's secret derive from the operation, so an
+        // execution of it again finds what the first wrote (SPEC §19).
+        let project_id = call.ids.next("prj");
         let owner = NewKey::generate(
             self.config,
             &project_id,
@@ -46,13 +47,16 @@ impl<P: Ports> Gateway<'_, P> {
             plan,
             None,
             call.now_ms,
-        );
-        self.store.create_project(&project_id, name, &owner.record).await.map_err(unavailable)?;
+        )
+        .of_operation(self.config, &call.ids);
+        let stored =
+            self.store.create_project(&project_id, name, &owner.record).await.map_err(unavailable)?;
+        let shown = owner.shown(&stored, call.now_ms)?;
         Ok(Reply::created(json!({
             "project_id": project_id,
             "name": name,
             "plan": plan,
-            "owner_key": { "id": owner.record.id, "key": owner.secret, "prefix": owner.record.prefix },
+            "owner_key": { "id": shown["id"], "key": shown["key"], "prefix": shown["prefix"] },
         })))
     }
 

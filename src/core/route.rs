@@ -82,10 +82,11 @@ pub struct Route {
     pub cors: bool,
 }
 
-/// Idempotency is honoured on every mutating method of a key-authenticated route (SPEC §5).
+/// Idempotency is honoured on every mutating method of a route called with an API key or the
+/// admin token (SPEC §5, §19: the operator's claims live in a guard of their own).
 const fn route(id: RouteId, method: &'static str, template: &'static str, access: Access) -> Route {
     let mutating = matches!(method.as_bytes()[0], b'P' | b'D'); // POST, PUT, PATCH, DELETE
-    let keyed = matches!(access, Access::Key(_));
+    let keyed = matches!(access, Access::Key(_) | Access::Admin);
     let idempotency = if mutating && keyed { KeyPolicy::Optional } else { KeyPolicy::Ignored };
     Route { id, method, template, access, body_limit: DEFAULT_BODY_LIMIT, idempotency, cors: false }
 }
@@ -378,12 +379,14 @@ mod tests {
     }
 
     #[test]
-    fn idempotency_applies_to_mutations_by_api_keys_only() {
+    fn idempotency_applies_to_mutations_by_api_keys_and_the_operator() {
         let policy = |m, p| match_route(m, p).unwrap().route.idempotency;
         assert_eq!(policy("POST", "/public/v1/contacts"), KeyPolicy::Optional);
         assert_eq!(policy("DELETE", "/public/v1/keys/k"), KeyPolicy::Optional);
         assert_eq!(policy("GET", "/public/v1/contacts"), KeyPolicy::Ignored);
-        assert_eq!(policy("POST", "/admin/v1/projects"), KeyPolicy::Ignored);
+        assert_eq!(policy("POST", "/admin/v1/projects"), KeyPolicy::Optional);
+        assert_eq!(policy("POST", "/admin/v1/projects/p/owner-keys"), KeyPolicy::Optional);
+        assert_eq!(policy("GET", "/admin/v1/health"), KeyPolicy::Ignored);
         assert_eq!(policy("POST", "/v1/track"), KeyPolicy::Ignored);
         assert_eq!(match_route("POST", "/v1/track").unwrap().route.body_limit, 512 * 1024);
         assert_eq!(

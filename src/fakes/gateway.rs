@@ -167,6 +167,11 @@ impl KeyGuard for FakeGuard {
             .await
     }
 
+    async fn take_claim(&self, principal: &str, claim: &ClaimRequest) -> Result<ClaimDecision, PortError> {
+        self.asked.borrow_mut().push(principal.to_owned());
+        self.faults.run("guard.take_claim", || self.claim(principal, claim)).await
+    }
+
     async fn complete_claim(
         &self,
         key_hash: &str,
@@ -339,16 +344,24 @@ impl Directory for FakeStore {
         project_id: &str,
         name: &str,
         owner_key: &KeyRecord,
-    ) -> Result<(), PortError> {
+    ) -> Result<KeyRecord, PortError> {
         self.faults
             .run("d1.create_project", || {
-                let project = FakeProject {
-                    id: project_id.to_owned(),
-                    name: name.to_owned(),
-                    plan: owner_key.plan.clone(),
-                };
-                self.directory.projects.borrow_mut().push(project);
-                self.directory.keys.borrow_mut().push(owner_key.clone());
+                let mut projects = self.directory.projects.borrow_mut();
+                if !projects.iter().any(|p| p.id == project_id) {
+                    let project = FakeProject {
+                        id: project_id.to_owned(),
+                        name: name.to_owned(),
+                        plan: owner_key.plan.clone(),
+                    };
+                    projects.push(project);
+                }
+                let mut keys = self.directory.keys.borrow_mut();
+                if let Some(found) = keys.iter().find(|k| k.id == owner_key.id) {
+                    return found.clone();
+                }
+                keys.push(owner_key.clone());
+                owner_key.clone()
             })
             .await
     }

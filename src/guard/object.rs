@@ -159,6 +159,9 @@ impl KeyGuardObject {
                 answer::<HeldResponse>(self.held_response(&idempotency_key)?)
             }
             GuardCommand::Ping(_) => answer::<super::protocol::Ping>(Done {}),
+            GuardCommand::TakeClaim(c) => {
+                answer::<super::protocol::TakeClaim>(self.claim_waiting(&c.claim).await?)
+            }
         }
     }
 }

@@ -39,6 +39,7 @@ pub enum GuardCommand {
     ReleaseClaim(ReleaseClaim),
     HeldResponse(HeldResponse),
     Ping(Ping),
+    TakeClaim(TakeClaim),
 }
 
 /// Is this key valid, may it make one more request now, and (when the request carries an
@@ -91,6 +92,7 @@ impl Tagged for GuardCommand {
             "release_claim" => Self::ReleaseClaim(ReleaseClaim::deserialize(fields)?),
             "held_response" => Self::HeldResponse(HeldResponse::deserialize(fields)?),
             "ping" => Self::Ping(Ping::deserialize(fields)?),
+            "take_claim" => Self::TakeClaim(TakeClaim::deserialize(fields)?),
             other => {
                 return Err(unknown(
                     other,
@@ -102,6 +104,7 @@ impl Tagged for GuardCommand {
                         "release_claim",
                         "held_response",
                         "ping",
+                        "take_claim",
                     ],
                 ))
             }
@@ -163,6 +166,13 @@ pub struct HeldResponse {
     pub idempotency_key: String,
 }
 
+/// A claim for a principal without an API key (the operator's guard, `ports::OPERATOR_GUARD`):
+/// decided as `Authorize` decides a key's claim, with no key, window or quota.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TakeClaim {
+    pub claim: ClaimRequest,
+}
+
 /// A round trip that reads and writes nothing (the deep health check).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ping {}
@@ -199,6 +209,7 @@ asks! {
     ReleaseClaim => Done,
     HeldResponse => Option<KeptResponse>,
     Ping => Done,
+    TakeClaim => ClaimDecision,
 }
 
 #[cfg(test)]

@@ -48,15 +48,18 @@ impl Directory for D1Store {
         project_id: &str,
         name: &str,
         owner_key: &KeyRecord,
-    ) -> Result<(), PortError> {
-        // One batch is one transaction: never a project without its owner key.
+    ) -> Result<KeyRecord, PortError> {
+        // One batch is one transaction: never a project without its owner key. Both are left as
+        // they are when an earlier execution of the same operation wrote them.
         let project = self.statement(
-            "INSERT INTO projects (id, name, plan, created_at) VALUES (?1, ?2, ?3, ?4)",
+            "INSERT INTO projects (id, name, plan, created_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
             &[text(project_id), text(name), text(&owner_key.plan), int(owner_key.created_at)],
         )?;
         let key = self.statement(&insert_key_sql(), &key_values(owner_key))?;
         self.batch(vec![project, key]).await?;
-        Ok(())
+        self.find_key(project_id, &owner_key.id)
+            .await?
+            .ok_or_else(|| PortError::from_display("the project's owner key is not stored"))
     }
 
     async fn insert_key(&self, key: &KeyRecord) -> Result<Option<KeyRecord>, PortError> {
