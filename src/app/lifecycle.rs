@@ -72,7 +72,10 @@ fn config() -> &'static Config {
             "KEY_PEPPER" => Some("lifecycle-pepper".into()),
             "WEBHOOK_SECRETS_KEY" => Some("lifecycle-webhook-secrets".into()),
             "ADMIN_TOKEN" => Some(ADMIN_TOKEN.into()),
-            "PLANS" => Some(r#"{"trial":{"per_minute":100000,"monthly_quota":100000000}}"#.into()),
+            "PLANS" => Some(
+                r#"{"trial":{"per_minute":100000,"monthly_quota":100000000},"pro":{"per_minute":200000,"monthly_quota":100000000}}"#
+                    .into(),
+            ),
             _ => None,
         })
         .expect("the test configuration is valid")
@@ -392,4 +395,34 @@ fn admin_creates_honour_idempotency_key() {
     assert_eq!(w.me(owner["key"].as_str().unwrap()).0, 200);
     let replay = w.answered(w.request("POST", &path, ADMIN_TOKEN, Some("owner-2"), "{}"));
     assert_eq!(serde_json::from_slice::<Value>(&replay.body).unwrap()["key"], owner["key"]);
+}
+
+/// SPEC §12.1: a plan change goes through every active key's guard first. One guard that cannot
+/// be told fails the change with 503 and nothing changes in D1 (main wrote D1 first, answered 200
+/// and left that key on the old limits for up to 10 minutes); reachable again, all are told.
+#[test]
+fn a_plan_change_tells_every_guard_first_and_changes_nothing_when_one_cannot_be_told() {
+    let w = World::new(&[KeyType::Owner, KeyType::Server, KeyType::Browser]);
+    let path = format!("/admin/v1/projects/{PROJECT}");
+    let unreachable = w.gateway.store.directory.keys.borrow()[1].key_hash.clone();
+    w.gateway.guard.unreachable.borrow_mut().insert(unreachable);
+    let (status, body) = w.send("PATCH", &path, ADMIN_TOKEN, r#"{"plan":"pro"}"#);
+    assert_eq!(status, 503, "{body}");
+    let plans = || w.gateway.store.directory.keys.borrow().iter().map(|k| k.plan.clone()).collect::<Vec<_>>();
+    assert_eq!(plans(), ["trial", "trial", "trial"], "nothing changed in D1");
+    assert_eq!(w.gateway.store.directory.projects.borrow()[0].plan, "trial");
+    let told = |n: usize| {
+        let hash = w.gateway.store.directory.keys.borrow()[n].key_hash.clone();
+        w.gateway.guard.applied.borrow().get(&hash).map(|(k, _)| k.plan.clone())
+    };
+    assert!(
+        (0..3).all(|n| told(n).as_deref() != Some("pro")),
+        "a guard told 'pro' was given its record back"
+    );
+
+    w.gateway.guard.unreachable.borrow_mut().clear();
+    let (status, body) = w.send("PATCH", &path, ADMIN_TOKEN, r#"{"plan":"pro"}"#);
+    assert_eq!((status, body["keys_told"].as_u64()), (200, Some(3)), "{body}");
+    assert_eq!(plans(), ["pro", "pro", "pro"]);
+    assert!((0..3).all(|n| told(n).as_deref() == Some("pro")));
 }

@@ -50,6 +50,8 @@ pub struct FakeGuard {
     pub lapsed: Cell<u32>,
     /// Claims that were taken (`Execute` answers).
     pub executions: Cell<u32>,
+    /// Guards (by key hash) that cannot be told anything: `apply` fails before its effect.
+    pub unreachable: RefCell<std::collections::HashSet<String>>,
     /// Claims another request (another fingerprint) took over after a release or a lapse: the
     /// first request's operation is forgotten (README's forfeit).
     pub taken_over: Cell<u32>,
@@ -75,6 +77,7 @@ impl FakeGuard {
             claims: RefCell::default(),
             lapsed: Cell::new(0),
             executions: Cell::new(0),
+            unreachable: RefCell::default(),
             taken_over: Cell::new(0),
             asked: RefCell::default(),
         }
@@ -231,6 +234,9 @@ impl KeyGuard for FakeGuard {
     }
 
     async fn apply(&self, key: &KeyRecord, undo: Option<i64>) -> Result<(), PortError> {
+        if self.unreachable.borrow().contains(&key.key_hash) {
+            return Err(PortError("guard.apply: the object cannot be reached".into()));
+        }
         self.faults
             .run("guard.apply", || {
                 let now = self.clock.get();
