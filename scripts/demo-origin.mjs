@@ -3,13 +3,13 @@
 // tiny shop API, sends an `order.created` event back through the gateway for every new order,
 // and receives the gateway's webhooks at /webhook, printing each one.
 //
-//   node scripts/demo-origin.mjs PORT GATEWAY_URL ORIGIN_SECRET
+//   node scripts/demo-origin.mjs PORT GATEWAY_URL ORIGIN_SECRET EVENTS_SECRET
 import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 import { createServer } from 'node:http';
 
-const [port, gateway, secret] = process.argv.slice(2);
-if (!port || !gateway || !secret) {
-  console.error('usage: node scripts/demo-origin.mjs PORT GATEWAY_URL ORIGIN_SECRET');
+const [port, gateway, secret, eventsSecret] = process.argv.slice(2);
+if (!port || !gateway || !secret || !eventsSecret) {
+  console.error('usage: node scripts/demo-origin.mjs PORT GATEWAY_URL ORIGIN_SECRET EVENTS_SECRET');
   process.exit(2);
 }
 
@@ -56,7 +56,7 @@ createServer((req, res) => {
       // The origin's own event, fanned out by the gateway's webhook engine to the project's subscribers.
       const sent = await fetch(`${gateway}/admin/v1/projects/${project}/events`, {
         method: 'POST',
-        headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json', 'idempotency-key': `order-${started}-${order.id}` },
+        headers: { authorization: `Bearer ${eventsSecret}`, 'content-type': 'application/json', 'idempotency-key': `order-${started}-${order.id}` },
         body: JSON.stringify({ type: 'order.created', data: order }),
       }).catch((e) => ({ status: String(e) }));
       console.log(`[demo origin] order ${order.id} created; event order.created → ${sent.status}`);

@@ -20,7 +20,8 @@ ws.send(JSON.stringify({ id: 1, method: 'Network.disable' }));
 // A proxy that never answers must not hold up the script that started wrangler.
 const timeout = new Promise((resolve) => setTimeout(() => resolve({ error: { message: 'no answer in 10 s' } }), 10_000).unref());
 const { error } = await Promise.race([answer, timeout]);
-ws.close();
+// terminate, not close: close waits up to 30 s for the proxy's close frame, which it never sends.
+ws.terminate();
 if (error) {
   console.error(`Network.disable: ${error.message}`);
   process.exit(1);

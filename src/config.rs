@@ -8,6 +8,7 @@ use serde::Deserialize;
 use crate::core::api_key::KeyRecord;
 use crate::core::queue::RetryPolicy;
 use crate::core::rate_limit::Limits;
+use crate::core::sealing::Keyring;
 use crate::core::upstream::{parse_upstreams, Upstream};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -33,12 +34,21 @@ pub struct Config {
     /// How long a failed queue message waits before its next try (SPEC §12.1).
     pub queue_retry: RetryPolicy,
     pub key_pepper: String,
+    /// `KEY_PEPPER_PREVIOUS` during a rotation (SPEC §19): keys hashed and responses sealed under
+    /// it keep working.
+    pub key_pepper_previous: Option<String>,
+    /// `WEBHOOK_SECRETS_KEY`: seals webhook signing secrets in D1; not the pepper (SPEC §19).
+    pub webhook_secrets_key: String,
+    pub webhook_secrets_key_previous: Option<String>,
     pub admin_token: String,
     /// Proxied routes (SPEC §15), longest prefix first.
     pub upstreams: Vec<Upstream>,
-    /// Signs forwarded requests and authenticates origin events; required when `upstreams` is
-    /// not empty.
+    /// Signs forwarded requests (only); required when `upstreams` is not empty.
     pub origin_secret: Option<String>,
+    /// `EVENTS_SECRET`: authenticates origin events (SPEC §19); unset, origin events are refused.
+    pub events_secret: Option<String>,
+    /// `EVENTS_PROJECTS`: the projects origin events may name (comma-separated); unset, any.
+    pub events_projects: Option<Vec<String>>,
     /// Whether every request writes its log line (`REQUEST_LOG=all`) or only the ones answered
     /// with a server error (`errors`, the default): a line costs as much as the rest of a cheap
     /// request, and the audit log already has one row per request.
@@ -59,9 +69,17 @@ impl std::fmt::Debug for Config {
             .field("allow_private_webhook_urls", &self.allow_private_webhook_urls)
             .field("queue_retry", &self.queue_retry)
             .field("key_pepper", &"[redacted]")
+            .field("key_pepper_previous", &self.key_pepper_previous.as_ref().map(|_| "[redacted]"))
+            .field("webhook_secrets_key", &"[redacted]")
+            .field(
+                "webhook_secrets_key_previous",
+                &self.webhook_secrets_key_previous.as_ref().map(|_| "[redacted]"),
+            )
             .field("admin_token", &"[redacted]")
             .field("upstreams", &self.upstreams.iter().map(|u| &u.prefix).collect::<Vec<_>>())
             .field("origin_secret", &self.origin_secret.as_ref().map(|_| "[redacted]"))
+            .field("events_secret", &self.events_secret.as_ref().map(|_| "[redacted]"))
+            .field("events_projects", &self.events_projects)
             .field("log_every_request", &self.log_every_request)
             .finish()
     }
@@ -138,11 +156,45 @@ impl Config {
             None if upstreams.is_empty() => None,
             None => return Err(ConfigError("secret ORIGIN_SECRET is not set (UPSTREAMS needs it)".into())),
         };
+        let optional_secret = |name: &str| match get(name).filter(|s| !s.is_empty()) {
+            Some(_) => secret(name).map(Some),
+            None => Ok(None),
+        };
+        let events_secret = optional_secret("EVENTS_SECRET")?;
+        let events_projects = get("EVENTS_PROJECTS")
+            .filter(|s| !s.trim().is_empty())
+            .map(|list| list.split(',').map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect());
+        let key_pepper = secret("KEY_PEPPER")?;
+        let key_pepper_previous = optional_secret("KEY_PEPPER_PREVIOUS")?;
+        let webhook_secrets_key = secret("WEBHOOK_SECRETS_KEY")?;
+        let webhook_secrets_key_previous = optional_secret("WEBHOOK_SECRETS_KEY_PREVIOUS")?;
+        if key_pepper_previous.as_ref() == Some(&key_pepper) {
+            return Err(ConfigError("KEY_PEPPER_PREVIOUS is the same as KEY_PEPPER".into()));
+        }
+        if [Some(&key_pepper), key_pepper_previous.as_ref()].contains(&Some(&webhook_secrets_key)) {
+            return Err(ConfigError(
+                "WEBHOOK_SECRETS_KEY must not be a pepper (SPEC §19: separate secrets)".into(),
+            ));
+        }
+        if origin_secret.is_some() && origin_secret == events_secret {
+            return Err(ConfigError("EVENTS_SECRET must not be ORIGIN_SECRET (SPEC §19)".into()));
+        }
+        // A route whose cost is above a plan's per-minute limit could never pass (SPEC §19).
+        for upstream in &upstreams {
+            if let Some((name, plan)) = plans.iter().find(|(_, p)| upstream.cost > p.per_minute) {
+                return Err(ConfigError(format!(
+                    "UPSTREAMS: {:?} costs {} but plan {name:?} allows {} a minute",
+                    upstream.prefix, upstream.cost, plan.per_minute
+                )));
+            }
+        }
 
         Ok(Config {
             log_every_request,
             upstreams,
             origin_secret,
+            events_secret,
+            events_projects,
             plans,
             idempotency_ttl_seconds: number("IDEMPOTENCY_TTL_SECONDS", 86_400)?,
             event_dedup_window_seconds: number("EVENT_DEDUP_WINDOW_SECONDS", 172_800)?,
@@ -156,9 +208,30 @@ impl Config {
                 base_seconds: number("QUEUE_RETRY_BASE_SECONDS", 5)?.min(43_200) as u32,
                 max_seconds: number("QUEUE_RETRY_MAX_SECONDS", 3_600)?.min(43_200) as u32,
             },
-            key_pepper: secret("KEY_PEPPER")?,
+            key_pepper,
+            key_pepper_previous,
+            webhook_secrets_key,
+            webhook_secrets_key_previous,
             admin_token: secret("ADMIN_TOKEN")?,
         })
+    }
+
+    /// The peppers keys are hashed under: the current one first.
+    pub fn peppers(&self) -> Vec<&str> {
+        std::iter::once(self.key_pepper.as_str()).chain(self.key_pepper_previous.as_deref()).collect()
+    }
+
+    /// The keys of a caller's kept responses (SPEC §13, §19).
+    pub fn response_keys(&self, api_key: &str) -> Keyring {
+        Keyring::for_responses(&self.peppers(), api_key)
+    }
+
+    /// The keys of webhook signing secrets in D1 (SPEC §13, §19).
+    pub fn webhook_secrets_keys(&self) -> Keyring {
+        let keys: Vec<&str> = std::iter::once(self.webhook_secrets_key.as_str())
+            .chain(self.webhook_secrets_key_previous.as_deref())
+            .collect();
+        Keyring::for_webhook_secrets(&keys, &self.peppers())
     }
 
     pub fn plan(&self, name: &str) -> Option<&Plan> {
@@ -191,8 +264,11 @@ mod tests {
         Config::from_lookup(|k| map.get(k).cloned())
     }
 
-    const SECRETS: [(&str, &str); 2] =
-        [("KEY_PEPPER", "pepper-pepper-pepper"), ("ADMIN_TOKEN", "admin-admin-admin-admin")];
+    const SECRETS: [(&str, &str); 3] = [
+        ("KEY_PEPPER", "pepper-pepper-pepper"),
+        ("ADMIN_TOKEN", "admin-admin-admin-admin"),
+        ("WEBHOOK_SECRETS_KEY", "webhooks-webhooks-webhooks"),
+    ];
 
     #[test]
     fn defaults_match_spec_section_1() {
@@ -223,7 +299,7 @@ mod tests {
         let config = with(&vars).unwrap();
         assert_eq!(config.upstreams[0].prefix, "/shop/v1/");
         assert!(!format!("{config:?}").contains("origin-origin"));
-        vars[2] = ("UPSTREAMS", r#"[{"prefix":"/public/","origin":"http://127.0.0.1:9000"}]"#);
+        vars[3] = ("UPSTREAMS", r#"[{"prefix":"/public/","origin":"http://127.0.0.1:9000"}]"#);
         let e = with(&vars).unwrap_err().to_string();
         assert!(e.contains("UPSTREAMS[0]") && e.contains("overlaps"), "{e}");
         assert_eq!(with(&SECRETS).unwrap().origin_secret, None);
@@ -239,7 +315,45 @@ mod tests {
     #[test]
     fn missing_or_short_secrets_are_errors() {
         assert!(with(&[SECRETS[0]]).is_err());
-        assert!(with(&[("KEY_PEPPER", "short"), SECRETS[1]]).is_err());
+        assert!(with(&[("KEY_PEPPER", "short"), SECRETS[1], SECRETS[2]]).is_err());
+        assert!(with(&SECRETS[..2]).unwrap_err().0.contains("WEBHOOK_SECRETS_KEY"));
+    }
+
+    #[test]
+    fn secrets_of_different_purposes_must_differ() {
+        let mut vars = SECRETS.to_vec();
+        vars.push(("KEY_PEPPER_PREVIOUS", "pepper-pepper-pepper"));
+        assert!(with(&vars).unwrap_err().0.contains("KEY_PEPPER_PREVIOUS"));
+        vars.pop();
+        vars[2] = ("WEBHOOK_SECRETS_KEY", "pepper-pepper-pepper");
+        assert!(with(&vars).unwrap_err().0.contains("WEBHOOK_SECRETS_KEY"));
+        let mut vars = SECRETS.to_vec();
+        vars.push(("UPSTREAMS", r#"[{"prefix":"/shop/","origin":"http://127.0.0.1:9000"}]"#));
+        vars.push(("ORIGIN_SECRET", "origin-origin-origin"));
+        vars.push(("EVENTS_SECRET", "origin-origin-origin"));
+        assert!(with(&vars).unwrap_err().0.contains("EVENTS_SECRET"));
+        vars.pop();
+        vars.push(("EVENTS_SECRET", "events-events-events"));
+        vars.push(("EVENTS_PROJECTS", " prj_a, prj_b ,"));
+        let config = with(&vars).unwrap();
+        assert_eq!(config.events_projects, Some(vec!["prj_a".to_owned(), "prj_b".to_owned()]));
+        assert!(!format!("{config:?}").contains("events-events"));
+    }
+
+    #[test]
+    fn a_route_costing_more_than_a_plan_allows_is_refused_at_start() {
+        let mut vars = SECRETS.to_vec();
+        vars.push(("ORIGIN_SECRET", "origin-origin-origin"));
+        vars.push((
+            "PLANS",
+            r#"{"trial":{"per_minute":4,"monthly_quota":9},"pro":{"per_minute":90,"monthly_quota":9}}"#,
+        ));
+        vars.push(("UPSTREAMS", r#"[{"prefix":"/shop/","origin":"http://127.0.0.1:9000","cost":5}]"#));
+        let e = with(&vars).unwrap_err().0;
+        assert!(e.contains("costs 5") && e.contains("trial"), "{e}");
+        vars.pop();
+        vars.push(("UPSTREAMS", r#"[{"prefix":"/shop/","origin":"http://127.0.0.1:9000","cost":4}]"#));
+        assert!(with(&vars).is_ok());
     }
 
     #[test]

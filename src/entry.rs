@@ -246,55 +246,95 @@ async fn queue(batch: MessageBatch<String>, env: Env, _ctx: Context) -> Result<(
     Ok(())
 }
 
-/// Every minute: the webhook sweep, sealing of plaintext webhook secrets, and the audit log's
-/// roll-up (rows older than `AUDIT_HOT_SECONDS` move to R2 hour objects, then leave D1; rows an
-/// older version kept in `DB` move to `AUDIT_DB` first).
+/// Every minute, four jobs, each under its own lease and each on its own (SPEC §19): one that
+/// fails, or whose lease another run holds, never skips the others. The webhook sweep; re-sealing
+/// of webhook secrets (plaintext, `v1` or under a previous key); rows an older version kept in
+/// `DB` move to `AUDIT_DB`; the audit log's roll-up (rows older than `AUDIT_HOT_SECONDS` move to R2
+/// hour objects, then leave D1), time-boxed by its limits.
 #[event(scheduled)]
 async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
-    let run = async {
-        let config = config(&env).map_err(|e| worker::Error::RustError(e.to_string()))?;
-        let store = store(&env, &Rc::default())?;
-        let failed = |what: &str| {
-            let what = what.to_owned();
-            move |e: crate::ports::PortError| worker::Error::RustError(format!("{what}: {}", e.0))
+    let config = match config(&env) {
+        Ok(config) => config,
+        Err(e) => return console_error!("scheduled {}: {e}", event.cron()),
+    };
+    let (store, legacy) = match (store(&env, &Rc::default()), env.d1("DB")) {
+        (Ok(store), Ok(db)) => (store, D1Store::new(db, Rc::default())),
+        (Err(e), _) | (_, Err(e)) => return console_error!("scheduled {}: {e}", event.cron()),
+    };
+    let holder = crate::core::encoding::hex(&app::random::<16>());
+    let report =
+        |job: &str, outcome: std::result::Result<app::cron::JobRun<String>, crate::ports::PortError>| {
+            match outcome {
+                Ok(app::cron::JobRun::Ran(done)) if !done.is_empty() => {
+                    console_log!(r#"{{"component":"{job}",{done}}}"#)
+                }
+                Ok(app::cron::JobRun::Skipped) => {
+                    console_log!(r#"{{"component":"{job}","skipped":"lease held"}}"#)
+                }
+                Ok(_) => {}
+                Err(e) => console_error!("scheduled {job}: {}", e.0),
+            }
         };
-        let queue = WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING)?);
-        let queued = app::sweep(&store, &queue, now_ms()).await.map_err(failed("webhook sweep"))?;
-        if queued > 0 {
-            console_log!(r#"{{"component":"webhook_sweep","requeued":{queued}}}"#);
-        }
-        // Secrets of subscriptions from before sealing (SPEC §13), a batch a minute.
-        let sealed = app::seal_plaintext_secrets(&store, config).await.map_err(failed("sealing secrets"))?;
-        if sealed > 0 {
-            console_log!(r#"{{"component":"webhook_secrets","sealed":{sealed}}}"#);
-        }
-        let limits = app::RollUpLimits::PER_MINUTE;
-        let legacy = D1Store::new(env.d1("DB")?, Rc::default());
-        let moved = app::move_legacy_audit_rows(&legacy, &store, limits)
-            .await
-            .map_err(failed("legacy audit rows"))?;
-        if moved > 0 {
-            console_log!(r#"{{"component":"audit_legacy","moved_rows":{moved}}}"#);
-        }
-        let archive = R2Archive::new(env.bucket(archive::BINDING)?);
+    /// A lease outlasts a job's time box plus the deadline of the call it may wait on last, and
+    /// ends before the next minute's run.
+    const LEASE_MS: i64 = 55_000;
+
+    let sweep = async {
+        let queue = WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING).map_err(port_error)?);
+        let queued = app::sweep(&store, &queue, now_ms()).await?;
+        Ok(if queued > 0 { format!(r#""requeued":{queued}"#) } else { String::new() })
+    };
+    report(
+        "webhook_sweep",
+        app::cron::leased(&store, "webhook_sweep", &holder, now_ms(), LEASE_MS, sweep).await,
+    );
+
+    let reseal = async {
+        let (resealed, unopened) = app::reseal_secrets(&store, config).await?;
+        Ok(match (resealed, unopened) {
+            (0, 0) => String::new(),
+            _ => format!(r#""resealed":{resealed},"unopened":{unopened}"#),
+        })
+    };
+    report(
+        "webhook_secrets",
+        app::cron::leased(&store, "webhook_secrets", &holder, now_ms(), LEASE_MS, reseal).await,
+    );
+
+    let limits = app::RollUpLimits::PER_MINUTE;
+    let legacy_rows = async {
+        let moved = app::move_legacy_audit_rows(&legacy, &store, limits).await?;
+        Ok(if moved > 0 { format!(r#""moved_rows":{moved}"#) } else { String::new() })
+    };
+    report(
+        "audit_legacy",
+        app::cron::leased(&store, "audit_legacy", &holder, now_ms(), LEASE_MS, legacy_rows).await,
+    );
+
+    let roll_up = async {
+        let archive = R2Archive::new(env.bucket(archive::BINDING).map_err(port_error)?);
         let started = now_ms();
         let cutoff = crate::core::archive::hot_cutoff(started, config.audit_hot_seconds);
-        let report =
-            app::roll_up(&store, &archive, cutoff, limits).await.map_err(failed("roll-up stopped"))?;
-        if report.objects > 0 || report.copies > 0 || report.rewritten > 0 {
-            console_log!(
-                r#"{{"component":"audit_roll_up","rolled_rows":{},"copies":{},"objects":{},"rewritten":{},"done":{},"elapsed_ms":{}}}"#,
-                report.rolled,
-                report.copies,
-                report.objects,
-                report.rewritten,
-                report.done,
+        let r = app::roll_up(&store, &archive, cutoff, limits, now_ms).await?;
+        Ok(match r.objects > 0 || r.copies > 0 || r.rewritten > 0 {
+            true => format!(
+                r#""rolled_rows":{},"copies":{},"objects":{},"rewritten":{},"done":{},"elapsed_ms":{}"#,
+                r.rolled,
+                r.copies,
+                r.objects,
+                r.rewritten,
+                r.done,
                 now_ms() - started
-            );
-        }
-        Ok::<(), worker::Error>(())
+            ),
+            false => String::new(),
+        })
     };
-    if let Err(e) = run.await {
-        console_error!("scheduled {}: {e}", event.cron());
-    }
+    report(
+        "audit_roll_up",
+        app::cron::leased(&store, "audit_roll_up", &holder, now_ms(), LEASE_MS, roll_up).await,
+    );
+}
+
+fn port_error(e: worker::Error) -> crate::ports::PortError {
+    crate::ports::PortError(e.to_string())
 }

@@ -64,6 +64,12 @@ pub enum Authorization {
     Denied(Option<(Box<KeyRecord>, RefusalReason)>),
 }
 
+/// The guard that holds the operator's idempotency claims (admin routes have no API key, SPEC
+/// §19): a name no key hash (64 hex digits) or client address (`ip:…`) takes. Its claims are
+/// scoped to the operator, as a key's are to the key, and its responses are sealed under the
+/// admin token.
+pub const OPERATOR_GUARD: &str = "operator";
+
 /// The per-key Durable Object (SPEC §1 `KEY_GUARD`): one round trip per authenticated request.
 /// It is the source of truth for the key's limits and claims, and for "completed".
 pub trait KeyGuard {
@@ -75,6 +81,9 @@ pub trait KeyGuard {
         scope: Scope,
         claim: Option<&ClaimRequest>,
     ) -> Result<Authorization, PortError>;
+    /// Takes a claim for a principal without an API key (the operator, [`OPERATOR_GUARD`]): the
+    /// claims of the guard named `principal`, decided as `authorize` decides a key's.
+    async fn take_claim(&self, principal: &str, claim: &ClaimRequest) -> Result<ClaimDecision, PortError>;
     /// The claimed operation succeeded: the claim is completed, and the guard keeps the response
     /// (sealed: the guard never sees it in clear) until the key expires. Safe to repeat. `false`: the claim is no longer this request's (its
     /// lease ran out and another request took it), so its response must not be stored.
@@ -106,7 +115,7 @@ pub trait KeyGuard {
 pub enum Revocation {
     Revoked(KeyRecord),
     AlreadyRevoked(KeyRecord),
-    /// The project would be left without an active owner key.
+    /// The project would be left without an owner key that stays usable (SPEC §19).
     LastOwnerKey,
     NotFound,
 }
@@ -149,32 +158,40 @@ pub struct PlanChange {
 pub enum KeyUpdate {
     Updated(KeyRecord),
     Revoked,
+    /// An expiry would leave the project without an owner key that stays usable (SPEC §19).
+    LastOwnerKey,
     NotFound,
 }
 
 /// Projects and keys in D1.
 pub trait Directory {
-    /// The project on the owner key's plan, and that key: both or neither.
+    /// The project on the owner key's plan, and that key: both or neither. Create-or-find by id
+    /// (an earlier execution of the same operation wrote them): answers the owner key as stored.
     async fn create_project(
         &self,
         project_id: &str,
         name: &str,
         owner_key: &KeyRecord,
-    ) -> Result<(), PortError>;
+    ) -> Result<KeyRecord, PortError>;
     /// Inserts a key of an existing project, on the project's plan whatever `key.plan` says;
-    /// answers the stored record (`None`: no such project).
+    /// answers the stored record (`None`: no such project). Create-or-find by id: a key of the
+    /// project with this id (an earlier execution of the same operation) is answered as stored.
     async fn insert_key(&self, key: &KeyRecord) -> Result<Option<KeyRecord>, PortError>;
     /// Puts the project and all its keys on `plan` in one transaction; answers the project's name
     /// and its keys as changed (`None`: no such project).
     async fn set_project_plan(&self, project_id: &str, plan: &str) -> Result<Option<PlanChange>, PortError>;
     /// The project's keys, newest first, after the page's cursor.
     async fn list_keys(&self, project_id: &str, page: &PageRequest) -> Result<Vec<KeyRecord>, PortError>;
+    /// Changes a key that is not revoked. An expiry on a lasting owner key is written only while
+    /// another lasting owner key exists (checked in the same statement), else `LastOwnerKey`.
     async fn update_key(
         &self,
         project_id: &str,
         key_id: &str,
         changes: &KeyChanges,
     ) -> Result<KeyUpdate, PortError>;
+    /// Revokes a key; an owner key that is not refused yet only while another lasting owner key
+    /// exists (checked in the same statement), else `LastOwnerKey`.
     async fn revoke_key(&self, project_id: &str, key_id: &str, now_ms: i64) -> Result<Revocation, PortError>;
     /// In one transaction: marks the key rolled as `rolled` says (its replacement, its grace's
     /// end) and inserts `replacement` on the project's plan — only while the key is not revoked,
@@ -187,8 +204,9 @@ pub trait Directory {
         now_ms: i64,
     ) -> Result<Option<(KeyRecord, KeyRecord)>, PortError>;
     async fn find_key(&self, project_id: &str, key_id: &str) -> Result<Option<KeyRecord>, PortError>;
-    /// How many owner keys of the project are neither revoked nor expired at `now_ms`.
-    async fn active_owner_keys(&self, project_id: &str, now_ms: i64) -> Result<u32, PortError>;
+    /// How many owner keys of the project other than `except_key_id` are lasting
+    /// ([`KeyRecord::is_lasting`]): the last-owner-key rule counts only these (SPEC §19).
+    async fn lasting_owner_keys(&self, project_id: &str, except_key_id: &str) -> Result<u32, PortError>;
     async fn key_by_hash(&self, key_hash: &str) -> Result<Option<KeyRecord>, PortError>;
 }
 
@@ -395,15 +413,17 @@ pub trait WebhookStore {
     /// Marks the subscription deleted and, in the same batch, fails its pending deliveries
     /// (`failed`, last error `subscription deleted`; no attempt row is written).
     async fn delete_webhook(&self, project_id: &str, id: &str, now_ms: i64) -> Result<bool, PortError>;
-    /// Rotates the subscription's secret (SPEC §17): `secret` becomes current and the current one
-    /// becomes the previous secret, which also signs until `previous_until_ms`. Answers the
-    /// subscription as stored (`None`: no such subscription, or deleted).
+    /// Rotates the subscription's secret (SPEC §17) if its current secret is still `replaces` (as
+    /// stored): `secret` becomes current and `replaces` the previous secret, which also signs
+    /// until `previous_until_ms`. Answers the subscription as stored (`None`: no such
+    /// subscription, deleted, or its secret is no longer `replaces`: nothing written).
     async fn rotate_secret(
         &self,
         project_id: &str,
         id: &str,
         secret: &StoredSecret,
         previous_until_ms: i64,
+        replaces: &StoredSecret,
     ) -> Result<Option<Webhook>, PortError>;
     /// Makes an active subscription of a disabled one (after a 410), or leaves an active one;
     /// answers it as stored (`None`: no such subscription, or deleted).
@@ -438,12 +458,15 @@ pub trait WebhookStore {
     /// `Delivery::attempts` is the number of this attempt, never given to another one. `None` when
     /// it is not due, not pending, or held. In the same step, an earlier attempt whose hold ran out
     /// without a record gets an "interrupted" row, and a delivery whose subscription is no longer
-    /// active is failed (`subscription deleted` / `subscription disabled`) instead of taken.
+    /// active is failed (`subscription deleted` / `subscription disabled`) instead of taken. When
+    /// that interrupted attempt was the schedule's last (`max_attempts` since `schedule_from`), the
+    /// delivery fails instead of taking another (SPEC §19: none past the last attempt).
     async fn take_delivery(
         &self,
         id: &str,
         now_ms: i64,
         until_ms: i64,
+        max_attempts: u32,
     ) -> Result<Option<(Delivery, Webhook)>, PortError>;
     /// Records the attempt and its outcome in one batch (and on 410 disables the subscription and
     /// fails its pending deliveries). Safe to repeat. The delivery changes only while this attempt
@@ -462,11 +485,21 @@ pub trait WebhookStore {
     /// a `request` fingerprint (sent with an `Idempotency-Key`, its id derived from the key) keeps
     /// it: the same id with another fingerprint writes nothing and is [`OriginEventRecord::Reused`].
     async fn record_origin_event(&self, event: &OriginEvent) -> Result<OriginEventRecord, PortError>;
-    /// Up to `limit` subscriptions (deleted ones too) whose secret is still the plaintext of a row
-    /// written before secrets were sealed: their ids and `whsec_` secrets.
-    async fn plaintext_secrets(&self, limit: usize) -> Result<Vec<(String, String)>, PortError>;
-    /// Puts the sealed secret in place of the plaintext one, if the row still holds `plaintext`.
-    async fn seal_secret(&self, id: &str, plaintext: &str, sealed: &StoredSecret) -> Result<(), PortError>;
+    /// Up to `limit` subscriptions (deleted ones too) whose secret column does not start with
+    /// `current_prefix` (a plaintext `whsec_` of a row from before sealing, or a value sealed in
+    /// an older format or under a previous key): their ids and stored secrets.
+    async fn secrets_to_reseal(
+        &self,
+        current_prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, StoredSecret)>, PortError>;
+    /// Puts `sealed` in place of the stored secret, if the row still holds `stored`.
+    async fn reseal_secret(
+        &self,
+        id: &str,
+        stored: &StoredSecret,
+        sealed: &StoredSecret,
+    ) -> Result<(), PortError>;
     /// Pending deliveries due before `due_before_ms` that no attempt holds and that were not swept
     /// since `swept_before_ms` (the ones the queue lost), marked swept at `now_ms`.
     async fn overdue_deliveries(
@@ -628,6 +661,21 @@ impl std::fmt::Debug for PassThrough {
 
 /// Proxied routes' origins: an `http(s)` URL or a service binding, one request each, no
 /// redirects followed, within the route's timeout.
+/// Leases of the cron jobs (SPEC §19), in D1: no two runs of one job overlap.
+pub trait JobLeases {
+    /// Takes the lease of `job` for `holder` until `until_ms`, unless another holder's lease is
+    /// still running at `now_ms`; answers whether it was taken.
+    async fn take_lease(
+        &self,
+        job: &str,
+        holder: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<bool, PortError>;
+    /// Gives the lease back, if `holder` still holds it.
+    async fn release_lease(&self, job: &str, holder: &str) -> Result<(), PortError>;
+}
+
 pub trait Origin {
     async fn forward(&self, request: OriginRequest<'_>) -> OriginOutcome;
 }

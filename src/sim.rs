@@ -2,15 +2,19 @@
 //!
 //! The in-memory fakes of the ports route every call through [`Faults::run`]: the call first
 //! yields once (a point where the "isolate" may die), then, by a seeded coin, fails before its
-//! effect, fails after its effect (a timeout whose write landed anyway), or succeeds. [`drive`]
-//! polls a flow step by step and may drop it at any yield: everything after that point never
-//! happens, as when an isolate is evicted between two awaits. [`check_seeds`] runs a scenario over
-//! many seeds plus a fixed list of regression seeds and names the seed of any failure, so it can be
-//! replayed with `SIM_SEED=<seed> cargo test <name>`.
+//! effect, fails after its effect (a timeout whose write landed anyway), hangs (it never answers:
+//! after [`HANG_YIELDS`] the adapter's deadline ends the wait, its effect landed or not), or
+//! succeeds. [`drive`] polls a flow step by step and may stop it at any yield: everything after
+//! that point never happens, as when an isolate is evicted between two awaits. Half the stops drop
+//! the flow (its destructors run); the other half abandon it without dropping it, as workerd does
+//! when `waitUntil`'s time ends (its destructors never run, so no state may rely on them).
+//! [`check_seeds`] runs a scenario over many seeds plus a fixed list of regression seeds and names
+//! the seed of any failure, so it can be replayed with `SIM_SEED=<seed> cargo test <name>`. A
+//! schedule whose invariant cannot be decided says so ([`undecided`]); more than
+//! [`MAX_UNDECIDED`] of them fail the run (SPEC §19).
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
-use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
 use crate::ports::PortError;
@@ -23,6 +27,23 @@ pub enum Fault {
     FailBefore,
     /// The call took effect, but the caller sees a failure (e.g. a timeout after the write).
     FailAfter,
+    /// The call never answered: the caller's deadline ends the wait after [`HANG_YIELDS`]; its
+    /// effect landed or not (a coin).
+    Hang,
+}
+
+/// How long a hung call keeps its caller waiting, in yields (other flows run meanwhile).
+pub const HANG_YIELDS: u64 = 40;
+/// The share of a scenario's schedules that may end undecided (SPEC §19).
+pub const MAX_UNDECIDED: f64 = 0.05;
+
+thread_local! {
+    static UNDECIDED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the running schedule as one whose invariant could not be decided (`check_seeds` counts).
+pub fn undecided() {
+    UNDECIDED.with(|u| u.set(true));
 }
 
 /// A seeded source of faults and random choices, shared by every fake of one schedule.
@@ -78,7 +99,11 @@ impl Faults {
         if rate <= 0.0 || !self.chance(rate) {
             return Fault::Ok;
         }
-        let fault = if self.chance(0.5) { Fault::FailBefore } else { Fault::FailAfter };
+        let fault = match self.below(5) {
+            0 | 1 => Fault::FailBefore,
+            2 | 3 => Fault::FailAfter,
+            _ => Fault::Hang,
+        };
         self.trace.borrow_mut().push(format!("{what}: {fault:?}"));
         fault
     }
@@ -92,6 +117,13 @@ impl Faults {
             Fault::FailAfter => {
                 effect();
                 Err(PortError(format!("{what}: injected timeout after the effect")))
+            }
+            Fault::Hang => {
+                later(HANG_YIELDS).await;
+                if self.chance(0.5) {
+                    effect();
+                }
+                Err(PortError(format!("{what}: no answer within its deadline (hung)")))
             }
         }
     }
@@ -120,8 +152,8 @@ impl Future for YieldOnce {
     }
 }
 
-/// Polls `flow` to the end, or (with probability `crash_rate` at each yield) drops it where it
-/// stands: `None` means the isolate died there.
+/// Polls `flow` to the end, or (with probability `crash_rate` at each yield) stops it where it
+/// stands, dropping it or abandoning it undropped: `None` means the isolate died there.
 pub fn drive<F: Future>(flow: F, faults: &Faults, crash_rate: f64) -> Option<F::Output> {
     drive_with(flow, faults, crash_rate, || {})
 }
@@ -134,19 +166,29 @@ pub fn drive_with<F: Future>(
     crash_rate: f64,
     mut between: impl FnMut(),
 ) -> Option<F::Output> {
-    let mut flow = pin!(flow);
+    let mut flow = Box::pin(flow);
     let mut cx = Context::from_waker(Waker::noop());
-    loop {
+    for _ in 0..MAX_STEPS {
         if let Poll::Ready(out) = flow.as_mut().poll(&mut cx) {
             return Some(out);
         }
         if crash_rate > 0.0 && faults.chance(crash_rate) {
-            faults.trace.borrow_mut().push("isolate stopped".into());
+            if faults.chance(0.5) || std::env::var("SIM_NO_ABANDON").is_ok() {
+                faults.trace.borrow_mut().push("isolate stopped (flow dropped)".into());
+            } else {
+                // Never polled again and never dropped: what workerd does at the end of waitUntil.
+                faults.trace.borrow_mut().push("isolate stopped (flow abandoned undropped)".into());
+                std::mem::forget(flow);
+            }
             return None;
         }
         between();
     }
+    panic!("a flow did not finish within {MAX_STEPS} steps: something waits for a call that never answers");
 }
+
+/// Steps after which [`drive`] calls a flow hung: every fake answers (or times out) in a few.
+pub const MAX_STEPS: u64 = 1_000_000;
 
 /// Polls `flow` to the end with no crash (fakes never block, so this always finishes).
 pub fn complete<F: Future>(flow: F) -> F::Output {
@@ -171,10 +213,28 @@ pub fn check_seeds(
         Some(seed) => vec![seed],
         None => regressions.iter().copied().chain(0..schedules(count)).collect(),
     };
+    let total = seeds.len();
+    let mut undecided = 0;
     for seed in seeds {
-        if let Err(why) = scenario(seed) {
+        UNDECIDED.with(|u| u.set(false));
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scenario(seed)))
+            .unwrap_or_else(|panic| {
+                let why = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()));
+                Err(format!("panicked: {}", why.unwrap_or_default()))
+            });
+        if let Err(why) = outcome {
             panic!("simulation {name}: seed {seed} failed: {why}\n(replay: SIM_SEED={seed} cargo test {name}; keep the seed in its regression list)");
         }
+        undecided += usize::from(UNDECIDED.with(Cell::get));
+    }
+    if std::env::var("SIM_REPORT").is_ok() {
+        eprintln!("simulation {name}: {total} schedules, {undecided} undecided");
+    }
+    if total >= 20 && undecided as f64 > MAX_UNDECIDED * total as f64 {
+        panic!("simulation {name}: {undecided} of {total} schedules undecided (at most {MAX_UNDECIDED})");
     }
 }
 

@@ -6,6 +6,8 @@ use wasm_bindgen::prelude::wasm_bindgen;
 use wasm_bindgen::JsValue;
 use worker::{Bucket, HttpMetadata};
 
+use crate::adapters::deadline::within;
+use crate::core::platform::deadline;
 use crate::ports::{Archive, ArchiveObject, PortError};
 
 pub const BINDING: &str = "ARCHIVE";
@@ -44,24 +46,16 @@ impl Archive for R2Archive {
     async fn put(&self, key: &str, ndjson: &[u8]) -> Result<(), PortError> {
         let member = js_sys::Uint8Array::new(&gzip(ndjson).await.map_err(js_error)?).to_vec();
         let metadata = HttpMetadata { content_type: Some("application/gzip".into()), ..Default::default() };
-        self.bucket
-            .put(key, member)
-            .http_metadata(metadata)
-            .execute()
+        let put = self.bucket.put(key, member).http_metadata(metadata).execute();
+        within(deadline::R2_MS, "R2 put", async { put.await.map(drop).map_err(PortError::from_display) })
             .await
-            .map_err(PortError::from_display)?;
-        Ok(())
     }
 
     async fn put_replay_chunk(&self, key: &str, json: &[u8]) -> Result<(), PortError> {
         let metadata = HttpMetadata { content_type: Some("application/json".into()), ..Default::default() };
-        self.bucket
-            .put(key, json.to_vec())
-            .http_metadata(metadata)
-            .execute()
+        let put = self.bucket.put(key, json.to_vec()).http_metadata(metadata).execute();
+        within(deadline::R2_MS, "R2 put", async { put.await.map(drop).map_err(PortError::from_display) })
             .await
-            .map_err(PortError::from_display)?;
-        Ok(())
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<ArchiveObject>, PortError> {
@@ -72,7 +66,10 @@ impl Archive for R2Archive {
             if let Some(c) = cursor {
                 request = request.cursor(c);
             }
-            let page = request.execute().await.map_err(PortError::from_display)?;
+            let listed = request.execute();
+            let page =
+                within(deadline::R2_MS, "R2 list", async { listed.await.map_err(PortError::from_display) })
+                    .await?;
             objects.extend(page.objects().iter().map(|o| ArchiveObject {
                 key: o.key(),
                 size: o.size(),
@@ -86,13 +83,16 @@ impl Archive for R2Archive {
     }
 
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, PortError> {
-        let Some(object) = self.bucket.get(key).execute().await.map_err(PortError::from_display)? else {
-            return Ok(None);
+        let read = async {
+            let Some(object) = self.bucket.get(key).execute().await.map_err(PortError::from_display)? else {
+                return Ok(None);
+            };
+            match object.body() {
+                Some(body) => Ok(Some(body.bytes().await.map_err(PortError::from_display)?)),
+                None => Ok(Some(Vec::new())),
+            }
         };
-        match object.body() {
-            Some(body) => Ok(Some(body.bytes().await.map_err(PortError::from_display)?)),
-            None => Ok(Some(Vec::new())),
-        }
+        within(deadline::R2_MS, "R2 get", read).await
     }
 
     async fn read_ndjson(&self, key: &str) -> Result<Option<Vec<u8>>, PortError> {

@@ -3,7 +3,9 @@
 
 use worker::Queue;
 
+use crate::adapters::deadline::within;
 use crate::core::audit::AuditRow;
+use crate::core::platform::deadline;
 use crate::core::queue::{pack, MESSAGES_PER_SEND, MESSAGE_MAX_BYTES};
 use crate::ports::{AuditSink, PortError};
 
@@ -27,9 +29,16 @@ impl AuditSink for AuditQueue {
     async fn record(&self, rows: &[AuditRow]) -> Result<(), PortError> {
         for messages in pack(rows, "audit_rows", "rows", MESSAGE_MAX_BYTES).chunks(MESSAGES_PER_SEND) {
             let mut tries = 1;
-            while let Err(e) = self.queue.send_batch(messages.iter().map(String::as_str)).await {
+            loop {
+                let send = async {
+                    self.queue
+                        .send_batch(messages.iter().map(String::as_str))
+                        .await
+                        .map_err(PortError::from_display)
+                };
+                let Err(e) = within(deadline::QUEUE_MS, "audit queue send", send).await else { break };
                 if tries == ATTEMPTS {
-                    return Err(PortError::from_display(e));
+                    return Err(e);
                 }
                 tries += 1;
             }

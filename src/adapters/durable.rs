@@ -8,6 +8,8 @@ use wasm_bindgen_futures::JsFuture;
 use worker::{Method, ObjectNamespace, Request, RequestInit};
 
 use super::js_error;
+use crate::adapters::deadline::within;
+use crate::core::platform::deadline;
 use crate::ports::{Meter, PortError};
 
 /// Sends `command` to the object named `name` (at `url`, which Durable Objects require but never
@@ -52,7 +54,8 @@ pub async fn ask<C: Serialize, A: DeserializeOwned>(
     Meter::count(&meter.durable_object_calls);
     let stub: AskStub = namespace.get_by_name(name).map_err(PortError::from_display)?.into_rpc();
     let body = serde_json::to_string(command).map_err(PortError::from_display)?;
-    let answer = JsFuture::from(stub.ask(&body).map_err(js_error)?).await.map_err(js_error)?;
+    let asked = JsFuture::from(stub.ask(&body).map_err(js_error)?);
+    let answer = within(deadline::DURABLE_OBJECT_MS, name, async { asked.await.map_err(js_error) }).await?;
     let text = answer.as_string().ok_or_else(|| PortError(format!("{name} answered {answer:?}")))?;
     serde_json::from_str(&text).map_err(PortError::from_display)
 }

@@ -6,7 +6,9 @@ use std::rc::Rc;
 use worker::{BatchMessageBuilder, ObjectNamespace, Queue};
 
 use super::durable;
+use crate::adapters::deadline::within;
 use crate::core::events::{EventMessage, Reserved};
+use crate::core::platform::deadline;
 use crate::core::queue::{pack, MESSAGES_PER_SEND, MESSAGE_MAX_BYTES};
 use crate::ledger::protocol::{LedgerAnswer, LedgerCommand, URL};
 use crate::ports::{EventLedger, EventSink, Meter, PortError};
@@ -67,7 +69,8 @@ impl EventSink for QueueSink {
     async fn send(&self, messages: &[EventMessage]) -> Result<(), PortError> {
         for pair in pack(messages, "events", "items", MESSAGE_MAX_BYTES).chunks(MESSAGES_PER_SEND) {
             let batch = BatchMessageBuilder::new().messages(pair.to_vec()).build();
-            self.queue.send_batch(batch).await.map_err(PortError::from_display)?;
+            let send = async { self.queue.send_batch(batch).await.map_err(PortError::from_display) };
+            within(deadline::QUEUE_MS, "events queue send", send).await?;
         }
         Ok(())
     }

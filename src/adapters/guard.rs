@@ -6,11 +6,11 @@ use worker::ObjectNamespace;
 
 use super::durable;
 use crate::core::api_key::{KeyRecord, RefusalReason, Scope};
-use crate::core::idempotency::KeptResponse;
+use crate::core::idempotency::{ClaimDecision, KeptResponse};
 use crate::core::rate_limit::{Usage, Verdict};
 use crate::guard::protocol::{
     client_guard_name, Apply, Ask, Authorize, Authorized, CompleteClaim, Decided, Denied, HeldResponse, Ping,
-    RecordAuthFailure, ReleaseClaim, HEALTH_OBJECT,
+    RecordAuthFailure, ReleaseClaim, TakeClaim, HEALTH_OBJECT,
 };
 use crate::ports::{Admission, Authorization, ClaimRequest, KeyGuard, Meter, PortError};
 
@@ -50,6 +50,10 @@ impl KeyGuard for GuardClient {
         };
         self.meter.d1_queries.set(self.meter.d1_queries.get() + d1_queries);
         Ok(authorization)
+    }
+
+    async fn take_claim(&self, principal: &str, claim: &ClaimRequest) -> Result<ClaimDecision, PortError> {
+        self.ask(principal, TakeClaim { claim: claim.clone() }).await
     }
 
     async fn complete_claim(

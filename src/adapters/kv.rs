@@ -5,7 +5,9 @@ use std::rc::Rc;
 
 use worker::kv::KvStore;
 
+use crate::adapters::deadline::within;
 use crate::core::idempotency::KeptResponse;
+use crate::core::platform::deadline;
 use crate::ports::{Meter, PortError, ResponseStore};
 
 pub const BINDING: &str = "IDEMPOTENCY";
@@ -37,17 +39,18 @@ impl ResponseStore for KvResponses {
     ) -> Result<(), PortError> {
         Meter::count(&self.meter.kv_operations);
         let value = serde_json::to_string(response).map_err(PortError::from_display)?;
-        self.kv
+        let put = self
+            .kv
             .put(&storage_key(api_key_id, idempotency_key), value)
             .map_err(PortError::from_display)?
             .expiration_ttl(self.ttl_seconds)
-            .execute()
-            .await
-            .map_err(PortError::from_display)
+            .execute();
+        within(deadline::KV_MS, "KV put", async { put.await.map_err(PortError::from_display) }).await
     }
 
     async fn get(&self, api_key_id: &str, idempotency_key: &str) -> Result<Option<KeptResponse>, PortError> {
         Meter::count(&self.meter.kv_operations);
-        self.kv.get(&storage_key(api_key_id, idempotency_key)).json().await.map_err(PortError::from_display)
+        let get = self.kv.get(&storage_key(api_key_id, idempotency_key)).json();
+        within(deadline::KV_MS, "KV get", async { get.await.map_err(PortError::from_display) }).await
     }
 }

@@ -5,6 +5,7 @@ pub mod archive;
 pub mod audit;
 pub mod body;
 pub mod d1;
+pub mod deadline;
 pub mod durable;
 pub mod env;
 pub mod events;

@@ -63,7 +63,7 @@ impl<P: Ports> Gateway<'_, P> {
         let AfterResponse { request_id, audit, deliveries, settlements } = after;
         let audit = async {
             let audit = audit?;
-            match record_audit_row(&self.audit, &self.store, audit).await {
+            match record_audit_row(&self.audit, &self.store, audit, &pause).await {
                 Ok(AuditPath::Queued) => None,
                 Ok(AuditPath::Direct) => Some(format!(
                     r#"{{"component":"audit","request_id":"{request_id}","written":"directly"}}"#

@@ -98,9 +98,10 @@ fn run(total: u64) -> Load {
         consume_secs += started.elapsed().as_secs_f64();
         let started = Instant::now();
         let cutoff = hot_cutoff(hour_end, HOT_SECONDS);
-        while !complete(roll_up(&store, &archive, cutoff, RollUpLimits::PER_MINUTE)).expect("no faults").done
-        {
-        }
+        while !complete(roll_up(&store, &archive, cutoff, RollUpLimits::PER_MINUTE, || 0))
+            .expect("no faults")
+            .done
+        {}
         roll_up_secs += started.elapsed().as_secs_f64();
         hour_end += HOUR_MS;
     }

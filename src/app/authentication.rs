@@ -1,8 +1,8 @@
 //! Authentication (SPEC §2, §3, §13) in two steps. `screen` decides what it can without I/O
 //! beyond the client address's guard, before the body is read: a public route, the admin token,
 //! a missing or malformed key, a key hash known to be unknown, an address known to be over its
-//! limit. `authenticate` then asks the key's guard to decide on the key, its limits and its
-//! idempotency claim in one round trip, and checks the key type's scope.
+//! limit. `authenticate` then asks the key's guard to decide on the key, its type's scope, its
+//! limits and its idempotency claim in one round trip.
 //!
 //! Anonymous traffic (failed authentication and unmatched routes) is counted per client address
 //! (`refuse_anonymous`); once an address is over its limit, the isolate remembers it until the
@@ -15,7 +15,6 @@ use crate::core::api_key::{self, KeyRecord, RefusalReason, Scope};
 use crate::core::error::{ApiError, ErrorCode};
 use crate::core::rate_limit::{Usage, Verdict};
 use crate::core::route::{Access, Route};
-use crate::core::sealing::SealingKey;
 use crate::core::time::rfc3339;
 use crate::ports::{Admission, Authorization, ClaimRequest, KeyGuard, Ports};
 
@@ -55,7 +54,7 @@ impl<P: Ports> Gateway<'_, P> {
                 };
             }
             Access::Origin => {
-                let expected = self.config.origin_secret.as_deref().map(str::as_bytes);
+                let expected = self.config.events_secret.as_deref().map(str::as_bytes);
                 return match (token, expected) {
                     (Some(t), Some(expected)) if api_key::constant_time_eq(t.as_bytes(), expected) => {
                         Ok(Credentials::Open)
@@ -63,7 +62,7 @@ impl<P: Ports> Gateway<'_, P> {
                     _ => {
                         let e = ApiError::new(
                             ErrorCode::InvalidApiKey,
-                            "The origin secret is missing or wrong (or ORIGIN_SECRET is not set).",
+                            "The events secret is missing or wrong (or EVENTS_SECRET is not set).",
                         );
                         Err(self.refuse_anonymous(client_ip, e, now_ms, trace).await)
                     }
@@ -74,20 +73,26 @@ impl<P: Ports> Gateway<'_, P> {
         let Some(token) = token.filter(|t| api_key::is_well_formed(t)) else {
             return Err(self.refuse_anonymous(client_ip, ApiError::invalid_api_key(), now_ms, trace).await);
         };
-        let key_hash = api_key::hash(self.config.key_pepper.as_bytes(), token);
-        let (unknown, stranger_from_blocked_address) = {
+        // During a pepper rotation (SPEC §19), a key issued before it is known by its hash under
+        // `KEY_PEPPER_PREVIOUS`: once its current hash is known to be unknown, that one is asked.
+        let key_hash = {
             let memory = self.memory.borrow();
             let blocked = client_ip.is_some_and(|ip| memory.blocked_until(ip, now_ms).is_some());
-            (memory.is_unknown_key(&key_hash, now_ms), blocked && !memory.is_recent_key(&key_hash, now_ms))
+            let peppers = self.config.peppers().into_iter();
+            peppers
+                .map(|p| api_key::hash(p.as_bytes(), token))
+                .find(|h| !memory.is_unknown_key(h, now_ms))
+                .filter(|h| !blocked || memory.is_recent_key(h, now_ms))
         };
-        if unknown || stranger_from_blocked_address {
+        let Some(key_hash) = key_hash else {
             return Err(self.refuse_anonymous(client_ip, ApiError::invalid_api_key(), now_ms, trace).await);
-        }
+        };
         Ok(Credentials::Key { token: token.to_owned(), key_hash, scope })
     }
 
-    /// SPEC §3 order: authenticate, then the rate decision and the idempotency claim (made by the
-    /// key's guard in the same round trip), then the key type's scope.
+    /// SPEC §3 order: authenticate and the key type's scope, then the rate decision and the
+    /// idempotency claim, all made by the key's guard in one round trip: a key refused for its
+    /// type (403) is counted against nothing.
     pub(super) async fn authenticate(
         &self,
         credentials: Credentials,
@@ -106,6 +111,12 @@ impl<P: Ports> Gateway<'_, P> {
                     trace.key = Some(admission.key.clone());
                     *admission
                 }
+                Ok(Authorization::Denied(None)) if self.has_previous_hash(&token, &key_hash) => {
+                    // Unknown under the current pepper: the next try asks under the previous one.
+                    self.memory.borrow_mut().remember_unknown_key(&key_hash, now_ms);
+                    let credentials = self.screen_again(&token, scope);
+                    return Box::pin(self.authenticate(credentials, client_ip, claim, now_ms, trace)).await;
+                }
                 Ok(Authorization::Denied(refused)) => {
                     let e = match &refused {
                         None => {
@@ -123,6 +134,13 @@ impl<P: Ports> Gateway<'_, P> {
                     return Err((None, unavailable(e)));
                 }
             };
+        if !key.key_type.allows(scope) {
+            // Decided by the guard before it counted: no part of the window or the quota and no
+            // claim was taken for it (a guard of the previous version counted it; it is 403 all the same).
+            let e = ApiError::forbidden(format!("A {} key may not call this route.", key.key_type.as_str()))
+                .with_detail("key_type", key.key_type.as_str());
+            return Err((Some(usage), e));
+        }
         let refusal = match verdict {
             Verdict::Allowed => None,
             Verdict::RateLimited => Some(
@@ -151,17 +169,26 @@ impl<P: Ports> Gateway<'_, P> {
         if let Some(e) = refusal {
             return Err((Some(usage), e));
         }
-        if !key.key_type.allows(scope) {
-            // The guard took no claim for it.
-            let e = ApiError::forbidden(format!("A {} key may not call this route.", key.key_type.as_str()))
-                .with_detail("key_type", key.key_type.as_str());
-            return Err((Some(usage), e));
-        }
         // Its stored response is sealed under the API key itself (SPEC §13): only this caller's
         // requests can derive the key that reads it.
-        let sealing =
-            claim.as_ref().map(|_| SealingKey::for_responses(self.config.key_pepper.as_bytes(), &token));
+        let sealing = claim.as_ref().map(|_| self.config.response_keys(&token));
         Ok(Caller { key: Some(key), key_hash: Some(key_hash), usage: Some(usage), claim, sealing })
+    }
+
+    /// Whether `key_hash` is the hash under the current pepper and a previous pepper is set.
+    fn has_previous_hash(&self, token: &str, key_hash: &str) -> bool {
+        self.config.key_pepper_previous.is_some()
+            && api_key::hash(self.config.key_pepper.as_bytes(), token) == key_hash
+    }
+
+    /// The credentials of a key whose current hash was just found unknown: its previous hash.
+    fn screen_again(&self, token: &str, scope: Scope) -> Credentials {
+        let previous = self.config.key_pepper_previous.as_deref().expect("checked by has_previous_hash");
+        Credentials::Key {
+            token: token.to_owned(),
+            key_hash: api_key::hash(previous.as_bytes(), token),
+            scope,
+        }
     }
 
     /// An anonymous request (failed authentication, unmatched route): counted against the client

@@ -19,8 +19,8 @@ use super::{random, unavailable, Call, Gateway, Reply, Settlement};
 use crate::core::encoding::uuid_v4;
 use crate::core::error::ApiError;
 use crate::core::events::{
-    dedup_namespace, in_flight, ledger_shard, replay_object_key, EventMessage, EventRecord, Link, Reserved,
-    Source, TrackBatch, TrackItem, TrackOutcome,
+    check_id, check_traits, dedup_namespace, in_flight, ledger_shard, replay_object_key, EventMessage,
+    EventRecord, Link, Reserved, Source, TrackBatch, TrackItem, TrackOutcome,
 };
 use crate::core::json_body;
 use crate::ports::{Archive, EventLedger, EventSink, EventStore, PortError, Ports, SessionChunk};
@@ -145,14 +145,6 @@ struct ChunkInput {
     data: Value,
 }
 
-fn check_id(field: &str, value: &str) -> Result<(), ApiError> {
-    if value.trim().is_empty() || value.chars().count() > 200 {
-        return Err(ApiError::unprocessable(format!("{field} must be 1 to 200 characters"))
-            .with_detail("field", field));
-    }
-    Ok(())
-}
-
 impl<P: Ports> Gateway<'_, P> {
     fn source<'c>(&self, call: &'c Call<'_>) -> Source<'c> {
         Source { project_id: &call.key().project_id, key_type: call.key().key_type, now_ms: call.now_ms }
@@ -191,6 +183,7 @@ impl<P: Ports> Gateway<'_, P> {
         let input: Identify = json_body::parse(&call.body)?;
         check_id("anonymous_id", &input.anonymous_id)?;
         check_id("user_id", &input.user_id)?;
+        check_traits(&input.traits)?;
         let source = self.source(call);
         let event = EventRecord {
             project_id: source.project_id.to_owned(),

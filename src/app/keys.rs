@@ -5,7 +5,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{random, unavailable, Call, Gateway, Reply};
+use super::{random, unavailable, Call, Gateway, Ids, Reply};
 use crate::config::Config;
 use crate::core::api_key::{self, KeyRecord, KeyType};
 use crate::core::encoding::object_id;
@@ -51,6 +51,35 @@ impl NewKey {
         };
         NewKey { record, secret }
     }
+
+    /// This key as the request's operation makes it (SPEC §19): its id and secret derive from
+    /// the operation and the caller's credential ([`Ids`]), so the same operation executed again
+    /// makes the same key, which the store finds instead of writing a second one. Outside an
+    /// idempotent request both stay random.
+    pub fn of_operation(mut self, config: &Config, ids: &Ids) -> Self {
+        let secret = api_key::generate(self.record.key_type, &ids.secret("key"));
+        self.record.id = ids.next("key");
+        self.record.key_hash = api_key::hash(config.key_pepper.as_bytes(), &secret);
+        self.record.prefix = api_key::prefix(&secret).to_owned();
+        self.secret = secret;
+        self
+    }
+
+    /// The answer that shows the secret (this once): `stored` is the key as written, by this
+    /// execution or by an earlier one of the same operation. A key the operation made under
+    /// another pepper cannot be shown again.
+    pub fn shown(self, stored: &KeyRecord, now_ms: i64) -> Result<Value, ApiError> {
+        if stored.key_hash != self.record.key_hash {
+            return Err(ApiError::unprocessable(
+                "This request's key was made before a change of the gateway's secrets, and its \
+                 secret cannot be shown again; roll that key, or retry with a new Idempotency-Key.",
+            )
+            .with_detail("id", stored.id.as_str()));
+        }
+        let mut body = stored.view(now_ms);
+        body["key"] = Value::String(self.secret);
+        Ok(body)
+    }
 }
 
 #[derive(Deserialize)]
@@ -62,6 +91,12 @@ struct CreateKey {
     plan: Option<String>,
     rate_limit_per_minute: Option<u32>,
     expires_at: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateOwnerKey {
+    name: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -106,13 +141,28 @@ impl<P: Ports> Gateway<'_, P> {
             plan,
             input.rate_limit_per_minute,
             call.now_ms,
-        );
+        )
+        .of_operation(self.config, &call.ids);
         new.record.expires_at = expires_at;
         let stored = self.store.insert_key(&new.record).await.map_err(unavailable)?;
         // The caller's project exists; a missing one is a deleted project: its key is no longer valid.
-        let mut body = stored.ok_or_else(ApiError::invalid_api_key)?.view(call.now_ms);
-        body["key"] = Value::String(new.secret);
-        Ok(Reply::created(body))
+        let stored = stored.ok_or_else(ApiError::invalid_api_key)?;
+        Ok(Reply::created(new.shown(&stored, call.now_ms)?))
+    }
+
+    /// `POST /admin/v1/projects/{id}/owner-keys` (the operator, SPEC §19): a new owner key for the
+    /// project, on its plan, shown once — the way back into a project whose owner keys are lost.
+    pub(super) async fn create_owner_key(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let project_id = call.params[0];
+        let input: CreateOwnerKey = json_body::parse(&call.body)?;
+        let name = clean_name(input.name)?;
+        // The store puts the key on the project's plan.
+        let new = NewKey::generate(self.config, project_id, KeyType::Owner, name, "", None, call.now_ms)
+            .of_operation(self.config, &call.ids);
+        let Some(stored) = self.store.insert_key(&new.record).await.map_err(unavailable)? else {
+            return Err(ApiError::not_found("project").with_detail("id", project_id));
+        };
+        Ok(Reply::created(new.shown(&stored, call.now_ms)?))
     }
 
     pub(super) async fn list_keys(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
@@ -147,23 +197,27 @@ impl<P: Ports> Gateway<'_, P> {
                 .with_detail("field", "expires_at")
                 .with_detail("id", key_id));
         }
-        // An expiry must not leave the project without an owner key (as a revocation must not).
-        if matches!(changes.expires_at, Some(Some(_)))
-            && current.key_type == KeyType::Owner
-            && self.store.active_owner_keys(call.project_id(), call.now_ms).await.map_err(unavailable)? <= 1
-        {
-            return Err(ApiError::unprocessable(
-                "This is the project's last active owner key; create another owner key before giving it an expiry.",
-            )
-            .with_detail("field", "expires_at")
-            .with_detail("id", key_id));
-        }
         if changes.expires_at.is_some() && current.rolled_at.is_some() {
             return Err(ApiError::unprocessable(
                 "A rolled key is refused when its grace period ends; its expiry cannot be changed.",
             )
             .with_detail("field", "expires_at")
             .with_detail("id", key_id));
+        }
+        // An expiry must not leave the project without an owner key (as a revocation must not).
+        let last_owner = || {
+            ApiError::unprocessable(
+                "No other owner key of this project stays usable (without expiry, roll or revocation); \
+                 create another owner key before giving this one an expiry.",
+            )
+            .with_detail("field", "expires_at")
+            .with_detail("id", key_id)
+        };
+        if matches!(changes.expires_at, Some(Some(_)))
+            && current.key_type == KeyType::Owner
+            && self.store.lasting_owner_keys(call.project_id(), key_id).await.map_err(unavailable)? == 0
+        {
+            return Err(last_owner());
         }
         self.tell_guard(&changes.applied_to(current.clone()), &current, None).await?;
         let written = self.store.update_key(call.project_id(), key_id, &changes).await;
@@ -182,6 +236,11 @@ impl<P: Ports> Gateway<'_, P> {
                 self.reconcile(call, key_id).await;
                 Err(ApiError::unprocessable("A revoked key cannot be changed.").with_detail("id", key_id))
             }
+            Ok(KeyUpdate::LastOwnerKey) => {
+                // Another owner key lost its lastingness concurrently: nothing was written.
+                self.restore(&current, None).await;
+                Err(last_owner())
+            }
             Err(e) => {
                 self.reconcile(call, key_id).await;
                 Err(unavailable(e))
@@ -199,15 +258,18 @@ impl<P: Ports> Gateway<'_, P> {
             self.guard.apply(&current, None).await.map_err(unavailable)?;
             return Ok(Reply::ok(current.view(call.now_ms)));
         }
+        // SPEC §19: an owner key that still works goes only while another owner key stays usable
+        // (an expiring or rolled one does not count: it lapses).
         let last_owner = || {
             ApiError::unprocessable(
-                "This is the project's last active owner key; create another owner key before revoking it.",
+                "No other owner key of this project stays usable (without expiry, roll or revocation); \
+                 create another owner key before revoking this one.",
             )
             .with_detail("id", key_id)
         };
         if current.key_type == KeyType::Owner
             && current.refusal(call.now_ms).is_none()
-            && self.store.active_owner_keys(call.project_id(), call.now_ms).await.map_err(unavailable)? <= 1
+            && self.store.lasting_owner_keys(call.project_id(), key_id).await.map_err(unavailable)? == 0
         {
             return Err(last_owner());
         }
@@ -250,6 +312,23 @@ impl<P: Ports> Gateway<'_, P> {
             .with_detail("field", "grace_seconds"));
         }
         let current = self.existing_key(call, key_id).await?;
+        let mut new = NewKey::generate(
+            self.config,
+            call.project_id(),
+            current.key_type,
+            current.name.clone(),
+            &current.plan,
+            current.rate_limit_per_minute,
+            call.now_ms,
+        )
+        .of_operation(self.config, &call.ids);
+        if current.rolled_to.as_deref() == Some(new.record.id.as_str()) {
+            // SPEC §19: this operation rolled the key already (its answer was lost): the same
+            // replacement again, never a roll of the replacement. The guard holds the roll D1 holds.
+            let _ = self.guard.apply(&current, None).await;
+            let stored = self.existing_key(call, &new.record.id).await?;
+            return Ok(Reply::created(new.shown(&stored, call.now_ms)?));
+        }
         if let Some(reason) = current.refusal(call.now_ms) {
             return Err(ApiError::unprocessable(format!(
                 "A {} key cannot be rolled; create a new key instead.",
@@ -265,24 +344,11 @@ impl<P: Ports> Gateway<'_, P> {
             .with_detail("id", key_id)
             .with_detail("rolled_to", replacement.as_str()));
         }
-        let mut new = NewKey::generate(
-            self.config,
-            call.project_id(),
-            current.key_type,
-            current.name.clone(),
-            &current.plan,
-            current.rate_limit_per_minute,
-            call.now_ms,
-        );
         new.record.rolled_from = Some(current.id.clone());
         let rolled = current.rolled(&new.record.id, call.now_ms, grace as i64 * 1000);
         self.tell_guard(&rolled, &current, rolled.rolled_at).await?;
         match self.store.roll_key(&rolled, &new.record, call.now_ms).await {
-            Ok(Some((_, stored))) => {
-                let mut body = stored.view(call.now_ms);
-                body["key"] = Value::String(new.secret);
-                Ok(Reply::created(body))
-            }
+            Ok(Some((_, stored))) => Ok(Reply::created(new.shown(&stored, call.now_ms)?)),
             Ok(None) => {
                 // Revoked, rolled or deleted concurrently: this roll is taken back from the guard.
                 self.restore(&current, rolled.rolled_at).await;

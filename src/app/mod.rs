@@ -6,6 +6,7 @@
 mod after_response;
 mod audit;
 mod authentication;
+pub mod cron;
 pub mod ingest;
 pub mod outbox;
 mod pipeline;
@@ -16,11 +17,13 @@ pub use responses::failure;
 
 pub use audit::{move_legacy_audit_rows, roll_up, RollUpLimits};
 pub use dead_letters::{redrive, RedriveReport};
-pub use webhooks::{dispatch, retry, seal_plaintext_secrets, sweep, ManualRetry};
+pub use webhooks::{dispatch, reseal_secrets, retry, sweep, ManualRetry};
 #[cfg(test)]
 mod audit_load;
 mod dead_letters;
 mod keys;
+#[cfg(test)]
+mod lifecycle;
 mod projects;
 mod proxy;
 pub mod queues;
@@ -32,6 +35,7 @@ mod webhooks;
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -159,14 +163,53 @@ pub struct Call<'a> {
 /// they derive from its operation, so executing the same operation again (after a failure whose
 /// write landed, or a worker that died mid-way) names the same rows, and the stores find them
 /// instead of writing them twice.
+///
+/// The secrets such a request makes (a rolled key, a rotated webhook secret) derive from the
+/// operation too, keyed by the credential the caller authenticated with, so only a request that
+/// carries that credential makes them again and nothing stored derives them (SPEC §19,
+/// "Operations that run twice").
 pub struct Ids {
     seed: Option<[u8; 32]>,
     issued: std::cell::Cell<u32>,
+    /// HMAC-SHA256(credential, the operation's seed): the key of the operation's secrets.
+    secrets: Option<[u8; 32]>,
+    secrets_issued: std::cell::Cell<u32>,
 }
 
 impl Ids {
     pub fn new(seed: Option<[u8; 32]>) -> Self {
-        Ids { seed, issued: std::cell::Cell::new(0) }
+        Ids { seed, issued: std::cell::Cell::new(0), secrets: None, secrets_issued: std::cell::Cell::new(0) }
+    }
+
+    /// The ids of an operation (`seed`, none for a request without `Idempotency-Key`) and its
+    /// secrets, keyed by the caller's `credential` (its API key, or the admin token).
+    pub fn for_operation(seed: Option<[u8; 32]>, credential: Option<&str>) -> Self {
+        let secrets = seed.zip(credential).map(|(seed, credential)| {
+            let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(credential.as_bytes())
+                .expect("HMAC accepts any key length");
+            mac.update(OPERATION_SECRETS_INFO);
+            mac.update(&seed);
+            mac.finalize().into_bytes().into()
+        });
+        Ids { secrets, ..Ids::new(seed) }
+    }
+
+    /// The next secret's `N` random bytes for `kind` (`key`, `whsec`, …): derived from the
+    /// operation and the caller's credential, or fresh random bytes outside an operation.
+    pub fn secret<const N: usize>(&self, kind: &str) -> [u8; N] {
+        let Some(prk) = &self.secrets else {
+            return random();
+        };
+        let n = self.secrets_issued.get();
+        self.secrets_issued.set(n + 1);
+        let mut info = kind.as_bytes().to_vec();
+        info.extend_from_slice(&n.to_be_bytes());
+        let mut out = [0u8; N];
+        hkdf::Hkdf::<Sha256>::from_prk(prk)
+            .expect("a 32-byte PRK")
+            .expand(&info, &mut out)
+            .expect("a secret is far below HKDF's output limit");
+        out
     }
 
     /// The next id of `kind` (`con`, `msg`, `evt`, …).
@@ -197,6 +240,9 @@ impl Call<'_> {
         &self.key().project_id
     }
 }
+
+/// What keys the secrets of an operation apart from any other HMAC made with the same credential.
+const OPERATION_SECRETS_INFO: &[u8] = b"gatehouse/operation-secrets/v1\n";
 
 /// The pipeline over its ports: key guards, the D1 store, the response store, the event ledger,
 /// the events queue and the audit archive.

@@ -4,10 +4,16 @@
 //! other rows wait, waits too; the first waiting request to look again sends every waiting row (up
 //! to [`MAX_BATCH`]). Under load a send so leaves about every [`POLL_MS`] with the rows that
 //! gathered, not one per round trip of the previous send; a lone request sends at once, exactly as
-//! without the outbox. Each request still awaits its own row's
-//! send (its `wait_until` covers it) and gets that send's result, so a failed send falls back to the
-//! direct write for every row in it, as a single send did before: a row is never lost to batching,
-//! and the consumer's insert (once per `request_id`) keeps it one row.
+//! without the outbox. Each request still awaits its own row's send (its `wait_until` covers it)
+//! and gets that send's result, so a failed send falls back to the direct write for every row in
+//! it, and the consumer's insert (once per `request_id`) keeps a row sent twice one row.
+//!
+//! A send that never settles holds nothing (SPEC §19). The sender gives up after
+//! [`SEND_DEADLINE_MS`] (its rows fall back to the direct write). And since workerd may abandon a
+//! request's future without dropping it (when `waitUntil`'s time ends), a sender may never look
+//! again at all: a waiting request that has seen one send in flight for [`TAKEOVER_MS`] takes its
+//! rows back into the outbox, so the next send carries them — the abandoned sender's own row too.
+//! A sender that comes back after that finds its send taken over and leaves the rows alone.
 //!
 //! A waiting request looks again every [`POLL_MS`] on a timer of its own. It is never woken by the
 //! other request's send: workerd cancels a request whose promise waits only on another request's
@@ -16,6 +22,8 @@
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::rc::Rc;
+
+use futures_util::future::{select, Either};
 
 use crate::core::audit::AuditRow;
 use crate::ports::{AuditSink, PortError};
@@ -27,14 +35,53 @@ pub const MAX_BATCH: usize = 100;
 /// sees it; a longer one lets more rows gather for a send (each send costs CPU: under wrangler dev
 /// about half a millisecond, against ~0.1 ms for a request's timer).
 pub const POLL_MS: u64 = 25;
+/// How long a sender waits for the queue before its rows fall back to the direct write.
+pub const SEND_DEADLINE_MS: u64 = 5_000;
+/// How long a waiting request sees one send in flight before it takes that send's rows back: a
+/// sender alive gives up at [`SEND_DEADLINE_MS`], so one still in flight then was abandoned.
+pub const TAKEOVER_MS: u64 = 2 * SEND_DEADLINE_MS;
 
 type Slot = Rc<Cell<Option<Result<(), PortError>>>>;
+type Entry = (Vec<AuditRow>, Slot);
 
-/// The isolate's rows waiting for a send, shared by every request it serves.
+/// The isolate's rows waiting for a send, and the send in flight, shared by every request it serves.
 #[derive(Default)]
 pub struct Outbox {
-    pending: RefCell<Vec<(Vec<AuditRow>, Slot)>>,
-    sending: Cell<bool>,
+    pending: RefCell<Vec<Entry>>,
+    /// The send in flight: its number and its rows with their owners.
+    in_flight: RefCell<Option<(u64, Vec<Entry>)>>,
+    sends: Cell<u64>,
+}
+
+impl Outbox {
+    /// Whether a send is in flight.
+    pub fn is_sending(&self) -> bool {
+        self.in_flight.borrow().is_some()
+    }
+
+    /// The number of the send in flight, if any.
+    fn in_flight(&self) -> Option<u64> {
+        self.in_flight.borrow().as_ref().map(|(n, _)| *n)
+    }
+
+    /// Ends send `number` with `result` for its rows' owners, unless it was taken over.
+    fn settle(&self, number: u64, result: Result<(), PortError>) {
+        let mut in_flight = self.in_flight.borrow_mut();
+        if in_flight.as_ref().is_some_and(|(n, _)| *n == number) {
+            for (_, slot) in in_flight.take().expect("checked").1 {
+                slot.set(Some(result.clone()));
+            }
+        }
+    }
+
+    /// Puts the rows of send `number` back at the front of the waiting rows.
+    fn take_over(&self, number: u64) {
+        let mut in_flight = self.in_flight.borrow_mut();
+        if in_flight.as_ref().is_some_and(|(n, _)| *n == number) {
+            let entries = in_flight.take().expect("checked").1;
+            self.pending.borrow_mut().splice(0..0, entries);
+        }
+    }
 }
 
 /// A timer of the request's own (the runtime's `setTimeout` in the worker).
@@ -58,19 +105,36 @@ impl<A: AuditSink, T: Pause> AuditSink for Coalesced<A, T> {
             pending.push((rows.to_vec(), mine.clone()));
             pending.len() > 1
         };
+        // The send in flight this request has been waiting on, and for how long.
+        let mut watched: Option<(u64, u64)> = None;
         loop {
             if let Some(result) = mine.take() {
                 return result;
             }
-            if outbox.sending.get() || joined {
+            if let Some(number) = outbox.in_flight() {
+                let waited = match watched {
+                    Some((n, waited)) if n == number => waited,
+                    _ => 0,
+                };
+                if waited >= TAKEOVER_MS {
+                    outbox.take_over(number);
+                    watched = None;
+                    continue;
+                }
+                watched = Some((number, waited + POLL_MS));
+                self.timer.pause(POLL_MS).await;
+                continue;
+            }
+            if joined {
                 joined = false;
                 self.timer.pause(POLL_MS).await;
                 continue;
             }
             // This request sends: its own rows first, then whoever else is waiting.
-            outbox.sending.set(true);
+            let number = outbox.sends.get() + 1;
+            outbox.sends.set(number);
             let mut batch = Vec::new();
-            let mut owners = Vec::new();
+            let mut entries = Vec::new();
             {
                 let mut pending = outbox.pending.borrow_mut();
                 let own = pending.iter().position(|(_, slot)| Rc::ptr_eq(slot, &mine));
@@ -82,13 +146,20 @@ impl<A: AuditSink, T: Pause> AuditSink for Coalesced<A, T> {
                     if !batch.is_empty() && batch.len() + rows.len() > MAX_BATCH {
                         break;
                     }
-                    let (rows, slot) = pending.remove(0);
-                    batch.extend(rows);
-                    owners.push(slot);
+                    let entry = pending.remove(0);
+                    batch.extend(entry.0.iter().cloned());
+                    entries.push(entry);
                 }
             }
-            let sending = Sending { outbox, owners };
-            sending.finish(self.inner.record(&batch).await);
+            *outbox.in_flight.borrow_mut() = Some((number, entries));
+            let sending = Sending { outbox, number };
+            let send = std::pin::pin!(self.inner.record(&batch));
+            let deadline = std::pin::pin!(self.timer.pause(SEND_DEADLINE_MS));
+            let result = match select(send, deadline).await {
+                Either::Left((result, _)) => result,
+                Either::Right(_) => Err(PortError(format!("audit send took over {SEND_DEADLINE_MS} ms"))),
+            };
+            sending.finish(result);
         }
     }
 }
@@ -97,23 +168,18 @@ impl<A: AuditSink, T: Pause> AuditSink for Coalesced<A, T> {
 /// failed, so they write directly; the insert once per `request_id` makes a row sent anyway one row.
 struct Sending<'a> {
     outbox: &'a Outbox,
-    owners: Vec<Slot>,
+    number: u64,
 }
 
 impl Sending<'_> {
-    fn finish(mut self, result: Result<(), PortError>) {
-        for slot in self.owners.drain(..) {
-            slot.set(Some(result.clone()));
-        }
+    fn finish(self, result: Result<(), PortError>) {
+        self.outbox.settle(self.number, result);
     }
 }
 
 impl Drop for Sending<'_> {
     fn drop(&mut self) {
-        for slot in self.owners.drain(..) {
-            slot.set(Some(Err(PortError("audit send abandoned".into()))));
-        }
-        self.outbox.sending.set(false);
+        self.outbox.settle(self.number, Err(PortError("audit send abandoned".into())));
     }
 }
 
@@ -216,9 +282,62 @@ mod tests {
         let rows = [row("a")];
         let mut first = Box::pin(sink.record(&rows));
         assert!(first.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
-        assert!(sink.outbox.sending.get());
+        assert!(sink.outbox.is_sending());
         drop(first);
-        assert!(!sink.outbox.sending.get());
+        assert!(!sink.outbox.is_sending());
         assert_eq!(record_all(&sink, &["b"]), vec![Ok(())]);
+    }
+
+    /// A queue whose first send never settles (SPEC §19's hang), then answers.
+    #[derive(Default)]
+    struct HangingQueue {
+        calls: Cell<usize>,
+        sent: RefCell<Vec<String>>,
+    }
+
+    impl AuditSink for HangingQueue {
+        async fn record(&self, rows: &[AuditRow]) -> Result<(), PortError> {
+            self.calls.set(self.calls.get() + 1);
+            if self.calls.get() == 1 {
+                std::future::pending::<()>().await;
+            }
+            self.sent.borrow_mut().extend(rows.iter().map(|r| r.request_id.clone()));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_send_that_hangs_times_out_and_its_rows_fall_back() {
+        let sink = Coalesced { outbox: Rc::default(), inner: HangingQueue::default(), timer: Yield };
+        let rows = [row("a")];
+        let result = pollster::block_on(sink.record(&rows));
+        assert!(result.unwrap_err().0.contains("took over"), "the hung send gives up");
+        assert!(!sink.outbox.is_sending());
+        assert_eq!(pollster::block_on(sink.record(&[row("b")])), Ok(()));
+        assert_eq!(*sink.inner.sent.borrow(), ["b"]);
+    }
+
+    /// workerd abandons a request's future without dropping it: the sender is never polled again,
+    /// its deadline never fires. The next requests take its rows over and send them, once.
+    #[test]
+    fn rows_of_a_sender_abandoned_without_drop_are_taken_over_and_sent() {
+        let sink = Coalesced { outbox: Rc::default(), inner: HangingQueue::default(), timer: Yield };
+        let rows = [row("a")];
+        let mut abandoned = Box::pin(sink.record(&rows));
+        assert!(abandoned.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
+        assert!(sink.outbox.is_sending());
+        // Never polled again, never dropped (until the end of the test).
+        let sink = &sink;
+        let results =
+            pollster::block_on(join_all(["b", "c"].map(|id| async move { sink.record(&[row(id)]).await })));
+        assert_eq!(results, vec![Ok(()), Ok(())]);
+        let mut sent = sink.inner.sent.borrow().clone();
+        sent.sort();
+        assert_eq!(sent, ["a", "b", "c"], "the abandoned row is sent by the others, once");
+        assert!(!sink.outbox.is_sending());
+        assert_eq!(pollster::block_on(sink.record(&[row("d")])), Ok(()));
+        // Dropped at last: it was taken over, so it settles nothing and frees nothing twice.
+        drop(abandoned);
+        assert_eq!(sink.inner.sent.borrow().len(), 4);
     }
 }

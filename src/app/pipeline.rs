@@ -5,18 +5,18 @@ use serde_json::{json, Value};
 
 use super::responses::{preflight, respond, CORS_HEADERS};
 use super::{random, unavailable, ApiRequest, ApiResponse, Call, Gateway, Ids, Reply, Settlement};
-use crate::core::api_key::KeyRecord;
+use crate::core::api_key::{bearer_token, KeyRecord};
 use crate::core::audit::{clip_user_agent, redacted_path, AuditRow};
 use crate::core::body::CappedBody;
 use crate::core::encoding::uuid_v7;
 use crate::core::error::{ApiError, ErrorCode};
 use crate::core::idempotency::{self, ClaimDecision, KeptResponse, StoredResponse};
 use crate::core::rate_limit::Usage;
-use crate::core::route::{cors_path, match_route, Miss, Route, RouteId};
-use crate::core::sealing::SealingKey;
+use crate::core::route::{cors_path, match_route, Access, Miss, Route, RouteId};
+use crate::core::sealing::Keyring;
 use crate::core::time::rfc3339;
 use crate::core::upstream::match_upstream;
-use crate::ports::{ClaimRequest, KeyGuard, Ports, RequestBody, ResponseStore};
+use crate::ports::{ClaimRequest, KeyGuard, Ports, RequestBody, ResponseStore, OPERATOR_GUARD};
 
 /// What the pipeline answers before it becomes an [`ApiResponse`].
 pub(super) enum Answer {
@@ -46,7 +46,7 @@ pub(super) struct Caller {
     pub(super) key_hash: Option<String>,
     pub(super) usage: Option<Usage>,
     pub(super) claim: Option<ClaimDecision>,
-    pub(super) sealing: Option<SealingKey>,
+    pub(super) sealing: Option<Keyring>,
 }
 
 /// What `serve` hands back: the answer, the usage for the rate headers, and the claim this
@@ -55,7 +55,7 @@ pub(super) struct Served {
     pub(super) usage: Option<Usage>,
     pub(super) answer: Result<Answer, ApiError>,
     pub(super) taken_claim: Option<(String, String, ClaimRequest)>,
-    pub(super) sealing: Option<SealingKey>,
+    pub(super) sealing: Option<Keyring>,
 }
 
 impl Served {
@@ -140,8 +140,13 @@ impl<P: Ports> Gateway<'_, P> {
                         }
                     };
                     // Sealed before it leaves the worker: neither the guard nor KV sees it in clear.
-                    let kept =
-                        KeptResponse::seal(&sealing, &api_key_id, &claim.idempotency_key, &stored, random());
+                    let kept = KeptResponse::seal_to_keep(
+                        &sealing,
+                        &api_key_id,
+                        &claim.idempotency_key,
+                        &stored,
+                        random(),
+                    );
                     Settlement::Complete { key_hash, api_key_id, claim, response: kept }
                 }
                 _ => Settlement::Release { key_hash, claim },
@@ -204,37 +209,49 @@ impl<P: Ports> Gateway<'_, P> {
             idempotency_key: key,
             request_id: request_id.to_owned(),
         });
-        let caller = match self.authenticate(credentials, client_ip, claim.as_ref(), req.now_ms, trace).await
-        {
-            Ok(caller) => caller,
-            Err((usage, e)) => {
-                // A claim the guard may have taken is released after the 503, so the client's
-                // retry is not refused as IN_USE for the lease (the API key id is unknown: only a
-                // release can follow).
-                let lost = trace.unanswered_guard.take().zip(claim).map(|(hash, c)| (hash, String::new(), c));
-                return Served { usage, answer: Err(e), taken_claim: lost, sealing: None };
-            }
-        };
+        let mut caller =
+            match self.authenticate(credentials, client_ip, claim.as_ref(), req.now_ms, trace).await {
+                Ok(caller) => caller,
+                Err((usage, e)) => {
+                    // A claim the guard may have taken is released after the 503, so the client's
+                    // retry is not refused as IN_USE for the lease (the API key id is unknown: only a
+                    // release can follow).
+                    let lost =
+                        trace.unanswered_guard.take().zip(claim).map(|(hash, c)| (hash, String::new(), c));
+                    return Served { usage, answer: Err(e), taken_claim: lost, sealing: None };
+                }
+            };
         let usage = caller.usage;
         if let Err(e) = idempotency_key {
             return Served::early(usage, e);
         }
+        if let (Access::Admin, Some(c)) = (route.access, &claim) {
+            caller = match self.operator_claim(c).await {
+                Ok(caller) => caller,
+                Err(e) => {
+                    // As for a key's guard: a claim it may have taken is released after the 503.
+                    let lost = claim.map(|c| (OPERATOR_GUARD.to_owned(), String::new(), c));
+                    return Served { usage, answer: Err(e), taken_claim: lost, sealing: None };
+                }
+            };
+        }
         let mut taken_claim = None;
         let mut operation = None;
+        // Whose claim it is: the API key, or the operator (admin routes).
+        let principal = caller.key.as_ref().map_or(OPERATOR_GUARD, |k| k.id.as_str()).to_owned();
         match (&caller.claim, claim) {
             (Some(ClaimDecision::Replay { response }), Some(claim)) => {
-                let key = caller.key.as_ref().expect("claims need a key");
-                let key_hash = caller.key_hash.as_deref().expect("claims need a key");
+                let key_hash = caller.key_hash.as_deref().expect("claims have a guard");
                 let sealing = caller.sealing.as_ref().expect("claims have a sealing key");
-                let answer =
-                    self.replay(&key.id, key_hash, sealing, response.clone(), &claim.idempotency_key).await;
+                let answer = self
+                    .replay(&principal, key_hash, sealing, response.clone(), &claim.idempotency_key)
+                    .await;
                 return Served { usage, answer, taken_claim: None, sealing: None };
             }
             (Some(ClaimDecision::Execute { operation: op }), Some(claim)) => {
-                let key = caller.key.as_ref().expect("claims need a key");
-                let key_hash = caller.key_hash.clone().expect("claims need a key");
-                operation = Some(idempotency::operation_seed(&key.id, &claim.idempotency_key, op));
-                taken_claim = Some((key_hash, key.id.clone(), claim));
+                let key_hash = caller.key_hash.clone().expect("claims have a guard");
+                operation = Some(idempotency::operation_seed(&principal, &claim.idempotency_key, op));
+                taken_claim = Some((key_hash, principal, claim));
             }
             (Some(decision), _) => {
                 if let Some(e) = idempotency::refusal(decision) {
@@ -251,7 +268,8 @@ impl<P: Ports> Gateway<'_, P> {
             query: &req.query,
             body,
             now_ms: req.now_ms,
-            ids: Ids::new(operation),
+            // An operation's secrets are keyed by the credential its requests carry (SPEC §19).
+            ids: Ids::for_operation(operation, req.authorization.as_deref().and_then(bearer_token)),
             idempotency_key: trace.idempotency_key.clone(),
         };
         let answer = match upstream {
@@ -266,6 +284,19 @@ impl<P: Ports> Gateway<'_, P> {
         Served { usage, answer, taken_claim, sealing: caller.sealing }
     }
 
+    /// The operator's claim (SPEC §19: admin creates honour `Idempotency-Key`), in the operator's
+    /// guard; its response is sealed under the admin token, which only the operator's requests carry.
+    async fn operator_claim(&self, claim: &ClaimRequest) -> Result<Caller, ApiError> {
+        let decision = self.guard.take_claim(OPERATOR_GUARD, claim).await.map_err(unavailable)?;
+        Ok(Caller {
+            key: None,
+            key_hash: Some(OPERATOR_GUARD.to_owned()),
+            usage: None,
+            claim: Some(decision),
+            sealing: Some(self.config.response_keys(&self.config.admin_token)),
+        })
+    }
+
     /// The stored response of a completed key: inline from the guard while the response store may
     /// not show it yet, then from the store, and from the guard's own copy when the store misses.
     /// Each copy is opened with the caller's sealing key; one that does not open (changed at rest)
@@ -274,7 +305,7 @@ impl<P: Ports> Gateway<'_, P> {
         &self,
         api_key_id: &str,
         key_hash: &str,
-        sealing: &SealingKey,
+        sealing: &Keyring,
         held: Option<KeptResponse>,
         idempotency_key: &str,
     ) -> Result<Answer, ApiError> {
@@ -294,7 +325,7 @@ impl<P: Ports> Gateway<'_, P> {
         &self,
         api_key_id: &str,
         key_hash: &str,
-        sealing: &SealingKey,
+        sealing: &Keyring,
         held: Option<KeptResponse>,
         idempotency_key: &str,
     ) -> Result<Answer, ApiError> {
@@ -325,6 +356,7 @@ impl<P: Ports> Gateway<'_, P> {
             }
             RouteId::CreateProject => self.create_project(call).await,
             RouteId::UpdateProject => self.update_project(call).await,
+            RouteId::CreateOwnerKey => self.create_owner_key(call).await,
             RouteId::Me => Ok(Reply::ok(me(call))),
             RouteId::CreateKey => self.create_key(call).await,
             RouteId::ListKeys => self.list_keys(call).await,

@@ -93,12 +93,20 @@ impl<P: Ports> Gateway<'_, P> {
         }
     }
 
-    /// `POST /admin/v1/projects/{project_id}/events` `{type, data}` (ORIGIN_SECRET): one delivery
-    /// per matching active subscription, through the webhook engine. With an `Idempotency-Key`
-    /// the event id derives from it, so a retried call writes no second delivery, and the key
-    /// with another body is 409 `IDEMPOTENCY_KEY_REUSED`.
+    /// `POST /admin/v1/projects/{project_id}/events` `{type, data}` (EVENTS_SECRET, for the
+    /// projects of `EVENTS_PROJECTS` if set): one delivery per matching active subscription,
+    /// through the webhook engine. With an `Idempotency-Key` the event id derives from it, so a
+    /// retried call writes no second delivery, and the key with another body is 409
+    /// `IDEMPOTENCY_KEY_REUSED`.
     pub(super) async fn origin_event(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let project_id = call.params[0];
+        if let Some(allowed) = &self.config.events_projects {
+            if !allowed.iter().any(|p| p == project_id) {
+                return Err(ApiError::forbidden(
+                    "EVENTS_SECRET may not send events to this project (EVENTS_PROJECTS).",
+                ));
+            }
+        }
         let input: OriginEventInput = json_body::parse(&call.body)?;
         if !is_event_type(&input.event_type) {
             return Err(ApiError::unprocessable("type must be 1–64 characters of a-z, 0-9, _ and .")

@@ -201,16 +201,19 @@ pub enum AuditPath {
 /// Sends the row to the audit queue; when that fails, inserts it in D1 directly (SPEC §12.1). A
 /// send that failed but landed anyway is harmless: the row is kept once per `request_id`. An
 /// error means both failed and the row is lost (the log line says which request).
-pub async fn record_audit_row<Q: AuditSink, S: AuditStore>(
+pub async fn record_audit_row<Q: AuditSink, S: AuditStore, F: Future<Output = ()>>(
     queue: &Q,
     store: &S,
     row: AuditRow,
+    pause: &impl Fn(u64) -> F,
 ) -> Result<AuditPath, PortError> {
     let sent = queue.record(std::slice::from_ref(&row)).await;
     let Err(send_error) = sent else {
         return Ok(AuditPath::Queued);
     };
-    match store.insert_audit_rows(&[row]).await {
+    // The direct write is retried like a notice: a row is lost only when every try failed.
+    let rows = std::slice::from_ref(&row);
+    match super::after_response::retrying(pause, || store.insert_audit_rows(rows)).await {
         Ok(()) => Ok(AuditPath::Direct),
         Err(e) => Err(PortError(format!("audit queue: {send_error}; D1: {e}"))),
     }
@@ -661,14 +664,20 @@ mod tests {
         let store = FakeStore::new(Rc::new(Faults::new(4, 0.0)));
         let row = AuditRow::new("r1".into(), 1, "GET".into(), "/".into());
         let ok = Queue(false, RefCell::default());
-        assert_eq!(complete(record_audit_row(&ok, &store, row.clone())), Ok(AuditPath::Queued));
+        assert_eq!(
+            complete(record_audit_row(&ok, &store, row.clone(), &|_| async {})),
+            Ok(AuditPath::Queued)
+        );
         assert!(store.audit.rows.borrow().is_empty());
         let landed_anyway = Queue(true, RefCell::default());
-        assert_eq!(complete(record_audit_row(&landed_anyway, &store, row.clone())), Ok(AuditPath::Direct));
+        assert_eq!(
+            complete(record_audit_row(&landed_anyway, &store, row.clone(), &|_| async {})),
+            Ok(AuditPath::Direct)
+        );
         complete(store.insert_audit_rows(&landed_anyway.1.borrow())).unwrap();
         assert_eq!(store.audit.rows.borrow().len(), 1);
         let down = FakeStore::new(Rc::new(Faults::new(5, 1.0)));
-        assert!(complete(record_audit_row(&landed_anyway, &down, row))
+        assert!(complete(record_audit_row(&landed_anyway, &down, row, &|_| async {}))
             .unwrap_err()
             .0
             .contains("audit queue"));

@@ -12,7 +12,7 @@ use crate::config::Config;
 use crate::core::error::ApiError;
 use crate::core::json_body;
 use crate::core::page::{Cursor, PageRequest};
-use crate::core::sealing::SealingKey;
+use crate::core::sealing::Keyring;
 use crate::core::time;
 use crate::core::webhook::{
     self, check_events, check_url, judge, target_refusal, Attempt, Delivery, ReceiverOutcome, StoredSecret,
@@ -20,6 +20,8 @@ use crate::core::webhook::{
 };
 use crate::ports::{DeliveryQueue, PortError, Ports, WebhookClient, WebhookStore};
 
+/// Reads of a subscription whose secret another rotation changed in between, before a 503.
+const ROTATION_ATTEMPTS: usize = 3;
 /// How long one attempt holds its delivery beyond the timeout, so a crashed attempt is retried.
 const HOLD_SLACK_MS: i64 = 30_000;
 /// The sweep re-enqueues deliveries this overdue: a queued message normally arrives first.
@@ -100,6 +102,12 @@ impl<P: Ports> Gateway<'_, P> {
 
     /// Rotates the signing secret (SPEC §17): the new one is answered once; every attempt signs
     /// with both, new first, until the grace ends, then with the new one only.
+    ///
+    /// The new secret derives from the request's operation (SPEC §19): when this operation rotated
+    /// the secret already (a write that landed but was never answered), the same secret is
+    /// answered again and nothing changes, so the secret from before the rotation stays the
+    /// previous one. The write replaces only the secret it read, so a rotation never drops one
+    /// it did not see.
     pub(super) async fn rotate_webhook_secret(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let id = call.params[0];
         let input: RotateSecret = json_body::parse(&call.body)?;
@@ -112,15 +120,27 @@ impl<P: Ports> Gateway<'_, P> {
             .with_detail("field", "grace_seconds"));
         }
         let key = secrets_key(self.config);
-        let secret = webhook::new_secret(&random());
+        let secret = webhook::new_secret(&call.ids.secret("whsec"));
         let sealed = StoredSecret::seal(&key, id, &secret, random());
         let until = call.now_ms + grace as i64 * 1000;
-        let Some(hook) =
-            self.store.rotate_secret(call.project_id(), id, &sealed, until).await.map_err(unavailable)?
-        else {
-            return Err(ApiError::not_found("webhook").with_detail("id", id));
-        };
-        Ok(Reply::ok(hook.view(Some(&secret), call.now_ms)))
+        for _ in 0..ROTATION_ATTEMPTS {
+            let Some(hook) = self.store.webhook(call.project_id(), id).await.map_err(unavailable)? else {
+                return Err(ApiError::not_found("webhook").with_detail("id", id));
+            };
+            if hook.secret.open(&key, id).as_deref() == Some(secret.as_str()) {
+                return Ok(Reply::ok(hook.view(Some(&secret), call.now_ms)));
+            }
+            let rotated = self
+                .store
+                .rotate_secret(call.project_id(), id, &sealed, until, &hook.secret)
+                .await
+                .map_err(unavailable)?;
+            if let Some(hook) = rotated {
+                return Ok(Reply::ok(hook.view(Some(&secret), call.now_ms)));
+            }
+            // Deleted, or rotated by another request since it was read: read it again.
+        }
+        Err(ApiError::unavailable("the subscription's secret kept changing during the rotation"))
     }
 
     /// `PATCH /public/v1/webhooks/{id}` `{status:"active"}`: re-enables a subscription disabled by
@@ -259,7 +279,8 @@ pub async fn dispatch<S: WebhookStore, Q: DeliveryQueue, C: WebhookClient>(
 ) -> Result<(), PortError> {
     let started = now_ms();
     let hold = started + config.webhook_timeout_ms as i64 + HOLD_SLACK_MS;
-    let Some((delivery, hook)) = store.take_delivery(delivery_id, started, hold).await? else {
+    let max_attempts = config.webhook_retry_schedule.len() as u32 + 1;
+    let Some((delivery, hook)) = store.take_delivery(delivery_id, started, hold, max_attempts).await? else {
         return Ok(());
     };
     let attempt_no = delivery.attempts;
@@ -340,24 +361,35 @@ pub async fn sweep<S: WebhookStore, Q: DeliveryQueue>(
     Ok(ids.len())
 }
 
-/// The key webhook signing secrets are sealed under in D1 (SPEC §13).
-fn secrets_key(config: &Config) -> SealingKey {
-    SealingKey::for_webhook_secrets(config.key_pepper.as_bytes())
+/// The keys webhook signing secrets are sealed under in D1 (SPEC §13, §19).
+fn secrets_key(config: &Config) -> Keyring {
+    config.webhook_secrets_keys()
 }
 
-/// Subscriptions whose secret one cron run seals, at most.
+/// Subscriptions whose secret one cron run re-seals, at most.
 const SEAL_BATCH: usize = 100;
 
-/// The minute cron, after the upgrade to sealed secrets: seals the secrets that rows written
-/// before it hold in plaintext, a batch per run. A row changes only if it still holds that
-/// plaintext; until it is sealed, its plaintext secret signs as before. Answers how many it sealed.
-pub async fn seal_plaintext_secrets<S: WebhookStore>(store: &S, config: &Config) -> Result<usize, PortError> {
+/// The minute cron: seals, under the current `WEBHOOK_SECRETS_KEY`, the secrets that rows hold in
+/// plaintext (written before sealing), in the `v1` format (under a pepper-derived key) or under
+/// a previous key, a batch per run. A row changes only if it still holds what was read; until
+/// then, its secret signs as before. A secret no configured key opens is left as it is (logged by
+/// the caller through the count). Answers (re-sealed, left unopened).
+pub async fn reseal_secrets<S: WebhookStore>(
+    store: &S,
+    config: &Config,
+) -> Result<(usize, usize), PortError> {
     let key = secrets_key(config);
-    let plaintext = store.plaintext_secrets(SEAL_BATCH).await?;
-    for (id, secret) in &plaintext {
-        store.seal_secret(id, secret, &StoredSecret::seal(&key, id, secret, random())).await?;
+    let stale = store.secrets_to_reseal(&key.current_prefix(), SEAL_BATCH).await?;
+    let mut unopened = 0;
+    for (id, stored) in &stale {
+        match stored.open(&key, id) {
+            Some(secret) => {
+                store.reseal_secret(id, stored, &StoredSecret::seal(&key, id, &secret, random())).await?
+            }
+            None => unopened += 1,
+        }
     }
-    Ok(plaintext.len())
+    Ok((stale.len() - unopened, unopened))
 }
 
 #[cfg(test)]
@@ -387,6 +419,7 @@ mod tests {
     fn config() -> Config {
         Config::from_lookup(|name| match name {
             "KEY_PEPPER" | "ADMIN_TOKEN" => Some("0123456789abcdef0123".into()),
+            "WEBHOOK_SECRETS_KEY" => Some("webhook-secrets-key-0123".into()),
             _ => None,
         })
         .expect("the default configuration")
@@ -796,14 +829,47 @@ mod tests {
         finish(Box::pin(dispatch(&w.store, &w.queue, &client, &w.config, "dlv_1", now, 0.0))).unwrap();
         assert!(verifies(&client, 1, T0));
 
-        assert_eq!(complete(seal_plaintext_secrets(&w.store, &w.config)), Ok(1));
+        assert_eq!(complete(reseal_secrets(&w.store, &w.config)), Ok((1, 0)));
         let stored = w.store.webhooks.borrow().webhooks["wh_0"].secret.clone();
         assert!(matches!(stored, StoredSecret::Sealed(_)) && !stored.as_column().contains("whsec_"));
         assert_eq!(stored.open(&secrets_key(&w.config), "wh_0"), Some(plaintext));
-        assert_eq!(complete(seal_plaintext_secrets(&w.store, &w.config)), Ok(0));
+        assert_eq!(complete(reseal_secrets(&w.store, &w.config)), Ok((0, 0)));
         finish(Box::pin(dispatch(&w.store, &w.queue, &client, &w.config, "dlv_2", now, 0.0))).unwrap();
         assert!(verifies(&client, 2, T0));
         assert_eq!(status_of(&w, "dlv_2").0, "delivered");
+    }
+
+    /// SPEC §19: secrets sealed under the pepper (`v1`) or a previous `WEBHOOK_SECRETS_KEY` keep
+    /// signing, and the cron re-seals them under the current key; a pepper alone opens none after.
+    #[test]
+    fn the_cron_reseals_v1_and_previous_key_secrets_under_the_current_key_and_they_still_sign() {
+        let w = quiet_world(2);
+        let stored = |id: &str| w.store.webhooks.borrow().webhooks[id].secret.clone();
+        let plaintext = stored("wh_0").open(&secrets_key(&w.config), "wh_0").unwrap();
+        // wh_0 sealed under the WEBHOOK_SECRETS_KEY before a rotation.
+        let older = Keyring::for_webhook_secrets(&["an-older-webhook-key-0123"], &[]);
+        let previous = StoredSecret::seal(&older, "wh_0", &plaintext, random());
+        w.store.webhooks.borrow_mut().webhooks.get_mut("wh_0").unwrap().secret = previous.clone();
+        let mut config = w.config.clone();
+        config.webhook_secrets_key_previous = Some("an-older-webhook-key-0123".into());
+        assert_eq!(previous.open(&secrets_key(&config), "wh_0"), Some(plaintext.clone()));
+        assert_eq!(previous.open(&secrets_key(&w.config), "wh_0"), None, "without the previous key");
+        let client = scripted(&w, vec![answered(200), answered(200)]);
+        let now = || T0;
+        finish(Box::pin(dispatch(&w.store, &w.queue, &client, &config, "dlv_0", now, 0.0))).unwrap();
+        assert!(verifies(&client, 0, T0), "a secret under the previous key signs");
+
+        assert_eq!(complete(reseal_secrets(&w.store, &config)), Ok((1, 0)));
+        let resealed = stored("wh_0");
+        assert!(resealed.as_column().starts_with(&secrets_key(&config).current_prefix()));
+        assert_eq!(
+            resealed.open(&secrets_key(&w.config), "wh_0"),
+            Some(plaintext),
+            "the current key alone opens it"
+        );
+        assert_eq!(complete(reseal_secrets(&w.store, &config)), Ok((0, 0)));
+        finish(Box::pin(dispatch(&w.store, &w.queue, &client, &w.config, "dlv_1", now, 0.0))).unwrap();
+        assert!(verifies(&client, 1, T0));
     }
 
     #[test]
@@ -935,6 +1001,32 @@ mod tests {
         assert_eq!(t.deliveries["dlv_0"].delivery.status, "pending");
     }
 
+    /// SPEC §19: when the schedule's last attempt was interrupted, the next take writes it down and
+    /// fails the delivery; no attempt past the last one is sent (main sent a 7th POST).
+    #[test]
+    fn an_interrupted_last_attempt_fails_the_delivery_and_sends_nothing_more() {
+        let w = quiet_world(1);
+        let last = w.config.webhook_retry_schedule.len() as u32 + 1;
+        w.store.webhooks.borrow_mut().deliveries.get_mut("dlv_0").unwrap().delivery.attempts = last - 1;
+        let client = scripted(&w, vec![answered(500), answered(204)]);
+        let mut stopped = Box::pin(dispatch(&w.store, &w.queue, &client, &w.config, "dlv_0", || T0, 0.0));
+        until_posted(&mut stopped, &client);
+        drop(stopped); // the isolate is gone during the last attempt
+        let later = T0 + w.config.webhook_timeout_ms as i64 + HOLD_SLACK_MS + 1;
+        assert_eq!(complete(sweep(&w.store, &w.queue, later)), Ok(1));
+        let message = w.queue.receive(0).expect("the sweep queued it");
+        let next = dispatch(&w.store, &w.queue, &client, &w.config, &message.delivery_id, || later, 0.0);
+        assert_eq!(complete(next), Ok(()));
+        assert_eq!(client.posts.get(), 1, "no POST after the last attempt");
+        let t = w.store.webhooks.borrow();
+        let attempts = t.attempts_of("dlv_0");
+        assert_eq!(
+            (attempts.len(), attempts[0].attempt, attempts[0].error.as_deref()),
+            (1, last, Some(INTERRUPTED_ATTEMPT))
+        );
+        assert_eq!(t.deliveries["dlv_0"].delivery.status, "failed");
+    }
+
     #[test]
     fn a_record_that_fails_is_tried_again_and_the_attempt_is_kept() {
         // Seeds where the first record fails and a later try lands: the attempt row exists once.
@@ -1036,7 +1128,9 @@ mod tests {
         let key = secrets_key(&w.config);
         let new_key = [42u8; 24];
         let sealed = StoredSecret::seal(&key, "wh_0", &webhook::new_secret(&new_key), [3; 12]);
-        let rotated = complete(w.store.rotate_secret(PROJECT, "wh_0", &sealed, T0 + 1_000)).unwrap().unwrap();
+        let current = hook("wh_0").secret;
+        let rotated =
+            complete(w.store.rotate_secret(PROJECT, "wh_0", &sealed, T0 + 1_000, &current)).unwrap().unwrap();
         assert_eq!(rotated.previous_secret_until(T0), Some(T0 + 1_000));
         let client = scripted(&w, vec![answered(200), answered(200)]);
         finish(Box::pin(dispatch(&w.store, &w.queue, &client, &w.config, "dlv_0", || T0 + 999, 0.0)))

@@ -9,8 +9,12 @@
 //!
 //! Each list holds at most [`MEMORY_ENTRIES`] entries; when full, expired entries go first, then
 //! the one that expires soonest. Pure: the caller passes `now_ms`.
+//!
+//! An address is limited as its [`address_group`]: an IPv4 address by itself, an IPv6 address by
+//! its /64 (SPEC §19: one client holds a whole /64 and can rotate inside it at will).
 
 use std::collections::HashMap;
+use std::net::{IpAddr, Ipv6Addr};
 
 /// How long a key hash its guard did not know is answered as unknown without asking again.
 pub const UNKNOWN_KEY_TTL_MS: i64 = 60_000;
@@ -18,6 +22,24 @@ pub const UNKNOWN_KEY_TTL_MS: i64 = 60_000;
 pub const RECENT_KEY_TTL_MS: i64 = 600_000;
 /// The most entries each list keeps (a few hundred KiB of the isolate's memory at most).
 pub const MEMORY_ENTRIES: usize = 10_000;
+
+/// What the failed-authentication limit counts for a client address: an IPv4 address itself
+/// (also written IPv4-mapped, `::ffff:a.b.c.d`), the /64 prefix of an IPv6 address
+/// (`2001:db8:1:2::/64`), each in one canonical spelling. Text that is no address stays as it is.
+pub fn address_group(address: &str) -> String {
+    let address = address.trim();
+    match address.parse::<IpAddr>() {
+        Ok(IpAddr::V4(v4)) => v4.to_string(),
+        Ok(IpAddr::V6(v6)) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let [a, b, c, d, ..] = v6.segments();
+                format!("{}/64", Ipv6Addr::new(a, b, c, d, 0, 0, 0, 0))
+            }
+        },
+        Err(_) => address.to_owned(),
+    }
+}
 
 /// Names (addresses or key hashes) and until when (Unix ms) each is remembered.
 #[derive(Debug)]
@@ -76,14 +98,14 @@ impl AbuseMemory {
         }
     }
 
-    /// Until when (Unix ms) the address is over its limit, if it is now.
+    /// Until when (Unix ms) the address (its [`address_group`]) is over its limit, if it is now.
     pub fn blocked_until(&self, address: &str, now_ms: i64) -> Option<i64> {
-        self.blocked_addresses.until(address, now_ms)
+        self.blocked_addresses.until(&address_group(address), now_ms)
     }
 
-    /// The address's guard refused it until `until_ms` (the end of its window).
+    /// The address's guard refused it (its [`address_group`]) until `until_ms` (the end of its window).
     pub fn block(&mut self, address: &str, until_ms: i64, now_ms: i64) {
-        self.blocked_addresses.remember(address, until_ms, now_ms);
+        self.blocked_addresses.remember(&address_group(address), until_ms, now_ms);
     }
 
     pub fn is_unknown_key(&self, key_hash: &str, now_ms: i64) -> bool {
@@ -128,6 +150,31 @@ mod tests {
         assert_eq!(memory.blocked_until("192.0.2.1", T0 + 59_999), Some(T0 + 60_000));
         assert_eq!(memory.blocked_until("192.0.2.1", T0 + 60_000), None);
         assert_eq!(memory.blocked_until("192.0.2.2", T0 + 30_000), None);
+    }
+
+    #[test]
+    fn ipv4_is_limited_per_address_and_ipv6_per_64() {
+        assert_eq!(address_group("203.0.113.7"), "203.0.113.7");
+        assert_eq!(address_group(" 203.0.113.7 "), "203.0.113.7");
+        assert_eq!(address_group("::ffff:203.0.113.7"), "203.0.113.7");
+        assert_eq!(address_group("::ffff:cb00:7107"), "203.0.113.7");
+        assert_eq!(address_group("2001:db8:1:2::7"), "2001:db8:1:2::/64");
+        assert_eq!(address_group("2001:0DB8:0001:0002:ffff:0:0:1"), "2001:db8:1:2::/64");
+        assert_eq!(address_group("2001:db8:1:3::7"), "2001:db8:1:3::/64");
+        assert_eq!(address_group("::1"), "::/64");
+        // Not an address (a local tool's header): kept as it is.
+        assert_eq!(address_group("unknown"), "unknown");
+    }
+
+    #[test]
+    fn a_blocked_ipv6_address_blocks_its_whole_64_and_nothing_beside_it() {
+        let mut memory = AbuseMemory::default();
+        memory.block("2001:db8:aa:bb::1", T0 + 60_000, T0);
+        assert_eq!(memory.blocked_until("2001:db8:aa:bb:1234:5678:9abc:def0", T0), Some(T0 + 60_000));
+        assert_eq!(memory.blocked_until("2001:db8:aa:bc::1", T0), None);
+        memory.block("::ffff:192.0.2.9", T0 + 60_000, T0);
+        assert_eq!(memory.blocked_until("192.0.2.9", T0), Some(T0 + 60_000));
+        assert_eq!(memory.blocked_until("192.0.2.10", T0), None);
     }
 
     #[test]

@@ -214,6 +214,20 @@ mod tests {
     }
 
     #[test]
+    fn only_a_key_without_expiry_roll_or_revocation_is_lasting() {
+        let key = record(None, "trial");
+        assert!(key.is_lasting());
+        assert!(!KeyRecord { expires_at: Some(i64::MAX), ..key.clone() }.is_lasting());
+        assert!(!key.rolled("key_2", 500, 86_400_000).is_lasting());
+        assert!(!record(Some(1), "trial").is_lasting());
+        let owner = KeyRecord { key_type: KeyType::Owner, ..key.clone() };
+        assert!(owner.is_other_lasting_owner("prj_1", "key_9"));
+        assert!(!owner.is_other_lasting_owner("prj_1", "key_1"), "not itself");
+        assert!(!owner.is_other_lasting_owner("prj_2", "key_9"), "not another project's");
+        assert!(!key.is_other_lasting_owner("prj_1", "key_9"), "not a server key");
+    }
+
+    #[test]
     fn a_roll_is_one_way_unless_that_roll_is_undone() {
         let key = record(None, "trial");
         let rolled = key.rolled("key_2", 500, 300);
@@ -388,6 +402,21 @@ pub const DEFAULT_ROLL_GRACE_SECONDS: u64 = 3_600;
 impl KeyRecord {
     pub fn is_revoked(&self) -> bool {
         self.revoked_at.is_some()
+    }
+
+    /// Whether the key stays usable indefinitely: not revoked, no expiry, not rolled (a roll
+    /// gives it the grace's end as its expiry). A project always keeps a lasting owner key (SPEC
+    /// §19): no sequence of expiries, rolls and revocations may leave it none.
+    pub fn is_lasting(&self) -> bool {
+        !self.is_revoked() && self.expires_at.is_none() && self.rolled_at.is_none()
+    }
+
+    /// Whether `self`, a key of the project, is one more lasting owner key besides `key_id`.
+    pub fn is_other_lasting_owner(&self, project_id: &str, key_id: &str) -> bool {
+        self.project_id == project_id
+            && self.id != key_id
+            && self.key_type == KeyType::Owner
+            && self.is_lasting()
     }
 
     /// Whether the key is refused at `now_ms`, and why: revoked, or past its `expires_at` (a

@@ -27,6 +27,36 @@ pub fn dedup_namespace(project_id: &str, key_type: KeyType) -> String {
     format!("events:{project_id}:{}", key_type.as_str())
 }
 
+/// The longest id that becomes part of a storage key (`anonymous_id`, `user_id`, `session_id`), in
+/// UTF-8 bytes: percent-encoded (at most 3 bytes each) it stays far inside R2's 1,024-byte keys
+/// and D1's index entries (SPEC §19: a 4xx, never a write the platform refuses).
+pub const ID_MAX_BYTES: usize = 200;
+
+/// A 422 unless `value` is 1 to [`ID_MAX_BYTES`] bytes and not blank.
+pub fn check_id(field: &str, value: &str) -> Result<(), ApiError> {
+    if value.trim().is_empty() || value.len() > ID_MAX_BYTES {
+        return Err(ApiError::unprocessable(format!("{field} must be 1 to {ID_MAX_BYTES} bytes (UTF-8)"))
+            .with_detail("field", field)
+            .with_detail("max_bytes", ID_MAX_BYTES));
+    }
+    Ok(())
+}
+
+/// A 413 unless `traits` of an `identify` serialise to at most [`EVENT_MAX_BYTES`]: they travel as
+/// one event in one queue message (SPEC §19: a queue message is at most 128 KB).
+pub fn check_traits(traits: &Map<String, Value>) -> Result<(), ApiError> {
+    let bytes = serde_json::to_string(traits).map_or(usize::MAX, |s| s.len());
+    if bytes > EVENT_MAX_BYTES {
+        return Err(ApiError::new(
+            super::error::ErrorCode::PayloadTooLarge,
+            format!("traits may be at most {EVENT_MAX_BYTES} bytes as JSON"),
+        )
+        .with_detail("field", "traits")
+        .with_detail("limit_bytes", EVENT_MAX_BYTES));
+    }
+    Ok(())
+}
+
 /// Where a session-replay chunk is kept in R2 (SPEC §13): `replay/{project_id}/{session_id}/{chunk}`,
 /// the session id as one path segment (`/` and `%` percent-encoded), so ids never collide.
 pub fn replay_object_key(project_id: &str, session_id: &str, chunk: u32) -> String {
@@ -362,6 +392,25 @@ mod tests {
         assert_eq!(code(json!({"event": "x", "user_id": "u", "timestamp": true})), "VALIDATION_ERROR");
         let huge = json!({"event": "x", "user_id": "u", "properties": {"blob": "x".repeat(EVENT_MAX_BYTES)}});
         assert_eq!(code(huge), "VALIDATION_ERROR");
+    }
+
+    /// SPEC §19: an identify's traits over a queue message's share are a 413, not a retryable 503
+    /// for ever; an id is bounded in bytes, so 200 non-ASCII characters (2,400 bytes once
+    /// percent-encoded into an R2 key) are a 422.
+    #[test]
+    fn traits_and_ids_that_would_exceed_a_platform_limit_are_refused_with_a_4xx() {
+        let traits = |n: usize| json!({"blob": "x".repeat(n)}).as_object().unwrap().clone();
+        assert!(check_traits(&traits(EVENT_MAX_BYTES - 20)).is_ok());
+        let e = check_traits(&traits(EVENT_MAX_BYTES)).unwrap_err();
+        assert_eq!((e.code.status(), e.code.retryable()), (413, false));
+        assert!(check_id("session_id", &"s".repeat(ID_MAX_BYTES)).is_ok());
+        let wide = "ж".repeat(200);
+        assert_eq!(check_id("session_id", &wide).unwrap_err().code.status(), 422);
+        assert!(
+            replay_object_key("prj_1", &"ж".repeat(ID_MAX_BYTES / 2), 9).len()
+                <= crate::core::platform::R2_MAX_KEY_BYTES
+        );
+        assert!(check_id("user_id", " ").is_err());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use super::canonical_json;
 use super::encoding::hex;
 use super::error::{ApiError, ErrorCode};
-use super::sealing::{Sealed, SealingKey, NONCE_BYTES};
+use super::sealing::{Keyring, Sealed, NONCE_BYTES};
 use super::tagged::{deserialize_tagged, field, unit, unknown, Tagged};
 
 pub const HEADER: &str = "Idempotency-Key";
@@ -168,7 +168,7 @@ pub enum KeptResponse {
 impl KeptResponse {
     /// Seals `response` for the entry of (`api_key_id`, `idempotency_key`); `nonce` is fresh random.
     pub fn seal(
-        key: &SealingKey,
+        key: &Keyring,
         api_key_id: &str,
         idempotency_key: &str,
         response: &StoredResponse,
@@ -178,9 +178,35 @@ impl KeptResponse {
         KeptResponse::Sealed(key.seal(&json, &entry_identity(api_key_id, idempotency_key), nonce))
     }
 
+    /// Seals `response` as [`Self::seal`] does, unless sealed it would not fit one Durable Object
+    /// row beside its claim ([`KEPT_MAX_BYTES`], SPEC §19): then it seals the marker of a response
+    /// answered but not kept (as a streamed answer's), so the key still completes and the origin
+    /// is never called twice for it.
+    pub fn seal_to_keep(
+        key: &Keyring,
+        api_key_id: &str,
+        idempotency_key: &str,
+        response: &StoredResponse,
+        nonce: [u8; NONCE_BYTES],
+    ) -> Self {
+        let kept = Self::seal(key, api_key_id, idempotency_key, response, nonce);
+        match &kept {
+            KeptResponse::Sealed(sealed) if sealed.as_str().len() > KEPT_MAX_BYTES => {
+                let marker = StoredResponse {
+                    status: response.status,
+                    request_id: response.request_id.clone(),
+                    not_stored: true,
+                    ..StoredResponse::default()
+                };
+                Self::seal(key, api_key_id, idempotency_key, &marker, nonce)
+            }
+            _ => kept,
+        }
+    }
+
     /// The response, or `None` when it was sealed under another API key or for another entry, or
     /// was changed.
-    pub fn open(self, key: &SealingKey, api_key_id: &str, idempotency_key: &str) -> Option<StoredResponse> {
+    pub fn open(self, key: &Keyring, api_key_id: &str, idempotency_key: &str) -> Option<StoredResponse> {
         match self {
             KeptResponse::Sealed(sealed) => {
                 let json = key.open(&sealed, &entry_identity(api_key_id, idempotency_key))?;
@@ -190,6 +216,10 @@ impl KeptResponse {
         }
     }
 }
+
+/// The largest sealed response a guard keeps in its claim's row: a Durable Object value is at most
+/// 2,000,000 bytes, and the row's other columns need a little room.
+pub const KEPT_MAX_BYTES: usize = super::platform::DO_MAX_VALUE_BYTES - 64 * 1024;
 
 /// The associated data of a kept response: which entry it belongs to (the KV key of SPEC §1).
 fn entry_identity(api_key_id: &str, idempotency_key: &str) -> Vec<u8> {
@@ -433,7 +463,7 @@ mod tests {
         assert!(!shown.contains("gh_s_secret") && shown.contains("21 bytes"), "{shown}");
     }
 
-    const PEPPER: &[u8] = b"pepper-of-at-least-32-bytes-length!!";
+    const PEPPER: &str = "pepper-of-at-least-32-bytes-length!!";
 
     fn created_key() -> StoredResponse {
         StoredResponse {
@@ -446,10 +476,10 @@ mod tests {
 
     #[test]
     fn a_kept_response_is_sealed_and_replays_exactly_with_the_same_api_key() {
-        let key = SealingKey::for_responses(PEPPER, "gh_o_caller");
+        let key = Keyring::for_responses(&[PEPPER], "gh_o_caller");
         let kept = KeptResponse::seal(&key, "key_1", "k-1", &created_key(), [9; 12]);
         let stored = serde_json::to_string(&kept).unwrap();
-        assert!(stored.starts_with(r#""v1."#) && !stored.contains("gh_s_issued"), "{stored}");
+        assert!(stored.starts_with(r#""v2."#) && !stored.contains("gh_s_issued"), "{stored}");
         let read: KeptResponse = serde_json::from_str(&stored).unwrap();
         assert_eq!(read.open(&key, "key_1", "k-1"), Some(created_key()));
     }
@@ -458,7 +488,7 @@ mod tests {
     /// response of a built-in route written before these fields existed still reads.
     #[test]
     fn a_proxied_answer_replays_its_exact_bytes_and_headers() {
-        let key = SealingKey::for_responses(PEPPER, "gh_s_caller");
+        let key = Keyring::for_responses(&[PEPPER], "gh_s_caller");
         let bytes = [0u8, 0xff, 0xfe, b'{', 0x80];
         let answer = StoredResponse {
             status: 200,
@@ -477,11 +507,38 @@ mod tests {
         assert_eq!(serde_json::to_string(&older).unwrap(), r#"{"status":201,"body":"{}","request_id":"r"}"#);
     }
 
+    /// SPEC §19: a proxied 1 MiB answer with large headers sealed as base64 in JSON in AES in
+    /// base64url is over a Durable Object row; it is kept as "answered, not stored" (main kept it
+    /// whole, the guard's write failed and the origin was called again).
+    #[test]
+    fn a_response_too_large_for_a_guard_row_is_kept_as_answered_not_stored() {
+        let key = Keyring::for_responses(&[PEPPER], "gh_s_caller");
+        let answer = |body_bytes: usize, header_bytes: usize| StoredResponse {
+            status: 200,
+            body: crate::core::encoding::base64(&vec![7u8; body_bytes]),
+            request_id: "req-1".into(),
+            headers: vec![("x-large".into(), "h".repeat(header_bytes))],
+            base64: true,
+            not_stored: false,
+        };
+        let small = answer(1024, 10);
+        let kept = KeptResponse::seal_to_keep(&key, "key_1", "k-1", &small, [1; 12]);
+        assert_eq!(kept.open(&key, "key_1", "k-1"), Some(small));
+        let large = answer(1 << 20, 64 * 1024);
+        let whole =
+            serde_json::to_string(&KeptResponse::seal(&key, "key_1", "k-1", &large, [1; 12])).unwrap();
+        assert!(whole.len() > KEPT_MAX_BYTES, "{} bytes", whole.len());
+        let kept = KeptResponse::seal_to_keep(&key, "key_1", "k-1", &large, [1; 12]);
+        assert!(serde_json::to_string(&kept).unwrap().len() < 1024);
+        let opened = kept.open(&key, "key_1", "k-1").unwrap();
+        assert!(opened.not_stored && opened.status == 200 && opened.body.is_empty());
+    }
+
     #[test]
     fn a_kept_response_does_not_open_under_another_api_key_or_entry() {
-        let key = SealingKey::for_responses(PEPPER, "gh_o_caller");
+        let key = Keyring::for_responses(&[PEPPER], "gh_o_caller");
         let kept = KeptResponse::seal(&key, "key_1", "k-1", &created_key(), [9; 12]);
-        let other = SealingKey::for_responses(PEPPER, "gh_o_someone-else");
+        let other = Keyring::for_responses(&[PEPPER], "gh_o_someone-else");
         assert_eq!(kept.clone().open(&other, "key_1", "k-1"), None);
         assert_eq!(kept.clone().open(&key, "key_1", "k-2"), None);
         assert_eq!(kept.open(&key, "key_2", "k-1"), None);
@@ -492,7 +549,7 @@ mod tests {
         let legacy = r#"{"status":201,"body":"{\"key\":\"gh_s_issued\"}","request_id":"req-1"}"#;
         let read: KeptResponse = serde_json::from_str(legacy).unwrap();
         assert!(matches!(read, KeptResponse::Plaintext(_)));
-        let key = SealingKey::for_responses(PEPPER, "gh_o_caller");
+        let key = Keyring::for_responses(&[PEPPER], "gh_o_caller");
         assert_eq!(read.open(&key, "key_1", "k-1"), Some(created_key()));
         // A claim of the guard from before the upgrade, with its response inline.
         let decision = format!(r#"{{"claim":"replay","response":{legacy}}}"#);

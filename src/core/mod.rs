@@ -13,6 +13,7 @@ pub mod events;
 pub mod idempotency;
 pub mod json_body;
 pub mod page;
+pub mod platform;
 pub mod queue;
 pub mod rate_limit;
 pub mod resources;

@@ -78,14 +78,7 @@ pub fn decide(prev: Counters, now_ms: i64, limits: Limits) -> (Verdict, Usage, C
 /// route's `cost`, SPEC §15). It passes only if all `cost` units fit; a refusal takes none.
 pub fn decide_cost(prev: Counters, now_ms: i64, limits: Limits, cost: u32) -> (Verdict, Usage, Counters) {
     let cost = cost.max(1);
-    let window_start_ms = now_ms - now_ms.rem_euclid(WINDOW_MS);
-    let month_start_ms = month_start(now_ms);
-    let mut next = Counters {
-        window_start_ms,
-        window_used: if prev.window_start_ms == window_start_ms { prev.window_used } else { 0 },
-        month_start_ms,
-        month_used: if prev.month_start_ms == month_start_ms { prev.month_used } else { 0 },
-    };
+    let mut next = current(prev, now_ms);
     let verdict = if next.month_used.saturating_add(u64::from(cost)) > limits.monthly_quota {
         Verdict::QuotaExceeded
     } else if next.window_used.saturating_add(cost) > limits.per_minute {
@@ -95,16 +88,50 @@ pub fn decide_cost(prev: Counters, now_ms: i64, limits: Limits, cost: u32) -> (V
         next.month_used += u64::from(cost);
         Verdict::Allowed
     };
-    let usage = Usage {
+    (verdict, usage(next, now_ms, limits), next)
+}
+
+/// The decision on one request of a valid key, as its guard makes it. A request the key's type may
+/// not make (`permitted` false: 403) is refused before anything is counted, so it takes nothing
+/// (SPEC §4: a refused request consumes neither the window nor the quota); its verdict and usage
+/// are then what the limits say now. Answers the counters to keep when the request took its cost.
+pub fn decide_request(
+    prev: Counters,
+    now_ms: i64,
+    limits: Limits,
+    cost: u32,
+    permitted: bool,
+) -> (Verdict, Usage, Option<Counters>) {
+    let (verdict, taken_usage, next) = decide_cost(prev, now_ms, limits, cost);
+    match verdict {
+        Verdict::Allowed if permitted => (verdict, taken_usage, Some(next)),
+        Verdict::Allowed => (verdict, usage(current(prev, now_ms), now_ms, limits), None),
+        refused => (refused, taken_usage, None),
+    }
+}
+
+/// The counters as they stand at `now_ms`: a past window or month counts from zero.
+fn current(prev: Counters, now_ms: i64) -> Counters {
+    let window_start_ms = now_ms - now_ms.rem_euclid(WINDOW_MS);
+    let month_start_ms = month_start(now_ms);
+    Counters {
+        window_start_ms,
+        window_used: if prev.window_start_ms == window_start_ms { prev.window_used } else { 0 },
+        month_start_ms,
+        month_used: if prev.month_start_ms == month_start_ms { prev.month_used } else { 0 },
+    }
+}
+
+fn usage(counters: Counters, now_ms: i64, limits: Limits) -> Usage {
+    Usage {
         limit: limits.per_minute,
-        remaining: limits.per_minute.saturating_sub(next.window_used),
-        reset_ms: window_start_ms + WINDOW_MS,
-        quota_used: next.month_used,
+        remaining: limits.per_minute.saturating_sub(counters.window_used),
+        reset_ms: counters.window_start_ms + WINDOW_MS,
+        quota_used: counters.month_used,
         quota_limit: limits.monthly_quota,
         quota_resets_ms: next_month_start(now_ms),
         now_ms,
-    };
-    (verdict, usage, next)
+    }
 }
 
 /// Unix ms of 00:00 UTC on the first day of `now_ms`'s month.
@@ -151,6 +178,24 @@ mod tests {
         assert_eq!((v, u.remaining, next.window_used), (Verdict::RateLimited, 2, 28));
         let (v, u, next) = decide_cost(next, T0, TRIAL, 2);
         assert_eq!((v, u.remaining, next.month_used), (Verdict::Allowed, 0, 30));
+    }
+
+    #[test]
+    fn a_request_the_key_type_may_not_make_takes_nothing_and_shows_the_window_as_it_stands() {
+        let (_, c) = run(3, Counters::default(), T0 + 1_000, TRIAL);
+        let (v, u, kept) = decide_request(c, T0 + 2_000, TRIAL, 1, false);
+        assert_eq!((v, u.remaining, u.quota_used, kept), (Verdict::Allowed, 27, 3, None));
+        assert_eq!(u.reset_ms, T0 + 60_000);
+        // The same request of a permitted key takes its cost.
+        let (v, u, kept) = decide_request(c, T0 + 2_000, TRIAL, 1, true);
+        assert_eq!((v, u.remaining, kept.map(|k| k.month_used)), (Verdict::Allowed, 26, Some(4)));
+        // In the next window nothing of the last one shows, and still nothing is taken.
+        let (v, u, kept) = decide_request(c, T0 + 60_000, TRIAL, 1, false);
+        assert_eq!((v, u.remaining, u.quota_used, kept), (Verdict::Allowed, 30, 3, None));
+        // Over the limit, the refusal is the limit's, and it takes nothing either.
+        let (_, full) = run(30, Counters::default(), T0, TRIAL);
+        let (v, u, kept) = decide_request(full, T0, TRIAL, 1, false);
+        assert_eq!((v, u.remaining, kept), (Verdict::RateLimited, 0, None));
     }
 
     #[test]

@@ -16,6 +16,8 @@ pub enum RouteId {
     DeepHealth,
     CreateProject,
     UpdateProject,
+    /// The operator issues an owner key for a project (SPEC §19).
+    CreateOwnerKey,
     Me,
     CreateKey,
     ListKeys,
@@ -100,10 +102,11 @@ impl Route {
     }
 }
 
-/// Idempotency is honoured on every mutating method of a key-authenticated route (SPEC §5).
+/// Idempotency is honoured on every mutating method of a route called with an API key or the
+/// admin token (SPEC §5, §19: the operator's claims live in a guard of their own).
 const fn route(id: RouteId, method: &'static str, template: &'static str, access: Access) -> Route {
     let mutating = matches!(method.as_bytes()[0], b'P' | b'D'); // POST, PUT, PATCH, DELETE
-    let keyed = matches!(access, Access::Key(_));
+    let keyed = matches!(access, Access::Key(_) | Access::Admin);
     let idempotency = if mutating && keyed { KeyPolicy::Optional } else { KeyPolicy::Ignored };
     Route {
         id,
@@ -155,6 +158,7 @@ pub const ROUTES: &[Route] = &[
     route(RouteId::DeepHealth, "GET", "/admin/v1/health", Access::Admin),
     route(RouteId::CreateProject, "POST", "/admin/v1/projects", Access::Admin),
     route(RouteId::UpdateProject, "PATCH", "/admin/v1/projects/{id}", Access::Admin),
+    route(RouteId::CreateOwnerKey, "POST", "/admin/v1/projects/{id}/owner-keys", Access::Admin),
     with_query(
         route(RouteId::ListDeadLetters, "GET", "/admin/v1/dead-letters", Access::Admin),
         &["queue", "limit", "cursor"],
@@ -432,12 +436,14 @@ mod tests {
     }
 
     #[test]
-    fn idempotency_applies_to_mutations_by_api_keys_only() {
+    fn idempotency_applies_to_mutations_by_api_keys_and_the_operator() {
         let policy = |m, p| match_route(m, p).unwrap().route.idempotency;
         assert_eq!(policy("POST", "/public/v1/contacts"), KeyPolicy::Optional);
         assert_eq!(policy("DELETE", "/public/v1/keys/k"), KeyPolicy::Optional);
         assert_eq!(policy("GET", "/public/v1/contacts"), KeyPolicy::Ignored);
-        assert_eq!(policy("POST", "/admin/v1/projects"), KeyPolicy::Ignored);
+        assert_eq!(policy("POST", "/admin/v1/projects"), KeyPolicy::Optional);
+        assert_eq!(policy("POST", "/admin/v1/projects/p/owner-keys"), KeyPolicy::Optional);
+        assert_eq!(policy("GET", "/admin/v1/health"), KeyPolicy::Ignored);
         assert_eq!(policy("POST", "/v1/track"), KeyPolicy::Ignored);
         assert_eq!(match_route("POST", "/v1/track").unwrap().route.body_limit, 512 * 1024);
         assert_eq!(

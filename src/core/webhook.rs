@@ -9,7 +9,7 @@ use sha2::Sha256;
 
 use super::encoding::{base64, from_base64, hex};
 use super::error::ApiError;
-use super::sealing::{Sealed, SealingKey, NONCE_BYTES};
+use super::sealing::{Keyring, Sealed, NONCE_BYTES};
 
 const SECRET_PREFIX: &str = "whsec_";
 /// Attempts recorded in full: the first 1 KiB of a receiver's answer.
@@ -34,7 +34,7 @@ pub fn signing_key(secret: &str) -> Option<Vec<u8>> {
 /// A subscription's signing secret as D1 keeps it (SPEC §13). `Debug` never shows it.
 #[derive(Clone, PartialEq, Eq)]
 pub enum StoredSecret {
-    /// Sealed under the webhook secrets' key ([`SealingKey::for_webhook_secrets`]), bound to the
+    /// Sealed under the webhook secrets' key ([`Keyring::for_webhook_secrets`]), bound to the
     /// subscription's id.
     Sealed(Sealed),
     /// A `whsec_` secret written before secrets were sealed: it signs as before until the minute
@@ -53,7 +53,7 @@ impl std::fmt::Debug for StoredSecret {
 
 impl StoredSecret {
     /// Seals `secret` for the subscription `webhook_id`; `nonce` is fresh random.
-    pub fn seal(key: &SealingKey, webhook_id: &str, secret: &str, nonce: [u8; NONCE_BYTES]) -> Self {
+    pub fn seal(key: &Keyring, webhook_id: &str, secret: &str, nonce: [u8; NONCE_BYTES]) -> Self {
         StoredSecret::Sealed(key.seal(secret.as_bytes(), &secret_identity(webhook_id), nonce))
     }
 
@@ -75,7 +75,7 @@ impl StoredSecret {
 
     /// The `whsec_` secret, or `None` when it was sealed for another subscription or under another
     /// pepper, or was changed.
-    pub fn open(&self, key: &SealingKey, webhook_id: &str) -> Option<String> {
+    pub fn open(&self, key: &Keyring, webhook_id: &str) -> Option<String> {
         match self {
             StoredSecret::Sealed(sealed) => {
                 String::from_utf8(key.open(sealed, &secret_identity(webhook_id))?).ok()
@@ -453,7 +453,7 @@ impl Webhook {
     /// The signing keys of an attempt at `now_ms`: the current secret's, then the previous one's
     /// while its grace runs. `None` when the current secret cannot be opened; a previous secret
     /// that cannot be opened is left out.
-    pub fn signing_keys(&self, key: &SealingKey, now_ms: i64) -> Option<Vec<Vec<u8>>> {
+    pub fn signing_keys(&self, key: &Keyring, now_ms: i64) -> Option<Vec<Vec<u8>>> {
         let current = signing_key(&self.secret.open(key, &self.id)?)?;
         let previous = self
             .previous_secret
@@ -678,21 +678,27 @@ mod tests {
         assert!(!shown.contains(sealed.secret.as_column()), "{shown}");
     }
 
-    fn secrets_key() -> SealingKey {
-        SealingKey::for_webhook_secrets(b"pepper-of-at-least-32-bytes-length!!")
+    fn secrets_key() -> Keyring {
+        Keyring::for_webhook_secrets(
+            &["webhook-secrets-key-of-32-bytes-len!"],
+            &["pepper-of-at-least-32-bytes-length!!"],
+        )
     }
 
     #[test]
     fn a_sealed_secret_round_trips_for_its_own_subscription_only() {
         let stored = StoredSecret::seal(&secrets_key(), "wh_1", SECRET, [2; 12]);
         let column = stored.as_column().to_owned();
-        assert!(!column.contains("whsec_") && column.starts_with("v1."), "{column}");
+        assert!(!column.contains("whsec_") && column.starts_with("v2."), "{column}");
         let read = StoredSecret::from_column(column);
         assert_eq!(read, stored);
         assert_eq!(read.open(&secrets_key(), "wh_1").as_deref(), Some(SECRET));
         assert_eq!(read.open(&secrets_key(), "wh_2"), None);
-        let other_pepper = SealingKey::for_webhook_secrets(b"another-pepper-of-32-bytes-length!!!");
-        assert_eq!(read.open(&other_pepper, "wh_1"), None);
+        let other = Keyring::for_webhook_secrets(
+            &["another-secrets-key-of-32-bytes-len"],
+            &["pepper-of-at-least-32-bytes-length!!"],
+        );
+        assert_eq!(read.open(&other, "wh_1"), None);
     }
 
     #[test]

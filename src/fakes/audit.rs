@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use super::FakeStore;
-use crate::core::audit::{AuditRow, DayCount, EndpointCount, LogFilter};
+use crate::core::audit::{packed_for_d1, AuditRow, DayCount, EndpointCount, LogFilter};
 use crate::core::page::{Cursor, PageRequest};
+use crate::core::platform::fits_d1_value;
 use crate::core::tiers::{ObjectSummary, SUMMARIES_PER_PAGE};
 use crate::core::time::utc_date;
 use crate::ports::{Archive, ArchiveObject, AuditStore, PortError, SettledChunk};
@@ -71,6 +72,10 @@ fn at(c: &Cursor) -> (i64, &str) {
 
 impl AuditStore for FakeStore {
     async fn insert_audit_rows(&self, rows: &[AuditRow]) -> Result<(), PortError> {
+        // D1 refuses a bound string over 2,000,000 bytes: the arrays the adapter binds must fit.
+        if let Some(array) = packed_for_d1(rows).iter().find(|a| !fits_d1_value(a)) {
+            return Err(PortError(format!("D1: string or blob too big ({} bytes)", array.len())));
+        }
         self.faults
             .run("d1 insert audit rows", || {
                 let new: Vec<AuditRow> = {
@@ -295,6 +300,7 @@ fn ndjson_ids(ndjson: &[u8]) -> Vec<String> {
 
 impl Archive for FakeArchive {
     async fn put(&self, key: &str, ndjson: &[u8]) -> Result<(), PortError> {
+        super::over_limit("r2 key", key.len(), crate::core::platform::R2_MAX_KEY_BYTES)?;
         if self.refuse_puts.get() {
             return Err(PortError("r2 put: refused".into()));
         }
@@ -308,6 +314,7 @@ impl Archive for FakeArchive {
     }
 
     async fn put_replay_chunk(&self, key: &str, json: &[u8]) -> Result<(), PortError> {
+        super::over_limit("r2 key", key.len(), crate::core::platform::R2_MAX_KEY_BYTES)?;
         self.faults
             .run("r2 put replay chunk", || {
                 self.replay_chunks.borrow_mut().insert(key.to_owned(), json.to_vec());

@@ -12,14 +12,15 @@ use crate::core::api_key::{KeyRecord, KeyType, Scope};
 use crate::core::audit::AuditRow;
 use crate::core::idempotency::{decide_claim, Claim, ClaimDecision, KeptResponse, LEASE_MS};
 use crate::core::page::PageRequest;
-use crate::core::rate_limit::{decide_cost, Counters, Usage, Verdict, AUTH_FAILURE_LIMITS};
+use crate::core::rate_limit::{decide_request, Counters, Usage, Verdict, AUTH_FAILURE_LIMITS};
 use crate::core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
 use crate::core::webhook::OutgoingEvent;
+use crate::guard::protocol::client_guard_name;
 use crate::ports::{
     Admission, AuditSink, Authorization, ClaimRequest, Directory, KeyChanges, KeyGuard, KeyUpdate,
     PlanChange, PortError, Resources, ResponseStore, Revocation, RunStart,
 };
-use crate::sim::Faults;
+use crate::sim::{Fault, Faults};
 
 /// The simulated wall clock (Unix ms), shared by the fakes and the driver.
 pub type Clock = Rc<Cell<i64>>;
@@ -49,6 +50,11 @@ pub struct FakeGuard {
     pub lapsed: Cell<u32>,
     /// Claims that were taken (`Execute` answers).
     pub executions: Cell<u32>,
+    /// Guards (by key hash) that cannot be told anything: `apply` fails before its effect.
+    pub unreachable: RefCell<std::collections::HashSet<String>>,
+    /// Claims another request (another fingerprint) took over after a release or a lapse: the
+    /// first request's operation is forgotten (README's forfeit).
+    pub taken_over: Cell<u32>,
     /// The guard of every call, in order: a key hash (an `authorize` creates that key's object
     /// and, for a key it does not hold, costs a D1 lookup) or `ip:<address>`.
     pub asked: RefCell<Vec<String>>,
@@ -71,6 +77,8 @@ impl FakeGuard {
             claims: RefCell::default(),
             lapsed: Cell::new(0),
             executions: Cell::new(0),
+            unreachable: RefCell::default(),
+            taken_over: Cell::new(0),
             asked: RefCell::default(),
         }
     }
@@ -84,11 +92,18 @@ impl FakeGuard {
         self.keys.borrow().iter().find(|k| k.key_hash == key_hash).cloned()
     }
 
-    fn count(&self, name: &str, limits: crate::core::rate_limit::Limits, cost: u32) -> (Verdict, Usage) {
+    /// One request against `limits`, counted only when `permitted` (`decide_request`).
+    fn count(
+        &self,
+        name: &str,
+        limits: crate::core::rate_limit::Limits,
+        cost: u32,
+        permitted: bool,
+    ) -> (Verdict, Usage) {
         let mut counters = self.counters.borrow_mut();
         let prev = counters.get(name).copied().unwrap_or_default();
-        let (verdict, usage, next) = decide_cost(prev, self.clock.get(), limits, cost);
-        if verdict == Verdict::Allowed {
+        let (verdict, usage, taken) = decide_request(prev, self.clock.get(), limits, cost, permitted);
+        if let Some(next) = taken {
             counters.insert(name.to_owned(), next);
         }
         (verdict, usage)
@@ -109,6 +124,9 @@ impl FakeGuard {
         if let ClaimDecision::Execute { operation } = &decision {
             if held.is_some_and(|h| !h.claim.completed && !h.claim.released) {
                 self.lapsed.set(self.lapsed.get() + 1);
+            }
+            if held.is_some_and(|h| h.claim.fingerprint != request.fingerprint) {
+                self.taken_over.set(self.taken_over.get() + 1);
             }
             self.executions.set(self.executions.get() + 1);
             let claim = Claim {
@@ -136,9 +154,11 @@ impl KeyGuard for FakeGuard {
         self.faults
             .run("guard.authorize", || match self.record(key_hash) {
                 Some(key) if key.refusal(self.clock.get()).is_none() => {
-                    let (verdict, usage) = self.count(key_hash, self.config.limits(&key), scope.cost());
+                    let permitted = key.key_type.allows(scope);
+                    let limits = self.config.limits(&key);
+                    let (verdict, usage) = self.count(key_hash, limits, scope.cost(), permitted);
                     let claim = claim
-                        .filter(|_| verdict == Verdict::Allowed && key.key_type.allows(scope))
+                        .filter(|_| verdict == Verdict::Allowed && permitted)
                         .map(|c| self.claim(key_hash, c));
                     Authorization::Admitted(Box::new(Admission { key, verdict, usage, claim }))
                 }
@@ -150,12 +170,19 @@ impl KeyGuard for FakeGuard {
             .await
     }
 
+    async fn take_claim(&self, principal: &str, claim: &ClaimRequest) -> Result<ClaimDecision, PortError> {
+        self.asked.borrow_mut().push(principal.to_owned());
+        self.faults.run("guard.take_claim", || self.claim(principal, claim)).await
+    }
+
     async fn complete_claim(
         &self,
         key_hash: &str,
         claim: &ClaimRequest,
         response: &KeptResponse,
     ) -> Result<bool, PortError> {
+        let stored = serde_json::to_string(response).map_or(usize::MAX, |s| s.len());
+        super::over_limit("durable object value", stored, crate::core::platform::DO_MAX_VALUE_BYTES)?;
         self.faults
             .run("guard.complete_claim", || {
                 let now = self.clock.get();
@@ -207,6 +234,9 @@ impl KeyGuard for FakeGuard {
     }
 
     async fn apply(&self, key: &KeyRecord, undo: Option<i64>) -> Result<(), PortError> {
+        if self.unreachable.borrow().contains(&key.key_hash) {
+            return Err(PortError("guard.apply: the object cannot be reached".into()));
+        }
         self.faults
             .run("guard.apply", || {
                 let now = self.clock.get();
@@ -224,12 +254,9 @@ impl KeyGuard for FakeGuard {
     }
 
     async fn record_auth_failure(&self, client_ip: &str) -> Result<(Verdict, Usage), PortError> {
-        self.asked.borrow_mut().push(format!("ip:{client_ip}"));
-        self.faults
-            .run("guard.record_auth_failure", || {
-                self.count(&format!("ip:{client_ip}"), AUTH_FAILURE_LIMITS, 1)
-            })
-            .await
+        let name = client_guard_name(client_ip);
+        self.asked.borrow_mut().push(name.clone());
+        self.faults.run("guard.record_auth_failure", || self.count(&name, AUTH_FAILURE_LIMITS, 1, true)).await
     }
 }
 
@@ -248,6 +275,14 @@ impl ResponseStore for FakeResponses {
         idempotency_key: &str,
         response: &KeptResponse,
     ) -> Result<(), PortError> {
+        use crate::core::platform::{KV_MAX_KEY_BYTES, KV_MAX_VALUE_BYTES};
+        super::over_limit(
+            "kv key",
+            format!("papi:idem:{api_key_id}:{idempotency_key}").len(),
+            KV_MAX_KEY_BYTES,
+        )?;
+        let value = serde_json::to_string(response).map_or(usize::MAX, |s| s.len());
+        super::over_limit("kv value", value, KV_MAX_VALUE_BYTES)?;
         self.faults
             .run("kv.put", || {
                 let slot = (api_key_id.to_owned(), idempotency_key.to_owned());
@@ -274,8 +309,20 @@ pub struct FakeAuditQueue {
 }
 
 impl AuditSink for FakeAuditQueue {
+    /// A hung send never answers at all (the outbox's own deadline must end the wait).
     async fn record(&self, rows: &[AuditRow]) -> Result<(), PortError> {
-        self.faults.run("queue.send_audit", || self.sent.borrow_mut().extend(rows.iter().cloned())).await
+        let what = "queue.send_audit";
+        match self.faults.call(what).await {
+            Fault::Hang => std::future::pending().await,
+            Fault::FailBefore => Err(PortError(format!("{what}: injected failure"))),
+            fault => {
+                self.sent.borrow_mut().extend(rows.iter().cloned());
+                match fault {
+                    Fault::Ok => Ok(()),
+                    _ => Err(PortError(format!("{what}: injected timeout after the effect"))),
+                }
+            }
+        }
     }
 }
 
@@ -303,16 +350,24 @@ impl Directory for FakeStore {
         project_id: &str,
         name: &str,
         owner_key: &KeyRecord,
-    ) -> Result<(), PortError> {
+    ) -> Result<KeyRecord, PortError> {
         self.faults
             .run("d1.create_project", || {
-                let project = FakeProject {
-                    id: project_id.to_owned(),
-                    name: name.to_owned(),
-                    plan: owner_key.plan.clone(),
-                };
-                self.directory.projects.borrow_mut().push(project);
-                self.directory.keys.borrow_mut().push(owner_key.clone());
+                let mut projects = self.directory.projects.borrow_mut();
+                if !projects.iter().any(|p| p.id == project_id) {
+                    let project = FakeProject {
+                        id: project_id.to_owned(),
+                        name: name.to_owned(),
+                        plan: owner_key.plan.clone(),
+                    };
+                    projects.push(project);
+                }
+                let mut keys = self.directory.keys.borrow_mut();
+                if let Some(found) = keys.iter().find(|k| k.id == owner_key.id) {
+                    return found.clone();
+                }
+                keys.push(owner_key.clone());
+                owner_key.clone()
             })
             .await
     }
@@ -321,8 +376,12 @@ impl Directory for FakeStore {
         self.faults
             .run("d1.insert_key", || {
                 let plan = self.directory.plan_of(&key.project_id)?;
+                let mut keys = self.directory.keys.borrow_mut();
+                if let Some(found) = keys.iter().find(|k| k.id == key.id || k.key_hash == key.key_hash) {
+                    return (found.project_id == key.project_id && found.id == key.id).then(|| found.clone());
+                }
                 let stored = KeyRecord { plan, ..key.clone() };
-                self.directory.keys.borrow_mut().push(stored.clone());
+                keys.push(stored.clone());
                 Some(stored)
             })
             .await
@@ -362,9 +421,18 @@ impl Directory for FakeStore {
         self.faults
             .run("d1.update_key", || {
                 let mut keys = self.directory.keys.borrow_mut();
+                let others = keys.iter().filter(|k| k.is_other_lasting_owner(project_id, key_id)).count();
                 match keys.iter_mut().find(|k| k.id == key_id && k.project_id == project_id) {
                     None => KeyUpdate::NotFound,
                     Some(k) if k.is_revoked() => KeyUpdate::Revoked,
+                    Some(k)
+                        if matches!(changes.expires_at, Some(Some(_)))
+                            && k.key_type == KeyType::Owner
+                            && k.rolled_at.is_none()
+                            && others == 0 =>
+                    {
+                        KeyUpdate::LastOwnerKey
+                    }
                     Some(k) => {
                         *k = changes.applied_to(k.clone());
                         KeyUpdate::Updated(k.clone())
@@ -378,22 +446,11 @@ impl Directory for FakeStore {
         self.faults
             .run("d1.revoke_key", || {
                 let mut keys = self.directory.keys.borrow_mut();
-                let active_owners = keys
-                    .iter()
-                    .filter(|k| {
-                        k.project_id == project_id
-                            && k.key_type == KeyType::Owner
-                            && k.refusal(now_ms).is_none()
-                    })
-                    .count();
+                let others = keys.iter().filter(|k| k.is_other_lasting_owner(project_id, key_id)).count();
                 match keys.iter_mut().find(|k| k.id == key_id && k.project_id == project_id) {
                     None => Revocation::NotFound,
                     Some(k) if k.is_revoked() => Revocation::AlreadyRevoked(k.clone()),
-                    Some(k)
-                        if k.key_type == KeyType::Owner
-                            && k.refusal(now_ms).is_none()
-                            && active_owners <= 1 =>
-                    {
+                    Some(k) if k.key_type == KeyType::Owner && k.refusal(now_ms).is_none() && others == 0 => {
                         Revocation::LastOwnerKey
                     }
                     Some(k) => {
@@ -442,13 +499,11 @@ impl Directory for FakeStore {
             .await
     }
 
-    async fn active_owner_keys(&self, project_id: &str, now_ms: i64) -> Result<u32, PortError> {
+    async fn lasting_owner_keys(&self, project_id: &str, except_key_id: &str) -> Result<u32, PortError> {
         self.faults
-            .run("d1.active_owner_keys", || {
+            .run("d1.lasting_owner_keys", || {
                 let keys = self.directory.keys.borrow();
-                let owners =
-                    keys.iter().filter(|k| k.project_id == project_id && k.key_type == KeyType::Owner);
-                owners.filter(|k| k.refusal(now_ms).is_none()).count() as u32
+                keys.iter().filter(|k| k.is_other_lasting_owner(project_id, except_key_id)).count() as u32
             })
             .await
     }

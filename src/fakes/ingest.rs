@@ -75,6 +75,10 @@ pub struct FakeEventQueue {
 
 impl EventSink for FakeEventQueue {
     async fn send(&self, messages: &[EventMessage]) -> Result<(), PortError> {
+        for message in messages {
+            let bytes = serde_json::to_string(message).map_or(usize::MAX, |s| s.len());
+            super::over_limit("queue message", bytes, crate::core::platform::QUEUE_MAX_MESSAGE_BYTES)?;
+        }
         // A send of many messages may stop part-way: each part is its own call.
         for part in messages.chunks(2) {
             self.faults

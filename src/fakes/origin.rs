@@ -75,6 +75,7 @@ impl Origin for FakeOrigin {
                 OriginOutcome::TimedOut
             }
             Fault::Ok => OriginOutcome::Answered(self.serve(&request)),
+            Fault::Hang => OriginOutcome::TimedOut,
         }
     }
 }

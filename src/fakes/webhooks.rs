@@ -159,10 +159,14 @@ impl WebhookStore for FakeStore {
         id: &str,
         secret: &StoredSecret,
         previous_until_ms: i64,
+        replaces: &StoredSecret,
     ) -> Result<Option<Webhook>, PortError> {
         self.tables("webhooks.rotate_secret", |t| {
-            let hook =
-                t.webhooks.get_mut(id).filter(|w| w.project_id == project_id && w.status != "deleted")?;
+            let hook = t.webhooks.get_mut(id).filter(|w| {
+                w.project_id == project_id
+                    && w.status != "deleted"
+                    && w.secret.as_column() == replaces.as_column()
+            })?;
             let previous = std::mem::replace(&mut hook.secret, secret.clone());
             hook.previous_secret = Some((previous, previous_until_ms));
             Some(hook.clone())
@@ -273,6 +277,7 @@ impl WebhookStore for FakeStore {
         id: &str,
         now_ms: i64,
         until_ms: i64,
+        max_attempts: u32,
     ) -> Result<Option<(Delivery, Webhook)>, PortError> {
         self.tables("webhooks.take", |t| {
             let row = t.deliveries.get(id).filter(|r| takeable(r, now_ms))?.clone();
@@ -292,8 +297,17 @@ impl WebhookStore for FakeStore {
                     });
                 }
             }
+            let interrupted_last = row.locked_until.is_some() && d.attempts - d.schedule_from >= max_attempts;
             let hook = t.webhooks.get(&d.webhook_id).cloned()?;
             let row = t.deliveries.get_mut(id).expect("read above");
+            if interrupted_last {
+                row.delivery.status = "failed".into();
+                row.delivery.last_error = Some(INTERRUPTED_ATTEMPT.into());
+                row.delivery.updated_at = now_ms;
+                row.locked_until = None;
+                row.retry_requested = false;
+                return None;
+            }
             if hook.status != "active" {
                 row.delivery.status = "failed".into();
                 row.delivery.last_error = Some(format!("subscription {}", hook.status));
@@ -406,20 +420,26 @@ impl WebhookStore for FakeStore {
         .await
     }
 
-    async fn plaintext_secrets(&self, limit: usize) -> Result<Vec<(String, String)>, PortError> {
-        self.tables("webhooks.plaintext_secrets", |t| {
-            let plaintext = t.webhooks.values().filter_map(|w| match &w.secret {
-                StoredSecret::Plaintext(secret) => Some((w.id.clone(), secret.clone())),
-                StoredSecret::Sealed(_) => None,
-            });
-            plaintext.take(limit).collect()
+    async fn secrets_to_reseal(
+        &self,
+        current_prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, StoredSecret)>, PortError> {
+        self.tables("webhooks.secrets_to_reseal", |t| {
+            let old = t.webhooks.values().filter(|w| !w.secret.as_column().starts_with(current_prefix));
+            old.take(limit).map(|w| (w.id.clone(), w.secret.clone())).collect()
         })
         .await
     }
 
-    async fn seal_secret(&self, id: &str, plaintext: &str, sealed: &StoredSecret) -> Result<(), PortError> {
-        self.tables("webhooks.seal_secret", |t| {
-            if let Some(hook) = t.webhooks.get_mut(id).filter(|w| w.secret.as_column() == plaintext) {
+    async fn reseal_secret(
+        &self,
+        id: &str,
+        stored: &StoredSecret,
+        sealed: &StoredSecret,
+    ) -> Result<(), PortError> {
+        self.tables("webhooks.reseal_secret", |t| {
+            if let Some(hook) = t.webhooks.get_mut(id).filter(|w| &w.secret == stored) {
                 hook.secret = sealed.clone();
             }
         })
@@ -597,6 +617,9 @@ impl WebhookClient for FakeReceiver {
             Fault::Ok => self.answer(timeout_ms),
             Fault::FailBefore => (ReceiverOutcome::Unreachable("connection refused".into()), 1),
             Fault::FailAfter => (ReceiverOutcome::Unreachable("connection reset".into()), 10),
+            Fault::Hang => {
+                (ReceiverOutcome::Unreachable(format!("no answer within {timeout_ms} ms")), timeout_ms as i64)
+            }
         };
         // Posts run side by side: each ends at its own start plus its duration.
         self.clock.set(self.clock.get().max(sent_at + took_ms));

@@ -9,6 +9,9 @@
 //!   concurrent requests to one key are decided strictly one after another: exactly `limit` pass
 //!   per window, and exactly one request takes a claim.
 //! * An object named `ip:<address>` counts failed authentications from that address instead.
+//! * Its tables are created on the first write (a counter, a claim, an applied record), not when
+//!   the object starts (SPEC §19): the guard of an unknown key, which only reads D1 and answers
+//!   "unknown", leaves no storage behind. Until then every read finds nothing.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -30,7 +33,7 @@ use crate::adapters::{d1::D1Store, env::config};
 use crate::config::Config;
 use crate::core::api_key::KeyRecord;
 use crate::core::idempotency::{decide_claim, Claim, ClaimDecision, KeptResponse, LEASE_MS};
-use crate::core::rate_limit::{decide_cost, Counters, Limits, Usage, Verdict, AUTH_FAILURE_LIMITS};
+use crate::core::rate_limit::{decide_request, Counters, Limits, Usage, Verdict, AUTH_FAILURE_LIMITS};
 use crate::ports::{ClaimRequest, Directory, Meter};
 
 /// How long a request with the same key as a running one waits for it to finish before it is
@@ -51,6 +54,8 @@ const PURGE_EVERY_MS: i64 = 60_000;
 pub struct KeyGuardObject {
     env: Env,
     sql: SqlStorage,
+    /// Whether the guard's tables exist, once looked up.
+    tables: Cell<Option<bool>>,
     /// The record and until when it is used without reading it again.
     key: RefCell<Option<(KeyRecord, i64)>>,
     /// The load of the record from D1 in flight, if any.
@@ -72,6 +77,22 @@ struct ClaimRow {
     response: Option<String>,
 }
 
+/// The guard's tables, created together on its first write.
+const TABLES: [&str; 4] = [
+    "CREATE TABLE IF NOT EXISTS counters (
+       id INTEGER PRIMARY KEY CHECK (id = 1),
+       window_start_ms INTEGER NOT NULL, window_used INTEGER NOT NULL,
+       month_start_ms INTEGER NOT NULL, month_used INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS idempotency_claims (
+       idempotency_key TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, owner TEXT NOT NULL,
+       operation TEXT NOT NULL, until_ms INTEGER NOT NULL, completed INTEGER NOT NULL,
+       released INTEGER NOT NULL, keep_until_ms INTEGER NOT NULL,
+       response TEXT, response_until_ms INTEGER)",
+    "CREATE INDEX IF NOT EXISTS idempotency_claims_by_expiry ON idempotency_claims (keep_until_ms)",
+    "CREATE TABLE IF NOT EXISTS applied (
+       id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL, until_ms INTEGER NOT NULL)",
+];
+
 fn now_ms() -> i64 {
     Date::now().as_millis() as i64
 }
@@ -82,41 +103,10 @@ fn rust_error(e: impl std::fmt::Display) -> worker::Error {
 
 impl DurableObject for KeyGuardObject {
     fn new(state: State, env: Env) -> Self {
-        let sql = state.storage().sql();
-        for ddl in [
-            "CREATE TABLE IF NOT EXISTS counters (
-               id INTEGER PRIMARY KEY CHECK (id = 1),
-               window_start_ms INTEGER NOT NULL, window_used INTEGER NOT NULL,
-               month_start_ms INTEGER NOT NULL, month_used INTEGER NOT NULL)",
-            "CREATE TABLE IF NOT EXISTS idempotency_claims (
-               idempotency_key TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, owner TEXT NOT NULL,
-               operation TEXT NOT NULL, until_ms INTEGER NOT NULL, completed INTEGER NOT NULL,
-               released INTEGER NOT NULL, keep_until_ms INTEGER NOT NULL,
-               response TEXT, response_until_ms INTEGER)",
-            "CREATE INDEX IF NOT EXISTS idempotency_claims_by_expiry ON idempotency_claims (keep_until_ms)",
-            "CREATE TABLE IF NOT EXISTS applied (
-               id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL, until_ms INTEGER NOT NULL)",
-        ] {
-            sql.exec(ddl, None).expect("create the guard's tables");
-        }
-        // The first version kept claims without an operation in `claims`: they move over (each
-        // its owner's operation), so a completed key stays completed across the upgrade. Where
-        // there is no such table, the copy fails and there is nothing to move.
-        let moved = sql.exec(
-            "INSERT OR IGNORE INTO idempotency_claims
-               (idempotency_key, fingerprint, owner, operation, until_ms, completed, released, keep_until_ms,
-                response, response_until_ms)
-             SELECT idempotency_key, fingerprint, owner, owner, until_ms, completed, 0,
-                    CASE WHEN completed = 1 THEN until_ms ELSE until_ms + 86400000 END, response, response_until_ms
-             FROM claims",
-            None,
-        );
-        if moved.is_ok() {
-            sql.exec("DROP TABLE claims", None).expect("drop the first version's claims");
-        }
         Self {
             env,
-            sql,
+            sql: state.storage().sql(),
+            tables: Cell::new(None),
             key: RefCell::new(None),
             loading: SingleFlight::default(),
             counters: Cell::new(None),
@@ -148,7 +138,7 @@ impl KeyGuardObject {
             GuardCommand::Authorize(c) => answer::<Authorize>(self.authorize(c).await?),
             GuardCommand::Apply(Apply { key, undo }) => answer::<Apply>(self.apply(key, undo)?),
             GuardCommand::RecordAuthFailure(_) => {
-                let (verdict, usage) = self.count(AUTH_FAILURE_LIMITS, 1)?;
+                let (verdict, usage) = self.count(AUTH_FAILURE_LIMITS, 1, true)?;
                 answer::<super::protocol::RecordAuthFailure>(AuthFailures { verdict, usage })
             }
             GuardCommand::CompleteClaim(CompleteClaim { claim, response }) => {
@@ -156,17 +146,22 @@ impl KeyGuardObject {
             }
             GuardCommand::ReleaseClaim(ReleaseClaim { claim }) => {
                 // Kept as released, so the same request executing again continues its operation.
-                self.sql.exec(
-                    "UPDATE idempotency_claims SET released = 1
-                     WHERE idempotency_key = ? AND owner = ? AND completed = 0",
-                    vec![claim.idempotency_key.into(), claim.request_id.into()],
-                )?;
+                if self.has_tables()? {
+                    self.sql.exec(
+                        "UPDATE idempotency_claims SET released = 1
+                         WHERE idempotency_key = ? AND owner = ? AND completed = 0",
+                        vec![claim.idempotency_key.into(), claim.request_id.into()],
+                    )?;
+                }
                 answer::<ReleaseClaim>(Done {})
             }
             GuardCommand::HeldResponse(HeldResponse { idempotency_key }) => {
                 answer::<HeldResponse>(self.held_response(&idempotency_key)?)
             }
             GuardCommand::Ping(_) => answer::<super::protocol::Ping>(Done {}),
+            GuardCommand::TakeClaim(c) => {
+                answer::<super::protocol::TakeClaim>(self.claim_waiting(&c.claim).await?)
+            }
         }
     }
 }
@@ -181,6 +176,63 @@ impl KeyGuardObject {
         config(&self.env).map_err(rust_error)
     }
 
+    /// Whether the guard has stored anything yet (its tables exist), looked up once per start. An
+    /// object of the first version, which kept claims without an operation in `claims`, is
+    /// upgraded here: its claims move over (each its owner's operation), so a completed key stays
+    /// completed across the upgrade.
+    fn has_tables(&self) -> Result<bool> {
+        if let Some(known) = self.tables.get() {
+            return Ok(known);
+        }
+        #[derive(Deserialize)]
+        struct Table {
+            name: String,
+        }
+        let names: Vec<String> = self
+            .sql
+            .exec("SELECT name FROM sqlite_master WHERE type = 'table'", None)?
+            .to_array::<Table>()?
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        if !names
+            .iter()
+            .any(|n| ["counters", "idempotency_claims", "applied", "claims"].contains(&n.as_str()))
+        {
+            self.tables.set(Some(false));
+            return Ok(false);
+        }
+        // Any table an older version did not have is created now: the object has storage anyway.
+        self.create_tables()?;
+        if names.iter().any(|n| n == "claims") {
+            // Looked up again at the next command if the move fails.
+            self.tables.set(None);
+            self.sql.exec(
+                "INSERT OR IGNORE INTO idempotency_claims
+                   (idempotency_key, fingerprint, owner, operation, until_ms, completed, released, keep_until_ms,
+                    response, response_until_ms)
+                 SELECT idempotency_key, fingerprint, owner, owner, until_ms, completed, 0,
+                        CASE WHEN completed = 1 THEN until_ms ELSE until_ms + 86400000 END, response, response_until_ms
+                 FROM claims",
+                None,
+            )?;
+            self.sql.exec("DROP TABLE claims", None)?;
+            self.tables.set(Some(true));
+        }
+        Ok(true)
+    }
+
+    /// Before a write: the tables exist from now on.
+    fn create_tables(&self) -> Result<()> {
+        if self.tables.get() != Some(true) {
+            for ddl in TABLES {
+                self.sql.exec(ddl, None)?;
+            }
+            self.tables.set(Some(true));
+        }
+        Ok(())
+    }
+
     async fn authorize(&self, c: Authorize) -> Result<Authorized> {
         let (record, d1_queries) = self.record(&c.key_hash).await?;
         // Expiry and a roll's grace are decided here, per request, with the object's clock and
@@ -188,9 +240,12 @@ impl KeyGuardObject {
         let refusal = record.as_ref().and_then(|key| key.refusal(now_ms()));
         Ok(match record {
             Some(key) if refusal.is_none() => {
-                let (verdict, usage) = self.count(self.config()?.limits(&key), c.scope.cost())?;
+                // A key whose type may not call the route (403) is refused before anything is
+                // counted and takes no claim: its answer carries the window as it stands.
+                let permitted = key.key_type.allows(c.scope);
+                let (verdict, usage) = self.count(self.config()?.limits(&key), c.scope.cost(), permitted)?;
                 let claim = match c.claim {
-                    Some(claim) if verdict == Verdict::Allowed && key.key_type.allows(c.scope) => {
+                    Some(claim) if verdict == Verdict::Allowed && permitted => {
                         Some(self.claim_waiting(&claim).await?)
                     }
                     _ => None,
@@ -255,6 +310,9 @@ impl KeyGuardObject {
             record: String,
             until_ms: i64,
         }
+        if !self.has_tables()? {
+            return Ok(None);
+        }
         let rows = self.sql.exec("SELECT record, until_ms FROM applied", None)?.to_array::<AppliedRow>()?;
         match rows.into_iter().find(|row| row.until_ms > now) {
             Some(row) => Ok(Some((serde_json::from_str(&row.record).map_err(rust_error)?, row.until_ms))),
@@ -272,6 +330,7 @@ impl KeyGuardObject {
         };
         let key = KeyRecord::told(held.as_ref(), key, undo);
         let until = now + RECORD_FRESH_MS;
+        self.create_tables()?;
         self.sql.exec(
             "INSERT OR REPLACE INTO applied (id, record, until_ms) VALUES (1, ?, ?)",
             vec![serde_json::to_string(&key).map_err(rust_error)?.into(), until.into()],
@@ -281,19 +340,22 @@ impl KeyGuardObject {
         Ok(Done {})
     }
 
-    /// One request of `cost` units against `limits`: read, decide and write the counters without yielding.
-    fn count(&self, limits: Limits, cost: u32) -> Result<(Verdict, Usage)> {
+    /// One request of `cost` units against `limits`, counted only when `permitted`
+    /// (`decide_request`): read, decide and write the counters without yielding.
+    fn count(&self, limits: Limits, cost: u32, permitted: bool) -> Result<(Verdict, Usage)> {
         let prev = match self.counters.get() {
             Some(c) => c,
-            None => self
+            None if self.has_tables()? => self
                 .sql
                 .exec("SELECT * FROM counters", None)?
                 .to_array::<Counters>()?
                 .pop()
                 .unwrap_or_default(),
+            None => Counters::default(),
         };
-        let (verdict, usage, next) = decide_cost(prev, now_ms(), limits, cost);
-        if verdict == Verdict::Allowed {
+        let (verdict, usage, taken) = decide_request(prev, now_ms(), limits, cost, permitted);
+        if let Some(next) = taken {
+            self.create_tables()?;
             self.sql.exec(
                 "INSERT INTO counters (id, window_start_ms, window_used, month_start_ms, month_used)
                  VALUES (1, ?, ?, ?, ?)
@@ -308,7 +370,7 @@ impl KeyGuardObject {
                 ],
             )?;
         }
-        self.counters.set(Some(if verdict == Verdict::Allowed { next } else { prev }));
+        self.counters.set(Some(taken.unwrap_or(prev)));
         Ok((verdict, usage))
     }
 
@@ -330,38 +392,17 @@ impl KeyGuardObject {
     /// (completed, released or lapsed) until the TTL after it was taken or completed.
     fn claim(&self, request: &ClaimRequest) -> Result<ClaimDecision> {
         let now = now_ms();
-        if now - self.purged_ms.get() >= PURGE_EVERY_MS {
+        // A guard without tables has no claim yet; it creates them when it takes this one.
+        let has_tables = self.has_tables()?;
+        if has_tables && now - self.purged_ms.get() >= PURGE_EVERY_MS {
             self.sql.exec("DELETE FROM idempotency_claims WHERE keep_until_ms <= ?", vec![now.into()])?;
             self.purged_ms.set(now);
         }
-        let existing = self
-            .sql
-            .exec(
-                "SELECT fingerprint, operation, until_ms, completed, released,
-                        CASE WHEN response_until_ms > ?1 THEN response END AS response
-                 FROM idempotency_claims WHERE idempotency_key = ?2 AND keep_until_ms > ?1",
-                vec![now.into(), request.idempotency_key.clone().into()],
-            )?
-            .to_array::<ClaimRow>()?
-            .pop()
-            .map(|row| -> Result<Claim> {
-                Ok(Claim {
-                    fingerprint: row.fingerprint,
-                    until_ms: row.until_ms,
-                    completed: row.completed != 0,
-                    released: row.released != 0,
-                    operation: row.operation,
-                    response: row
-                        .response
-                        .map(|r| serde_json::from_str(&r))
-                        .transpose()
-                        .map_err(rust_error)?,
-                })
-            })
-            .transpose()?;
+        let existing = if has_tables { self.held_claim(&request.idempotency_key, now)? } else { None };
         let decision = decide_claim(existing.as_ref(), &request.fingerprint, &request.request_id, now);
         if let ClaimDecision::Execute { operation } = &decision {
             let ttl_ms = self.config()?.idempotency_ttl_seconds as i64 * 1000;
+            self.create_tables()?;
             self.sql.exec(
                 "INSERT OR REPLACE INTO idempotency_claims
                    (idempotency_key, fingerprint, owner, operation, until_ms, completed, released, keep_until_ms)
@@ -379,10 +420,42 @@ impl KeyGuardObject {
         Ok(decision)
     }
 
+    /// The claim kept for `idempotency_key`, unless it is past its keeping.
+    fn held_claim(&self, idempotency_key: &str, now: i64) -> Result<Option<Claim>> {
+        self.sql
+            .exec(
+                "SELECT fingerprint, operation, until_ms, completed, released,
+                        CASE WHEN response_until_ms > ?1 THEN response END AS response
+                 FROM idempotency_claims WHERE idempotency_key = ?2 AND keep_until_ms > ?1",
+                vec![now.into(), idempotency_key.into()],
+            )?
+            .to_array::<ClaimRow>()?
+            .pop()
+            .map(|row| -> Result<Claim> {
+                Ok(Claim {
+                    fingerprint: row.fingerprint,
+                    until_ms: row.until_ms,
+                    completed: row.completed != 0,
+                    released: row.released != 0,
+                    operation: row.operation,
+                    response: row
+                        .response
+                        .map(|r| serde_json::from_str(&r))
+                        .transpose()
+                        .map_err(rust_error)?,
+                })
+            })
+            .transpose()
+    }
+
     /// Marks the claim completed until the TTL ends and keeps its response as long. Replays carry
     /// the response inline for as long as the response store may not show it yet; after that they
     /// read the store, and ask [`Self::held_response`] when it misses. A repeated notice changes nothing.
     fn complete(&self, claim: &ClaimRequest, response: &KeptResponse) -> Result<Completed> {
+        if !self.has_tables()? {
+            // No claim was ever taken here (or its object's storage was lost).
+            return Ok(Completed { completed: false });
+        }
         let now = now_ms();
         let until = now + self.config()?.idempotency_ttl_seconds as i64 * 1000;
         let updated = self.sql.exec(
@@ -420,6 +493,9 @@ impl KeyGuardObject {
         #[derive(Deserialize)]
         struct Held {
             response: Option<String>,
+        }
+        if !self.has_tables()? {
+            return Ok(None);
         }
         let rows = self
             .sql

@@ -4,6 +4,7 @@
 
 use serde::{de::DeserializeOwned, Deserialize, Deserializer, Serialize};
 
+use crate::core::abuse::address_group;
 use crate::core::api_key::{KeyRecord, RefusalReason, Scope};
 use crate::core::idempotency::{ClaimDecision, KeptResponse};
 use crate::core::rate_limit::{Usage, Verdict};
@@ -15,10 +16,11 @@ pub const BINDING: &str = "KEY_GUARD";
 /// The object the deep health check pings.
 pub const HEALTH_OBJECT: &str = "health";
 
-/// The object that counts failed authentications from one client address. Key guards are named
-/// by a 64-hex-digit key hash, so the two kinds of names never meet.
+/// The object that counts failed authentications from one client address: one per IPv4 address,
+/// one per IPv6 /64 ([`address_group`]). Key guards are named by a 64-hex-digit key hash, so the
+/// two kinds of names never meet.
 pub fn client_guard_name(ip: &str) -> String {
-    format!("ip:{ip}")
+    format!("ip:{}", address_group(ip))
 }
 
 /// A command and the type of its answer.
@@ -37,6 +39,7 @@ pub enum GuardCommand {
     ReleaseClaim(ReleaseClaim),
     HeldResponse(HeldResponse),
     Ping(Ping),
+    TakeClaim(TakeClaim),
 }
 
 /// Is this key valid, may it make one more request now, and (when the request carries an
@@ -89,6 +92,7 @@ impl Tagged for GuardCommand {
             "release_claim" => Self::ReleaseClaim(ReleaseClaim::deserialize(fields)?),
             "held_response" => Self::HeldResponse(HeldResponse::deserialize(fields)?),
             "ping" => Self::Ping(Ping::deserialize(fields)?),
+            "take_claim" => Self::TakeClaim(TakeClaim::deserialize(fields)?),
             other => {
                 return Err(unknown(
                     other,
@@ -100,6 +104,7 @@ impl Tagged for GuardCommand {
                         "release_claim",
                         "held_response",
                         "ping",
+                        "take_claim",
                     ],
                 ))
             }
@@ -161,6 +166,13 @@ pub struct HeldResponse {
     pub idempotency_key: String,
 }
 
+/// A claim for a principal without an API key (the operator's guard, `ports::OPERATOR_GUARD`):
+/// decided as `Authorize` decides a key's claim, with no key, window or quota.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TakeClaim {
+    pub claim: ClaimRequest,
+}
+
 /// A round trip that reads and writes nothing (the deep health check).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ping {}
@@ -197,6 +209,7 @@ asks! {
     ReleaseClaim => Done,
     HeldResponse => Option<KeptResponse>,
     Ping => Done,
+    TakeClaim => ClaimDecision,
 }
 
 #[cfg(test)]
@@ -233,5 +246,13 @@ mod tests {
     fn client_guard_names_cannot_be_key_hashes() {
         assert_eq!(client_guard_name("203.0.113.7"), "ip:203.0.113.7");
         assert!(client_guard_name("::1").contains(':'));
+    }
+
+    #[test]
+    fn one_client_guard_counts_a_whole_ipv6_64() {
+        assert_eq!(client_guard_name("2001:db8:7:8::1"), "ip:2001:db8:7:8::/64");
+        assert_eq!(client_guard_name("2001:db8:7:8:ffff::2"), client_guard_name("2001:db8:7:8::1"));
+        assert_ne!(client_guard_name("2001:db8:7:9::1"), client_guard_name("2001:db8:7:8::1"));
+        assert_eq!(client_guard_name("::ffff:203.0.113.7"), "ip:203.0.113.7");
     }
 }

@@ -214,6 +214,71 @@ test('an unknown-key flood from one address costs no D1 query and no Durable Obj
   assert.equal((await call('GET', '/public/v1/me', { key: unseen.key, headers: { 'cf-connecting-ip': randomIp() } })).status, 200);
 });
 
+/** A fresh /64 of the documentation range (RFC 3849), and an address `i` inside it. */
+function network() {
+  const prefix = randomIp().split('::')[0];
+  const hex = () => Math.floor(Math.random() * 0x10000).toString(16);
+  return { prefix, address: (i) => `${prefix}:${(i + 1).toString(16)}:${hex()}:${hex()}:${hex()}` };
+}
+
+/**
+ * KeyGuard objects that stored something of their own: their SQLite file (or its write-ahead log)
+ * holds the guard's tables. The local runtime makes a file for every object it starts (with a table
+ * of its own naming the object), so the number of files says how many objects ran, not what they keep.
+ */
+async function keyGuardsWithStorage() {
+  const root = `${process.env.GATEHOUSE_STATE}/v3/do`;
+  let n = 0;
+  for (const d of (await readdir(root)).filter((d) => /KeyGuard/i.test(d))) {
+    const files = await readdir(`${root}/${d}`);
+    for (const f of files.filter((f) => f.endsWith('.sqlite') && f !== 'metadata.sqlite')) {
+      let bytes = await readFile(`${root}/${d}/${f}`);
+      if (files.includes(`${f}-wal`)) bytes = Buffer.concat([bytes, await readFile(`${root}/${d}/${f}-wal`)]);
+      if (bytes.includes('idempotency_claims')) n++;
+    }
+  }
+  return n;
+}
+
+test('an IPv6 client rotating inside its /64 is limited as one address', async () => {
+  const { prefix, address } = network();
+  await freshWindow(40);
+  const objects = await keyGuardObjects();
+  const seen = [];
+  for (let i = 0; i < 50; i++) {
+    seen.push(await call('GET', '/public/v1/me', { key: unknownKey(), headers: { 'cf-connecting-ip': address(i) } }));
+  }
+  for (const res of seen.slice(0, 20)) assertError(res, 401, 'INVALID_API_KEY');
+  for (const res of seen.slice(20)) assertError(res, 429, 'RATE_LIMIT_EXCEEDED');
+  // 21 key guards (asked before the /64 was over) and the /64's counter, none after.
+  assert.equal(await keyGuardObjects(), objects + 22, 'objects started');
+  const lines = await logLines(seen.map((r) => r.headers.get('x-request-id')));
+  for (const l of lines.slice(0, 21)) {
+    assert.deepEqual([l?.durable_object_calls, l?.d1_queries], [2, 1], JSON.stringify(l));
+  }
+  for (const l of lines.slice(21)) {
+    assert.deepEqual([l?.status, l?.durable_object_calls, l?.d1_queries], [429, 0, 0], JSON.stringify(l));
+  }
+  // The next /64 is another client.
+  const parts = prefix.split(':');
+  const neighbour = `${parts.slice(0, 3).join(':')}:${((parseInt(parts[3], 16) + 1) % 0x10000).toString(16)}::1`;
+  assertError(await call('GET', '/public/v1/me', { key: unknownKey(), headers: { 'cf-connecting-ip': neighbour } }), 401, 'INVALID_API_KEY');
+});
+
+test("the guard of an unknown key stores nothing; a valid key's guard does", async () => {
+  const { address } = network();
+  const stored = await keyGuardsWithStorage();
+  const refused = await Promise.all(Array.from({ length: 10 }, (_, i) =>
+    call('GET', '/public/v1/me', { key: unknownKey(), headers: { 'cf-connecting-ip': address(i) } })));
+  for (const res of refused) assertError(res, 401, 'INVALID_API_KEY');
+  // Ten key guards read D1 and answered "unknown": the one object with storage is the /64's counter.
+  assert.equal(await keyGuardsWithStorage(), stored + 1, 'KeyGuard objects with storage');
+  // A valid key's guard stores its window.
+  const { owner } = await createProject();
+  assert.equal((await call('GET', '/public/v1/me', { key: owner.key })).status, 200);
+  assert.ok(await keyGuardsWithStorage() >= stored + 2);
+});
+
 test('the same unknown key twice within 60 s costs one D1 lookup', async () => {
   const headers = { 'cf-connecting-ip': randomIp() };
   const key = unknownKey();

@@ -4,7 +4,7 @@
 // Objects' SQLite, the D1 files with their -wal, the worker's log), searched as raw bytes.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createHmac, randomBytes } from 'node:crypto';
+import { createDecipheriv, createHmac, hkdfSync, randomBytes } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import { join, relative } from 'node:path';
@@ -138,8 +138,114 @@ test('a webhook secret stored in plaintext before the upgrade signs as before, a
   const cron = await fetch(`${BASE}/__scheduled?cron=${encodeURIComponent('* * * * *')}`);
   assert.equal(cron.status, 200);
   const [row] = await d1(`SELECT secret FROM webhooks WHERE id = '${hook.body.id}'`);
-  assert.match(row.secret, /^v1\./, 'the cron sealed the secret');
+  assert.match(row.secret, /^v2\./, 'the cron sealed the secret');
   assert.ok(!row.secret.includes(legacy.slice('whsec_'.length)));
   assert.equal((await contact('After')).status, 201);
   assert.ok(await signedWith(url, 2, legacy), 'the sealed secret signs with the same key');
+});
+
+/** A `KEY=value` line of the .dev.vars the test gateway runs with. */
+async function devVar(name) {
+  const text = await readFile(new URL('../../.dev.vars', import.meta.url), 'utf8');
+  return text.match(new RegExp(`^${name}=(.*)$`, 'm'))?.[1].replace(/"/g, '');
+}
+
+const INFOS = [
+  'gatehouse/idempotent-response/v1', 'gatehouse/idempotent-response/v2',
+  'gatehouse/webhook-signing-secret/v1', 'gatehouse/webhook-signing-secret/v2', '',
+];
+
+/** Opens a `v1.`/`v2.<key id>.` value with a 32-byte key, or answers null. */
+function open(sealed, key, aad) {
+  const bytes = Buffer.from(sealed.split('.').pop(), 'base64url');
+  if (bytes.length < 28) return null;
+  try {
+    const decipher = createDecipheriv('aes-256-gcm', key, bytes.subarray(0, 12));
+    decipher.setAAD(Buffer.from(aad));
+    decipher.setAuthTag(bytes.subarray(bytes.length - 16));
+    return Buffer.concat([decipher.update(bytes.subarray(12, bytes.length - 16)), decipher.final()]).toString();
+  } catch {
+    return null;
+  }
+}
+
+const hkdf = (salt, ikm, info) => Buffer.from(hkdfSync('sha256', ikm, salt, info, 32));
+
+/** Every key an attacker could try from one stored value: the value as text, hex and base64(url),
+ * each as a key, as an HKDF pseudo-random key, as HKDF input and as HKDF salt, under every `info`
+ * the code uses. HKDF-Expand(PRK, info) is one HMAC block: HMAC(PRK, info ‖ 0x01). */
+function candidateKeys(token) {
+  const forms = [Buffer.from(token)];
+  if (/^[0-9a-f]+$/i.test(token) && token.length % 2 === 0) forms.push(Buffer.from(token, 'hex'));
+  if (/^[A-Za-z0-9_\-+/]+=*$/.test(token)) forms.push(Buffer.from(token, 'base64url'), Buffer.from(token, 'base64'));
+  const keys = [];
+  for (const form of forms) {
+    if (form.length === 0) continue;
+    if (form.length === 32) keys.push(form);
+    for (const info of INFOS) {
+      keys.push(createHmac('sha256', form).update(Buffer.concat([Buffer.from(info), Buffer.from([1])])).digest());
+      keys.push(hkdf(Buffer.alloc(0), form, info));
+      keys.push(hkdf(form, Buffer.alloc(0), info));
+    }
+  }
+  return keys;
+}
+
+// SPEC §19 "Secrets": what a storage reader holds is every value in the state folder (KV blobs,
+// D1, every object's SQLite, the log). On the main of before sealing v2 this test fails: the key
+// hash in D1 (hex) is the PRK of the v1 response key, so the v1 responses open.
+test('no value in the state folder derives a key that opens a kept response or a webhook secret', async () => {
+  const { owner } = await createProject('at rest, attacker');
+  const idem = idemKey();
+  const created = await call('POST', '/public/v1/keys', { key: owner.key, idem, body: { type: 'server', name: 'attacked' } });
+  assert.equal(created.status, 201, created.text);
+  const hook = await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: `${receiverBase}/attacked`, events: ['contact.created'] } });
+  assert.equal(hook.status, 201, hook.text);
+  const responseAad = `papi:idem:${owner.id}:${idem}`;
+  const secretAad = `webhook:${hook.body.id}:secret`;
+  assert.ok(await eventually(async () => (await stateFilesContaining(responseAad)).length > 0, 20_000), 'KV holds the response');
+
+  // Every token of every file: runs of the characters stored values are made of, and their parts.
+  // SQLite stores a row's text columns side by side, so a run may join two values: each run's
+  // parts, its hex runs (and their first and last 64 digits: a SHA-256 in hex) join it.
+  const tokens = new Set();
+  for (const path of await filesUnder(STATE)) {
+    const text = (await readFile(path).catch(() => Buffer.alloc(0))).toString('latin1');
+    for (const run of text.match(/[A-Za-z0-9_\-.:+/=]{8,}/g) ?? []) {
+      tokens.add(run);
+      for (const part of run.split(/[.:]/)) if (part.length >= 8) tokens.add(part);
+      for (const hex of run.match(/[0-9a-f]{32,}/g) ?? []) tokens.add(hex).add(hex.slice(0, 64)).add(hex.slice(-64));
+    }
+  }
+  // The sealed values: each `v1.`/`v2.<id>.` run, cut where a neighbouring column begins.
+  const sealedRuns = [...tokens].filter((t) => /^v[12]\.([0-9a-f]{8}\.)?[A-Za-z0-9_-]{40,}$/.test(t));
+  assert.ok(sealedRuns.length > 0, 'the state folder holds sealed values');
+  const opening = (key, aad) => {
+    for (const run of sealedRuns) {
+      for (let end = run.length; end > 40; end -= 1) if (open(run.slice(0, end), key, aad) !== null) return run.slice(0, end);
+    }
+    return undefined;
+  };
+
+  // The control: with the secrets an attacker does not hold (the API key and the pepper; the
+  // webhook secrets' key) the same values open, so the targets and associated data are right.
+  const pepper = await devVar('KEY_PEPPER');
+  const responseKey = hkdf(createHmac('sha256', pepper).update('gatehouse/idempotent-response/v2/root').digest(), owner.key, INFOS[1]);
+  const secretKey = hkdf(Buffer.alloc(0), await devVar('WEBHOOK_SECRETS_KEY'), INFOS[3]);
+  const response = opening(responseKey, responseAad);
+  const secret = opening(secretKey, secretAad);
+  assert.ok(response?.startsWith('v2.') && open(response, responseKey, responseAad).includes(created.body.key), 'the kept response opens with the caller\'s key');
+  assert.ok(secret?.startsWith('v2.') && open(secret, secretKey, secretAad) === hook.body.secret, 'the sealed secret opens with WEBHOOK_SECRETS_KEY');
+
+  // The attack: every candidate from every stored value, against both.
+  let tried = 0;
+  const opened = [];
+  for (const token of tokens) {
+    for (const key of candidateKeys(token)) {
+      tried += 1;
+      if (open(response, key, responseAad) !== null || open(secret, key, secretAad) !== null) opened.push(token);
+    }
+  }
+  assert.ok(tried > 10_000, `${tried} candidate keys tried`);
+  assert.deepEqual(opened, [], 'stored values that open a sealed value');
 });

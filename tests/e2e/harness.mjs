@@ -24,13 +24,15 @@ export function randomIp() {
 const UUID_V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
 /**
- * One request. `idem` becomes the Idempotency-Key header; `key` becomes `Authorization: Bearer <key>`; `body` is JSON-encoded unless it is a
+ * One request (to `base`, the test gateway unless named). `idem` becomes the Idempotency-Key header; `key` becomes `Authorization: Bearer <key>`; `body` is JSON-encoded unless it is a
  * string. Answers {status, headers, body (parsed JSON or text), text}.
  */
-export async function call(method, path, { key, body, headers = {}, idem } = {}) {
-  // A Headers object keeps repeated names, so a test can send a header twice.
-  const h = new Headers({ 'cf-connecting-ip': CLIENT_IP });
+export async function call(method, path, { key, body, headers = {}, idem, base = BASE } = {}) {
+  // A Headers object keeps repeated names, so a test can send a header twice. An address the test
+  // gives replaces this file's (appended, the worker would see "CLIENT_IP, address": no address).
+  const h = new Headers();
   for (const [name, value] of Array.isArray(headers) ? headers : Object.entries(headers)) h.append(name, value);
+  if (!h.has('cf-connecting-ip')) h.set('cf-connecting-ip', CLIENT_IP);
   if (key !== undefined) h.set('authorization', `Bearer ${key}`);
   if (idem !== undefined) h.set('idempotency-key', idem);
   const init = { method, headers: h, dispatcher };
@@ -38,7 +40,7 @@ export async function call(method, path, { key, body, headers = {}, idem } = {})
     init.body = typeof body === 'string' ? body : JSON.stringify(body);
     if (!h.has('content-type')) h.set('content-type', 'application/json');
   }
-  const res = await fetch(BASE + path, init);
+  const res = await fetch(base + path, init);
   const text = await res.text();
   let parsed = text;
   try { parsed = JSON.parse(text); } catch { /* not JSON */ }

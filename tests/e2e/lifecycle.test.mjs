@@ -1,14 +1,16 @@
 // SPEC §17 end to end: key rolls with a grace period, expiring keys and refusal reasons (decided
 // by each key's guard on its own clock), webhook secret rotation with both signatures checked by
 // the client crate's verification (the `gatehouse` CLI), recovery after a receiver outage,
-// re-enabling after 410, and a long step's due delivery that no queue message carries.
+// re-enabling after 410, and a long step's due delivery that no queue message carries. SPEC §19:
+// no sequence of expiries, rolls and revocations leaves a project without a lasting owner key,
+// the operator issues owner keys, and admin creates honour Idempotency-Key.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { createServer } from 'node:http';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { BASE, assertError, call, createKey, createProject, d1, eventually, listAll, sleep } from './harness.mjs';
+import { ADMIN_TOKEN, BASE, assertError, call, createKey, createProject, d1, eventually, idemKey, listAll, sleep } from './harness.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 let bin;
@@ -289,4 +291,91 @@ test('a step longer than a queue delay: its delivery, due now and carried by no 
   assert.equal(requestsTo(path)[0].headers['webhook-id'], id);
   const [delivered] = await settled(owner.key, hook.id, 'delivered');
   assert.deepEqual(delivered.attempts.map((a) => [a.attempt, a.response_code]), [[6, 503], [7, 200]]);
+});
+
+const asOperator = { authorization: `Bearer ${ADMIN_TOKEN}` };
+const inAnHour = () => new Date(Date.now() + 3_600_000).toISOString();
+
+test('expiring every owner key one after the other is refused; so is revoking the replacement of the only owner key', async () => {
+  const { owner } = await createProject('lifecycle last owner');
+  const second = await createKey(owner.key, 'owner');
+  const soon = { expires_at: inAnHour() };
+  assert.equal((await call('PATCH', `/public/v1/keys/${owner.id}`, { key: second.key, body: soon })).status, 200);
+  const refused = assertError(await call('PATCH', `/public/v1/keys/${second.id}`, { key: second.key, body: soon }), 422, 'VALIDATION_ERROR');
+  assert.equal(refused.details.id, second.id);
+  assertError(await call('DELETE', `/public/v1/keys/${second.id}`, { key: second.key }), 422, 'VALIDATION_ERROR');
+  assert.equal((await keyIn(second.key, second.id)).status, 'active');
+
+  const lone = (await createProject('lifecycle lone owner')).owner;
+  const rolled = await call('POST', `/public/v1/keys/${lone.id}/roll`, { key: lone.key, body: { grace_seconds: 60 } });
+  assert.equal(rolled.status, 201, rolled.text);
+  assertError(await call('DELETE', `/public/v1/keys/${rolled.body.id}`, { key: lone.key }), 422, 'VALIDATION_ERROR');
+  assertError(await call('PATCH', `/public/v1/keys/${rolled.body.id}`, { key: lone.key, body: soon }), 422, 'VALIDATION_ERROR');
+  assert.equal((await call('DELETE', `/public/v1/keys/${lone.id}`, { key: rolled.body.key })).status, 200, 'the rolled key itself may go');
+  assert.equal((await me(rolled.body.key)).status, 200);
+});
+
+test('the operator issues an owner key for a project: shown once, it manages the project at once', async () => {
+  const { projectId, owner } = await createProject('lifecycle recovery');
+  const path = `/admin/v1/projects/${projectId}/owner-keys`;
+  const res = await call('POST', path, { headers: asOperator, body: { name: 'recovery' } });
+  assert.equal(res.status, 201, res.text);
+  assert.match(res.body.key, /^gh_o_/);
+  assert.deepEqual([res.body.type, res.body.name, res.body.status, res.body.prefix], ['owner', 'recovery', 'active', res.body.key.slice(0, 12)]);
+  const who = await me(res.body.key);
+  assert.deepEqual([who.status, who.body.type, who.body.project_id], [200, 'owner', projectId]);
+  // With a lasting owner key besides it, the first one may now go.
+  assert.equal((await call('DELETE', `/public/v1/keys/${owner.id}`, { key: res.body.key })).status, 200);
+  const listed = await keyIn(res.body.key, res.body.id);
+  assert.equal(listed.key, undefined, 'the secret is shown only when made');
+
+  assertError(await call('POST', '/admin/v1/projects/prj_nope/owner-keys', { headers: asOperator, body: {} }), 404, 'NOT_FOUND');
+  assertError(await call('POST', path, { headers: asOperator, body: { type: 'server' } }), 400, 'VALIDATION_ERROR');
+  assertError(await call('POST', path, { key: res.body.key, body: {} }), 401, 'INVALID_API_KEY');
+});
+
+test('admin creates honour Idempotency-Key: one project per key, replayed; another body is 409', async () => {
+  const idem = idemKey();
+  const body = { name: 'lifecycle idempotent project' };
+  const first = await call('POST', '/admin/v1/projects', { headers: asOperator, idem, body });
+  assert.equal(first.status, 201, first.text);
+  const again = await call('POST', '/admin/v1/projects', { headers: asOperator, idem, body });
+  assert.equal(again.status, 201, again.text);
+  assert.deepEqual(again.body, first.body, 'the same project and owner key');
+  assert.equal(again.headers.get('idempotent-replayed'), '1');
+  assert.equal(again.headers.get('x-original-request-id'), first.headers.get('x-request-id'));
+  assert.equal((await me(again.body.owner_key.key)).status, 200);
+  assertError(await call('POST', '/admin/v1/projects', { headers: asOperator, idem, body: { name: 'another' } }), 409, 'IDEMPOTENCY_KEY_REUSED');
+  assertError(await call('POST', '/admin/v1/projects', { headers: asOperator, idem: 'a,b', body }), 422, 'VALIDATION_ERROR');
+
+  const path = `/admin/v1/projects/${first.body.project_id}/owner-keys`;
+  const ownerIdem = idemKey();
+  const issued = await call('POST', path, { headers: asOperator, idem: ownerIdem, body: {} });
+  assert.equal(issued.status, 201, issued.text);
+  const reissued = await call('POST', path, { headers: asOperator, idem: ownerIdem, body: {} });
+  assert.deepEqual([reissued.status, reissued.body.id, reissued.body.key], [201, issued.body.id, issued.body.key]);
+  const owners = (await listAll('/public/v1/keys', issued.body.key)).filter((k) => k.type === 'owner');
+  assert.equal(owners.length, 2, 'the bootstrap owner key and one issued key');
+});
+
+test('roll and rotate-secret with an Idempotency-Key: a retry answers the same replacement and the same secret', async () => {
+  const { owner } = await createProject('lifecycle idempotent roll');
+  const server = await createKey(owner.key, 'server');
+  const idem = idemKey();
+  const roll = () => call('POST', `/public/v1/keys/${server.id}/roll`, { key: owner.key, idem, body: { grace_seconds: 0 } });
+  const rolled = await roll();
+  assert.equal(rolled.status, 201, rolled.text);
+  const again = await roll();
+  assert.deepEqual([again.status, again.body.id, again.body.key], [201, rolled.body.id, rolled.body.key]);
+  assert.equal((await me(rolled.body.key)).status, 200);
+  assert.equal(reasonOf(await me(server.key)), 'rolled');
+
+  const hook = (await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: receiverBase + endpoint(), events: ['contact.created'] } })).body;
+  const rotateIdem = idemKey();
+  const rotate = () => call('POST', `/public/v1/webhooks/${hook.id}/rotate-secret`, { key: owner.key, idem: rotateIdem, body: {} });
+  const rotated = await rotate();
+  assert.equal(rotated.status, 200, rotated.text);
+  const rotatedAgain = await rotate();
+  assert.equal(rotatedAgain.body.secret, rotated.body.secret);
+  assert.notEqual(rotated.body.secret, hook.secret);
 });

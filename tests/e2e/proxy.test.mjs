@@ -12,6 +12,7 @@ import {
 
 const ORIGIN_PORT = Number(process.env.GATEHOUSE_ORIGIN_PORT);
 const ORIGIN_SECRET = process.env.GATEHOUSE_ORIGIN_SECRET;
+const EVENTS_SECRET = process.env.GATEHOUSE_EVENTS_SECRET;
 const BIG = 3 * 1024 * 1024;
 
 /** What the origin does to refuse requests that did not come through the gateway (README). */
@@ -320,7 +321,7 @@ test('origin events reach a local receiver signed, once per Idempotency-Key', as
   const { projectId, owner } = await createProject('origin events');
   const sub = await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: `${receiverBase}/orders`, events: ['order.shipped'] } });
   assert.equal(sub.status, 201, sub.text);
-  const auth = { authorization: `Bearer ${ORIGIN_SECRET}` };
+  const auth = { authorization: `Bearer ${EVENTS_SECRET}` };
   const idem = idemKey();
   const sent = await call('POST', `/admin/v1/projects/${projectId}/events`, { headers: auth, idem, body: { type: 'order.shipped', data: { order: 7 } } });
   assert.equal(sent.status, 202, sent.text);
@@ -349,6 +350,9 @@ test('origin events reach a local receiver signed, once per Idempotency-Key', as
 
   assertError(await call('POST', `/admin/v1/projects/${projectId}/events`, { headers: { authorization: 'Bearer wrong-wrong-wrong-wrong' }, body: { type: 'order.shipped' } }), 401, 'INVALID_API_KEY');
   assertError(await call('POST', `/admin/v1/projects/${projectId}/events`, { key: owner.key, body: { type: 'order.shipped' } }), 401, 'INVALID_API_KEY');
+  // SPEC §19: the secret that signs forwarded requests does not authorise events (fails on the
+  // main of before EVENTS_SECRET, where one leaked origin could inject events into every project).
+  assertError(await call('POST', `/admin/v1/projects/${projectId}/events`, { headers: { authorization: `Bearer ${ORIGIN_SECRET}` }, body: { type: 'order.shipped' } }), 401, 'INVALID_API_KEY');
   assertError(await call('POST', `/admin/v1/projects/${projectId}/events`, { headers: auth, body: { type: 'Order Shipped' } }), 422, 'VALIDATION_ERROR');
   assertError(await call('POST', `/admin/v1/projects/${projectId}/events`, { headers: auth, body: '{"type":' }), 400, 'VALIDATION_ERROR');
   assertError(await call('POST', '/admin/v1/projects/prj_nope/events', { headers: auth, body: { type: 'order.shipped' } }), 404, 'NOT_FOUND');

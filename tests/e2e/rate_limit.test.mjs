@@ -140,6 +140,32 @@ test('/me reports the window and the monthly quota', async () => {
   assert.ok(resets > new Date());
 });
 
+test('a 403 takes nothing of the window or the monthly quota (SPEC §4, §19)', async () => {
+  const { owner } = await createProject();
+  const browser = await createKey(owner.key, 'browser');
+  const cicd = await createKey(owner.key, 'cicd');
+  await freshWindow(20);
+  for (const key of [browser, cicd]) {
+    const before = await call('GET', '/public/v1/me', { key: key.key });
+    assert.equal(before.status, 200, before.text);
+    assert.deepEqual([rateHeaders(before).remaining, before.body.quota.used], [29, 1]);
+    // The resource API is for server and owner keys: each call is 403 and counts for nothing,
+    // with an Idempotency-Key too, and still carries the window as it stands.
+    for (let i = 0; i < 6; i++) {
+      const idem = i % 2 ? `forbidden-${crypto.randomUUID()}` : undefined;
+      const refused = i % 3 === 2
+        ? await call('POST', '/public/v1/contacts', { key: key.key, body: { name: 'Ada' }, idem })
+        : await call('GET', '/public/v1/contacts', { key: key.key, idem });
+      const e = assertError(refused, 403, 'FORBIDDEN');
+      assert.equal(e.details.key_type, key.type);
+      assert.equal(rateHeaders(refused).remaining, 29, `${key.type} call ${i}`);
+    }
+    const after = await call('GET', '/public/v1/me', { key: key.key });
+    assert.equal(after.status, 200, after.text);
+    assert.deepEqual([rateHeaders(after).remaining, after.body.quota.used], [28, 2], `${key.type}: ${after.text}`);
+  }
+});
+
 test('a used-up monthly quota is 429 QUOTA_EXCEEDED, not retryable, with details.resets_at', async () => {
   const { owner } = await createProject('tiny', { plan: 'tiny' });
   const key = await createKey(owner.key, 'server'); // 3 a month in the test PLANS

@@ -5,7 +5,7 @@ use wasm_bindgen::JsValue;
 use worker::D1PreparedStatement;
 
 use super::{after, int, opt_int, opt_text, text, D1Store};
-use crate::core::audit::{AuditRow, DayCount, EndpointCount, LogFilter};
+use crate::core::audit::{packed_for_d1, AuditRow, DayCount, EndpointCount, LogFilter};
 use crate::core::page::{Cursor, PageRequest};
 use crate::core::tiers::ObjectSummary;
 use crate::ports::{AuditStore, PortError, SettledChunk};
@@ -34,19 +34,17 @@ const PATH_GLOB: &str = "(?5 IS NULL OR (
           SELECT 1 FROM walk WHERE walk.i = json_array_length(?15))))))";
 
 impl D1Store {
-    /// Every row of a batch in one statement: the rows as one JSON array, each column read by its
-    /// name (`AuditRow`'s fields are the columns), instead of a statement of 18 bound values per row.
-    fn insert_rows_statement(&self, rows: &[AuditRow]) -> Result<D1PreparedStatement, PortError> {
+    /// A batch's rows in as few statements as D1 binds (SPEC §19): each a JSON array of at most
+    /// 2,000,000 bytes ([`packed_for_d1`]), each column read by its name (`AuditRow`'s fields are the
+    /// columns), instead of a statement of 18 bound values per row.
+    fn insert_rows_statements(&self, rows: &[AuditRow]) -> Result<Vec<D1PreparedStatement>, PortError> {
         let values: Vec<String> =
             AUDIT_COLUMNS.split(',').map(|c| format!("value ->> '{}'", c.trim())).collect();
-        let rows = serde_json::to_string(rows).map_err(PortError::from_display)?;
-        self.statement(
-            &format!(
-                "INSERT OR IGNORE INTO audit_log ({AUDIT_COLUMNS}) SELECT {} FROM json_each(?1)",
-                values.join(", ")
-            ),
-            &[text(&rows)],
-        )
+        let sql = format!(
+            "INSERT OR IGNORE INTO audit_log ({AUDIT_COLUMNS}) SELECT {} FROM json_each(?1)",
+            values.join(", ")
+        );
+        packed_for_d1(rows).iter().map(|array| self.statement(&sql, &[text(array)])).collect()
     }
 
     fn hot_rows_statement(
@@ -115,7 +113,7 @@ const CHUNK: &str = "project_id IS ?1 AND ts >= ?2 AND ts <= ?4
 impl AuditStore for D1Store {
     async fn insert_audit_rows(&self, rows: &[AuditRow]) -> Result<(), PortError> {
         let log = self.log();
-        let mut statements = vec![log.insert_rows_statement(rows)?];
+        let mut statements = log.insert_rows_statements(rows)?;
         // The rows this batch inserted are the uncounted ones (a copy already stored was ignored):
         // they join the aggregates and are marked counted, in the same transaction.
         statements.push(log.statement(

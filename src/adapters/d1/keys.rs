@@ -7,6 +7,12 @@ use crate::core::api_key::KeyRecord;
 use crate::core::page::PageRequest;
 use crate::ports::{Directory, KeyChanges, KeyUpdate, PlanChange, PortError, Revocation};
 
+/// How many owner keys of project `?2` other than key `?1` are lasting (`KeyRecord::is_lasting`):
+/// the last-owner-key rule, inside the statement that would break it, so two changes cannot race.
+const OTHER_LASTING_OWNERS: &str = "(SELECT count(*) FROM api_keys o
+    WHERE o.project_id = ?2 AND o.id <> ?1 AND o.type = 'owner'
+      AND o.revoked_at IS NULL AND o.expires_at IS NULL AND o.rolled_at IS NULL)";
+
 const KEY_COLUMNS: &str =
     "id, project_id, type, name, plan, rate_limit_per_minute, key_hash, prefix, created_at,
     revoked_at, expires_at, rolled_from, rolled_at, rolled_to";
@@ -42,19 +48,27 @@ impl Directory for D1Store {
         project_id: &str,
         name: &str,
         owner_key: &KeyRecord,
-    ) -> Result<(), PortError> {
-        // One batch is one transaction: never a project without its owner key.
+    ) -> Result<KeyRecord, PortError> {
+        // One batch is one transaction: never a project without its owner key. Both are left as
+        // they are when an earlier execution of the same operation wrote them.
         let project = self.statement(
-            "INSERT INTO projects (id, name, plan, created_at) VALUES (?1, ?2, ?3, ?4)",
+            "INSERT INTO projects (id, name, plan, created_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
             &[text(project_id), text(name), text(&owner_key.plan), int(owner_key.created_at)],
         )?;
         let key = self.statement(&insert_key_sql(), &key_values(owner_key))?;
         self.batch(vec![project, key]).await?;
-        Ok(())
+        self.find_key(project_id, &owner_key.id)
+            .await?
+            .ok_or_else(|| PortError::from_display("the project's owner key is not stored"))
     }
 
     async fn insert_key(&self, key: &KeyRecord) -> Result<Option<KeyRecord>, PortError> {
-        self.first_key(&insert_key_sql(), &key_values(key)).await
+        let inserted = self.first_key(&insert_key_sql(), &key_values(key)).await?;
+        match inserted {
+            Some(key) => Ok(Some(key)),
+            // Written already by an earlier execution of the same operation, or no such project.
+            None => self.find_key(&key.project_id, &key.id).await,
+        }
     }
 
     async fn set_project_plan(&self, project_id: &str, plan: &str) -> Result<Option<PlanChange>, PortError> {
@@ -85,7 +99,8 @@ impl Directory for D1Store {
         key_id: &str,
         changes: &KeyChanges,
     ) -> Result<KeyUpdate, PortError> {
-        // A field the change leaves out keeps its value: ?3 and ?5 say whether name and override are set.
+        // A field the change leaves out keeps its value: ?3 and ?5 say whether name and override are
+        // set. An expiry on an owner key needs another lasting owner key (SPEC §19).
         let updated = self
             .first_key(
                 &format!(
@@ -94,6 +109,8 @@ impl Directory for D1Store {
                        rate_limit_per_minute = CASE WHEN ?5 THEN ?6 ELSE rate_limit_per_minute END,
                        expires_at = CASE WHEN ?7 AND rolled_at IS NULL THEN ?8 ELSE expires_at END
                      WHERE id = ?1 AND project_id = ?2 AND revoked_at IS NULL
+                       AND (NOT ?7 OR ?8 IS NULL OR type <> 'owner' OR rolled_at IS NOT NULL
+                            OR {OTHER_LASTING_OWNERS} > 0)
                      RETURNING {KEY_COLUMNS}"
                 ),
                 &[
@@ -113,21 +130,21 @@ impl Directory for D1Store {
         }
         Ok(match self.find_key(project_id, key_id).await? {
             None => KeyUpdate::NotFound,
-            Some(_) => KeyUpdate::Revoked,
+            Some(key) if key.is_revoked() => KeyUpdate::Revoked,
+            Some(_) => KeyUpdate::LastOwnerKey,
         })
     }
 
     async fn revoke_key(&self, project_id: &str, key_id: &str, now_ms: i64) -> Result<Revocation, PortError> {
-        // One statement, so the last-owner rule cannot race with another revocation.
+        // One statement, so the last-owner rule cannot race with another change. A key refused
+        // already (past its expiry or grace) may go; any other owner key needs a lasting one besides.
         let revoked = self
             .first_key(
                 &format!(
                     "UPDATE api_keys SET revoked_at = ?3
                      WHERE id = ?1 AND project_id = ?2 AND revoked_at IS NULL
                        AND (type <> 'owner' OR (expires_at IS NOT NULL AND expires_at <= ?3)
-                            OR (SELECT count(*) FROM api_keys
-                            WHERE project_id = ?2 AND type = 'owner' AND revoked_at IS NULL
-                              AND (expires_at IS NULL OR expires_at > ?3)) > 1)
+                            OR {OTHER_LASTING_OWNERS} > 0)
                      RETURNING {KEY_COLUMNS}"
                 ),
                 &[text(key_id), text(project_id), int(now_ms)],
@@ -189,18 +206,13 @@ impl Directory for D1Store {
         .await
     }
 
-    async fn active_owner_keys(&self, project_id: &str, now_ms: i64) -> Result<u32, PortError> {
+    async fn lasting_owner_keys(&self, project_id: &str, except_key_id: &str) -> Result<u32, PortError> {
         #[derive(serde::Deserialize)]
         struct Count {
             n: u32,
         }
         let rows: Vec<Count> = self
-            .rows(
-                "SELECT count(*) AS n FROM api_keys
-                 WHERE project_id = ?1 AND type = 'owner' AND revoked_at IS NULL
-                   AND (expires_at IS NULL OR expires_at > ?2)",
-                &[text(project_id), int(now_ms)],
-            )
+            .rows(&format!("SELECT {OTHER_LASTING_OWNERS} AS n"), &[text(except_key_id), text(project_id)])
             .await?;
         Ok(rows.first().map_or(0, |c| c.n))
     }
@@ -211,11 +223,13 @@ impl Directory for D1Store {
     }
 }
 
-/// A key's insert on its project's plan, answering the stored row (none: no such project).
+/// A key's insert on its project's plan, answering the stored row (none: no such project, or the
+/// key exists already — an operation executed again derives the same id and secret).
 fn insert_key_sql() -> String {
     format!(
         "INSERT INTO api_keys ({KEY_COLUMNS})
          SELECT ?1, ?2, ?3, ?4, p.plan, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13 FROM projects p WHERE p.id = ?2
+         ON CONFLICT DO NOTHING
          RETURNING {KEY_COLUMNS}"
     )
 }

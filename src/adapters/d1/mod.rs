@@ -10,13 +10,41 @@ mod keys;
 mod resources;
 mod webhooks;
 
+impl JobLeases for D1Store {
+    async fn take_lease(
+        &self,
+        job: &str,
+        holder: &str,
+        now_ms: i64,
+        until_ms: i64,
+    ) -> Result<bool, PortError> {
+        let statement = self.statement(
+            "INSERT INTO job_leases (job, holder, until_ms) VALUES (?1, ?2, ?4)
+             ON CONFLICT (job) DO UPDATE SET holder = excluded.holder, until_ms = excluded.until_ms
+             WHERE job_leases.until_ms <= ?3",
+            &[text(job), text(holder), int(now_ms), int(until_ms)],
+        )?;
+        Ok(self.batch(vec![statement]).await?[0] == 1)
+    }
+
+    async fn release_lease(&self, job: &str, holder: &str) -> Result<(), PortError> {
+        let statement = self.statement(
+            "UPDATE job_leases SET until_ms = 0 WHERE job = ?1 AND holder = ?2",
+            &[text(job), text(holder)],
+        )?;
+        self.batch(vec![statement]).await.map(drop)
+    }
+}
+
 use std::rc::Rc;
 
 use wasm_bindgen::JsValue;
 use worker::{D1Database, D1PreparedStatement, D1Result};
 
+use super::deadline::within;
 use crate::core::page::{Cursor, PageRequest};
-use crate::ports::{Meter, PortError};
+use crate::core::platform::deadline;
+use crate::ports::{JobLeases, Meter, PortError};
 
 pub struct D1Store {
     db: D1Database,
@@ -52,7 +80,9 @@ impl D1Store {
         args: &[JsValue],
     ) -> Result<Vec<T>, PortError> {
         Meter::count(&self.meter.d1_queries);
-        let result = self.statement(sql, args)?.all().await.map_err(PortError::from_display)?;
+        let statement = self.statement(sql, args)?;
+        let query = async { statement.all().await.map_err(PortError::from_display) };
+        let result = within(deadline::D1_MS, "D1 query", query).await?;
         result.results().map_err(PortError::from_display)
     }
 
@@ -108,7 +138,8 @@ impl D1Store {
         Meter::count(&self.meter.d1_queries);
         let split = statements.len();
         let all = statements.into_iter().chain(deliveries).collect();
-        let mut results = self.db.batch(all).await.map_err(PortError::from_display)?;
+        let batch = async { self.db.batch(all).await.map_err(PortError::from_display) };
+        let mut results = within(deadline::D1_MS, "D1 batch", batch).await?;
         let mut ids = Vec::new();
         for r in &results[split..] {
             ids.extend(result_ids(r)?);

@@ -3,7 +3,9 @@
 use wasm_bindgen::JsValue;
 
 use super::{after, int, opt_int, opt_text, result_ids, text, D1Store};
+use crate::adapters::deadline::within;
 use crate::core::page::PageRequest;
+use crate::core::platform::deadline;
 use crate::core::webhook::{Attempt, Delivery, StoredSecret, Webhook, INTERRUPTED_ATTEMPT};
 use crate::ports::{Meter, OriginEvent, OriginEventRecord, PortError, WebhookStore};
 
@@ -136,16 +138,24 @@ impl WebhookStore for D1Store {
         id: &str,
         secret: &StoredSecret,
         previous_until_ms: i64,
+        replaces: &StoredSecret,
     ) -> Result<Option<Webhook>, PortError> {
-        // One statement: the replaced secret moves to `previous_secret` as it is stored (sealed).
+        // One statement: the replaced secret moves to `previous_secret` as it is stored (sealed),
+        // only while it is the one the rotation read.
         let rows = self
             .webhook_rows(
                 &format!(
                     "UPDATE webhooks SET previous_secret = secret, previous_secret_until = ?4, secret = ?3
-                     WHERE id = ?1 AND project_id = ?2 AND status <> 'deleted'
+                     WHERE id = ?1 AND project_id = ?2 AND status <> 'deleted' AND secret = ?5
                      RETURNING {WEBHOOK_COLUMNS}"
                 ),
-                &[text(id), text(project_id), text(secret.as_column()), int(previous_until_ms)],
+                &[
+                    text(id),
+                    text(project_id),
+                    text(secret.as_column()),
+                    int(previous_until_ms),
+                    text(replaces.as_column()),
+                ],
             )
             .await?;
         Ok(rows.into_iter().next())
@@ -242,6 +252,7 @@ impl WebhookStore for D1Store {
         id: &str,
         now_ms: i64,
         until_ms: i64,
+        max_attempts: u32,
     ) -> Result<Option<(Delivery, Webhook)>, PortError> {
         const TAKEABLE: &str = "id = ?1 AND status = 'pending' AND scheduled_at <= ?2
             AND (locked_until IS NULL OR locked_until < ?2)";
@@ -257,6 +268,15 @@ impl WebhookStore for D1Store {
                        AND attempt_started_at IS NOT NULL"
                 ),
                 &[text(id), int(now_ms), text(INTERRUPTED_ATTEMPT)],
+            )?,
+            // That attempt was the schedule's last: the delivery fails, with no further attempt.
+            self.statement(
+                &format!(
+                    "UPDATE webhook_deliveries SET status = 'failed', locked_until = NULL, retry_requested = 0,
+                       last_error = ?3, updated_at = ?2
+                     WHERE {TAKEABLE} AND locked_until IS NOT NULL AND attempts - schedule_from >= ?4"
+                ),
+                &[text(id), int(now_ms), text(INTERRUPTED_ATTEMPT), int(max_attempts.into())],
             )?,
             // A subscription deleted or disabled since: the delivery fails, with no attempt.
             self.statement(
@@ -288,10 +308,11 @@ impl WebhookStore for D1Store {
             )?,
         ];
         Meter::count(&self.meter.d1_queries);
-        let results = self.db.batch(statements).await.map_err(PortError::from_display)?;
-        let taken: Vec<Delivery> = results[2].results().map_err(PortError::from_display)?;
+        let batch = async { self.db.batch(statements).await.map_err(PortError::from_display) };
+        let results = within(deadline::D1_MS, "D1 batch", batch).await?;
+        let taken: Vec<Delivery> = results[3].results().map_err(PortError::from_display)?;
         let Some(delivery) = taken.into_iter().next() else { return Ok(None) };
-        let hooks: Vec<WebhookRecord> = results[3].results().map_err(PortError::from_display)?;
+        let hooks: Vec<WebhookRecord> = results[4].results().map_err(PortError::from_display)?;
         match hooks.into_iter().next() {
             Some(hook) => Ok(Some((delivery, hook.into_webhook()?))),
             None => Err(PortError(format!("delivery {id} has no subscription"))),
@@ -363,7 +384,8 @@ impl WebhookStore for D1Store {
             &[text(&a.delivery_id)],
         )?);
         Meter::count(&self.meter.d1_queries);
-        let results = self.db.batch(statements).await.map_err(PortError::from_display)?;
+        let batch = async { self.db.batch(statements).await.map_err(PortError::from_display) };
+        let results = within(deadline::D1_MS, "D1 batch", batch).await?;
         #[derive(serde::Deserialize)]
         struct Due {
             scheduled_at: i64,
@@ -426,25 +448,34 @@ impl WebhookStore for D1Store {
         result_ids(&results[3]).map(OriginEventRecord::Recorded)
     }
 
-    async fn plaintext_secrets(&self, limit: usize) -> Result<Vec<(String, String)>, PortError> {
+    async fn secrets_to_reseal(
+        &self,
+        current_prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, StoredSecret)>, PortError> {
         #[derive(serde::Deserialize)]
-        struct Plaintext {
+        struct Stored {
             id: String,
             secret: String,
         }
-        let rows: Vec<Plaintext> = self
+        let rows: Vec<Stored> = self
             .rows(
-                "SELECT id, secret FROM webhooks WHERE substr(secret, 1, 6) = 'whsec_' LIMIT ?1",
-                &[int(limit as i64)],
+                "SELECT id, secret FROM webhooks WHERE substr(secret, 1, length(?1)) <> ?1 LIMIT ?2",
+                &[text(current_prefix), int(limit as i64)],
             )
             .await?;
-        Ok(rows.into_iter().map(|r| (r.id, r.secret)).collect())
+        Ok(rows.into_iter().map(|r| (r.id, StoredSecret::from_column(r.secret))).collect())
     }
 
-    async fn seal_secret(&self, id: &str, plaintext: &str, sealed: &StoredSecret) -> Result<(), PortError> {
+    async fn reseal_secret(
+        &self,
+        id: &str,
+        stored: &StoredSecret,
+        sealed: &StoredSecret,
+    ) -> Result<(), PortError> {
         let statement = self.statement(
             "UPDATE webhooks SET secret = ?3 WHERE id = ?1 AND secret = ?2",
-            &[text(id), text(plaintext), text(sealed.as_column())],
+            &[text(id), text(stored.as_column()), text(sealed.as_column())],
         )?;
         self.batch(vec![statement]).await.map(drop)
     }

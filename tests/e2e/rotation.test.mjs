@@ -1,0 +1,139 @@
+// SPEC §19 "Secrets", end to end: KEY_PEPPER and WEBHOOK_SECRETS_KEY are rotated on a gateway of
+// this file's own (its own state folder and secrets, started twice more with the secrets of each
+// step). Keys issued before the rotation keep working, their kept responses still replay, webhook
+// secrets still sign and the minute cron re-seals them under the new key; keys issued after it
+// are hashed under the new pepper. Once the previous webhook key is removed, the re-sealed secrets
+// still sign; once the previous pepper is removed, only keys issued before it stop working.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { createHmac, randomBytes } from 'node:crypto';
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { assertError, call, eventually, idemKey } from './harness.mjs';
+
+const ROOT = new URL('../..', import.meta.url).pathname;
+const secret = () => randomBytes(24).toString('hex');
+const [P1, P2, W1, W2, ADMIN] = [secret(), secret(), secret(), secret(), secret()];
+const keyId = (s) => createHmac('sha256', s).update('gatehouse/key-id').digest('hex').slice(0, 8);
+const keyHash = (pepper, key) => createHmac('sha256', pepper).update(key).digest('hex');
+
+let dir;
+let receiver;
+let receiverBase;
+const received = [];
+
+before(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'gatehouse-rotation-'));
+  receiver = createServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => { body += c; });
+    req.on('end', () => { received.push({ headers: req.headers, body }); res.writeHead(200).end('ok'); });
+  });
+  await new Promise((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+  receiverBase = `http://127.0.0.1:${receiver.address().port}`;
+});
+
+after(() => receiver.close());
+
+/** Starts the gateway on this file's state folder with `secrets`; answers its URL and a stop. */
+async function gateway(step, secrets) {
+  const envFile = join(dir, `${step}.env`);
+  await writeFile(envFile, Object.entries({ ADMIN_TOKEN: ADMIN, ...secrets }).map(([k, v]) => `${k}=${v}\n`).join(''));
+  const script = `source scripts/lib.sh && port=$(free_port) && start_test_gateway "${dir}/state" "$port" --env-file "${envFile}" >&2 && echo "READY $port $GATEWAY_PID" && sleep 600`;
+  const child = spawn('bash', ['-c', script], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
+  const line = await new Promise((resolve, reject) => {
+    let out = '';
+    child.stdout.on('data', (c) => { out += c; if (out.includes('\n')) resolve(out.trim()); });
+    child.on('exit', (code) => reject(new Error(`the gateway of step ${step} did not start (${code})`)));
+  });
+  const [, port, pid] = line.split(' ');
+  return {
+    base: `http://127.0.0.1:${port}`,
+    stop: () => {
+      spawnSync('bash', ['-c', `source scripts/lib.sh && stop_group ${pid}`], { cwd: ROOT });
+      child.kill();
+    },
+  };
+}
+
+function d1(sql) {
+  const out = spawnSync('npx', ['wrangler', 'd1', 'execute', 'DB', '--local', '--persist-to', `${dir}/state`, '--json', '--command', sql], { cwd: ROOT, encoding: 'utf8' });
+  if (out.status !== 0) throw new Error(`d1 execute failed: ${out.stderr}${out.stdout}`);
+  return JSON.parse(out.stdout)[0].results;
+}
+
+/** Whether the receiver's `n`-th request carries the signature a holder of `whsec` computes. */
+async function signedWith(n, whsec) {
+  assert.ok(await eventually(async () => received.length >= n, 20_000), `delivery ${n}`);
+  const { headers, body } = received[n - 1];
+  const key = Buffer.from(whsec.slice('whsec_'.length), 'base64');
+  const signed = `${headers['webhook-id']}.${headers['webhook-timestamp']}.${body}`;
+  return headers['webhook-signature'].split(' ').includes(`v1,${createHmac('sha256', key).update(signed).digest('base64')}`);
+}
+
+test('rotating the pepper and the webhook secrets key loses no key, replay or secret', { timeout: 600_000 }, async () => {
+  // Before the rotation.
+  let gw = await gateway('before', { KEY_PEPPER: P1, WEBHOOK_SECRETS_KEY: W1 });
+  let base = gw.base;
+  let owner;
+  let issued;
+  let whsec;
+  let hookId;
+  const idem = idemKey();
+  try {
+    const project = await call('POST', '/admin/v1/projects', { base, key: ADMIN, body: { name: 'rotation' } });
+    assert.equal(project.status, 201, project.text);
+    owner = project.body.owner_key.key;
+    issued = await call('POST', '/public/v1/keys', { base, key: owner, idem, body: { type: 'server', name: 'before' } });
+    assert.equal(issued.status, 201, issued.text);
+    const hook = await call('POST', '/public/v1/webhooks', { base, key: owner, body: { url: `${receiverBase}/rotation`, events: ['contact.created'] } });
+    assert.equal(hook.status, 201, hook.text);
+    [whsec, hookId] = [hook.body.secret, hook.body.id];
+    assert.equal((await call('POST', '/public/v1/contacts', { base, key: owner, body: { name: 'Before' } })).status, 201);
+    assert.ok(await signedWith(1, whsec));
+  } finally {
+    gw.stop();
+  }
+  assert.ok(d1(`SELECT secret FROM webhooks WHERE id = '${hookId}'`)[0].secret.startsWith(`v2.${keyId(W1)}.`));
+
+  // During the rotation: new secrets, the previous ones beside them.
+  gw = await gateway('during', { KEY_PEPPER: P2, KEY_PEPPER_PREVIOUS: P1, WEBHOOK_SECRETS_KEY: W2, WEBHOOK_SECRETS_KEY_PREVIOUS: W1 });
+  base = gw.base;
+  let fresh;
+  try {
+    assert.equal((await call('GET', '/public/v1/me', { base, key: owner })).status, 200, 'the owner key of before works');
+    assert.equal((await call('GET', '/public/v1/me', { base, key: issued.body.key })).status, 200, 'an issued key of before works');
+    const replay = await call('POST', '/public/v1/keys', { base, key: owner, idem, body: { type: 'server', name: 'before' } });
+    assert.equal(replay.status, 201, replay.text);
+    assert.equal(replay.headers.get('idempotent-replayed'), '1');
+    assert.deepEqual(replay.body, issued.body, 'a response kept before the rotation replays');
+    fresh = await call('POST', '/public/v1/keys', { base, key: owner, body: { type: 'server', name: 'during' } });
+    assert.equal(fresh.status, 201, fresh.text);
+    assert.equal((await call('GET', '/public/v1/me', { base, key: fresh.body.key })).status, 200);
+    const [row] = d1(`SELECT key_hash FROM api_keys WHERE id = '${fresh.body.id}'`);
+    assert.equal(row.key_hash, keyHash(P2, fresh.body.key), 'a new key is hashed under the new pepper');
+    assert.equal((await call('POST', '/public/v1/contacts', { base, key: owner, body: { name: 'During' } })).status, 201);
+    assert.ok(await signedWith(2, whsec), 'a secret sealed under the previous key signs');
+    const cron = await fetch(`${base}/__scheduled?cron=${encodeURIComponent('* * * * *')}`);
+    assert.equal(cron.status, 200);
+  } finally {
+    gw.stop();
+  }
+  assert.ok(d1(`SELECT secret FROM webhooks WHERE id = '${hookId}'`)[0].secret.startsWith(`v2.${keyId(W2)}.`), 'the cron re-sealed the secret under the new key');
+
+  // After: the previous webhook key and pepper removed.
+  gw = await gateway('after', { KEY_PEPPER: P2, WEBHOOK_SECRETS_KEY: W2 });
+  base = gw.base;
+  try {
+    assert.equal((await call('GET', '/public/v1/me', { base, key: fresh.body.key })).status, 200, 'a key of the new pepper works');
+    assert.equal((await call('POST', '/public/v1/contacts', { base, key: fresh.body.key, body: { name: 'After' } })).status, 201);
+    assert.ok(await signedWith(3, whsec), 'the re-sealed secret signs without the previous key');
+    // Documented: a key issued under a pepper that is no longer configured no longer authenticates.
+    assertError(await call('GET', '/public/v1/me', { base, key: owner }), 401, 'INVALID_API_KEY');
+  } finally {
+    gw.stop();
+  }
+});
