@@ -82,7 +82,9 @@ pub trait KeyGuard {
         claim: Option<&ClaimRequest>,
     ) -> Result<Authorization, PortError>;
     /// Takes a claim for a principal without an API key (the operator, [`OPERATOR_GUARD`]): the
-    /// claims of the guard named `principal`, decided as `authorize` decides a key's.
+    /// claims of the guard named `principal`, decided as `authorize` decides a key's. Also the
+    /// claim of a key `authorize` admitted without one a moment before: its body is read only
+    /// after its key is authenticated (SPEC §19 "Memory"), and the fingerprint needs the body.
     async fn take_claim(&self, principal: &str, claim: &ClaimRequest) -> Result<ClaimDecision, PortError>;
     /// The claimed operation succeeded: the claim is completed, and the guard keeps the response
     /// (sealed: the guard never sees it in clear) until the key expires. Safe to repeat. `false`: the claim is no longer this request's (its
@@ -596,8 +598,19 @@ pub struct OriginRequest<'a> {
     pub url: String,
     pub method: &'a str,
     pub headers: Vec<(String, String)>,
-    pub body: &'a [u8],
+    pub body: OutgoingBody<'a>,
     pub timeout_ms: u64,
+}
+
+/// The body a forwarded request carries (SPEC §19 "Memory").
+#[derive(Debug)]
+pub enum OutgoingBody<'a> {
+    /// Held whole (at most [`crate::core::upstream::SIGNED_BODY_LIMIT`] bytes): its hash is signed.
+    Held(&'a [u8]),
+    /// The bytes read so far, then the rest of the client's stream as it arrives (the body's
+    /// [`RequestBody::into_rest`]), never held: at most `limit` bytes in all, else the origin
+    /// call ends with [`OriginOutcome::BodyTooLarge`].
+    Streamed { head: &'a [u8], rest: PassThrough, limit: usize },
 }
 
 /// How the origin answered.
@@ -609,6 +622,8 @@ pub enum OriginOutcome {
     TimedOut,
     /// The connection failed; the cause is for the log.
     Unreachable(String),
+    /// A streamed body went over its limit on the way: the origin call was ended.
+    BodyTooLarge,
 }
 
 #[derive(Debug)]
@@ -628,8 +643,9 @@ pub enum AnswerBody {
     Streaming { head: Vec<u8>, rest: PassThrough, declared_len: Option<u64> },
 }
 
-/// The unread rest of an origin's answer, handed to the runtime as it is: opaque to the app
-/// (the worker's adapter puts its stream here and takes it back when it builds the response).
+/// The unread rest of an origin's answer or of a client's body, handed to the runtime as it is:
+/// opaque to the app (the worker's adapter puts its stream here and takes it back when it builds
+/// the response or the origin's request).
 #[derive(Clone)]
 pub struct PassThrough(Rc<RefCell<Option<Box<dyn Any>>>>);
 
@@ -698,11 +714,16 @@ pub trait Ports {
 /// The request's body as the client streams it, read only once the route, the caller and the
 /// declared size allow it, and only as far as the route's limit (`core::body::CappedBody`).
 /// Dropping it cancels the rest of the stream.
-pub trait RequestBody {
+pub trait RequestBody: Sized + 'static {
     /// `Content-Length`, when the client sent one.
     fn declared_len(&self) -> Option<u64>;
     /// The next chunk as it arrives; `None` at the end.
     async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>, PortError>;
+    /// The chunks not read yet, for the origin's adapter to stream on unheld (by default the body
+    /// itself).
+    fn into_rest(self) -> PassThrough {
+        PassThrough::new(self)
+    }
 }
 
 /// Counts the I/O one request makes, for the per-request log line: the hot-path budget of

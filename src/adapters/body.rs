@@ -4,6 +4,8 @@
 //! hanging in `wrangler dev`.) A body read only in part is left as it is, not
 //! cancelled: the runtime discards the rest once the response is sent (a cancelled request body
 //! makes `wrangler dev`'s proxy drop its connection to the worker and answer the next request 503).
+//! The rest of a proxied body over 1 MiB is handed on unread ([`BodyRest`]): the origin's
+//! request streams it (adapters/origin.rs), so it never enters wasm memory.
 
 use js_sys::Uint8Array;
 use wasm_bindgen::JsCast;
@@ -11,7 +13,13 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{ReadableStream, ReadableStreamDefaultReader, ReadableStreamReadResult};
 
 use super::js_error;
-use crate::ports::{PortError, RequestBody};
+use crate::ports::{PassThrough, PortError, RequestBody};
+
+/// The unread rest of a request body: the stream, or its reader once a chunk was read.
+pub struct BodyRest {
+    pub stream: Option<ReadableStream>,
+    pub reader: Option<ReadableStreamDefaultReader>,
+}
 
 pub struct WorkerBody {
     declared_len: Option<u64>,
@@ -44,5 +52,9 @@ impl RequestBody for WorkerBody {
             return Ok(None);
         }
         Ok(Some(Uint8Array::new(&result.get_value()).to_vec()))
+    }
+
+    fn into_rest(self) -> PassThrough {
+        PassThrough::new(BodyRest { stream: self.stream, reader: self.reader })
     }
 }

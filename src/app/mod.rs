@@ -151,7 +151,12 @@ pub struct Call<'a> {
     pub usage: Option<Usage>,
     pub params: Vec<&'a str>,
     pub query: &'a [(String, String)],
+    /// The body, or the first bytes of a proxied body streamed on (then `rest` holds the rest).
     pub body: Vec<u8>,
+    /// The unread rest of a proxied body over `SIGNED_BODY_LIMIT` (SPEC §19 "Memory").
+    pub rest: Option<crate::ports::PassThrough>,
+    /// `CF-Connecting-IP`: the address the origin of a proxied route is told.
+    pub client_ip: Option<&'a str>,
     pub now_ms: i64,
     /// Where the ids of the rows this request creates come from.
     pub ids: Ids,

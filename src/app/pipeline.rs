@@ -3,6 +3,7 @@
 
 use serde_json::{json, Value};
 
+use super::authentication::Credentials;
 use super::responses::{preflight, respond, CORS_HEADERS};
 use super::{random, unavailable, ApiRequest, ApiResponse, Call, Gateway, Ids, Reply, Settlement};
 use crate::core::api_key::{bearer_token, KeyRecord};
@@ -15,8 +16,8 @@ use crate::core::rate_limit::Usage;
 use crate::core::route::{cors_path, match_route, Access, Miss, Route, RouteId};
 use crate::core::sealing::Keyring;
 use crate::core::time::rfc3339;
-use crate::core::upstream::match_upstream;
-use crate::ports::{ClaimRequest, KeyGuard, Ports, RequestBody, ResponseStore, OPERATOR_GUARD};
+use crate::core::upstream::{match_upstream, SIGNED_BODY_LIMIT};
+use crate::ports::{ClaimRequest, KeyGuard, PassThrough, Ports, RequestBody, ResponseStore, OPERATOR_GUARD};
 
 /// What the pipeline answers before it becomes an [`ApiResponse`].
 pub(super) enum Answer {
@@ -180,19 +181,21 @@ impl<P: Ports> Gateway<'_, P> {
             Ok(credentials) => credentials,
             Err(e) => return Served::early(None, e),
         };
-        let body = match read_body(route, req.body).await {
-            Ok(body) => body,
-            Err(e) => return Served::early(None, e),
-        };
         // A bad header is answered only after authentication (SPEC §3 order), so keep the error.
         let idempotency_key = idempotency::parse_key(req.idempotency_key.as_deref(), route.idempotency);
         trace.idempotency_key = idempotency_key.as_ref().ok().cloned().flatten();
+        let reading = BodyReading::of(route, upstream.is_some(), trace.idempotency_key.is_some());
+        // A declared length over what the route takes is refused unread.
+        if let Err(e) = reading.admits(req.body.declared_len()) {
+            return Served::early(None, e);
+        }
         // The origin receives the query too: for a proxied request it is part of "the same request".
         let path_and_query = match &req.raw_query {
             Some(q) if upstream.is_some() => format!("{}?{q}", req.path),
             _ => req.path.clone(),
         };
-        let fingerprint = || match upstream {
+        let idempotency = trace.idempotency_key.clone();
+        let fingerprint = |body: &[u8]| match upstream {
             // A proxied body is opaque: its bytes and its type (SPEC §19).
             Some(_) => {
                 let content_type = req
@@ -200,27 +203,79 @@ impl<P: Ports> Gateway<'_, P> {
                     .iter()
                     .find(|(n, _)| n.eq_ignore_ascii_case("content-type"))
                     .map(|(_, v)| v.as_str());
-                idempotency::opaque_fingerprint(&req.method, &path_and_query, content_type, &body)
+                idempotency::opaque_fingerprint(&req.method, &path_and_query, content_type, body)
             }
-            None => idempotency::fingerprint(&req.method, &path_and_query, &body),
+            None => idempotency::fingerprint(&req.method, &path_and_query, body),
         };
-        let claim = trace.idempotency_key.clone().map(|key| ClaimRequest {
-            fingerprint: fingerprint(),
-            idempotency_key: key,
-            request_id: request_id.to_owned(),
-        });
-        let mut caller =
-            match self.authenticate(credentials, client_ip, claim.as_ref(), req.now_ms, trace).await {
+        let claim_for = |body: &[u8]| {
+            idempotency.clone().map(|key| ClaimRequest {
+                fingerprint: fingerprint(body),
+                idempotency_key: key,
+                request_id: request_id.to_owned(),
+            })
+        };
+        // SPEC §19 "Memory": no body is read before its key is authenticated. The admin token and
+        // the origin secret were checked by the screen. An API key's claim needs the body's
+        // fingerprint: when this isolate's guard calls admitted the key in the last minutes, the body
+        // is read first and the guard asked once; any other key is authenticated (and counted)
+        // first, and its claim taken after the body is read (`take_claim`).
+        let (read_first, token) = match &credentials {
+            Credentials::Key { key_hash, token, .. } => (
+                idempotency.is_some() && self.memory.borrow().is_recent_key(key_hash, req.now_ms),
+                Some(token.clone()),
+            ),
+            Credentials::Open => (true, None),
+        };
+        let (body, claim, mut caller) = if read_first {
+            let body = match reading.read(req.body).await {
+                Ok(body) => body,
+                Err(e) => return Served::early(None, e),
+            };
+            let claim = claim_for(&body.bytes);
+            let caller = match self
+                .authenticate(credentials, client_ip, claim.as_ref(), req.now_ms, trace)
+                .await
+            {
                 Ok(caller) => caller,
                 Err((usage, e)) => {
-                    // A claim the guard may have taken is released after the 503, so the client's
-                    // retry is not refused as IN_USE for the lease (the API key id is unknown: only a
-                    // release can follow).
+                    // A claim the guard may have taken is released after the 503, so the
+                    // client's retry is not refused as IN_USE for the lease (the API key id
+                    // is unknown: only a release can follow).
                     let lost =
                         trace.unanswered_guard.take().zip(claim).map(|(hash, c)| (hash, String::new(), c));
                     return Served { usage, answer: Err(e), taken_claim: lost, sealing: None };
                 }
             };
+            (body, claim, caller)
+        } else {
+            let mut caller = match self.authenticate(credentials, client_ip, None, req.now_ms, trace).await {
+                Ok(caller) => caller,
+                Err((usage, e)) => return Served::early(usage, e),
+            };
+            let body = match reading.read(req.body).await {
+                Ok(body) => body,
+                Err(e) => return Served::early(caller.usage, e),
+            };
+            let claim = claim_for(&body.bytes);
+            if let (Some(c), Some(key_hash), Some(token)) = (&claim, &caller.key_hash, &token) {
+                match self.guard.take_claim(key_hash, c).await {
+                    Ok(decision) => {
+                        caller.claim = Some(decision);
+                        caller.sealing = Some(self.config.response_keys(token));
+                    }
+                    Err(e) => {
+                        let lost = Some((key_hash.clone(), String::new(), c.clone()));
+                        return Served {
+                            usage: caller.usage,
+                            answer: Err(unavailable(e)),
+                            taken_claim: lost,
+                            sealing: None,
+                        };
+                    }
+                }
+            }
+            (body, claim, caller)
+        };
         let usage = caller.usage;
         if let Err(e) = idempotency_key {
             return Served::early(usage, e);
@@ -266,7 +321,9 @@ impl<P: Ports> Gateway<'_, P> {
             usage,
             params,
             query: &req.query,
-            body,
+            body: body.bytes,
+            rest: body.rest,
+            client_ip,
             now_ms: req.now_ms,
             // An operation's secrets are keyed by the credential its requests carry (SPEC §19).
             ids: Ids::for_operation(operation, req.authorization.as_deref().and_then(bearer_token)),
@@ -436,20 +493,70 @@ pub(super) fn me(call: &Call<'_>) -> Value {
     })
 }
 
-/// Reads the body as it streams in, within the route's limit: 413 before reading when the
-/// declared length is over, and at the first chunk that would take it over (the rest is never
-/// read: dropping the body cancels its stream).
-pub(super) async fn read_body<B: RequestBody>(route: &Route, mut body: B) -> Result<Vec<u8>, ApiError> {
-    let limit = route.body_limit;
-    let too_large = |_| ApiError::payload_too_large(limit);
-    let mut capped = CappedBody::new(limit, body.declared_len()).map_err(too_large)?;
-    loop {
-        let chunk = body.next_chunk().await.map_err(|e| {
-            ApiError::bad_request("The request body could not be read.").with_detail("cause", e.0)
-        })?;
-        match chunk {
-            Some(chunk) => capped.push(&chunk).map_err(too_large)?,
-            None => return Ok(capped.into_bytes()),
+/// How a route's body is read: held up to `held` bytes; past that a proxied body without a claim
+/// streams on (up to `limit`), any other is 413.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct BodyReading {
+    limit: usize,
+    held: usize,
+    /// A proxied request with an `Idempotency-Key`: its fingerprint needs the whole body held.
+    claimed_proxy: bool,
+}
+
+/// A body as read: whole, or the first bytes of a proxied body and its unread rest.
+pub(super) struct ReadBody {
+    pub(super) bytes: Vec<u8>,
+    pub(super) rest: Option<PassThrough>,
+}
+
+impl BodyReading {
+    pub(super) fn of(route: &Route, proxied: bool, claimed: bool) -> Self {
+        let limit = route.body_limit;
+        let held = if proxied { limit.min(SIGNED_BODY_LIMIT) } else { limit };
+        BodyReading { limit, held, claimed_proxy: proxied && claimed }
+    }
+
+    fn too_large(&self) -> ApiError {
+        if self.claimed_proxy && self.held < self.limit {
+            // SPEC §19: a streamed body cannot be fingerprinted before it is forwarded.
+            ApiError::payload_too_large(self.held)
+                .with_detail("reason", "A proxied request with an Idempotency-Key carries at most 1 MiB.")
+                .with_detail("header", idempotency::HEADER)
+        } else {
+            ApiError::payload_too_large(self.limit)
+        }
+    }
+
+    /// 413 before reading when the declared length is over what this request may send.
+    pub(super) fn admits(&self, declared_len: Option<u64>) -> Result<(), ApiError> {
+        let most = if self.claimed_proxy { self.held } else { self.limit };
+        match declared_len {
+            Some(n) if n > most as u64 => Err(self.too_large()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Reads the body as it streams in: 413 at the first chunk that would take it over (the rest is
+    /// never read), or, for a proxied body past `held` without a claim, the rest left to stream on.
+    /// The buffer grows with the bytes read, never with the declared length (`CappedBody`).
+    pub(super) async fn read<B: RequestBody>(&self, mut body: B) -> Result<ReadBody, ApiError> {
+        let declared = body.declared_len().filter(|n| *n <= self.held as u64);
+        let mut capped = CappedBody::new(self.held, declared).map_err(|_| self.too_large())?;
+        loop {
+            let chunk = body.next_chunk().await.map_err(|e| {
+                ApiError::bad_request("The request body could not be read.").with_detail("cause", e.0)
+            })?;
+            let Some(chunk) = chunk else {
+                return Ok(ReadBody { bytes: capped.into_bytes(), rest: None });
+            };
+            if capped.push(&chunk).is_err() {
+                let mut head = capped.into_bytes();
+                if self.claimed_proxy || self.held == self.limit || head.len() + chunk.len() > self.limit {
+                    return Err(self.too_large());
+                }
+                head.extend_from_slice(&chunk);
+                return Ok(ReadBody { bytes: head, rest: Some(body.into_rest()) });
+            }
         }
     }
 }

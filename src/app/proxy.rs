@@ -13,11 +13,11 @@ use crate::core::idempotency::{self, ClaimDecision};
 use crate::core::json_body;
 use crate::core::time::rfc3339;
 use crate::core::upstream::{
-    answered_headers, forwarded_request_headers, identity_headers, SignedRequest, Upstream,
+    answered_headers, forwarded_request_headers, identity_headers, SignedBody, SignedRequest, Upstream,
 };
 use crate::core::webhook::{is_event_type, payload};
 use crate::ports::{
-    Origin, OriginEvent, OriginEventRecord, OriginOutcome, OriginRequest, Ports, WebhookStore,
+    Origin, OriginEvent, OriginEventRecord, OriginOutcome, OriginRequest, OutgoingBody, Ports, WebhookStore,
 };
 
 /// The methods a proxied route forwards (the runtime's `fetch` takes no others as they are).
@@ -53,23 +53,38 @@ impl<P: Ports> Gateway<'_, P> {
         let key = call.key();
         // `Config` refuses `UPSTREAMS` without an `ORIGIN_SECRET`.
         let secret = self.config.origin_secret.as_deref().unwrap_or_default();
+        // What the origin receives, base path included, is what is signed (SPEC §19).
+        let origin_path = upstream.origin_path(path_and_query);
+        let (signed_body, body) = match &call.rest {
+            None => (SignedBody::Held(&call.body), OutgoingBody::Held(&call.body)),
+            Some(rest) => (
+                SignedBody::Streamed,
+                OutgoingBody::Streamed {
+                    head: &call.body,
+                    rest: rest.clone(),
+                    limit: upstream.max_body_bytes,
+                },
+            ),
+        };
         let signed = SignedRequest {
             timestamp: call.now_ms.div_euclid(1000),
             method,
-            path_and_query,
+            path_and_query: &origin_path,
             request_id: call.request_id,
             project_id: &key.project_id,
             key_id: &key.id,
-            body: &call.body,
+            key_type: key.key_type,
+            client_ip: call.client_ip.unwrap_or_default(),
+            body: signed_body,
         };
         let mut headers = forwarded_request_headers(client_headers);
-        headers.extend(identity_headers(&signed, key.key_type, secret.as_bytes()));
+        headers.extend(identity_headers(&signed, secret.as_bytes()));
         let request = OriginRequest {
             target: &upstream.origin,
             url: upstream.url(path_and_query),
             method,
             headers,
-            body: &call.body,
+            body,
             timeout_ms: upstream.timeout_ms,
         };
         match self.origin.forward(request).await {
@@ -85,6 +100,7 @@ impl<P: Ports> Gateway<'_, P> {
                 format!("The origin did not answer within {} ms.", upstream.timeout_ms),
             )
             .with_detail("timeout_ms", upstream.timeout_ms)),
+            OriginOutcome::BodyTooLarge => Err(ApiError::payload_too_large(upstream.max_body_bytes)),
             OriginOutcome::Unreachable(cause) => {
                 let mut e = ApiError::new(ErrorCode::UpstreamUnavailable, "The origin could not be reached.");
                 e.internal = Some(format!("origin {}: {cause}", upstream.prefix));

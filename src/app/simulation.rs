@@ -26,7 +26,7 @@ use crate::fakes::origin::FakeOrigin;
 use crate::fakes::queue::{FakeDeadLetters, FakeRedrive};
 use crate::fakes::webhooks::FakeDeliveryQueue;
 use crate::fakes::FakeStore;
-use crate::ports::{PortError, Ports, RequestBody};
+use crate::ports::{PassThrough, PortError, Ports, RequestBody};
 use crate::sim::{check_seeds, drive, drive_with, later, Faults};
 
 struct Sim;
@@ -77,6 +77,9 @@ impl RequestBody for Body {
         self.read.set(self.read.get() + usize::from(chunk.is_some()));
         Ok(chunk)
     }
+    fn into_rest(self) -> PassThrough {
+        PassThrough::new(self.chunks)
+    }
 }
 
 fn config() -> &'static Config {
@@ -87,7 +90,11 @@ fn config() -> &'static Config {
             "WEBHOOK_SECRETS_KEY" => Some("simulation-webhook-secrets".into()),
             "ADMIN_TOKEN" => Some("simulation-admin-token".into()),
             "PLANS" => Some(r#"{"trial":{"per_minute":100000,"monthly_quota":100000000}}"#.into()),
-            "UPSTREAMS" => Some(r#"[{"prefix":"/shop/v1/","origin":"http://127.0.0.1:9","cost":2}]"#.into()),
+            "UPSTREAMS" => Some(
+                r#"[{"prefix":"/shop/v1/","origin":"http://127.0.0.1:9","cost":2},
+                    {"prefix":"/upload/","origin":"http://127.0.0.1:9/base","max_body_bytes":8388608}]"#
+                    .into(),
+            ),
             "ORIGIN_SECRET" => Some(ORIGIN_SECRET.into()),
             "EVENTS_SECRET" => Some(EVENTS_SECRET.into()),
             _ => None,
@@ -1135,6 +1142,119 @@ fn an_oversized_chunked_body_is_cut_at_the_limit_and_never_read_for_a_refused_ke
     assert_eq!(answer(&gateway, &faults, post(Some(&secrets[0]), under)).status, 201);
 }
 
+/// A body of `total` bytes streamed in 64 KiB chunks without a `Content-Length`.
+fn chunked_body(total: usize) -> Body {
+    let chunks = (0..total.div_ceil(65_536)).map(|i| vec![b' '; 65_536.min(total - i * 65_536)]).collect();
+    Body { chunks, declared_len: None, read: Rc::default() }
+}
+
+/// SPEC §19 "Memory": no body is read before its key is authenticated, with or without an
+/// `Idempotency-Key`, on a built-in route and a proxied one; a valid key's body is read after its
+/// guard admitted it (one round trip once the isolate knows the key, two before).
+#[test]
+fn no_body_is_read_before_its_key_is_authenticated() {
+    let faults = Rc::new(Faults::new(5, 0.0));
+    let (gateway, clock, secrets) = world(&faults, &[KeyType::Owner]);
+    let post = |path: &str, key: &str, idem: Option<&str>, body: Body| {
+        let mut req = request(&clock, "POST", path, key, idem, "");
+        req.body = body;
+        req
+    };
+    for path in ["/public/v1/contacts", "/shop/v1/orders", "/upload/file"] {
+        for idem in [None, Some("k-unknown")] {
+            let body = chunked_body(512 * 1024);
+            let read = body.read.clone();
+            let refused = answer(&gateway, &faults, post(path, &unknown_key(1), idem, body));
+            assert_eq!((refused.status, error_code(&refused)), (401, "INVALID_API_KEY".to_owned()));
+            assert_eq!(read.get(), 0, "{path} {idem:?}: an unknown key's body was read");
+        }
+    }
+    let contact = |name: &str| Body::whole(format!(r#"{{"name":"{name}"}}"#).as_bytes());
+    // The isolate has not seen this key: authenticated first, its claim taken after the read.
+    let first =
+        answer(&gateway, &faults, post("/public/v1/contacts", &secrets[0], Some("k-1"), contact("Ada")));
+    assert_eq!(first.status, 201, "{}", String::from_utf8_lossy(&first.body));
+    let replay =
+        answer(&gateway, &faults, post("/public/v1/contacts", &secrets[0], Some("k-1"), contact("Ada")));
+    assert_eq!(replay.status, 201);
+    assert!(replay.headers.iter().any(|(n, v)| *n == "idempotent-replayed" && v == "1"));
+    let reused =
+        answer(&gateway, &faults, post("/public/v1/contacts", &secrets[0], Some("k-1"), contact("Bob")));
+    assert_eq!(error_code(&reused), "IDEMPOTENCY_KEY_REUSED");
+    // A fresh isolate (no memory of the key) replays the same key the same way.
+    let mut fresh = gateway;
+    fresh.memory = Rc::default();
+    let again =
+        answer(&fresh, &faults, post("/public/v1/contacts", &secrets[0], Some("k-1"), contact("Ada")));
+    assert_eq!((again.status, again.body.clone()), (201, first.body.clone()));
+    let me = json(&answer(&fresh, &faults, request(&clock, "GET", "/public/v1/me", &secrets[0], None, "")));
+    assert_eq!(me["rate_limit"]["remaining"], 100_000 - 5, "each request counted once");
+}
+
+/// SPEC §19 "Memory": a proxied body over 1 MiB is not held: it streams to the origin and is
+/// signed `UNSIGNED-PAYLOAD`, which the origin sees; cut at `max_body_bytes` (413); with an
+/// `Idempotency-Key` it cannot be fingerprinted, so it is refused (413) before the origin is called.
+#[test]
+fn a_proxied_body_over_one_mib_streams_unsigned_and_an_idempotent_one_is_refused() {
+    use crate::core::upstream::{SignedBody, SignedRequest, SIGNED_BODY_LIMIT};
+    let faults = Rc::new(Faults::new(6, 0.0));
+    let (gateway, clock, secrets) = world(&faults, &[KeyType::Server]);
+    let post = |idem: Option<&str>, body: Body| {
+        let mut req = request(&clock, "POST", "/upload/file", &secrets[0], idem, "");
+        req.body = body;
+        req
+    };
+    let body = chunked_body(3 << 20);
+    let read = body.read.clone();
+    let streamed = answer(&gateway, &faults, post(None, body));
+    assert_eq!(streamed.status, 201, "{}", String::from_utf8_lossy(&streamed.body));
+    assert_eq!(read.get(), SIGNED_BODY_LIMIT / 65_536 + 1, "the gateway held at most 1 MiB and a chunk");
+    let received = gateway.origin.received.borrow().last().cloned().unwrap();
+    assert_eq!(received.body.len(), 3 << 20, "the origin received the whole body");
+    assert_eq!(received.url, "http://127.0.0.1:9/base/upload/file");
+    assert_eq!(received.header("x-gatehouse-content-sha256"), Some("UNSIGNED-PAYLOAD"));
+    let get = |name: &str| received.header(name).unwrap_or_default().to_owned();
+    let signed = SignedRequest {
+        timestamp: get("x-gatehouse-timestamp").parse().unwrap(),
+        method: "POST",
+        path_and_query: "/base/upload/file",
+        request_id: &get("x-request-id"),
+        project_id: &get("x-gatehouse-project-id"),
+        key_id: &get("x-gatehouse-key-id"),
+        key_type: KeyType::Server,
+        client_ip: "192.0.2.1",
+        body: SignedBody::Streamed,
+    };
+    assert_eq!(get("x-gatehouse-signature"), signed.signature(ORIGIN_SECRET.as_bytes()));
+    assert_eq!(get("x-gatehouse-client-ip"), "192.0.2.1");
+
+    // Within 1 MiB the body is held and its hash signed.
+    let small = answer(&gateway, &faults, post(None, Body::whole(b"{}")));
+    assert_eq!(small.status, 201);
+    let received = gateway.origin.received.borrow().last().cloned().unwrap();
+    let hash = {
+        use sha2::Digest;
+        crate::core::encoding::hex(&sha2::Sha256::digest(b"{}"))
+    };
+    assert_eq!(received.header("x-gatehouse-content-sha256"), Some(hash.as_str()));
+
+    let calls = gateway.origin.received.borrow().len();
+    let over = answer(&gateway, &faults, post(None, chunked_body(9 << 20)));
+    assert_eq!((over.status, error_code(&over)), (413, "PAYLOAD_TOO_LARGE".to_owned()));
+    let body = chunked_body(2 << 20);
+    let read = body.read.clone();
+    let idempotent = answer(&gateway, &faults, post(Some("k-big"), body));
+    assert_eq!((idempotent.status, error_code(&idempotent)), (413, "PAYLOAD_TOO_LARGE".to_owned()));
+    assert_eq!(json(&idempotent)["error"]["details"]["header"], "Idempotency-Key");
+    assert!(read.get() <= SIGNED_BODY_LIMIT / 65_536 + 1);
+    let mut declared = chunked_body(2 << 20);
+    declared.declared_len = Some(2 << 20);
+    let read = declared.read.clone();
+    assert_eq!(answer(&gateway, &faults, post(Some("k-big-2"), declared)).status, 413);
+    assert_eq!(read.get(), 0, "a declared length over 1 MiB with a key is refused unread");
+    assert_eq!(gateway.origin.received.borrow().len(), calls, "no refused body reached the origin whole");
+}
+
 // Proxy mode (SPEC §15): the origin is a port like any other; the gateway's promise is that a
 // completed key never reaches the origin again.
 
@@ -1156,7 +1276,7 @@ fn answer_identity(r: &ApiResponse) -> (u16, Vec<u8>, u64) {
 /// with the route template `{prefix}*`; and every request the origin received is signed.
 #[test]
 fn a_completed_proxied_key_never_reaches_the_origin_again_under_faults() {
-    use crate::core::upstream::{SignedRequest, STORED_ANSWER_LIMIT};
+    use crate::core::upstream::{SignedBody, SignedRequest, STORED_ANSWER_LIMIT};
     use crate::fakes::origin::FakeOrigin;
     check_seeds(
         "a_completed_proxied_key_never_reaches_the_origin_again_under_faults",
@@ -1282,7 +1402,9 @@ fn a_completed_proxied_key_never_reaches_the_origin_again_under_faults() {
                     request_id: &get("x-request-id"),
                     project_id: &get("x-gatehouse-project-id"),
                     key_id: &get("x-gatehouse-key-id"),
-                    body: &received.body,
+                    key_type: KeyType::Server,
+                    client_ip: &get("x-gatehouse-client-ip"),
+                    body: SignedBody::Held(&received.body),
                 };
                 if received.url != "http://127.0.0.1:9/shop/v1/orders?expand=items"
                     || get("x-gatehouse-signature") != signed.signature(ORIGIN_SECRET.as_bytes())

@@ -1,5 +1,10 @@
 //! A request body read chunk by chunk within its route's limit (SPEC §3 413, §13): it never
-//! holds more than the limit, and the first chunk that would take it over ends the read.
+//! holds more than the limit, the first chunk that would take it over ends the read, and its
+//! buffer grows with the bytes that arrived, never with what the client declared (SPEC §19).
+
+/// The most a body's buffer reserves before its bytes arrive, whatever `Content-Length` says: a
+/// header claiming 99 MB must not take 99 MB of the isolate's memory (wasm memory never shrinks).
+pub const RESERVE_LIMIT: usize = 64 * 1024;
 
 /// The body would exceed its route's limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,8 +24,8 @@ impl CappedBody {
         if declared_len.is_some_and(|n| n > limit as u64) {
             return Err(TooLarge);
         }
-        // A declared length within the limit is allocated once; a body without one grows.
-        let capacity = declared_len.map_or(0, |n| n as usize);
+        // A small declared length is allocated once; beyond that the buffer grows as bytes come.
+        let capacity = declared_len.map_or(0, |n| n as usize).min(RESERVE_LIMIT);
         Ok(CappedBody { limit, bytes: Vec::with_capacity(capacity) })
     }
 
@@ -53,6 +58,14 @@ mod tests {
         assert_eq!(CappedBody::new(1024, Some(1025)).unwrap_err(), TooLarge);
         assert!(CappedBody::new(1024, Some(1024)).is_ok());
         assert!(CappedBody::new(1024, None).is_ok());
+    }
+
+    #[test]
+    fn a_declared_length_never_sizes_the_buffer() {
+        let body = CappedBody::new(100_000_000, Some(99_000_000)).unwrap();
+        assert!(body.bytes.capacity() <= RESERVE_LIMIT, "reserved {}", body.bytes.capacity());
+        let small = CappedBody::new(1 << 20, Some(300)).unwrap();
+        assert!(small.bytes.capacity() >= 300, "a small declared body is allocated once");
     }
 
     #[test]

@@ -22,6 +22,14 @@ const RESERVED: [&str; 4] = ["/cdn-cgi/", "/dashboard", "/openapi.json", "/vendo
 const MAX_TIMEOUT_MS: u64 = 300_000;
 /// The platform's request body limit (100 MB on the paid plans).
 const MAX_BODY_BYTES: usize = 100_000_000;
+/// A proxied body up to this size is held and its SHA-256 signed; a larger one streams to the
+/// origin unheld and is signed as [`UNSIGNED_PAYLOAD`] (SPEC §19 "Memory").
+pub const SIGNED_BODY_LIMIT: usize = 1 << 20;
+/// The body hash of a streamed body (as AWS Signature Version 4 names it): the origin sees that
+/// the body is not covered and may refuse it.
+pub const UNSIGNED_PAYLOAD: &str = "UNSIGNED-PAYLOAD";
+/// The version tag of the signed text and of `X-Gatehouse-Signature`.
+pub const SIGNATURE_VERSION: &str = "v2";
 
 /// Where a proxied route forwards to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +80,19 @@ impl Upstream {
         match &self.origin {
             OriginTarget::Url(base) => format!("{base}{path_and_query}"),
             OriginTarget::Service(_) => format!("https://origin{path_and_query}"),
+        }
+    }
+
+    /// The path and query the origin receives for `path_and_query`: the origin's base path
+    /// (`https://api.example/base` → `/base`) in front. This is what the signature covers.
+    pub fn origin_path(&self, path_and_query: &str) -> String {
+        match &self.origin {
+            OriginTarget::Url(base) => {
+                let after_scheme = base.split_once("://").map_or(base.as_str(), |(_, rest)| rest);
+                let base_path = after_scheme.find('/').map_or("", |i| &after_scheme[i..]);
+                format!("{base_path}{path_and_query}")
+            }
+            OriginTarget::Service(_) => path_and_query.to_owned(),
         }
     }
 }
@@ -297,14 +318,22 @@ fn end_to_end<'h>(
     })
 }
 
+/// Headers in which a client could claim another client address; the origin receives ours
+/// instead (`X-Forwarded-For` and the signed `X-Gatehouse-Client-Ip`).
+const CLIENT_ADDRESS: [&str; 4] = ["forwarded", "x-real-ip", "true-client-ip", "x-client-ip"];
+
 /// The client's headers the origin receives: all but `Authorization`, hop-by-hop headers, any
 /// `X-Gatehouse-*` (the identity headers are ours alone), the client's `X-Request-Id`, `Host`,
-/// `Content-Length` (the runtime sets it) and the platform's `cf-*` headers.
+/// `Content-Length` (the runtime sets it), the platform's `cf-*` headers, and every header in which
+/// the client could name an address or a host for itself (`Forwarded`, `X-Forwarded-*`,
+/// `X-Real-IP`, `True-Client-IP`, `X-Client-IP`).
 pub fn forwarded_request_headers(headers: &[(String, String)]) -> Vec<(String, String)> {
     end_to_end(headers, |n| {
         matches!(n, "authorization" | "host" | "content-length" | "x-request-id")
             || n.starts_with("x-gatehouse-")
             || n.starts_with("cf-")
+            || n.starts_with("x-forwarded-")
+            || CLIENT_ADDRESS.contains(&n)
     })
     .cloned()
     .collect()
@@ -319,56 +348,87 @@ pub fn answered_headers(headers: &[(String, String)]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// What `X-Gatehouse-Signature` signs: one forwarded request as the gateway admitted it.
+/// The body a signature covers: held (its SHA-256 is signed) or streamed ([`UNSIGNED_PAYLOAD`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignedBody<'a> {
+    Held(&'a [u8]),
+    Streamed,
+}
+
+impl SignedBody<'_> {
+    /// Hex SHA-256 of a held body, `UNSIGNED-PAYLOAD` for a streamed one.
+    pub fn hash(&self) -> String {
+        match self {
+            SignedBody::Held(bytes) => hex(&Sha256::digest(bytes)),
+            SignedBody::Streamed => UNSIGNED_PAYLOAD.to_owned(),
+        }
+    }
+}
+
+/// What `X-Gatehouse-Signature` signs: one forwarded request as the origin receives it, and every
+/// identity header it receives with it (SPEC §19 "Contract details").
 #[derive(Debug, Clone, Copy)]
 pub struct SignedRequest<'a> {
     pub timestamp: i64,
     pub method: &'a str,
-    /// The path and query as the origin receives them (`/shop/v1/orders?limit=2`).
+    /// The path and query exactly as the origin receives them, its base path included
+    /// (`/base/shop/v1/orders?limit=2`): [`Upstream::origin_path`].
     pub path_and_query: &'a str,
     pub request_id: &'a str,
     pub project_id: &'a str,
     pub key_id: &'a str,
-    pub body: &'a [u8],
+    pub key_type: KeyType,
+    /// The client's address as the platform saw it (`CF-Connecting-IP`); empty when unknown.
+    pub client_ip: &'a str,
+    pub body: SignedBody<'a>,
 }
 
 impl SignedRequest<'_> {
-    /// `{timestamp}.{method}.{path_and_query}.{request_id}.{project_id}.{key_id}.{hex SHA-256 of the body}`
+    /// The lines `v2`, timestamp, method, path and query, request id, project id, key id, key
+    /// type, client address and body hash, joined by `\n` (no field can hold a line break, so
+    /// no two requests share a text).
     pub fn signed_text(&self) -> String {
-        format!(
-            "{}.{}.{}.{}.{}.{}.{}",
-            self.timestamp,
+        [
+            SIGNATURE_VERSION,
+            &self.timestamp.to_string(),
             self.method,
             self.path_and_query,
             self.request_id,
             self.project_id,
             self.key_id,
-            hex(&Sha256::digest(self.body))
-        )
+            self.key_type.as_str(),
+            self.client_ip,
+            &self.body.hash(),
+        ]
+        .join("\n")
     }
 
-    /// `v1=<hex HMAC-SHA256(ORIGIN_SECRET, signed text)>`.
+    /// `v2=<hex HMAC-SHA256(ORIGIN_SECRET, signed text)>`.
     pub fn signature(&self, origin_secret: &[u8]) -> String {
         let mut mac = Hmac::<Sha256>::new_from_slice(origin_secret).expect("HMAC takes any key length");
         mac.update(self.signed_text().as_bytes());
-        format!("v1={}", hex(&mac.finalize().into_bytes()))
+        format!("{SIGNATURE_VERSION}={}", hex(&mac.finalize().into_bytes()))
     }
 }
 
-/// The identity headers the origin receives with every forwarded request (SPEC §15).
-pub fn identity_headers(
-    signed: &SignedRequest<'_>,
-    key_type: KeyType,
-    origin_secret: &[u8],
-) -> Vec<(String, String)> {
-    vec![
+/// The identity headers the origin receives with every forwarded request (SPEC §15), each one
+/// covered by the signature; `X-Forwarded-For` is the client address alone (the client's own
+/// copies are dropped by [`forwarded_request_headers`]).
+pub fn identity_headers(signed: &SignedRequest<'_>, origin_secret: &[u8]) -> Vec<(String, String)> {
+    let mut headers = vec![
         ("x-request-id".into(), signed.request_id.to_owned()),
         ("x-gatehouse-project-id".into(), signed.project_id.to_owned()),
         ("x-gatehouse-key-id".into(), signed.key_id.to_owned()),
-        ("x-gatehouse-key-type".into(), key_type.as_str().to_owned()),
+        ("x-gatehouse-key-type".into(), signed.key_type.as_str().to_owned()),
+        ("x-gatehouse-client-ip".into(), signed.client_ip.to_owned()),
         ("x-gatehouse-timestamp".into(), signed.timestamp.to_string()),
+        ("x-gatehouse-content-sha256".into(), signed.body.hash()),
         ("x-gatehouse-signature".into(), signed.signature(origin_secret)),
-    ]
+    ];
+    if !signed.client_ip.is_empty() {
+        headers.push(("x-forwarded-for".into(), signed.client_ip.to_owned()));
+    }
+    headers
 }
 
 #[cfg(test)]
@@ -505,30 +565,156 @@ mod tests {
         );
     }
 
-    /// The test vector of README "Put Gatehouse in front of your API": an origin that computes
-    /// this signature from these inputs verifies the gateway correctly. (Checked independently:
-    /// `printf '%s' "$TEXT" | openssl dgst -sha256 -hmac "$SECRET"`.)
-    #[test]
-    fn origin_signature_matches_the_readme_test_vector() {
+    /// What README's verifier does, over the headers and request line the origin receives.
+    fn origin_verifies(
+        headers: &[(String, String)],
+        method: &str,
+        path: &str,
+        body: &[u8],
+        secret: &[u8],
+    ) -> bool {
+        let h =
+            |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone()).unwrap_or_default();
+        // The body's hash as the gateway states it: UNSIGNED-PAYLOAD (a streamed body, which an
+        // origin may refuse) or the SHA-256 of exactly the bytes received.
+        let body_hash = h("x-gatehouse-content-sha256");
+        if body_hash != UNSIGNED_PAYLOAD && body_hash != hex(&Sha256::digest(body)) {
+            return false;
+        }
+        let text = [
+            "v2".to_owned(),
+            h("x-gatehouse-timestamp"),
+            method.to_owned(),
+            path.to_owned(),
+            h("x-request-id"),
+            h("x-gatehouse-project-id"),
+            h("x-gatehouse-key-id"),
+            h("x-gatehouse-key-type"),
+            h("x-gatehouse-client-ip"),
+            body_hash,
+        ]
+        .join("\n");
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret).unwrap();
+        mac.update(text.as_bytes());
+        h("x-gatehouse-signature") == format!("v2={}", hex(&mac.finalize().into_bytes()))
+    }
+
+    fn example(path_and_query: &str, body: SignedBody<'_>) -> Vec<(String, String)> {
         let signed = SignedRequest {
             timestamp: 1_796_000_000,
             method: "POST",
-            path_and_query: "/shop/v1/orders?expand=items",
+            path_and_query,
             request_id: "0195f1c2-7a00-7000-8000-000000000001",
             project_id: "prj_demo",
             key_id: "key_demo",
-            body: br#"{"sku":"tea","qty":2}"#,
+            key_type: KeyType::Server,
+            client_ip: "203.0.113.9",
+            body,
+        };
+        identity_headers(&signed, SECRET)
+    }
+
+    const SECRET: &[u8] = b"origin-secret-for-the-readme";
+
+    #[test]
+    fn the_signature_covers_the_path_an_origin_with_a_base_path_receives() {
+        let u = &parse(r#"[{"prefix":"/shop/v1/","origin":"https://api.example/base/"}]"#).unwrap()[0];
+        let pq = "/shop/v1/orders?x=1";
+        assert_eq!(u.url(pq), "https://api.example/base/shop/v1/orders?x=1");
+        assert_eq!(u.origin_path(pq), "/base/shop/v1/orders?x=1");
+        let root = &parse(r#"[{"prefix":"/shop/v1/","origin":"http://127.0.0.1:9000"}]"#).unwrap()[0];
+        assert_eq!(root.origin_path(pq), pq);
+        let service = &parse(r#"[{"prefix":"/shop/v1/","origin":"service:SHOP"}]"#).unwrap()[0];
+        assert_eq!(service.origin_path(pq), pq);
+        // The origin verifies with the path it received; the path the client sent fails.
+        let headers = example(&u.origin_path(pq), SignedBody::Held(b"{}"));
+        assert!(origin_verifies(&headers, "POST", "/base/shop/v1/orders?x=1", b"{}", SECRET));
+        assert!(!origin_verifies(&headers, "POST", pq, b"{}", SECRET));
+    }
+
+    #[test]
+    fn every_identity_header_the_origin_receives_is_signed() {
+        let headers = example("/shop/v1/orders", SignedBody::Held(b"{}"));
+        assert!(origin_verifies(&headers, "POST", "/shop/v1/orders", b"{}", SECRET));
+        for (i, (name, _)) in headers.iter().enumerate() {
+            if name == "x-gatehouse-signature" || name == "x-forwarded-for" {
+                continue;
+            }
+            let mut changed = headers.clone();
+            changed[i].1.push('0');
+            assert!(
+                !origin_verifies(&changed, "POST", "/shop/v1/orders", b"{}", SECRET),
+                "{name} is not covered by the signature"
+            );
+        }
+        let names: Vec<&str> = headers.iter().map(|(n, _)| n.as_str()).collect();
+        assert!(names.contains(&"x-gatehouse-key-type") && names.contains(&"x-gatehouse-client-ip"));
+        assert!(!origin_verifies(&headers, "POST", "/shop/v1/orders", b"{ }", SECRET), "another body");
+    }
+
+    #[test]
+    fn a_streamed_body_is_signed_as_unsigned_payload_which_the_origin_sees() {
+        let headers = example("/shop/v1/upload", SignedBody::Streamed);
+        let hash = headers.iter().find(|(n, _)| n == "x-gatehouse-content-sha256").unwrap();
+        assert_eq!(hash.1, "UNSIGNED-PAYLOAD");
+        assert!(origin_verifies(&headers, "POST", "/shop/v1/upload", b"any body at all", SECRET));
+        // Claiming a held body's hash instead breaks the signature.
+        let mut forged = headers.clone();
+        let at = forged.iter().position(|(n, _)| n == "x-gatehouse-content-sha256").unwrap();
+        forged[at].1 = hex(&Sha256::digest(b"x"));
+        assert!(!origin_verifies(&forged, "POST", "/shop/v1/upload", b"x", SECRET));
+    }
+
+    #[test]
+    fn the_client_cannot_claim_an_address_and_the_origin_gets_the_real_one() {
+        let h = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect()
+        };
+        let incoming = h(&[
+            ("X-Forwarded-For", "10.0.0.1"),
+            ("Forwarded", "for=10.0.0.1"),
+            ("X-Real-IP", "10.0.0.1"),
+            ("True-Client-IP", "10.0.0.1"),
+            ("X-Forwarded-Host", "evil.example"),
+            ("X-Forwarded-Proto", "http"),
+            ("CF-Connecting-IP", "203.0.113.9"),
+            ("Accept", "*/*"),
+        ]);
+        assert_eq!(forwarded_request_headers(&incoming), h(&[("Accept", "*/*")]));
+        let headers = example("/shop/v1/orders", SignedBody::Held(b""));
+        let get = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+        assert_eq!(get("x-forwarded-for"), Some("203.0.113.9"));
+        assert_eq!(get("x-gatehouse-client-ip"), Some("203.0.113.9"));
+    }
+
+    /// The test vector of README "Put Gatehouse in front of your API": an origin that computes
+    /// this signature from these inputs verifies the gateway correctly. (Checked independently:
+    /// `printf '%s' "$SIGNED_TEXT" | openssl dgst -sha256 -hmac "$SECRET"`.)
+    #[test]
+    fn origin_signature_matches_the_readme_test_vector() {
+        let body = br#"{"sku":"tea","qty":2}"#;
+        let signed = SignedRequest {
+            timestamp: 1_796_000_000,
+            method: "POST",
+            path_and_query: "/base/shop/v1/orders?expand=items",
+            request_id: "0195f1c2-7a00-7000-8000-000000000001",
+            project_id: "prj_demo",
+            key_id: "key_demo",
+            key_type: KeyType::Server,
+            client_ip: "203.0.113.9",
+            body: SignedBody::Held(body),
         };
         assert_eq!(
             signed.signed_text(),
-            "1796000000.POST./shop/v1/orders?expand=items.0195f1c2-7a00-7000-8000-000000000001.prj_demo.key_demo.SHA"
-                .replace("SHA", &hex(&Sha256::digest(br#"{"sku":"tea","qty":2}"#)))
+            "v2\n1796000000\nPOST\n/base/shop/v1/orders?expand=items\n0195f1c2-7a00-7000-8000-000000000001\nprj_demo\nkey_demo\nserver\n203.0.113.9\nSHA"
+                .replace("SHA", &hex(&Sha256::digest(body)))
         );
-        assert_eq!(signed.signature(b"origin-secret-for-the-readme"), README_SIGNATURE);
-        let headers = identity_headers(&signed, KeyType::Server, b"origin-secret-for-the-readme");
-        assert_eq!(headers[3], ("x-gatehouse-key-type".into(), "server".into()));
-        assert_eq!(headers[5].1, README_SIGNATURE);
+        assert_eq!(signed.signature(SECRET), README_SIGNATURE);
+        let headers = identity_headers(&signed, SECRET);
+        assert!(headers.contains(&("x-gatehouse-key-type".into(), "server".into())));
+        assert!(headers.contains(&("x-gatehouse-signature".into(), README_SIGNATURE.into())));
+        assert!(origin_verifies(&headers, "POST", "/base/shop/v1/orders?expand=items", body, SECRET));
     }
 
-    const README_SIGNATURE: &str = "v1=3d99354b4ff0054cbf8ee4c3d929c1211c87c8d518ffe1821932f07f9ec6612d";
+    const README_SIGNATURE: &str = "v2=910d00f4b3a2735de5241dc97f76ff0939697f910564f2d7b69eb282ba215e18";
 }

@@ -4,10 +4,13 @@
 //! gateway timed out while the origin did the work).
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::rc::Rc;
 
 use crate::core::upstream::STORED_ANSWER_LIMIT;
-use crate::ports::{AnswerBody, Origin, OriginAnswer, OriginOutcome, OriginRequest, PassThrough};
+use crate::ports::{
+    AnswerBody, Origin, OriginAnswer, OriginOutcome, OriginRequest, OutgoingBody, PassThrough,
+};
 use crate::sim::{Fault, Faults};
 
 /// A request as the origin received it.
@@ -40,11 +43,18 @@ impl FakeOrigin {
     }
 
     fn serve(&self, request: &OriginRequest<'_>) -> OriginAnswer {
+        let body = match &request.body {
+            OutgoingBody::Held(bytes) => bytes.to_vec(),
+            OutgoingBody::Streamed { head, rest, .. } => {
+                let rest = rest.take::<VecDeque<Vec<u8>>>().unwrap_or_default();
+                head.iter().copied().chain(rest.into_iter().flatten()).collect()
+            }
+        };
         let received = Received {
             method: request.method.to_owned(),
             url: request.url.clone(),
             headers: request.headers.clone(),
-            body: request.body.to_vec(),
+            body,
         };
         let n = self.received.borrow().len();
         let (status, body) = (self.script)(&received, n);
@@ -67,7 +77,15 @@ impl FakeOrigin {
 }
 
 impl Origin for FakeOrigin {
-    async fn forward(&self, request: OriginRequest<'_>) -> OriginOutcome {
+    async fn forward(&self, mut request: OriginRequest<'_>) -> OriginOutcome {
+        if let OutgoingBody::Streamed { head, rest, limit } = &mut request.body {
+            // What the worker's stream does: the byte past the limit ends the call.
+            let chunks = rest.take::<VecDeque<Vec<u8>>>().unwrap_or_default();
+            if head.len() + chunks.iter().map(Vec::len).sum::<usize>() > *limit {
+                return OriginOutcome::BodyTooLarge;
+            }
+            *rest = PassThrough::new(chunks);
+        }
         match self.faults.call("origin.forward").await {
             Fault::FailBefore => OriginOutcome::Unreachable("origin.forward: injected failure".into()),
             Fault::FailAfter => {

@@ -166,8 +166,9 @@ pub struct HeldResponse {
     pub idempotency_key: String,
 }
 
-/// A claim for a principal without an API key (the operator's guard, `ports::OPERATOR_GUARD`):
-/// decided as `Authorize` decides a key's claim, with no key, window or quota.
+/// A claim decided without `Authorize`: for a principal without an API key (the operator's guard,
+/// `ports::OPERATOR_GUARD`), with no key, window or quota; and for a key `Authorize` admitted a
+/// moment before without one, whose body is read only after that (SPEC §19 "Memory").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TakeClaim {
     pub claim: ClaimRequest,
