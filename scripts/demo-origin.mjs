@@ -18,9 +18,13 @@ function fromGatehouse(req, body) {
   const h = (name) => req.headers[name] ?? '';
   const ts = Number(h('x-gatehouse-timestamp'));
   if (!Number.isInteger(ts) || Math.abs(Date.now() / 1000 - ts) > 300) return false;
-  const signed = [ts, req.method, req.url, h('x-request-id'), h('x-gatehouse-project-id'),
-    h('x-gatehouse-key-id'), createHash('sha256').update(body).digest('hex')].join('.');
-  const expected = Buffer.from(`v1=${createHmac('sha256', secret).update(signed).digest('hex')}`);
+  // The SHA-256 of exactly these bytes, or UNSIGNED-PAYLOAD for a body over 1 MiB the gateway
+  // streamed (this demo takes those too; an origin that needs the body signed refuses them).
+  const bodyHash = h('x-gatehouse-content-sha256');
+  if (bodyHash !== 'UNSIGNED-PAYLOAD' && bodyHash !== createHash('sha256').update(body).digest('hex')) return false;
+  const signed = ['v2', ts, req.method, req.url, h('x-request-id'), h('x-gatehouse-project-id'),
+    h('x-gatehouse-key-id'), h('x-gatehouse-key-type'), h('x-gatehouse-client-ip'), bodyHash].join('\n');
+  const expected = Buffer.from(`v2=${createHmac('sha256', secret).update(signed).digest('hex')}`);
   const got = Buffer.from(h('x-gatehouse-signature'));
   return got.length === expected.length && timingSafeEqual(got, expected);
 }
@@ -46,7 +50,7 @@ createServer((req, res) => {
     }
     if (!fromGatehouse(req, body)) return send(res, 401, { error: 'not signed by Gatehouse' });
     const project = req.headers['x-gatehouse-project-id'];
-    console.log(`[demo origin] ${req.method} ${req.url} from key ${req.headers['x-gatehouse-key-id']} (request ${req.headers['x-request-id']})`);
+    console.log(`[demo origin] ${req.method} ${req.url} from key ${req.headers['x-gatehouse-key-id']} (${req.headers['x-gatehouse-key-type']}) at ${req.headers['x-gatehouse-client-ip']} (request ${req.headers['x-request-id']})`);
     if (req.method === 'GET' && path === '/shop/v1/products') return send(res, 200, { data: products });
     if (req.method === 'POST' && path === '/shop/v1/orders') {
       let input;

@@ -227,16 +227,19 @@ const schemas = {
 const proxyContract = {
   description: 'Requests under an UPSTREAMS prefix (route template "{prefix}*" in the log) run the same pipeline as built-in routes (key types, rate limit with cost, Idempotency-Key optional|required|off) and are forwarded to the origin with the original method, path, query and body.',
   request_to_origin: {
-    removed: ['Authorization', 'hop-by-hop headers (Connection and the headers it names, Keep-Alive, TE, Trailer, Transfer-Encoding, Upgrade, Proxy-*)', 'every client-sent X-Gatehouse-* header', "the client's X-Request-Id", 'Host', 'cf-*'],
+    removed: ['Authorization', 'hop-by-hop headers (Connection and the headers it names, Keep-Alive, TE, Trailer, Transfer-Encoding, Upgrade, Proxy-*)', 'every client-sent X-Gatehouse-* header', "the client's X-Request-Id", 'Host', 'cf-*', 'Forwarded, X-Forwarded-*, X-Real-IP, True-Client-IP, X-Client-IP'],
     added: {
       'X-Request-Id': "the gateway's request id (UUIDv7)",
       'X-Gatehouse-Project-Id': 'project of the calling key',
       'X-Gatehouse-Key-Id': 'id of the calling key',
       'X-Gatehouse-Key-Type': 'owner | server | browser | cicd',
+      'X-Gatehouse-Client-Ip': "the client's address (CF-Connecting-IP)",
+      'X-Forwarded-For': "the client's address alone",
       'X-Gatehouse-Timestamp': 'Unix seconds',
-      'X-Gatehouse-Signature': 'v1=<hex HMAC-SHA256(ORIGIN_SECRET, "{timestamp}.{method}.{path_and_query}.{request_id}.{project_id}.{key_id}.{hex SHA-256 of the body}")>',
+      'X-Gatehouse-Content-Sha256': 'hex SHA-256 of the body, or UNSIGNED-PAYLOAD for a body over 1 MiB (streamed)',
+      'X-Gatehouse-Signature': 'v2=<hex HMAC-SHA256(ORIGIN_SECRET, lines joined by \\n: v2, timestamp, method, path and query as the origin receives them (base path included), request id, project id, key id, key type, client address, body hash)>',
     },
-    body: 'as received, up to max_body_bytes (413 PAYLOAD_TOO_LARGE beyond)',
+    body: 'as received, up to max_body_bytes (413 PAYLOAD_TOO_LARGE beyond); over 1 MiB streamed and signed UNSIGNED-PAYLOAD; with an Idempotency-Key at most 1 MiB (413)',
   },
   response: {
     passed_through: "the origin's status, headers (minus hop-by-hop, Content-Length and Content-Encoding) and body, streamed",

@@ -437,12 +437,12 @@ test('hop-by-hop headers never reach the origin; a header the client\'s Connecti
   const { server } = await businessProject();
   const res = await raw('GET', '/e2e/echo/hop', {
     authorization: `Bearer ${server.key}`, connection: 'keep-alive, x-custom-hop', 'x-custom-hop': '1',
-    'keep-alive': 'timeout=99', te: 'trailers', 'proxy-connection': 'keep-alive', trailer: 'x-t',
+    'keep-alive': 'timeout=99', te: 'trailers', 'proxy-connection': 'keep-alive',
   }, { body: '' });
   assert.equal(res.status, 200, JSON.stringify(res.body));
   const h = res.body.headers;
   assert.notEqual(h['keep-alive'], 'timeout=99');
-  for (const name of ['te', 'proxy-connection', 'trailer']) assert.equal(h[name], undefined, name);
+  for (const name of ['te', 'proxy-connection']) assert.equal(h[name], undefined, name);
   assert.doesNotMatch(h.connection ?? '', /x-custom-hop/);
   // workerd parses Connection (with Keep-Alive, TE, Trailer, Transfer-Encoding, Upgrade) as a
   // connection header and never shows it to the worker, so the gateway cannot tell that the
@@ -470,14 +470,24 @@ test('a body over 1 MiB streams to the origin signed UNSIGNED-PAYLOAD; with an I
 });
 
 test('headers claiming a 99 MB body with an unknown or missing key are answered 401 at once, the body never read', async () => {
+  // wrangler dev's own proxy in front of workerd hands the worker's answer to the client only once
+  // the declared body has been sent, so the worker's log line is what shows when it answered.
   for (const authorization of [`Bearer gh_s_${'0'.repeat(40)}`, undefined]) {
-    const headers = { 'content-length': '99000000', 'content-type': 'application/octet-stream' };
+    const path = `/e2e-base/upload/huge-${crypto.randomUUID()}`;
+    const headers = { 'content-length': '99000000', 'content-type': 'application/octet-stream', 'cf-connecting-ip': CLIENT_IP };
     if (authorization) headers.authorization = authorization;
-    // Not one byte of the body is sent: an answer can only come from a gateway that did not wait for it.
-    const res = await raw('POST', '/e2e-base/upload/huge', headers, { timeoutMs: 5_000 });
-    assert.equal(res.status, 401, JSON.stringify(res.body));
-    assert.equal(res.body.error.code, 'INVALID_API_KEY');
-    assert.ok(res.ms < 3_000, `answered after ${res.ms} ms`);
+    const url = new URL(process.env.GATEHOUSE_URL);
+    const req = request({ host: url.hostname, port: url.port, path, method: 'POST', headers, agent: false });
+    req.on('error', () => {}); // destroyed below, unanswered
+    req.flushHeaders(); // not one byte of the body follows
+    try {
+      const line = await eventually(async () => (await workerLog()).find((l) => l.path === path), 5_000);
+      assert.ok(line, 'the worker answered without the body (a gateway that reads it first waits for ever)');
+      assert.equal(line.status, 401);
+      assert.ok(line.ms < 1_000, `answered after ${line.ms} ms`);
+    } finally {
+      req.destroy();
+    }
   }
-  assert.equal(hitsOf('/base/e2e-base/upload/huge').length, 0);
+  assert.equal([...hits.keys()].filter((p) => p.includes('/upload/huge')).length, 0);
 });
