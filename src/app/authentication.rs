@@ -11,7 +11,7 @@
 
 use super::pipeline::{Caller, Trace};
 use super::{unavailable, Gateway};
-use crate::core::api_key::{self, KeyRecord, RefusalReason, Scope};
+use crate::core::api_key::{self, KeyRecord, KeyTypes, RefusalReason, Scope};
 use crate::core::error::{ApiError, ErrorCode};
 use crate::core::rate_limit::{Usage, Verdict};
 use crate::core::route::{Access, Route};
@@ -188,6 +188,40 @@ impl<P: Ports> Gateway<'_, P> {
             token: token.to_owned(),
             key_hash: api_key::hash(previous.as_bytes(), token),
             scope,
+        }
+    }
+
+    /// The key a request that matched no route (404, 405) was sent with, when its guard knows it:
+    /// its audit row then names the key, so its owner's log shows it (SPEC §19). The guard is asked
+    /// under a scope no key type has, so nothing of the window or quota is taken and no claim; a
+    /// key known to be unknown, or any key from an address over its limit, is not asked about.
+    pub(super) async fn key_of_miss(
+        &self,
+        authorization: &Option<String>,
+        client_ip: Option<&str>,
+        now_ms: i64,
+    ) -> Option<KeyRecord> {
+        let token = authorization
+            .as_deref()
+            .and_then(api_key::bearer_token)
+            .filter(|t| api_key::is_well_formed(t))?;
+        let key_hash = {
+            let memory = self.memory.borrow();
+            if client_ip.is_some_and(|ip| memory.blocked_until(ip, now_ms).is_some()) {
+                return None;
+            }
+            let peppers = self.config.peppers().into_iter();
+            peppers.map(|p| api_key::hash(p.as_bytes(), token)).find(|h| !memory.is_unknown_key(h, now_ms))?
+        };
+        let nobody = Scope::Upstream { key_types: KeyTypes::of(&[]), cost: 1 };
+        match self.guard.authorize(&key_hash, nobody, None).await {
+            Ok(Authorization::Admitted(admission)) => Some(admission.key),
+            Ok(Authorization::Denied(Some((key, _)))) => Some(*key),
+            Ok(Authorization::Denied(None)) => {
+                self.memory.borrow_mut().remember_unknown_key(&key_hash, now_ms);
+                None
+            }
+            Err(_) => None,
         }
     }
 

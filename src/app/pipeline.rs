@@ -171,6 +171,7 @@ impl<P: Ports> Gateway<'_, P> {
                 (Miss::NotFound, Some(upstream)) => (upstream.route(&req.method), Vec::new(), Some(upstream)),
                 _ => {
                     let e = route_miss(miss, &req);
+                    trace.key = self.key_of_miss(&req.authorization, client_ip, req.now_ms).await;
                     return Served::early(None, self.refuse_anonymous(client_ip, e, req.now_ms, trace).await);
                 }
             },

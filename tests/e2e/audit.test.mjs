@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { gunzipSync } from 'node:zlib';
 import {
-  BASE, assertError, call, createKey, createProject, d1, eventually, idemKey, listAll, sleep, workerLog,
+  BASE, assertError, call, createKey, createProject, d1, eventually, freshWindow, idemKey, listAll, sleep, workerLog,
 } from './harness.mjs';
 
 /** A project on the business plan, so the test can make many calls. */
@@ -231,4 +231,29 @@ test('3,000 small tenants roll up in a few runs, and two overlapping runs never 
   }
   const [archived] = await d1(`SELECT count(*) AS objects, sum(rows) AS rows FROM audit_objects WHERE project_id LIKE '${tag}_%'`, 'AUDIT_DB');
   assert.deepEqual(archived, { objects: 3000, rows: 3000 }, 'every row in exactly one object');
+});
+
+// SPEC §19: a 404 or 405 sent with a valid key is the key's request: its audit row names the key,
+// so the owner's log shows it (main stored key_id = null: the owner's log missed 52 of 55 rows in
+// one run). Nothing of the window is taken for it.
+test('a 404 or 405 sent with a valid key is in its owner\'s log, and takes nothing of the window', async () => {
+  const { owner } = await auditProject();
+  await freshWindow();
+  const before = await call('GET', '/public/v1/me', { key: owner.key });
+  const missing = await call('GET', '/public/v1/no-such-route', { key: owner.key });
+  assertError(missing, 404, 'NOT_FOUND');
+  const wrongMethod = await call('PUT', '/public/v1/contacts', { key: owner.key, body: {} });
+  assertError(wrongMethod, 405, 'METHOD_NOT_ALLOWED');
+  for (const res of [missing, wrongMethod]) {
+    const id = res.headers.get('x-request-id');
+    const found = await eventually(async () => {
+      const logs = await call('GET', `/public/v1/logs?request_id=${id}`, { key: owner.key });
+      return logs.body.data?.[0];
+    }, 20_000);
+    assert.ok(found, `the owner's log has ${res.status} ${id}`);
+    assert.equal(found.key_id, owner.id);
+    assert.equal(found.status, res.status);
+  }
+  const after = await call('GET', '/public/v1/me', { key: owner.key });
+  assert.equal(Number(after.headers.get('x-ratelimit-remaining')), Number(before.headers.get('x-ratelimit-remaining')) - 1, 'only the second /me took a unit');
 });
