@@ -106,7 +106,7 @@ const paths = {
   '/admin/v1/projects/{project_id}/events': { post: { summary: "An origin's event for the project's webhook subscribers (proxy mode, EVENTS_SECRET); with an Idempotency-Key the event id derives from it, so a retry writes no second delivery", security: [{ originSecret: [] }],
     parameters: [idemHeader, pathParam('project_id')],
     requestBody: { required: true, content: json(obj({ type: { type: 'string', pattern: '^[a-z0-9_.]{1,64}$', description: '1–64 characters of a-z 0-9 _ . (422 otherwise)' }, data: { description: 'any JSON; the payload data of the webhook' } }, ['type'])) },
-    responses: responses(false, { 202: { description: 'Accepted: one delivery per matching active subscription', schema: out({ event_id: str, deliveries: { ...int(0), description: 'deliveries of this event (an earlier call with the same Idempotency-Key included)' } }) } }, [...BODY, 404, 422, ...ADMIN].sort()) } },
+    responses: responses(false, { 202: { description: 'Accepted: one delivery per matching active subscription', schema: out({ event_id: str, deliveries: { ...int(0), description: 'deliveries of this event (an earlier call with the same Idempotency-Key included)' } }) } }, [...BODY, 404, 409, 422, ...ADMIN].sort()) } },
   '/public/v1/me': { get: get('The calling key, its window and quota', { ok: ref('Me'), scoped: false }) },
   '/public/v1/keys': {
     post: mutating('Create a key on the project\'s plan (the secret is shown only here)', obj({ type: { enum: ['owner', 'server', 'browser', 'cicd'] }, name: nullable({ type: 'string', maxLength: 200, description: 'trimmed; blank is none (400 beyond 200 characters)' }), plan: samePlan, rate_limit_per_minute: rateOverride,
@@ -165,7 +165,7 @@ const paths = {
     post: mutating('Subscribe (the secret is shown only here)', obj({ url: { type: 'string', format: 'uri', description: 'https (http too when ALLOW_PRIVATE_WEBHOOK_URLS), no credentials, no special-purpose address (422 otherwise)' },
       events: { type: 'array', minItems: 1, uniqueItems: true, items: { enum: [...eventTypes, '*'] }, description: 'known event types or "*", no repeats (422 otherwise)' } }, ['url', 'events']),
       { 201: { schema: ref('WebhookCreated'), description: 'Created' } }),
-    get: get('List subscriptions', { ok: list(ref('Webhook')) }),
+    get: get('List subscriptions, newest first', { parameters: paging, ok: list(ref('Webhook')), codes: [400] }),
   },
   '/public/v1/webhooks/{id}': {
     delete: mutating('Delete a subscription (its pending deliveries fail)', null, { 200: { schema: out({ id: str, status: { const: 'deleted' } }) } }, [404], { parameters: [pathParam('id')] }),

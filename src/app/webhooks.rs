@@ -86,10 +86,18 @@ impl<P: Ports> Gateway<'_, P> {
         Ok(Reply::created(stored.view(Some(&secret), call.now_ms)))
     }
 
+    /// A project's subscriptions, newest first, a page at a time (SPEC §3: every list takes
+    /// `limit` and `cursor`). A project has few, so the page is cut from all of them.
     pub(super) async fn list_webhooks(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
-        let hooks = self.store.webhooks(call.project_id()).await.map_err(unavailable)?;
-        let data: Vec<_> = hooks.iter().map(|h| h.view(None, call.now_ms)).collect();
-        Ok(Reply::ok(json!({ "data": data, "next_cursor": null })))
+        let page = PageRequest::from_query(call.query, 50, 200)?;
+        let mut hooks = self.store.webhooks(call.project_id()).await.map_err(unavailable)?;
+        let position = |h: &Webhook| Cursor { ts: h.created_at, id: h.id.clone() };
+        hooks.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+        if let Some(after) = &page.after {
+            hooks.retain(|h| (h.created_at, h.id.as_str()) < (after.ts, after.id.as_str()));
+        }
+        hooks.truncate(page.fetch_len());
+        Ok(Reply::ok(page.respond(hooks, position, |h| h.view(None, call.now_ms))))
     }
 
     pub(super) async fn delete_webhook(&self, call: &Call<'_>) -> Result<Reply, ApiError> {

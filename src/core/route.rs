@@ -191,7 +191,7 @@ pub const ROUTES: &[Route] = &[
     route(RouteId::GetArchive, "GET", "/public/v1/logs/archives/{date}", OWNER),
     route(RouteId::GetLog, "GET", "/public/v1/logs/{request_id}", OWNER),
     route(RouteId::CreateWebhook, "POST", "/public/v1/webhooks", OWNER),
-    route(RouteId::ListWebhooks, "GET", "/public/v1/webhooks", OWNER),
+    with_query(route(RouteId::ListWebhooks, "GET", "/public/v1/webhooks", OWNER), PAGE),
     route(RouteId::DeleteWebhook, "DELETE", "/public/v1/webhooks/{id}", OWNER),
     route(RouteId::UpdateWebhook, "PATCH", "/public/v1/webhooks/{id}", OWNER),
     route(RouteId::RotateWebhookSecret, "POST", "/public/v1/webhooks/{id}/rotate-secret", OWNER),
