@@ -173,7 +173,7 @@ pub fn drive_with<F: Future>(
             return Some(out);
         }
         if crash_rate > 0.0 && faults.chance(crash_rate) {
-            if faults.chance(0.5) || std::env::var("SIM_NO_ABANDON").is_ok() {
+            if faults.chance(0.5) {
                 faults.trace.borrow_mut().push("isolate stopped (flow dropped)".into());
             } else {
                 // Never polled again and never dropped: what workerd does at the end of waitUntil.
