@@ -426,3 +426,17 @@ fn a_plan_change_tells_every_guard_first_and_changes_nothing_when_one_cannot_be_
     assert_eq!(plans(), ["pro", "pro", "pro"]);
     assert!((0..3).all(|n| told(n).as_deref() == Some("pro")));
 }
+
+/// The fake guard keeps a record it read from D1 for 10 minutes, as the real guard does (it read
+/// D1 on every call, so a change written to D1 without telling the guard looked immediate in every
+/// test over the fakes): such a change shows only once the record is read again.
+#[test]
+fn a_change_written_to_d1_alone_reaches_the_guard_only_after_ten_minutes() {
+    let w = World::new(&[KeyType::Owner]);
+    let limit = |w: &World| w.me(&w.secrets[0]).1["rate_limit"]["limit"].as_u64();
+    assert_eq!(limit(&w), Some(100_000));
+    w.gateway.store.directory.keys.borrow_mut()[0].plan = "pro".into();
+    assert_eq!(limit(&w), Some(100_000), "the guard still uses the record it read");
+    w.clock.set(w.clock.get() + 600_001);
+    assert_eq!(limit(&w), Some(200_000), "read again after 10 minutes");
+}

@@ -89,7 +89,10 @@ impl FakeGuard {
                 return Some(key.clone());
             }
         }
-        self.keys.borrow().iter().find(|k| k.key_hash == key_hash).cloned()
+        // As the real guard: a record read from D1 is used for 10 minutes before it is read again.
+        let loaded = self.keys.borrow().iter().find(|k| k.key_hash == key_hash).cloned()?;
+        self.applied.borrow_mut().insert(key_hash.to_owned(), (loaded.clone(), self.clock.get() + 600_000));
+        Some(loaded)
     }
 
     /// One request against `limits`, counted only when `permitted` (`decide_request`).
