@@ -262,33 +262,12 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
         (Err(e), _) | (_, Err(e)) => return console_error!("scheduled {}: {e}", event.cron()),
     };
     let holder = crate::core::encoding::hex(&app::random::<16>());
-    let report =
-        |job: &str, outcome: std::result::Result<app::cron::JobRun<String>, crate::ports::PortError>| {
-            match outcome {
-                Ok(app::cron::JobRun::Ran(done)) if !done.is_empty() => {
-                    console_log!(r#"{{"component":"{job}",{done}}}"#)
-                }
-                Ok(app::cron::JobRun::Skipped) => {
-                    console_log!(r#"{{"component":"{job}","skipped":"lease held"}}"#)
-                }
-                Ok(_) => {}
-                Err(e) => console_error!("scheduled {job}: {}", e.0),
-            }
-        };
-    /// A lease outlasts a job's time box plus the deadline of the call it may wait on last, and
-    /// ends before the next minute's run.
-    const LEASE_MS: i64 = 55_000;
 
     let sweep = async {
         let queue = WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING).map_err(port_error)?);
         let queued = app::sweep(&store, &queue, now_ms()).await?;
         Ok(if queued > 0 { format!(r#""requeued":{queued}"#) } else { String::new() })
     };
-    report(
-        "webhook_sweep",
-        app::cron::leased(&store, "webhook_sweep", &holder, now_ms(), LEASE_MS, sweep).await,
-    );
-
     let reseal = async {
         let (resealed, unopened) = app::reseal_secrets(&store, config).await?;
         Ok(match (resealed, unopened) {
@@ -296,21 +275,11 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
             _ => format!(r#""resealed":{resealed},"unopened":{unopened}"#),
         })
     };
-    report(
-        "webhook_secrets",
-        app::cron::leased(&store, "webhook_secrets", &holder, now_ms(), LEASE_MS, reseal).await,
-    );
-
     let limits = app::RollUpLimits::PER_MINUTE;
     let legacy_rows = async {
         let moved = app::move_legacy_audit_rows(&legacy, &store, limits).await?;
         Ok(if moved > 0 { format!(r#""moved_rows":{moved}"#) } else { String::new() })
     };
-    report(
-        "audit_legacy",
-        app::cron::leased(&store, "audit_legacy", &holder, now_ms(), LEASE_MS, legacy_rows).await,
-    );
-
     let roll_up = async {
         let archive = R2Archive::new(env.bucket(archive::BINDING).map_err(port_error)?);
         let started = now_ms();
@@ -329,10 +298,24 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
             false => String::new(),
         })
     };
-    report(
-        "audit_roll_up",
-        app::cron::leased(&store, "audit_roll_up", &holder, now_ms(), LEASE_MS, roll_up).await,
-    );
+    let jobs: Vec<app::cron::Job<'_>> = vec![
+        ("webhook_sweep", Box::pin(sweep)),
+        ("webhook_secrets", Box::pin(reseal)),
+        ("audit_legacy", Box::pin(legacy_rows)),
+        ("audit_roll_up", Box::pin(roll_up)),
+    ];
+    for (job, outcome) in app::cron::run_jobs(&store, &holder, now_ms, jobs).await {
+        match outcome {
+            Ok(app::cron::JobRun::Ran(done)) if !done.is_empty() => {
+                console_log!(r#"{{"component":"{job}",{done}}}"#)
+            }
+            Ok(app::cron::JobRun::Skipped) => {
+                console_log!(r#"{{"component":"{job}","skipped":"lease held"}}"#)
+            }
+            Ok(_) => {}
+            Err(e) => console_error!("scheduled {job}: {}", e.0),
+        }
+    }
 }
 
 fn port_error(e: worker::Error) -> crate::ports::PortError {

@@ -5,7 +5,32 @@
 
 use std::future::Future;
 
+use futures_util::future::LocalBoxFuture;
+
 use crate::ports::{JobLeases, PortError};
+
+/// How long a job's lease lasts: longer than its time box plus the deadline of the call it may
+/// wait on last, shorter than the minute to the next run.
+pub const LEASE_MS: i64 = 55_000;
+
+/// One job of the minute cron: its name (and its lease's) and its work, which answers what it did
+/// as log fields (empty: nothing worth a line).
+pub type Job<'a> = (&'static str, LocalBoxFuture<'a, Result<String, PortError>>);
+
+/// Runs `jobs` one after the other, each under its own lease: one that fails, or whose lease
+/// another run holds, never keeps the next from running (SPEC §19). Answers each job's outcome.
+pub async fn run_jobs<L: JobLeases>(
+    leases: &L,
+    holder: &str,
+    now_ms: impl Fn() -> i64,
+    jobs: Vec<Job<'_>>,
+) -> Vec<(&'static str, Result<JobRun<String>, PortError>)> {
+    let mut outcomes = Vec::new();
+    for (name, work) in jobs {
+        outcomes.push((name, leased(leases, name, holder, now_ms(), LEASE_MS, work).await));
+    }
+    outcomes
+}
 
 /// What one job's run came to.
 #[derive(Debug, PartialEq, Eq)]
@@ -81,6 +106,39 @@ mod tests {
             complete(leased(&store, "roll_up", "later", 55_000, 55_000, async { Ok(()) })),
             Ok(JobRun::Ran(()))
         );
+    }
+
+    /// SPEC §19: the minute cron's jobs run on their own (main ran them with `?`: a failing sweep
+    /// skipped the roll-up).
+    #[test]
+    fn a_failing_or_skipped_job_never_keeps_the_next_from_running() {
+        let store = FakeStore::new(Rc::new(Faults::new(0, 0.0)));
+        assert_eq!(complete(store.take_lease("held", "another-run", 0, 55_000)), Ok(true));
+        let ran = std::cell::Cell::new(0);
+        let jobs: Vec<Job<'_>> = vec![
+            ("fails", Box::pin(async { Err(PortError("D1 down".into())) })),
+            ("held", Box::pin(async { Ok("never".to_owned()) })),
+            (
+                "runs",
+                Box::pin(async {
+                    ran.set(ran.get() + 1);
+                    Ok("done".to_owned())
+                }),
+            ),
+        ];
+        let outcomes = complete(run_jobs(&store, "this-run", || 1_000, jobs));
+        assert_eq!(
+            outcomes,
+            vec![
+                ("fails", Err(PortError("D1 down".into()))),
+                ("held", Ok(JobRun::Skipped)),
+                ("runs", Ok(JobRun::Ran("done".to_owned()))),
+            ]
+        );
+        assert_eq!(ran.get(), 1);
+        // The leases this run took are given back; the one another run holds stays.
+        assert_eq!(complete(store.take_lease("fails", "next", 2_000, 57_000)), Ok(true));
+        assert_eq!(complete(store.take_lease("held", "next", 2_000, 57_000)), Ok(false));
     }
 
     #[test]
