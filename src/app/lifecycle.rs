@@ -3,52 +3,20 @@
 //! rolls and revocations; the operator's owner-key route; and idempotent rolls and rotations whose
 //! first execution landed but was never answered, executed again for the same operation.
 
-use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::OnceLock;
 
 use serde_json::Value;
 
-use super::keys::NewKey;
+use super::testing::{fake_gateway, FakePorts as Fakes};
 use super::{ApiRequest, ApiResponse, Gateway};
-use crate::app::outbox::{Coalesced, Pause};
-use crate::config::{Config, DEFAULT_PLAN};
+use crate::config::Config;
 use crate::core::api_key::KeyType;
 use crate::core::idempotency::LEASE_MS;
 use crate::core::time;
-use crate::fakes::audit::FakeArchive;
-use crate::fakes::gateway::{Clock, FakeAuditQueue, FakeGuard, FakeProject, FakeResponses};
-use crate::fakes::ingest::{FakeEventQueue, FakeLedger};
-use crate::fakes::origin::FakeOrigin;
-use crate::fakes::queue::{FakeDeadLetters, FakeRedrive};
-use crate::fakes::webhooks::FakeDeliveryQueue;
-use crate::fakes::FakeStore;
-use crate::ports::{PortError, Ports, RequestBody};
-use crate::sim::{complete, later, Faults};
-
-struct Fakes;
-
-struct Yield;
-
-impl Pause for Yield {
-    fn pause(&self, _ms: u64) -> impl std::future::Future<Output = ()> {
-        later(1)
-    }
-}
-
-impl Ports for Fakes {
-    type Guard = FakeGuard;
-    type Store = FakeStore;
-    type Responses = FakeResponses;
-    type Ledger = FakeLedger;
-    type Events = FakeEventQueue;
-    type Archive = FakeArchive;
-    type Deliveries = FakeDeliveryQueue;
-    type Audit = Coalesced<FakeAuditQueue, Yield>;
-    type DeadLetters = FakeDeadLetters;
-    type Redrive = FakeRedrive;
-    type Origin = FakeOrigin;
-}
+use crate::fakes::gateway::Clock;
+use crate::ports::{PortError, RequestBody};
+use crate::sim::{complete, Faults};
 
 struct Body(Option<Vec<u8>>);
 
@@ -92,43 +60,7 @@ struct World {
 impl World {
     fn new(types: &[KeyType]) -> Self {
         let faults = Rc::new(Faults::new(1, 0.0));
-        let clock: Clock = Rc::new(Cell::new(T0));
-        let store = FakeStore::new(faults.clone());
-        let project = FakeProject { id: PROJECT.into(), name: "lifecycle".into(), plan: DEFAULT_PLAN.into() };
-        store.directory.projects.borrow_mut().push(project);
-        let mut secrets = Vec::new();
-        for &key_type in types {
-            let key = NewKey::generate(config(), PROJECT, key_type, None, DEFAULT_PLAN, None, T0);
-            store.directory.keys.borrow_mut().push(key.record);
-            secrets.push(key.secret);
-        }
-        let gateway = Gateway {
-            config: config(),
-            guard: FakeGuard::new(faults.clone(), clock.clone(), config(), store.directory.keys.clone()),
-            responses: FakeResponses { faults: faults.clone(), entries: RefCell::default(), miss_rate: 0.0 },
-            ledger: FakeLedger {
-                faults: faults.clone(),
-                clock: clock.clone(),
-                window_ms: config().event_dedup_window_seconds as i64 * 1000,
-                shards: RefCell::default(),
-            },
-            events: FakeEventQueue { faults: faults.clone(), sent: RefCell::default() },
-            archive: FakeArchive::new(faults.clone()),
-            deliveries: FakeDeliveryQueue::new(faults.clone(), clock.clone()),
-            audit: Coalesced {
-                outbox: Rc::default(),
-                inner: FakeAuditQueue { faults: faults.clone(), sent: RefCell::default() },
-                timer: Yield,
-            },
-            dead_letters: FakeDeadLetters::new(faults.clone()),
-            redrive: FakeRedrive::new(faults.clone()),
-            origin: FakeOrigin::new(
-                faults.clone(),
-                Box::new(|_, n| (201, format!("order {n}").into_bytes())),
-            ),
-            store,
-            memory: Rc::default(),
-        };
+        let (gateway, clock, secrets) = fake_gateway(config(), &faults, T0, PROJECT, types, 0.0);
         World { gateway, clock, secrets }
     }
 

@@ -30,6 +30,8 @@ pub mod queues;
 mod resources;
 #[cfg(test)]
 mod simulation;
+#[cfg(test)]
+mod testing;
 mod webhooks;
 
 use std::cell::RefCell;

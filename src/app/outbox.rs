@@ -190,16 +190,8 @@ mod tests {
     use std::task::{Context, Waker};
 
     use super::*;
+    use crate::app::testing::Yield;
     use crate::sim::later;
-
-    /// A pause is one yield.
-    struct Yield;
-
-    impl Pause for Yield {
-        fn pause(&self, _ms: u64) -> impl Future<Output = ()> {
-            later(1)
-        }
-    }
 
     /// A queue that takes a while (one yield) and remembers each send's rows.
     #[derive(Default)]

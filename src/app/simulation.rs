@@ -11,48 +11,16 @@ use std::sync::OnceLock;
 use futures_util::future::join_all;
 use serde_json::Value;
 
-use super::keys::NewKey;
+use super::testing::{fake_gateway, FakePorts as Sim};
 use super::{ApiRequest, ApiResponse, Gateway};
-use crate::app::outbox::{Coalesced, Pause};
-use crate::config::{Config, DEFAULT_PLAN};
+use crate::config::Config;
 use crate::core::api_key::KeyType;
 use crate::core::events::dedup_namespace;
 use crate::core::idempotency::{KeptResponse, StoredResponse};
 use crate::core::time;
-use crate::fakes::audit::FakeArchive;
-use crate::fakes::gateway::{Clock, FakeAuditQueue, FakeGuard, FakeProject, FakeResponses};
-use crate::fakes::ingest::{FakeEventQueue, FakeLedger};
-use crate::fakes::origin::FakeOrigin;
-use crate::fakes::queue::{FakeDeadLetters, FakeRedrive};
-use crate::fakes::webhooks::FakeDeliveryQueue;
-use crate::fakes::FakeStore;
-use crate::ports::{PassThrough, PortError, Ports, RequestBody};
+use crate::fakes::gateway::Clock;
+use crate::ports::{PassThrough, PortError, RequestBody};
 use crate::sim::{check_seeds, drive, drive_with, later, Faults};
-
-struct Sim;
-
-/// A pause of the audit outbox is one yield, where the simulation may stop the isolate.
-struct Yield;
-
-impl Pause for Yield {
-    fn pause(&self, _ms: u64) -> impl std::future::Future<Output = ()> {
-        later(1)
-    }
-}
-
-impl Ports for Sim {
-    type Guard = FakeGuard;
-    type Store = FakeStore;
-    type Responses = FakeResponses;
-    type Ledger = FakeLedger;
-    type Events = FakeEventQueue;
-    type Archive = FakeArchive;
-    type Deliveries = FakeDeliveryQueue;
-    type Audit = Coalesced<FakeAuditQueue, Yield>;
-    type DeadLetters = FakeDeadLetters;
-    type Redrive = FakeRedrive;
-    type Origin = FakeOrigin;
-}
 
 /// A body as a client streams it: its chunks, with or without a `Content-Length`; counts the
 /// chunks the gateway read.
@@ -109,41 +77,7 @@ const EVENTS_SECRET: &str = "simulation-events-secret";
 
 /// A gateway over fresh fakes, a project with one key of each `types`, and their secrets.
 fn world(faults: &Rc<Faults>, types: &[KeyType]) -> (Gateway<'static, Sim>, Clock, Vec<String>) {
-    let clock: Clock = Rc::new(Cell::new(T0));
-    let store = FakeStore::new(faults.clone());
-    let project = FakeProject { id: "prj_sim".into(), name: "simulated".into(), plan: DEFAULT_PLAN.into() };
-    store.directory.projects.borrow_mut().push(project);
-    let mut secrets = Vec::new();
-    for &key_type in types {
-        let key = NewKey::generate(config(), "prj_sim", key_type, None, DEFAULT_PLAN, None, T0);
-        store.directory.keys.borrow_mut().push(key.record);
-        secrets.push(key.secret);
-    }
-    let gateway = Gateway {
-        config: config(),
-        guard: FakeGuard::new(faults.clone(), clock.clone(), config(), store.directory.keys.clone()),
-        responses: FakeResponses { faults: faults.clone(), entries: RefCell::default(), miss_rate: 0.3 },
-        ledger: FakeLedger {
-            faults: faults.clone(),
-            clock: clock.clone(),
-            window_ms: config().event_dedup_window_seconds as i64 * 1000,
-            shards: RefCell::default(),
-        },
-        events: FakeEventQueue { faults: faults.clone(), sent: RefCell::default() },
-        archive: FakeArchive::new(faults.clone()),
-        deliveries: FakeDeliveryQueue::new(faults.clone(), clock.clone()),
-        audit: Coalesced {
-            outbox: Rc::default(),
-            inner: FakeAuditQueue { faults: faults.clone(), sent: RefCell::default() },
-            timer: Yield,
-        },
-        dead_letters: FakeDeadLetters::new(faults.clone()),
-        redrive: FakeRedrive::new(faults.clone()),
-        origin: FakeOrigin::new(faults.clone(), Box::new(|_, n| (201, format!("order {n}").into_bytes()))),
-        store,
-        memory: Rc::default(),
-    };
-    (gateway, clock, secrets)
+    fake_gateway(config(), faults, T0, "prj_sim", types, 0.3)
 }
 
 /// A kept response as the caller with the API key `secret` (the project's first key) reads it
