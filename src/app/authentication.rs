@@ -16,7 +16,7 @@ use crate::core::error::{ApiError, ErrorCode};
 use crate::core::rate_limit::{Usage, Verdict};
 use crate::core::route::{Access, Route};
 use crate::core::time::rfc3339;
-use crate::ports::{Admission, Authorization, ClaimRequest, KeyGuard, Ports};
+use crate::ports::{Admission, Authorization, ClaimRequest, KeyGuard, PortError, Ports};
 
 /// A refusal during authentication, with the key's usage when the key itself was valid.
 pub(super) type Refusal = (Option<Usage>, ApiError);
@@ -25,8 +25,9 @@ pub(super) type Refusal = (Option<Usage>, ApiError);
 pub(super) enum Credentials {
     /// A public route, or an admin route with the admin token.
     Open,
-    /// An API key for its guard to decide on (the key itself seals its stored responses).
-    Key { token: String, key_hash: String, scope: Scope },
+    /// An API key for its guard to decide on (the key itself seals its stored responses), by its
+    /// hash under the current pepper (`current`) or under `KEY_PEPPER_PREVIOUS`.
+    Key { token: String, key_hash: String, current: bool, scope: Scope },
 }
 
 impl<P: Ports> Gateway<'_, P> {
@@ -73,21 +74,10 @@ impl<P: Ports> Gateway<'_, P> {
         let Some(token) = token.filter(|t| api_key::is_well_formed(t)) else {
             return Err(self.refuse_anonymous(client_ip, ApiError::invalid_api_key(), now_ms, trace).await);
         };
-        // During a pepper rotation (SPEC §19), a key issued before it is known by its hash under
-        // `KEY_PEPPER_PREVIOUS`: once its current hash is known to be unknown, that one is asked.
-        let key_hash = {
-            let memory = self.memory.borrow();
-            let blocked = client_ip.is_some_and(|ip| memory.blocked_until(ip, now_ms).is_some());
-            let peppers = self.config.peppers().into_iter();
-            peppers
-                .map(|p| api_key::hash(p.as_bytes(), token))
-                .find(|h| !memory.is_unknown_key(h, now_ms))
-                .filter(|h| !blocked || memory.is_recent_key(h, now_ms))
-        };
-        let Some(key_hash) = key_hash else {
+        let Some((key_hash, current)) = self.hash_to_ask(token, client_ip, now_ms) else {
             return Err(self.refuse_anonymous(client_ip, ApiError::invalid_api_key(), now_ms, trace).await);
         };
-        Ok(Credentials::Key { token: token.to_owned(), key_hash, scope })
+        Ok(Credentials::Key { token: token.to_owned(), key_hash, current, scope })
     }
 
     /// SPEC §3 order: authenticate and the key type's scope, then the rate decision and the
@@ -101,39 +91,33 @@ impl<P: Ports> Gateway<'_, P> {
         now_ms: i64,
         trace: &mut Trace,
     ) -> Result<Caller, Refusal> {
-        let Credentials::Key { token, key_hash, scope } = credentials else {
+        let Credentials::Key { token, key_hash, current, scope } = credentials else {
             return Ok(Caller { key: None, key_hash: None, usage: None, claim: None, sealing: None });
         };
-        let Admission { key, verdict, usage, claim } =
-            match self.guard.authorize(&key_hash, scope, claim).await {
-                Ok(Authorization::Admitted(admission)) => {
-                    self.memory.borrow_mut().remember_recent_key(&key_hash, now_ms);
-                    trace.key = Some(admission.key.clone());
-                    *admission
-                }
-                Ok(Authorization::Denied(None)) if self.has_previous_hash(&token, &key_hash) => {
-                    // Unknown under the current pepper: the next try asks under the previous one.
-                    self.memory.borrow_mut().remember_unknown_key(&key_hash, now_ms);
-                    let credentials = self.screen_again(&token, scope);
-                    return Box::pin(self.authenticate(credentials, client_ip, claim, now_ms, trace)).await;
-                }
-                Ok(Authorization::Denied(refused)) => {
-                    let e = match &refused {
-                        None => {
-                            self.memory.borrow_mut().remember_unknown_key(&key_hash, now_ms);
-                            ApiError::invalid_api_key()
-                        }
-                        Some((key, reason)) => refused_key(key, *reason),
-                    };
-                    trace.key = refused.map(|(k, _)| *k);
-                    return Err((None, self.refuse_anonymous(client_ip, e, now_ms, trace).await));
-                }
-                Err(e) => {
-                    // The guard may have taken a claim and lost only its answer.
-                    trace.unanswered_guard = Some(key_hash);
-                    return Err((None, unavailable(e)));
-                }
-            };
+        let (key_hash, answer) = self.ask_guard(&token, key_hash, current, scope, claim, now_ms).await;
+        let Admission { key, verdict, usage, claim } = match answer {
+            Ok(Authorization::Admitted(admission)) => {
+                self.memory.borrow_mut().remember_recent_key(&key_hash, now_ms);
+                trace.key = Some(admission.key.clone());
+                *admission
+            }
+            Ok(Authorization::Denied(refused)) => {
+                let e = match &refused {
+                    None => {
+                        self.memory.borrow_mut().remember_unknown_key(&key_hash, now_ms);
+                        ApiError::invalid_api_key()
+                    }
+                    Some((key, reason)) => refused_key(key, *reason),
+                };
+                trace.key = refused.map(|(k, _)| *k);
+                return Err((None, self.refuse_anonymous(client_ip, e, now_ms, trace).await));
+            }
+            Err(e) => {
+                // The guard may have taken a claim and lost only its answer.
+                trace.unanswered_guard = Some(key_hash);
+                return Err((None, unavailable(e)));
+            }
+        };
         if !key.key_type.allows(scope) {
             // Decided by the guard before it counted: no part of the window or the quota and no
             // claim was taken for it (a guard of the previous version counted it; it is 403 all the same).
@@ -175,19 +159,41 @@ impl<P: Ports> Gateway<'_, P> {
         Ok(Caller { key: Some(key), key_hash: Some(key_hash), usage: Some(usage), claim, sealing })
     }
 
-    /// Whether `key_hash` is the hash under the current pepper and a previous pepper is set.
-    fn has_previous_hash(&self, token: &str, key_hash: &str) -> bool {
-        self.config.key_pepper_previous.is_some()
-            && api_key::hash(self.config.key_pepper.as_bytes(), token) == key_hash
+    /// The hash a key's guard is asked under: the current pepper's, or `KEY_PEPPER_PREVIOUS`'s
+    /// once the current one is remembered as unknown (SPEC §19: keys issued before a rotation);
+    /// `None` for a key remembered as unknown under both, or one not seen lately from an address
+    /// over its limit. `true` when it is the current pepper's.
+    fn hash_to_ask(&self, token: &str, client_ip: Option<&str>, now_ms: i64) -> Option<(String, bool)> {
+        let memory = self.memory.borrow();
+        let blocked = client_ip.is_some_and(|ip| memory.blocked_until(ip, now_ms).is_some());
+        let peppers = self.config.peppers().into_iter().enumerate();
+        peppers
+            .map(|(i, pepper)| (api_key::hash(pepper.as_bytes(), token), i == 0))
+            .find(|(hash, _)| !memory.is_unknown_key(hash, now_ms))
+            .filter(|(hash, _)| !blocked || memory.is_recent_key(hash, now_ms))
     }
 
-    /// The credentials of a key whose current hash was just found unknown: its previous hash.
-    fn screen_again(&self, token: &str, scope: Scope) -> Credentials {
-        let previous = self.config.key_pepper_previous.as_deref().expect("checked by has_previous_hash");
-        Credentials::Key {
-            token: token.to_owned(),
-            key_hash: api_key::hash(previous.as_bytes(), token),
-            scope,
+    /// Asks the key's guard under `key_hash`; when that is the current pepper's hash, its guard
+    /// does not know the key and a previous pepper is set, it is remembered as unknown and the
+    /// guard of the previous pepper's hash is asked. Answers the hash asked last and its answer.
+    async fn ask_guard(
+        &self,
+        token: &str,
+        key_hash: String,
+        current: bool,
+        scope: Scope,
+        claim: Option<&ClaimRequest>,
+        now_ms: i64,
+    ) -> (String, Result<Authorization, PortError>) {
+        let answer = self.guard.authorize(&key_hash, scope, claim).await;
+        match (&answer, &self.config.key_pepper_previous) {
+            (Ok(Authorization::Denied(None)), Some(previous)) if current => {
+                self.memory.borrow_mut().remember_unknown_key(&key_hash, now_ms);
+                let previous_hash = api_key::hash(previous.as_bytes(), token);
+                let answer = self.guard.authorize(&previous_hash, scope, claim).await;
+                (previous_hash, answer)
+            }
+            _ => (key_hash, answer),
         }
     }
 
@@ -205,23 +211,19 @@ impl<P: Ports> Gateway<'_, P> {
             .as_deref()
             .and_then(api_key::bearer_token)
             .filter(|t| api_key::is_well_formed(t))?;
-        let key_hash = {
-            let memory = self.memory.borrow();
-            if client_ip.is_some_and(|ip| memory.blocked_until(ip, now_ms).is_some()) {
-                return None;
-            }
-            let peppers = self.config.peppers().into_iter();
-            peppers.map(|p| api_key::hash(p.as_bytes(), token)).find(|h| !memory.is_unknown_key(h, now_ms))?
-        };
+        if client_ip.is_some_and(|ip| self.memory.borrow().blocked_until(ip, now_ms).is_some()) {
+            return None;
+        }
+        let (key_hash, current) = self.hash_to_ask(token, client_ip, now_ms)?;
         let nobody = Scope::Upstream { key_types: KeyTypes::of(&[]), cost: 1 };
-        match self.guard.authorize(&key_hash, nobody, None).await {
-            Ok(Authorization::Admitted(admission)) => Some(admission.key),
-            Ok(Authorization::Denied(Some((key, _)))) => Some(*key),
-            Ok(Authorization::Denied(None)) => {
+        match self.ask_guard(token, key_hash, current, nobody, None, now_ms).await {
+            (_, Ok(Authorization::Admitted(admission))) => Some(admission.key),
+            (_, Ok(Authorization::Denied(Some((key, _))))) => Some(*key),
+            (key_hash, Ok(Authorization::Denied(None))) => {
                 self.memory.borrow_mut().remember_unknown_key(&key_hash, now_ms);
                 None
             }
-            Err(_) => None,
+            (_, Err(_)) => None,
         }
     }
 
