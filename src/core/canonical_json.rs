@@ -305,14 +305,27 @@ impl Reader<'_> {
         if !self.write {
             return Ok(());
         }
-        // What `Value` wrote for it, when that says the same number.
-        let as_value = serde_json::from_str::<serde_json::Number>(literal).ok().map(|n| n.to_string());
-        match as_value {
+        match what_value_wrote(literal) {
             Some(written) if Decimal::of(&written).as_ref() == Some(&exact) => out.push_str(&written),
             _ => exact.write(out),
         }
         Ok(())
     }
+}
+
+/// What `Value::to_string` wrote for a number before numbers were kept as written
+/// (`arbitrary_precision`): an integer literal as its `u64` or `i64` when it fits, anything else
+/// (and `-0`) as the nearest `f64`. The caller keeps it only where it says the same number.
+fn what_value_wrote(literal: &str) -> Option<String> {
+    if !literal.contains(['.', 'e', 'E']) && literal != "-0" {
+        if let Some(n) = literal.parse::<u64>().ok().map(|n| n.to_string()) {
+            return Some(n);
+        }
+        if let Some(n) = literal.parse::<i64>().ok().map(|n| n.to_string()) {
+            return Some(n);
+        }
+    }
+    serde_json::Number::from_f64(literal.parse().ok()?).map(|n| n.to_string())
 }
 
 /// A string as `Value::to_string` writes it.
@@ -404,62 +417,78 @@ mod tests {
             state ^= state << 17;
             state % n
         };
+        // Each atom as sent and as `Value` wrote it before numbers were kept as written (pinned
+        // from serde_json 1.0.154 without `arbitrary_precision`).
         let atoms = [
-            "0",
-            "-0",
-            "1",
-            "-1",
-            "1.0",
-            "1.5",
-            "0.1",
-            "-2.5e-3",
-            "1e21",
-            "1E+2",
-            "123456789.25",
-            "1e-7",
-            "18446744073709551615",
-            "-9223372036854775808",
-            "9007199254740992.0",
-            "3.14159",
-            "true",
-            "false",
-            "null",
-            r#""a""#,
-            r#""\u0041\n\t\"\\\/""#,
-            r#""é😀\ud83d\ude00""#,
-            r#""\u001f\u007f""#,
-            "[]",
-            "{}",
+            ("0", "0"),
+            ("-0", "-0.0"),
+            ("1", "1"),
+            ("-1", "-1"),
+            ("1.0", "1.0"),
+            ("1.5", "1.5"),
+            ("0.1", "0.1"),
+            ("-2.5e-3", "-0.0025"),
+            ("1e21", "1e+21"),
+            ("1E+2", "100.0"),
+            ("123456789.25", "123456789.25"),
+            ("1e-7", "1e-7"),
+            ("18446744073709551615", "18446744073709551615"),
+            ("-9223372036854775808", "-9223372036854775808"),
+            ("9007199254740992.0", "9007199254740992.0"),
+            ("3.14159", "3.14159"),
+            ("true", "true"),
+            ("false", "false"),
+            ("null", "null"),
+            (r#""a""#, r#""a""#),
+            (r#""\u0041\n\t\"\\\/""#, r#""\u0041\n\t\"\\\/""#),
+            (r#""é😀\ud83d\ude00""#, r#""é😀\ud83d\ude00""#),
+            (r#""\u001f\u007f""#, r#""\u001f\u007f""#),
+            ("[]", "[]"),
+            ("{}", "{}"),
         ];
         let keys =
             [r#""a""#, r#""b""#, r#""\u00e9""#, r#""é2""#, r#""""#, r#""Z""#, r#""😀""#, r#""\uFFFF""#];
         for _ in 0..3_000 {
-            let mut text = String::new();
+            // The body as sent, and as `Value` wrote it back then (numbers in their pinned forms).
+            let (mut text, mut before) = (String::new(), String::new());
+            let mut push = |(sent, written): (&str, &str)| {
+                text.push_str(sent);
+                before.push_str(if written.is_empty() { sent } else { written });
+            };
             let mut used = std::collections::BTreeSet::new();
-            text.push_str("{ ");
+            push(("{ ", ""));
             for i in 0..next(5) {
                 let key = keys[next(keys.len() as u64) as usize];
                 let decoded: String = serde_json::from_str(key).unwrap();
                 if !used.insert(decoded) {
                     continue;
                 }
-                if i > 0 && text.len() > 2 {
-                    text.push_str(" ,\n");
+                if i > 0 {
+                    push((" ,\n", ""));
                 }
-                text.push_str(key);
-                text.push_str(" : ");
+                push((key, ""));
+                push((" : ", ""));
                 match next(3) {
-                    0 => text.push_str(atoms[next(atoms.len() as u64) as usize]),
+                    0 => push(atoms[next(atoms.len() as u64) as usize]),
                     1 => {
-                        let items: Vec<&str> =
-                            (0..next(4)).map(|_| atoms[next(atoms.len() as u64) as usize]).collect();
-                        text.push_str(&format!("[ {} ]", items.join(" , ")));
+                        push(("[ ", ""));
+                        for j in 0..next(4) {
+                            if j > 0 {
+                                push((" , ", ""));
+                            }
+                            push(atoms[next(atoms.len() as u64) as usize]);
+                        }
+                        push((" ]", ""));
                     }
-                    _ => text.push_str(&format!(r#"{{"x":{} }}"#, atoms[next(atoms.len() as u64) as usize])),
+                    _ => {
+                        push((r#"{"x":"#, ""));
+                        push(atoms[next(atoms.len() as u64) as usize]);
+                        push((" }", ""));
+                    }
                 }
             }
-            text.push_str(" }");
-            let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+            push((" }", ""));
+            let value: serde_json::Value = serde_json::from_str(&before).unwrap();
             assert_eq!(form(&text), value.to_string(), "{text}");
         }
     }

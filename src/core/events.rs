@@ -394,6 +394,23 @@ mod tests {
         assert_eq!(code(huge), "VALIDATION_ERROR");
     }
 
+    /// SPEC §19: a number in `properties` reaches the queue (and so D1) as it was written, not
+    /// as the nearest `f64` (before `arbitrary_precision`, both of these were rounded).
+    #[test]
+    fn properties_keep_their_numbers_as_written() {
+        let text = r#"{"event":"x","user_id":"u","properties":{"big":18446744073709551617,"fine":0.1000000000000000000001,"e":1E+2}}"#;
+        let record = serde_json::from_str::<TrackItem>(text).unwrap().validate(&SOURCE, "g".into()).unwrap();
+        let queued = serde_json::to_string(&EventMessage::Event(record)).unwrap();
+        for written in ["18446744073709551617", "0.1000000000000000000001", "1E+2"] {
+            assert!(queued.contains(written), "{written} in {queued}");
+        }
+        let EventMessage::Event(back) = serde_json::from_str(&queued).unwrap() else { panic!() };
+        assert_eq!(
+            Value::Object(back.properties).to_string(),
+            r#"{"big":18446744073709551617,"e":1E+2,"fine":0.1000000000000000000001}"#
+        );
+    }
+
     /// SPEC §19: an identify's traits over a queue message's share are a 413, not a retryable 503
     /// for ever; an id is bounded in bytes, so 200 non-ASCII characters (2,400 bytes once
     /// percent-encoded into an R2 key) are a 422.

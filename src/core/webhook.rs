@@ -658,6 +658,14 @@ mod tests {
     /// The vector published in the README, computed with Python's `hmac` module.
     const SECRET: &str = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYX";
 
+    /// SPEC §19: an origin event's `data` reaches the subscriber with its numbers as written.
+    #[test]
+    fn a_payload_keeps_the_numbers_of_its_data_as_written() {
+        let data: Value = serde_json::from_str(r#"{"amount":123456789012345678901234567890.10}"#).unwrap();
+        let body = payload("evt_1", "order.paid", "2026-12-01T00:00:00Z", data).to_string();
+        assert!(body.contains(r#""amount":123456789012345678901234567890.10"#), "{body}");
+    }
+
     #[test]
     fn debug_output_never_prints_the_signing_secret() {
         let hook = Webhook {

@@ -43,6 +43,26 @@ test('a batch of 10 is accepted and stored; the same batch again is 10 duplicate
   assert.deepEqual([row.event, row.anonymous_id, JSON.parse(row.properties).i, row.key_type], ['Page Viewed', 'anon-3', 3, 'server']);
 });
 
+test('numbers in properties and traits are stored as written, never rounded through a double (SPEC §19)', async () => {
+  const { projectId, server } = await ingestionProject();
+  const exact = '{"big":18446744073709551617,"fine":0.1000000000000000000001}';
+  const eventId = randomUUID();
+  const sent = await call('POST', '/v1/track', {
+    key: server.key, body: `{"batch":[{"event_id":"${eventId}","event":"Paid","user_id":"u-exact","properties":${exact}}]}`,
+  });
+  assert.equal(sent.status, 202, sent.text);
+  const identified = await call('POST', '/v1/identify', {
+    key: server.key, body: `{"anonymous_id":"a-exact","user_id":"u-exact","traits":${exact}}`,
+  });
+  assert.equal(identified.status, 202, identified.text);
+  assert.equal(await eventCount(projectId, 2), 2);
+  const rows = await d1(`SELECT properties FROM events WHERE project_id = '${projectId}'`);
+  for (const row of rows) {
+    assert.match(row.properties, /18446744073709551617/);
+    assert.match(row.properties, /0\.1000000000000000000001/);
+  }
+});
+
 test('30 parallel identical single-event batches: exactly one reports it accepted, one row', async () => {
   const { projectId, server } = await ingestionProject();
   const event = { event_id: randomUUID(), event: 'Signed Up', user_id: 'u-1' };
