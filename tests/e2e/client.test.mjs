@@ -1,4 +1,4 @@
-// SPEC §14 end to end: the Rust SDK's live tests (client/tests/live.rs) and the `gatehouse` CLI,
+// SPEC §14 end to end: the Rust SDK's live tests (crates/gatehouse-client/tests/live.rs) and the `gatehouse` CLI,
 // run as a user runs them, against the gateway under wrangler dev. Webhooks go to a receiver on
 // 127.0.0.1 (scripts/test sets ALLOW_PRIVATE_WEBHOOK_URLS=true).
 import { test, before, after } from 'node:test';
@@ -16,7 +16,7 @@ const work = mkdtempSync(join(tmpdir(), 'gatehouse-cli-'));
 let bin;
 
 before(() => {
-  const build = spawnSync('cargo', ['build', '--quiet', '-p', 'gatehouse-client', '--bin', 'gatehouse'], { cwd: ROOT, stdio: 'inherit' });
+  const build = spawnSync('cargo', ['build', '--quiet', '-p', 'gatehouse-cli'], { cwd: ROOT, stdio: 'inherit' });
   assert.equal(build.status, 0, 'the gatehouse binary builds');
   const meta = JSON.parse(spawnSync('cargo', ['metadata', '--format-version', '1', '--no-deps'], { cwd: ROOT, encoding: 'utf8' }).stdout);
   bin = join(meta.target_directory, 'debug', 'gatehouse');

@@ -22,7 +22,7 @@ let receiver;
 let receiverBase;
 
 before(async () => {
-  const build = spawnSync('cargo', ['build', '--quiet', '-p', 'gatehouse-client', '--bin', 'gatehouse'], { cwd: ROOT, stdio: 'inherit' });
+  const build = spawnSync('cargo', ['build', '--quiet', '-p', 'gatehouse-cli'], { cwd: ROOT, stdio: 'inherit' });
   assert.equal(build.status, 0, 'the gatehouse binary builds');
   const meta = JSON.parse(spawnSync('cargo', ['metadata', '--format-version', '1', '--no-deps'], { cwd: ROOT, encoding: 'utf8' }).stdout);
   bin = join(meta.target_directory, 'debug', 'gatehouse');

@@ -1,0 +1,140 @@
+//! What a request finishes after its response (`ctx.wait_until`): its audit row, its webhook
+//! deliveries, the end of its idempotency claim, the confirmation of its event reservations.
+
+use std::future::Future;
+
+use futures_util::future::join_all;
+
+use super::queues::{record_audit_row, AuditPath};
+use super::{ingest, ApiResponse, Gateway};
+use gatehouse_core::audit::AuditRow;
+use gatehouse_core::idempotency::KeptResponse;
+use gatehouse_core::ports::{ClaimRequest, DeliveryQueue, KeyGuard, PortError, Ports, ResponseStore};
+
+/// Everything a request leaves to do once its response is on its way.
+pub struct AfterResponse {
+    pub request_id: String,
+    /// `None` when the request is not audited (`ApiResponse::audited`).
+    pub audit: Option<AuditRow>,
+    pub deliveries: Vec<String>,
+    pub settlements: Vec<Settlement>,
+}
+
+impl ApiResponse {
+    /// Takes what is left to do after the response (the audit row is cloned: the caller may still
+    /// log it).
+    pub fn after_response(&mut self) -> AfterResponse {
+        AfterResponse {
+            request_id: self.request_id.clone(),
+            audit: self.audited.then(|| self.audit.clone()),
+            deliveries: std::mem::take(&mut self.webhook_deliveries),
+            settlements: std::mem::take(&mut self.settlements),
+        }
+    }
+}
+
+/// What a request finishes after its response (`wait_until`): the end of its idempotency claim
+/// (complete and store on 2xx, release otherwise), or the confirmation of the event ids it reserved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settlement {
+    /// `response` is sealed already (SPEC §13).
+    Complete {
+        key_hash: String,
+        api_key_id: String,
+        claim: ClaimRequest,
+        response: KeptResponse,
+    },
+    Release {
+        key_hash: String,
+        claim: ClaimRequest,
+    },
+    ConfirmEvents(ingest::Reservations),
+}
+
+impl<P: Ports> Gateway<'_, P> {
+    /// Does it all, side by side, and answers what the operator should read in the log: the audit
+    /// row to its queue (or to D1 directly when the queue cannot take it), the deliveries to the
+    /// webhook queue (a lost send is found by the minute sweep), then the settlement.
+    pub async fn finish<F: Future<Output = ()>>(
+        &self,
+        after: AfterResponse,
+        pause: impl Fn(u64) -> F,
+    ) -> Vec<String> {
+        let AfterResponse { request_id, audit, deliveries, settlements } = after;
+        let audit = async {
+            let audit = audit?;
+            match record_audit_row(&self.audit, &self.store, audit, &pause).await {
+                Ok(AuditPath::Queued) => None,
+                Ok(AuditPath::Direct) => Some(format!(
+                    r#"{{"component":"audit","request_id":"{request_id}","written":"directly"}}"#
+                )),
+                Err(e) => Some(format!("request {request_id}: audit row lost: {e}")),
+            }
+        };
+        let deliveries = async {
+            if deliveries.is_empty() {
+                return None;
+            }
+            let sent = self.deliveries.enqueue(&deliveries, 0).await;
+            sent.err().map(|e| format!("webhook deliveries {deliveries:?} not queued (the sweep will): {e}"))
+        };
+        let settled = join_all(settlements.into_iter().map(|settlement| async {
+            let settled = self.settle(settlement, &pause).await;
+            settled.err().map(|e| format!("request {request_id}: settling after the response failed: {e}"))
+        }));
+        let (a, d, s) = futures_util::future::join3(audit, deliveries, settled).await;
+        [a, d].into_iter().chain(s).flatten().collect()
+    }
+
+    /// Finishes a claim after the response. On success the guard learns first (it is the source of
+    /// truth for "completed"), then the response store gets the copy replays read; each notice is
+    /// retried with backoff (`pause` sleeps). A claim the guard never hears about runs out after its
+    /// lease and the key may execute again: README "Guarantees under faults" says when.
+    pub async fn settle<F: Future<Output = ()>>(
+        &self,
+        settlement: Settlement,
+        pause: impl Fn(u64) -> F,
+    ) -> Result<(), PortError> {
+        match settlement {
+            Settlement::Complete { key_hash, api_key_id, claim, response } => {
+                let mine =
+                    retrying(&pause, || self.guard.complete_claim(&key_hash, &claim, &response)).await?;
+                if !mine {
+                    // The lease ran out and another request holds the claim: its response counts.
+                    return Ok(());
+                }
+                retrying(&pause, || self.responses.put(&api_key_id, &claim.idempotency_key, &response)).await
+            }
+            Settlement::Release { key_hash, claim } => {
+                retrying(&pause, || self.guard.release_claim(&key_hash, &claim)).await
+            }
+            Settlement::ConfirmEvents(reservations) => {
+                retrying(&pause, || reservations.confirm(&self.ledger)).await
+            }
+        }
+    }
+}
+
+/// Up to [`NOTICE_TRIES`] calls of `op`, pausing 100 ms, 200 ms, … (at most 5 s) between them.
+pub(super) async fn retrying<T, F: Future<Output = Result<T, PortError>>, P: Future<Output = ()>>(
+    pause: &impl Fn(u64) -> P,
+    mut op: impl FnMut() -> F,
+) -> Result<T, PortError> {
+    let mut delay_ms = 100;
+    let mut tries = 1;
+    loop {
+        match op().await {
+            Ok(value) => return Ok(value),
+            Err(e) if tries >= NOTICE_TRIES => return Err(e),
+            Err(_) => {
+                pause(delay_ms).await;
+                delay_ms = (delay_ms * 2).min(5_000);
+                tries += 1;
+            }
+        }
+    }
+}
+
+/// How often a notice after the response (a claim's completion or release) is tried: about 11 s
+/// in all, within the half minute `wait_until` grants.
+pub(super) const NOTICE_TRIES: u32 = 8;

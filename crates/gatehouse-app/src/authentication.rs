@@ -1,0 +1,283 @@
+//! Authentication (SPEC §2, §3, §13) in two steps. `screen` decides what it can without I/O
+//! beyond the client address's guard, before the body is read: a public route, the admin token,
+//! a missing or malformed key, a key hash known to be unknown, an address known to be over its
+//! limit. `authenticate` then asks the key's guard to decide on the key, its type's scope, its
+//! limits and its idempotency claim in one round trip.
+//!
+//! Anonymous traffic (failed authentication and unmatched routes) is counted per client address
+//! (`refuse_anonymous`); once an address is over its limit, the isolate remembers it until the
+//! window ends and answers its anonymous requests from memory: no Durable Object, no D1 query,
+//! no audit row. A key hash its guard did not know is remembered as unknown for a minute.
+
+use super::pipeline::{Caller, Trace};
+use super::{unavailable, Gateway};
+use gatehouse_core::api_key::{self, KeyRecord, KeyTypes, RefusalReason, Scope};
+use gatehouse_core::error::{ApiError, ErrorCode};
+use gatehouse_core::ports::{Admission, Authorization, ClaimRequest, KeyGuard, PortError, Ports};
+use gatehouse_core::rate_limit::{Usage, Verdict};
+use gatehouse_core::route::{Access, Route};
+use gatehouse_core::time::rfc3339;
+
+/// A refusal during authentication, with the key's usage when the key itself was valid.
+pub(super) type Refusal = (Option<Usage>, ApiError);
+
+/// What the screen let through.
+pub(super) enum Credentials {
+    /// A public route, or an admin route with the admin token.
+    Open,
+    /// An API key for its guard to decide on (the key itself seals its stored responses), by its
+    /// hash under the current pepper (`current`) or under `KEY_PEPPER_PREVIOUS`.
+    Key { token: String, key_hash: String, current: bool, scope: Scope },
+}
+
+impl<P: Ports> Gateway<'_, P> {
+    /// What can be decided before the body is read and without the key's guard.
+    pub(super) async fn screen(
+        &self,
+        route: &Route,
+        authorization: &Option<String>,
+        client_ip: Option<&str>,
+        now_ms: i64,
+        trace: &mut Trace,
+    ) -> Result<Credentials, ApiError> {
+        let token = authorization.as_deref().and_then(api_key::bearer_token);
+        let scope = match route.access {
+            Access::Public => return Ok(Credentials::Open),
+            Access::Admin => {
+                let expected = self.config.admin_token.as_bytes();
+                return match token {
+                    Some(t) if api_key::constant_time_eq(t.as_bytes(), expected) => Ok(Credentials::Open),
+                    _ => {
+                        let e =
+                            ApiError::new(ErrorCode::InvalidApiKey, "The admin token is missing or wrong.");
+                        Err(self.refuse_anonymous(client_ip, e, now_ms, trace).await)
+                    }
+                };
+            }
+            Access::Origin => {
+                let expected = self.config.events_secret.as_deref().map(str::as_bytes);
+                return match (token, expected) {
+                    (Some(t), Some(expected)) if api_key::constant_time_eq(t.as_bytes(), expected) => {
+                        Ok(Credentials::Open)
+                    }
+                    _ => {
+                        let e = ApiError::new(
+                            ErrorCode::InvalidApiKey,
+                            "The events secret is missing or wrong (or EVENTS_SECRET is not set).",
+                        );
+                        Err(self.refuse_anonymous(client_ip, e, now_ms, trace).await)
+                    }
+                };
+            }
+            Access::Key(scope) => scope,
+        };
+        let Some(token) = token.filter(|t| api_key::is_well_formed(t)) else {
+            return Err(self.refuse_anonymous(client_ip, ApiError::invalid_api_key(), now_ms, trace).await);
+        };
+        let Some((key_hash, current)) = self.hash_to_ask(token, client_ip, now_ms) else {
+            return Err(self.refuse_anonymous(client_ip, ApiError::invalid_api_key(), now_ms, trace).await);
+        };
+        Ok(Credentials::Key { token: token.to_owned(), key_hash, current, scope })
+    }
+
+    /// SPEC §3 order: authenticate and the key type's scope, then the rate decision and the
+    /// idempotency claim, all made by the key's guard in one round trip: a key refused for its
+    /// type (403) is counted against nothing.
+    pub(super) async fn authenticate(
+        &self,
+        credentials: Credentials,
+        client_ip: Option<&str>,
+        claim: Option<&ClaimRequest>,
+        now_ms: i64,
+        trace: &mut Trace,
+    ) -> Result<Caller, Refusal> {
+        let Credentials::Key { token, key_hash, current, scope } = credentials else {
+            return Ok(Caller { key: None, key_hash: None, usage: None, claim: None, sealing: None });
+        };
+        let (key_hash, answer) = self.ask_guard(&token, key_hash, current, scope, claim, now_ms).await;
+        let Admission { key, verdict, usage, claim } = match answer {
+            Ok(Authorization::Admitted(admission)) => {
+                self.memory.borrow_mut().remember_recent_key(&key_hash, now_ms);
+                trace.key = Some(admission.key.clone());
+                *admission
+            }
+            Ok(Authorization::Denied(refused)) => {
+                let e = match &refused {
+                    None => {
+                        self.memory.borrow_mut().remember_unknown_key(&key_hash, now_ms);
+                        ApiError::invalid_api_key()
+                    }
+                    Some((key, reason)) => refused_key(key, *reason),
+                };
+                trace.key = refused.map(|(k, _)| *k);
+                return Err((None, self.refuse_anonymous(client_ip, e, now_ms, trace).await));
+            }
+            Err(e) => {
+                // The guard may have taken a claim and lost only its answer.
+                trace.unanswered_guard = Some(key_hash);
+                return Err((None, unavailable(e)));
+            }
+        };
+        if !key.key_type.allows(scope) {
+            // Decided by the guard before it counted: no part of the window or the quota and no
+            // claim was taken for it (a guard of the previous version counted it; it is 403 all the same).
+            let e = ApiError::forbidden(format!("A {} key may not call this route.", key.key_type.as_str()))
+                .with_detail("key_type", key.key_type.as_str());
+            return Err((Some(usage), e));
+        }
+        let refusal = match verdict {
+            Verdict::Allowed => None,
+            Verdict::RateLimited => Some(
+                ApiError::new(
+                    ErrorCode::RateLimitExceeded,
+                    format!("Rate limit of {} requests per minute exceeded.", usage.limit),
+                )
+                .with_retry_after(usage.seconds_to_reset()),
+            ),
+            Verdict::QuotaExceeded => {
+                let code = if key.plan == gatehouse_core::config::DEFAULT_PLAN {
+                    ErrorCode::TrialQuotaExceeded
+                } else {
+                    ErrorCode::QuotaExceeded
+                };
+                Some(
+                    ApiError::new(
+                        code,
+                        format!("The monthly quota of {} requests is used up.", usage.quota_limit),
+                    )
+                    .with_detail("resets_at", rfc3339(usage.quota_resets_ms))
+                    .with_detail("plan", key.plan.as_str()),
+                )
+            }
+        };
+        if let Some(e) = refusal {
+            return Err((Some(usage), e));
+        }
+        // Its stored response is sealed under the API key itself (SPEC §13): only this caller's
+        // requests can derive the key that reads it.
+        let sealing = claim.as_ref().map(|_| self.config.response_keys(&token));
+        Ok(Caller { key: Some(key), key_hash: Some(key_hash), usage: Some(usage), claim, sealing })
+    }
+
+    /// The hash a key's guard is asked under: the current pepper's, or `KEY_PEPPER_PREVIOUS`'s
+    /// once the current one is remembered as unknown (SPEC §19: keys issued before a rotation);
+    /// `None` for a key remembered as unknown under both, or one not seen lately from an address
+    /// over its limit. `true` when it is the current pepper's.
+    fn hash_to_ask(&self, token: &str, client_ip: Option<&str>, now_ms: i64) -> Option<(String, bool)> {
+        let memory = self.memory.borrow();
+        let blocked = client_ip.is_some_and(|ip| memory.blocked_until(ip, now_ms).is_some());
+        let peppers = self.config.peppers().into_iter().enumerate();
+        peppers
+            .map(|(i, pepper)| (api_key::hash(pepper.as_bytes(), token), i == 0))
+            .find(|(hash, _)| !memory.is_unknown_key(hash, now_ms))
+            .filter(|(hash, _)| !blocked || memory.is_recent_key(hash, now_ms))
+    }
+
+    /// Asks the key's guard under `key_hash`; when that is the current pepper's hash, its guard
+    /// does not know the key and a previous pepper is set, it is remembered as unknown and the
+    /// guard of the previous pepper's hash is asked. Answers the hash asked last and its answer.
+    async fn ask_guard(
+        &self,
+        token: &str,
+        key_hash: String,
+        current: bool,
+        scope: Scope,
+        claim: Option<&ClaimRequest>,
+        now_ms: i64,
+    ) -> (String, Result<Authorization, PortError>) {
+        let answer = self.guard.authorize(&key_hash, scope, claim).await;
+        match (&answer, &self.config.key_pepper_previous) {
+            (Ok(Authorization::Denied(None)), Some(previous)) if current => {
+                self.memory.borrow_mut().remember_unknown_key(&key_hash, now_ms);
+                let previous_hash = api_key::hash(previous.as_bytes(), token);
+                let answer = self.guard.authorize(&previous_hash, scope, claim).await;
+                (previous_hash, answer)
+            }
+            _ => (key_hash, answer),
+        }
+    }
+
+    /// The key a request that matched no route (404, 405) was sent with, when its guard knows it:
+    /// its audit row then names the key, so its owner's log shows it (SPEC §19). The guard is asked
+    /// under a scope no key type has, so nothing of the window or quota is taken and no claim; a
+    /// key known to be unknown, or any key from an address over its limit, is not asked about.
+    pub(super) async fn key_of_miss(
+        &self,
+        authorization: &Option<String>,
+        client_ip: Option<&str>,
+        now_ms: i64,
+    ) -> Option<KeyRecord> {
+        let token = authorization
+            .as_deref()
+            .and_then(api_key::bearer_token)
+            .filter(|t| api_key::is_well_formed(t))?;
+        if client_ip.is_some_and(|ip| self.memory.borrow().blocked_until(ip, now_ms).is_some()) {
+            return None;
+        }
+        let (key_hash, current) = self.hash_to_ask(token, client_ip, now_ms)?;
+        let nobody = Scope::Upstream { key_types: KeyTypes::of(&[]), cost: 1 };
+        match self.ask_guard(token, key_hash, current, nobody, None, now_ms).await {
+            (_, Ok(Authorization::Admitted(admission))) => Some(admission.key),
+            (_, Ok(Authorization::Denied(Some((key, _))))) => Some(*key),
+            (key_hash, Ok(Authorization::Denied(None))) => {
+                self.memory.borrow_mut().remember_unknown_key(&key_hash, now_ms);
+                None
+            }
+            (_, Err(_)) => None,
+        }
+    }
+
+    /// An anonymous request (failed authentication, unmatched route): counted against the client
+    /// address, and 429 instead of `refused` once the address is over its limit this minute. An
+    /// address known to be over is answered from memory, without a count and without an audit
+    /// row. If the count cannot be made, `refused` stands.
+    pub(super) async fn refuse_anonymous(
+        &self,
+        client_ip: Option<&str>,
+        refused: ApiError,
+        now_ms: i64,
+        trace: &mut Trace,
+    ) -> ApiError {
+        let Some(ip) = client_ip else {
+            return refused;
+        };
+        let blocked = self.memory.borrow().blocked_until(ip, now_ms);
+        if let Some(until) = blocked {
+            trace.unaudited = true;
+            return too_many_anonymous(((until - now_ms) as u64).div_ceil(1000));
+        }
+        match self.guard.record_auth_failure(ip).await {
+            Ok((Verdict::RateLimited, usage)) => {
+                self.memory.borrow_mut().block(ip, usage.reset_ms, now_ms);
+                too_many_anonymous(usage.seconds_to_reset())
+            }
+            Ok(_) => refused,
+            Err(e) => {
+                let mut refused = refused;
+                refused.internal = Some(format!("anonymous-request counter unavailable: {e}"));
+                refused
+            }
+        }
+    }
+}
+
+/// A known key its guard refused (SPEC §17): 401 with `details.reason`.
+fn refused_key(key: &KeyRecord, reason: RefusalReason) -> ApiError {
+    let at = key.expires_at.map(rfc3339).unwrap_or_default();
+    let message = match reason {
+        RefusalReason::Revoked => "This API key was revoked.".to_owned(),
+        RefusalReason::Expired => format!("This API key expired at {at}."),
+        RefusalReason::Rolled => {
+            format!("This API key was rolled; its grace period ended at {at}. Use its replacement.")
+        }
+    };
+    ApiError::new(ErrorCode::InvalidApiKey, message).with_detail("reason", reason.as_str())
+}
+
+fn too_many_anonymous(retry_after_seconds: u64) -> ApiError {
+    ApiError::new(
+        ErrorCode::RateLimitExceeded,
+        "Too many unauthenticated requests from this address. Retry after the window ends.",
+    )
+    .with_retry_after(retry_after_seconds)
+}

@@ -1,0 +1,345 @@
+//! The audit log's fakes: the `audit_log`, `audit_objects` and `audit_daily` tables behind
+//! [`AuditStore`] (on the shared [`FakeStore`]) and the R2 bucket behind [`Archive`]. Every call goes through the schedule's
+//! [`Faults`]; a D1 statement and an R2 put take effect whole or not at all, as they do in the
+//! worker.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use super::FakeStore;
+use crate::sim::Faults;
+use gatehouse_core::audit::{packed_for_d1, AuditRow, DayCount, EndpointCount, LogFilter};
+use gatehouse_core::page::{Cursor, PageRequest};
+use gatehouse_core::platform::fits_d1_value;
+use gatehouse_core::ports::{Archive, ArchiveObject, ArchivedSlice, AuditStore, PortError};
+use gatehouse_core::tiers::{ObjectSummary, SUMMARIES_PER_PAGE};
+use gatehouse_core::time::utc_date;
+
+/// A key's daily aggregate: (project, key, day, method, route) → (total, 4xx, 5xx).
+pub type DailyCounts = BTreeMap<(String, String, String, String, String), (i64, i64, i64)>;
+
+/// `audit_log` keyed by `request_id` like the table's primary key, the summaries of
+/// `audit_objects` by object key, and `audit_daily`.
+#[derive(Default)]
+pub struct AuditTables {
+    pub rows: RefCell<BTreeMap<String, AuditRow>>,
+    pub objects: RefCell<BTreeMap<String, ObjectSummary>>,
+    pub daily: RefCell<DailyCounts>,
+    /// This many coming slice deletes fail before their effect.
+    pub refuse_deletes: Cell<u32>,
+}
+
+impl AuditTables {
+    /// Inserts rows straight into the table (test setup: no faults, no yield).
+    pub fn seed(&self, rows: impl IntoIterator<Item = AuditRow>) {
+        let mut table = self.rows.borrow_mut();
+        for row in rows {
+            table.entry(row.request_id.clone()).or_insert(row);
+        }
+    }
+
+    /// Adds rows to the daily aggregates (`sign` 1) or takes them out (`-1`).
+    fn count(&self, rows: &[AuditRow], sign: i64) {
+        let mut daily = self.daily.borrow_mut();
+        for r in rows {
+            let (Some(project), Some(key)) = (&r.project_id, &r.key_id) else { continue };
+            let route = r.route.clone().unwrap_or_else(|| r.path.clone());
+            let slot = (project.clone(), key.clone(), utc_date(r.ts), r.method.clone(), route);
+            let c = daily.entry(slot).or_default();
+            c.0 += sign;
+            c.1 += sign * i64::from((400..500).contains(&r.status));
+            c.2 += sign * i64::from(r.status >= 500);
+        }
+    }
+
+    /// A project's rows in `(ts, request_id)` order.
+    fn project_rows(&self, project_id: Option<&str>) -> Vec<AuditRow> {
+        let mut rows: Vec<AuditRow> =
+            self.rows.borrow().values().filter(|r| r.project_id.as_deref() == project_id).cloned().collect();
+        rows.sort_by(|a, b| position(a).cmp(&position(b)));
+        rows
+    }
+}
+
+fn position(row: &AuditRow) -> (i64, &str) {
+    (row.ts, row.request_id.as_str())
+}
+
+fn at(c: &Cursor) -> (i64, &str) {
+    (c.ts, c.id.as_str())
+}
+
+impl AuditStore for FakeStore {
+    async fn insert_audit_rows(&self, rows: &[AuditRow]) -> Result<(), PortError> {
+        // D1 refuses a bound string over 2,000,000 bytes: the arrays the adapter binds must fit.
+        if let Some(array) = packed_for_d1(rows).iter().find(|a| !fits_d1_value(a)) {
+            return Err(PortError(format!("D1: string or blob too big ({} bytes)", array.len())));
+        }
+        self.faults
+            .run("d1 insert audit rows", || {
+                let new: Vec<AuditRow> = {
+                    let table = self.audit.rows.borrow();
+                    let mut seen = std::collections::BTreeSet::new();
+                    rows.iter()
+                        .filter(|r| !table.contains_key(&r.request_id) && seen.insert(r.request_id.clone()))
+                        .cloned()
+                        .collect()
+                };
+                self.audit.count(&new, 1);
+                self.audit.seed(new);
+            })
+            .await
+    }
+
+    async fn log_snapshot(
+        &self,
+        project_id: &str,
+        filter: &LogFilter,
+        page: &PageRequest,
+    ) -> Result<(Vec<AuditRow>, Vec<ObjectSummary>), PortError> {
+        self.faults
+            .run("d1 log snapshot", || {
+                let mut rows = self.audit.project_rows(Some(project_id));
+                rows.reverse();
+                let hot = rows
+                    .into_iter()
+                    .filter(|r| filter.matches(r))
+                    .filter(|r| page.after.as_ref().is_none_or(|c| position(r) < at(c)))
+                    .take(page.fetch_len())
+                    .collect();
+                let mut objects: Vec<ObjectSummary> = self
+                    .audit
+                    .objects
+                    .borrow()
+                    .values()
+                    .filter(|o| o.project_id.as_deref() == Some(project_id))
+                    .filter(|o| filter.from_ms.is_none_or(|f| o.last_ts >= f))
+                    .filter(|o| filter.to_ms.is_none_or(|t| o.first_ts <= t))
+                    .filter(|o| page.after.as_ref().is_none_or(|c| at(&o.first()) < at(c)))
+                    .cloned()
+                    .collect();
+                objects.sort_by(|a, b| (b.last_ts, &b.last_id).cmp(&(a.last_ts, &a.last_id)));
+                objects.truncate(SUMMARIES_PER_PAGE);
+                (hot, objects)
+            })
+            .await
+    }
+
+    async fn object_covering(
+        &self,
+        project_id: Option<&str>,
+        at_: &Cursor,
+    ) -> Result<Option<ObjectSummary>, PortError> {
+        self.faults
+            .run("d1 object covering", || {
+                self.audit
+                    .objects
+                    .borrow()
+                    .values()
+                    .find(|o| {
+                        o.project_id.as_deref() == project_id
+                            && at(&o.first()) <= at(at_)
+                            && at(at_) <= at(&o.last())
+                    })
+                    .cloned()
+            })
+            .await
+    }
+
+    async fn key_stats(
+        &self,
+        project_id: &str,
+        key_id: &str,
+        since_ms: i64,
+    ) -> Result<(Vec<DayCount>, Vec<EndpointCount>), PortError> {
+        self.faults
+            .run("d1 key stats", || {
+                let since = utc_date(since_ms);
+                let mut days: BTreeMap<String, DayCount> = BTreeMap::new();
+                let mut endpoints: BTreeMap<(String, String), EndpointCount> = BTreeMap::new();
+                for ((p, k, day, method, route), (total, c4, c5)) in self.audit.daily.borrow().iter() {
+                    if p != project_id || k != key_id || *day < since {
+                        continue;
+                    }
+                    let d = days.entry(day.clone()).or_insert(DayCount {
+                        day: day.clone(),
+                        total: 0,
+                        client_errors: 0,
+                        server_errors: 0,
+                    });
+                    d.total += *total as u64;
+                    d.client_errors += *c4 as u64;
+                    d.server_errors += *c5 as u64;
+                    let e = endpoints.entry((method.clone(), route.clone())).or_insert(EndpointCount {
+                        method: method.clone(),
+                        route: route.clone(),
+                        total: 0,
+                        errors: 0,
+                    });
+                    e.total += *total as u64;
+                    e.errors += (*c4 + *c5) as u64;
+                }
+                let mut top: Vec<EndpointCount> = endpoints.into_values().collect();
+                top.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.route.cmp(&b.route)));
+                top.truncate(10);
+                (days.into_values().collect(), top)
+            })
+            .await
+    }
+
+    async fn oldest_expired(&self, before_ms: i64) -> Result<Option<(Option<String>, Cursor)>, PortError> {
+        self.faults
+            .run("d1 oldest expired row", || {
+                self.audit
+                    .rows
+                    .borrow()
+                    .values()
+                    .filter(|r| r.ts < before_ms)
+                    .min_by(|a, b| position(a).cmp(&position(b)))
+                    .map(|r| (r.project_id.clone(), Cursor { ts: r.ts, id: r.request_id.clone() }))
+            })
+            .await
+    }
+
+    async fn rows_between(
+        &self,
+        project_id: Option<&str>,
+        from: &Cursor,
+        to: &Cursor,
+        limit: usize,
+    ) -> Result<Vec<AuditRow>, PortError> {
+        self.faults
+            .run("d1 read a slice", || {
+                self.audit
+                    .project_rows(project_id)
+                    .into_iter()
+                    .filter(|r| position(r) >= at(from) && position(r) < at(to))
+                    .take(limit)
+                    .collect()
+            })
+            .await
+    }
+
+    async fn clear_slice(&self, slice: &ArchivedSlice<'_>) -> Result<usize, PortError> {
+        if self.audit.refuse_deletes.get() > 0 {
+            self.audit.refuse_deletes.set(self.audit.refuse_deletes.get() - 1);
+            return Err(PortError("d1 clear a slice: refused".into()));
+        }
+        self.faults
+            .run("d1 clear a slice", || {
+                let in_range: Vec<String> = self
+                    .audit
+                    .project_rows(slice.project_id)
+                    .into_iter()
+                    .filter(|r| position(r) >= at(slice.first) && position(r) <= at(slice.last))
+                    .map(|r| r.request_id)
+                    .collect();
+                if in_range.len() != slice.count {
+                    return 0;
+                }
+                if let Some(s) = slice.summary {
+                    self.audit.objects.borrow_mut().insert(s.key.clone(), s.clone());
+                }
+                self.audit.count(slice.copies, -1);
+                let mut table = self.audit.rows.borrow_mut();
+                in_range.iter().for_each(|id| {
+                    table.remove(id);
+                });
+                slice.count
+            })
+            .await
+    }
+}
+
+/// R2 in memory. Objects hold the NDJSON as written (compression is the adapter's business), so a
+/// day's download is the concatenation of its objects' lines.
+pub struct FakeArchive {
+    pub faults: Rc<Faults>,
+    pub objects: RefCell<BTreeMap<String, Vec<u8>>>,
+    /// The request ids each object holds, in its order (kept beside the bytes for cheap checks).
+    pub ids: RefCell<BTreeMap<String, Vec<String>>>,
+    /// Session-recording segments, apart from the audit objects.
+    pub recording_segments: RefCell<BTreeMap<String, Vec<u8>>>,
+    /// Puts fail before their effect while this is set.
+    pub refuse_puts: Cell<bool>,
+}
+
+impl FakeArchive {
+    pub fn new(faults: Rc<Faults>) -> Self {
+        FakeArchive {
+            faults,
+            objects: RefCell::default(),
+            ids: RefCell::default(),
+            recording_segments: RefCell::default(),
+            refuse_puts: Cell::new(false),
+        }
+    }
+
+    /// Every archived row, object by object in key order.
+    pub fn rows(&self) -> Vec<(String, AuditRow)> {
+        self.objects
+            .borrow()
+            .iter()
+            .flat_map(|(key, bytes)| {
+                let text = String::from_utf8(bytes.clone()).expect("NDJSON is UTF-8");
+                text.lines()
+                    .map(|line| (key.clone(), serde_json::from_str(line).expect("an archived line is a row")))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+}
+
+fn ndjson_ids(ndjson: &[u8]) -> Vec<String> {
+    let text = std::str::from_utf8(ndjson).expect("NDJSON is UTF-8");
+    text.lines()
+        .map(|line| serde_json::from_str::<AuditRow>(line).expect("an archived line is a row").request_id)
+        .collect()
+}
+
+impl Archive for FakeArchive {
+    async fn put(&self, key: &str, ndjson: &[u8]) -> Result<(), PortError> {
+        super::over_limit("r2 key", key.len(), gatehouse_core::platform::R2_MAX_KEY_BYTES)?;
+        if self.refuse_puts.get() {
+            return Err(PortError("r2 put: refused".into()));
+        }
+        let ids = ndjson_ids(ndjson);
+        self.faults
+            .run("r2 put", || {
+                self.objects.borrow_mut().insert(key.to_owned(), ndjson.to_vec());
+                self.ids.borrow_mut().insert(key.to_owned(), ids);
+            })
+            .await
+    }
+
+    async fn put_recording_segment(&self, key: &str, json: &[u8]) -> Result<(), PortError> {
+        super::over_limit("r2 key", key.len(), gatehouse_core::platform::R2_MAX_KEY_BYTES)?;
+        self.faults
+            .run("r2 put recording segment", || {
+                self.recording_segments.borrow_mut().insert(key.to_owned(), json.to_vec());
+            })
+            .await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<ArchiveObject>, PortError> {
+        self.faults
+            .run("r2 list", || {
+                self.objects
+                    .borrow()
+                    .iter()
+                    .filter(|(k, _)| k.starts_with(prefix))
+                    .map(|(k, v)| ArchiveObject { key: k.clone(), size: v.len() as u64, uploaded_ms: 0 })
+                    .collect()
+            })
+            .await
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, PortError> {
+        self.faults.run("r2 get", || self.objects.borrow().get(key).cloned()).await
+    }
+
+    async fn read_ndjson(&self, key: &str) -> Result<Option<Vec<u8>>, PortError> {
+        self.faults.run("r2 read", || self.objects.borrow().get(key).cloned()).await
+    }
+}

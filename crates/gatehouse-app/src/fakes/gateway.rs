@@ -1,0 +1,638 @@
+//! Fakes of the request pipeline's ports: the key guard (with the real claim and rate decisions of
+//! `core`), the response store (which may miss, as Workers KV does while a write propagates), and
+//! the directory and resource tables of the D1 store.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use super::FakeStore;
+use crate::sim::{Fault, Faults};
+use gatehouse_core::api_key::{KeyRecord, KeyType, Scope};
+use gatehouse_core::audit::AuditRow;
+use gatehouse_core::config::Config;
+use gatehouse_core::guard::protocol::client_guard_name;
+use gatehouse_core::idempotency::{decide_claim, Claim, ClaimDecision, KeptResponse, LEASE_MS};
+use gatehouse_core::page::PageRequest;
+use gatehouse_core::ports::{
+    Admission, AuditSink, Authorization, ClaimRequest, Directory, KeyChanges, KeyGuard, KeyUpdate,
+    PlanChange, PortError, Resources, ResponseStore, Revocation, RunStart,
+};
+use gatehouse_core::rate_limit::{decide_request, Counters, Usage, Verdict, AUTH_FAILURE_LIMITS};
+use gatehouse_core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
+use gatehouse_core::webhook::OutgoingEvent;
+
+/// The simulated wall clock (Unix ms), shared by the fakes and the driver.
+pub type Clock = Rc<Cell<i64>>;
+
+/// A claim as the guard keeps it.
+#[derive(Debug, Clone)]
+pub struct HeldClaim {
+    pub claim: Claim,
+    pub owner: String,
+    /// Replays carry the response inline until then.
+    pub inline_until: i64,
+}
+
+/// Every key's guard in one fake: what the Durable Objects keep, keyed by key hash.
+pub struct FakeGuard {
+    pub faults: Rc<Faults>,
+    pub clock: Clock,
+    pub config: &'static Config,
+    /// What `Apply` told each guard, and until when it is used (else the directory's record is
+    /// read), as the real guard re-reads a record after 10 minutes.
+    pub applied: RefCell<HashMap<String, (KeyRecord, i64)>>,
+    /// The directory's key table (shared with the fake D1 store).
+    pub keys: Rc<RefCell<Vec<KeyRecord>>>,
+    pub counters: RefCell<HashMap<String, Counters>>,
+    pub claims: RefCell<HashMap<(String, String), HeldClaim>>,
+    /// Leases that ran out before their claim was completed or released.
+    pub lapsed: Cell<u32>,
+    /// Claims that were taken (`Execute` answers).
+    pub executions: Cell<u32>,
+    /// Guards (by key hash) that cannot be told anything: `apply` fails before its effect.
+    pub unreachable: RefCell<std::collections::HashSet<String>>,
+    /// Claims another request (another fingerprint) took over after a release or a lapse: the
+    /// first request's operation is forgotten (README's forfeit).
+    pub taken_over: Cell<u32>,
+    /// The guard of every call, in order: a key hash (an `authorize` creates that key's object
+    /// and, for a key it does not hold, costs a D1 lookup) or `ip:<address>`.
+    pub asked: RefCell<Vec<String>>,
+}
+
+impl FakeGuard {
+    pub fn new(
+        faults: Rc<Faults>,
+        clock: Clock,
+        config: &'static Config,
+        keys: Rc<RefCell<Vec<KeyRecord>>>,
+    ) -> Self {
+        FakeGuard {
+            faults,
+            clock,
+            config,
+            applied: RefCell::default(),
+            keys,
+            counters: RefCell::default(),
+            claims: RefCell::default(),
+            lapsed: Cell::new(0),
+            executions: Cell::new(0),
+            unreachable: RefCell::default(),
+            taken_over: Cell::new(0),
+            asked: RefCell::default(),
+        }
+    }
+
+    fn record(&self, key_hash: &str) -> Option<KeyRecord> {
+        if let Some((key, until)) = self.applied.borrow().get(key_hash) {
+            if *until > self.clock.get() {
+                return Some(key.clone());
+            }
+        }
+        // As the real guard: a record read from D1 is used for 10 minutes before it is read again.
+        let loaded = self.keys.borrow().iter().find(|k| k.key_hash == key_hash).cloned()?;
+        self.applied.borrow_mut().insert(key_hash.to_owned(), (loaded.clone(), self.clock.get() + 600_000));
+        Some(loaded)
+    }
+
+    /// One request against `limits`, counted only when `permitted` (`decide_request`).
+    fn count(
+        &self,
+        name: &str,
+        limits: gatehouse_core::rate_limit::Limits,
+        cost: u32,
+        permitted: bool,
+    ) -> (Verdict, Usage) {
+        let mut counters = self.counters.borrow_mut();
+        let prev = counters.get(name).copied().unwrap_or_default();
+        let (verdict, usage, taken) = decide_request(prev, self.clock.get(), limits, cost, permitted);
+        if let Some(next) = taken {
+            counters.insert(name.to_owned(), next);
+        }
+        (verdict, usage)
+    }
+
+    fn claim(&self, key_hash: &str, request: &ClaimRequest) -> ClaimDecision {
+        let now = self.clock.get();
+        let slot = (key_hash.to_owned(), request.idempotency_key.clone());
+        let mut claims = self.claims.borrow_mut();
+        let held = claims.get(&slot);
+        let mut existing = held.map(|h| h.claim.clone());
+        if let (Some(c), Some(h)) = (existing.as_mut(), held) {
+            if c.completed && h.inline_until <= now {
+                c.response = None;
+            }
+        }
+        let decision = decide_claim(existing.as_ref(), &request.fingerprint, &request.request_id, now);
+        if let ClaimDecision::Execute { operation } = &decision {
+            if held.is_some_and(|h| !h.claim.completed && !h.claim.released) {
+                self.lapsed.set(self.lapsed.get() + 1);
+            }
+            if held.is_some_and(|h| h.claim.fingerprint != request.fingerprint) {
+                self.taken_over.set(self.taken_over.get() + 1);
+            }
+            self.executions.set(self.executions.get() + 1);
+            let claim = Claim {
+                fingerprint: request.fingerprint.clone(),
+                until_ms: now + LEASE_MS,
+                completed: false,
+                released: false,
+                operation: operation.clone(),
+                response: None,
+            };
+            claims.insert(slot, HeldClaim { claim, owner: request.request_id.clone(), inline_until: 0 });
+        }
+        decision
+    }
+}
+
+impl KeyGuard for FakeGuard {
+    async fn authorize(
+        &self,
+        key_hash: &str,
+        scope: Scope,
+        claim: Option<&ClaimRequest>,
+    ) -> Result<Authorization, PortError> {
+        self.asked.borrow_mut().push(key_hash.to_owned());
+        self.faults
+            .run("guard.authorize", || match self.record(key_hash) {
+                Some(key) if key.refusal(self.clock.get()).is_none() => {
+                    let permitted = key.key_type.allows(scope);
+                    let limits = self.config.limits(&key);
+                    let (verdict, usage) = self.count(key_hash, limits, scope.cost(), permitted);
+                    let claim = claim
+                        .filter(|_| verdict == Verdict::Allowed && permitted)
+                        .map(|c| self.claim(key_hash, c));
+                    Authorization::Admitted(Box::new(Admission { key, verdict, usage, claim }))
+                }
+                refused => Authorization::Denied(refused.map(|key| {
+                    let reason = key.refusal(self.clock.get()).expect("refused");
+                    (Box::new(key), reason)
+                })),
+            })
+            .await
+    }
+
+    async fn take_claim(&self, principal: &str, claim: &ClaimRequest) -> Result<ClaimDecision, PortError> {
+        self.asked.borrow_mut().push(principal.to_owned());
+        self.faults.run("guard.take_claim", || self.claim(principal, claim)).await
+    }
+
+    async fn complete_claim(
+        &self,
+        key_hash: &str,
+        claim: &ClaimRequest,
+        response: &KeptResponse,
+    ) -> Result<bool, PortError> {
+        let stored = serde_json::to_string(response).map_or(usize::MAX, |s| s.len());
+        super::over_limit("durable object value", stored, gatehouse_core::platform::DO_MAX_VALUE_BYTES)?;
+        self.faults
+            .run("guard.complete_claim", || {
+                let now = self.clock.get();
+                let slot = (key_hash.to_owned(), claim.idempotency_key.clone());
+                let mut claims = self.claims.borrow_mut();
+                let Some(held) = claims.get_mut(&slot).filter(|h| h.owner == claim.request_id) else {
+                    return false;
+                };
+                if !held.claim.completed && !held.claim.released {
+                    held.claim.completed = true;
+                    held.claim.until_ms = now + self.config.idempotency_ttl_seconds as i64 * 1000;
+                    held.claim.response = Some(response.clone());
+                    held.inline_until = now + 60_000;
+                }
+                held.claim.completed
+            })
+            .await
+    }
+
+    async fn release_claim(&self, key_hash: &str, claim: &ClaimRequest) -> Result<(), PortError> {
+        self.faults
+            .run("guard.release_claim", || {
+                let slot = (key_hash.to_owned(), claim.idempotency_key.clone());
+                let mut claims = self.claims.borrow_mut();
+                if let Some(held) = claims.get_mut(&slot) {
+                    if held.owner == claim.request_id && !held.claim.completed {
+                        held.claim.released = true;
+                    }
+                }
+            })
+            .await
+    }
+
+    async fn held_response(
+        &self,
+        key_hash: &str,
+        idempotency_key: &str,
+    ) -> Result<Option<KeptResponse>, PortError> {
+        self.faults
+            .run("guard.held_response", || {
+                let slot = (key_hash.to_owned(), idempotency_key.to_owned());
+                let claims = self.claims.borrow();
+                claims
+                    .get(&slot)
+                    .filter(|h| h.claim.completed && h.claim.until_ms > self.clock.get())
+                    .and_then(|h| h.claim.response.clone())
+            })
+            .await
+    }
+
+    async fn apply(&self, key: &KeyRecord, undo: Option<i64>) -> Result<(), PortError> {
+        if self.unreachable.borrow().contains(&key.key_hash) {
+            return Err(PortError("guard.apply: the object cannot be reached".into()));
+        }
+        self.faults
+            .run("guard.apply", || {
+                let now = self.clock.get();
+                let mut applied = self.applied.borrow_mut();
+                let held =
+                    applied.get(&key.key_hash).filter(|(_, until)| *until > now).map(|(k, _)| k.clone());
+                let key = KeyRecord::told(held.as_ref(), key.clone(), undo);
+                applied.insert(key.key_hash.clone(), (key, now + 600_000));
+            })
+            .await
+    }
+
+    async fn ping(&self) -> Result<(), PortError> {
+        self.faults.run("guard.ping", || ()).await
+    }
+
+    async fn record_auth_failure(&self, client_ip: &str) -> Result<(Verdict, Usage), PortError> {
+        let name = client_guard_name(client_ip);
+        self.asked.borrow_mut().push(name.clone());
+        self.faults.run("guard.record_auth_failure", || self.count(&name, AUTH_FAILURE_LIMITS, 1, true)).await
+    }
+}
+
+/// Workers KV: eventually consistent, so a read may miss a value written shortly before.
+pub struct FakeResponses {
+    pub faults: Rc<Faults>,
+    pub entries: RefCell<HashMap<(String, String), KeptResponse>>,
+    /// The chance that a read misses a present entry.
+    pub miss_rate: f64,
+}
+
+impl ResponseStore for FakeResponses {
+    async fn put(
+        &self,
+        api_key_id: &str,
+        idempotency_key: &str,
+        response: &KeptResponse,
+    ) -> Result<(), PortError> {
+        use gatehouse_core::platform::{KV_MAX_KEY_BYTES, KV_MAX_VALUE_BYTES};
+        super::over_limit(
+            "kv key",
+            format!("papi:idem:{api_key_id}:{idempotency_key}").len(),
+            KV_MAX_KEY_BYTES,
+        )?;
+        let value = serde_json::to_string(response).map_or(usize::MAX, |s| s.len());
+        super::over_limit("kv value", value, KV_MAX_VALUE_BYTES)?;
+        self.faults
+            .run("kv.put", || {
+                let slot = (api_key_id.to_owned(), idempotency_key.to_owned());
+                self.entries.borrow_mut().insert(slot, response.clone());
+            })
+            .await
+    }
+
+    async fn get(&self, api_key_id: &str, idempotency_key: &str) -> Result<Option<KeptResponse>, PortError> {
+        let miss = self.faults.chance(self.miss_rate);
+        self.faults
+            .run("kv.get", || {
+                let slot = (api_key_id.to_owned(), idempotency_key.to_owned());
+                self.entries.borrow().get(&slot).filter(|_| !miss).cloned()
+            })
+            .await
+    }
+}
+
+/// The audit queue: the rows it took.
+pub struct FakeAuditQueue {
+    pub faults: Rc<Faults>,
+    pub sent: RefCell<Vec<AuditRow>>,
+}
+
+impl AuditSink for FakeAuditQueue {
+    /// A hung send never answers at all (the outbox's own deadline must end the wait).
+    async fn record(&self, rows: &[AuditRow]) -> Result<(), PortError> {
+        let what = "queue.send_audit";
+        match self.faults.call(what).await {
+            Fault::Hang => std::future::pending().await,
+            Fault::FailBefore => Err(PortError(format!("{what}: injected failure"))),
+            fault => {
+                self.sent.borrow_mut().extend(rows.iter().cloned());
+                match fault {
+                    Fault::Ok => Ok(()),
+                    _ => Err(PortError(format!("{what}: injected timeout after the effect"))),
+                }
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct DirectoryTables {
+    pub projects: RefCell<Vec<FakeProject>>,
+    pub keys: Rc<RefCell<Vec<KeyRecord>>>,
+}
+
+pub struct FakeProject {
+    pub id: String,
+    pub name: String,
+    pub plan: String,
+}
+
+impl DirectoryTables {
+    fn plan_of(&self, project_id: &str) -> Option<String> {
+        self.projects.borrow().iter().find(|p| p.id == project_id).map(|p| p.plan.clone())
+    }
+}
+
+impl Directory for FakeStore {
+    async fn create_project(
+        &self,
+        project_id: &str,
+        name: &str,
+        owner_key: &KeyRecord,
+    ) -> Result<KeyRecord, PortError> {
+        self.faults
+            .run("d1.create_project", || {
+                let mut projects = self.directory.projects.borrow_mut();
+                if !projects.iter().any(|p| p.id == project_id) {
+                    let project = FakeProject {
+                        id: project_id.to_owned(),
+                        name: name.to_owned(),
+                        plan: owner_key.plan.clone(),
+                    };
+                    projects.push(project);
+                }
+                let mut keys = self.directory.keys.borrow_mut();
+                if let Some(found) = keys.iter().find(|k| k.id == owner_key.id) {
+                    return found.clone();
+                }
+                keys.push(owner_key.clone());
+                owner_key.clone()
+            })
+            .await
+    }
+
+    async fn insert_key(&self, key: &KeyRecord) -> Result<Option<KeyRecord>, PortError> {
+        self.faults
+            .run("d1.insert_key", || {
+                let plan = self.directory.plan_of(&key.project_id)?;
+                let mut keys = self.directory.keys.borrow_mut();
+                if let Some(found) = keys.iter().find(|k| k.id == key.id || k.key_hash == key.key_hash) {
+                    return (found.project_id == key.project_id && found.id == key.id).then(|| found.clone());
+                }
+                let stored = KeyRecord { plan, ..key.clone() };
+                keys.push(stored.clone());
+                Some(stored)
+            })
+            .await
+    }
+
+    async fn set_project_plan(&self, project_id: &str, plan: &str) -> Result<Option<PlanChange>, PortError> {
+        self.faults
+            .run("d1.set_project_plan", || {
+                let mut projects = self.directory.projects.borrow_mut();
+                let project = projects.iter_mut().find(|p| p.id == project_id)?;
+                project.plan = plan.to_owned();
+                let mut keys = self.directory.keys.borrow_mut();
+                let keys = keys.iter_mut().filter(|k| k.project_id == project_id).map(|k| {
+                    k.plan = plan.to_owned();
+                    k.clone()
+                });
+                Some(PlanChange { name: project.name.clone(), keys: keys.collect() })
+            })
+            .await
+    }
+
+    async fn list_keys(&self, project_id: &str, _: &PageRequest) -> Result<Vec<KeyRecord>, PortError> {
+        self.faults
+            .run("d1.list_keys", || {
+                let keys = self.directory.keys.borrow();
+                keys.iter().rev().filter(|k| k.project_id == project_id).cloned().collect()
+            })
+            .await
+    }
+
+    async fn update_key(
+        &self,
+        project_id: &str,
+        key_id: &str,
+        changes: &KeyChanges,
+    ) -> Result<KeyUpdate, PortError> {
+        self.faults
+            .run("d1.update_key", || {
+                let mut keys = self.directory.keys.borrow_mut();
+                let others = keys.iter().filter(|k| k.is_other_lasting_owner(project_id, key_id)).count();
+                match keys.iter_mut().find(|k| k.id == key_id && k.project_id == project_id) {
+                    None => KeyUpdate::NotFound,
+                    Some(k) if k.is_revoked() => KeyUpdate::Revoked,
+                    Some(k)
+                        if matches!(changes.expires_at, Some(Some(_)))
+                            && k.key_type == KeyType::Owner
+                            && k.rolled_at.is_none()
+                            && others == 0 =>
+                    {
+                        KeyUpdate::LastOwnerKey
+                    }
+                    Some(k) => {
+                        *k = changes.applied_to(k.clone());
+                        KeyUpdate::Updated(k.clone())
+                    }
+                }
+            })
+            .await
+    }
+
+    async fn revoke_key(&self, project_id: &str, key_id: &str, now_ms: i64) -> Result<Revocation, PortError> {
+        self.faults
+            .run("d1.revoke_key", || {
+                let mut keys = self.directory.keys.borrow_mut();
+                let others = keys.iter().filter(|k| k.is_other_lasting_owner(project_id, key_id)).count();
+                match keys.iter_mut().find(|k| k.id == key_id && k.project_id == project_id) {
+                    None => Revocation::NotFound,
+                    Some(k) if k.is_revoked() => Revocation::AlreadyRevoked(k.clone()),
+                    Some(k) if k.key_type == KeyType::Owner && k.refusal(now_ms).is_none() && others == 0 => {
+                        Revocation::LastOwnerKey
+                    }
+                    Some(k) => {
+                        k.revoked_at = Some(now_ms);
+                        Revocation::Revoked(k.clone())
+                    }
+                }
+            })
+            .await
+    }
+
+    async fn roll_key(
+        &self,
+        rolled: &KeyRecord,
+        replacement: &KeyRecord,
+        now_ms: i64,
+    ) -> Result<Option<(KeyRecord, KeyRecord)>, PortError> {
+        self.faults
+            .run("d1.roll_key", || {
+                let plan = self.directory.plan_of(&rolled.project_id)?;
+                let mut keys = self.directory.keys.borrow_mut();
+                let old = keys.iter_mut().find(|k| k.id == rolled.id && k.project_id == rolled.project_id)?;
+                if old.is_revoked()
+                    || old.rolled_at.is_some()
+                    || old.expires_at.is_some_and(|at| at <= now_ms)
+                {
+                    return None;
+                }
+                old.rolled_at = Some(now_ms);
+                old.rolled_to.clone_from(&rolled.rolled_to);
+                old.expires_at = rolled.expires_at;
+                let old = old.clone();
+                let new = KeyRecord { plan, ..replacement.clone() };
+                keys.push(new.clone());
+                Some((old, new))
+            })
+            .await
+    }
+
+    async fn find_key(&self, project_id: &str, key_id: &str) -> Result<Option<KeyRecord>, PortError> {
+        self.faults
+            .run("d1.find_key", || {
+                let keys = self.directory.keys.borrow();
+                keys.iter().find(|k| k.id == key_id && k.project_id == project_id).cloned()
+            })
+            .await
+    }
+
+    async fn lasting_owner_keys(&self, project_id: &str, except_key_id: &str) -> Result<u32, PortError> {
+        self.faults
+            .run("d1.lasting_owner_keys", || {
+                let keys = self.directory.keys.borrow();
+                keys.iter().filter(|k| k.is_other_lasting_owner(project_id, except_key_id)).count() as u32
+            })
+            .await
+    }
+
+    async fn key_by_hash(&self, key_hash: &str) -> Result<Option<KeyRecord>, PortError> {
+        self.faults
+            .run("d1.key_by_hash", || {
+                self.directory.keys.borrow().iter().find(|k| k.key_hash == key_hash).cloned()
+            })
+            .await
+    }
+}
+
+#[derive(Default)]
+pub struct ResourceTables {
+    pub contacts: RefCell<Vec<Contact>>,
+    pub messages: RefCell<Vec<Message>>,
+    pub scenarios: RefCell<Vec<Scenario>>,
+    pub runs: RefCell<Vec<ScenarioRun>>,
+    pub markers: RefCell<Vec<ReleaseMarker>>,
+}
+
+/// Create-or-find by id, as the D1 statements do: answers the stored row's `created_at`.
+fn create_or_find<T: Clone>(
+    rows: &mut Vec<T>,
+    row: &T,
+    id: impl Fn(&T) -> &str,
+    at: impl Fn(&T) -> i64,
+) -> i64 {
+    match rows.iter().find(|r| id(r) == id(row)) {
+        Some(stored) => at(stored),
+        None => {
+            rows.push(row.clone());
+            at(row)
+        }
+    }
+}
+
+impl Resources for FakeStore {
+    async fn create_contacts(
+        &self,
+        contacts: &[Contact],
+        _: &[OutgoingEvent],
+    ) -> Result<(Vec<i64>, Vec<String>), PortError> {
+        self.faults
+            .run("d1.create_contacts", || {
+                let mut rows = self.resources.contacts.borrow_mut();
+                let stored =
+                    contacts.iter().map(|c| create_or_find(&mut rows, c, |c| &c.id, |c| c.created_at));
+                (stored.collect(), Vec::new())
+            })
+            .await
+    }
+
+    async fn contact(&self, project_id: &str, id: &str) -> Result<Option<Contact>, PortError> {
+        self.faults
+            .run("d1.contact", || {
+                let contacts = self.resources.contacts.borrow();
+                contacts.iter().find(|c| c.id == id && c.project_id == project_id).cloned()
+            })
+            .await
+    }
+
+    async fn list_contacts(&self, project_id: &str, _: &PageRequest) -> Result<Vec<Contact>, PortError> {
+        self.faults
+            .run("d1.list_contacts", || {
+                let contacts = self.resources.contacts.borrow();
+                contacts.iter().rev().filter(|c| c.project_id == project_id).cloned().collect()
+            })
+            .await
+    }
+
+    async fn create_messages(
+        &self,
+        messages: &[Message],
+        _: &[OutgoingEvent],
+    ) -> Result<(Vec<Option<i64>>, Vec<String>), PortError> {
+        self.faults
+            .run("d1.create_messages", || {
+                let contacts = self.resources.contacts.borrow();
+                let mut rows = self.resources.messages.borrow_mut();
+                let stored = messages.iter().map(|m| {
+                    let known = contacts.iter().any(|c| c.id == m.contact_id && c.project_id == m.project_id);
+                    known.then(|| create_or_find(&mut rows, m, |m| &m.id, |m| m.created_at))
+                });
+                (stored.collect(), Vec::new())
+            })
+            .await
+    }
+
+    async fn create_scenario(&self, scenario: &Scenario) -> Result<i64, PortError> {
+        self.faults
+            .run("d1.create_scenario", || {
+                create_or_find(
+                    &mut self.resources.scenarios.borrow_mut(),
+                    scenario,
+                    |s| &s.id,
+                    |s| s.created_at,
+                )
+            })
+            .await
+    }
+
+    async fn start_run(
+        &self,
+        run: &ScenarioRun,
+        _: &[OutgoingEvent],
+    ) -> Result<(RunStart, Vec<String>), PortError> {
+        self.faults
+            .run("d1.start_run", || {
+                create_or_find(&mut self.resources.runs.borrow_mut(), run, |r| &r.id, |r| r.created_at);
+                (RunStart::Started, Vec::new())
+            })
+            .await
+    }
+
+    async fn create_release_marker(
+        &self,
+        marker: &ReleaseMarker,
+        _: &[OutgoingEvent],
+    ) -> Result<(i64, Vec<String>), PortError> {
+        self.faults
+            .run("d1.create_release_marker", || {
+                let mut rows = self.resources.markers.borrow_mut();
+                (create_or_find(&mut rows, marker, |m| &m.id, |m| m.created_at), Vec::new())
+            })
+            .await
+    }
+}

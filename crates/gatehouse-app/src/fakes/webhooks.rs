@@ -1,0 +1,634 @@
+//! Webhook delivery in memory: the [`WebhookStore`] tables of [`FakeStore`] (each method mirrors
+//! one D1 batch of `adapters/d1.rs`, so it is atomic), a [`FakeDeliveryQueue`] with delays, and a
+//! [`FakeReceiver`] that answers anything a real receiver might, on a shared simulated clock.
+//! Every call goes through the schedule's [`Faults`]. The fakes also keep what the simulation's
+//! invariants need: every attempt number a take handed out, and any two posts of one delivery that
+//! were in flight at once.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+
+use super::FakeStore;
+use crate::sim::{Fault, Faults};
+use gatehouse_core::page::PageRequest;
+use gatehouse_core::ports::{
+    DeliveryQueue, OriginEvent, OriginEventRecord, PortError, WebhookClient, WebhookStore,
+};
+use gatehouse_core::webhook::{
+    Attempt, Delivery, ReceiverOutcome, StoredSecret, Webhook, INTERRUPTED_ATTEMPT, RESPONSE_EXCERPT_BYTES,
+};
+
+/// A delivery row with the columns the port does not show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryRow {
+    pub delivery: Delivery,
+    pub locked_until: Option<i64>,
+    pub attempt_started_at: Option<i64>,
+    pub retry_requested: bool,
+    pub swept_at: Option<i64>,
+}
+
+/// The webhook tables of [`FakeStore`].
+#[derive(Debug, Default)]
+pub struct WebhookTables {
+    pub webhooks: BTreeMap<String, Webhook>,
+    pub deliveries: BTreeMap<String, DeliveryRow>,
+    pub attempts: BTreeMap<(String, u32), Attempt>,
+    /// Every (delivery, attempt number) a take handed out.
+    pub taken: BTreeSet<(String, u32)>,
+    /// Manual retries that re-opened a delivered delivery (each may deliver it once more).
+    pub resends: BTreeMap<String, u32>,
+    /// Manual retries that found an attempt in flight (they must wait for it).
+    pub retries_beside_attempts: u32,
+    /// The request fingerprint of each origin event named by an `Idempotency-Key`, by (project, event id).
+    pub origin_events: BTreeMap<(String, String), String>,
+    /// Broken promises seen as they happened (a number handed out twice, an unknown one recorded).
+    pub violations: Vec<String>,
+}
+
+impl WebhookTables {
+    /// A pending delivery, due at `now_ms`, as a create's D1 batch writes it.
+    pub fn add_delivery(&mut self, id: &str, hook: &Webhook, now_ms: i64) {
+        let delivery = Delivery {
+            id: id.to_owned(),
+            project_id: hook.project_id.clone(),
+            webhook_id: hook.id.clone(),
+            event_id: format!("evt_{id}"),
+            event: "contact.created".into(),
+            payload: format!(r#"{{"id":"evt_{id}","type":"contact.created","data":{{}}}}"#),
+            request_id: format!("req_{id}"),
+            status: "pending".into(),
+            attempts: 0,
+            schedule_from: 0,
+            scheduled_at: now_ms,
+            last_response_code: None,
+            last_error: None,
+            created_at: now_ms,
+            updated_at: now_ms,
+        };
+        let row = DeliveryRow {
+            delivery,
+            locked_until: None,
+            attempt_started_at: None,
+            retry_requested: false,
+            swept_at: None,
+        };
+        self.deliveries.insert(id.to_owned(), row);
+    }
+
+    /// The attempts of one delivery, by number.
+    pub fn attempts_of(&self, id: &str) -> Vec<&Attempt> {
+        self.attempts.values().filter(|a| a.delivery_id == id).collect()
+    }
+
+    fn fail_pending_of(&mut self, webhook_id: &str, error: &str, now_ms: i64) {
+        for row in self.deliveries.values_mut() {
+            let d = &mut row.delivery;
+            if d.webhook_id == webhook_id && d.status == "pending" {
+                d.status = "failed".into();
+                d.last_error = Some(error.into());
+                d.updated_at = now_ms;
+                row.retry_requested = false;
+            }
+        }
+    }
+}
+
+/// `status = 'pending' AND scheduled_at <= now AND (locked_until IS NULL OR locked_until < now)`.
+fn takeable(row: &DeliveryRow, now_ms: i64) -> bool {
+    row.delivery.status == "pending"
+        && row.delivery.scheduled_at <= now_ms
+        && row.locked_until.is_none_or(|l| l < now_ms)
+}
+
+impl FakeStore {
+    async fn tables<T>(
+        &self,
+        what: &str,
+        effect: impl FnOnce(&mut WebhookTables) -> T,
+    ) -> Result<T, PortError> {
+        self.faults.run(what, || effect(&mut self.webhooks.borrow_mut())).await
+    }
+}
+
+impl WebhookStore for FakeStore {
+    async fn create_webhook(&self, webhook: &Webhook) -> Result<Webhook, PortError> {
+        self.tables("webhooks.create", |t| {
+            t.webhooks.entry(webhook.id.clone()).or_insert_with(|| webhook.clone()).clone()
+        })
+        .await
+    }
+
+    async fn webhooks(&self, project_id: &str) -> Result<Vec<Webhook>, PortError> {
+        self.tables("webhooks.list", |t| {
+            let mut hooks: Vec<Webhook> = t
+                .webhooks
+                .values()
+                .filter(|w| w.project_id == project_id && w.status != "deleted")
+                .cloned()
+                .collect();
+            hooks.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+            hooks
+        })
+        .await
+    }
+
+    async fn webhook(&self, project_id: &str, id: &str) -> Result<Option<Webhook>, PortError> {
+        self.tables("webhooks.get", |t| {
+            t.webhooks.get(id).filter(|w| w.project_id == project_id && w.status != "deleted").cloned()
+        })
+        .await
+    }
+
+    async fn delete_webhook(&self, project_id: &str, id: &str, now_ms: i64) -> Result<bool, PortError> {
+        self.tables("webhooks.delete", |t| {
+            let Some(hook) =
+                t.webhooks.get_mut(id).filter(|w| w.project_id == project_id && w.status != "deleted")
+            else {
+                return false;
+            };
+            hook.status = "deleted".into();
+            t.fail_pending_of(id, "subscription deleted", now_ms);
+            true
+        })
+        .await
+    }
+
+    async fn rotate_secret(
+        &self,
+        project_id: &str,
+        id: &str,
+        secret: &StoredSecret,
+        previous_until_ms: i64,
+        replaces: &StoredSecret,
+    ) -> Result<Option<Webhook>, PortError> {
+        self.tables("webhooks.rotate_secret", |t| {
+            let hook = t.webhooks.get_mut(id).filter(|w| {
+                w.project_id == project_id
+                    && w.status != "deleted"
+                    && w.secret.as_column() == replaces.as_column()
+            })?;
+            let previous = std::mem::replace(&mut hook.secret, secret.clone());
+            hook.previous_secret = Some((previous, previous_until_ms));
+            Some(hook.clone())
+        })
+        .await
+    }
+
+    async fn enable_webhook(&self, project_id: &str, id: &str) -> Result<Option<Webhook>, PortError> {
+        self.tables("webhooks.enable", |t| {
+            let hook =
+                t.webhooks.get_mut(id).filter(|w| w.project_id == project_id && w.status != "deleted")?;
+            hook.status = "active".into();
+            hook.disabled_reason = None;
+            Some(hook.clone())
+        })
+        .await
+    }
+
+    async fn recover_deliveries(
+        &self,
+        project_id: &str,
+        webhook_id: &str,
+        since_ms: i64,
+        now_ms: i64,
+    ) -> Result<Vec<String>, PortError> {
+        self.tables("webhooks.recover", |t| {
+            let mut ids = Vec::new();
+            for row in t.deliveries.values_mut() {
+                let d = &mut row.delivery;
+                if d.webhook_id == webhook_id
+                    && d.project_id == project_id
+                    && d.status == "failed"
+                    && d.created_at >= since_ms
+                {
+                    d.status = "pending".into();
+                    d.scheduled_at = now_ms;
+                    d.schedule_from = d.attempts;
+                    d.updated_at = now_ms;
+                    row.retry_requested = false;
+                    ids.push(d.id.clone());
+                }
+            }
+            ids
+        })
+        .await
+    }
+
+    async fn deliveries(
+        &self,
+        webhook_id: &str,
+        status: Option<&str>,
+        page: &PageRequest,
+    ) -> Result<(Vec<Delivery>, Vec<Attempt>), PortError> {
+        self.tables("webhooks.deliveries", |t| {
+            let mut found: Vec<Delivery> = t
+                .deliveries
+                .values()
+                .map(|r| &r.delivery)
+                .filter(|d| d.webhook_id == webhook_id && status.is_none_or(|s| d.status == s))
+                .filter(|d| page.after.as_ref().is_none_or(|c| (d.created_at, &d.id) < (c.ts, &c.id)))
+                .cloned()
+                .collect();
+            found.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+            found.truncate(page.fetch_len());
+            let attempts = t
+                .attempts
+                .values()
+                .filter(|a| found.iter().any(|d| d.id == a.delivery_id))
+                .cloned()
+                .collect();
+            (found, attempts)
+        })
+        .await
+    }
+
+    async fn delivery(
+        &self,
+        project_id: &str,
+        id: &str,
+    ) -> Result<Option<(Delivery, Vec<Attempt>)>, PortError> {
+        self.tables("webhooks.delivery", |t| {
+            let row = t.deliveries.get(id).filter(|r| r.delivery.project_id == project_id)?;
+            Some((row.delivery.clone(), t.attempts_of(id).into_iter().cloned().collect()))
+        })
+        .await
+    }
+
+    async fn reschedule(&self, project_id: &str, id: &str, now_ms: i64) -> Result<bool, PortError> {
+        self.tables("webhooks.reschedule", |t| {
+            let Some(row) = t.deliveries.get_mut(id).filter(|r| r.delivery.project_id == project_id) else {
+                return false;
+            };
+            if row.delivery.status == "delivered" {
+                *t.resends.entry(id.to_owned()).or_default() += 1;
+            }
+            row.delivery.status = "pending".into();
+            row.delivery.scheduled_at = now_ms;
+            row.delivery.updated_at = now_ms;
+            row.retry_requested = row.locked_until.is_some_and(|l| l >= now_ms);
+            t.retries_beside_attempts += u32::from(row.retry_requested);
+            true
+        })
+        .await
+    }
+
+    async fn take_delivery(
+        &self,
+        id: &str,
+        now_ms: i64,
+        until_ms: i64,
+        max_attempts: u32,
+    ) -> Result<Option<(Delivery, Webhook)>, PortError> {
+        self.tables("webhooks.take", |t| {
+            let row = t.deliveries.get(id).filter(|r| takeable(r, now_ms))?.clone();
+            let d = &row.delivery;
+            if let (Some(locked), Some(started)) = (row.locked_until, row.attempt_started_at) {
+                if d.attempts > 0 {
+                    let key = (id.to_owned(), d.attempts);
+                    t.attempts.entry(key).or_insert_with(|| Attempt {
+                        delivery_id: id.to_owned(),
+                        attempt: d.attempts,
+                        started_at: started,
+                        duration_ms: locked - started,
+                        response_code: None,
+                        response_excerpt: None,
+                        error: Some(INTERRUPTED_ATTEMPT.into()),
+                        next_retry_at: None,
+                    });
+                }
+            }
+            let interrupted_last = row.locked_until.is_some() && d.attempts - d.schedule_from >= max_attempts;
+            let hook = t.webhooks.get(&d.webhook_id).cloned()?;
+            let row = t.deliveries.get_mut(id).expect("read above");
+            if interrupted_last {
+                row.delivery.status = "failed".into();
+                row.delivery.last_error = Some(INTERRUPTED_ATTEMPT.into());
+                row.delivery.updated_at = now_ms;
+                row.locked_until = None;
+                row.retry_requested = false;
+                return None;
+            }
+            if hook.status != "active" {
+                row.delivery.status = "failed".into();
+                row.delivery.last_error = Some(format!("subscription {}", hook.status));
+                row.delivery.updated_at = now_ms;
+                row.locked_until = None;
+                row.retry_requested = false;
+                return None;
+            }
+            row.delivery.attempts += 1;
+            row.locked_until = Some(until_ms);
+            row.attempt_started_at = Some(now_ms);
+            row.retry_requested = false;
+            let delivery = row.delivery.clone();
+            if !t.taken.insert((id.to_owned(), delivery.attempts)) {
+                t.violations.push(format!("attempt {} of {id} handed out twice", delivery.attempts));
+            }
+            Some((delivery, hook))
+        })
+        .await
+    }
+
+    async fn record_attempt(
+        &self,
+        a: &Attempt,
+        status: &str,
+        disable_subscription: bool,
+    ) -> Result<Option<i64>, PortError> {
+        self.tables("webhooks.record", |t| {
+            let id = &a.delivery_id;
+            if !t.taken.contains(&(id.clone(), a.attempt)) {
+                t.violations.push(format!("attempt {} of {id} recorded but never taken", a.attempt));
+            }
+            t.attempts.insert((id.clone(), a.attempt), a.clone());
+            let now = a.started_at + a.duration_ms;
+            let row = t.deliveries.get_mut(id)?;
+            let d = &mut row.delivery;
+            if d.attempts == a.attempt && d.status == "pending" && row.locked_until.is_some() {
+                let retry = row.retry_requested;
+                d.status = if retry && status == "failed" { "pending".into() } else { status.into() };
+                d.scheduled_at = if retry && status != "delivered" {
+                    now
+                } else {
+                    a.next_retry_at.unwrap_or(d.scheduled_at)
+                };
+                row.locked_until = None;
+                row.retry_requested = false;
+                d.last_response_code = a.response_code;
+                d.last_error = a.error.clone();
+                d.updated_at = now;
+            }
+            if disable_subscription {
+                let hook_id = d.webhook_id.clone();
+                if let Some(hook) = t.webhooks.get_mut(&hook_id).filter(|h| h.status == "active") {
+                    hook.status = "disabled".into();
+                    hook.disabled_reason = Some("the receiver answered 410 Gone".into());
+                }
+                t.fail_pending_of(&hook_id, "the subscription was disabled (410 Gone)", now);
+            }
+            let row = &t.deliveries[id];
+            (row.delivery.status == "pending" && row.locked_until.is_none())
+                .then_some(row.delivery.scheduled_at)
+        })
+        .await
+    }
+
+    async fn record_origin_event(&self, event: &OriginEvent) -> Result<OriginEventRecord, PortError> {
+        let known = self.directory.projects.borrow().iter().any(|p| p.id == event.project_id);
+        self.tables("webhooks.record_origin_event", |t| {
+            if !known {
+                return OriginEventRecord::NoSuchProject;
+            }
+            if let Some(request) = &event.request {
+                let named = t.origin_events.entry((event.project_id.clone(), event.event_id.clone()));
+                if named.or_insert_with(|| request.clone()) != request {
+                    return OriginEventRecord::Reused;
+                }
+            }
+            let matching: Vec<Webhook> = t
+                .webhooks
+                .values()
+                .filter(|w| w.project_id == event.project_id && w.status == "active")
+                .filter(|w| w.events.iter().any(|e| e == "*" || *e == event.event_type))
+                .cloned()
+                .collect();
+            for hook in matching {
+                let written = t
+                    .deliveries
+                    .values()
+                    .any(|r| r.delivery.webhook_id == hook.id && r.delivery.event_id == event.event_id);
+                if !written {
+                    let id = format!("dlv_{}_{}", event.event_id, hook.id);
+                    t.add_delivery(&id, &hook, event.created_at);
+                    let d = &mut t.deliveries.get_mut(&id).expect("just added").delivery;
+                    d.event_id = event.event_id.clone();
+                    d.event = event.event_type.clone();
+                    d.payload = event.payload.clone();
+                    d.request_id = event.request_id.clone();
+                }
+            }
+            OriginEventRecord::Recorded(
+                t.deliveries
+                    .values()
+                    .filter(|r| {
+                        r.delivery.project_id == event.project_id && r.delivery.event_id == event.event_id
+                    })
+                    .map(|r| r.delivery.id.clone())
+                    .collect(),
+            )
+        })
+        .await
+    }
+
+    async fn secrets_to_reseal(
+        &self,
+        current_prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, StoredSecret)>, PortError> {
+        self.tables("webhooks.secrets_to_reseal", |t| {
+            let old = t.webhooks.values().filter(|w| !w.secret.as_column().starts_with(current_prefix));
+            old.take(limit).map(|w| (w.id.clone(), w.secret.clone())).collect()
+        })
+        .await
+    }
+
+    async fn reseal_secret(
+        &self,
+        id: &str,
+        stored: &StoredSecret,
+        sealed: &StoredSecret,
+    ) -> Result<(), PortError> {
+        self.tables("webhooks.reseal_secret", |t| {
+            if let Some(hook) = t.webhooks.get_mut(id).filter(|w| &w.secret == stored) {
+                hook.secret = sealed.clone();
+            }
+        })
+        .await
+    }
+
+    async fn overdue_deliveries(
+        &self,
+        due_before_ms: i64,
+        now_ms: i64,
+        swept_before_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<String>, PortError> {
+        self.tables("webhooks.overdue", |t| {
+            let mut due: Vec<&mut DeliveryRow> = t
+                .deliveries
+                .values_mut()
+                .filter(|r| r.delivery.status == "pending" && r.delivery.scheduled_at <= due_before_ms)
+                .filter(|r| r.locked_until.is_none_or(|l| l < now_ms))
+                .filter(|r| r.swept_at.is_none_or(|s| s < swept_before_ms))
+                .collect();
+            due.sort_by_key(|r| r.delivery.scheduled_at);
+            due.into_iter()
+                .take(limit)
+                .map(|r| {
+                    r.swept_at = Some(now_ms);
+                    r.delivery.id.clone()
+                })
+                .collect()
+        })
+        .await
+    }
+}
+
+/// A message on the fake webhook queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedDelivery {
+    pub delivery_id: String,
+    pub visible_at: i64,
+    /// Deliveries of this message so far (the consumer's retries).
+    pub tries: u32,
+}
+
+/// `WEBHOOK_QUEUE` in memory, with `delay_seconds` on the simulated clock.
+pub struct FakeDeliveryQueue {
+    faults: Rc<Faults>,
+    clock: Rc<Cell<i64>>,
+    pub messages: RefCell<Vec<QueuedDelivery>>,
+}
+
+impl FakeDeliveryQueue {
+    pub fn new(faults: Rc<Faults>, clock: Rc<Cell<i64>>) -> Self {
+        FakeDeliveryQueue { faults, clock, messages: RefCell::default() }
+    }
+
+    /// Takes a message that is visible now, the `pick`-th of them (modulo their number).
+    pub fn receive(&self, pick: u64) -> Option<QueuedDelivery> {
+        let now = self.clock.get();
+        let mut messages = self.messages.borrow_mut();
+        let visible: Vec<usize> = (0..messages.len()).filter(|&i| messages[i].visible_at <= now).collect();
+        if visible.is_empty() {
+            return None;
+        }
+        Some(messages.remove(visible[(pick % visible.len() as u64) as usize]))
+    }
+
+    /// Puts a message back (the consumer retries it), visible after `delay_ms`.
+    pub fn redeliver(&self, mut message: QueuedDelivery, delay_ms: i64) {
+        message.tries += 1;
+        message.visible_at = self.clock.get() + delay_ms;
+        self.messages.borrow_mut().push(message);
+    }
+}
+
+impl DeliveryQueue for FakeDeliveryQueue {
+    async fn enqueue(&self, delivery_ids: &[String], delay_seconds: u32) -> Result<(), PortError> {
+        let visible_at = self.clock.get() + i64::from(delay_seconds) * 1000;
+        self.faults
+            .run("queue.send", || {
+                self.messages.borrow_mut().extend(delivery_ids.iter().map(|id| QueuedDelivery {
+                    delivery_id: id.clone(),
+                    visible_at,
+                    tries: 0,
+                }))
+            })
+            .await
+    }
+}
+
+/// One `POST` the receiver saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Post {
+    pub delivery_id: String,
+    pub reply: ReceiverOutcome,
+}
+
+/// A receiver that answers anything: 2xx, 4xx/5xx, 429/503 with any `Retry-After` (huge ones
+/// included), 410, a refused connection, or no answer within the timeout. A failed call of the
+/// schedule is a network error: before the receiver saw the request, or after (it got it, we did
+/// not get its answer). The simulated clock moves by the answer's duration.
+pub struct FakeReceiver {
+    faults: Rc<Faults>,
+    clock: Rc<Cell<i64>>,
+    in_flight: RefCell<BTreeSet<String>>,
+    pub posts: RefCell<Vec<Post>>,
+    /// Deliveries posted while another post of the same delivery was in flight.
+    pub overlaps: RefCell<Vec<String>>,
+}
+
+impl FakeReceiver {
+    pub fn new(faults: Rc<Faults>, clock: Rc<Cell<i64>>) -> Self {
+        FakeReceiver {
+            faults,
+            clock,
+            in_flight: RefCell::default(),
+            posts: RefCell::default(),
+            overlaps: RefCell::default(),
+        }
+    }
+
+    fn answer(&self, timeout_ms: u64) -> (ReceiverOutcome, i64) {
+        let f = &self.faults;
+        let answered = |status, retry_after: Option<String>, len: usize| ReceiverOutcome::Answered {
+            status,
+            retry_after,
+            excerpt: gatehouse_core::webhook::response_excerpt(&vec![b'x'; len]),
+        };
+        let quick = 5 + f.below(500) as i64;
+        match f.below(100) {
+            0..30 => (answered([200, 201, 204][f.below(3) as usize], None, f.below(3000) as usize), quick),
+            30..50 => (answered([400, 404, 500, 502][f.below(4) as usize], None, 20), quick),
+            50..62 => {
+                let retry_after = match f.below(5) {
+                    0 => "99999999999".to_owned(),
+                    1 => "Fri, 31 Dec 9999 23:59:59 GMT".to_owned(),
+                    2 => "not a date".to_owned(),
+                    _ => f.below(120_000).to_string(),
+                };
+                (answered([429, 503][f.below(2) as usize], Some(retry_after), 10), quick)
+            }
+            62..64 => (answered(410, None, 0), quick),
+            64..80 => (ReceiverOutcome::Unreachable("connection refused".into()), 1),
+            80..90 => {
+                (ReceiverOutcome::Unreachable(format!("no answer within {timeout_ms} ms")), timeout_ms as i64)
+            }
+            _ => (answered(301, None, 0), quick), // a redirect, not followed
+        }
+    }
+}
+
+/// Takes a delivery out of the in-flight set when its post ends, however it ends.
+struct InFlight<'a>(&'a RefCell<BTreeSet<String>>, String);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.borrow_mut().remove(&self.1);
+    }
+}
+
+impl WebhookClient for FakeReceiver {
+    async fn post(
+        &self,
+        _url: &str,
+        headers: &[(String, String)],
+        _body: &str,
+        timeout_ms: u64,
+    ) -> ReceiverOutcome {
+        let id = headers.iter().find(|(k, _)| k == "webhook-id").map(|(_, v)| v.clone()).unwrap_or_default();
+        if !self.in_flight.borrow_mut().insert(id.clone()) {
+            self.overlaps.borrow_mut().push(id.clone());
+        }
+        let _in_flight = InFlight(&self.in_flight, id.clone());
+        let sent_at = self.clock.get();
+        let (reply, took_ms) = match self.faults.call("receiver").await {
+            Fault::Ok => self.answer(timeout_ms),
+            Fault::FailBefore => (ReceiverOutcome::Unreachable("connection refused".into()), 1),
+            Fault::FailAfter => (ReceiverOutcome::Unreachable("connection reset".into()), 10),
+            Fault::Hang => {
+                (ReceiverOutcome::Unreachable(format!("no answer within {timeout_ms} ms")), timeout_ms as i64)
+            }
+        };
+        // Posts run side by side: each ends at its own start plus its duration.
+        self.clock.set(self.clock.get().max(sent_at + took_ms));
+        if let ReceiverOutcome::Answered { excerpt, .. } = &reply {
+            debug_assert!(excerpt.len() <= RESPONSE_EXCERPT_BYTES);
+        }
+        self.posts.borrow_mut().push(Post { delivery_id: id, reply: reply.clone() });
+        reply
+    }
+}

@@ -1,0 +1,249 @@
+//! Event ingestion (SPEC §7): track with per-item `event_id` de-duplication, identify, alias,
+//! and session-recording segment.
+//!
+//! The order that makes `/v1/track` exact: reserve the batch's ids in the ledger (one atomic
+//! check-and-remember per id, the shards called side by side), send the reserved events to the
+//! queue, answer, and confirm the reservations after the response. Concurrent batches carrying
+//! one id: exactly one reserves it, the others see it in flight (a retryable rejection) or, once
+//! confirmed, a duplicate. A failed send releases the reservations and answers 500, so the full
+//! retry is accepted; events a partial send did enqueue are stored once by the consumer anyway.
+//! A reservation that is never confirmed (the isolate died) lapses after its lease.
+
+use std::collections::{BTreeMap, HashSet};
+
+use futures_util::future::join_all;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::{random, unavailable, Call, Gateway, Reply, Settlement};
+use gatehouse_core::encoding::uuid_v4;
+use gatehouse_core::error::ApiError;
+use gatehouse_core::events::{
+    check_id, check_traits, dedup_namespace, in_flight, ledger_shard, recording_object_key, EventMessage,
+    EventRecord, Link, Reserved, Source, TrackBatch, TrackItem, TrackOutcome,
+};
+use gatehouse_core::json_body;
+use gatehouse_core::ports::{Archive, EventLedger, EventSink, EventStore, PortError, Ports, SessionSegment};
+
+/// Ids one request reserved, per ledger shard: confirmed after the response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservations {
+    pub owner: String,
+    pub shards: Vec<(String, Vec<String>)>,
+}
+
+impl Reservations {
+    /// Makes the reservations accepted ids, every shard side by side; `confirm` retries one shard.
+    pub async fn confirm<L: EventLedger>(&self, ledger: &L) -> Result<(), PortError> {
+        let confirmed =
+            join_all(self.shards.iter().map(|(shard, ids)| ledger.confirm(shard, &self.owner, ids)));
+        confirmed.await.into_iter().collect()
+    }
+
+    /// Drops the reservations (best effort: they lapse after their lease anyway).
+    async fn release<L: EventLedger>(&self, ledger: &L) {
+        join_all(self.shards.iter().map(|(shard, ids)| ledger.release(shard, &self.owner, ids))).await;
+    }
+}
+
+/// Sorts validated events into fresh, duplicate and in flight, sends the fresh ones, and answers
+/// the reservations to confirm. Events with a server-made id cannot be duplicates. An id twice in
+/// one batch counts once. `Err` means nothing was accepted and nothing stays reserved (or it
+/// lapses).
+pub async fn accept_events<L: EventLedger, Q: EventSink>(
+    ledger: &L,
+    sink: &Q,
+    namespace: &str,
+    owner: &str,
+    events: Vec<(usize, EventRecord)>,
+    outcome: &mut TrackOutcome,
+) -> Result<Reservations, PortError> {
+    let mut by_shard: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut in_batch = HashSet::new();
+    for (_, e) in events.iter().filter(|(_, e)| !e.generated_id) {
+        if in_batch.insert(e.event_id.as_str()) {
+            by_shard.entry(ledger_shard(namespace, &e.event_id)).or_default().push(e.event_id.clone());
+        }
+    }
+    let answers = join_all(by_shard.iter().map(|(shard, ids)| ledger.reserve(shard, owner, ids))).await;
+    let mut reservations = Reservations { owner: owner.to_owned(), shards: Vec::new() };
+    let mut decided = std::collections::HashMap::new();
+    let mut failure = None;
+    for ((shard, ids), answer) in by_shard.iter().zip(answers) {
+        match answer {
+            Ok(answer) if answer.len() == ids.len() => {
+                let fresh = ids.iter().zip(&answer).filter(|(_, a)| **a == Reserved::Fresh);
+                let fresh: Vec<String> = fresh.map(|(id, _)| id.clone()).collect();
+                decided.extend(ids.iter().map(String::as_str).zip(answer));
+                if !fresh.is_empty() {
+                    reservations.shards.push((shard.clone(), fresh));
+                }
+            }
+            Ok(answer) => {
+                failure =
+                    Some(PortError(format!("event ledger answered {} of {} ids", answer.len(), ids.len())))
+            }
+            Err(e) => failure = Some(e),
+        }
+    }
+    if let Some(e) = failure {
+        // Every shard called is released, also one whose answer was lost: a release only touches
+        // this request's unconfirmed reservations.
+        let attempted = Reservations { owner: owner.to_owned(), shards: by_shard.into_iter().collect() };
+        attempted.release(ledger).await;
+        return Err(e);
+    }
+    let mut first_of_batch = HashSet::new();
+    let mut fresh = Vec::new();
+    for (index, event) in events {
+        let decision = if event.generated_id {
+            Reserved::Fresh
+        } else if !first_of_batch.insert(event.event_id.clone()) {
+            Reserved::Duplicate
+        } else {
+            decided[event.event_id.as_str()]
+        };
+        match decision {
+            Reserved::Fresh => {
+                outcome.accepted.push((index, event.event_id.clone()));
+                fresh.push(EventMessage::Event(event));
+            }
+            Reserved::Duplicate => outcome.duplicates.push((index, event.event_id)),
+            Reserved::InFlight => outcome.rejected.push((index, in_flight())),
+        }
+    }
+    if !fresh.is_empty() {
+        if let Err(e) = sink.send(&fresh).await {
+            reservations.release(ledger).await;
+            return Err(e);
+        }
+    }
+    Ok(reservations)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Identify {
+    anonymous_id: String,
+    user_id: String,
+    #[serde(default)]
+    traits: Map<String, Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Alias {
+    anonymous_id: String,
+    user_id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SegmentInput {
+    session_id: String,
+    chunk: u32,
+    data: Value,
+}
+
+impl<P: Ports> Gateway<'_, P> {
+    fn source<'c>(&self, call: &'c Call<'_>) -> Source<'c> {
+        Source { project_id: &call.key().project_id, key_type: call.key().key_type, now_ms: call.now_ms }
+    }
+
+    pub(super) async fn track(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let input: TrackBatch = json_body::parse(&call.body)?;
+        input.check_size()?;
+        let source = self.source(call);
+        let mut outcome = TrackOutcome::default();
+        let mut valid = Vec::new();
+        for (index, value) in input.batch.into_iter().enumerate() {
+            let item = match value {
+                Value::Object(_) => serde_json::from_value::<TrackItem>(value).unwrap_or_default(),
+                _ => TrackItem::default(),
+            };
+            match item.validate(&source, uuid_v4(random())) {
+                Ok(event) => valid.push((index, event)),
+                Err(rejection) => outcome.rejected.push((index, rejection)),
+            }
+        }
+        let namespace = dedup_namespace(source.project_id, source.key_type);
+        let reservations =
+            accept_events(&self.ledger, &self.events, &namespace, call.request_id, valid, &mut outcome)
+                .await
+                .map_err(|e| ApiError::internal(format!("event ingestion: {e}")))?;
+        let mut reply = Reply::accepted(outcome.view());
+        if !reservations.shards.is_empty() {
+            reply.after = Some(Box::new(Settlement::ConfirmEvents(reservations)));
+        }
+        Ok(reply)
+    }
+
+    /// Links the ids and records an `identify` event under a fresh server id, on every call.
+    pub(super) async fn identify(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let input: Identify = json_body::parse(&call.body)?;
+        check_id("anonymous_id", &input.anonymous_id)?;
+        check_id("user_id", &input.user_id)?;
+        check_traits(&input.traits)?;
+        let source = self.source(call);
+        let event = EventRecord {
+            project_id: source.project_id.to_owned(),
+            key_type: source.key_type,
+            event_id: uuid_v4(random()),
+            event: "identify".into(),
+            anonymous_id: Some(input.anonymous_id.clone()),
+            user_id: Some(input.user_id.clone()),
+            timestamp: None,
+            properties: input.traits,
+            received_at: call.now_ms,
+            generated_id: true,
+        };
+        let event_id = event.event_id.clone();
+        let link = EventMessage::Link(Link {
+            project_id: source.project_id.to_owned(),
+            anonymous_id: input.anonymous_id,
+            user_id: input.user_id,
+            linked_at: call.now_ms,
+        });
+        self.events.send(&[link, EventMessage::Event(event)]).await.map_err(unavailable)?;
+        Ok(Reply::accepted(json!({ "event_id": event_id })))
+    }
+
+    /// Links the ids only (SPEC §7; browser keys are refused by the route's scope).
+    pub(super) async fn alias(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let input: Alias = json_body::parse(&call.body)?;
+        check_id("anonymous_id", &input.anonymous_id)?;
+        check_id("user_id", &input.user_id)?;
+        let link = EventMessage::Link(Link {
+            project_id: call.key().project_id.clone(),
+            anonymous_id: input.anonymous_id.clone(),
+            user_id: input.user_id.clone(),
+            linked_at: call.now_ms,
+        });
+        self.events.send(&[link]).await.map_err(unavailable)?;
+        let body = json!({ "anonymous_id": input.anonymous_id, "user_id": input.user_id });
+        Ok(Reply::accepted(body))
+    }
+
+    /// Stores a session-recording segment once per (project, session_id, chunk): its data in R2, an
+    /// index row in D1 (SPEC §13). A chunk the index has is a duplicate and writes nothing. The
+    /// object is written before its index row, so an indexed chunk always has its data; an object
+    /// whose index write failed is written again by the client's retry.
+    pub(super) async fn session_segment(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let input: SegmentInput = json_body::parse(&call.body)?;
+        check_id("session_id", &input.session_id)?;
+        let chunk = SessionSegment {
+            project_id: &call.key().project_id,
+            session_id: &input.session_id,
+            chunk: input.chunk,
+        };
+        if self.store.has_session_segment(&chunk).await.map_err(unavailable)? {
+            return Ok(Reply::accepted(json!({ "duplicate": true })));
+        }
+        let data = input.data.to_string();
+        let key = recording_object_key(chunk.project_id, chunk.session_id, chunk.chunk);
+        self.archive.put_recording_segment(&key, data.as_bytes()).await.map_err(unavailable)?;
+        let new =
+            self.store.index_session_segment(&chunk, data.len(), call.now_ms).await.map_err(unavailable)?;
+        Ok(Reply::accepted(json!({ "duplicate": !new })))
+    }
+}

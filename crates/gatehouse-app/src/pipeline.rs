@@ -1,0 +1,565 @@
+//! The request pipeline of SPEC §3: route → read the body → authenticate + rate limit +
+//! idempotency claim (one KeyGuard round trip) → execute → respond.
+
+use serde_json::{json, Value};
+
+use super::authentication::Credentials;
+use super::responses::{preflight, respond, CORS_HEADERS};
+use super::{random, unavailable, ApiRequest, ApiResponse, Call, Gateway, Ids, Reply, Settlement};
+use gatehouse_core::api_key::{bearer_token, KeyRecord};
+use gatehouse_core::audit::{clip_user_agent, redacted_path, AuditRow};
+use gatehouse_core::body::CappedBody;
+use gatehouse_core::encoding::uuid_v7;
+use gatehouse_core::error::{ApiError, ErrorCode};
+use gatehouse_core::idempotency::{self, ClaimDecision, KeptResponse, StoredResponse};
+use gatehouse_core::ports::{
+    ClaimRequest, KeyGuard, PassThrough, Ports, RequestBody, ResponseStore, OPERATOR_GUARD,
+};
+use gatehouse_core::rate_limit::Usage;
+use gatehouse_core::route::{cors_path, match_route, Access, Miss, Route, RouteId};
+use gatehouse_core::sealing::Keyring;
+use gatehouse_core::time::rfc3339;
+use gatehouse_core::upstream::{match_upstream, SIGNED_BODY_LIMIT};
+
+/// What the pipeline answers before it becomes an [`ApiResponse`].
+pub(super) enum Answer {
+    Reply(Reply),
+    /// A completed idempotent request, replayed (SPEC §5).
+    Replay(StoredResponse),
+}
+
+/// What the audit row needs to know of how the request went, filled in as it goes.
+#[derive(Default)]
+pub(super) struct Trace {
+    pub(super) route: Option<&'static Route>,
+    /// The key the request was made with, when one was recognised (revoked ones included).
+    pub(super) key: Option<KeyRecord>,
+    pub(super) idempotency_key: Option<String>,
+    /// The key hash of a guard whose answer was lost (it may hold a claim of this request).
+    pub(super) unanswered_guard: Option<String>,
+    /// Refused from the isolate's memory of an address over its anonymous limit: no audit row,
+    /// so a flood cannot make unlimited D1 writes (README, "Abuse").
+    pub(super) unaudited: bool,
+}
+
+/// An admitted caller: the key (none on public and admin routes), its usage, its claim, and the
+/// key its claim's response is sealed under.
+pub(super) struct Caller {
+    pub(super) key: Option<KeyRecord>,
+    pub(super) key_hash: Option<String>,
+    pub(super) usage: Option<Usage>,
+    pub(super) claim: Option<ClaimDecision>,
+    pub(super) sealing: Option<Keyring>,
+}
+
+/// What `serve` hands back: the answer, the usage for the rate headers, and the claim this
+/// request took (it must be settled) with the key its response is sealed under.
+pub(super) struct Served {
+    pub(super) usage: Option<Usage>,
+    pub(super) answer: Result<Answer, ApiError>,
+    pub(super) taken_claim: Option<(String, String, ClaimRequest)>,
+    pub(super) sealing: Option<Keyring>,
+}
+
+impl Served {
+    fn early(usage: Option<Usage>, e: ApiError) -> Self {
+        Served { usage, answer: Err(e), taken_claim: None, sealing: None }
+    }
+}
+
+impl<P: Ports> Gateway<'_, P> {
+    pub async fn handle<B: RequestBody>(&self, req: ApiRequest<B>) -> ApiResponse {
+        // UUIDv7 (SPEC §18): the id names the millisecond of the row, so a lookup finds its hour.
+        let request_id = uuid_v7(req.now_ms, random());
+        let mut audit = AuditRow::new(
+            request_id.clone(),
+            req.now_ms,
+            req.method.clone(),
+            redacted_path(&req.path, req.raw_query.as_deref()),
+        );
+        audit.ip = req.client_ip.clone();
+        audit.user_agent = clip_user_agent(req.user_agent.as_deref());
+        let mut trace = Trace::default();
+        if req.method == "OPTIONS" && cors_path(&req.path) {
+            return preflight(request_id, audit);
+        }
+        let served = self.serve(req, &request_id, &mut trace).await;
+        audit.route = trace.route.map(|r| r.template.to_owned());
+        // SPEC §8: a release marker's replay answers 200 where the original said 201.
+        let replays_created_as_ok = trace.route.is_some_and(|r| r.id == RouteId::DeployMarker);
+        if let Some(key) = trace.key {
+            audit.project_id = Some(key.project_id);
+            audit.key_id = Some(key.id);
+            audit.key_prefix = Some(key.prefix);
+        }
+        audit.idempotency_key = trace.idempotency_key;
+        audit.rate_limit_remaining = served.usage.map(|u| u.remaining);
+        match &served.answer {
+            Ok(Answer::Replay(stored)) => {
+                audit.replayed = true;
+                audit.original_request_id = Some(stored.request_id.clone());
+            }
+            Err(e) => audit.error_code = Some(e.code.as_str().to_owned()),
+            Ok(Answer::Reply(_)) => {}
+        }
+        let head = audit.method == "HEAD";
+        let mut response = respond(request_id, served.usage, served.answer, replays_created_as_ok, audit);
+        response.audited = !trace.unaudited;
+        if head {
+            // The runtime sends a HEAD answer without its body.
+            response.audit.response_bytes = 0;
+        }
+        if trace.route.is_some_and(|r| r.cors) {
+            response.headers.extend(CORS_HEADERS.map(|(name, value)| (name, value.to_owned())));
+        }
+        if let Some((key_hash, api_key_id, claim)) = served.taken_claim {
+            let proxied = trace.route.is_some_and(|r| r.id == RouteId::Proxy);
+            response.settlements.push(match served.sealing {
+                Some(sealing) if (200..300).contains(&response.status) => {
+                    let stored = if response.passthrough.is_some() {
+                        // SPEC §15: answered, not kept; the key stays completed, so the origin
+                        // is never called twice for it.
+                        StoredResponse {
+                            status: response.status,
+                            request_id: response.request_id.clone(),
+                            not_stored: true,
+                            ..StoredResponse::default()
+                        }
+                    } else if proxied {
+                        StoredResponse {
+                            status: response.status,
+                            body: gatehouse_core::encoding::base64(&response.body),
+                            request_id: response.request_id.clone(),
+                            headers: response.origin_headers.clone(),
+                            base64: true,
+                            not_stored: false,
+                        }
+                    } else {
+                        StoredResponse {
+                            status: response.status,
+                            body: String::from_utf8_lossy(&response.body).into_owned(),
+                            request_id: response.request_id.clone(),
+                            ..StoredResponse::default()
+                        }
+                    };
+                    // Sealed before it leaves the worker: neither the guard nor KV sees it in clear.
+                    let kept = KeptResponse::seal_to_keep(
+                        &sealing,
+                        &api_key_id,
+                        &claim.idempotency_key,
+                        &stored,
+                        random(),
+                    );
+                    Settlement::Complete { key_hash, api_key_id, claim, response: kept }
+                }
+                _ => Settlement::Release { key_hash, claim },
+            });
+        }
+        response
+    }
+
+    pub(super) async fn serve<B: RequestBody>(
+        &self,
+        req: ApiRequest<B>,
+        request_id: &str,
+        trace: &mut Trace,
+    ) -> Served {
+        let client_ip = req.client_ip.as_deref();
+        // Built-in routes first; a path none of them knows may be under an `UPSTREAMS` prefix
+        // (the two never overlap, SPEC §15).
+        let (route, params, upstream) = match match_route(&req.method, &req.path) {
+            Ok(m) => (m.route, m.params, None),
+            Err(miss) => match (&miss, match_upstream(&self.config.upstreams, &req.path)) {
+                (Miss::NotFound, Some(upstream)) => (upstream.route(&req.method), Vec::new(), Some(upstream)),
+                _ => {
+                    let e = route_miss(miss, &req);
+                    trace.key = self.key_of_miss(&req.authorization, client_ip, req.now_ms).await;
+                    return Served::early(None, self.refuse_anonymous(client_ip, e, req.now_ms, trace).await);
+                }
+            },
+        };
+        trace.route = Some(route);
+        // Refusals that need neither the body nor the key's guard come first: their body is never read.
+        let credentials = match self.screen(route, &req.authorization, client_ip, req.now_ms, trace).await {
+            Ok(credentials) => credentials,
+            Err(e) => return Served::early(None, e),
+        };
+        // A bad header is answered only after authentication (SPEC §3 order), so keep the error.
+        let idempotency_key = idempotency::parse_key(req.idempotency_key.as_deref(), route.idempotency);
+        trace.idempotency_key = idempotency_key.as_ref().ok().cloned().flatten();
+        let reading = BodyReading::of(route, upstream.is_some(), trace.idempotency_key.is_some());
+        // A declared length over what the route takes is refused unread.
+        if let Err(e) = reading.admits(req.body.declared_len()) {
+            return Served::early(None, e);
+        }
+        // The origin receives the query too: for a proxied request it is part of "the same request".
+        let path_and_query = match &req.raw_query {
+            Some(q) if upstream.is_some() => format!("{}?{q}", req.path),
+            _ => req.path.clone(),
+        };
+        let idempotency = trace.idempotency_key.clone();
+        let fingerprint = |body: &[u8]| match upstream {
+            // A proxied body is opaque: its bytes and its type (SPEC §19).
+            Some(_) => {
+                let content_type = req
+                    .headers
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+                    .map(|(_, v)| v.as_str());
+                idempotency::opaque_fingerprint(&req.method, &path_and_query, content_type, body)
+            }
+            None => idempotency::fingerprint(&req.method, &path_and_query, body),
+        };
+        let claim_for = |body: &[u8]| {
+            idempotency.clone().map(|key| ClaimRequest {
+                fingerprint: fingerprint(body),
+                idempotency_key: key,
+                request_id: request_id.to_owned(),
+            })
+        };
+        // SPEC §19 "Memory": no body is read before its key is authenticated. The admin token and
+        // the origin secret were checked by the screen. An API key's claim needs the body's
+        // fingerprint: when this isolate's guard calls admitted the key in the last minutes, the body
+        // is read first and the guard asked once; any other key is authenticated (and counted)
+        // first, and its claim taken after the body is read (`take_claim`).
+        let (read_first, token) = match &credentials {
+            Credentials::Key { key_hash, token, .. } => (
+                idempotency.is_some() && self.memory.borrow().is_recent_key(key_hash, req.now_ms),
+                Some(token.clone()),
+            ),
+            Credentials::Open => (true, None),
+        };
+        let (body, claim, mut caller) = if read_first {
+            let body = match reading.read(req.body).await {
+                Ok(body) => body,
+                Err(e) => return Served::early(None, e),
+            };
+            let claim = claim_for(&body.bytes);
+            let caller = match self
+                .authenticate(credentials, client_ip, claim.as_ref(), req.now_ms, trace)
+                .await
+            {
+                Ok(caller) => caller,
+                Err((usage, e)) => {
+                    // A claim the guard may have taken is released after the 503, so the
+                    // client's retry is not refused as IN_USE for the lease (the API key id
+                    // is unknown: only a release can follow).
+                    let lost =
+                        trace.unanswered_guard.take().zip(claim).map(|(hash, c)| (hash, String::new(), c));
+                    return Served { usage, answer: Err(e), taken_claim: lost, sealing: None };
+                }
+            };
+            (body, claim, caller)
+        } else {
+            let mut caller = match self.authenticate(credentials, client_ip, None, req.now_ms, trace).await {
+                Ok(caller) => caller,
+                Err((usage, e)) => return Served::early(usage, e),
+            };
+            let body = match reading.read(req.body).await {
+                Ok(body) => body,
+                Err(e) => return Served::early(caller.usage, e),
+            };
+            let claim = claim_for(&body.bytes);
+            if let (Some(c), Some(key_hash), Some(token)) = (&claim, &caller.key_hash, &token) {
+                match self.guard.take_claim(key_hash, c).await {
+                    Ok(decision) => {
+                        caller.claim = Some(decision);
+                        caller.sealing = Some(self.config.response_keys(token));
+                    }
+                    Err(e) => {
+                        let lost = Some((key_hash.clone(), String::new(), c.clone()));
+                        return Served {
+                            usage: caller.usage,
+                            answer: Err(unavailable(e)),
+                            taken_claim: lost,
+                            sealing: None,
+                        };
+                    }
+                }
+            }
+            (body, claim, caller)
+        };
+        let usage = caller.usage;
+        if let Err(e) = idempotency_key {
+            return Served::early(usage, e);
+        }
+        if let (Access::Admin, Some(c)) = (route.access, &claim) {
+            caller = match self.operator_claim(c).await {
+                Ok(caller) => caller,
+                Err(e) => {
+                    // As for a key's guard: a claim it may have taken is released after the 503.
+                    let lost = claim.map(|c| (OPERATOR_GUARD.to_owned(), String::new(), c));
+                    return Served { usage, answer: Err(e), taken_claim: lost, sealing: None };
+                }
+            };
+        }
+        let mut taken_claim = None;
+        let mut operation = None;
+        // Whose claim it is: the API key, or the operator (admin routes).
+        let principal = caller.key.as_ref().map_or(OPERATOR_GUARD, |k| k.id.as_str()).to_owned();
+        match (&caller.claim, claim) {
+            (Some(ClaimDecision::Replay { response }), Some(claim)) => {
+                let key_hash = caller.key_hash.as_deref().expect("claims have a guard");
+                let sealing = caller.sealing.as_ref().expect("claims have a sealing key");
+                let answer = self
+                    .replay(&principal, key_hash, sealing, response.clone(), &claim.idempotency_key)
+                    .await;
+                return Served { usage, answer, taken_claim: None, sealing: None };
+            }
+            (Some(ClaimDecision::Execute { operation: op }), Some(claim)) => {
+                let key_hash = caller.key_hash.clone().expect("claims have a guard");
+                operation = Some(idempotency::operation_seed(&principal, &claim.idempotency_key, op));
+                taken_claim = Some((key_hash, principal, claim));
+            }
+            (Some(decision), _) => {
+                if let Some(e) = idempotency::refusal(decision) {
+                    return Served::early(usage, e);
+                }
+            }
+            (None, _) => {}
+        }
+        let call = Call {
+            request_id,
+            key: caller.key,
+            usage,
+            params,
+            query: &req.query,
+            body: body.bytes,
+            rest: body.rest,
+            client_ip,
+            now_ms: req.now_ms,
+            // An operation's secrets are keyed by the credential its requests carry (SPEC §19).
+            ids: Ids::for_operation(operation, req.authorization.as_deref().and_then(bearer_token)),
+            idempotency_key: trace.idempotency_key.clone(),
+        };
+        let answer = match upstream {
+            Some(upstream) => self.proxy(upstream, &req.method, &path_and_query, &req.headers, &call).await,
+            // An unknown query parameter is refused as an unknown body field is: after the claim.
+            None => match route.check_query(call.query) {
+                Ok(()) => self.execute(route.id, &call).await,
+                Err(e) => Err(e),
+            },
+        }
+        .map(Answer::Reply);
+        Served { usage, answer, taken_claim, sealing: caller.sealing }
+    }
+
+    /// The operator's claim (SPEC §19: admin creates honour `Idempotency-Key`), in the operator's
+    /// guard; its response is sealed under the admin token, which only the operator's requests carry.
+    async fn operator_claim(&self, claim: &ClaimRequest) -> Result<Caller, ApiError> {
+        let decision = self.guard.take_claim(OPERATOR_GUARD, claim).await.map_err(unavailable)?;
+        Ok(Caller {
+            key: None,
+            key_hash: Some(OPERATOR_GUARD.to_owned()),
+            usage: None,
+            claim: Some(decision),
+            sealing: Some(self.config.response_keys(&self.config.admin_token)),
+        })
+    }
+
+    /// The stored response of a completed key: inline from the guard while the response store may
+    /// not show it yet, then from the store, and from the guard's own copy when the store misses.
+    /// Each copy is opened with the caller's sealing key; one that does not open (changed at rest)
+    /// counts as a miss.
+    pub(super) async fn replay(
+        &self,
+        api_key_id: &str,
+        key_hash: &str,
+        sealing: &Keyring,
+        held: Option<KeptResponse>,
+        idempotency_key: &str,
+    ) -> Result<Answer, ApiError> {
+        let replay = self.replay_kept(api_key_id, key_hash, sealing, held, idempotency_key).await;
+        match replay {
+            Ok(Answer::Replay(stored)) if stored.not_stored => Err(ApiError::new(
+                ErrorCode::IdempotencyResponseNotStored,
+                "This key completed with a response too large to keep; it is not executed again.",
+            )
+            .with_detail("header", idempotency::HEADER)
+            .with_detail("original_request_id", stored.request_id)),
+            other => other,
+        }
+    }
+
+    async fn replay_kept(
+        &self,
+        api_key_id: &str,
+        key_hash: &str,
+        sealing: &Keyring,
+        held: Option<KeptResponse>,
+        idempotency_key: &str,
+    ) -> Result<Answer, ApiError> {
+        let open = |kept: KeptResponse| kept.open(sealing, api_key_id, idempotency_key);
+        if let Some(response) = held.and_then(open) {
+            return Ok(Answer::Replay(response));
+        }
+        let stored = self.responses.get(api_key_id, idempotency_key).await;
+        if let Ok(Some(response)) = stored.clone().map(|kept| kept.and_then(open)) {
+            return Ok(Answer::Replay(response));
+        }
+        match self.guard.held_response(key_hash, idempotency_key).await {
+            Ok(Some(kept)) => match open(kept) {
+                Some(response) => Ok(Answer::Replay(response)),
+                None => Err(ApiError::unavailable("the completed claim's stored response does not open")),
+            },
+            Ok(None) => Err(ApiError::unavailable("completed idempotency claim without a stored response")),
+            Err(e) => Err(ApiError::unavailable(format!("response store: {stored:?}; key guard: {e}"))),
+        }
+    }
+
+    pub(super) async fn execute(&self, route: RouteId, call: &Call<'_>) -> Result<Reply, ApiError> {
+        match route {
+            RouteId::Health => Ok(Reply::ok(json!({ "status": "ok" }))),
+            RouteId::DeepHealth => {
+                self.guard.ping().await.map_err(unavailable)?;
+                Ok(Reply::ok(json!({ "status": "ok", "key_guard": "ok" })))
+            }
+            RouteId::CreateProject => self.create_project(call).await,
+            RouteId::UpdateProject => self.update_project(call).await,
+            RouteId::CreateOwnerKey => self.create_owner_key(call).await,
+            RouteId::Me => Ok(Reply::ok(me(call))),
+            RouteId::CreateKey => self.create_key(call).await,
+            RouteId::ListKeys => self.list_keys(call).await,
+            RouteId::UpdateKey => self.update_key(call).await,
+            RouteId::RevokeKey => self.revoke_key(call).await,
+            RouteId::RollKey => self.roll_key(call).await,
+            RouteId::CreateContact => self.create_contact(call).await,
+            RouteId::ListContacts => self.list_contacts(call).await,
+            RouteId::GetContact => self.get_contact(call).await,
+            RouteId::BulkContacts => self.bulk_contacts(call).await,
+            RouteId::CreateMessage => self.create_message(call).await,
+            RouteId::BulkMessages => self.bulk_messages(call).await,
+            RouteId::CreateScenario => self.create_scenario(call).await,
+            RouteId::RunScenario => self.run_scenario(call).await,
+            RouteId::DeployMarker => self.deploy_marker(call).await,
+            RouteId::Track => self.track(call).await,
+            RouteId::Identify => self.identify(call).await,
+            RouteId::Alias => self.alias(call).await,
+            RouteId::SessionSegment => self.session_segment(call).await,
+            RouteId::ListLogs => self.list_logs(call).await,
+            RouteId::GetLog => self.get_log(call).await,
+            RouteId::KeyStats => self.key_stats(call).await,
+            RouteId::ListArchives => self.list_archives(call).await,
+            RouteId::GetArchive => self.get_archive(call).await,
+            RouteId::CreateWebhook => self.create_webhook(call).await,
+            RouteId::ListWebhooks => self.list_webhooks(call).await,
+            RouteId::DeleteWebhook => self.delete_webhook(call).await,
+            RouteId::UpdateWebhook => self.update_webhook(call).await,
+            RouteId::RotateWebhookSecret => self.rotate_webhook_secret(call).await,
+            RouteId::RecoverDeliveries => self.recover_deliveries(call).await,
+            RouteId::ListDeliveries => self.list_deliveries(call).await,
+            RouteId::RetryDelivery => self.retry_delivery(call).await,
+            RouteId::ListDeadLetters => self.list_dead_letters(call).await,
+            RouteId::RedriveDeadLetters => self.redrive_dead_letters(call).await,
+            RouteId::OriginEvent => self.origin_event(call).await,
+            // Proxied requests are forwarded by `serve`, which knows their upstream.
+            RouteId::Proxy => Err(ApiError::not_found("route")),
+        }
+    }
+}
+
+pub(super) fn route_miss<B>(miss: Miss, req: &ApiRequest<B>) -> ApiError {
+    match miss {
+        Miss::NotFound => ApiError::not_found("route").with_detail("path", req.path.as_str()),
+        Miss::MethodNotAllowed(allow) => {
+            let mut e = ApiError::new(
+                ErrorCode::MethodNotAllowed,
+                format!("{} is not allowed on this path.", req.method),
+            )
+            .with_detail("allow", allow.clone());
+            e.allow = allow;
+            e
+        }
+    }
+}
+
+pub(super) fn me(call: &Call<'_>) -> Value {
+    let key = call.key();
+    let usage = call.usage.as_ref().expect("admitted keys have usage");
+    json!({
+        "key_id": key.id,
+        "prefix": key.prefix,
+        "type": key.key_type,
+        "project_id": key.project_id,
+        "plan": key.plan,
+        "expires_at": key.expires_at.map(rfc3339),
+        "rate_limit": {
+            "limit": usage.limit,
+            "remaining": usage.remaining,
+            "reset": rfc3339(usage.reset_ms),
+        },
+        "quota": {
+            "used": usage.quota_used,
+            "limit": usage.quota_limit,
+            "resets_at": rfc3339(usage.quota_resets_ms),
+        },
+    })
+}
+
+/// How a route's body is read: held up to `held` bytes; past that a proxied body without a claim
+/// streams on (up to `limit`), any other is 413.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct BodyReading {
+    limit: usize,
+    held: usize,
+    /// A proxied request with an `Idempotency-Key`: its fingerprint needs the whole body held.
+    claimed_proxy: bool,
+}
+
+/// A body as read: whole, or the first bytes of a proxied body and its unread rest.
+pub(super) struct ReadBody {
+    pub(super) bytes: Vec<u8>,
+    pub(super) rest: Option<PassThrough>,
+}
+
+impl BodyReading {
+    pub(super) fn of(route: &Route, proxied: bool, claimed: bool) -> Self {
+        let limit = route.body_limit;
+        let held = if proxied { limit.min(SIGNED_BODY_LIMIT) } else { limit };
+        BodyReading { limit, held, claimed_proxy: proxied && claimed }
+    }
+
+    fn too_large(&self) -> ApiError {
+        if self.claimed_proxy && self.held < self.limit {
+            // SPEC §19: a streamed body cannot be fingerprinted before it is forwarded.
+            ApiError::payload_too_large(self.held)
+                .with_detail("reason", "A proxied request with an Idempotency-Key carries at most 1 MiB.")
+                .with_detail("header", idempotency::HEADER)
+        } else {
+            ApiError::payload_too_large(self.limit)
+        }
+    }
+
+    /// 413 before reading when the declared length is over what this request may send.
+    pub(super) fn admits(&self, declared_len: Option<u64>) -> Result<(), ApiError> {
+        let most = if self.claimed_proxy { self.held } else { self.limit };
+        match declared_len {
+            Some(n) if n > most as u64 => Err(self.too_large()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Reads the body as it streams in: 413 at the first chunk that would take it over (the rest is
+    /// never read), or, for a proxied body past `held` without a claim, the rest left to stream on.
+    /// The buffer grows with the bytes read, never with the declared length (`CappedBody`).
+    pub(super) async fn read<B: RequestBody>(&self, mut body: B) -> Result<ReadBody, ApiError> {
+        let declared = body.declared_len().filter(|n| *n <= self.held as u64);
+        let mut capped = CappedBody::new(self.held, declared).map_err(|_| self.too_large())?;
+        loop {
+            let chunk = body.next_chunk().await.map_err(|e| {
+                ApiError::bad_request("The request body could not be read.").with_detail("cause", e.0)
+            })?;
+            let Some(chunk) = chunk else {
+                return Ok(ReadBody { bytes: capped.into_bytes(), rest: None });
+            };
+            if capped.push(&chunk).is_err() {
+                let mut head = capped.into_bytes();
+                if self.claimed_proxy || self.held == self.limit || head.len() + chunk.len() > self.limit {
+                    return Err(self.too_large());
+                }
+                head.extend_from_slice(&chunk);
+                return Ok(ReadBody { bytes: head, rest: Some(body.into_rest()) });
+            }
+        }
+    }
+}

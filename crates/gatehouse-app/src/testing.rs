@@ -1,0 +1,94 @@
+//! The gateway over the fakes of every port, for the app tests and the fault simulations: one
+//! `Ports` type, the outbox's pause, and a world of one project with a key of each type.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use super::keys::NewKey;
+use super::outbox::{Coalesced, Pause};
+use super::Gateway;
+use crate::fakes::audit::FakeArchive;
+use crate::fakes::gateway::{Clock, FakeAuditQueue, FakeGuard, FakeProject, FakeResponses};
+use crate::fakes::ingest::{FakeEventQueue, FakeLedger};
+use crate::fakes::origin::FakeOrigin;
+use crate::fakes::queue::{FakeDeadLetters, FakeRedrive};
+use crate::fakes::webhooks::FakeDeliveryQueue;
+use crate::fakes::FakeStore;
+use crate::sim::{later, Faults};
+use gatehouse_core::api_key::KeyType;
+use gatehouse_core::config::{Config, DEFAULT_PLAN};
+use gatehouse_core::ports::Ports;
+
+/// Every port over its fake.
+pub struct FakePorts;
+
+/// A pause of the audit outbox is one yield, where a simulation may stop the isolate.
+pub struct Yield;
+
+impl Pause for Yield {
+    fn pause(&self, _ms: u64) -> impl std::future::Future<Output = ()> {
+        later(1)
+    }
+}
+
+impl Ports for FakePorts {
+    type Guard = FakeGuard;
+    type Store = FakeStore;
+    type Responses = FakeResponses;
+    type Ledger = FakeLedger;
+    type Events = FakeEventQueue;
+    type Archive = FakeArchive;
+    type Deliveries = FakeDeliveryQueue;
+    type Audit = Coalesced<FakeAuditQueue, Yield>;
+    type DeadLetters = FakeDeadLetters;
+    type Redrive = FakeRedrive;
+    type Origin = FakeOrigin;
+}
+
+/// A gateway over fresh fakes sharing `faults` and a clock at `now_ms`, with the project
+/// `project_id` holding one key of each `types` (their secrets answered in order); the response
+/// store misses a read with `miss_rate`.
+pub fn fake_gateway(
+    config: &'static Config,
+    faults: &Rc<Faults>,
+    now_ms: i64,
+    project_id: &str,
+    types: &[KeyType],
+    miss_rate: f64,
+) -> (Gateway<'static, FakePorts>, Clock, Vec<String>) {
+    let clock: Clock = Rc::new(Cell::new(now_ms));
+    let store = FakeStore::new(faults.clone());
+    let project = FakeProject { id: project_id.into(), name: project_id.into(), plan: DEFAULT_PLAN.into() };
+    store.directory.projects.borrow_mut().push(project);
+    let mut secrets = Vec::new();
+    for &key_type in types {
+        let key = NewKey::generate(config, project_id, key_type, None, DEFAULT_PLAN, None, now_ms);
+        store.directory.keys.borrow_mut().push(key.record);
+        secrets.push(key.secret);
+    }
+    let gateway = Gateway {
+        config,
+        guard: FakeGuard::new(faults.clone(), clock.clone(), config, store.directory.keys.clone()),
+        responses: FakeResponses { faults: faults.clone(), entries: RefCell::default(), miss_rate },
+        ledger: FakeLedger {
+            faults: faults.clone(),
+            clock: clock.clone(),
+            window_ms: config.event_dedup_window_seconds as i64 * 1000,
+            shards: RefCell::default(),
+        },
+        events: FakeEventQueue { faults: faults.clone(), sent: RefCell::default() },
+        archive: FakeArchive::new(faults.clone()),
+        deliveries: FakeDeliveryQueue::new(faults.clone(), clock.clone()),
+        audit: Coalesced {
+            outbox: Rc::default(),
+            inner: FakeAuditQueue { faults: faults.clone(), sent: RefCell::default() },
+            timer: Yield,
+        },
+        dead_letters: FakeDeadLetters::new(faults.clone()),
+        redrive: FakeRedrive::new(faults.clone()),
+        origin: FakeOrigin::new(faults.clone(), Box::new(|_, n| (201, format!("order {n}").into_bytes()))),
+        store,
+        memory: Rc::default(),
+    };
+    (gateway, clock, secrets)
+}

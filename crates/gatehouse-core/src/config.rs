@@ -1,0 +1,400 @@
+//! Typed configuration from the worker's vars and secrets (SPEC §1). The parser is pure: it reads
+//! through a lookup function, so native tests feed it a map and the worker feeds it `Env`.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::api_key::KeyRecord;
+use crate::queue::RetryPolicy;
+use crate::rate_limit::Limits;
+use crate::sealing::Keyring;
+use crate::upstream::{parse_upstreams, Upstream};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    pub per_minute: u32,
+    pub monthly_quota: u64,
+}
+
+/// `Debug` leaves the secrets out (a `{:?}` in a log line must never print them).
+#[derive(Clone, PartialEq)]
+pub struct Config {
+    pub plans: BTreeMap<String, Plan>,
+    pub idempotency_ttl_seconds: u64,
+    pub event_dedup_window_seconds: u64,
+    pub audit_retention_days: u32,
+    /// Seconds an audit row stays in D1 (the hot tier) before the roll-up moves it to R2.
+    pub audit_hot_seconds: u32,
+    pub webhook_retry_schedule: Vec<u64>,
+    pub webhook_timeout_ms: u64,
+    pub webhook_header_prefix: String,
+    pub allow_private_webhook_urls: bool,
+    /// How long a failed queue message waits before its next try (SPEC §12.1).
+    pub queue_retry: RetryPolicy,
+    pub key_pepper: String,
+    /// `KEY_PEPPER_PREVIOUS` during a rotation (SPEC §19): keys hashed and responses sealed under
+    /// it keep working.
+    pub key_pepper_previous: Option<String>,
+    /// `WEBHOOK_SECRETS_KEY`: seals webhook signing secrets in D1; not the pepper (SPEC §19).
+    pub webhook_secrets_key: String,
+    pub webhook_secrets_key_previous: Option<String>,
+    pub admin_token: String,
+    /// Proxied routes (SPEC §15), longest prefix first.
+    pub upstreams: Vec<Upstream>,
+    /// Signs forwarded requests (only); required when `upstreams` is not empty.
+    pub origin_secret: Option<String>,
+    /// `EVENTS_SECRET`: authenticates origin events (SPEC §19); unset, origin events are refused.
+    pub events_secret: Option<String>,
+    /// `EVENTS_PROJECTS`: the projects origin events may name (comma-separated); unset, any.
+    pub events_projects: Option<Vec<String>>,
+    /// Whether every request writes its log line (`REQUEST_LOG=all`) or only the ones answered
+    /// with a server error (`errors`, the default): a line costs as much as the rest of a cheap
+    /// request, and the audit log already has one row per request.
+    pub log_every_request: bool,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("plans", &self.plans)
+            .field("idempotency_ttl_seconds", &self.idempotency_ttl_seconds)
+            .field("event_dedup_window_seconds", &self.event_dedup_window_seconds)
+            .field("audit_retention_days", &self.audit_retention_days)
+            .field("audit_hot_seconds", &self.audit_hot_seconds)
+            .field("webhook_retry_schedule", &self.webhook_retry_schedule)
+            .field("webhook_timeout_ms", &self.webhook_timeout_ms)
+            .field("webhook_header_prefix", &self.webhook_header_prefix)
+            .field("allow_private_webhook_urls", &self.allow_private_webhook_urls)
+            .field("queue_retry", &self.queue_retry)
+            .field("key_pepper", &"[redacted]")
+            .field("key_pepper_previous", &self.key_pepper_previous.as_ref().map(|_| "[redacted]"))
+            .field("webhook_secrets_key", &"[redacted]")
+            .field(
+                "webhook_secrets_key_previous",
+                &self.webhook_secrets_key_previous.as_ref().map(|_| "[redacted]"),
+            )
+            .field("admin_token", &"[redacted]")
+            .field("upstreams", &self.upstreams.iter().map(|u| &u.prefix).collect::<Vec<_>>())
+            .field("origin_secret", &self.origin_secret.as_ref().map(|_| "[redacted]"))
+            .field("events_secret", &self.events_secret.as_ref().map(|_| "[redacted]"))
+            .field("events_projects", &self.events_projects)
+            .field("log_every_request", &self.log_every_request)
+            .finish()
+    }
+}
+
+pub const DEFAULT_PLAN: &str = "trial";
+const DEFAULT_PLANS: &str = r#"{"trial":{"per_minute":30,"monthly_quota":10000},"business":{"per_minute":2000,"monthly_quota":10000000}}"#;
+
+/// A var or secret that is missing where required, or does not parse. Operators see it in the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "configuration: {}", self.0)
+    }
+}
+
+impl Config {
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let number = |name: &str, default: u64| -> Result<u64, ConfigError> {
+            match get(name) {
+                None => Ok(default),
+                Some(v) => {
+                    v.trim().parse().map_err(|_| ConfigError(format!("{name}={v:?} is not a whole number")))
+                }
+            }
+        };
+        let secret = |name: &str| -> Result<String, ConfigError> {
+            match get(name) {
+                Some(v) if v.len() >= 16 => Ok(v),
+                Some(_) => Err(ConfigError(format!("{name} must be at least 16 characters"))),
+                None => Err(ConfigError(format!("secret {name} is not set"))),
+            }
+        };
+
+        let plans_json = get("PLANS").unwrap_or_else(|| DEFAULT_PLANS.to_owned());
+        let plans: BTreeMap<String, Plan> =
+            serde_json::from_str(&plans_json).map_err(|e| ConfigError(format!("PLANS is not valid: {e}")))?;
+        if !plans.contains_key(DEFAULT_PLAN) {
+            return Err(ConfigError(format!("PLANS must define the {DEFAULT_PLAN:?} plan")));
+        }
+        if plans.values().any(|p| p.per_minute == 0) {
+            return Err(ConfigError("PLANS: per_minute must be at least 1".into()));
+        }
+
+        let schedule_text = get("WEBHOOK_RETRY_SCHEDULE").unwrap_or_else(|| "30,300,1800,7200,21600".into());
+        let webhook_retry_schedule = schedule_text
+            .split(',')
+            .map(|s| s.trim().parse::<u64>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| {
+                ConfigError(format!("WEBHOOK_RETRY_SCHEDULE={schedule_text:?} is not a list of seconds"))
+            })?;
+
+        let allow_private = get("ALLOW_PRIVATE_WEBHOOK_URLS").unwrap_or_default();
+        let allow_private_webhook_urls = match allow_private.trim() {
+            "" | "false" => false,
+            "true" => true,
+            other => {
+                return Err(ConfigError(format!("ALLOW_PRIVATE_WEBHOOK_URLS={other:?} is not true or false")))
+            }
+        };
+
+        let log_every_request = match get("REQUEST_LOG").unwrap_or_default().trim() {
+            "" | "errors" => false,
+            "all" => true,
+            other => return Err(ConfigError(format!("REQUEST_LOG={other:?} is not all or errors"))),
+        };
+
+        let upstreams = parse_upstreams(get("UPSTREAMS").as_deref().unwrap_or("[]")).map_err(ConfigError)?;
+        let origin_secret = match get("ORIGIN_SECRET").filter(|s| !s.is_empty()) {
+            Some(_) => Some(secret("ORIGIN_SECRET")?),
+            None if upstreams.is_empty() => None,
+            None => return Err(ConfigError("secret ORIGIN_SECRET is not set (UPSTREAMS needs it)".into())),
+        };
+        let optional_secret = |name: &str| match get(name).filter(|s| !s.is_empty()) {
+            Some(_) => secret(name).map(Some),
+            None => Ok(None),
+        };
+        let events_secret = optional_secret("EVENTS_SECRET")?;
+        let events_projects = get("EVENTS_PROJECTS")
+            .filter(|s| !s.trim().is_empty())
+            .map(|list| list.split(',').map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect());
+        let key_pepper = secret("KEY_PEPPER")?;
+        let key_pepper_previous = optional_secret("KEY_PEPPER_PREVIOUS")?;
+        let webhook_secrets_key = secret("WEBHOOK_SECRETS_KEY")?;
+        let webhook_secrets_key_previous = optional_secret("WEBHOOK_SECRETS_KEY_PREVIOUS")?;
+        if key_pepper_previous.as_ref() == Some(&key_pepper) {
+            return Err(ConfigError("KEY_PEPPER_PREVIOUS is the same as KEY_PEPPER".into()));
+        }
+        if [Some(&key_pepper), key_pepper_previous.as_ref()].contains(&Some(&webhook_secrets_key)) {
+            return Err(ConfigError(
+                "WEBHOOK_SECRETS_KEY must not be a pepper (SPEC §19: separate secrets)".into(),
+            ));
+        }
+        if origin_secret.is_some() && origin_secret == events_secret {
+            return Err(ConfigError("EVENTS_SECRET must not be ORIGIN_SECRET (SPEC §19)".into()));
+        }
+        // A route whose cost is above a plan's per-minute limit could never pass (SPEC §19).
+        for upstream in &upstreams {
+            if let Some((name, plan)) = plans.iter().find(|(_, p)| upstream.cost > p.per_minute) {
+                return Err(ConfigError(format!(
+                    "UPSTREAMS: {:?} costs {} but plan {name:?} allows {} a minute",
+                    upstream.prefix, upstream.cost, plan.per_minute
+                )));
+            }
+        }
+
+        Ok(Config {
+            log_every_request,
+            upstreams,
+            origin_secret,
+            events_secret,
+            events_projects,
+            plans,
+            idempotency_ttl_seconds: number("IDEMPOTENCY_TTL_SECONDS", 86_400)?,
+            event_dedup_window_seconds: number("EVENT_DEDUP_WINDOW_SECONDS", 172_800)?,
+            audit_retention_days: number("AUDIT_RETENTION_DAYS", 90)? as u32,
+            audit_hot_seconds: number("AUDIT_HOT_SECONDS", 3_600)?.min(u64::from(u32::MAX)) as u32,
+            webhook_retry_schedule,
+            webhook_timeout_ms: number("WEBHOOK_TIMEOUT_MS", 15_000)?,
+            webhook_header_prefix: get("WEBHOOK_HEADER_PREFIX").unwrap_or_else(|| "X-Gatehouse".into()),
+            allow_private_webhook_urls,
+            queue_retry: RetryPolicy {
+                base_seconds: number("QUEUE_RETRY_BASE_SECONDS", 5)?.min(43_200) as u32,
+                max_seconds: number("QUEUE_RETRY_MAX_SECONDS", 3_600)?.min(43_200) as u32,
+            },
+            key_pepper,
+            key_pepper_previous,
+            webhook_secrets_key,
+            webhook_secrets_key_previous,
+            admin_token: secret("ADMIN_TOKEN")?,
+        })
+    }
+
+    /// The peppers keys are hashed under: the current one first.
+    pub fn peppers(&self) -> Vec<&str> {
+        std::iter::once(self.key_pepper.as_str()).chain(self.key_pepper_previous.as_deref()).collect()
+    }
+
+    /// The keys of a caller's kept responses (SPEC §13, §19).
+    pub fn response_keys(&self, api_key: &str) -> Keyring {
+        Keyring::for_responses(&self.peppers(), api_key)
+    }
+
+    /// The keys of webhook signing secrets in D1 (SPEC §13, §19).
+    pub fn webhook_secrets_keys(&self) -> Keyring {
+        let keys: Vec<&str> = std::iter::once(self.webhook_secrets_key.as_str())
+            .chain(self.webhook_secrets_key_previous.as_deref())
+            .collect();
+        Keyring::for_webhook_secrets(&keys, &self.peppers())
+    }
+
+    pub fn plan(&self, name: &str) -> Option<&Plan> {
+        self.plans.get(name)
+    }
+
+    /// The plan named, or the trial plan when `PLANS` no longer has it (rather than no limit).
+    pub fn plan_or_trial(&self, name: &str) -> &Plan {
+        self.plan(name).or_else(|| self.plan(DEFAULT_PLAN)).expect("PLANS has trial")
+    }
+
+    /// The key's limits: its plan's, lowered by the per-key rate override. An override is never
+    /// above the plan (SPEC §13), also after the project moved to a smaller plan.
+    pub fn limits(&self, key: &KeyRecord) -> Limits {
+        let plan = self.plan_or_trial(&key.plan);
+        Limits {
+            per_minute: key.rate_limit_per_minute.map_or(plan.per_minute, |r| r.min(plan.per_minute)),
+            monthly_quota: plan.monthly_quota,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: BTreeMap<String, String> =
+            vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    const SECRETS: [(&str, &str); 3] = [
+        ("KEY_PEPPER", "pepper-pepper-pepper"),
+        ("ADMIN_TOKEN", "admin-admin-admin-admin"),
+        ("WEBHOOK_SECRETS_KEY", "webhooks-webhooks-webhooks"),
+    ];
+
+    #[test]
+    fn defaults_match_spec_section_1() {
+        let c = with(&SECRETS).unwrap();
+        assert_eq!(c.plans["trial"], Plan { per_minute: 30, monthly_quota: 10_000 });
+        assert_eq!(c.plans["business"].per_minute, 2000);
+        assert_eq!(c.idempotency_ttl_seconds, 86_400);
+        assert_eq!(c.event_dedup_window_seconds, 172_800);
+        assert_eq!(c.audit_retention_days, 90);
+        assert_eq!(c.audit_hot_seconds, 3_600);
+        assert_eq!(c.webhook_retry_schedule, vec![30, 300, 1800, 7200, 21600]);
+        assert_eq!(c.webhook_timeout_ms, 15_000);
+        assert_eq!(c.webhook_header_prefix, "X-Gatehouse");
+        assert!(!c.allow_private_webhook_urls);
+        assert_eq!(c.queue_retry, RetryPolicy { base_seconds: 5, max_seconds: 3_600 });
+    }
+
+    #[test]
+    fn upstreams_need_an_origin_secret_and_bad_ones_are_named() {
+        let route = r#"[{"prefix":"/shop/v1/","origin":"http://127.0.0.1:9000"}]"#;
+        let mut vars = SECRETS.to_vec();
+        vars.push(("UPSTREAMS", route));
+        assert!(with(&vars).unwrap_err().0.contains("ORIGIN_SECRET"));
+        vars.push(("ORIGIN_SECRET", "short"));
+        assert!(with(&vars).unwrap_err().0.contains("ORIGIN_SECRET must be at least 16"));
+        vars.pop();
+        vars.push(("ORIGIN_SECRET", "origin-origin-origin"));
+        let config = with(&vars).unwrap();
+        assert_eq!(config.upstreams[0].prefix, "/shop/v1/");
+        assert!(!format!("{config:?}").contains("origin-origin"));
+        vars[3] = ("UPSTREAMS", r#"[{"prefix":"/public/","origin":"http://127.0.0.1:9000"}]"#);
+        let e = with(&vars).unwrap_err().to_string();
+        assert!(e.contains("UPSTREAMS[0]") && e.contains("overlaps"), "{e}");
+        assert_eq!(with(&SECRETS).unwrap().origin_secret, None);
+    }
+
+    #[test]
+    fn debug_output_never_prints_the_secrets() {
+        let shown = format!("{:?}", with(&SECRETS).unwrap());
+        assert!(!shown.contains("pepper-pepper") && !shown.contains("admin-admin"), "{shown}");
+        assert!(shown.contains("webhook_timeout_ms: 15000"), "{shown}");
+    }
+
+    #[test]
+    fn missing_or_short_secrets_are_errors() {
+        assert!(with(&[SECRETS[0]]).is_err());
+        assert!(with(&[("KEY_PEPPER", "short"), SECRETS[1], SECRETS[2]]).is_err());
+        assert!(with(&SECRETS[..2]).unwrap_err().0.contains("WEBHOOK_SECRETS_KEY"));
+    }
+
+    #[test]
+    fn secrets_of_different_purposes_must_differ() {
+        let mut vars = SECRETS.to_vec();
+        vars.push(("KEY_PEPPER_PREVIOUS", "pepper-pepper-pepper"));
+        assert!(with(&vars).unwrap_err().0.contains("KEY_PEPPER_PREVIOUS"));
+        vars.pop();
+        vars[2] = ("WEBHOOK_SECRETS_KEY", "pepper-pepper-pepper");
+        assert!(with(&vars).unwrap_err().0.contains("WEBHOOK_SECRETS_KEY"));
+        let mut vars = SECRETS.to_vec();
+        vars.push(("UPSTREAMS", r#"[{"prefix":"/shop/","origin":"http://127.0.0.1:9000"}]"#));
+        vars.push(("ORIGIN_SECRET", "origin-origin-origin"));
+        vars.push(("EVENTS_SECRET", "origin-origin-origin"));
+        assert!(with(&vars).unwrap_err().0.contains("EVENTS_SECRET"));
+        vars.pop();
+        vars.push(("EVENTS_SECRET", "events-events-events"));
+        vars.push(("EVENTS_PROJECTS", " prj_a, prj_b ,"));
+        let config = with(&vars).unwrap();
+        assert_eq!(config.events_projects, Some(vec!["prj_a".to_owned(), "prj_b".to_owned()]));
+        assert!(!format!("{config:?}").contains("events-events"));
+    }
+
+    #[test]
+    fn a_route_costing_more_than_a_plan_allows_is_refused_at_start() {
+        let mut vars = SECRETS.to_vec();
+        vars.push(("ORIGIN_SECRET", "origin-origin-origin"));
+        vars.push((
+            "PLANS",
+            r#"{"trial":{"per_minute":4,"monthly_quota":9},"pro":{"per_minute":90,"monthly_quota":9}}"#,
+        ));
+        vars.push(("UPSTREAMS", r#"[{"prefix":"/shop/","origin":"http://127.0.0.1:9000","cost":5}]"#));
+        let e = with(&vars).unwrap_err().0;
+        assert!(e.contains("costs 5") && e.contains("trial"), "{e}");
+        vars.pop();
+        vars.push(("UPSTREAMS", r#"[{"prefix":"/shop/","origin":"http://127.0.0.1:9000","cost":4}]"#));
+        assert!(with(&vars).is_ok());
+    }
+
+    #[test]
+    fn rejects_bad_vars_with_their_name() {
+        let mut vars = SECRETS.to_vec();
+        vars.push(("PLANS", r#"{"business":{"per_minute":1,"monthly_quota":1}}"#));
+        assert!(with(&vars).unwrap_err().0.contains("trial"));
+        vars.pop();
+        vars.push(("IDEMPOTENCY_TTL_SECONDS", "soon"));
+        assert!(with(&vars).unwrap_err().0.contains("IDEMPOTENCY_TTL_SECONDS"));
+    }
+
+    #[test]
+    fn a_key_override_only_lowers_its_plan_limit() {
+        let mut vars = SECRETS.to_vec();
+        vars.push((
+            "PLANS",
+            r#"{"trial":{"per_minute":30,"monthly_quota":200},"pro":{"per_minute":600,"monthly_quota":9}}"#,
+        ));
+        let config = with(&vars).unwrap();
+        let key = |plan: &str, rate: Option<u32>| KeyRecord {
+            id: "key_1".into(),
+            project_id: "prj_1".into(),
+            key_type: crate::api_key::KeyType::Server,
+            name: None,
+            plan: plan.into(),
+            rate_limit_per_minute: rate,
+            key_hash: String::new(),
+            prefix: String::new(),
+            created_at: 0,
+            revoked_at: None,
+            expires_at: None,
+            rolled_from: None,
+            rolled_at: None,
+            rolled_to: None,
+        };
+        assert_eq!(config.limits(&key("pro", None)), Limits { per_minute: 600, monthly_quota: 9 });
+        assert_eq!(config.limits(&key("pro", Some(100))).per_minute, 100);
+        // Set under "pro", then the project moved to trial: the override never lifts the plan.
+        assert_eq!(config.limits(&key("trial", Some(100))), Limits { per_minute: 30, monthly_quota: 200 });
+        // A plan removed from PLANS falls back to trial.
+        assert_eq!(config.limits(&key("gone", None)).per_minute, 30);
+    }
+}

@@ -1,0 +1,259 @@
+//! Commands to the KeyGuard Durable Object and their answers, as JSON over its `ask` RPC method. Each
+//! command is its own type with its own answer type ([`Ask::Answer`]), so a client that expects
+//! the wrong answer, or an object that sends one, does not compile.
+
+use serde::{de::DeserializeOwned, Deserialize, Deserializer, Serialize};
+
+use crate::abuse::address_group;
+use crate::api_key::{KeyRecord, RefusalReason, Scope};
+use crate::idempotency::{ClaimDecision, KeptResponse};
+use crate::ports::ClaimRequest;
+use crate::rate_limit::{Usage, Verdict};
+use crate::tagged::{deserialize_tagged, unknown, Tagged};
+
+/// The binding name of SPEC §1.
+pub const BINDING: &str = "KEY_GUARD";
+/// The object the deep health check pings.
+pub const HEALTH_OBJECT: &str = "health";
+
+/// The object that counts failed authentications from one client address: one per IPv4 address,
+/// one per IPv6 /64 ([`address_group`]). Key guards are named by a 64-hex-digit key hash, so the
+/// two kinds of names never meet.
+pub fn client_guard_name(ip: &str) -> String {
+    format!("ip:{}", address_group(ip))
+}
+
+/// A command and the type of its answer.
+pub trait Ask: Into<GuardCommand> {
+    type Answer: Serialize + DeserializeOwned;
+}
+
+/// Every command, as it travels.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "command", rename_all = "snake_case")]
+pub enum GuardCommand {
+    Authorize(Authorize),
+    Apply(Apply),
+    RecordAuthFailure(RecordAuthFailure),
+    CompleteClaim(CompleteClaim),
+    ReleaseClaim(ReleaseClaim),
+    HeldResponse(HeldResponse),
+    Ping(Ping),
+    TakeClaim(TakeClaim),
+}
+
+/// Is this key valid, may it make one more request now, and (when the request carries an
+/// `Idempotency-Key` and the key's type may call the route) may it execute? One round trip.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Authorize {
+    pub key_hash: String,
+    /// What the route needs: a key refused for its type (403) takes no claim.
+    pub scope: Scope,
+    pub claim: Option<ClaimRequest>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "answer", rename_all = "snake_case")]
+#[allow(clippy::large_enum_variant)] // a wire message, made once per round trip
+pub enum Authorized {
+    Decided(Decided),
+    Denied(Denied),
+}
+
+/// The key is valid; `verdict` says whether this request is within its limits, `claim` what its
+/// `Idempotency-Key` allows (only within its limits and its type's scope).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decided {
+    pub key: KeyRecord,
+    pub verdict: Verdict,
+    pub usage: Usage,
+    pub claim: Option<ClaimDecision>,
+    pub d1_queries: u32,
+}
+
+/// No such key (`None`), or refused at the guard's clock (its record, and why: revoked, expired,
+/// or rolled and past its grace).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Denied {
+    pub key: Option<KeyRecord>,
+    #[serde(default)]
+    pub reason: Option<RefusalReason>,
+    pub d1_queries: u32,
+}
+
+impl Tagged for GuardCommand {
+    const TAG: &'static str = "command";
+    fn variant<'de, D: Deserializer<'de>>(tag: &str, fields: D) -> Result<Self, D::Error> {
+        Ok(match tag {
+            "authorize" => Self::Authorize(Authorize::deserialize(fields)?),
+            "apply" => Self::Apply(Apply::deserialize(fields)?),
+            "record_auth_failure" => Self::RecordAuthFailure(RecordAuthFailure::deserialize(fields)?),
+            "complete_claim" => Self::CompleteClaim(CompleteClaim::deserialize(fields)?),
+            "release_claim" => Self::ReleaseClaim(ReleaseClaim::deserialize(fields)?),
+            "held_response" => Self::HeldResponse(HeldResponse::deserialize(fields)?),
+            "ping" => Self::Ping(Ping::deserialize(fields)?),
+            "take_claim" => Self::TakeClaim(TakeClaim::deserialize(fields)?),
+            other => {
+                return Err(unknown(
+                    other,
+                    &[
+                        "authorize",
+                        "apply",
+                        "record_auth_failure",
+                        "complete_claim",
+                        "release_claim",
+                        "held_response",
+                        "ping",
+                        "take_claim",
+                    ],
+                ))
+            }
+        })
+    }
+}
+
+impl Tagged for Authorized {
+    const TAG: &'static str = "answer";
+    fn variant<'de, D: Deserializer<'de>>(tag: &str, fields: D) -> Result<Self, D::Error> {
+        match tag {
+            "decided" => Decided::deserialize(fields).map(Self::Decided),
+            "denied" => Denied::deserialize(fields).map(Self::Denied),
+            other => Err(unknown(other, &["decided", "denied"])),
+        }
+    }
+}
+
+deserialize_tagged!(GuardCommand, Authorized);
+
+/// A change to the key (revocation, plan, override) before it is written to D1: the guard holds
+/// this record from now on, durably, so the change applies to the very next request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Apply {
+    pub key: KeyRecord,
+    /// The `revoked_at` of a revocation, or the `rolled_at` of a roll, to take back (D1 refused
+    /// it, or the guard's answer to it was lost); any other revocation or roll the guard holds
+    /// stays (see `KeyRecord::told`).
+    pub undo: Option<i64>,
+}
+
+/// One failed authentication from this object's client address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordAuthFailure {}
+
+/// Failures from the client address so far in this minute, against the allowance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthFailures {
+    pub verdict: Verdict,
+    pub usage: Usage,
+}
+
+/// The claimed request succeeded: the claim is completed and its response kept until the TTL ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompleteClaim {
+    pub claim: ClaimRequest,
+    pub response: KeptResponse,
+}
+
+/// The claimed request failed: forget the claim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseClaim {
+    pub claim: ClaimRequest,
+}
+
+/// The response the guard keeps for a completed key (the fallback when the response store misses).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldResponse {
+    pub idempotency_key: String,
+}
+
+/// A claim decided without `Authorize`: for a principal without an API key (the operator's guard,
+/// `ports::OPERATOR_GUARD`), with no key, window or quota; and for a key `Authorize` admitted a
+/// moment before without one, whose body is read only after that (SPEC §19 "Memory").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TakeClaim {
+    pub claim: ClaimRequest,
+}
+
+/// A round trip that reads and writes nothing (the deep health check).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ping {}
+
+/// Whether the claim is completed by this request: false when its lease ran out and another
+/// request holds the claim now (its response must then not be stored).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Completed {
+    pub completed: bool,
+}
+
+/// The answer of commands that only act.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Done {}
+
+macro_rules! asks {
+    ($($command:ident => $answer:ty),* $(,)?) => {$(
+        impl Ask for $command {
+            type Answer = $answer;
+        }
+        impl From<$command> for GuardCommand {
+            fn from(c: $command) -> Self {
+                GuardCommand::$command(c)
+            }
+        }
+    )*};
+}
+
+asks! {
+    Authorize => Authorized,
+    Apply => Done,
+    RecordAuthFailure => AuthFailures,
+    CompleteClaim => Completed,
+    ReleaseClaim => Done,
+    HeldResponse => Option<KeptResponse>,
+    Ping => Done,
+    TakeClaim => ClaimDecision,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_carry_their_tag_and_fields() {
+        let c: GuardCommand = Authorize { key_hash: "ab".into(), scope: Scope::Ingest, claim: None }.into();
+        assert_eq!(
+            serde_json::to_string(&c).unwrap(),
+            r#"{"command":"authorize","key_hash":"ab","scope":"ingest","claim":null}"#
+        );
+        let c: GuardCommand = serde_json::from_str(r#"{"command":"record_auth_failure"}"#).unwrap();
+        assert_eq!(c, GuardCommand::RecordAuthFailure(RecordAuthFailure {}));
+        let c: GuardCommand = serde_json::from_str(r#"{"command":"ping"}"#).unwrap();
+        assert_eq!(c, GuardCommand::Ping(Ping {}));
+        // Unknown commands and missing fields are refused, not defaulted.
+        assert!(serde_json::from_str::<GuardCommand>(r#"{"command":"invalidate","key_hash":"ab"}"#).is_err());
+        assert!(serde_json::from_str::<GuardCommand>(r#"{"command":"authorize","key_hash":"ab"}"#).is_err());
+    }
+
+    #[test]
+    fn answers_round_trip() {
+        let a: Authorized = serde_json::from_str(r#"{"answer":"denied","key":null,"d1_queries":1}"#).unwrap();
+        assert_eq!(a, Authorized::Denied(Denied { key: None, reason: None, d1_queries: 1 }));
+        let d: ClaimDecision = serde_json::from_str(r#"{"claim":"replay","response":null}"#).unwrap();
+        assert_eq!(d, ClaimDecision::Replay { response: None });
+        let held: <HeldResponse as Ask>::Answer = serde_json::from_str("null").unwrap();
+        assert_eq!(held, None);
+    }
+
+    #[test]
+    fn client_guard_names_cannot_be_key_hashes() {
+        assert_eq!(client_guard_name("203.0.113.7"), "ip:203.0.113.7");
+        assert!(client_guard_name("::1").contains(':'));
+    }
+
+    #[test]
+    fn one_client_guard_counts_a_whole_ipv6_64() {
+        assert_eq!(client_guard_name("2001:db8:7:8::1"), "ip:2001:db8:7:8::/64");
+        assert_eq!(client_guard_name("2001:db8:7:8:ffff::2"), client_guard_name("2001:db8:7:8::1"));
+        assert_ne!(client_guard_name("2001:db8:7:9::1"), client_guard_name("2001:db8:7:8::1"));
+        assert_eq!(client_guard_name("::ffff:203.0.113.7"), "ip:203.0.113.7");
+    }
+}

@@ -1,0 +1,32 @@
+//! Gatehouse's domain: the rules of the product contract as pure functions, the ports (the I/O
+//! the application needs, as small traits), the configuration, and the typed protocols of the
+//! two Durable Objects. No Workers types and no I/O: functions take the time (`now_ms`) and
+//! random bytes as arguments and return decisions, so every rule here is unit-tested natively.
+
+pub mod abuse;
+pub mod api_key;
+pub mod archive;
+pub mod audit;
+pub mod body;
+pub mod canonical_json;
+pub mod config;
+pub mod encoding;
+pub mod error;
+pub mod events;
+pub mod guard;
+pub mod idempotency;
+pub mod json_body;
+pub mod ledger;
+pub mod page;
+pub mod platform;
+pub mod ports;
+pub mod queue;
+pub mod rate_limit;
+pub mod resources;
+pub mod route;
+pub mod sealing;
+pub mod tagged;
+pub mod tiers;
+pub mod time;
+pub mod upstream;
+pub mod webhook;

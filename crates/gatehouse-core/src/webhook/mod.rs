@@ -1,0 +1,33 @@
+//! Webhooks (SPEC §10): subscriptions and their secrets, Standard Webhooks signatures, where a
+//! subscription may point, deliveries and their attempts, and when to try again. One file per
+//! concern; everything is used as `webhook::…`.
+
+mod delivery;
+mod destination;
+mod retry;
+mod secret;
+mod signature;
+mod subscription;
+
+pub use delivery::*;
+pub use destination::*;
+pub use retry::*;
+pub use secret::*;
+pub use signature::*;
+pub use subscription::*;
+
+/// The published test vector and a secrets key, for the tests of every part.
+#[cfg(test)]
+mod test_vectors {
+    use crate::sealing::Keyring;
+
+    /// The vector published in the README, computed with Python's `hmac` module.
+    pub const SECRET: &str = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYX";
+
+    pub fn secrets_key() -> Keyring {
+        Keyring::for_webhook_secrets(
+            &["webhook-secrets-key-of-32-bytes-len!"],
+            &["pepper-of-at-least-32-bytes-length!!"],
+        )
+    }
+}

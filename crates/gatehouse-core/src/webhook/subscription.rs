@@ -1,0 +1,175 @@
+//! A subscription: its URL, the event types it takes, its secrets during a rotation (SPEC §17).
+
+use serde_json::{json, Value};
+
+use super::secret::{signing_key, StoredSecret};
+use crate::error::ApiError;
+use crate::sealing::Keyring;
+
+/// The event types the gateway emits.
+pub const EVENT_TYPES: [&str; 4] =
+    ["contact.created", "message.created", "scenario.run.started", "release_marker.created"];
+
+/// The grammar of an event type, the built-in ones and an origin's (SPEC §15): `[a-z0-9_.]{1,64}`.
+pub fn is_event_type(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'.')
+}
+
+/// A subscription's `events`: `"*"`, the built-in types, or any type an origin may send
+/// (`[a-z0-9_.]{1,64}`, SPEC §15), each once.
+pub fn check_events(events: &[String]) -> Result<(), ApiError> {
+    let invalid = |why: String| ApiError::unprocessable(why).with_detail("field", "events");
+    if events.is_empty() {
+        return Err(invalid(r#"events must name at least one event type, or "*""#.into()));
+    }
+    for (i, e) in events.iter().enumerate() {
+        if e != "*" && !is_event_type(e) {
+            return Err(invalid(format!(
+                "event type {e:?} is not \"*\" nor 1–64 characters of a-z, 0-9, _ and . (built-in: {})",
+                EVENT_TYPES.join(", ")
+            ))
+            .with_detail("known", EVENT_TYPES.to_vec()));
+        }
+        if events[..i].contains(e) {
+            return Err(invalid(format!("{e:?} is listed twice")));
+        }
+    }
+    Ok(())
+}
+
+/// A subscription. `Debug` leaves the signing secret out.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Webhook {
+    pub id: String,
+    pub project_id: String,
+    pub url: String,
+    pub events: Vec<String>,
+    pub secret: StoredSecret,
+    /// The secret a rotation replaced, and until when attempts are signed with it too (SPEC §17).
+    pub previous_secret: Option<(StoredSecret, i64)>,
+    pub status: String,
+    pub disabled_reason: Option<String>,
+    pub created_at: i64,
+}
+
+/// The default grace of a secret rotation (SPEC §17: 24 hours), and the longest one (7 days).
+pub const DEFAULT_ROTATION_GRACE_SECONDS: u64 = 86_400;
+pub const MAX_ROTATION_GRACE_SECONDS: u64 = 604_800;
+
+impl std::fmt::Debug for Webhook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Webhook")
+            .field("id", &self.id)
+            .field("project_id", &self.project_id)
+            .field("url", &self.url)
+            .field("events", &self.events)
+            .field("secret", &"[redacted]")
+            .field("previous_secret_until", &self.previous_secret.as_ref().map(|(_, until)| until))
+            .field("status", &self.status)
+            .field("disabled_reason", &self.disabled_reason)
+            .field("created_at", &self.created_at)
+            .finish()
+    }
+}
+
+impl Webhook {
+    /// As the API shows it at `now_ms`; the (opened) secret only at creation and rotation.
+    pub fn view(&self, secret: Option<&str>, now_ms: i64) -> Value {
+        let mut v = json!({
+            "id": self.id,
+            "url": self.url,
+            "events": self.events,
+            "status": self.status,
+            "disabled_reason": self.disabled_reason,
+            "created_at": crate::time::rfc3339(self.created_at),
+            "previous_secret_expires_at": self.previous_secret_until(now_ms).map(crate::time::rfc3339),
+        });
+        if let Some(secret) = secret {
+            v["secret"] = Value::String(secret.to_owned());
+        }
+        v
+    }
+}
+
+impl Webhook {
+    /// Until when the previous secret still signs, if a rotation's grace runs at `now_ms`.
+    pub fn previous_secret_until(&self, now_ms: i64) -> Option<i64> {
+        self.previous_secret.as_ref().map(|(_, until)| *until).filter(|until| *until > now_ms)
+    }
+
+    /// The signing keys of an attempt at `now_ms`: the current secret's, then the previous one's
+    /// while its grace runs. `None` when the current secret cannot be opened; a previous secret
+    /// that cannot be opened is left out.
+    pub fn signing_keys(&self, key: &Keyring, now_ms: i64) -> Option<Vec<Vec<u8>>> {
+        let current = signing_key(&self.secret.open(key, &self.id)?)?;
+        let previous = self
+            .previous_secret
+            .as_ref()
+            .filter(|(_, until)| *until > now_ms)
+            .and_then(|(secret, _)| signing_key(&secret.open(key, &self.id)?));
+        Some(std::iter::once(current).chain(previous).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::webhook::test_vectors::*;
+    use crate::webhook::*;
+
+    #[test]
+    fn debug_output_never_prints_the_signing_secret() {
+        let hook = Webhook {
+            id: "wh_1".into(),
+            project_id: "prj_1".into(),
+            url: "https://example.com/hook".into(),
+            events: vec!["*".into()],
+            secret: StoredSecret::Plaintext(SECRET.into()),
+            previous_secret: Some((StoredSecret::Plaintext(SECRET.into()), 5)),
+            status: "active".into(),
+            disabled_reason: None,
+            created_at: 1,
+        };
+        let shown = format!("{hook:?}");
+        assert!(!shown.contains("whsec_") && shown.contains("example.com"), "{shown}");
+        let sealed = Webhook { secret: StoredSecret::seal(&secrets_key(), "wh_1", SECRET, [1; 12]), ..hook };
+        let shown = format!("{sealed:?}");
+        assert!(!shown.contains(sealed.secret.as_column()), "{shown}");
+    }
+
+    #[test]
+    fn the_previous_secret_signs_only_until_its_grace_ends() {
+        let key = secrets_key();
+        let new_secret = new_secret(&[9; 24]);
+        let hook = Webhook {
+            id: "wh_1".into(),
+            project_id: "prj_1".into(),
+            url: "https://example.com/h".into(),
+            events: vec!["*".into()],
+            secret: StoredSecret::seal(&key, "wh_1", &new_secret, [1; 12]),
+            previous_secret: Some((StoredSecret::seal(&key, "wh_1", SECRET, [2; 12]), 1_000)),
+            status: "active".into(),
+            disabled_reason: None,
+            created_at: 0,
+        };
+        let old = signing_key(SECRET).unwrap();
+        assert_eq!(hook.signing_keys(&key, 999), Some(vec![vec![9; 24], old]));
+        assert_eq!(hook.signing_keys(&key, 1_000), Some(vec![vec![9; 24]]));
+        assert_eq!(hook.previous_secret_until(999), Some(1_000));
+        assert_eq!(hook.previous_secret_until(1_000), None);
+    }
+
+    #[test]
+    fn events_are_known_types_or_star() {
+        assert!(check_events(&["*".into()]).is_ok());
+        assert!(check_events(&["contact.created".into(), "message.created".into()]).is_ok());
+        assert!(check_events(&[]).is_err());
+        // Origins send their own types (SPEC §15): any of the grammar is accepted.
+        assert!(check_events(&["order.shipped".into(), "invoice_2.paid".into()]).is_ok());
+        assert!(check_events(&["Order.Shipped".into()]).is_err());
+        assert!(check_events(&["order-shipped".into()]).is_err());
+        assert!(check_events(&["x".repeat(65)]).is_err());
+        assert!(check_events(&["*".into(), "*".into()]).is_err());
+    }
+}

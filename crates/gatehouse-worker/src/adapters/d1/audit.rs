@@ -1,0 +1,319 @@
+//! The audit log in its own database (`AUDIT_DB`): the [`AuditStore`] port — the hot tier's rows
+//! with their daily aggregates, the cold tier's object summaries, and the roll-up's slices.
+
+use wasm_bindgen::JsValue;
+use worker::D1PreparedStatement;
+
+use super::{after, int, opt_int, opt_text, text, D1Store};
+use gatehouse_core::audit::{packed_for_d1, AuditRow, DayCount, EndpointCount, LogFilter};
+use gatehouse_core::page::{Cursor, PageRequest};
+use gatehouse_core::ports::{ArchivedSlice, AuditStore, PortError};
+use gatehouse_core::tiers::ObjectSummary;
+
+const AUDIT_COLUMNS: &str = "ts, request_id, project_id, key_id, key_prefix, method, path, route, status,
+  response_bytes, response_time_ms, ip, user_agent, idempotency_key, replayed, original_request_id,
+  rate_limit_remaining, error_code";
+
+/// The `path` glob of [`gatehouse_core::audit::PathGlob`] without `LIKE` or `GLOB`, whose patterns D1
+/// caps at 50 bytes: ?5 the prefix (NULL: no filter), ?14 the suffix (NULL: the glob has no `*`,
+/// the path equals ?5), ?15 the middle parts as a JSON array, found in order by a recursive walk
+/// over what lies between prefix and suffix (each at its first occurrence after the previous).
+/// `substr`, `instr` and `length` all count characters, and `=` and `instr` are case-sensitive.
+const PATH_GLOB: &str = "(?5 IS NULL OR (
+    substr(path, 1, length(?5)) = ?5
+    AND ((?14 IS NULL AND length(path) = length(?5))
+      OR (?14 IS NOT NULL AND length(path) >= length(?5) + length(?14)
+        AND substr(path, length(path) - length(?14) + 1) = ?14
+        AND EXISTS (
+          WITH RECURSIVE walk(i, rest) AS (
+            SELECT 0, substr(path, length(?5) + 1, length(path) - length(?5) - length(?14))
+            UNION ALL
+            SELECT walk.i + 1, substr(walk.rest, instr(walk.rest, part.value) + length(part.value))
+            FROM walk JOIN json_each(?15) AS part ON part.key = walk.i
+            WHERE instr(walk.rest, part.value) > 0)
+          SELECT 1 FROM walk WHERE walk.i = json_array_length(?15))))))";
+
+impl D1Store {
+    /// A batch's rows in as few statements as D1 binds (SPEC §19): each a JSON array of at most
+    /// 2,000,000 bytes ([`packed_for_d1`]), each column read by its name (`AuditRow`'s fields are the
+    /// columns), instead of a statement of 18 bound values per row.
+    fn insert_rows_statements(&self, rows: &[AuditRow]) -> Result<Vec<D1PreparedStatement>, PortError> {
+        let values: Vec<String> =
+            AUDIT_COLUMNS.split(',').map(|c| format!("value ->> '{}'", c.trim())).collect();
+        let sql = format!(
+            "INSERT OR IGNORE INTO audit_log ({AUDIT_COLUMNS}) SELECT {} FROM json_each(?1)",
+            values.join(", ")
+        );
+        packed_for_d1(rows).iter().map(|array| self.statement(&sql, &[text(array)])).collect()
+    }
+
+    fn hot_rows_statement(
+        &self,
+        project_id: &str,
+        filter: &LogFilter,
+        page: &PageRequest,
+    ) -> Result<D1PreparedStatement, PortError> {
+        // Every filter is bound (NULL = not filtering), so the statement text never varies.
+        let (status_min, status_max) = match filter.status.map(|s| s.range()) {
+            Some((a, b)) => (int(a.into()), int(b.into())),
+            None => (JsValue::NULL, JsValue::NULL),
+        };
+        let (after_ts, after_id) = after(page.after.as_ref());
+        let glob = filter.path.as_ref();
+        self.statement(
+            &format!(
+                "SELECT {AUDIT_COLUMNS} FROM audit_log
+                 WHERE project_id = ?1
+                   AND (?2 IS NULL OR method = ?2)
+                   AND (?3 IS NULL OR status BETWEEN ?3 AND ?4)
+                   AND {PATH_GLOB}
+                   AND (?6 IS NULL OR request_id = ?6)
+                   AND (?7 IS NULL OR key_id = ?7)
+                   AND (?8 IS NULL OR idempotency_key = ?8)
+                   AND (?9 IS NULL OR ts >= ?9)
+                   AND (?10 IS NULL OR ts <= ?10)
+                   AND (?11 IS NULL OR (ts, request_id) < (?11, ?12))
+                 ORDER BY ts DESC, request_id DESC LIMIT ?13"
+            ),
+            &[
+                text(project_id),
+                opt_text(filter.method.as_deref()),
+                status_min,
+                status_max,
+                opt_text(glob.map(|g| g.prefix.as_str())),
+                opt_text(filter.request_id.as_deref()),
+                opt_text(filter.key_id.as_deref()),
+                opt_text(filter.idempotency_key.as_deref()),
+                opt_int(filter.from_ms),
+                opt_int(filter.to_ms),
+                after_ts,
+                after_id,
+                int(page.fetch_len() as i64),
+                opt_text(glob.and_then(|g| g.suffix.as_deref())),
+                opt_text(glob.map(|g| g.middle_json()).as_deref()),
+            ],
+        )
+    }
+}
+
+/// A summary as D1 keeps it: its span in columns (for the index), the whole as JSON.
+#[derive(serde::Deserialize)]
+struct SummaryRow {
+    summary: String,
+}
+
+fn summaries(rows: Vec<SummaryRow>) -> Result<Vec<ObjectSummary>, PortError> {
+    rows.into_iter().map(|r| serde_json::from_str(&r.summary).map_err(PortError::from_display)).collect()
+}
+
+/// The slice's rows, both ends inclusive: ?1 project, ?2/?3 first, ?4/?5 last.
+const SLICE: &str = "project_id IS ?1 AND ts >= ?2 AND ts <= ?4
+    AND (ts, request_id) >= (?2, ?3) AND (ts, request_id) <= (?4, ?5)";
+
+impl AuditStore for D1Store {
+    async fn insert_audit_rows(&self, rows: &[AuditRow]) -> Result<(), PortError> {
+        let log = self.log();
+        let mut statements = log.insert_rows_statements(rows)?;
+        // The rows this batch inserted are the uncounted ones (a copy already stored was ignored):
+        // they join the aggregates and are marked counted, in the same transaction.
+        statements.push(log.statement(
+            "INSERT INTO audit_daily (project_id, key_id, day, method, route, total, client_errors, server_errors)
+             SELECT project_id, key_id, date(ts / 1000, 'unixepoch'), method, coalesce(route, path), count(*),
+                    sum(status BETWEEN 400 AND 499), sum(status >= 500)
+             FROM audit_log WHERE counted = 0 AND project_id IS NOT NULL AND key_id IS NOT NULL
+             GROUP BY 1, 2, 3, 4, 5
+             ON CONFLICT (project_id, key_id, day, method, route) DO UPDATE SET
+               total = total + excluded.total,
+               client_errors = client_errors + excluded.client_errors,
+               server_errors = server_errors + excluded.server_errors",
+            &[],
+        )?);
+        statements.push(log.statement("UPDATE audit_log SET counted = 1 WHERE counted = 0", &[])?);
+        log.batch(statements).await?;
+        Ok(())
+    }
+
+    async fn log_snapshot(
+        &self,
+        project_id: &str,
+        filter: &LogFilter,
+        page: &PageRequest,
+    ) -> Result<(Vec<AuditRow>, Vec<ObjectSummary>), PortError> {
+        let log = self.log();
+        let hot = log.hot_rows_statement(project_id, filter, page)?;
+        let (after_ts, after_id) = after(page.after.as_ref());
+        let objects = log.statement(
+            "SELECT summary FROM audit_objects
+             WHERE project_id = ?1 AND (?2 IS NULL OR last_ts >= ?2) AND (?3 IS NULL OR first_ts <= ?3)
+               AND (?4 IS NULL OR (first_ts, first_id) < (?4, ?5))
+             ORDER BY last_ts DESC, last_id DESC LIMIT ?6",
+            &[
+                text(project_id),
+                opt_int(filter.from_ms),
+                opt_int(filter.to_ms),
+                after_ts,
+                after_id,
+                int(gatehouse_core::tiers::SUMMARIES_PER_PAGE as i64),
+            ],
+        )?;
+        // One batch is one snapshot: a roll-up commits before or after it, never in between.
+        let results = log.results(vec![hot, objects]).await?;
+        let rows = results[0].results::<AuditRow>().map_err(PortError::from_display)?;
+        let objects = summaries(results[1].results().map_err(PortError::from_display)?)?;
+        Ok((rows, objects))
+    }
+
+    async fn object_covering(
+        &self,
+        project_id: Option<&str>,
+        at: &Cursor,
+    ) -> Result<Option<ObjectSummary>, PortError> {
+        let rows = self
+            .log()
+            .rows(
+                "SELECT summary FROM audit_objects
+                 WHERE project_id IS ?1 AND (last_ts, last_id) >= (?2, ?3) AND (first_ts, first_id) <= (?2, ?3)
+                 ORDER BY last_ts, last_id LIMIT 1",
+                &[opt_text(project_id), int(at.ts), text(&at.id)],
+            )
+            .await?;
+        Ok(summaries(rows)?.into_iter().next())
+    }
+
+    async fn key_stats(
+        &self,
+        project_id: &str,
+        key_id: &str,
+        since_ms: i64,
+    ) -> Result<(Vec<DayCount>, Vec<EndpointCount>), PortError> {
+        const SINCE: &str = "project_id = ?1 AND key_id = ?2 AND day >= date(?3 / 1000, 'unixepoch')";
+        let args = [text(project_id), text(key_id), int(since_ms)];
+        let log = self.log();
+        let days = log.statement(
+            &format!(
+                "SELECT day, sum(total) AS total, sum(client_errors) AS client_errors,
+                        sum(server_errors) AS server_errors
+                 FROM audit_daily WHERE {SINCE} GROUP BY day ORDER BY day"
+            ),
+            &args,
+        )?;
+        let endpoints = log.statement(
+            &format!(
+                "SELECT method, route, sum(total) AS total, sum(client_errors + server_errors) AS errors
+                 FROM audit_daily WHERE {SINCE}
+                 GROUP BY method, route ORDER BY total DESC, route LIMIT 10"
+            ),
+            &args,
+        )?;
+        let results = log.results(vec![days, endpoints]).await?;
+        Ok((
+            results[0].results().map_err(PortError::from_display)?,
+            results[1].results().map_err(PortError::from_display)?,
+        ))
+    }
+
+    async fn oldest_expired(&self, before_ms: i64) -> Result<Option<(Option<String>, Cursor)>, PortError> {
+        #[derive(serde::Deserialize)]
+        struct Oldest {
+            project_id: Option<String>,
+            ts: i64,
+            request_id: String,
+        }
+        let rows: Vec<Oldest> = self
+            .log()
+            .rows(
+                "SELECT project_id, ts, request_id FROM audit_log WHERE ts < ?1
+                 ORDER BY ts, request_id LIMIT 1",
+                &[int(before_ms)],
+            )
+            .await?;
+        Ok(rows.into_iter().next().map(|r| (r.project_id, Cursor { ts: r.ts, id: r.request_id })))
+    }
+
+    async fn rows_between(
+        &self,
+        project_id: Option<&str>,
+        from: &Cursor,
+        to: &Cursor,
+        limit: usize,
+    ) -> Result<Vec<AuditRow>, PortError> {
+        // The plain `ts` bounds let the index start at `from` instead of the hour's first row.
+        self.log()
+            .rows(
+                &format!(
+                    "SELECT {AUDIT_COLUMNS} FROM audit_log
+                     WHERE project_id IS ?1 AND ts >= ?2 AND ts <= ?4
+                       AND (ts, request_id) >= (?2, ?3) AND (ts, request_id) < (?4, ?5)
+                     ORDER BY ts, request_id LIMIT ?6"
+                ),
+                &[
+                    opt_text(project_id),
+                    int(from.ts),
+                    text(&from.id),
+                    int(to.ts),
+                    text(&to.id),
+                    int(limit as i64),
+                ],
+            )
+            .await
+    }
+
+    async fn clear_slice(&self, slice: &ArchivedSlice<'_>) -> Result<usize, PortError> {
+        let log = self.log();
+        let range = [
+            opt_text(slice.project_id),
+            int(slice.first.ts),
+            text(&slice.first.id),
+            int(slice.last.ts),
+            text(&slice.last.id),
+            int(slice.count as i64),
+        ];
+        // Every statement holds only while the slice is as it was read (?6 rows): one
+        // transaction, evaluated in order, the delete last.
+        let condition = format!("(SELECT count(*) FROM audit_log WHERE {SLICE}) = ?6");
+        let mut statements = Vec::new();
+        if let Some(s) = slice.summary {
+            let json = serde_json::to_string(s).map_err(PortError::from_display)?;
+            let mut args = range.to_vec();
+            args.extend([
+                text(&s.key),
+                opt_text(s.project_id.as_deref()),
+                int(s.first_ts),
+                text(&s.first_id),
+            ]);
+            args.extend([int(s.last_ts), text(&s.last_id), int(s.rows.into()), text(&json)]);
+            statements.push(log.statement(
+                &format!(
+                    "INSERT INTO audit_objects (key, project_id, first_ts, first_id, last_ts, last_id, rows, summary)
+                     SELECT ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14 WHERE {condition}
+                     ON CONFLICT (key) DO UPDATE SET first_ts = excluded.first_ts, first_id = excluded.first_id,
+                       last_ts = excluded.last_ts, last_id = excluded.last_id, rows = excluded.rows,
+                       summary = excluded.summary"
+                ),
+                &args,
+            )?);
+        }
+        for copy in slice.copies.iter().filter(|c| c.key_id.is_some()) {
+            let mut args = range.to_vec();
+            args.extend([
+                opt_text(copy.key_id.as_deref()),
+                int(copy.ts),
+                text(&copy.method),
+                text(copy.route.as_deref().unwrap_or(&copy.path)),
+                int(copy.status.into()),
+            ]);
+            statements.push(log.statement(
+                &format!(
+                    "UPDATE audit_daily SET total = total - 1,
+                       client_errors = client_errors - (?11 BETWEEN 400 AND 499), server_errors = server_errors - (?11 >= 500)
+                     WHERE project_id IS ?1 AND key_id = ?7 AND day = date(?8 / 1000, 'unixepoch') AND method = ?9
+                       AND route = ?10 AND {condition}"
+                ),
+                &args,
+            )?);
+        }
+        statements
+            .push(log.statement(&format!("DELETE FROM audit_log WHERE {SLICE} AND {condition}"), &range)?);
+        Ok(log.batch(statements).await?.last().copied().unwrap_or(0))
+    }
+}

@@ -1,0 +1,502 @@
+//! Subscriptions, deliveries and attempts: the [`WebhookStore`] port.
+
+use wasm_bindgen::JsValue;
+
+use super::{after, int, opt_int, opt_text, result_ids, text, D1Store};
+use crate::adapters::deadline::within;
+use gatehouse_core::page::PageRequest;
+use gatehouse_core::platform::deadline;
+use gatehouse_core::ports::{Meter, OriginEvent, OriginEventRecord, PortError, WebhookStore};
+use gatehouse_core::webhook::{Attempt, Delivery, StoredSecret, Webhook, INTERRUPTED_ATTEMPT};
+
+const WEBHOOK_COLUMNS: &str = "id, project_id, url, events, secret, status, disabled_reason, created_at,
+  previous_secret, previous_secret_until";
+const DELIVERY_COLUMNS: &str =
+    "id, project_id, webhook_id, event_id, event, payload, request_id, status, attempts, schedule_from,
+  scheduled_at, last_response_code, last_error, created_at, updated_at";
+
+/// A subscription as SQLite returns it (`events` is JSON text).
+#[derive(serde::Deserialize)]
+struct WebhookRecord {
+    id: String,
+    project_id: String,
+    url: String,
+    events: String,
+    secret: String,
+    status: String,
+    disabled_reason: Option<String>,
+    created_at: i64,
+    previous_secret: Option<String>,
+    previous_secret_until: Option<i64>,
+}
+
+impl WebhookRecord {
+    fn into_webhook(self) -> Result<Webhook, PortError> {
+        Ok(Webhook {
+            events: serde_json::from_str(&self.events).map_err(PortError::from_display)?,
+            id: self.id,
+            project_id: self.project_id,
+            url: self.url,
+            secret: StoredSecret::from_column(self.secret),
+            previous_secret: self
+                .previous_secret
+                .map(StoredSecret::from_column)
+                .zip(self.previous_secret_until),
+            status: self.status,
+            disabled_reason: self.disabled_reason,
+            created_at: self.created_at,
+        })
+    }
+}
+
+impl D1Store {
+    async fn webhook_rows(&self, sql: &str, args: &[JsValue]) -> Result<Vec<Webhook>, PortError> {
+        let rows: Vec<WebhookRecord> = self.rows(sql, args).await?;
+        rows.into_iter().map(WebhookRecord::into_webhook).collect()
+    }
+
+    async fn attempts_of(&self, delivery_ids: &[String]) -> Result<Vec<Attempt>, PortError> {
+        if delivery_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids = serde_json::to_string(delivery_ids).map_err(PortError::from_display)?;
+        self.rows(
+            "SELECT * FROM webhook_attempts WHERE delivery_id IN (SELECT value FROM json_each(?1))
+             ORDER BY delivery_id, attempt",
+            &[text(&ids)],
+        )
+        .await
+    }
+}
+
+impl WebhookStore for D1Store {
+    async fn create_webhook(&self, w: &Webhook) -> Result<Webhook, PortError> {
+        let events = serde_json::to_string(&w.events).map_err(PortError::from_display)?;
+        // Create-or-find by id (see `Resources`): answers the row as stored.
+        let rows = self
+            .webhook_rows(
+                &format!(
+                    "INSERT INTO webhooks ({WEBHOOK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL, NULL)
+                 ON CONFLICT (id) DO UPDATE SET id = excluded.id RETURNING {WEBHOOK_COLUMNS}"
+                ),
+                &[
+                    text(&w.id),
+                    text(&w.project_id),
+                    text(&w.url),
+                    text(&events),
+                    text(w.secret.as_column()),
+                    text(&w.status),
+                    opt_text(w.disabled_reason.as_deref()),
+                    int(w.created_at),
+                ],
+            )
+            .await?;
+        rows.into_iter().next().ok_or_else(|| PortError("the subscription insert answered no row".into()))
+    }
+
+    async fn webhooks(&self, project_id: &str) -> Result<Vec<Webhook>, PortError> {
+        self.webhook_rows(
+            &format!(
+                "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE project_id = ?1 AND status <> 'deleted'
+                 ORDER BY created_at DESC, id DESC"
+            ),
+            &[text(project_id)],
+        )
+        .await
+    }
+
+    async fn webhook(&self, project_id: &str, id: &str) -> Result<Option<Webhook>, PortError> {
+        let rows = self
+            .webhook_rows(
+                &format!(
+                    "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE id = ?1 AND project_id = ?2 AND status <> 'deleted'"
+                ),
+                &[text(id), text(project_id)],
+            )
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    async fn delete_webhook(&self, project_id: &str, id: &str, now_ms: i64) -> Result<bool, PortError> {
+        let args = [text(id), text(project_id), int(now_ms)];
+        let delete = self.statement(
+            "UPDATE webhooks SET status = 'deleted' WHERE id = ?1 AND project_id = ?2 AND status <> 'deleted'",
+            &args[..2],
+        )?;
+        let fail_pending = self.statement(
+            "UPDATE webhook_deliveries SET status = 'failed', last_error = 'subscription deleted',
+               retry_requested = 0, updated_at = ?3
+             WHERE webhook_id = ?1 AND project_id = ?2 AND status = 'pending'",
+            &args,
+        )?;
+        Ok(self.batch(vec![delete, fail_pending]).await?.first() == Some(&1))
+    }
+
+    async fn rotate_secret(
+        &self,
+        project_id: &str,
+        id: &str,
+        secret: &StoredSecret,
+        previous_until_ms: i64,
+        replaces: &StoredSecret,
+    ) -> Result<Option<Webhook>, PortError> {
+        // One statement: the replaced secret moves to `previous_secret` as it is stored (sealed),
+        // only while it is the one the rotation read.
+        let rows = self
+            .webhook_rows(
+                &format!(
+                    "UPDATE webhooks SET previous_secret = secret, previous_secret_until = ?4, secret = ?3
+                     WHERE id = ?1 AND project_id = ?2 AND status <> 'deleted' AND secret = ?5
+                     RETURNING {WEBHOOK_COLUMNS}"
+                ),
+                &[
+                    text(id),
+                    text(project_id),
+                    text(secret.as_column()),
+                    int(previous_until_ms),
+                    text(replaces.as_column()),
+                ],
+            )
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    async fn enable_webhook(&self, project_id: &str, id: &str) -> Result<Option<Webhook>, PortError> {
+        let rows = self
+            .webhook_rows(
+                &format!(
+                    "UPDATE webhooks SET status = 'active', disabled_reason = NULL
+                     WHERE id = ?1 AND project_id = ?2 AND status <> 'deleted'
+                     RETURNING {WEBHOOK_COLUMNS}"
+                ),
+                &[text(id), text(project_id)],
+            )
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    async fn recover_deliveries(
+        &self,
+        project_id: &str,
+        webhook_id: &str,
+        since_ms: i64,
+        now_ms: i64,
+    ) -> Result<Vec<String>, PortError> {
+        self.ids(
+            "UPDATE webhook_deliveries SET status = 'pending', scheduled_at = ?4, schedule_from = attempts,
+               retry_requested = 0, swept_at = NULL, updated_at = ?4
+             WHERE webhook_id = ?1 AND project_id = ?2 AND status = 'failed' AND created_at >= ?3
+             RETURNING id",
+            &[text(webhook_id), text(project_id), int(since_ms), int(now_ms)],
+        )
+        .await
+    }
+
+    async fn deliveries(
+        &self,
+        webhook_id: &str,
+        status: Option<&str>,
+        page: &PageRequest,
+    ) -> Result<(Vec<Delivery>, Vec<Attempt>), PortError> {
+        let (ts, id) = after(page.after.as_ref());
+        let deliveries: Vec<Delivery> = self
+            .rows(
+                &format!(
+                    "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries
+                     WHERE webhook_id = ?1 AND (?2 IS NULL OR status = ?2)
+                       AND (?3 IS NULL OR (created_at, id) < (?3, ?4))
+                     ORDER BY created_at DESC, id DESC LIMIT ?5"
+                ),
+                &[text(webhook_id), opt_text(status), ts, id, int(page.fetch_len() as i64)],
+            )
+            .await?;
+        let ids: Vec<String> = deliveries.iter().map(|d| d.id.clone()).collect();
+        Ok((deliveries, self.attempts_of(&ids).await?))
+    }
+
+    async fn delivery(
+        &self,
+        project_id: &str,
+        id: &str,
+    ) -> Result<Option<(Delivery, Vec<Attempt>)>, PortError> {
+        let rows: Vec<Delivery> = self
+            .rows(
+                &format!(
+                    "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries WHERE id = ?1 AND project_id = ?2"
+                ),
+                &[text(id), text(project_id)],
+            )
+            .await?;
+        match rows.into_iter().next() {
+            Some(d) => {
+                let attempts = self.attempts_of(std::slice::from_ref(&d.id)).await?;
+                Ok(Some((d, attempts)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    async fn reschedule(&self, project_id: &str, id: &str, now_ms: i64) -> Result<bool, PortError> {
+        // The hold (`locked_until`) is left alone: an attempt in flight sees `retry_requested`.
+        let update = self.statement(
+            "UPDATE webhook_deliveries SET status = 'pending', scheduled_at = ?3, updated_at = ?3,
+               retry_requested = CASE WHEN locked_until >= ?3 THEN 1 ELSE 0 END
+             WHERE id = ?1 AND project_id = ?2",
+            &[text(id), text(project_id), int(now_ms)],
+        )?;
+        Ok(self.batch(vec![update]).await? == [1])
+    }
+
+    async fn take_delivery(
+        &self,
+        id: &str,
+        now_ms: i64,
+        until_ms: i64,
+        max_attempts: u32,
+    ) -> Result<Option<(Delivery, Webhook)>, PortError> {
+        const TAKEABLE: &str = "id = ?1 AND status = 'pending' AND scheduled_at <= ?2
+            AND (locked_until IS NULL OR locked_until < ?2)";
+        let args = [text(id), int(now_ms), int(until_ms)];
+        let statements = vec![
+            // An earlier attempt whose hold ran out unrecorded: its number gets a row saying so.
+            self.statement(
+                &format!(
+                    "INSERT OR IGNORE INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms, error)
+                     SELECT id, attempts, attempt_started_at, locked_until - attempt_started_at, ?3
+                     FROM webhook_deliveries
+                     WHERE {TAKEABLE} AND locked_until IS NOT NULL AND attempts > 0
+                       AND attempt_started_at IS NOT NULL"
+                ),
+                &[text(id), int(now_ms), text(INTERRUPTED_ATTEMPT)],
+            )?,
+            // That attempt was the schedule's last: the delivery fails, with no further attempt.
+            self.statement(
+                &format!(
+                    "UPDATE webhook_deliveries SET status = 'failed', locked_until = NULL, retry_requested = 0,
+                       last_error = ?3, updated_at = ?2
+                     WHERE {TAKEABLE} AND locked_until IS NOT NULL AND attempts - schedule_from >= ?4"
+                ),
+                &[text(id), int(now_ms), text(INTERRUPTED_ATTEMPT), int(max_attempts.into())],
+            )?,
+            // A subscription deleted or disabled since: the delivery fails, with no attempt.
+            self.statement(
+                &format!(
+                    "UPDATE webhook_deliveries SET status = 'failed', locked_until = NULL, retry_requested = 0,
+                       last_error = 'subscription ' || (SELECT w.status FROM webhooks w WHERE w.id = webhook_id),
+                       updated_at = ?2
+                     WHERE {TAKEABLE}
+                       AND (SELECT w.status FROM webhooks w WHERE w.id = webhook_id) <> 'active'"
+                ),
+                &args[..2],
+            )?,
+            // The take: a hold, and the next attempt number, in one statement.
+            self.statement(
+                &format!(
+                    "UPDATE webhook_deliveries SET attempts = attempts + 1, locked_until = ?3,
+                       attempt_started_at = ?2, retry_requested = 0
+                     WHERE {TAKEABLE}
+                     RETURNING {DELIVERY_COLUMNS}"
+                ),
+                &args,
+            )?,
+            self.statement(
+                &format!(
+                    "SELECT {WEBHOOK_COLUMNS} FROM webhooks
+                     WHERE id = (SELECT webhook_id FROM webhook_deliveries WHERE id = ?1)"
+                ),
+                &args[..1],
+            )?,
+        ];
+        Meter::count(&self.meter.d1_queries);
+        let batch = async { self.db.batch(statements).await.map_err(PortError::from_display) };
+        let results = within(deadline::D1_MS, "D1 batch", batch).await?;
+        let taken: Vec<Delivery> = results[3].results().map_err(PortError::from_display)?;
+        let Some(delivery) = taken.into_iter().next() else { return Ok(None) };
+        let hooks: Vec<WebhookRecord> = results[4].results().map_err(PortError::from_display)?;
+        match hooks.into_iter().next() {
+            Some(hook) => Ok(Some((delivery, hook.into_webhook()?))),
+            None => Err(PortError(format!("delivery {id} has no subscription"))),
+        }
+    }
+
+    async fn record_attempt(
+        &self,
+        a: &Attempt,
+        status: &str,
+        disable_subscription: bool,
+    ) -> Result<Option<i64>, PortError> {
+        let now = a.started_at + a.duration_ms;
+        let mut statements = vec![
+            // A real outcome replaces an "interrupted" row written after this attempt's hold ran out.
+            self.statement(
+                "INSERT OR REPLACE INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms,
+                   response_code, response_excerpt, error, next_retry_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                &[
+                    text(&a.delivery_id),
+                    int(a.attempt.into()),
+                    int(a.started_at),
+                    int(a.duration_ms),
+                    opt_int(a.response_code.map(i64::from)),
+                    opt_text(a.response_excerpt.as_deref()),
+                    opt_text(a.error.as_deref()),
+                    opt_int(a.next_retry_at),
+                ],
+            )?,
+            // Only while this attempt holds the delivery and it is pending (a subscription deleted
+            // meanwhile wins); a manual retry requested meanwhile makes it due now.
+            self.statement(
+                "UPDATE webhook_deliveries SET
+                   status = CASE WHEN retry_requested = 1 AND ?2 = 'failed' THEN 'pending' ELSE ?2 END,
+                   scheduled_at = CASE WHEN retry_requested = 1 AND ?2 <> 'delivered' THEN ?7
+                                       ELSE coalesce(?4, scheduled_at) END,
+                   locked_until = NULL, retry_requested = 0, last_response_code = ?5, last_error = ?6,
+                   updated_at = ?7
+                 WHERE id = ?1 AND attempts = ?3 AND status = 'pending' AND locked_until IS NOT NULL",
+                &[
+                    text(&a.delivery_id),
+                    text(status),
+                    int(a.attempt.into()),
+                    opt_int(a.next_retry_at),
+                    opt_int(a.response_code.map(i64::from)),
+                    opt_text(a.error.as_deref()),
+                    int(now),
+                ],
+            )?,
+        ];
+        if disable_subscription {
+            let args = [text(&a.delivery_id), int(now)];
+            statements.push(self.statement(
+                "UPDATE webhooks SET status = 'disabled', disabled_reason = 'the receiver answered 410 Gone'
+                 WHERE id = (SELECT webhook_id FROM webhook_deliveries WHERE id = ?1) AND status = 'active'",
+                &args[..1],
+            )?);
+            statements.push(self.statement(
+                "UPDATE webhook_deliveries SET status = 'failed', retry_requested = 0,
+                   last_error = 'the subscription was disabled (410 Gone)', updated_at = ?2
+                 WHERE webhook_id = (SELECT webhook_id FROM webhook_deliveries WHERE id = ?1) AND status = 'pending'",
+                &args,
+            )?);
+        }
+        statements.push(self.statement(
+            "SELECT scheduled_at FROM webhook_deliveries
+             WHERE id = ?1 AND status = 'pending' AND locked_until IS NULL",
+            &[text(&a.delivery_id)],
+        )?);
+        Meter::count(&self.meter.d1_queries);
+        let batch = async { self.db.batch(statements).await.map_err(PortError::from_display) };
+        let results = within(deadline::D1_MS, "D1 batch", batch).await?;
+        #[derive(serde::Deserialize)]
+        struct Due {
+            scheduled_at: i64,
+        }
+        let due: Vec<Due> =
+            results.last().map_or(Ok(Vec::new()), |r| r.results()).map_err(PortError::from_display)?;
+        Ok(due.first().map(|d| d.scheduled_at))
+    }
+
+    async fn record_origin_event(&self, e: &OriginEvent) -> Result<OriginEventRecord, PortError> {
+        // One batch: the request that names the event id (kept once, ?7 NULL without a key), the
+        // deliveries (once per subscription and event id, and only for that request), then the
+        // project, every delivery of the event (an earlier call's included) and the request kept.
+        let named_by_this_request = "(?7 IS NULL OR EXISTS (SELECT 1 FROM origin_events
+             WHERE project_id = ?1 AND event_id = ?2 AND request = ?7))";
+        let statements = vec![
+            self.statement(
+                "INSERT OR IGNORE INTO origin_events (project_id, event_id, request, created_at)
+                 SELECT ?1, ?2, ?3, ?4 WHERE ?3 IS NOT NULL AND EXISTS (SELECT 1 FROM projects WHERE id = ?1)",
+                &[text(&e.project_id), text(&e.event_id), opt_text(e.request.as_deref()), int(e.created_at)],
+            )?,
+            self.statement(
+                &format!(
+                    "INSERT OR IGNORE INTO webhook_deliveries (id, project_id, webhook_id, event_id, event, payload,
+                       request_id, status, attempts, scheduled_at, created_at, updated_at)
+                     SELECT 'dlv_' || lower(hex(randomblob(13))), ?1, w.id, ?2, ?3, ?4, ?5, 'pending', 0, ?6, ?6, ?6
+                     FROM webhooks w
+                     WHERE w.project_id = ?1 AND w.status = 'active'
+                       AND EXISTS (SELECT 1 FROM json_each(w.events) WHERE value IN ('*', ?3))
+                       AND {named_by_this_request}"
+                ),
+                &[
+                    text(&e.project_id),
+                    text(&e.event_id),
+                    text(&e.event_type),
+                    text(&e.payload),
+                    text(&e.request_id),
+                    int(e.created_at),
+                    opt_text(e.request.as_deref()),
+                ],
+            )?,
+            self.statement("SELECT id FROM projects WHERE id = ?1", &[text(&e.project_id)])?,
+            self.statement(
+                "SELECT id FROM webhook_deliveries WHERE project_id = ?1 AND event_id = ?2",
+                &[text(&e.project_id), text(&e.event_id)],
+            )?,
+            self.statement(
+                "SELECT request AS id FROM origin_events WHERE project_id = ?1 AND event_id = ?2",
+                &[text(&e.project_id), text(&e.event_id)],
+            )?,
+        ];
+        let results = self.results(statements).await?;
+        if result_ids(&results[2])?.is_empty() {
+            return Ok(OriginEventRecord::NoSuchProject);
+        }
+        let kept = result_ids(&results[4])?;
+        if e.request.as_ref().is_some_and(|request| kept.first().is_some_and(|k| k != request)) {
+            return Ok(OriginEventRecord::Reused);
+        }
+        result_ids(&results[3]).map(OriginEventRecord::Recorded)
+    }
+
+    async fn secrets_to_reseal(
+        &self,
+        current_prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, StoredSecret)>, PortError> {
+        #[derive(serde::Deserialize)]
+        struct Stored {
+            id: String,
+            secret: String,
+        }
+        let rows: Vec<Stored> = self
+            .rows(
+                "SELECT id, secret FROM webhooks WHERE substr(secret, 1, length(?1)) <> ?1 LIMIT ?2",
+                &[text(current_prefix), int(limit as i64)],
+            )
+            .await?;
+        Ok(rows.into_iter().map(|r| (r.id, StoredSecret::from_column(r.secret))).collect())
+    }
+
+    async fn reseal_secret(
+        &self,
+        id: &str,
+        stored: &StoredSecret,
+        sealed: &StoredSecret,
+    ) -> Result<(), PortError> {
+        let statement = self.statement(
+            "UPDATE webhooks SET secret = ?3 WHERE id = ?1 AND secret = ?2",
+            &[text(id), text(stored.as_column()), text(sealed.as_column())],
+        )?;
+        self.batch(vec![statement]).await.map(drop)
+    }
+
+    async fn overdue_deliveries(
+        &self,
+        due_before_ms: i64,
+        now_ms: i64,
+        swept_before_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<String>, PortError> {
+        self.ids(
+            "UPDATE webhook_deliveries SET swept_at = ?2
+             WHERE id IN (
+               SELECT id FROM webhook_deliveries
+               WHERE status = 'pending' AND scheduled_at <= ?1 AND (locked_until IS NULL OR locked_until < ?2)
+                 AND (swept_at IS NULL OR swept_at < ?3)
+               ORDER BY scheduled_at LIMIT ?4)
+             RETURNING id",
+            &[int(due_before_ms), int(now_ms), int(swept_before_ms), int(limit as i64)],
+        )
+        .await
+    }
+}

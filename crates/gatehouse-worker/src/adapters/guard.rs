@@ -1,0 +1,93 @@
+//! The [`KeyGuard`] port over the `KEY_GUARD` Durable Object namespace: one RPC call (`ask`) each.
+
+use std::rc::Rc;
+
+use worker::ObjectNamespace;
+
+use super::durable;
+use gatehouse_core::api_key::{KeyRecord, RefusalReason, Scope};
+use gatehouse_core::guard::protocol::{
+    client_guard_name, Apply, Ask, Authorize, Authorized, CompleteClaim, Decided, Denied, HeldResponse, Ping,
+    RecordAuthFailure, ReleaseClaim, TakeClaim, HEALTH_OBJECT,
+};
+use gatehouse_core::idempotency::{ClaimDecision, KeptResponse};
+use gatehouse_core::ports::{Admission, Authorization, ClaimRequest, KeyGuard, Meter, PortError};
+use gatehouse_core::rate_limit::{Usage, Verdict};
+
+pub struct GuardClient {
+    namespace: ObjectNamespace,
+    meter: Rc<Meter>,
+}
+
+impl GuardClient {
+    pub fn new(namespace: ObjectNamespace, meter: Rc<Meter>) -> Self {
+        Self { namespace, meter }
+    }
+
+    async fn ask<C: Ask>(&self, object_name: &str, command: C) -> Result<C::Answer, PortError> {
+        durable::ask(&self.namespace, &self.meter, object_name, &command.into()).await
+    }
+}
+
+impl KeyGuard for GuardClient {
+    async fn authorize(
+        &self,
+        key_hash: &str,
+        scope: Scope,
+        claim: Option<&ClaimRequest>,
+    ) -> Result<Authorization, PortError> {
+        let command = Authorize { key_hash: key_hash.to_owned(), scope, claim: claim.cloned() };
+        // The guard's own D1 loads count against this request's budget too (SPEC §12).
+        let (authorization, d1_queries) = match self.ask(key_hash, command).await? {
+            Authorized::Decided(Decided { key, verdict, usage, claim, d1_queries }) => {
+                (Authorization::Admitted(Box::new(Admission { key, verdict, usage, claim })), d1_queries)
+            }
+            Authorized::Denied(Denied { key, reason, d1_queries }) => {
+                // A record without a reason comes from a guard of the previous version: revoked.
+                let reason = reason.unwrap_or(RefusalReason::Revoked);
+                (Authorization::Denied(key.map(|key| (Box::new(key), reason))), d1_queries)
+            }
+        };
+        self.meter.d1_queries.set(self.meter.d1_queries.get() + d1_queries);
+        Ok(authorization)
+    }
+
+    async fn take_claim(&self, principal: &str, claim: &ClaimRequest) -> Result<ClaimDecision, PortError> {
+        self.ask(principal, TakeClaim { claim: claim.clone() }).await
+    }
+
+    async fn complete_claim(
+        &self,
+        key_hash: &str,
+        claim: &ClaimRequest,
+        response: &KeptResponse,
+    ) -> Result<bool, PortError> {
+        let command = CompleteClaim { claim: claim.clone(), response: response.clone() };
+        Ok(self.ask(key_hash, command).await?.completed)
+    }
+
+    async fn release_claim(&self, key_hash: &str, claim: &ClaimRequest) -> Result<(), PortError> {
+        self.ask(key_hash, ReleaseClaim { claim: claim.clone() }).await.map(drop)
+    }
+
+    async fn held_response(
+        &self,
+        key_hash: &str,
+        idempotency_key: &str,
+    ) -> Result<Option<KeptResponse>, PortError> {
+        self.ask(key_hash, HeldResponse { idempotency_key: idempotency_key.to_owned() }).await
+    }
+
+    async fn apply(&self, key: &KeyRecord, undo: Option<i64>) -> Result<(), PortError> {
+        self.ask(&key.key_hash, Apply { key: key.clone(), undo }).await.map(drop)
+    }
+
+    async fn ping(&self) -> Result<(), PortError> {
+        self.ask(HEALTH_OBJECT, Ping {}).await.map(drop)
+    }
+
+    async fn record_auth_failure(&self, client_ip: &str) -> Result<(Verdict, Usage), PortError> {
+        let answer = self.ask(&client_guard_name(client_ip), RecordAuthFailure {}).await?;
+        Ok((answer.verdict, answer.usage))
+    }
+}

@@ -1,0 +1,324 @@
+//! The worker's only entry points. Each builds the adapters from `Env` and delegates.
+
+use std::cell::{OnceCell, RefCell};
+use std::rc::Rc;
+
+use wasm_bindgen::{JsCast, JsValue};
+use worker::{
+    console_error, console_log, event, Bucket, Context, Date, Env, KvStore, MessageBatch, MessageExt,
+    ObjectNamespace, Queue, QueueRetryOptionsBuilder, Result, ScheduleContext, ScheduledEvent,
+};
+
+use crate::adapters::archive::{self, R2Archive};
+use crate::adapters::audit::{self as audit_queue, AuditQueue};
+use crate::adapters::d1::D1Store;
+use crate::adapters::env::config;
+use crate::adapters::events::{self, LedgerClient, QueueSink};
+use crate::adapters::guard::GuardClient;
+use crate::adapters::kv::{self, KvResponses};
+use crate::adapters::origin::OriginClient;
+use crate::adapters::redrive::QueueRedrive;
+use crate::adapters::webhooks::{self as webhook_queue, FetchClient, WebhookQueue};
+use crate::http;
+use gatehouse_app::outbox::{Coalesced, Outbox, Pause};
+use gatehouse_app::queues::{Disposition, Incoming};
+use gatehouse_app::{self as app, Gateway};
+use gatehouse_core::abuse::AbuseMemory;
+use gatehouse_core::audit::{clipped_len, PATH_MAX};
+use gatehouse_core::config::Config;
+use gatehouse_core::error::ApiError;
+use gatehouse_core::ports::{Meter, Ports};
+use gatehouse_core::route::path_and_query;
+use gatehouse_core::upstream::match_upstream;
+use gatehouse_core::{guard, ledger};
+
+/// The ports over Cloudflare's bindings.
+struct Cloudflare;
+
+impl Ports for Cloudflare {
+    type Guard = GuardClient;
+    type Store = D1Store;
+    type Responses = KvResponses;
+    type Ledger = LedgerClient;
+    type Events = QueueSink;
+    type Archive = R2Archive;
+    type Deliveries = WebhookQueue;
+    type Audit = Coalesced<AuditQueue, Timer>;
+    type DeadLetters = D1Store;
+    type Redrive = QueueRedrive;
+    type Origin = OriginClient;
+}
+
+thread_local! {
+    /// The isolate's memory of abusive traffic, shared by every request it serves.
+    static MEMORY: Rc<RefCell<AbuseMemory>> = Rc::default();
+    /// The isolate's audit rows waiting for a send: concurrent requests share one.
+    static OUTBOX: Rc<Outbox> = Rc::default();
+    /// The bindings, looked up by the isolate's first request.
+    static BINDINGS: OnceCell<Bindings> = const { OnceCell::new() };
+}
+
+/// The request's own timer (`setTimeout`).
+struct Timer;
+
+impl Pause for Timer {
+    fn pause(&self, ms: u64) -> impl std::future::Future<Output = ()> {
+        pause(ms)
+    }
+}
+
+/// The bindings a request uses, looked up once per isolate like the configuration: each lookup
+/// is several calls into JavaScript (the property, its constructor's name), thirteen per request
+/// before. Bindings are not tied to a request, so every request of the isolate shares them.
+#[derive(Clone)]
+struct Bindings {
+    guard: ObjectNamespace,
+    ledger: ObjectNamespace,
+    db: JsValue,
+    audit_db: JsValue,
+    kv: KvStore,
+    events: Queue,
+    deliveries: Queue,
+    audit: Queue,
+    archive: Bucket,
+}
+
+fn bindings(env: &Env) -> Result<Bindings> {
+    if let Some(b) = BINDINGS.with(|cell| cell.get().cloned()) {
+        return Ok(b);
+    }
+    let found = Bindings {
+        guard: env.durable_object(guard::protocol::BINDING)?,
+        ledger: env.durable_object(ledger::protocol::BINDING)?,
+        db: env.d1("DB")?.into(),
+        audit_db: env.d1(AUDIT_DB)?.into(),
+        kv: env.kv(kv::BINDING)?,
+        events: env.queue(events::QUEUE_BINDING)?,
+        deliveries: env.queue(webhook_queue::QUEUE_BINDING)?,
+        audit: env.queue(audit_queue::QUEUE_BINDING)?,
+        archive: env.bucket(archive::BINDING)?,
+    };
+    Ok(BINDINGS.with(|cell| cell.get_or_init(|| found).clone()))
+}
+
+fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gateway<'static, Cloudflare>> {
+    let b = bindings(env)?;
+    Ok(Gateway {
+        config,
+        guard: GuardClient::new(b.guard, meter.clone()),
+        store: D1Store::new(b.db.clone().unchecked_into(), meter.clone())
+            .with_audit_log(b.audit_db.unchecked_into()),
+        responses: KvResponses::new(b.kv, config.idempotency_ttl_seconds, meter.clone()),
+        ledger: LedgerClient::new(b.ledger, meter.clone()),
+        events: QueueSink::new(b.events.clone()),
+        archive: R2Archive::new(b.archive),
+        deliveries: WebhookQueue::new(b.deliveries.clone()),
+        audit: Coalesced {
+            outbox: OUTBOX.with(Rc::clone),
+            inner: AuditQueue::new(b.audit.clone()),
+            timer: Timer,
+        },
+        dead_letters: D1Store::new(b.db.unchecked_into(), meter.clone()),
+        redrive: QueueRedrive { audit: b.audit, events: b.events, webhooks: b.deliveries },
+        origin: OriginClient::new(env.clone()),
+        memory: MEMORY.with(Rc::clone),
+    })
+}
+
+/// The D1 store: keys and resources in `DB`, the audit log in `AUDIT_DB`.
+fn store(env: &Env, meter: &Rc<Meter>) -> Result<D1Store> {
+    Ok(D1Store::new(env.d1("DB")?, meter.clone()).with_audit_log(env.d1(AUDIT_DB)?))
+}
+
+const AUDIT_DB: &str = "AUDIT_DB";
+
+/// Sleeps `ms` milliseconds (an audit row waiting for a send, the tries of a notice after the
+/// response).
+fn pause(ms: u64) -> worker::Delay {
+    worker::Delay::from(std::time::Duration::from_millis(ms))
+}
+
+fn now_ms() -> i64 {
+    Date::now().as_millis() as i64
+}
+
+#[event(fetch)]
+async fn fetch(req: web_sys::Request, env: Env, ctx: Context) -> Result<web_sys::Response> {
+    let started = now_ms();
+    let meter = Rc::new(Meter::default());
+    let head = http::RequestHead::of(&req);
+    let method = head.method.clone();
+    let (path, query) = path_and_query(&head.url).map_err(|e| worker::Error::RustError(e.to_string()))?;
+    // One gateway per request: it answers, then finishes the work after the response.
+    let (mut api, finisher, log_every_request) = match config(&env) {
+        Ok(config) => {
+            let gateway = gateway(&env, config, &meter)?;
+            let forwards = |path: &str| match_upstream(&config.upstreams, path).is_some();
+            let request = http::api_request(&req, head, path.clone(), query, started, forwards);
+            (gateway.handle(request).await, Some(gateway), config.log_every_request)
+        }
+        Err(e) => (app::failure(ApiError::internal(e.to_string()), &method, &path, started), None, true),
+    };
+    api.audit.response_time_ms = now_ms() - started;
+    if let Some(note) = &api.internal_error {
+        console_error!("request {}: {note}", api.request_id);
+    }
+    // A line per request (`REQUEST_LOG=all`) or per server error: what it cost in I/O before the
+    // response (SPEC §12 budget).
+    if log_every_request || api.status >= 500 {
+        console_log!(
+            r#"{{"request_id":"{}","method":"{method}","path":{:?},"status":{},"ms":{},"durable_object_calls":{},"d1_queries":{},"kv_operations":{}}}"#,
+            api.request_id,
+            &path[..clipped_len(&path, PATH_MAX)],
+            api.status,
+            api.audit.response_time_ms,
+            meter.durable_object_calls.get(),
+            meter.d1_queries.get(),
+            meter.kv_operations.get(),
+        );
+    }
+    // After the response: the audit row, webhook deliveries, the claim's settlement, confirmations
+    // (the meter's line is written: what they cost is not the request's budget).
+    let after = api.after_response();
+    match finisher {
+        Some(gateway) => ctx.wait_until(async move {
+            for line in gateway.finish(after, pause).await {
+                console_error!("{line}");
+            }
+        }),
+        None => {
+            console_error!("request {}: nothing done after the response (no configuration)", after.request_id)
+        }
+    }
+    http::response(api)
+}
+
+/// A number in [-1, 1] for the retry schedule's jitter.
+fn jitter() -> f64 {
+    let [a, b] = app::random::<2>();
+    f64::from(u16::from_be_bytes([a, b])) / f64::from(u16::MAX) * 2.0 - 1.0
+}
+
+/// Every queue and dead-letter queue: `app::queues::consume` decides per message, this acks or
+/// retries each as told (all at once when every message is acked).
+#[event(queue)]
+async fn queue(batch: MessageBatch<String>, env: Env, _ctx: Context) -> Result<()> {
+    let config = config(&env).map_err(|e| worker::Error::RustError(e.to_string()))?;
+    let store = store(&env, &Rc::default())?;
+    let deliveries = WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING)?);
+    let name = batch.queue();
+    let messages: Vec<_> = batch.raw_iter().collect();
+    let incoming: Vec<Incoming> = messages
+        .iter()
+        .map(|m| {
+            // Our producers send strings; anything else is kept as its JSON text.
+            let body = m.body();
+            let body = body.as_string().unwrap_or_else(|| {
+                js_sys::JSON::stringify(&body).map(String::from).unwrap_or_else(|_| format!("{body:?}"))
+            });
+            Incoming { id: m.id(), body, sent_ms: m.timestamp().as_millis() as i64 }
+        })
+        .collect();
+    let dispatch = |id: String| {
+        let (store, deliveries) = (&store, &deliveries);
+        async move { app::dispatch(store, deliveries, &FetchClient, config, &id, now_ms, jitter()).await }
+    };
+    let dispositions =
+        app::queues::consume(&store, &store, &name, &incoming, dispatch, config.queue_retry, now_ms()).await;
+    // The usual case in one call instead of one per message.
+    if dispositions.iter().all(|disposition| matches!(disposition, Disposition::Ack)) {
+        batch.ack_all();
+        return Ok(());
+    }
+    for ((message, incoming), disposition) in messages.iter().zip(&incoming).zip(dispositions) {
+        match disposition {
+            Disposition::Ack => message.ack(),
+            Disposition::Retry { delay_seconds, error } => {
+                console_error!(
+                    "queue {name}: message {} failed, retried in {delay_seconds} s: {error}",
+                    incoming.id
+                );
+                message.retry_with_options(
+                    &QueueRetryOptionsBuilder::new().with_delay_seconds(delay_seconds).build(),
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every minute, four jobs, each under its own lease and each on its own (SPEC §19): one that
+/// fails, or whose lease another run holds, never skips the others. The webhook sweep; re-sealing
+/// of webhook secrets (plaintext, `v1` or under a previous key); rows an older version kept in
+/// `DB` move to `AUDIT_DB`; the audit log's roll-up (rows older than `AUDIT_HOT_SECONDS` move to R2
+/// hour objects, then leave D1), time-boxed by its limits.
+#[event(scheduled)]
+async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
+    let config = match config(&env) {
+        Ok(config) => config,
+        Err(e) => return console_error!("scheduled {}: {e}", event.cron()),
+    };
+    let (store, legacy) = match (store(&env, &Rc::default()), env.d1("DB")) {
+        (Ok(store), Ok(db)) => (store, D1Store::new(db, Rc::default())),
+        (Err(e), _) | (_, Err(e)) => return console_error!("scheduled {}: {e}", event.cron()),
+    };
+    let holder = gatehouse_core::encoding::hex(&app::random::<16>());
+
+    let sweep = async {
+        let queue = WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING).map_err(port_error)?);
+        let queued = app::sweep(&store, &queue, now_ms()).await?;
+        Ok(if queued > 0 { format!(r#""requeued":{queued}"#) } else { String::new() })
+    };
+    let reseal = async {
+        let (resealed, unopened) = app::reseal_secrets(&store, config).await?;
+        Ok(match (resealed, unopened) {
+            (0, 0) => String::new(),
+            _ => format!(r#""resealed":{resealed},"unopened":{unopened}"#),
+        })
+    };
+    let limits = app::RollUpLimits::PER_MINUTE;
+    let legacy_rows = async {
+        let moved = app::move_legacy_audit_rows(&legacy, &store, limits).await?;
+        Ok(if moved > 0 { format!(r#""moved_rows":{moved}"#) } else { String::new() })
+    };
+    let roll_up = async {
+        let archive = R2Archive::new(env.bucket(archive::BINDING).map_err(port_error)?);
+        let started = now_ms();
+        let cutoff = gatehouse_core::archive::hot_cutoff(started, config.audit_hot_seconds);
+        let r = app::roll_up(&store, &archive, cutoff, limits, now_ms).await?;
+        Ok(match r.objects > 0 || r.copies > 0 || r.rewritten > 0 {
+            true => format!(
+                r#""rolled_rows":{},"copies":{},"objects":{},"rewritten":{},"done":{},"elapsed_ms":{}"#,
+                r.rolled,
+                r.copies,
+                r.objects,
+                r.rewritten,
+                r.done,
+                now_ms() - started
+            ),
+            false => String::new(),
+        })
+    };
+    let jobs: Vec<app::cron::Job<'_>> = vec![
+        ("webhook_sweep", Box::pin(sweep)),
+        ("webhook_secrets", Box::pin(reseal)),
+        ("audit_legacy", Box::pin(legacy_rows)),
+        ("audit_roll_up", Box::pin(roll_up)),
+    ];
+    for (job, outcome) in app::cron::run_jobs(&store, &holder, now_ms, jobs).await {
+        match outcome {
+            Ok(app::cron::JobRun::Ran(done)) if !done.is_empty() => {
+                console_log!(r#"{{"component":"{job}",{done}}}"#)
+            }
+            Ok(app::cron::JobRun::Skipped) => {
+                console_log!(r#"{{"component":"{job}","skipped":"lease held"}}"#)
+            }
+            Ok(_) => {}
+            Err(e) => console_error!("scheduled {job}: {}", e.0),
+        }
+    }
+}
+
+fn port_error(e: worker::Error) -> gatehouse_core::ports::PortError {
+    gatehouse_core::ports::PortError(e.to_string())
+}

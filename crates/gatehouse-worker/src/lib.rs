@@ -1,0 +1,12 @@
+//! The Gatehouse worker: the only crate built for WebAssembly. A request enters [`entry`], is
+//! turned into an `ApiRequest` by [`http`], handled by `gatehouse_app` over the [`adapters`]
+//! (D1, KV, R2, Queues, the Durable Objects' stubs, the origin), and answered the same way back.
+//! The two Durable Objects live in [`objects`], one file each. Everything that decides lives in
+//! `gatehouse_core` and `gatehouse_app`, which build and test natively; natively this crate is
+//! empty.
+#![cfg(target_arch = "wasm32")]
+
+mod adapters;
+mod entry;
+mod http;
+mod objects;

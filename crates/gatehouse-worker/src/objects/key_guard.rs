@@ -1,0 +1,512 @@
+//! The Durable Object class itself.
+//!
+//! * The key's record is kept in memory once loaded (one D1 query per object start, then one per
+//!   [`RECORD_FRESH_MS`] at most). A change to the key is told to the guard first (`Apply`): it is
+//!   kept in the object's storage too, so it holds across a restart of the object even while D1
+//!   does not show it yet; an epoch counter makes sure a D1 load that raced with it is not kept.
+//! * The rate window, the monthly quota and the idempotency claims live in the object's SQLite
+//!   storage. Reading, deciding and writing them is synchronous (no `await` in between), so
+//!   concurrent requests to one key are decided strictly one after another: exactly `limit` pass
+//!   per window, and exactly one request takes a claim.
+//! * An object named `ip:<address>` counts failed authentications from that address instead.
+//! * Its tables are created on the first write (a counter, a claim, an applied record), not when
+//!   the object starts (SPEC §19): the guard of an unknown key, which only reads D1 and answers
+//!   "unknown", leaves no storage behind. Until then every read finds nothing.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use worker::wasm_bindgen::prelude::{wasm_bindgen, JsValue};
+use worker::{
+    console_log, durable_object, Date, Delay, DurableObject, Env, Request, Response, Result, SqlStorage,
+    State,
+};
+
+use crate::adapters::{d1::D1Store, env::config};
+use gatehouse_core::api_key::KeyRecord;
+use gatehouse_core::config::Config;
+use gatehouse_core::guard::protocol::{
+    Apply, Ask, AuthFailures, Authorize, Authorized, CompleteClaim, Completed, Decided, Denied, Done,
+    GuardCommand, HeldResponse, ReleaseClaim,
+};
+use gatehouse_core::guard::single_flight::SingleFlight;
+use gatehouse_core::idempotency::{decide_claim, Claim, ClaimDecision, KeptResponse, LEASE_MS};
+use gatehouse_core::ports::{ClaimRequest, Directory, Meter};
+use gatehouse_core::rate_limit::{decide_request, Counters, Limits, Usage, Verdict, AUTH_FAILURE_LIMITS};
+
+/// How long a request with the same key as a running one waits for it to finish before it is
+/// answered 409 `IDEMPOTENCY_KEY_IN_USE`.
+const IN_USE_WAIT_MS: u64 = 2_000;
+const IN_USE_POLL_MS: u64 = 20;
+/// How long the guard keeps a completed response itself after the response store has it too:
+/// Workers KV may take this long to show a write everywhere.
+const STORE_PROPAGATION_MS: i64 = 60_000;
+/// How long a record of the key is used before it is read again (from D1, or from what `Apply`
+/// stored): a change whose D1 write failed after the guard was told is undone by then at the latest.
+const RECORD_FRESH_MS: i64 = 600_000;
+/// How often lapsed idempotency claims are deleted (a lookup ignores them meanwhile): a claim
+/// does not pay for a delete statement of its own.
+const PURGE_EVERY_MS: i64 = 60_000;
+
+#[durable_object]
+pub struct KeyGuardObject {
+    env: Env,
+    sql: SqlStorage,
+    /// Whether the guard's tables exist, once looked up.
+    tables: Cell<Option<bool>>,
+    /// The record and until when it is used without reading it again.
+    key: RefCell<Option<(KeyRecord, i64)>>,
+    /// The load of the record from D1 in flight, if any.
+    loading: SingleFlight<std::result::Result<Option<KeyRecord>, String>>,
+    counters: Cell<Option<Counters>>,
+    epoch: Cell<u64>,
+    /// When lapsed claims were last deleted.
+    purged_ms: Cell<i64>,
+}
+
+/// A claim row as SQLite returns it.
+#[derive(Deserialize)]
+struct ClaimRow {
+    fingerprint: String,
+    operation: String,
+    until_ms: i64,
+    completed: i64,
+    released: i64,
+    response: Option<String>,
+}
+
+/// The guard's tables, created together on its first write.
+const TABLES: [&str; 4] = [
+    "CREATE TABLE IF NOT EXISTS counters (
+       id INTEGER PRIMARY KEY CHECK (id = 1),
+       window_start_ms INTEGER NOT NULL, window_used INTEGER NOT NULL,
+       month_start_ms INTEGER NOT NULL, month_used INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS idempotency_claims (
+       idempotency_key TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, owner TEXT NOT NULL,
+       operation TEXT NOT NULL, until_ms INTEGER NOT NULL, completed INTEGER NOT NULL,
+       released INTEGER NOT NULL, keep_until_ms INTEGER NOT NULL,
+       response TEXT, response_until_ms INTEGER)",
+    "CREATE INDEX IF NOT EXISTS idempotency_claims_by_expiry ON idempotency_claims (keep_until_ms)",
+    "CREATE TABLE IF NOT EXISTS applied (
+       id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL, until_ms INTEGER NOT NULL)",
+];
+
+fn now_ms() -> i64 {
+    Date::now().as_millis() as i64
+}
+
+fn rust_error(e: impl std::fmt::Display) -> worker::Error {
+    worker::Error::RustError(e.to_string())
+}
+
+impl DurableObject for KeyGuardObject {
+    fn new(state: State, env: Env) -> Self {
+        Self {
+            env,
+            sql: state.storage().sql(),
+            tables: Cell::new(None),
+            key: RefCell::new(None),
+            loading: SingleFlight::default(),
+            counters: Cell::new(None),
+            epoch: Cell::new(0),
+            purged_ms: Cell::new(0),
+        }
+    }
+
+    async fn fetch(&self, mut req: Request) -> Result<Response> {
+        Response::ok(self.dispatch(req.json::<GuardCommand>().await?).await?)
+    }
+}
+
+/// The guard's RPC method (the worker's path): a command as JSON text in, its answer as JSON text
+/// out — what `fetch` does, without a `Request` and a `Response` around it on either side
+/// (src/main.mjs makes the class a `DurableObject`, which RPC needs).
+#[wasm_bindgen(wasm_bindgen = ::worker::wasm_bindgen, wasm_bindgen_futures = ::worker::wasm_bindgen_futures)]
+impl KeyGuardObject {
+    pub async fn ask(&self, command: String) -> std::result::Result<String, JsValue> {
+        let command = serde_json::from_str(&command).map_err(|e| JsValue::from_str(&e.to_string()))?;
+        self.dispatch(command).await.map_err(|e| JsValue::from_str(&e.to_string()))
+    }
+}
+
+impl KeyGuardObject {
+    /// Runs one command and answers its JSON.
+    async fn dispatch(&self, command: GuardCommand) -> Result<String> {
+        match command {
+            GuardCommand::Authorize(c) => answer::<Authorize>(self.authorize(c).await?),
+            GuardCommand::Apply(Apply { key, undo }) => answer::<Apply>(self.apply(key, undo)?),
+            GuardCommand::RecordAuthFailure(_) => {
+                let (verdict, usage) = self.count(AUTH_FAILURE_LIMITS, 1, true)?;
+                answer::<gatehouse_core::guard::protocol::RecordAuthFailure>(AuthFailures { verdict, usage })
+            }
+            GuardCommand::CompleteClaim(CompleteClaim { claim, response }) => {
+                answer::<CompleteClaim>(self.complete(&claim, &response)?)
+            }
+            GuardCommand::ReleaseClaim(ReleaseClaim { claim }) => {
+                // Kept as released, so the same request executing again continues its operation.
+                if self.has_tables()? {
+                    self.sql.exec(
+                        "UPDATE idempotency_claims SET released = 1
+                         WHERE idempotency_key = ? AND owner = ? AND completed = 0",
+                        vec![claim.idempotency_key.into(), claim.request_id.into()],
+                    )?;
+                }
+                answer::<ReleaseClaim>(Done {})
+            }
+            GuardCommand::HeldResponse(HeldResponse { idempotency_key }) => {
+                answer::<HeldResponse>(self.held_response(&idempotency_key)?)
+            }
+            GuardCommand::Ping(_) => answer::<gatehouse_core::guard::protocol::Ping>(Done {}),
+            GuardCommand::TakeClaim(c) => {
+                answer::<gatehouse_core::guard::protocol::TakeClaim>(self.claim_waiting(&c.claim).await?)
+            }
+        }
+    }
+}
+
+/// The answer to command `C`, and only of its type.
+fn answer<C: Ask>(answer: C::Answer) -> Result<String> {
+    serde_json::to_string(&answer).map_err(rust_error)
+}
+
+impl KeyGuardObject {
+    fn config(&self) -> Result<&'static Config> {
+        config(&self.env).map_err(rust_error)
+    }
+
+    /// Whether the guard has stored anything yet (its tables exist), looked up once per start. An
+    /// object of the first version, which kept claims without an operation in `claims`, is
+    /// upgraded here: its claims move over (each its owner's operation), so a completed key stays
+    /// completed across the upgrade.
+    fn has_tables(&self) -> Result<bool> {
+        if let Some(known) = self.tables.get() {
+            return Ok(known);
+        }
+        #[derive(Deserialize)]
+        struct Table {
+            name: String,
+        }
+        let names: Vec<String> = self
+            .sql
+            .exec("SELECT name FROM sqlite_master WHERE type = 'table'", None)?
+            .to_array::<Table>()?
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        if !names
+            .iter()
+            .any(|n| ["counters", "idempotency_claims", "applied", "claims"].contains(&n.as_str()))
+        {
+            self.tables.set(Some(false));
+            return Ok(false);
+        }
+        // Any table an older version did not have is created now: the object has storage anyway.
+        self.create_tables()?;
+        if names.iter().any(|n| n == "claims") {
+            // Looked up again at the next command if the move fails.
+            self.tables.set(None);
+            self.sql.exec(
+                "INSERT OR IGNORE INTO idempotency_claims
+                   (idempotency_key, fingerprint, owner, operation, until_ms, completed, released, keep_until_ms,
+                    response, response_until_ms)
+                 SELECT idempotency_key, fingerprint, owner, owner, until_ms, completed, 0,
+                        CASE WHEN completed = 1 THEN until_ms ELSE until_ms + 86400000 END, response, response_until_ms
+                 FROM claims",
+                None,
+            )?;
+            self.sql.exec("DROP TABLE claims", None)?;
+            self.tables.set(Some(true));
+        }
+        Ok(true)
+    }
+
+    /// Before a write: the tables exist from now on.
+    fn create_tables(&self) -> Result<()> {
+        if self.tables.get() != Some(true) {
+            for ddl in TABLES {
+                self.sql.exec(ddl, None)?;
+            }
+            self.tables.set(Some(true));
+        }
+        Ok(())
+    }
+
+    async fn authorize(&self, c: Authorize) -> Result<Authorized> {
+        let (record, d1_queries) = self.record(&c.key_hash).await?;
+        // Expiry and a roll's grace are decided here, per request, with the object's clock and
+        // the record it holds (told first of every change): no D1 read, no cache that lags.
+        let refusal = record.as_ref().and_then(|key| key.refusal(now_ms()));
+        Ok(match record {
+            Some(key) if refusal.is_none() => {
+                // A key whose type may not call the route (403) is refused before anything is
+                // counted and takes no claim: its answer carries the window as it stands.
+                let permitted = key.key_type.allows(c.scope);
+                let (verdict, usage) = self.count(self.config()?.limits(&key), c.scope.cost(), permitted)?;
+                let claim = match c.claim {
+                    Some(claim) if verdict == Verdict::Allowed && permitted => {
+                        Some(self.claim_waiting(&claim).await?)
+                    }
+                    _ => None,
+                };
+                Authorized::Decided(Decided { key, verdict, usage, claim, d1_queries })
+            }
+            refused => Authorized::Denied(Denied { key: refused, reason: refusal, d1_queries }),
+        })
+    }
+
+    /// The key's record, and how many D1 queries it took: from memory while fresh, else from what
+    /// `Apply` stored while that is fresh, else from D1 — one load at a time: requests that come
+    /// while it runs wait for it (one query, however many arrive at a guard that just started).
+    /// Unknown keys are not remembered.
+    async fn record(&self, key_hash: &str) -> Result<(Option<KeyRecord>, u32)> {
+        if let Some(key) = self.remembered(now_ms())? {
+            return Ok((Some(key), 0));
+        }
+        // The queries the load makes are counted and reported to the request that made them (SPEC §12).
+        let meter = Rc::new(Meter::default());
+        let loaded = self.loading.run(|| self.load(key_hash, meter.clone())).await.map_err(rust_error)?;
+        // A change told while the load ran is newer than what the load read.
+        let key = self.remembered(now_ms())?.or(loaded);
+        Ok((key, meter.d1_queries.get()))
+    }
+
+    /// The record in memory or, failing that, what `Apply` stored (then kept in memory), while fresh.
+    fn remembered(&self, now: i64) -> Result<Option<KeyRecord>> {
+        if let Some((key, until)) = self.key.borrow().as_ref() {
+            if *until > now {
+                return Ok(Some(key.clone()));
+            }
+        }
+        Ok(self.applied_record(now)?.map(|(key, until)| {
+            self.key.replace(Some((key.clone(), until)));
+            key
+        }))
+    }
+
+    /// Reads the record from D1 and keeps it in memory, unless a change was told meanwhile.
+    async fn load(&self, key_hash: &str, meter: Rc<Meter>) -> std::result::Result<Option<KeyRecord>, String> {
+        let epoch = self.epoch.get();
+        let now = now_ms();
+        let store = D1Store::new(self.env.d1("DB").map_err(|e| e.to_string())?, meter.clone());
+        let loaded = store.key_by_hash(key_hash).await.map_err(|e| e.0)?;
+        console_log!(
+            r#"{{"component":"key_guard","event":"record_loaded","d1_queries":{},"found":{},"waiting":{}}}"#,
+            meter.d1_queries.get(),
+            loaded.is_some(),
+            self.loading.waiting()
+        );
+        if epoch == self.epoch.get() {
+            self.key.replace(loaded.clone().map(|key| (key, now + RECORD_FRESH_MS)));
+        }
+        Ok(loaded)
+    }
+
+    /// What `Apply` stored, while it is fresh.
+    fn applied_record(&self, now: i64) -> Result<Option<(KeyRecord, i64)>> {
+        #[derive(Deserialize)]
+        struct AppliedRow {
+            record: String,
+            until_ms: i64,
+        }
+        if !self.has_tables()? {
+            return Ok(None);
+        }
+        let rows = self.sql.exec("SELECT record, until_ms FROM applied", None)?.to_array::<AppliedRow>()?;
+        match rows.into_iter().find(|row| row.until_ms > now) {
+            Some(row) => Ok(Some((serde_json::from_str(&row.record).map_err(rust_error)?, row.until_ms))),
+            None => Ok(None),
+        }
+    }
+
+    /// Holds `key` as the key's record from now on, in memory and in storage (a revocation it
+    /// holds stays, unless it is the one undone: `KeyRecord::told`).
+    fn apply(&self, key: KeyRecord, undo: Option<i64>) -> Result<Done> {
+        let now = now_ms();
+        let held = match self.key.borrow().as_ref() {
+            Some((held, until)) if *until > now => Some(held.clone()),
+            _ => self.applied_record(now)?.map(|(held, _)| held),
+        };
+        let key = KeyRecord::told(held.as_ref(), key, undo);
+        let until = now + RECORD_FRESH_MS;
+        self.create_tables()?;
+        self.sql.exec(
+            "INSERT OR REPLACE INTO applied (id, record, until_ms) VALUES (1, ?, ?)",
+            vec![serde_json::to_string(&key).map_err(rust_error)?.into(), until.into()],
+        )?;
+        self.epoch.set(self.epoch.get() + 1);
+        self.key.replace(Some((key, until)));
+        Ok(Done {})
+    }
+
+    /// One request of `cost` units against `limits`, counted only when `permitted`
+    /// (`decide_request`): read, decide and write the counters without yielding.
+    fn count(&self, limits: Limits, cost: u32, permitted: bool) -> Result<(Verdict, Usage)> {
+        let prev = match self.counters.get() {
+            Some(c) => c,
+            None if self.has_tables()? => self
+                .sql
+                .exec("SELECT * FROM counters", None)?
+                .to_array::<Counters>()?
+                .pop()
+                .unwrap_or_default(),
+            None => Counters::default(),
+        };
+        let (verdict, usage, taken) = decide_request(prev, now_ms(), limits, cost, permitted);
+        if let Some(next) = taken {
+            self.create_tables()?;
+            self.sql.exec(
+                "INSERT INTO counters (id, window_start_ms, window_used, month_start_ms, month_used)
+                 VALUES (1, ?, ?, ?, ?)
+                 ON CONFLICT (id) DO UPDATE SET window_start_ms = excluded.window_start_ms,
+                   window_used = excluded.window_used, month_start_ms = excluded.month_start_ms,
+                   month_used = excluded.month_used",
+                vec![
+                    next.window_start_ms.into(),
+                    i64::from(next.window_used).into(),
+                    next.month_start_ms.into(),
+                    (next.month_used as i64).into(),
+                ],
+            )?;
+        }
+        self.counters.set(Some(taken.unwrap_or(prev)));
+        Ok((verdict, usage))
+    }
+
+    /// Takes the claim, or waits a little while the same request is still running elsewhere, so
+    /// a client that retries right after its first attempt gets the replay instead of a 409.
+    async fn claim_waiting(&self, request: &ClaimRequest) -> Result<ClaimDecision> {
+        let mut waited = 0;
+        loop {
+            let decision = self.claim(request)?;
+            if decision != ClaimDecision::InUse || waited >= IN_USE_WAIT_MS {
+                return Ok(decision);
+            }
+            Delay::from(Duration::from_millis(IN_USE_POLL_MS)).await;
+            waited += IN_USE_POLL_MS;
+        }
+    }
+
+    /// Decides on the claim and, when it may execute, takes it, without yielding. A claim is kept
+    /// (completed, released or lapsed) until the TTL after it was taken or completed.
+    fn claim(&self, request: &ClaimRequest) -> Result<ClaimDecision> {
+        let now = now_ms();
+        // A guard without tables has no claim yet; it creates them when it takes this one.
+        let has_tables = self.has_tables()?;
+        if has_tables && now - self.purged_ms.get() >= PURGE_EVERY_MS {
+            self.sql.exec("DELETE FROM idempotency_claims WHERE keep_until_ms <= ?", vec![now.into()])?;
+            self.purged_ms.set(now);
+        }
+        let existing = if has_tables { self.held_claim(&request.idempotency_key, now)? } else { None };
+        let decision = decide_claim(existing.as_ref(), &request.fingerprint, &request.request_id, now);
+        if let ClaimDecision::Execute { operation } = &decision {
+            let ttl_ms = self.config()?.idempotency_ttl_seconds as i64 * 1000;
+            self.create_tables()?;
+            self.sql.exec(
+                "INSERT OR REPLACE INTO idempotency_claims
+                   (idempotency_key, fingerprint, owner, operation, until_ms, completed, released, keep_until_ms)
+                 VALUES (?, ?, ?, ?, ?, 0, 0, ?)",
+                vec![
+                    request.idempotency_key.clone().into(),
+                    request.fingerprint.clone().into(),
+                    request.request_id.clone().into(),
+                    operation.clone().into(),
+                    (now + LEASE_MS).into(),
+                    (now + ttl_ms).into(),
+                ],
+            )?;
+        }
+        Ok(decision)
+    }
+
+    /// The claim kept for `idempotency_key`, unless it is past its keeping.
+    fn held_claim(&self, idempotency_key: &str, now: i64) -> Result<Option<Claim>> {
+        self.sql
+            .exec(
+                "SELECT fingerprint, operation, until_ms, completed, released,
+                        CASE WHEN response_until_ms > ?1 THEN response END AS response
+                 FROM idempotency_claims WHERE idempotency_key = ?2 AND keep_until_ms > ?1",
+                vec![now.into(), idempotency_key.into()],
+            )?
+            .to_array::<ClaimRow>()?
+            .pop()
+            .map(|row| -> Result<Claim> {
+                Ok(Claim {
+                    fingerprint: row.fingerprint,
+                    until_ms: row.until_ms,
+                    completed: row.completed != 0,
+                    released: row.released != 0,
+                    operation: row.operation,
+                    response: row
+                        .response
+                        .map(|r| serde_json::from_str(&r))
+                        .transpose()
+                        .map_err(rust_error)?,
+                })
+            })
+            .transpose()
+    }
+
+    /// Marks the claim completed until the TTL ends and keeps its response as long. Replays carry
+    /// the response inline for as long as the response store may not show it yet; after that they
+    /// read the store, and ask [`Self::held_response`] when it misses. A repeated notice changes nothing.
+    fn complete(&self, claim: &ClaimRequest, response: &KeptResponse) -> Result<Completed> {
+        if !self.has_tables()? {
+            // No claim was ever taken here (or its object's storage was lost).
+            return Ok(Completed { completed: false });
+        }
+        let now = now_ms();
+        let until = now + self.config()?.idempotency_ttl_seconds as i64 * 1000;
+        let updated = self.sql.exec(
+            "UPDATE idempotency_claims
+             SET completed = 1, until_ms = ?, keep_until_ms = ?, response = ?, response_until_ms = ?
+             WHERE idempotency_key = ? AND owner = ? AND completed = 0 AND released = 0",
+            vec![
+                until.into(),
+                until.into(),
+                serde_json::to_string(response).map_err(rust_error)?.into(),
+                (now + STORE_PROPAGATION_MS).into(),
+                claim.idempotency_key.clone().into(),
+                claim.request_id.clone().into(),
+            ],
+        )?;
+        if updated.rows_written() > 0 {
+            return Ok(Completed { completed: true });
+        }
+        // A repeated notice: the claim is completed already, or was lost.
+        #[derive(Deserialize)]
+        struct Mine {
+            completed: i64,
+        }
+        let mine = self
+            .sql
+            .exec(
+                "SELECT completed FROM idempotency_claims WHERE idempotency_key = ? AND owner = ?",
+                vec![claim.idempotency_key.clone().into(), claim.request_id.clone().into()],
+            )?
+            .to_array::<Mine>()?;
+        Ok(Completed { completed: mine.first().is_some_and(|m| m.completed == 1) })
+    }
+
+    fn held_response(&self, idempotency_key: &str) -> Result<Option<KeptResponse>> {
+        #[derive(Deserialize)]
+        struct Held {
+            response: Option<String>,
+        }
+        if !self.has_tables()? {
+            return Ok(None);
+        }
+        let rows = self
+            .sql
+            .exec(
+                "SELECT response FROM idempotency_claims WHERE idempotency_key = ? AND completed = 1 AND until_ms > ?",
+                vec![idempotency_key.into(), now_ms().into()],
+            )?
+            .to_array::<Held>()?;
+        rows.into_iter()
+            .find_map(|row| row.response)
+            .map(|r| serde_json::from_str(&r).map_err(rust_error))
+            .transpose()
+    }
+}
