@@ -150,7 +150,7 @@ async function localDb(state, command, binding = 'AUDIT_DB') {
  *  the count stays put for 3 s: a batch autocannon left in flight is accepted too), at most five
  *  minutes from `since` (the end of the scenarios). Under wrangler dev each consumer batch writes
  *  its events to the local D1 in one synchronous SQLite transaction on the worker's one thread,
- *  which holds every request for seconds (README "Performance", "Found"): the exactness burst is
+ *  which holds every request for seconds (docs/performance.md, "Found"): the exactness burst is
  *  sent once the events backlog is stored, as the peer's is sent with none. A count that fails
  *  (SQLITE_BUSY throughout, a timeout) counts as unchanged. */
 async function eventsStored(accepted, since) {
@@ -184,7 +184,7 @@ async function eventsStored(accepted, since) {
  *  (`state`), which tells whether the worker answered it (and the answer was lost on its way back
  *  through wrangler's local proxy) or never finished it (the peer's audit rows have no User-Agent).
  *  Those still waiting after 20 s are counted (`waiting_after_20_s`); from then on one more request
- *  every 5 s releases any GET that wrangler dev's proxy parked (README "Found"). */
+ *  every 5 s releases any GET that wrangler dev's proxy parked (docs/performance.md, "Found"). */
 async function exactness(url, key, limitedKey, state) {
   // Open the connections first: otherwise the first request is answered before the others connect.
   await Promise.all(Array.from({ length: 100 }, () => fetch(`${url}/health`).then((r) => r.arrayBuffer())));

@@ -1,4 +1,4 @@
-// A small demo origin for proxy mode (README "Put Gatehouse in front of your API"): the API a
+// A small demo origin for proxy mode (docs/api/proxy.md): the API a
 // provider would put behind Gatehouse. It refuses requests the gateway did not sign, answers a
 // tiny shop API, sends an `order.created` event back through the gateway for every new order,
 // and receives the gateway's webhooks at /webhook, printing each one.
@@ -13,7 +13,7 @@ if (!port || !gateway || !secret || !eventsSecret) {
   process.exit(2);
 }
 
-/** The check every origin behind Gatehouse makes (README shows the same lines). */
+/** The check every origin behind Gatehouse makes (docs/api/proxy.md shows the same lines). */
 function fromGatehouse(req, body) {
   const h = (name) => req.headers[name] ?? '';
   const ts = Number(h('x-gatehouse-timestamp'));

@@ -87,7 +87,7 @@ start_gateway() {
 }
 
 # start_peer STATE_DIR [wrangler dev args…]: the TypeScript peer of the side-by-side benchmark
-# (bench/peer; README "Performance") on a free port (PEER_PID), with a random token for its
+# (bench/peer; docs/performance.md) on a free port (PEER_PID), with a random token for its
 # POST /bench/setup. Exports PEER_URL, PEER_STATE and PEER_SETUP_TOKEN, which scripts/bench.mjs reads.
 start_peer() {
   local state="$1" port

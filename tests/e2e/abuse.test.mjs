@@ -208,7 +208,7 @@ test('an unknown-key flood from one address costs no D1 query and no Durable Obj
   }
 
   // A key used recently from the address still works; a valid key this isolate has not seen from
-  // it waits for the window like any stranger (README, "Abuse"); other addresses are not affected.
+  // it waits for the window like any stranger (docs/api/rate-limits.md, "Abuse"); other addresses are not affected.
   assert.equal((await call('GET', '/public/v1/me', { key: owner.key, headers })).status, 200);
   assertError(await call('GET', '/public/v1/me', { key: unseen.key, headers }), 429, 'RATE_LIMIT_EXCEEDED');
   assert.equal((await call('GET', '/public/v1/me', { key: unseen.key, headers: { 'cf-connecting-ip': randomIp() } })).status, 200);

@@ -16,7 +16,7 @@ const ORIGIN_SECRET = process.env.GATEHOUSE_ORIGIN_SECRET;
 const EVENTS_SECRET = process.env.GATEHOUSE_EVENTS_SECRET;
 const BIG = 3 * 1024 * 1024;
 
-/** What the origin does to refuse requests that did not come through the gateway (README). */
+/** What the origin does to refuse requests that did not come through the gateway (docs/api/proxy.md). */
 function verifyGatehouse(req, body, secret) {
   const h = (name) => req.headers[name] ?? '';
   const ts = Number(h('x-gatehouse-timestamp'));
@@ -372,7 +372,7 @@ test('the signature covers the path an origin with a base path receives and ever
   assert.equal(res.status, 200, res.text);
   const seen = res.body;
   assert.equal(seen.url, '/base/e2e-base/echo/items?color=red');
-  assert.equal(seen.verified, true, 'README\'s verifier accepts a request to an origin with a base path');
+  assert.equal(seen.verified, true, 'the documented verifier accepts a request to an origin with a base path');
   assert.equal(seen.headers['x-gatehouse-key-type'], 'server');
   assert.equal(seen.headers['x-gatehouse-project-id'], projectId);
   // Each identity header the origin receives is covered: changing any one fails the check.
@@ -446,7 +446,7 @@ test('hop-by-hop headers never reach the origin; a header the client\'s Connecti
   assert.doesNotMatch(h.connection ?? '', /x-custom-hop/);
   // workerd parses Connection (with Keep-Alive, TE, Trailer, Transfer-Encoding, Upgrade) as a
   // connection header and never shows it to the worker, so the gateway cannot tell that the
-  // client meant x-custom-hop for one hop: it passes as an end-to-end header (README says so).
+  // client meant x-custom-hop for one hop: it passes as an end-to-end header (docs/api/proxy.md says so).
   assert.equal(h['x-custom-hop'], '1');
 });
 

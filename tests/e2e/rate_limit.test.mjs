@@ -223,7 +223,7 @@ test('failed authentication is limited per client address: the 21st failure in a
   const retryAfter = Number(limited.headers.get('retry-after'));
   assert.ok(retryAfter >= 1 && retryAfter <= 60);
   // Another address is not affected, and the key in use from the limited one still works; a
-  // valid key not seen from it recently waits for the window like an unknown one (README, "Abuse").
+  // valid key not seen from it recently waits for the window like an unknown one (docs/api/rate-limits.md, "Abuse").
   assertError(await call('GET', '/public/v1/me', { key: bad, headers: { 'cf-connecting-ip': randomIp() } }), 401, 'INVALID_API_KEY');
   assert.equal((await call('GET', '/public/v1/me', { key: owner.key, headers })).status, 200);
   assertError(await call('GET', '/public/v1/me', { key: unseen.key, headers }), 429, 'RATE_LIMIT_EXCEEDED');

@@ -1,4 +1,4 @@
-// The TypeScript peer of the side-by-side benchmark (README, "Performance"; SPEC §16): what a
+// The TypeScript peer of the side-by-side benchmark (docs/performance.md; SPEC §16): what a
 // TypeScript team would build on Workers instead of Gatehouse, for the routes both serve.
 //   Hono 4 · hono-rate-limiter with the Durable Object store of @hono-rate-limiter/cloudflare (one
 //   object per key) · an Idempotency-Key middleware over KV (src/idempotency.ts, our own minimal

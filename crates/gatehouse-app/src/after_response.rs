@@ -89,7 +89,7 @@ impl<P: Ports> Gateway<'_, P> {
     /// Finishes a claim after the response. On success the guard learns first (it is the source of
     /// truth for "completed"), then the response store gets the copy replays read; each notice is
     /// retried with backoff (`pause` sleeps). A claim the guard never hears about runs out after its
-    /// lease and the key may execute again: README "Guarantees under faults" says when.
+    /// lease and the key may execute again: docs/operations/faults.md says when.
     pub async fn settle<F: Future<Output = ()>>(
         &self,
         settlement: Settlement,

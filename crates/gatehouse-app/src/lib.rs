@@ -91,7 +91,7 @@ pub struct ApiResponse {
     /// The request's audit row; the caller adds the response time and sends it off the hot path.
     pub audit: AuditRow,
     /// Whether the row is sent: not for a request refused from the isolate's memory of an address
-    /// over its anonymous limit (README, "Abuse").
+    /// over its anonymous limit (docs/api/rate-limits.md, "Abuse").
     pub audited: bool,
     /// Webhook deliveries to enqueue after the response (the minute sweep catches a lost send).
     pub webhook_deliveries: Vec<String>,

@@ -38,7 +38,7 @@ pub(super) struct Trace {
     /// The key hash of a guard whose answer was lost (it may hold a claim of this request).
     pub(super) unanswered_guard: Option<String>,
     /// Refused from the isolate's memory of an address over its anonymous limit: no audit row,
-    /// so a flood cannot make unlimited D1 writes (README, "Abuse").
+    /// so a flood cannot make unlimited D1 writes (docs/api/rate-limits.md, "Abuse").
     pub(super) unaudited: bool,
 }
 

@@ -72,7 +72,7 @@ impl<P: Ports> Gateway<'_, P> {
     /// their record back and the change fails with 503, nothing changed in D1. Then one D1
     /// transaction writes the plan (on a failure, the guards are given their record back too).
     /// A project with more active keys than [`PLAN_CHANGE_TELLS`] has its newest ones told; the
-    /// others read D1 again within their record's freshness (10 minutes), as README says.
+    /// others read D1 again within their record's freshness (10 minutes), as docs/api/lifecycles.md says.
     pub(super) async fn update_project(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let project_id = call.params[0];
         let input: UpdateProject = json_body::parse(&call.body)?;

@@ -122,7 +122,7 @@ fn request(
 /// One request as a client sees it (the response, recorded the moment it exists), then what the
 /// worker does after it (`Gateway::finish`: the audit row, deliveries, settlement), pausing
 /// nowhere. A request stays in `unfinished` only when that work did not run to the end (the
-/// isolate died first: not promised, README). A request whose audit row the worker logged as lost
+/// isolate died first: not promised, docs/operations/faults.md). A request whose audit row the worker logged as lost
 /// (every send and every direct write failed) stays too, and makes the schedule undecided.
 async fn exchange(
     gateway: &Gateway<'static, Sim>,
@@ -146,7 +146,7 @@ async fn exchange(
 /// Exactly one audit row per answered request (SPEC §9, §12.1): the audit queue's rows are
 /// consumed into the table (keyed by request id, as the consumer writes them) beside the rows the
 /// producer wrote directly. A row may be missing only for a request whose work after the response
-/// did not finish (the worker logged the loss, or the isolate died first: not promised, README).
+/// did not finish (the worker logged the loss, or the isolate died first: not promised, docs/operations/faults.md).
 fn check_audit(
     gateway: &Gateway<'static, Sim>,
     seen: &[ApiResponse],
@@ -215,7 +215,7 @@ const SCHEDULES: u64 = 1_000;
 fn an_idempotent_create_executes_once_under_faults() {
     // 13: a contact write that landed but timed out was executed again as a second contact
     // (found by this simulation; fixed by ids derived from the operation). 58: a key reused by
-    // another request after a lapse (the forfeit README states).
+    // another request after a lapse (the forfeit docs/operations/faults.md states).
     const REGRESSIONS: &[u64] = &[13, 58];
     check_seeds("an_idempotent_create_executes_once_under_faults", SCHEDULES, REGRESSIONS, |seed| {
         let faults = Rc::new(Faults::new(seed, 0.2));
@@ -263,7 +263,7 @@ fn an_idempotent_create_executes_once_under_faults() {
         // Exactly once in effect: a lease that lapsed (the isolate died mid-way) or a D1 write that
         // timed out after it landed executes the operation again, and it finds its own row.
         // (A key reused for another request forfeits this for the first one: when the other takes
-        // the key over, the first one's operation is forgotten. README says so.)
+        // the key over, the first one's operation is forgotten. docs/operations/faults.md says so.)
         // So a second Ada is a failure unless another request took the key over: then the
         // schedule is undecided (counted; at most 5 % may be).
         let contacts = gateway.store.resources.contacts.borrow();
@@ -766,10 +766,10 @@ fn ingestion_accepts_each_event_once_under_faults() {
 /// chunk has its object; at most one answer per chunk says it was new; once the faults stop,
 /// every chunk a client retries until 202 is indexed with its object.
 #[test]
-fn replay_chunks_are_indexed_only_with_their_object_under_faults() {
+fn recording_segments_are_indexed_only_with_their_object_under_faults() {
     const REGRESSIONS: &[u64] = &[];
     check_seeds(
-        "replay_chunks_are_indexed_only_with_their_object_under_faults",
+        "recording_segments_are_indexed_only_with_their_object_under_faults",
         SCHEDULES,
         REGRESSIONS,
         |seed| {

@@ -2,7 +2,7 @@
 //! consumer's `dispatch` (one signed attempt, then the schedule), the minute `sweep` that
 //! re-enqueues due deliveries whose queue message was lost, and the manual `retry`. Under faults
 //! (SPEC §12.1) the store's atomic take allocates each attempt's number and holds the delivery, so
-//! no two attempts of one delivery run at once; README "Guarantees under faults" says what holds.
+//! no two attempts of one delivery run at once; docs/operations/faults.md says what holds.
 
 use serde::Deserialize;
 use serde_json::json;

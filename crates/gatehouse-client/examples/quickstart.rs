@@ -1,4 +1,4 @@
-//! The README's SDK example: `GATEHOUSE_KEY=gh_s_… cargo run -p gatehouse-client --example quickstart`
+//! The SDK example of docs/api/clients.md: `GATEHOUSE_KEY=gh_s_… cargo run -p gatehouse-client --example quickstart`
 //! against a running gateway (`GATEHOUSE_URL`, default http://127.0.0.1:8787).
 
 use gatehouse_client::{Actor, Client, Error, Event, NewContact, DEFAULT_URL};

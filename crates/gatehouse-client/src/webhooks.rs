@@ -318,7 +318,7 @@ mod tests {
     const TS: &str = "1674087231";
     const BODY: &[u8] =
         br#"{"id":"evt_1","type":"contact.created","created_at":"2026-11-29T08:48:32.123Z","data":{"id":"con_1"}}"#;
-    /// The README's test vector, which the gateway's signer is tested against too.
+    /// The test vector of docs/api/webhooks.md, which the gateway's signer is tested against too.
     const SIGNATURE: &str = "v1,8rNxPiX2gpBK2xBV2nEJe+ZsU5vvmR2uJ17KtxQRURY=";
 
     fn at(offset: i64) -> SystemTime {

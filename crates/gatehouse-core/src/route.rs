@@ -64,7 +64,7 @@ pub enum Access {
     Public,
     /// `Authorization: Bearer $ADMIN_TOKEN`.
     Admin,
-    /// `Authorization: Bearer $ORIGIN_SECRET`: the provider's origin (SPEC §15).
+    /// `Authorization: Bearer $EVENTS_SECRET`: the provider's origin sending events (SPEC §15, §19).
     Origin,
     /// An API key whose type allows the scope.
     Key(Scope),

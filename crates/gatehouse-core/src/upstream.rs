@@ -565,7 +565,7 @@ mod tests {
         );
     }
 
-    /// What README's verifier does, over the headers and request line the origin receives.
+    /// What the verifier of docs/api/proxy.md does, over the headers and request line the origin receives.
     fn origin_verifies(
         headers: &[(String, String)],
         method: &str,
@@ -687,7 +687,7 @@ mod tests {
         assert_eq!(get("x-gatehouse-client-ip"), Some("203.0.113.9"));
     }
 
-    /// The test vector of README "Put Gatehouse in front of your API": an origin that computes
+    /// The test vector of docs/api/proxy.md: an origin that computes
     /// this signature from these inputs verifies the gateway correctly. (Checked independently:
     /// `printf '%s' "$SIGNED_TEXT" | openssl dgst -sha256 -hmac "$SECRET"`.)
     #[test]
@@ -709,12 +709,12 @@ mod tests {
             "v2\n1796000000\nPOST\n/base/shop/v1/orders?expand=items\n0195f1c2-7a00-7000-8000-000000000001\nprj_demo\nkey_demo\nserver\n203.0.113.9\nSHA"
                 .replace("SHA", &hex(&Sha256::digest(body)))
         );
-        assert_eq!(signed.signature(SECRET), README_SIGNATURE);
+        assert_eq!(signed.signature(SECRET), DOCUMENTED_SIGNATURE);
         let headers = identity_headers(&signed, SECRET);
         assert!(headers.contains(&("x-gatehouse-key-type".into(), "server".into())));
-        assert!(headers.contains(&("x-gatehouse-signature".into(), README_SIGNATURE.into())));
+        assert!(headers.contains(&("x-gatehouse-signature".into(), DOCUMENTED_SIGNATURE.into())));
         assert!(origin_verifies(&headers, "POST", "/base/shop/v1/orders?expand=items", body, SECRET));
     }
 
-    const README_SIGNATURE: &str = "v2=910d00f4b3a2735de5241dc97f76ff0939697f910564f2d7b69eb282ba215e18";
+    const DOCUMENTED_SIGNATURE: &str = "v2=910d00f4b3a2735de5241dc97f76ff0939697f910564f2d7b69eb282ba215e18";
 }

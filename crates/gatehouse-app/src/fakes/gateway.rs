@@ -53,7 +53,7 @@ pub struct FakeGuard {
     /// Guards (by key hash) that cannot be told anything: `apply` fails before its effect.
     pub unreachable: RefCell<std::collections::HashSet<String>>,
     /// Claims another request (another fingerprint) took over after a release or a lapse: the
-    /// first request's operation is forgotten (README's forfeit).
+    /// first request's operation is forgotten (the forfeit of docs/operations/faults.md).
     pub taken_over: Cell<u32>,
     /// The guard of every call, in order: a key hash (an `authorize` creates that key's object
     /// and, for a key it does not hold, costs a D1 lookup) or `ip:<address>`.

@@ -21,7 +21,7 @@ pub use subscription::*;
 mod test_vectors {
     use crate::sealing::Keyring;
 
-    /// The vector published in the README, computed with Python's `hmac` module.
+    /// The vector published in docs/api/webhooks.md, computed with Python's `hmac` module.
     pub const SECRET: &str = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYX";
 
     pub fn secrets_key() -> Keyring {
