@@ -13,7 +13,7 @@ use gatehouse_core::audit::{log_page, log_position, stats_days, stats_view, Audi
 use gatehouse_core::encoding::uuid_v7_ms;
 use gatehouse_core::error::ApiError;
 use gatehouse_core::page::{Cursor, PageRequest};
-use gatehouse_core::ports::{Archive, ArchivedSlice, AuditStore, Directory, PortError, Ports};
+use gatehouse_core::ports::{Archive, ArchivedSlice, AuditStore, Directory, PortError, Ports, RowRange};
 use gatehouse_core::tiers::{ObjectSummary, PageMerge};
 use gatehouse_core::time::{rfc3339, utc_date};
 
@@ -243,7 +243,14 @@ pub async fn roll_up<S: AuditStore, A: Archive>(
             }
         };
         let end = archive::slice_end(&first, cutoff, day_starts);
-        let rows = store.rows_between(project, &first, &end, limits.rows_per_slice).await?;
+        let rows = store
+            .rows_between(&RowRange {
+                project_id: project,
+                from: &first,
+                to: &end,
+                limit: limits.rows_per_slice,
+            })
+            .await?;
         // Normally `first` itself; a row another run moved meanwhile is not there.
         let (Some(first), Some(last)) = (rows.first().map(log_position), rows.last().map(log_position))
         else {
@@ -310,7 +317,14 @@ pub async fn move_legacy_audit_rows<L: AuditStore, S: AuditStore>(
     let end = Cursor { ts: i64::MAX, id: String::new() };
     for _ in 0..limits.slices_per_run {
         let Some((project, first)) = legacy.oldest_expired(i64::MAX).await? else { break };
-        let rows = legacy.rows_between(project.as_deref(), &first, &end, limits.rows_per_slice).await?;
+        let rows = legacy
+            .rows_between(&RowRange {
+                project_id: project.as_deref(),
+                from: &first,
+                to: &end,
+                limit: limits.rows_per_slice,
+            })
+            .await?;
         let Some(last) = rows.last().map(log_position) else { break };
         store.insert_audit_rows(&rows).await?;
         let slice = ArchivedSlice {

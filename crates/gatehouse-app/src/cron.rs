@@ -7,7 +7,7 @@ use std::future::Future;
 
 use futures_util::future::LocalBoxFuture;
 
-use gatehouse_core::ports::{JobLeases, PortError};
+use gatehouse_core::ports::{JobLeases, Lease, PortError};
 
 /// How long a job's lease lasts: longer than its time box plus the deadline of the call it may
 /// wait on last, shorter than the minute to the next run.
@@ -51,7 +51,7 @@ pub async fn leased<L: JobLeases, T>(
     lease_ms: i64,
     work: impl Future<Output = Result<T, PortError>>,
 ) -> Result<JobRun<T>, PortError> {
-    if !leases.take_lease(job, holder, now_ms, now_ms + lease_ms).await? {
+    if !leases.take_lease(&Lease { job, holder, now_ms, until_ms: now_ms + lease_ms }).await? {
         return Ok(JobRun::Skipped);
     }
     let result = work.await;
@@ -97,7 +97,15 @@ mod tests {
     #[test]
     fn a_run_that_died_holding_the_lease_blocks_only_until_it_lapses() {
         let store = FakeStore::new(Rc::new(Faults::new(0, 0.0)));
-        assert_eq!(complete(store.take_lease("roll_up", "dead-run", 0, 55_000)), Ok(true));
+        assert_eq!(
+            complete(store.take_lease(&Lease {
+                job: "roll_up",
+                holder: "dead-run",
+                now_ms: 0,
+                until_ms: 55_000
+            })),
+            Ok(true)
+        );
         assert_eq!(
             complete(leased(&store, "roll_up", "next", 54_999, 55_000, async { Ok(()) })),
             Ok(JobRun::Skipped)
@@ -113,7 +121,15 @@ mod tests {
     #[test]
     fn a_failing_or_skipped_job_never_keeps_the_next_from_running() {
         let store = FakeStore::new(Rc::new(Faults::new(0, 0.0)));
-        assert_eq!(complete(store.take_lease("held", "another-run", 0, 55_000)), Ok(true));
+        assert_eq!(
+            complete(store.take_lease(&Lease {
+                job: "held",
+                holder: "another-run",
+                now_ms: 0,
+                until_ms: 55_000
+            })),
+            Ok(true)
+        );
         let ran = std::cell::Cell::new(0);
         let jobs: Vec<Job<'_>> = vec![
             ("fails", Box::pin(async { Err(PortError("D1 down".into())) })),
@@ -137,8 +153,24 @@ mod tests {
         );
         assert_eq!(ran.get(), 1);
         // The leases this run took are given back; the one another run holds stays.
-        assert_eq!(complete(store.take_lease("fails", "next", 2_000, 57_000)), Ok(true));
-        assert_eq!(complete(store.take_lease("held", "next", 2_000, 57_000)), Ok(false));
+        assert_eq!(
+            complete(store.take_lease(&Lease {
+                job: "fails",
+                holder: "next",
+                now_ms: 2_000,
+                until_ms: 57_000
+            })),
+            Ok(true)
+        );
+        assert_eq!(
+            complete(store.take_lease(&Lease {
+                job: "held",
+                holder: "next",
+                now_ms: 2_000,
+                until_ms: 57_000
+            })),
+            Ok(false)
+        );
     }
 
     #[test]

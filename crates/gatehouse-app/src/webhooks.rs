@@ -12,7 +12,9 @@ use gatehouse_core::config::Config;
 use gatehouse_core::error::ApiError;
 use gatehouse_core::json_body;
 use gatehouse_core::page::{Cursor, PageRequest};
-use gatehouse_core::ports::{DeliveryQueue, PortError, Ports, WebhookClient, WebhookStore};
+use gatehouse_core::ports::{
+    DeliveryQueue, PortError, Ports, SecretRotation, WebhookClient, WebhookPost, WebhookStore,
+};
 use gatehouse_core::sealing::Keyring;
 use gatehouse_core::time;
 use gatehouse_core::webhook::{
@@ -138,11 +140,14 @@ impl<P: Ports> Gateway<'_, P> {
             if hook.secret.open(&key, id).as_deref() == Some(secret.as_str()) {
                 return Ok(Reply::ok(hook.view(Some(&secret), call.now_ms)));
             }
-            let rotated = self
-                .store
-                .rotate_secret(call.project_id(), id, &sealed, until, &hook.secret)
-                .await
-                .map_err(unavailable)?;
+            let rotation = SecretRotation {
+                project_id: call.project_id(),
+                id,
+                secret: &sealed,
+                previous_until_ms: until,
+                replaces: &hook.secret,
+            };
+            let rotated = self.store.rotate_secret(&rotation).await.map_err(unavailable)?;
             if let Some(hook) = rotated {
                 return Ok(Reply::ok(hook.view(Some(&secret), call.now_ms)));
             }
@@ -308,7 +313,13 @@ pub async fn dispatch<S: WebhookStore, Q: DeliveryQueue, C: WebhookClient>(
                 &delivery.request_id,
                 &delivery.payload,
             );
-            Ok(client.post(&hook.url, &headers, &delivery.payload, config.webhook_timeout_ms).await)
+            let attempt = WebhookPost {
+                url: &hook.url,
+                headers: &headers,
+                body: &delivery.payload,
+                timeout_ms: config.webhook_timeout_ms,
+            };
+            Ok(client.post(&attempt).await)
         }
         (Ok(_), None) => Ok(ReceiverOutcome::Unreachable("the subscription's secret cannot be read".into())),
     };
@@ -794,7 +805,8 @@ mod tests {
     type Received = (Vec<(String, String)>, String);
 
     impl WebhookClient for Scripted {
-        async fn post(&self, _: &str, headers: &[(String, String)], body: &str, _: u64) -> ReceiverOutcome {
+        async fn post(&self, attempt: &WebhookPost<'_>) -> ReceiverOutcome {
+            let WebhookPost { headers, body, .. } = *attempt;
             self.posts.set(self.posts.get() + 1);
             self.received.borrow_mut().push((headers.to_vec(), body.to_owned()));
             self.faults.call("receiver").await;
@@ -1137,8 +1149,15 @@ mod tests {
         let new_key = [42u8; 24];
         let sealed = StoredSecret::seal(&key, "wh_0", &webhook::new_secret(&new_key), [3; 12]);
         let current = hook("wh_0").secret;
-        let rotated =
-            complete(w.store.rotate_secret(PROJECT, "wh_0", &sealed, T0 + 1_000, &current)).unwrap().unwrap();
+        let rotated = complete(w.store.rotate_secret(&SecretRotation {
+            project_id: PROJECT,
+            id: "wh_0",
+            secret: &sealed,
+            previous_until_ms: T0 + 1_000,
+            replaces: &current,
+        }))
+        .unwrap()
+        .unwrap();
         assert_eq!(rotated.previous_secret_until(T0), Some(T0 + 1_000));
         let client = scripted(&w, vec![answered(200), answered(200)]);
         finish(Box::pin(dispatch(&w.store, &w.queue, &client, &w.config, "dlv_0", || T0 + 999, 0.0)))

@@ -351,21 +351,24 @@ pub trait AuditStore {
     /// The oldest row (by `(ts, request_id)`) older than `before_ms`: its project (`None`: no
     /// project) and position. The roll-up moves rows from here.
     async fn oldest_expired(&self, before_ms: i64) -> Result<Option<(Option<String>, Cursor)>, PortError>;
-    /// The project's rows from `from` (inclusive) to `to` (exclusive) in `(ts, request_id)`
-    /// order, at most `limit`.
-    async fn rows_between(
-        &self,
-        project_id: Option<&str>,
-        from: &Cursor,
-        to: &Cursor,
-        limit: usize,
-    ) -> Result<Vec<AuditRow>, PortError>;
+    /// The rows of `range`, in `(ts, request_id)` order.
+    async fn rows_between(&self, range: &RowRange<'_>) -> Result<Vec<AuditRow>, PortError>;
     /// Clears a slice the roll-up archived, in one transaction, only if exactly `count` rows are
     /// still between `first` and `last` (both inclusive) — a row that arrived since keeps them
     /// all: inserts (or replaces) the summary of the object written, takes the rows that were
     /// copies of rows already rolled up out of the aggregates, and deletes the slice's rows.
     /// Answers how many rows went: `count` or 0.
     async fn clear_slice(&self, slice: &ArchivedSlice<'_>) -> Result<usize, PortError>;
+}
+
+/// The rows of one project (`None`: none) from `from` (inclusive) to `to` (exclusive), at most
+/// `limit` of them: the next slice the roll-up reads.
+#[derive(Debug, Clone, Copy)]
+pub struct RowRange<'a> {
+    pub project_id: Option<&'a str>,
+    pub from: &'a Cursor,
+    pub to: &'a Cursor,
+    pub limit: usize,
 }
 
 /// A slice of the roll-up (rows of one project and hour, as far as one object goes), as [`AuditStore::clear_slice`] clears it.
@@ -404,6 +407,17 @@ pub trait Archive {
     async fn read_ndjson(&self, key: &str) -> Result<Option<Vec<u8>>, PortError>;
 }
 
+/// A secret rotation (SPEC §17): `secret` becomes the subscription's current secret and
+/// `replaces` (as stored) its previous one, which also signs until `previous_until_ms`.
+#[derive(Debug, Clone, Copy)]
+pub struct SecretRotation<'a> {
+    pub project_id: &'a str,
+    pub id: &'a str,
+    pub secret: &'a StoredSecret,
+    pub previous_until_ms: i64,
+    pub replaces: &'a StoredSecret,
+}
+
 /// Subscriptions, deliveries and attempts in D1.
 pub trait WebhookStore {
     /// Create-or-find by id (like [`Resources`]): answers the subscription as stored, so a second
@@ -415,18 +429,10 @@ pub trait WebhookStore {
     /// Marks the subscription deleted and, in the same batch, fails its pending deliveries
     /// (`failed`, last error `subscription deleted`; no attempt row is written).
     async fn delete_webhook(&self, project_id: &str, id: &str, now_ms: i64) -> Result<bool, PortError>;
-    /// Rotates the subscription's secret (SPEC §17) if its current secret is still `replaces` (as
-    /// stored): `secret` becomes current and `replaces` the previous secret, which also signs
-    /// until `previous_until_ms`. Answers the subscription as stored (`None`: no such
-    /// subscription, deleted, or its secret is no longer `replaces`: nothing written).
-    async fn rotate_secret(
-        &self,
-        project_id: &str,
-        id: &str,
-        secret: &StoredSecret,
-        previous_until_ms: i64,
-        replaces: &StoredSecret,
-    ) -> Result<Option<Webhook>, PortError>;
+    /// Rotates a subscription's secret (SPEC §17) if its current secret is still the one the
+    /// rotation replaces. Answers the subscription as stored (`None`: no such subscription,
+    /// deleted, or its secret is no longer `replaces`: nothing written).
+    async fn rotate_secret(&self, rotation: &SecretRotation<'_>) -> Result<Option<Webhook>, PortError>;
     /// Makes an active subscription of a disabled one (after a 410), or leaves an active one;
     /// answers it as stored (`None`: no such subscription, or deleted).
     async fn enable_webhook(&self, project_id: &str, id: &str) -> Result<Option<Webhook>, PortError>;
@@ -544,13 +550,16 @@ pub trait DeliveryQueue {
 
 /// Outbound HTTP to subscribers: one `POST`, no redirects followed, within the timeout.
 pub trait WebhookClient {
-    async fn post(
-        &self,
-        url: &str,
-        headers: &[(String, String)],
-        body: &str,
-        timeout_ms: u64,
-    ) -> ReceiverOutcome;
+    async fn post(&self, attempt: &WebhookPost<'_>) -> ReceiverOutcome;
+}
+
+/// One attempt's `POST`: the signed headers and the payload, answered within `timeout_ms`.
+#[derive(Debug, Clone, Copy)]
+pub struct WebhookPost<'a> {
+    pub url: &'a str,
+    pub headers: &'a [(String, String)],
+    pub body: &'a str,
+    pub timeout_ms: u64,
 }
 
 /// One failure of a queue message in its consumer. Counted in D1, so the retry delay can grow and
@@ -675,23 +684,26 @@ impl std::fmt::Debug for PassThrough {
     }
 }
 
-/// Proxied routes' origins: an `http(s)` URL or a service binding, one request each, no
-/// redirects followed, within the route's timeout.
 /// Leases of the cron jobs (SPEC §19), in D1: no two runs of one job overlap.
 pub trait JobLeases {
-    /// Takes the lease of `job` for `holder` until `until_ms`, unless another holder's lease is
-    /// still running at `now_ms`; answers whether it was taken.
-    async fn take_lease(
-        &self,
-        job: &str,
-        holder: &str,
-        now_ms: i64,
-        until_ms: i64,
-    ) -> Result<bool, PortError>;
+    /// Takes `lease`, unless another holder's lease of its job is still running at its `now_ms`;
+    /// answers whether it was taken.
+    async fn take_lease(&self, lease: &Lease<'_>) -> Result<bool, PortError>;
     /// Gives the lease back, if `holder` still holds it.
     async fn release_lease(&self, job: &str, holder: &str) -> Result<(), PortError>;
 }
 
+/// A cron job's lease as a run asks for it: `job` held by `holder` (one per invocation) until
+/// `until_ms`, asked at `now_ms`.
+pub struct Lease<'a> {
+    pub job: &'a str,
+    pub holder: &'a str,
+    pub now_ms: i64,
+    pub until_ms: i64,
+}
+
+/// Proxied routes' origins: an `http(s)` URL or a service binding, one request each, no
+/// redirects followed, within the route's timeout.
 pub trait Origin {
     async fn forward(&self, request: OriginRequest<'_>) -> OriginOutcome;
 }

@@ -12,7 +12,7 @@ use crate::sim::Faults;
 use gatehouse_core::audit::{packed_for_d1, AuditRow, DayCount, EndpointCount, LogFilter};
 use gatehouse_core::page::{Cursor, PageRequest};
 use gatehouse_core::platform::fits_d1_value;
-use gatehouse_core::ports::{Archive, ArchiveObject, ArchivedSlice, AuditStore, PortError};
+use gatehouse_core::ports::{Archive, ArchiveObject, ArchivedSlice, AuditStore, PortError, RowRange};
 use gatehouse_core::tiers::{ObjectSummary, SUMMARIES_PER_PAGE};
 use gatehouse_core::time::utc_date;
 
@@ -202,13 +202,8 @@ impl AuditStore for FakeStore {
             .await
     }
 
-    async fn rows_between(
-        &self,
-        project_id: Option<&str>,
-        from: &Cursor,
-        to: &Cursor,
-        limit: usize,
-    ) -> Result<Vec<AuditRow>, PortError> {
+    async fn rows_between(&self, range: &RowRange<'_>) -> Result<Vec<AuditRow>, PortError> {
+        let RowRange { project_id, from, to, limit } = *range;
         self.faults
             .run("d1 read a slice", || {
                 self.audit

@@ -8,7 +8,7 @@
 use std::rc::Rc;
 
 use crate::sim::Faults;
-use gatehouse_core::ports::{JobLeases, PortError};
+use gatehouse_core::ports::{JobLeases, Lease, PortError};
 
 pub mod audit;
 pub mod gateway;
@@ -53,19 +53,13 @@ impl FakeStore {
 }
 
 impl JobLeases for FakeStore {
-    async fn take_lease(
-        &self,
-        job: &str,
-        holder: &str,
-        now_ms: i64,
-        until_ms: i64,
-    ) -> Result<bool, PortError> {
+    async fn take_lease(&self, lease: &Lease<'_>) -> Result<bool, PortError> {
         self.faults
             .run("d1 take lease", || {
                 let mut leases = self.leases.borrow_mut();
-                let free = leases.get(job).is_none_or(|(_, until)| *until <= now_ms);
+                let free = leases.get(lease.job).is_none_or(|(_, until)| *until <= lease.now_ms);
                 if free {
-                    leases.insert(job.to_owned(), (holder.to_owned(), until_ms));
+                    leases.insert(lease.job.to_owned(), (lease.holder.to_owned(), lease.until_ms));
                 }
                 free
             })

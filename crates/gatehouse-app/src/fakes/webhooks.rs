@@ -13,7 +13,8 @@ use super::FakeStore;
 use crate::sim::{Fault, Faults};
 use gatehouse_core::page::PageRequest;
 use gatehouse_core::ports::{
-    DeliveryQueue, OriginEvent, OriginEventRecord, PortError, WebhookClient, WebhookStore,
+    DeliveryQueue, OriginEvent, OriginEventRecord, PortError, SecretRotation, WebhookClient, WebhookPost,
+    WebhookStore,
 };
 use gatehouse_core::webhook::{
     Attempt, Delivery, ReceiverOutcome, StoredSecret, Webhook, INTERRUPTED_ATTEMPT, RESPONSE_EXCERPT_BYTES,
@@ -155,14 +156,8 @@ impl WebhookStore for FakeStore {
         .await
     }
 
-    async fn rotate_secret(
-        &self,
-        project_id: &str,
-        id: &str,
-        secret: &StoredSecret,
-        previous_until_ms: i64,
-        replaces: &StoredSecret,
-    ) -> Result<Option<Webhook>, PortError> {
+    async fn rotate_secret(&self, rotation: &SecretRotation<'_>) -> Result<Option<Webhook>, PortError> {
+        let SecretRotation { project_id, id, secret, previous_until_ms, replaces } = *rotation;
         self.tables("webhooks.rotate_secret", |t| {
             let hook = t.webhooks.get_mut(id).filter(|w| {
                 w.project_id == project_id
@@ -602,13 +597,8 @@ impl Drop for InFlight<'_> {
 }
 
 impl WebhookClient for FakeReceiver {
-    async fn post(
-        &self,
-        _url: &str,
-        headers: &[(String, String)],
-        _body: &str,
-        timeout_ms: u64,
-    ) -> ReceiverOutcome {
+    async fn post(&self, attempt: &WebhookPost<'_>) -> ReceiverOutcome {
+        let WebhookPost { headers, timeout_ms, .. } = *attempt;
         let id = headers.iter().find(|(k, _)| k == "webhook-id").map(|(_, v)| v.clone()).unwrap_or_default();
         if !self.in_flight.borrow_mut().insert(id.clone()) {
             self.overlaps.borrow_mut().push(id.clone());

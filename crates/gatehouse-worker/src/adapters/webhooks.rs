@@ -13,7 +13,7 @@ use worker::{
     RequestInit, RequestRedirect,
 };
 
-use gatehouse_core::ports::{DeliveryQueue, PortError, WebhookClient};
+use gatehouse_core::ports::{DeliveryQueue, PortError, WebhookClient, WebhookPost};
 use gatehouse_core::webhook::{response_excerpt, DeliveryMessage, ReceiverOutcome, RESPONSE_EXCERPT_BYTES};
 
 pub const QUEUE_BINDING: &str = "WEBHOOK_QUEUE";
@@ -52,13 +52,8 @@ impl DeliveryQueue for WebhookQueue {
 pub struct FetchClient;
 
 impl WebhookClient for FetchClient {
-    async fn post(
-        &self,
-        url: &str,
-        headers: &[(String, String)],
-        body: &str,
-        timeout_ms: u64,
-    ) -> ReceiverOutcome {
+    async fn post(&self, attempt: &WebhookPost<'_>) -> ReceiverOutcome {
+        let WebhookPost { url, headers, body, timeout_ms } = *attempt;
         let no_answer = || ReceiverOutcome::Unreachable(format!("no answer within {timeout_ms} ms"));
         let request = match request(url, headers, body) {
             Ok(request) => request,

@@ -7,7 +7,7 @@ use worker::D1PreparedStatement;
 use super::{after, int, opt_int, opt_text, text, D1Store};
 use gatehouse_core::audit::{packed_for_d1, AuditRow, DayCount, EndpointCount, LogFilter};
 use gatehouse_core::page::{Cursor, PageRequest};
-use gatehouse_core::ports::{ArchivedSlice, AuditStore, PortError};
+use gatehouse_core::ports::{ArchivedSlice, AuditStore, PortError, RowRange};
 use gatehouse_core::tiers::ObjectSummary;
 
 const AUDIT_COLUMNS: &str = "ts, request_id, project_id, key_id, key_prefix, method, path, route, status,
@@ -230,13 +230,8 @@ impl AuditStore for D1Store {
         Ok(rows.into_iter().next().map(|r| (r.project_id, Cursor { ts: r.ts, id: r.request_id })))
     }
 
-    async fn rows_between(
-        &self,
-        project_id: Option<&str>,
-        from: &Cursor,
-        to: &Cursor,
-        limit: usize,
-    ) -> Result<Vec<AuditRow>, PortError> {
+    async fn rows_between(&self, range: &RowRange<'_>) -> Result<Vec<AuditRow>, PortError> {
+        let RowRange { project_id, from, to, limit } = *range;
         // The plain `ts` bounds let the index start at `from` instead of the hour's first row.
         self.log()
             .rows(

@@ -11,18 +11,12 @@ mod resources;
 mod webhooks;
 
 impl JobLeases for D1Store {
-    async fn take_lease(
-        &self,
-        job: &str,
-        holder: &str,
-        now_ms: i64,
-        until_ms: i64,
-    ) -> Result<bool, PortError> {
+    async fn take_lease(&self, lease: &Lease<'_>) -> Result<bool, PortError> {
         let statement = self.statement(
             "INSERT INTO job_leases (job, holder, until_ms) VALUES (?1, ?2, ?4)
              ON CONFLICT (job) DO UPDATE SET holder = excluded.holder, until_ms = excluded.until_ms
              WHERE job_leases.until_ms <= ?3",
-            &[text(job), text(holder), int(now_ms), int(until_ms)],
+            &[text(lease.job), text(lease.holder), int(lease.now_ms), int(lease.until_ms)],
         )?;
         Ok(self.batch(vec![statement]).await?[0] == 1)
     }
@@ -44,7 +38,7 @@ use worker::{D1Database, D1PreparedStatement, D1Result};
 use super::deadline::within;
 use gatehouse_core::page::{Cursor, PageRequest};
 use gatehouse_core::platform::deadline;
-use gatehouse_core::ports::{JobLeases, Meter, PortError};
+use gatehouse_core::ports::{JobLeases, Lease, Meter, PortError};
 
 pub struct D1Store {
     db: D1Database,

@@ -6,7 +6,7 @@ use super::{after, int, opt_int, opt_text, result_ids, text, D1Store};
 use crate::adapters::deadline::within;
 use gatehouse_core::page::PageRequest;
 use gatehouse_core::platform::deadline;
-use gatehouse_core::ports::{Meter, OriginEvent, OriginEventRecord, PortError, WebhookStore};
+use gatehouse_core::ports::{Meter, OriginEvent, OriginEventRecord, PortError, SecretRotation, WebhookStore};
 use gatehouse_core::webhook::{Attempt, Delivery, StoredSecret, Webhook, INTERRUPTED_ATTEMPT};
 
 const WEBHOOK_COLUMNS: &str = "id, project_id, url, events, secret, status, disabled_reason, created_at,
@@ -132,14 +132,8 @@ impl WebhookStore for D1Store {
         Ok(self.batch(vec![delete, fail_pending]).await?.first() == Some(&1))
     }
 
-    async fn rotate_secret(
-        &self,
-        project_id: &str,
-        id: &str,
-        secret: &StoredSecret,
-        previous_until_ms: i64,
-        replaces: &StoredSecret,
-    ) -> Result<Option<Webhook>, PortError> {
+    async fn rotate_secret(&self, rotation: &SecretRotation<'_>) -> Result<Option<Webhook>, PortError> {
+        let SecretRotation { project_id, id, secret, previous_until_ms, replaces } = *rotation;
         // One statement: the replaced secret moves to `previous_secret` as it is stored (sealed),
         // only while it is the one the rotation read.
         let rows = self
