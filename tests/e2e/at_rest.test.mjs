@@ -6,38 +6,26 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createDecipheriv, createHmac, hkdfSync, randomBytes } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
-import { createServer } from 'node:http';
 import { join, relative } from 'node:path';
-import { BASE, call, createProject, d1, eventually, idemKey } from './harness.mjs';
+import { BASE, call, createProject, d1, eventually, idemKey, receiver } from './harness.mjs';
 
 const STATE = process.env.GATEHOUSE_STATE;
 
 /** The webhook receiver: every request it got, by path. */
-const received = new Map();
-let receiver;
-let receiverBase;
+let hooks;
 
 before(async () => {
-  receiver = createServer((req, res) => {
-    let body = '';
-    req.on('data', (c) => { body += c; });
-    req.on('end', () => {
-      received.set(req.url, [...(received.get(req.url) ?? []), { headers: req.headers, body }]);
-      res.writeHead(200).end('ok');
-    });
-  });
-  await new Promise((resolve) => receiver.listen(0, '127.0.0.1', resolve));
-  receiverBase = `http://127.0.0.1:${receiver.address().port}`;
+  hooks = await receiver();
 });
 
-after(() => receiver.close());
+after(() => hooks.close());
 
 /** Waits for the `n`-th request to `url` and answers whether it carries the Standard Webhooks
  * signature a receiver holding `secret` computes. */
 async function signedWith(url, n, secret) {
   const path = new URL(url).pathname;
-  assert.ok(await eventually(async () => (received.get(path) ?? []).length >= n, 20_000), `request ${n} to ${path}`);
-  const { headers, body } = received.get(path)[n - 1];
+  assert.ok(await hooks.waitFor(path, n, 20_000), `request ${n} to ${path}`);
+  const { headers, body } = hooks.requestsTo(path)[n - 1];
   const key = Buffer.from(secret.slice('whsec_'.length), 'base64');
   const signed = `${headers['webhook-id']}.${headers['webhook-timestamp']}.${body}`;
   return headers['webhook-signature'] === `v1,${createHmac('sha256', key).update(signed).digest('base64')}`;
@@ -68,7 +56,7 @@ async function stateFilesContaining(text) {
 test('issued keys and webhook secrets replay to their caller and are nowhere in the state folder', async () => {
   assert.ok(STATE, 'GATEHOUSE_STATE names the state folder of the running gateway');
   const { projectId, owner } = await createProject('at rest');
-  const receiverUrl = `${receiverBase}/at-rest-${Date.now()}`;
+  const receiverUrl = `${hooks.url}/at-rest-${Date.now()}`;
 
   // A key created idempotently: the replay answers the very key again.
   const keyIdem = idemKey();
@@ -125,7 +113,7 @@ test('issued keys and webhook secrets replay to their caller and are nowhere in 
 
 test('a webhook secret stored in plaintext before the upgrade signs as before, and the minute cron seals it', async () => {
   const { owner } = await createProject('at rest, upgraded');
-  const url = `${receiverBase}/legacy-${Date.now()}`;
+  const url = `${hooks.url}/legacy-${Date.now()}`;
   const hook = await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url, events: ['contact.created'] } });
   assert.equal(hook.status, 201, hook.text);
   // The row as the version before sealing wrote it: the `whsec_` secret itself.
@@ -199,7 +187,7 @@ test('no value in the state folder derives a key that opens a kept response or a
   const idem = idemKey();
   const created = await call('POST', '/public/v1/keys', { key: owner.key, idem, body: { type: 'server', name: 'attacked' } });
   assert.equal(created.status, 201, created.text);
-  const hook = await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: `${receiverBase}/attacked`, events: ['contact.created'] } });
+  const hook = await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: `${hooks.url}/attacked`, events: ['contact.created'] } });
   assert.equal(hook.status, 201, hook.text);
   const responseAad = `papi:idem:${owner.id}:${idem}`;
   const secretAad = `webhook:${hook.body.id}:secret`;

@@ -4,32 +4,19 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { createServer } from 'node:http';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ADMIN_TOKEN, BASE, call, createKey, createProject, eventually, listAll, sleep } from './harness.mjs';
+import { ADMIN_TOKEN, BASE, buildCli, call, createKey, createProject, eventually, freePort, listAll, receiver, sleep } from './harness.mjs';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const work = mkdtempSync(join(tmpdir(), 'gatehouse-cli-'));
-let bin;
+let gatehouse;
 
 before(() => {
-  const build = spawnSync('cargo', ['build', '--quiet', '-p', 'gatehouse-cli'], { cwd: ROOT, stdio: 'inherit' });
-  assert.equal(build.status, 0, 'the gatehouse binary builds');
-  const meta = JSON.parse(spawnSync('cargo', ['metadata', '--format-version', '1', '--no-deps'], { cwd: ROOT, encoding: 'utf8' }).stdout);
-  bin = join(meta.target_directory, 'debug', 'gatehouse');
+  gatehouse = buildCli();
 });
-
-/** Runs the CLI with GATEHOUSE_URL set (and GATEHOUSE_KEY when `key` is given). */
-function gatehouse(args, { key, input } = {}) {
-  const env = { ...process.env, GATEHOUSE_URL: BASE };
-  delete env.GATEHOUSE_KEY;
-  if (key) env.GATEHOUSE_KEY = key;
-  const out = spawnSync(bin, args, { input, encoding: 'utf8', env });
-  return { status: out.status, stdout: out.stdout, stderr: out.stderr };
-}
 
 const jsonLines = (text) => text.split('\n').filter(Boolean).map((line) => JSON.parse(line));
 
@@ -81,8 +68,8 @@ test('me, keys create / list / revoke, and the exit codes', async () => {
   assert.equal(gatehouse(['request', 'POST', '/public/v1/contacts', '--data', '{oops'], { key: owner.key }).status, 2);
   assert.equal(gatehouse(['frobnicate']).status, 2);
   // A network error: exit 1, NETWORK_ERROR after the attempts allowed.
-  const port = await new Promise((resolve) => { const s = createServer(); s.listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(() => resolve(p)); }); });
-  const down = spawnSync(bin, ['--url', `http://127.0.0.1:${port}`, '--key', owner.key, '--max-attempts', '2', '--verbose', 'me'], { encoding: 'utf8' });
+  const port = await freePort();
+  const down = spawnSync(gatehouse.bin, ['--url', `http://127.0.0.1:${port}`, '--key', owner.key, '--max-attempts', '2', '--verbose', 'me'], { encoding: 'utf8' });
   assert.equal(down.status, 1, down.stderr);
   assert.match(down.stderr, /attempt 2\/2/);
   assert.match(down.stderr, /retrying in \d\.\d\d s \(exponential backoff\)/);
@@ -143,7 +130,7 @@ test('contacts import: 1,000 contacts with a progress bar, the same file again c
 
 test('logs list is one page of JSON lines; logs tail follows new rows until interrupted', async () => {
   const { owner, server } = await businessProject();
-  const tail = spawn(bin, ['logs', 'tail', '--path', '/public/v1/contacts*', '--method', 'POST', '--interval', '1'], {
+  const tail = spawn(gatehouse.bin, ['logs', 'tail', '--path', '/public/v1/contacts*', '--method', 'POST', '--interval', '1'], {
     env: { ...process.env, GATEHOUSE_URL: BASE, GATEHOUSE_KEY: owner.key },
   });
   let lines = '';
@@ -184,22 +171,16 @@ test('logs list is one page of JSON lines; logs tail follows new rows until inte
 });
 
 test('webhooks verify: a real delivery from the engine verifies; a changed body or another secret does not', async () => {
-  const deliveries = [];
-  const receiver = createServer((req, res) => {
-    const chunks = [];
-    req.on('data', (c) => chunks.push(c));
-    req.on('end', () => { deliveries.push({ headers: req.headers, body: Buffer.concat(chunks) }); res.end('ok'); });
-  });
-  await new Promise((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+  const hooks = await receiver();
   try {
     const { owner, server } = await businessProject();
     const hook = await call('POST', '/public/v1/webhooks', {
-      key: owner.key, body: { url: `http://127.0.0.1:${receiver.address().port}/hook`, events: ['contact.created'] },
+      key: owner.key, body: { url: `${hooks.url}/hook`, events: ['contact.created'] },
     });
     assert.equal(hook.status, 201, hook.text);
     await call('POST', '/public/v1/contacts', { key: server.key, body: { name: 'Hooked' } });
-    assert.ok(await eventually(async () => deliveries.length > 0, 30_000), 'a delivery within 30 s');
-    const { headers, body } = deliveries[0];
+    assert.ok(await eventually(async () => hooks.received.length > 0, 30_000), 'a delivery within 30 s');
+    const { headers, raw: body } = hooks.received[0];
     const file = join(work, 'delivery.json');
     writeFileSync(file, body);
     const args = (secret) => ['webhooks', 'verify', '--secret', secret, '--id', headers['webhook-id'],
@@ -220,7 +201,7 @@ test('webhooks verify: a real delivery from the engine verifies; a changed body 
     assert.equal(old.status, 1);
     assert.match(old.stderr, /^invalid: webhook-timestamp is 6\d\ds old \(tolerance ±300s\)/);
   } finally {
-    receiver.close();
+    await hooks.close();
   }
 });
 

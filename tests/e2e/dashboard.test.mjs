@@ -3,23 +3,18 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
-import { createServer } from 'node:http';
 import { chromium } from 'playwright-core';
-import { BASE, call, createKey, createProject, eventually, listAll } from './harness.mjs';
+import { BASE, call, createKey, createProject, eventually, listAll, receiver } from './harness.mjs';
 
 const SHOTS = `${process.env.GATEHOUSE_STATE ?? '/tmp'}/screenshots`;
 let browser;
-let receiver;
+let hooks;
 let receiverHealthy = false;
 
 before(async () => {
   mkdirSync(SHOTS, { recursive: true });
   console.log(`screenshots: ${SHOTS}`);
-  receiver = createServer((req, res) => {
-    req.resume();
-    req.on('end', () => { res.writeHead(receiverHealthy ? 200 : 500); res.end(receiverHealthy ? 'ok' : 'down'); });
-  });
-  await new Promise((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+  hooks = await receiver(() => (receiverHealthy ? { status: 200, body: 'ok' } : { status: 500, body: 'down' }));
   browser = await chromium.launch({
     executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
     args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
@@ -29,14 +24,14 @@ before(async () => {
 
 after(async () => {
   await browser?.close();
-  receiver?.close();
+  await hooks?.close();
 });
 
 test('the dashboard: sign-in, keys with a chart, a filtered log, and a webhook retried from the page', async () => {
   const { owner } = await createProject('Dashboard demo', { plan: 'business' });
   const server = await createKey(owner.key, 'server', { name: 'backend' });
   const hook = await call('POST', '/public/v1/webhooks', {
-    key: owner.key, body: { url: `http://127.0.0.1:${receiver.address().port}/hook`, events: ['contact.created'] },
+    key: owner.key, body: { url: `${hooks.url}/hook`, events: ['contact.created'] },
   });
   const contact = await call('POST', '/public/v1/contacts', { key: server.key, body: { name: 'Ada' } });
   await call('GET', `/public/v1/contacts/${contact.body.id}`, { key: server.key });
@@ -118,14 +113,10 @@ test('lifecycles from the dashboard: roll a key (the new one shown once), rotate
   const { owner } = await createProject('Dashboard lifecycles', { plan: 'business' });
   const server = await createKey(owner.key, 'server', { name: 'worker' });
   let gone = true;
-  const gate = createServer((req, res) => {
-    req.resume();
-    req.on('end', () => { res.writeHead(gone ? 410 : 200); res.end(); });
-  });
-  await new Promise((resolve) => gate.listen(0, '127.0.0.1', resolve));
+  const gate = await receiver(() => (gone ? 410 : 200));
   try {
     const hook = (await call('POST', '/public/v1/webhooks', {
-      key: owner.key, body: { url: `http://127.0.0.1:${gate.address().port}/gone`, events: ['contact.created'] },
+      key: owner.key, body: { url: `${gate.url}/gone`, events: ['contact.created'] },
     })).body;
     await call('POST', '/public/v1/contacts', { key: owner.key, body: { name: 'Gone' } });
     await eventually(async () => (await listAll(`/public/v1/webhooks/${hook.id}/deliveries?status=failed`, owner.key)).length === 1, 20_000);
@@ -168,7 +159,7 @@ test('lifecycles from the dashboard: roll a key (the new one shown once), rotate
     await page.screenshot({ path: `${SHOTS}/webhook-recovered.png`, fullPage: true });
     await page.close();
   } finally {
-    gate.close();
+    await gate.close();
   }
 });
 

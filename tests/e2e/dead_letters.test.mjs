@@ -6,7 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { ADMIN_TOKEN, assertError, call, createKey, createProject, d1, eventually, sleep } from './harness.mjs';
+import { ADMIN_TOKEN, assertError, call, createKey, createProject, d1, eventually, receiver, sleep } from './harness.mjs';
 
 const admin = { authorization: `Bearer ${ADMIN_TOKEN}` };
 const deadLetters = (query = '') => call('GET', `/admin/v1/dead-letters${query}`, { headers: admin });
@@ -122,18 +122,11 @@ test('an audit row D1 refuses becomes a dead letter; re-driving all stores it on
 });
 
 test('a webhook delivery D1 refuses to take ends in the dead letters; re-driven, it is delivered once', async () => {
-  const { createServer } = await import('node:http');
-  const got = [];
-  const receiver = createServer((req, res) => {
-    let body = '';
-    req.on('data', (c) => { body += c; });
-    req.on('end', () => { got.push(body); res.writeHead(200).end('ok'); });
-  });
-  await new Promise((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+  const hooks = await receiver();
   try {
     const { owner } = await createProject('dead letters', { plan: 'business' });
     const server = await createKey(owner.key, 'server');
-    const url = `http://127.0.0.1:${receiver.address().port}/hook`;
+    const url = `${hooks.url}/hook`;
     const hook = await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url, events: ['contact.created'] } });
     assert.equal(hook.status, 201, hook.text);
     const tag = randomUUID().slice(0, 8);
@@ -150,7 +143,7 @@ test('a webhook delivery D1 refuses to take ends in the dead letters; re-driven,
       letter = await letterWith('gatehouse-webhooks', deliveryId);
       assert.ok(letter, 'the delivery message is listed as a dead letter');
       assert.match(letter.last_error ?? '', /refused by the dead-letter test/);
-      assert.equal(got.length, 0, 'nothing reached the receiver while D1 refused');
+      assert.equal(hooks.received.length, 0, 'nothing reached the receiver while D1 refused');
     } finally {
       await d1(`DROP TRIGGER IF EXISTS refuse_take_${tag}`);
     }
@@ -162,8 +155,8 @@ test('a webhook delivery D1 refuses to take ends in the dead letters; re-driven,
     }, 30_000);
     assert.ok(delivered, 'the re-driven delivery is delivered');
     await sleep(2000);
-    assert.equal(got.length, 1, 'the receiver got the event once');
+    assert.equal(hooks.received.length, 1, 'the receiver got the event once');
   } finally {
-    receiver.close();
+    await hooks.close();
   }
 });

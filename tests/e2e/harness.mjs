@@ -1,6 +1,10 @@
 // Shared helpers for the end-to-end suite: real HTTP to the worker under `wrangler dev`.
 // scripts/test sets GATEHOUSE_URL and GATEHOUSE_ADMIN_TOKEN.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { createServer } from 'node:http';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { Agent, fetch, Headers } from 'undici';
 
 export const BASE = process.env.GATEHOUSE_URL ?? 'http://127.0.0.1:8787';
@@ -138,7 +142,6 @@ export async function listAll(path, key) {
  * resources) unless `database` names `AUDIT_DB` (the audit log).
  */
 export async function d1(sql, database = 'DB') {
-  const { spawnSync } = await import('node:child_process');
   const out = spawnSync('npx', ['wrangler', 'd1', 'execute', database, '--local', '--persist-to',
     process.env.GATEHOUSE_STATE, '--json', '--command', sql], { encoding: 'utf8' });
   if (out.status !== 0) throw new Error(`d1 execute failed: ${out.stderr}${out.stdout}`);
@@ -151,4 +154,93 @@ export async function eventually(probe, ms = 15_000) {
   let value;
   while (!(value = await probe()) && Date.now() < end) await sleep(250);
   return value;
+}
+
+/**
+ * An HTTP server on 127.0.0.1 standing in for a webhook receiver or a proxied origin; it keeps
+ * every request it got. Once a request's body is in, `respond(request, res)` answers it with a
+ * status, or `{status, headers, body}` (200 and an empty body unless named), or a promise of one;
+ * or with nothing, when it answers through `res` itself or never (a receiver that hangs). Without
+ * `respond` every request gets 200 "ok". `port` 0 takes a free port.
+ *
+ * A request is {method, url, path (the url without its query), headers, raw (the body's bytes),
+ * body (the same as text), n (its number among the requests to its path, from 1), at (Unix ms it
+ * arrived), closedAt (Unix ms its response closed, null until then)}.
+ *
+ * Answers {url (http://127.0.0.1:port), port, received (every request, in order), requestsTo(path),
+ * waitFor(path, n, ms) (whether `path` got n requests within ms), endpoint(respond, name) (a fresh
+ * path /name-N answered by its own `respond`), close()}.
+ */
+export async function receiver(respond = () => ({ status: 200, body: 'ok' }), { port = 0 } = {}) {
+  const received = [];
+  const byPath = new Map();
+  const routes = new Map();
+  const requestsTo = (path) => byPath.get(path) ?? [];
+  const server = createServer((req, res) => {
+    const request = { method: req.method, url: req.url, path: req.url.split('?')[0], headers: req.headers, at: Date.now(), closedAt: null };
+    res.on('close', () => { request.closedAt = Date.now(); });
+    const chunks = [];
+    req.on('data', (c) => chunks.push(c));
+    req.on('end', async () => {
+      request.raw = Buffer.concat(chunks);
+      request.body = request.raw.toString();
+      request.n = requestsTo(request.path).length + 1;
+      byPath.set(request.path, [...requestsTo(request.path), request]);
+      received.push(request);
+      const answer = await (routes.get(request.path) ?? respond)(request, res);
+      if (answer === undefined || answer === null) return;
+      const { status = 200, headers = {}, body = '' } = typeof answer === 'number' ? { status: answer } : answer;
+      res.writeHead(status, headers).end(body);
+    });
+  });
+  await new Promise((resolve) => server.listen(port, '127.0.0.1', resolve));
+  const { port: bound } = server.address();
+  let endpoints = 0;
+  return {
+    url: `http://127.0.0.1:${bound}`,
+    port: bound,
+    received,
+    requestsTo,
+    waitFor: (path, n, ms = 15_000) => eventually(async () => requestsTo(path).length >= n, ms),
+    endpoint(answer, name = 'hook') {
+      const path = `/${name}-${++endpoints}`;
+      routes.set(path, answer);
+      return path;
+    },
+    close() {
+      // Connections still open (a hanging answer, a keep-alive one) would keep it from closing.
+      server.closeAllConnections();
+      return new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+/** A port on 127.0.0.1 that nothing listens on (connections to it are refused). */
+export function freePort() {
+  return new Promise((resolve) => {
+    const s = createServer().listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => resolve(port)); });
+  });
+}
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+/**
+ * Builds the `gatehouse` CLI (client/) and answers a runner: `gatehouse(args, {key, input})` runs it
+ * against the test gateway (with GATEHOUSE_KEY when `key` is given) and answers {status, stdout,
+ * stderr}; `gatehouse.bin` is the binary's path.
+ */
+export function buildCli() {
+  const build = spawnSync('cargo', ['build', '--quiet', '-p', 'gatehouse-cli'], { cwd: ROOT, stdio: 'inherit' });
+  assert.equal(build.status, 0, 'the gatehouse binary builds');
+  const meta = JSON.parse(spawnSync('cargo', ['metadata', '--format-version', '1', '--no-deps'], { cwd: ROOT, encoding: 'utf8' }).stdout);
+  const bin = join(meta.target_directory, 'debug', 'gatehouse');
+  const gatehouse = (args, { key, input } = {}) => {
+    const env = { ...process.env, GATEHOUSE_URL: BASE };
+    delete env.GATEHOUSE_KEY;
+    if (key) env.GATEHOUSE_KEY = key;
+    const out = spawnSync(bin, args, { input, encoding: 'utf8', env });
+    return { status: out.status, stdout: out.stdout, stderr: out.stderr };
+  };
+  gatehouse.bin = bin;
+  return gatehouse;
 }

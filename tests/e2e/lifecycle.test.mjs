@@ -6,60 +6,23 @@
 // the operator issues owner keys, and admin creates honour Idempotency-Key.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { createServer } from 'node:http';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { ADMIN_TOKEN, BASE, assertError, call, createKey, createProject, d1, eventually, idemKey, listAll, sleep } from './harness.mjs';
+import { ADMIN_TOKEN, BASE, assertError, buildCli, call, createKey, createProject, d1, eventually, idemKey, listAll, receiver, sleep } from './harness.mjs';
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-let bin;
+let gatehouse;
 
-/** The receiver: behaviour per path, and every request it got. */
-const received = new Map();
-const behaviour = new Map();
-let receiver;
-let receiverBase;
+/** The receiver: an answer per path, numbered, and every request it got. */
+const answer = (status) => (req) => ({ status: status(req.n), headers: { 'content-type': 'text/plain' }, body: `answer ${req.n}` });
+let hooks;
 
 before(async () => {
-  const build = spawnSync('cargo', ['build', '--quiet', '-p', 'gatehouse-cli'], { cwd: ROOT, stdio: 'inherit' });
-  assert.equal(build.status, 0, 'the gatehouse binary builds');
-  const meta = JSON.parse(spawnSync('cargo', ['metadata', '--format-version', '1', '--no-deps'], { cwd: ROOT, encoding: 'utf8' }).stdout);
-  bin = join(meta.target_directory, 'debug', 'gatehouse');
-  receiver = createServer((req, res) => {
-    let body = '';
-    req.on('data', (c) => { body += c; });
-    req.on('end', () => {
-      const list = received.get(req.url) ?? [];
-      list.push({ headers: req.headers, body });
-      received.set(req.url, list);
-      const status = (behaviour.get(req.url) ?? (() => 200))(list.length);
-      res.writeHead(status, { 'content-type': 'text/plain' });
-      res.end(`answer ${list.length}`);
-    });
-  });
-  await new Promise((resolve) => receiver.listen(0, '127.0.0.1', resolve));
-  receiverBase = `http://127.0.0.1:${receiver.address().port}`;
+  gatehouse = buildCli();
+  hooks = await receiver(answer(() => 200));
 });
 
-after(() => receiver?.close());
+after(() => hooks?.close());
 
-/** Runs the CLI against the gateway (with GATEHOUSE_KEY when `key` is given). */
-function gatehouse(args, { key, input } = {}) {
-  const env = { ...process.env, GATEHOUSE_URL: BASE };
-  delete env.GATEHOUSE_KEY;
-  if (key) env.GATEHOUSE_KEY = key;
-  const out = spawnSync(bin, args, { input, encoding: 'utf8', env });
-  return { status: out.status, stdout: out.stdout, stderr: out.stderr };
-}
-
-let paths = 0;
-function endpoint(status = () => 200) {
-  const path = `/lifecycle-${++paths}`;
-  behaviour.set(path, status);
-  return path;
-}
-const requestsTo = (path) => received.get(path) ?? [];
+const endpoint = (status = () => 200) => hooks.endpoint(answer(status), 'lifecycle');
+const requestsTo = (path) => hooks.requestsTo(path);
 
 const me = (key) => call('GET', '/public/v1/me', { key });
 const reasonOf = (res) => res.body?.error?.details?.reason;
@@ -164,7 +127,7 @@ function verifies(secret, { headers, body }, signature = headers['webhook-signat
 test('rotate-secret: during the grace both signatures, new first, each verifying under its own secret; after it only the new one', async () => {
   const { owner } = await createProject('lifecycle rotation', { plan: 'business' });
   const path = endpoint();
-  const hook = (await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: receiverBase + path, events: ['contact.created'] } })).body;
+  const hook = (await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: hooks.url + path, events: ['contact.created'] } })).body;
   const oldSecret = hook.secret;
 
   const cli = gatehouse(['webhooks', 'rotate-secret', hook.id, '--grace', '4'], { key: owner.key });
@@ -179,7 +142,7 @@ test('rotate-secret: during the grace both signatures, new first, each verifying
   assert.equal(listed.secret, undefined, 'the secret is shown only when made');
 
   await call('POST', '/public/v1/contacts', { key: owner.key, body: { name: 'During' } });
-  assert.ok(await eventually(async () => requestsTo(path).length >= 1), 'delivered during the grace');
+  assert.ok(await hooks.waitFor(path, 1), 'delivered during the grace');
   const during = requestsTo(path)[0];
   const entries = during.headers['webhook-signature'].split(' ');
   assert.equal(entries.length, 2, during.headers['webhook-signature']);
@@ -190,7 +153,7 @@ test('rotate-secret: during the grace both signatures, new first, each verifying
 
   await until(graceEnd + 200);
   await call('POST', '/public/v1/contacts', { key: owner.key, body: { name: 'After' } });
-  assert.ok(await eventually(async () => requestsTo(path).length >= 2), 'delivered after the grace');
+  assert.ok(await hooks.waitFor(path, 2), 'delivered after the grace');
   const afterGrace = requestsTo(path)[1];
   assert.equal(afterGrace.headers['webhook-signature'].split(' ').length, 1);
   assert.ok(verifies(newSecret, afterGrace), 'the new secret verifies');
@@ -213,7 +176,7 @@ test('a receiver down for 6 attempts: failed; recover from a time re-queues it a
   const { owner } = await createProject('lifecycle recover', { plan: 'business' });
   let healthy = false;
   const path = endpoint(() => (healthy ? 200 : 503));
-  const hook = (await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: receiverBase + path, events: ['contact.created'] } })).body;
+  const hook = (await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: hooks.url + path, events: ['contact.created'] } })).body;
   const since = new Date(Date.now() - 1000).toISOString();
   await call('POST', '/public/v1/contacts', { key: owner.key, body: { name: 'Outage' } });
   const [failed] = await settled(owner.key, hook.id, 'failed');
@@ -243,7 +206,7 @@ test('410 disables a subscription; re-enabled, a recovery delivers what failed',
   const { owner } = await createProject('lifecycle re-enable', { plan: 'business' });
   let gone = true;
   const path = endpoint(() => (gone ? 410 : 200));
-  const hook = (await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: receiverBase + path, events: ['contact.created'] } })).body;
+  const hook = (await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: hooks.url + path, events: ['contact.created'] } })).body;
   const since = new Date(Date.now() - 1000).toISOString();
   await call('POST', '/public/v1/contacts', { key: owner.key, body: { name: 'Gone' } });
   const [failed] = await settled(owner.key, hook.id, 'failed');
@@ -263,13 +226,13 @@ test('410 disables a subscription; re-enabled, a recovery delivers what failed',
   assert.deepEqual(delivered.attempts.map((a) => a.response_code), [410, 200]);
   // New events reach it again.
   await call('POST', '/public/v1/contacts', { key: owner.key, body: { name: 'Back' } });
-  assert.ok(await eventually(async () => requestsTo(path).length >= 3));
+  assert.ok(await hooks.waitFor(path, 3));
 });
 
 test('a step longer than a queue delay: its delivery, due now and carried by no queue message, is found by the sweep', async () => {
   const { projectId, owner } = await createProject('lifecycle long step', { plan: 'business' });
   const path = endpoint();
-  const hook = (await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: receiverBase + path, events: ['*'] } })).body;
+  const hook = (await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: hooks.url + path, events: ['*'] } })).body;
   // Attempt 6 of the Standard Webhooks schedule failed 14 h ago and set the next one 14 h later
   // (past the 12 h a queue message can wait): the message that carried the wait arrived early,
   // found the delivery not due, and no message carries it now.
@@ -287,7 +250,7 @@ test('a step longer than a queue delay: its delivery, due now and carried by no 
   assert.equal(requestsTo(path).length, 0, 'no message carries it');
   const cron = await fetch(`${BASE}/__scheduled?cron=${encodeURIComponent('* * * * *')}`);
   assert.equal(cron.status, 200);
-  assert.ok(await eventually(async () => requestsTo(path).length >= 1), 'the sweep queued it');
+  assert.ok(await hooks.waitFor(path, 1), 'the sweep queued it');
   assert.equal(requestsTo(path)[0].headers['webhook-id'], id);
   const [delivered] = await settled(owner.key, hook.id, 'delivered');
   assert.deepEqual(delivered.attempts.map((a) => [a.attempt, a.response_code]), [[6, 503], [7, 200]]);
@@ -370,7 +333,7 @@ test('roll and rotate-secret with an Idempotency-Key: a retry answers the same r
   assert.equal((await me(rolled.body.key)).status, 200);
   assert.equal(reasonOf(await me(server.key)), 'rolled');
 
-  const hook = (await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: receiverBase + endpoint(), events: ['contact.created'] } })).body;
+  const hook = (await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: hooks.url + endpoint(), events: ['contact.created'] } })).body;
   const rotateIdem = idemKey();
   const rotate = () => call('POST', `/public/v1/webhooks/${hook.id}/rotate-secret`, { key: owner.key, idem: rotateIdem, body: {} });
   const rotated = await rotate();

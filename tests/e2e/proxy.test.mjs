@@ -6,9 +6,9 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
-import { createServer, request } from 'node:http';
+import { request } from 'node:http';
 import {
-  assertError, assertRequestId, businessProject, call, CLIENT_IP, createKey, createProject, eventually, freshWindow, idemKey, workerLog,
+  assertError, assertRequestId, businessProject, call, CLIENT_IP, createKey, createProject, eventually, freshWindow, idemKey, receiver, workerLog,
 } from './harness.mjs';
 
 const ORIGIN_PORT = Number(process.env.GATEHOUSE_ORIGIN_PORT);
@@ -30,62 +30,36 @@ function verifyGatehouse(req, body, secret) {
   return got.length === expected.length && timingSafeEqual(got, expected);
 }
 
-/** Every request the origin received, by path without the query. */
-const hits = new Map();
-const hitsOf = (path) => hits.get(path) ?? [];
+/** The origin (every request it received, by path without the query) and the events' receiver. */
 let origin;
-let receiver;
-let receiverBase;
-const webhooks = [];
+let hooks;
+const hitsOf = (path) => origin.requestsTo(path);
 
 before(async () => {
   assert.ok(ORIGIN_PORT && ORIGIN_SECRET, 'scripts/test sets GATEHOUSE_ORIGIN_PORT and GATEHOUSE_ORIGIN_SECRET');
-  origin = createServer((req, res) => {
-    const chunks = [];
-    req.on('data', (c) => chunks.push(c));
-    req.on('end', () => {
-      const body = Buffer.concat(chunks);
-      const path = req.url.split('?')[0];
-      const seen = { method: req.method, url: req.url, headers: req.headers, body: body.toString(), verified: verifyGatehouse(req, body, ORIGIN_SECRET) };
-      hits.set(path, [...hitsOf(path), seen]);
-      const n = hitsOf(path).length;
-      if (path === '/e2e/hang') return; // never answers
-      if (path.startsWith('/base/e2e-base/upload')) {
-        res.writeHead(200, { 'content-type': 'application/json' });
-        const sha256 = createHash('sha256').update(body).digest('hex');
-        return res.end(JSON.stringify({ ...seen, body: undefined, length: body.length, sha256 }));
-      }
-      if (path === '/e2e/fail') {
-        res.writeHead(500, { 'content-type': 'text/plain', 'x-origin': 'yes' });
-        return res.end(`boom ${n}`);
-      }
-      if (path === '/e2e/big') {
-        res.writeHead(200, { 'content-type': 'application/octet-stream' });
-        return res.end(bigBody());
-      }
-      if (path.startsWith('/e2e/orders') || path.startsWith('/e2e-required/')) {
-        res.writeHead(201, { 'content-type': 'application/vnd.shop+json', 'x-order-number': String(n) });
-        return res.end(JSON.stringify({ order: n, path }));
-      }
-      res.writeHead(200, { 'content-type': 'application/json', 'x-origin': 'yes', 'x-ratelimit-remaining': '999', 'x-request-id': 'origin-chosen' });
-      res.end(JSON.stringify(seen));
-    });
-  });
-  await new Promise((resolve) => origin.listen(ORIGIN_PORT, '127.0.0.1', resolve));
-  receiver = createServer((req, res) => {
-    let body = '';
-    req.on('data', (c) => { body += c; });
-    req.on('end', () => { webhooks.push({ headers: req.headers, body }); res.writeHead(200); res.end('ok'); });
-  });
-  await new Promise((resolve) => receiver.listen(0, '127.0.0.1', resolve));
-  receiverBase = `http://127.0.0.1:${receiver.address().port}`;
+  origin = await receiver(answerAsOrigin, { port: ORIGIN_PORT });
+  hooks = await receiver();
 });
 
-after(() => {
-  origin.closeAllConnections?.();
-  origin.close();
-  receiver.close();
-});
+after(() => Promise.all([origin.close(), hooks.close()]));
+
+/** The origin's answer: what it saw (verified with its own code) unless the path asks for another. */
+function answerAsOrigin(req) {
+  const { path, n, raw } = req;
+  const seen = { method: req.method, url: req.url, headers: req.headers, body: req.body, verified: verifyGatehouse(req, raw, ORIGIN_SECRET) };
+  if (path === '/e2e/hang') return undefined; // never answers
+  if (path.startsWith('/base/e2e-base/upload')) {
+    const sha256 = createHash('sha256').update(raw).digest('hex');
+    return { headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...seen, body: undefined, length: raw.length, sha256 }) };
+  }
+  if (path === '/e2e/fail') return { status: 500, headers: { 'content-type': 'text/plain', 'x-origin': 'yes' }, body: `boom ${n}` };
+  if (path === '/e2e/big') return { headers: { 'content-type': 'application/octet-stream' }, body: bigBody() };
+  if (path.startsWith('/e2e/orders') || path.startsWith('/e2e-required/')) {
+    return { status: 201, headers: { 'content-type': 'application/vnd.shop+json', 'x-order-number': String(n) }, body: JSON.stringify({ order: n, path }) };
+  }
+  const headers = { 'content-type': 'application/json', 'x-origin': 'yes', 'x-ratelimit-remaining': '999', 'x-request-id': 'origin-chosen' };
+  return { headers, body: JSON.stringify(seen) };
+}
 
 function bigBody() {
   const b = Buffer.alloc(BIG);
@@ -327,7 +301,7 @@ test('the audit row of a proxied request has the route {prefix}*, the key statis
 
 test('origin events reach a local receiver signed, once per Idempotency-Key', async () => {
   const { projectId, owner } = await createProject('origin events');
-  const sub = await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: `${receiverBase}/orders`, events: ['order.shipped'] } });
+  const sub = await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: `${hooks.url}/orders`, events: ['order.shipped'] } });
   assert.equal(sub.status, 201, sub.text);
   const auth = { authorization: `Bearer ${EVENTS_SECRET}` };
   const idem = idemKey();
@@ -342,7 +316,7 @@ test('origin events reach a local receiver signed, once per Idempotency-Key', as
     const reused = await call('POST', `/admin/v1/projects/${projectId}/events`, { headers: auth, idem, body });
     assert.equal(assertError(reused, 409, 'IDEMPOTENCY_KEY_REUSED').details.header, 'Idempotency-Key');
   }
-  const got = await eventually(async () => webhooks.find((w) => JSON.parse(w.body).id === sent.body.event_id));
+  const got = await eventually(async () => hooks.received.find((w) => JSON.parse(w.body).id === sent.body.event_id));
   assert.ok(got, 'the receiver got the event');
   const payload = JSON.parse(got.body);
   assert.equal(payload.type, 'order.shipped');
@@ -354,7 +328,7 @@ test('origin events reach a local receiver signed, once per Idempotency-Key', as
   assert.equal(got.headers['x-gatehouse-request-id'], sent.headers.get('x-request-id'));
   // Let any duplicate arrive, then count.
   await new Promise((r) => setTimeout(r, 1500));
-  assert.equal(webhooks.filter((w) => JSON.parse(w.body).id === sent.body.event_id).length, 1);
+  assert.equal(hooks.received.filter((w) => JSON.parse(w.body).id === sent.body.event_id).length, 1);
 
   assertError(await call('POST', `/admin/v1/projects/${projectId}/events`, { headers: { authorization: 'Bearer wrong-wrong-wrong-wrong' }, body: { type: 'order.shipped' } }), 401, 'INVALID_API_KEY');
   assertError(await call('POST', `/admin/v1/projects/${projectId}/events`, { key: owner.key, body: { type: 'order.shipped' } }), 401, 'INVALID_API_KEY');
@@ -489,5 +463,5 @@ test('headers claiming a 99 MB body with an unknown or missing key are answered 
       req.destroy();
     }
   }
-  assert.equal([...hits.keys()].filter((p) => p.includes('/upload/huge')).length, 0);
+  assert.equal(origin.received.filter((r) => r.path.includes('/upload/huge')).length, 0);
 });

@@ -5,14 +5,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, openSync, readFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { sleep } from './harness.mjs';
-
-const freePort = () => new Promise((resolve) => {
-  const s = createServer().listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => resolve(port)); });
-});
+import { freePort, sleep } from './harness.mjs';
 
 /** Starts a gateway with `upstreams`, answers its /health and what its log says, and stops it. */
 async function withUpstreams(upstreams) {

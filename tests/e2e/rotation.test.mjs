@@ -9,10 +9,9 @@ import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { createHmac, randomBytes } from 'node:crypto';
 import { mkdtemp, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { assertError, call, eventually, idemKey } from './harness.mjs';
+import { assertError, call, eventually, idemKey, receiver } from './harness.mjs';
 
 const ROOT = new URL('../..', import.meta.url).pathname;
 const secret = () => randomBytes(24).toString('hex');
@@ -21,22 +20,14 @@ const keyId = (s) => createHmac('sha256', s).update('gatehouse/key-id').digest('
 const keyHash = (pepper, key) => createHmac('sha256', pepper).update(key).digest('hex');
 
 let dir;
-let receiver;
-let receiverBase;
-const received = [];
+let hooks;
 
 before(async () => {
   dir = await mkdtemp(join(tmpdir(), 'gatehouse-rotation-'));
-  receiver = createServer((req, res) => {
-    let body = '';
-    req.on('data', (c) => { body += c; });
-    req.on('end', () => { received.push({ headers: req.headers, body }); res.writeHead(200).end('ok'); });
-  });
-  await new Promise((resolve) => receiver.listen(0, '127.0.0.1', resolve));
-  receiverBase = `http://127.0.0.1:${receiver.address().port}`;
+  hooks = await receiver();
 });
 
-after(() => receiver.close());
+after(() => hooks.close());
 
 /** Starts the gateway on this file's state folder with `secrets`; answers its URL and a stop. */
 async function gateway(step, secrets) {
@@ -67,8 +58,8 @@ function d1(sql) {
 
 /** Whether the receiver's `n`-th request carries the signature a holder of `whsec` computes. */
 async function signedWith(n, whsec) {
-  assert.ok(await eventually(async () => received.length >= n, 20_000), `delivery ${n}`);
-  const { headers, body } = received[n - 1];
+  assert.ok(await eventually(async () => hooks.received.length >= n, 20_000), `delivery ${n}`);
+  const { headers, body } = hooks.received[n - 1];
   const key = Buffer.from(whsec.slice('whsec_'.length), 'base64');
   const signed = `${headers['webhook-id']}.${headers['webhook-timestamp']}.${body}`;
   return headers['webhook-signature'].split(' ').includes(`v1,${createHmac('sha256', key).update(signed).digest('base64')}`);
@@ -89,7 +80,7 @@ test('rotating the pepper and the webhook secrets key loses no key, replay or se
     owner = project.body.owner_key.key;
     issued = await call('POST', '/public/v1/keys', { base, key: owner, idem, body: { type: 'server', name: 'before' } });
     assert.equal(issued.status, 201, issued.text);
-    const hook = await call('POST', '/public/v1/webhooks', { base, key: owner, body: { url: `${receiverBase}/rotation`, events: ['contact.created'] } });
+    const hook = await call('POST', '/public/v1/webhooks', { base, key: owner, body: { url: `${hooks.url}/rotation`, events: ['contact.created'] } });
     assert.equal(hook.status, 201, hook.text);
     [whsec, hookId] = [hook.body.secret, hook.body.id];
     assert.equal((await call('POST', '/public/v1/contacts', { base, key: owner, body: { name: 'Before' } })).status, 201);

@@ -5,8 +5,7 @@
 // names the local receiver through an IPv4-mapped address (refused, and local if it were not).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer } from 'node:http';
-import { assertError, call, createProject, d1, listAll, sleep } from './harness.mjs';
+import { assertError, call, createProject, d1, listAll, receiver, sleep } from './harness.mjs';
 
 /** Every form of a special-purpose target other than loopback and private (RFC 1918, ULA). */
 const REFUSED = [
@@ -42,21 +41,13 @@ async function ownerKey() {
   return owner.key;
 }
 
-let receiver;
-let receiverPort;
-const received = [];
+let hooks;
 
 before(async () => {
-  receiver = createServer((req, res) => {
-    received.push(req.url);
-    req.resume();
-    req.on('end', () => res.end('ok'));
-  });
-  await new Promise((resolve) => receiver.listen(0, '127.0.0.1', resolve));
-  receiverPort = receiver.address().port;
+  hooks = await receiver();
 });
 
-after(() => receiver.close());
+after(() => hooks.close());
 
 /** The subscription's deliveries once `done` holds for its first one or the receiver got anything
  *  (polled every 1.5 s: the owner key allows 30 requests a minute). */
@@ -64,7 +55,7 @@ async function settle(key, hookId, done, ms = 25_000) {
   const end = Date.now() + ms;
   for (;;) {
     const list = await listAll(`/public/v1/webhooks/${hookId}/deliveries`, key);
-    if ((list[0] && done(list[0])) || received.length > 0 || Date.now() > end) return list;
+    if ((list[0] && done(list[0])) || hooks.received.length > 0 || Date.now() > end) return list;
     await sleep(1500);
   }
 }
@@ -89,7 +80,7 @@ test('every special-purpose target other than loopback is refused with 422, howe
 
 test('with the switch, loopback (127.0.0.1, [::1]) is allowed, and nothing refused was stored', async () => {
   const { owner: own } = await createProject('ssrf loopback');
-  const ok = [`http://127.0.0.1:${receiverPort}/never-1`, `http://[::1]:${receiverPort}/never-2`];
+  const ok = [`http://127.0.0.1:${hooks.port}/never-1`, `http://[::1]:${hooks.port}/never-2`];
   for (const url of ok) {
     const res = await call('POST', '/public/v1/webhooks', { key: own.key, body: { url, events: ['contact.created'] } });
     assert.equal(res.status, 201, `${url}: ${res.text}`);
@@ -105,19 +96,19 @@ test('each attempt checks the target again: a row that no longer passes is a fai
   const { projectId, owner: own } = await createProject('ssrf recheck');
   const path = '/recheck';
   const created = await call('POST', '/public/v1/webhooks', {
-    key: own.key, body: { url: `http://127.0.0.1:${receiverPort}${path}`, events: ['contact.created'] },
+    key: own.key, body: { url: `http://127.0.0.1:${hooks.port}${path}`, events: ['contact.created'] },
   });
   assert.equal(created.status, 201, created.text);
   const hook = created.body;
   // A row that predates the rules: the local receiver through an IPv4-mapped address.
-  const mapped = `http://[::ffff:127.0.0.1]:${receiverPort}${path}`;
+  const mapped = `http://[::ffff:127.0.0.1]:${hooks.port}${path}`;
   await d1(`UPDATE webhooks SET url = '${mapped}' WHERE id = '${hook.id}' AND project_id = '${projectId}'`);
 
   const contact = await call('POST', '/public/v1/contacts', { key: own.key, body: { name: 'Refused target' } });
   assert.equal(contact.status, 201, contact.text);
   const reason = 'refused: url must not point to an IPv4-mapped address (::ffff:0:0/96)';
   const [delivery] = await settle(own.key, hook.id, (d) => d.status !== 'pending');
-  assert.deepEqual(received, [], 'the receiver got no request');
+  assert.deepEqual(hooks.received.map((r) => r.url), [], 'the receiver got no request');
   assert.ok(delivery, 'the delivery was attempted');
   assert.deepEqual([delivery.status, delivery.last_error, delivery.last_response_code], ['failed', reason, null]);
   assert.deepEqual(delivery.attempts.map((a) => [a.attempt, a.error, a.response_code]), [[1, reason, null]]);
@@ -127,7 +118,7 @@ test('each attempt checks the target again: a row that no longer passes is a fai
   assert.equal(retried.status, 202, retried.text);
   const [again] = await settle(own.key, hook.id, (d) => d.attempts.length === 2 && d.status !== 'pending');
   await sleep(500);
-  assert.deepEqual(received, [], 'the receiver got no request');
+  assert.deepEqual(hooks.received.map((r) => r.url), [], 'the receiver got no request');
   assert.ok(again, 'the retry was attempted');
   assert.deepEqual([again.status, ...again.attempts.map((a) => a.error)], ['failed', reason, reason]);
 });

@@ -5,56 +5,23 @@
 // recorded and no uncaught exception in the worker's log.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer } from 'node:net';
-import { createServer as createHttpServer } from 'node:http';
 import { readFile } from 'node:fs/promises';
-import { call, createProject, d1, eventually, listAll, sleep } from './harness.mjs';
+import { call, createProject, d1, eventually, freePort, listAll, receiver, sleep } from './harness.mjs';
 
 const TIMEOUT_MS = 3000; // WEBHOOK_TIMEOUT_MS in scripts/test
 
-/** path → (req, res, n) handling the n-th request to that path; and what each path received. */
-const behaviour = new Map();
-const received = new Map(); // path → [{start, end, bytesSent}]
-const sockets = new Set();
-let receiver;
-let receiverBase;
+/** The receiver: a handler per path, and what each path received. */
+let hooks;
 
 before(async () => {
-  receiver = createHttpServer((req, res) => {
-    const list = received.get(req.url) ?? [];
-    const entry = { start: Date.now(), end: null, bytesSent: 0, closed: false };
-    list.push(entry);
-    received.set(req.url, list);
-    res.on('close', () => { entry.end = Date.now(); entry.closed = true; });
-    req.resume();
-    req.on('end', () => (behaviour.get(req.url) ?? ((_, r) => r.end('ok')))(req, res, list.length, entry));
-  });
-  receiver.on('connection', (s) => { sockets.add(s); s.on('close', () => sockets.delete(s)); });
-  await new Promise((resolve) => receiver.listen(0, '127.0.0.1', resolve));
-  receiverBase = `http://127.0.0.1:${receiver.address().port}`;
+  hooks = await receiver();
 });
 
-after(() => {
-  for (const s of sockets) s.destroy();
-  receiver.close();
-});
+after(() => hooks.close());
 
-let paths = 0;
-function endpoint(handler) {
-  const path = `/fault-${++paths}`;
-  behaviour.set(path, handler);
-  return path;
-}
-const requestsTo = (path) => received.get(path) ?? [];
-
-/** A port on 127.0.0.1 with nothing listening: connections to it are refused. */
-async function deadPort() {
-  const server = createServer();
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
+/** A fresh path answered by `handler(request, res)` (see `receiver` in the harness). */
+const endpoint = (handler) => hooks.endpoint(handler, 'fault');
+const requestsTo = (path) => hooks.requestsTo(path);
 
 async function owner() {
   // Plans belong to projects (SPEC §13): an owner can no longer raise its own key's plan.
@@ -119,7 +86,7 @@ async function assertNoUncaught(offset) {
 test('a refused connection is a recorded failed attempt, six times, then failed', async () => {
   const offset = await logSize();
   const { owner: o } = await owner();
-  const hook = await subscribe(o.key, `http://127.0.0.1:${await deadPort()}/nobody`);
+  const hook = await subscribe(o.key, `http://127.0.0.1:${await freePort()}/nobody`);
   const id = await emit(o.key, hook.id);
   const failed = await until(o.key, hook.id, id, (d) => d.status === 'failed', 45_000);
   assert.equal(failed.attempts.length, 6);
@@ -136,8 +103,8 @@ test('a receiver that hangs past the timeout is a failed attempt after about WEB
   const offset = await logSize();
   const { owner: o } = await owner();
   // The first request gets no answer at all (the socket stays open); later ones get 200.
-  const path = endpoint((req, res, n) => { if (n > 1) res.end('fine now'); });
-  const hook = await subscribe(o.key, receiverBase + path);
+  const path = endpoint((request, res) => { if (request.n > 1) res.end('fine now'); });
+  const hook = await subscribe(o.key, hooks.url + path);
   const id = await emit(o.key, hook.id);
   const delivered = await until(o.key, hook.id, id, (d) => d.status === 'delivered');
   assertNumbered(delivered.attempts);
@@ -155,18 +122,19 @@ test('a 50 MB streamed answer: 1 KiB is kept, the rest is never read, the attemp
   const { owner: o } = await owner();
   const total = 50 * 1024 * 1024;
   const chunk = Buffer.alloc(64 * 1024, 'a');
-  const path = endpoint((req, res, n, entry) => {
+  const path = endpoint((request, res) => {
+    request.bytesSent = 0;
     res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(total) });
     const pump = () => {
-      while (entry.bytesSent < total && !entry.closed) {
-        entry.bytesSent += chunk.length;
+      while (request.bytesSent < total && request.closedAt === null) {
+        request.bytesSent += chunk.length;
         if (!res.write(chunk)) return res.once('drain', pump);
       }
-      if (!entry.closed) res.end();
+      if (request.closedAt === null) res.end();
     };
     pump();
   });
-  const hook = await subscribe(o.key, receiverBase + path);
+  const hook = await subscribe(o.key, hooks.url + path);
   const id = await emit(o.key, hook.id);
   const delivered = await until(o.key, hook.id, id, (d) => d.status === 'delivered');
   assert.equal(delivered.attempts.length, 1);
@@ -179,7 +147,7 @@ test('a 50 MB streamed answer: 1 KiB is kept, the rest is never read, the attemp
   assert.ok(stored.excerpt_bytes <= 1024);
   // The worker cancelled the body: the receiver's connection closed long before 50 MB went out.
   const [sent] = requestsTo(path);
-  assert.ok(await eventually(async () => sent.closed, 10_000), 'the connection was closed');
+  assert.ok(await eventually(async () => sent.closedAt !== null, 10_000), 'the connection was closed');
   assert.ok(sent.bytesSent < total / 2, `the receiver sent only ${sent.bytesSent} of ${total} bytes`);
   await assertNoUncaught(offset);
 });
@@ -187,13 +155,8 @@ test('a 50 MB streamed answer: 1 KiB is kept, the rest is never read, the attemp
 test('429 with Retry-After: 99999999999 waits 24 h at most; a manual retry then delivers it', async () => {
   const offset = await logSize();
   const { owner: o } = await owner();
-  const path = endpoint((req, res, n) => {
-    if (n === 1) {
-      res.writeHead(429, { 'retry-after': '99999999999' });
-      res.end('slow down');
-    } else res.end('ok');
-  });
-  const hook = await subscribe(o.key, receiverBase + path);
+  const path = endpoint(({ n }) => (n === 1 ? { status: 429, headers: { 'retry-after': '99999999999' }, body: 'slow down' } : { status: 200, body: 'ok' }));
+  const hook = await subscribe(o.key, hooks.url + path);
   const id = await emit(o.key, hook.id);
   const waiting = await until(o.key, hook.id, id, (d) => d.attempts.length === 1);
   const [first] = waiting.attempts;
@@ -216,11 +179,8 @@ test('a manual retry during a slow attempt waits for it: unique numbers, no lost
   const offset = await logSize();
   const { owner: o } = await owner();
   // The first request takes 2 s and fails; the next ones succeed at once.
-  const path = endpoint((req, res, n) => {
-    if (n === 1) setTimeout(() => { res.writeHead(500); res.end('slow failure'); }, 2_000);
-    else res.end('ok');
-  });
-  const hook = await subscribe(o.key, receiverBase + path);
+  const path = endpoint(({ n }) => (n === 1 ? sleep(2_000).then(() => ({ status: 500, body: 'slow failure' })) : { status: 200, body: 'ok' }));
+  const hook = await subscribe(o.key, hooks.url + path);
   const id = await emit(o.key, hook.id);
   assert.ok(await eventually(async () => requestsTo(path).length >= 1), 'the slow attempt started');
   // Several retries while it is in flight, in parallel.
@@ -234,9 +194,9 @@ test('a manual retry during a slow attempt waits for it: unique numbers, no lost
   const stored = await storedAttempts(id);
   assert.deepEqual(stored.map((a) => [a.attempt, a.response_code]), [[1, 500], [2, 200]], 'every attempt row is kept');
   const [slow, next] = requestsTo(path);
-  assert.ok(next.start >= slow.end, 'the next attempt started after the slow one had its answer');
+  assert.ok(next.at >= slow.closedAt, 'the next attempt started after the slow one had its answer');
   // The retry made it due now: the next attempt followed the slow one at once, not after the schedule.
-  assert.ok(next.start - slow.end < 5_000, `${next.start - slow.end} ms between them`);
+  assert.ok(next.at - slow.closedAt < 5_000, `${next.at - slow.closedAt} ms between them`);
   await sleep(1_500);
   assert.equal(requestsTo(path).length, 2, 'nothing more once delivered');
   await assertNoUncaught(offset);
@@ -245,8 +205,8 @@ test('a manual retry during a slow attempt waits for it: unique numbers, no lost
 test('deleting a subscription fails its pending delivery with "subscription deleted" and no fake attempt', async () => {
   const offset = await logSize();
   const { owner: o } = await owner();
-  const path = endpoint((req, res) => { res.writeHead(503, { 'retry-after': '3600' }); res.end('later'); });
-  const hook = await subscribe(o.key, receiverBase + path);
+  const path = endpoint(() => ({ status: 503, headers: { 'retry-after': '3600' }, body: 'later' }));
+  const hook = await subscribe(o.key, hooks.url + path);
   const id = await emit(o.key, hook.id);
   await until(o.key, hook.id, id, (d) => d.attempts.length === 1 && d.status === 'pending');
   assert.equal((await call('DELETE', `/public/v1/webhooks/${hook.id}`, { key: o.key })).status, 200);

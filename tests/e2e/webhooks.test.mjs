@@ -3,44 +3,23 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
-import { createServer } from 'node:http';
-import { BASE, assertError, call, createKey, createProject, d1, eventually, listAll } from './harness.mjs';
+import { BASE, assertError, call, createKey, createProject, d1, eventually, listAll, receiver } from './harness.mjs';
 
-/** The receiver: behaviour per path, and every request it got. */
-const received = new Map(); // path → [{headers, body}]
-const behaviour = new Map(); // path → (count) => status
-let receiver;
-let receiverBase;
+/** The receiver: an answer per path, numbered, and every request it got. */
+const answer = (status) => (req) => ({ status: status(req.n), headers: { 'content-type': 'text/plain' }, body: `answer ${req.n} from ${req.url}` });
+let hooks;
 
 before(async () => {
-  receiver = createServer((req, res) => {
-    let body = '';
-    req.on('data', (c) => { body += c; });
-    req.on('end', () => {
-      const list = received.get(req.url) ?? [];
-      list.push({ headers: req.headers, body });
-      received.set(req.url, list);
-      const status = (behaviour.get(req.url) ?? (() => 200))(list.length);
-      res.writeHead(status, { 'content-type': 'text/plain' });
-      res.end(`answer ${list.length} from ${req.url}`);
-    });
-  });
-  await new Promise((resolve) => receiver.listen(0, '127.0.0.1', resolve));
-  receiverBase = `http://127.0.0.1:${receiver.address().port}`;
+  hooks = await receiver(answer(() => 200));
 });
 
-after(() => receiver.close());
+after(() => hooks.close());
 
-let paths = 0;
 /** A unique receiver path answering `status(n)` to its n-th request. */
-function endpoint(status = () => 200) {
-  const path = `/hook-${++paths}`;
-  behaviour.set(path, status);
-  return path;
-}
+const endpoint = (status = () => 200) => hooks.endpoint(answer(status));
 
 async function subscribe(ownerKey, path, events = ['*']) {
-  const res = await call('POST', '/public/v1/webhooks', { key: ownerKey, body: { url: receiverBase + path, events } });
+  const res = await call('POST', '/public/v1/webhooks', { key: ownerKey, body: { url: hooks.url + path, events } });
   assert.equal(res.status, 201, res.text);
   return res.body;
 }
@@ -50,8 +29,8 @@ async function businessOwner() {
   return createProject(undefined, { plan: 'business' });
 }
 
-const requestsTo = (path) => received.get(path) ?? [];
-const waitFor = (path, n, ms = 20_000) => eventually(async () => requestsTo(path).length >= n, ms);
+const requestsTo = (path) => hooks.requestsTo(path);
+const waitFor = (path, n) => hooks.waitFor(path, n, 20_000);
 
 async function deliveriesOf(ownerKey, webhookId, status) {
   return listAll(`/public/v1/webhooks/${webhookId}/deliveries${status ? `?status=${status}` : ''}`, ownerKey);
