@@ -1,0 +1,99 @@
+//! The audit log (SPEC §9, §18): the audit queue, the rows in D1 and their roll-up to R2.
+
+use super::PortError;
+use crate::audit::{AuditRow, DayCount, EndpointCount, LogFilter};
+use crate::page::{Cursor, PageRequest};
+use crate::tiers::ObjectSummary;
+
+/// The audit queue (`AUDIT_QUEUE`): rows leave the hot path here.
+pub trait AuditSink {
+    async fn record(&self, rows: &[AuditRow]) -> Result<(), PortError>;
+}
+
+/// The audit log's database (`AUDIT_DB`, SPEC §18): the hot tier's rows, the summaries of the
+/// cold tier's objects, and the per-key daily aggregates.
+pub trait AuditStore {
+    /// Inserts each row once per `request_id` and adds it to the daily aggregates in the same
+    /// transaction (a retried batch changes nothing).
+    async fn insert_audit_rows(&self, rows: &[AuditRow]) -> Result<(), PortError>;
+    /// One snapshot of the log for a page: the project's hot rows matching the filter, newest
+    /// first, after the page's cursor (at most `page.fetch_len()`), and the summaries of the cold
+    /// objects whose span overlaps the filter's time range before the cursor (at most
+    /// [`crate::tiers::SUMMARIES_PER_PAGE`], greatest `last` first).
+    async fn log_snapshot(
+        &self,
+        project_id: &str,
+        filter: &LogFilter,
+        page: &PageRequest,
+    ) -> Result<(Vec<AuditRow>, Vec<ObjectSummary>), PortError>;
+    /// The summary of the project's object whose span holds `at`, if one does.
+    async fn object_covering(
+        &self,
+        project_id: Option<&str>,
+        at: &Cursor,
+    ) -> Result<Option<ObjectSummary>, PortError>;
+    /// Per UTC day since `since_ms`, and the top endpoints, of one key: from the aggregates.
+    async fn key_stats(
+        &self,
+        project_id: &str,
+        key_id: &str,
+        since_ms: i64,
+    ) -> Result<(Vec<DayCount>, Vec<EndpointCount>), PortError>;
+    /// The oldest row (by `(ts, request_id)`) older than `before_ms`: its project (`None`: no
+    /// project) and position. The roll-up moves rows from here.
+    async fn oldest_expired(&self, before_ms: i64) -> Result<Option<(Option<String>, Cursor)>, PortError>;
+    /// The rows of `range`, in `(ts, request_id)` order.
+    async fn rows_between(&self, range: &RowRange<'_>) -> Result<Vec<AuditRow>, PortError>;
+    /// Clears a slice the roll-up archived, in one transaction, only if exactly `count` rows are
+    /// still between `first` and `last` (both inclusive) — a row that arrived since keeps them
+    /// all: inserts (or replaces) the summary of the object written, takes the rows that were
+    /// copies of rows already rolled up out of the aggregates, and deletes the slice's rows.
+    /// Answers how many rows went: `count` or 0.
+    async fn clear_slice(&self, slice: &ArchivedSlice<'_>) -> Result<usize, PortError>;
+}
+
+/// The rows of one project (`None`: none) from `from` (inclusive) to `to` (exclusive), at most
+/// `limit` of them: the next slice the roll-up reads.
+#[derive(Debug, Clone, Copy)]
+pub struct RowRange<'a> {
+    pub project_id: Option<&'a str>,
+    pub from: &'a Cursor,
+    pub to: &'a Cursor,
+    pub limit: usize,
+}
+
+/// A slice of the roll-up (rows of one project and hour, as far as one object goes), as [`AuditStore::clear_slice`] clears it.
+pub struct ArchivedSlice<'a> {
+    pub project_id: Option<&'a str>,
+    pub first: &'a Cursor,
+    pub last: &'a Cursor,
+    /// Rows read from D1 between `first` and `last`.
+    pub count: usize,
+    /// The object written, when the slice held a row not rolled up before.
+    pub summary: Option<&'a ObjectSummary>,
+    /// Rows of the slice that an earlier object holds already (a redelivered audit message).
+    pub copies: &'a [AuditRow],
+}
+
+/// An archived object, as the archive lists them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchiveObject {
+    pub key: String,
+    pub size: u64,
+    pub uploaded_ms: i64,
+}
+
+/// The `ARCHIVE` bucket (R2): the audit archive — gzip NDJSON, one object per slice of a project's
+/// day (see `core::archive`) — and session-recording segment (`core::events::recording_object_key`).
+pub trait Archive {
+    /// Writes the object whole, replacing any object of that key: the NDJSON lines as one gzip
+    /// member. Never a read-modify-write.
+    async fn put(&self, key: &str, ndjson: &[u8]) -> Result<(), PortError>;
+    /// Writes a session-recording segment's JSON as it is, replacing any object of that key.
+    async fn put_recording_segment(&self, key: &str, json: &[u8]) -> Result<(), PortError>;
+    /// Every object whose key starts with `prefix`, in key order.
+    async fn list(&self, prefix: &str) -> Result<Vec<ArchiveObject>, PortError>;
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, PortError>;
+    /// An audit object's NDJSON, decompressed.
+    async fn read_ndjson(&self, key: &str) -> Result<Option<Vec<u8>>, PortError>;
+}

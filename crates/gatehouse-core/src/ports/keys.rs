@@ -1,0 +1,196 @@
+//! Keys: the guard of each API key, the directory of keys and projects in D1, and the kept
+//! responses of idempotent requests.
+
+use super::PortError;
+use crate::api_key::{KeyRecord, RefusalReason, Scope};
+use crate::idempotency::{ClaimDecision, KeptResponse};
+use crate::page::PageRequest;
+use crate::rate_limit::{Usage, Verdict};
+
+/// A valid key and the rate decision its guard made for this request, with the decision on the
+/// request's `Idempotency-Key` when it had one and was within its limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission {
+    pub key: KeyRecord,
+    pub verdict: Verdict,
+    pub usage: Usage,
+    pub claim: Option<ClaimDecision>,
+}
+
+/// An idempotency claim to take in the same round trip as the rate decision.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ClaimRequest {
+    pub idempotency_key: String,
+    pub fingerprint: String,
+    /// Identifies the claimer: only it may complete or release the claim.
+    pub request_id: String,
+}
+
+/// What the guard of a key says about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Authorization {
+    Admitted(Box<Admission>),
+    /// No key has this hash (`None`), or it is refused (its record, so the refusal can be logged
+    /// for its project, and why: revoked, expired, or rolled and past its grace): all are 401.
+    Denied(Option<(Box<KeyRecord>, RefusalReason)>),
+}
+
+/// The guard that holds the operator's idempotency claims (admin routes have no API key, SPEC
+/// §19): a name no key hash (64 hex digits) or client address (`ip:…`) takes. Its claims are
+/// scoped to the operator, as a key's are to the key, and its responses are sealed under the
+/// admin token.
+pub const OPERATOR_GUARD: &str = "operator";
+
+/// The per-key Durable Object (SPEC §1 `KEY_GUARD`): one round trip per authenticated request.
+/// It is the source of truth for the key's limits and claims, and for "completed".
+pub trait KeyGuard {
+    /// Authenticates the key and makes the rate and quota decision for one request; takes the
+    /// claim only when the request is within its limits and the key's type may call the route.
+    async fn authorize(
+        &self,
+        key_hash: &str,
+        scope: Scope,
+        claim: Option<&ClaimRequest>,
+    ) -> Result<Authorization, PortError>;
+    /// Takes a claim for a principal without an API key (the operator, [`OPERATOR_GUARD`]): the
+    /// claims of the guard named `principal`, decided as `authorize` decides a key's. Also the
+    /// claim of a key `authorize` admitted without one a moment before: its body is read only
+    /// after its key is authenticated (SPEC §19 "Memory"), and the fingerprint needs the body.
+    async fn take_claim(&self, principal: &str, claim: &ClaimRequest) -> Result<ClaimDecision, PortError>;
+    /// The claimed operation succeeded: the claim is completed, and the guard keeps the response
+    /// (sealed: the guard never sees it in clear) until the key expires. Safe to repeat. `false`: the claim is no longer this request's (its
+    /// lease ran out and another request took it), so its response must not be stored.
+    async fn complete_claim(
+        &self,
+        key_hash: &str,
+        claim: &ClaimRequest,
+        response: &KeptResponse,
+    ) -> Result<bool, PortError>;
+    /// The claimed operation failed: forget the claim, so a retry executes again. Safe to repeat.
+    async fn release_claim(&self, key_hash: &str, claim: &ClaimRequest) -> Result<(), PortError>;
+    /// The response of a completed claim, as the guard keeps it (the response store missed).
+    async fn held_response(
+        &self,
+        key_hash: &str,
+        idempotency_key: &str,
+    ) -> Result<Option<KeptResponse>, PortError>;
+    /// The guard holds this record of its key from now on (a revocation or a change, told to the
+    /// guard before D1 is written). A revocation or roll the guard holds stays (`KeyRecord::told`)
+    /// unless it is the one `undo` names (by its `revoked_at` or `rolled_at`).
+    async fn apply(&self, key: &KeyRecord, undo: Option<i64>) -> Result<(), PortError>;
+    /// One round trip to a guard that does nothing: the deep health check.
+    async fn ping(&self) -> Result<(), PortError>;
+    /// Counts a failed authentication from a client address; `RateLimited` once it has too many.
+    async fn record_auth_failure(&self, client_ip: &str) -> Result<(Verdict, Usage), PortError>;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Revocation {
+    Revoked(KeyRecord),
+    AlreadyRevoked(KeyRecord),
+    /// The project would be left without an owner key that stays usable (SPEC §19).
+    LastOwnerKey,
+    NotFound,
+}
+
+/// What a key's owner may change (`PATCH /public/v1/keys/{id}`); `None` leaves a field as it is.
+/// The plan is the project's, set by the operator (SPEC §13).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyChanges {
+    pub name: Option<Option<String>>,
+    pub rate_limit_per_minute: Option<Option<u32>>,
+    /// A rolled key keeps its grace's end (the store leaves it).
+    pub expires_at: Option<Option<i64>>,
+}
+
+impl KeyChanges {
+    /// The record as it is after the change.
+    pub fn applied_to(&self, mut key: KeyRecord) -> KeyRecord {
+        if let Some(name) = &self.name {
+            key.name = name.clone();
+        }
+        if let Some(rate) = self.rate_limit_per_minute {
+            key.rate_limit_per_minute = rate;
+        }
+        if let Some(expires_at) = self.expires_at.filter(|_| key.rolled_at.is_none()) {
+            key.expires_at = expires_at;
+        }
+        key
+    }
+}
+
+/// A project put on another plan by the operator: its name and its keys as they are now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanChange {
+    pub name: String,
+    pub keys: Vec<KeyRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant)] // made once per PATCH
+pub enum KeyUpdate {
+    Updated(KeyRecord),
+    Revoked,
+    /// An expiry would leave the project without an owner key that stays usable (SPEC §19).
+    LastOwnerKey,
+    NotFound,
+}
+
+/// Projects and keys in D1.
+pub trait Directory {
+    /// The project on the owner key's plan, and that key: both or neither. Create-or-find by id
+    /// (an earlier execution of the same operation wrote them): answers the owner key as stored.
+    async fn create_project(
+        &self,
+        project_id: &str,
+        name: &str,
+        owner_key: &KeyRecord,
+    ) -> Result<KeyRecord, PortError>;
+    /// Inserts a key of an existing project, on the project's plan whatever `key.plan` says;
+    /// answers the stored record (`None`: no such project). Create-or-find by id: a key of the
+    /// project with this id (an earlier execution of the same operation) is answered as stored.
+    async fn insert_key(&self, key: &KeyRecord) -> Result<Option<KeyRecord>, PortError>;
+    /// Puts the project and all its keys on `plan` in one transaction; answers the project's name
+    /// and its keys as changed (`None`: no such project).
+    async fn set_project_plan(&self, project_id: &str, plan: &str) -> Result<Option<PlanChange>, PortError>;
+    /// The project's keys, newest first, after the page's cursor.
+    async fn list_keys(&self, project_id: &str, page: &PageRequest) -> Result<Vec<KeyRecord>, PortError>;
+    /// Changes a key that is not revoked. An expiry on a lasting owner key is written only while
+    /// another lasting owner key exists (checked in the same statement), else `LastOwnerKey`.
+    async fn update_key(
+        &self,
+        project_id: &str,
+        key_id: &str,
+        changes: &KeyChanges,
+    ) -> Result<KeyUpdate, PortError>;
+    /// Revokes a key; an owner key that is not refused yet only while another lasting owner key
+    /// exists (checked in the same statement), else `LastOwnerKey`.
+    async fn revoke_key(&self, project_id: &str, key_id: &str, now_ms: i64) -> Result<Revocation, PortError>;
+    /// In one transaction: marks the key rolled as `rolled` says (its replacement, its grace's
+    /// end) and inserts `replacement` on the project's plan — only while the key is not revoked,
+    /// not rolled before and not expired at `now_ms`. Answers both as stored, or `None` (nothing
+    /// written).
+    async fn roll_key(
+        &self,
+        rolled: &KeyRecord,
+        replacement: &KeyRecord,
+        now_ms: i64,
+    ) -> Result<Option<(KeyRecord, KeyRecord)>, PortError>;
+    async fn find_key(&self, project_id: &str, key_id: &str) -> Result<Option<KeyRecord>, PortError>;
+    /// How many owner keys of the project other than `except_key_id` are lasting
+    /// ([`KeyRecord::is_lasting`]): the last-owner-key rule counts only these (SPEC §19).
+    async fn lasting_owner_keys(&self, project_id: &str, except_key_id: &str) -> Result<u32, PortError>;
+    async fn key_by_hash(&self, key_hash: &str) -> Result<Option<KeyRecord>, PortError>;
+}
+
+/// Completed idempotent responses (SPEC §5: Workers KV, `papi:idem:{apiKeyId}:{key}`), sealed
+/// before they get here (SPEC §13).
+pub trait ResponseStore {
+    async fn put(
+        &self,
+        api_key_id: &str,
+        idempotency_key: &str,
+        response: &KeptResponse,
+    ) -> Result<(), PortError>;
+    async fn get(&self, api_key_id: &str, idempotency_key: &str) -> Result<Option<KeptResponse>, PortError>;
+}

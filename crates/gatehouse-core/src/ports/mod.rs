@@ -1,0 +1,70 @@
+//! The I/O that `gatehouse-app` needs, as small app-owned traits, one file per area. The worker
+//! implements them in its `adapters/` over Durable Objects, D1, KV, R2 and Queues; `gatehouse-app`'s
+//! fakes implement them in memory.
+
+#![allow(async_fn_in_trait)] // single-threaded (wasm) futures: no `Send` bound wanted
+
+mod audit;
+mod ingest;
+mod keys;
+mod origin;
+mod queues;
+mod resources;
+mod webhooks;
+
+use std::cell::Cell;
+
+pub use audit::*;
+pub use ingest::*;
+pub use keys::*;
+pub use origin::*;
+pub use queues::*;
+pub use resources::*;
+pub use webhooks::*;
+
+/// A dependency failed; the cause is for the log, the client gets 503.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortError(pub String);
+
+impl std::fmt::Display for PortError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl PortError {
+    /// For `map_err`: any dependency's error, as text for the log.
+    pub fn from_display(e: impl std::fmt::Display) -> Self {
+        PortError(e.to_string())
+    }
+}
+
+/// The set of port implementations a `gatehouse_app::Gateway` runs over.
+pub trait Ports {
+    type Guard: KeyGuard;
+    type Store: Directory + Resources + EventStore + AuditStore + WebhookStore;
+    type Responses: ResponseStore;
+    type Ledger: EventLedger;
+    type Events: EventSink;
+    type Archive: Archive;
+    type Deliveries: DeliveryQueue;
+    type Audit: AuditSink;
+    type DeadLetters: DeadLetters;
+    type Redrive: Redrive;
+    type Origin: Origin;
+}
+
+/// Counts the I/O one request makes, for the per-request log line: the hot-path budget of
+/// SPEC §12 is checked against it. Adapters made for a request share one meter.
+#[derive(Debug, Default)]
+pub struct Meter {
+    pub durable_object_calls: Cell<u32>,
+    pub d1_queries: Cell<u32>,
+    pub kv_operations: Cell<u32>,
+}
+
+impl Meter {
+    pub fn count(counter: &Cell<u32>) {
+        counter.set(counter.get() + 1);
+    }
+}
