@@ -3,8 +3,8 @@
 //! queue and cron jobs. Generic over the ports (`gatehouse_core::ports`), so it runs the same
 //! over Durable Objects, D1 and KV in the worker and over in-memory fakes in native tests.
 //!
-//! With the feature `testing` (and in this crate's own tests) it also offers [`fakes`] of every
-//! port, [`testing`]'s gateway over them, and the seeded fault simulation [`sim`].
+//! With the feature `testing` (and in this crate's own tests) it also offers `fakes` of every
+//! port, `testing`'s gateway over them, and the seeded fault simulation `sim`.
 
 mod after_response;
 mod audit;
@@ -284,7 +284,7 @@ fn unavailable(e: PortError) -> ApiError {
 }
 
 /// `N` bytes from the platform's CSPRNG (Web Crypto in the worker), handed out of a pool that is
-/// refilled [`RANDOM_POOL`] bytes at a time: each draw from the platform is a call into
+/// refilled `RANDOM_POOL` bytes at a time: each draw from the platform is a call into
 /// JavaScript (≈ 15 µs of a request in the profile). Each byte is handed out once.
 pub fn random<const N: usize>() -> [u8; N] {
     let mut buf = [0u8; N];

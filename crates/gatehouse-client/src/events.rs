@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tokio::sync::Mutex;
 
-use crate::client::{Call, Client, Notice, Request};
+use crate::call::Call;
+use crate::client::{Client, Notice, Request};
 use crate::error::Error;
 
 /// Events per `/v1/track` call.

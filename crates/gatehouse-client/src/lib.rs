@@ -41,6 +41,7 @@
 //! # Ok(()) }
 //! ```
 
+mod call;
 mod client;
 mod error;
 mod events;
@@ -50,7 +51,8 @@ mod resources;
 pub mod retry;
 mod webhooks;
 
-pub use client::{Call, Client, ClientBuilder, Notice, Page, Pages, Reply, DEFAULT_URL};
+pub use call::{Call, Page, Pages, Reply};
+pub use client::{Client, ClientBuilder, Notice, DEFAULT_URL};
 pub use error::{ApiError, Error};
 pub use events::{
     Actor, Event, Identified, Linked, RejectedEvent, ReplayChunkStored, TrackOutcome, MAX_BATCH,

@@ -4,7 +4,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::client::{Call, Client, Page, Pages, Request};
+use crate::call::{Call, Page, Pages};
+use crate::client::{Client, Request};
 use crate::error::Error;
 use crate::resources::segment;
 

@@ -7,7 +7,8 @@ use serde_json::Value;
 
 pub use gatehouse_wire::resources::{Contact, Message, ReleaseMarker, Scenario};
 
-use crate::client::{Call, Client, Pages, Request};
+use crate::call::{Call, Pages};
+use crate::client::{Client, Request};
 
 /// `GET /public/v1/me`.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -12,7 +12,8 @@ use serde_json::Value;
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
-use crate::client::{Call, Client, Pages, Request};
+use crate::call::{Call, Pages};
+use crate::client::{Client, Request};
 use crate::resources::segment;
 
 /// A subscription as lists show it (never the secret).

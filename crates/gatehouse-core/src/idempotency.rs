@@ -272,7 +272,7 @@ impl Tagged for ClaimDecision {
 deserialize_tagged!(ClaimDecision);
 
 /// A sealed response is a string, one from before the sealing an object (read without serde's
-/// buffering of untagged enums, see [`tagged`]).
+/// buffering of untagged enums, see [`crate::tagged`]).
 impl<'de> Deserialize<'de> for KeptResponse {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct Kept;

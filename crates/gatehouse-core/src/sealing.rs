@@ -12,7 +12,7 @@
 //! What an attacker who reads every stored value (KV, D1, every object's SQLite, logs) holds, and
 //! why it does not open a `v2` value: the key hash HMAC(pepper, key), the key id (a truncated
 //! HMAC of the secret under a label of its own), the sealed values and every other column. A
-//! response key is HKDF(salt = HMAC(pepper, [`RESPONSES_ROOT`]), ikm = API key): it needs the API key,
+//! response key is HKDF(salt = HMAC(pepper, `RESPONSES_ROOT`), ikm = API key): it needs the API key,
 //! which is never stored, *and* a pepper-derived value no column holds. A webhook secret's key
 //! comes from `WEBHOOK_SECRETS_KEY`, which is not the pepper, so the pepper and a D1 dump do not
 //! open it either. `tests/e2e/at_rest.test.mjs` derives candidate keys from every value of a real
@@ -76,7 +76,7 @@ impl std::fmt::Debug for SealingKey {
 
 impl SealingKey {
     /// The key of a caller's stored idempotent responses under one pepper: HKDF-SHA256 with the
-    /// API key as input and HMAC(pepper, [`RESPONSES_ROOT`]) as salt (see the module's notes).
+    /// API key as input and HMAC(pepper, `RESPONSES_ROOT`) as salt (see the module's notes).
     pub fn for_responses(pepper: &[u8], api_key: &str) -> Self {
         let salt = hmac_sha256(pepper, RESPONSES_ROOT);
         Self::derive(Some(&salt), api_key.as_bytes(), RESPONSES_INFO, Some(key_id(pepper)))

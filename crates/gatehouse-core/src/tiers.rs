@@ -38,7 +38,7 @@ pub struct ObjectSummary {
     pub statuses: [u32; 5],
     /// The methods present, e.g. `["GET","POST"]`.
     pub methods: Vec<String>,
-    /// The key ids present, when at most [`SUMMARY_KEYS_MAX`]; `None`: too many to list.
+    /// The key ids present, when at most `SUMMARY_KEYS_MAX`; `None`: too many to list.
     pub key_ids: Option<Vec<String>>,
     /// Whether any row carries an idempotency key.
     pub idempotent: bool,

@@ -18,7 +18,7 @@ pub struct SecretRotation<'a> {
 
 /// Subscriptions, deliveries and attempts in D1.
 pub trait WebhookStore {
-    /// Create-or-find by id (like [`Resources`]): answers the subscription as stored, so a second
+    /// Create-or-find by id (like [`super::Resources`]): answers the subscription as stored, so a second
     /// execution of the same operation shows the secret of the first. Secrets arrive sealed.
     async fn create_webhook(&self, webhook: &Webhook) -> Result<Webhook, PortError>;
     /// The project's subscriptions that are not deleted, newest first.

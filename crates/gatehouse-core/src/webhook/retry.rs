@@ -118,7 +118,7 @@ pub fn judge(attempt: u32, reply: &ReceiverOutcome, schedule: &[u64], jitter: f6
     }
 }
 
-/// An attempt whose target [`target_refusal`] refuses (the switch was turned off, or the row
+/// An attempt whose target [`super::target_refusal`] refuses (the switch was turned off, or the row
 /// predates the rules): no request is sent, and the delivery fails at once, since every later
 /// attempt would be refused alike (a manual retry tries again, under the configuration of then).
 pub fn refused(why: &str) -> Judgement {

@@ -1,0 +1,154 @@
+//! One call as a value ([`Call`]), its answer ([`Reply`]), and lists followed page by page
+//! ([`Pages`]).
+
+use std::collections::VecDeque;
+use std::future::{Future, IntoFuture};
+use std::marker::PhantomData;
+use std::pin::Pin;
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+use crate::client::{Client, Request};
+use crate::error::Error;
+
+/// One API call, ready to send: `.await` it for the value, or call [`Call::reply`] for the value
+/// with its request id and replay flag. A mutating call already holds its `Idempotency-Key`
+/// (a UUIDv4), which every retry of this call reuses; [`Call::idempotency_key`] sets your own.
+///
+/// ```no_run
+/// # async fn run(client: gatehouse_client::Client) -> Result<(), gatehouse_client::Error> {
+/// use gatehouse_client::NewContact;
+/// let ada = NewContact { name: Some("Ada".into()), ..Default::default() };
+/// let contact = client.create_contact(&ada).idempotency_key("signup-4711").await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "a call does nothing until it is awaited"]
+pub struct Call<T> {
+    pub(crate) client: Client,
+    pub(crate) request: Request,
+    pub(crate) decode: fn(&[u8]) -> serde_json::Result<T>,
+    pub(crate) output: PhantomData<fn() -> T>,
+}
+
+impl<T> Call<T> {
+    /// Uses `key` as the `Idempotency-Key` of this call (and of all its retries) instead of the
+    /// automatic one: the same key for the same operation, e.g. the id of a CI job or of a chunk.
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.request.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// The `Idempotency-Key` this call will send, if any.
+    pub fn current_idempotency_key(&self) -> Option<&str> {
+        self.request.idempotency_key.as_deref()
+    }
+
+    /// Sends the call (with its retries) and answers the value with what came with it.
+    pub async fn reply(self) -> Result<Reply<T>, Error> {
+        let answer = self.client.execute(&self.request).await?;
+        let request_id = answer.header("x-request-id").map(str::to_owned);
+        let replayed = answer.header("idempotency-replayed") == Some("true");
+        let value = (self.decode)(&answer.body).map_err(|e| Error::Decode {
+            status: answer.status,
+            request_id: request_id.clone(),
+            message: e.to_string(),
+        })?;
+        Ok(Reply {
+            value,
+            status: answer.status,
+            request_id,
+            replayed,
+            idempotency_key: self.request.idempotency_key,
+        })
+    }
+}
+
+impl<T: Send + 'static> IntoFuture for Call<T> {
+    type Output = Result<T, Error>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<T, Error>> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move { self.reply().await.map(|reply| reply.value) })
+    }
+}
+
+/// A successful answer.
+#[derive(Debug, Clone)]
+pub struct Reply<T> {
+    pub value: T,
+    pub status: u16,
+    /// `X-Request-Id`: find the request in the audit log with it.
+    pub request_id: Option<String>,
+    /// The server answered from its idempotency store (`Idempotency-Replayed: true`): the work
+    /// was done by an earlier call with the same key, not by this one.
+    pub replayed: bool,
+    pub idempotency_key: Option<String>,
+}
+
+/// One page of a list: `{"data":[…], "next_cursor": …}`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Page<T> {
+    pub data: Vec<T>,
+    pub next_cursor: Option<String>,
+}
+
+/// A list followed across pages by cursor: [`Pages::try_next`] yields item after item and fetches
+/// the next page when one is used up.
+///
+/// ```no_run
+/// # async fn run(client: gatehouse_client::Client) -> Result<(), gatehouse_client::Error> {
+/// let mut contacts = client.list_contacts();
+/// while let Some(contact) = contacts.try_next().await? {
+///     println!("{} {:?}", contact.id, contact.name);
+/// }
+/// # Ok(()) }
+/// ```
+pub struct Pages<T> {
+    client: Client,
+    request: Request,
+    items: VecDeque<T>,
+    cursor: Option<String>,
+    done: bool,
+}
+
+impl<T: DeserializeOwned + Send + 'static> Pages<T> {
+    pub(crate) fn new(client: &Client, request: Request) -> Pages<T> {
+        Pages { client: client.clone(), request, items: VecDeque::new(), cursor: None, done: false }
+    }
+
+    /// The next item, or `None` after the last page.
+    pub async fn try_next(&mut self) -> Result<Option<T>, Error> {
+        while self.items.is_empty() {
+            match self.next_page().await? {
+                Some(page) => self.items.extend(page.data),
+                None => return Ok(None),
+            }
+        }
+        Ok(self.items.pop_front())
+    }
+
+    /// The next whole page, or `None` after the last one.
+    pub async fn next_page(&mut self) -> Result<Option<Page<T>>, Error> {
+        if self.done {
+            return Ok(None);
+        }
+        let mut request = self.request.clone();
+        if let Some(cursor) = &self.cursor {
+            request = request.query("cursor", cursor);
+        }
+        let page: Page<T> = self.client.call(request).await?;
+        self.cursor = page.next_cursor.clone();
+        self.done = self.cursor.is_none();
+        Ok(Some(page))
+    }
+
+    /// Every remaining item.
+    pub async fn collect_all(mut self) -> Result<Vec<T>, Error> {
+        let mut all = Vec::new();
+        while let Some(item) = self.try_next().await? {
+            all.push(item);
+        }
+        Ok(all)
+    }
+}
