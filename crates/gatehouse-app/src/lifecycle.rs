@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-use super::testing::{fake_gateway, FakePorts as Fakes};
+use super::testing::{api_request, fake_gateway, FakePorts as Fakes};
 use super::{ApiRequest, ApiResponse, Gateway};
 use crate::fakes::gateway::Clock;
 use crate::sim::{complete, Faults};
@@ -76,19 +76,7 @@ impl World {
         idem: Option<&str>,
         body: &str,
     ) -> ApiRequest<Body> {
-        ApiRequest {
-            method: method.into(),
-            path: path.into(),
-            query: Vec::new(),
-            raw_query: None,
-            user_agent: None,
-            authorization: Some(format!("Bearer {token}")),
-            idempotency_key: idem.map(str::to_owned),
-            client_ip: Some("192.0.2.7".into()),
-            headers: Vec::new(),
-            body: Body(Some(body.as_bytes().to_vec())),
-            now_ms: self.clock.get(),
-        }
+        api_request(method, path, token, idem, Body(Some(body.as_bytes().to_vec())), self.clock.get())
     }
 
     /// One request and all the work after its response (the claim settled).

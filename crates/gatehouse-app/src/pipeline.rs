@@ -369,42 +369,38 @@ impl<P: Ports> Gateway<'_, P> {
         held: Option<KeptResponse>,
         idempotency_key: &str,
     ) -> Result<Answer, ApiError> {
-        let replay = self.replay_kept(api_key_id, key_hash, sealing, held, idempotency_key).await;
-        match replay {
-            Ok(Answer::Replay(stored)) if stored.not_stored => Err(ApiError::new(
+        let open = |kept: KeptResponse| kept.open(sealing, api_key_id, idempotency_key);
+        let response = 'found: {
+            if let Some(response) = held.and_then(open) {
+                break 'found response;
+            }
+            let stored = self.responses.get(api_key_id, idempotency_key).await;
+            if let Ok(Some(response)) = stored.clone().map(|kept| kept.and_then(open)) {
+                break 'found response;
+            }
+            match self.guard.held_response(key_hash, idempotency_key).await {
+                Ok(Some(kept)) => open(kept).ok_or_else(|| {
+                    ApiError::unavailable("the completed claim's stored response does not open")
+                })?,
+                Ok(None) => {
+                    return Err(ApiError::unavailable(
+                        "completed idempotency claim without a stored response",
+                    ))
+                }
+                Err(e) => {
+                    return Err(ApiError::unavailable(format!("response store: {stored:?}; key guard: {e}")))
+                }
+            }
+        };
+        if response.not_stored {
+            return Err(ApiError::new(
                 ErrorCode::IdempotencyResponseNotStored,
                 "This key completed with a response too large to keep; it is not executed again.",
             )
             .with_detail("header", idempotency::HEADER)
-            .with_detail("original_request_id", stored.request_id)),
-            other => other,
+            .with_detail("original_request_id", response.request_id));
         }
-    }
-
-    async fn replay_kept(
-        &self,
-        api_key_id: &str,
-        key_hash: &str,
-        sealing: &Keyring,
-        held: Option<KeptResponse>,
-        idempotency_key: &str,
-    ) -> Result<Answer, ApiError> {
-        let open = |kept: KeptResponse| kept.open(sealing, api_key_id, idempotency_key);
-        if let Some(response) = held.and_then(open) {
-            return Ok(Answer::Replay(response));
-        }
-        let stored = self.responses.get(api_key_id, idempotency_key).await;
-        if let Ok(Some(response)) = stored.clone().map(|kept| kept.and_then(open)) {
-            return Ok(Answer::Replay(response));
-        }
-        match self.guard.held_response(key_hash, idempotency_key).await {
-            Ok(Some(kept)) => match open(kept) {
-                Some(response) => Ok(Answer::Replay(response)),
-                None => Err(ApiError::unavailable("the completed claim's stored response does not open")),
-            },
-            Ok(None) => Err(ApiError::unavailable("completed idempotency claim without a stored response")),
-            Err(e) => Err(ApiError::unavailable(format!("response store: {stored:?}; key guard: {e}"))),
-        }
+        Ok(Answer::Replay(response))
     }
 
     pub(super) async fn execute(&self, route: RouteId, call: &Call<'_>) -> Result<Reply, ApiError> {

@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use futures_util::future::join_all;
 use serde_json::Value;
 
-use super::testing::{fake_gateway, FakePorts as Sim};
+use super::testing::{api_request, fake_gateway, FakePorts as Sim};
 use super::{ApiRequest, ApiResponse, Gateway};
 use crate::fakes::gateway::Clock;
 use crate::sim::{check_seeds, drive, drive_with, later, Faults};
@@ -104,19 +104,7 @@ fn request(
     idem: Option<&str>,
     body: &str,
 ) -> ApiRequest<Body> {
-    ApiRequest {
-        method: method.into(),
-        path: path.into(),
-        query: Vec::new(),
-        raw_query: None,
-        user_agent: None,
-        authorization: Some(format!("Bearer {key}")),
-        idempotency_key: idem.map(str::to_owned),
-        client_ip: Some("192.0.2.1".into()),
-        headers: Vec::new(),
-        body: Body::whole(body.as_bytes()),
-        now_ms: clock.get(),
-    }
+    api_request(method, path, key, idem, Body::whole(body.as_bytes()), clock.get())
 }
 
 /// One request as a client sees it (the response, recorded the moment it exists), then what the

@@ -6,7 +6,7 @@ use std::rc::Rc;
 
 use super::keys::NewKey;
 use super::outbox::{Coalesced, Pause};
-use super::Gateway;
+use super::{ApiRequest, Gateway};
 use crate::fakes::audit::FakeArchive;
 use crate::fakes::gateway::{Clock, FakeAuditQueue, FakeGuard, FakeProject, FakeResponses};
 use crate::fakes::ingest::{FakeEventQueue, FakeLedger};
@@ -91,4 +91,29 @@ pub fn fake_gateway(
         memory: Rc::default(),
     };
     (gateway, clock, secrets)
+}
+
+/// A request as a client sends it with the API key (or token) `token`, from one documentation
+/// address, at `now_ms`.
+pub fn api_request<B>(
+    method: &str,
+    path: &str,
+    token: &str,
+    idempotency_key: Option<&str>,
+    body: B,
+    now_ms: i64,
+) -> ApiRequest<B> {
+    ApiRequest {
+        method: method.into(),
+        path: path.into(),
+        query: Vec::new(),
+        raw_query: None,
+        user_agent: None,
+        authorization: Some(format!("Bearer {token}")),
+        idempotency_key: idempotency_key.map(str::to_owned),
+        client_ip: Some("192.0.2.1".into()),
+        headers: Vec::new(),
+        body,
+        now_ms,
+    }
 }

@@ -3,6 +3,7 @@
 
 use worker::D1PreparedStatement;
 
+use super::webhooks::fan_out;
 use super::{int, opt_text, text, D1Store};
 use gatehouse_core::page::PageRequest;
 use gatehouse_core::ports::{PortError, Resources, RunStart};
@@ -32,14 +33,8 @@ impl D1Store {
                 };
                 self.statement(
                     &format!(
-                        "INSERT OR IGNORE INTO webhook_deliveries (id, project_id, webhook_id, event_id, event, payload,
-                           request_id, status, attempts, scheduled_at, created_at, updated_at)
-                         SELECT 'dlv_' || lower(hex(randomblob(13))), ?1, w.id, ?2, ?3, ?4, ?5, 'pending', 0, ?6, ?6, ?6
-                         FROM webhooks w
-                         WHERE w.project_id = ?1 AND w.status = 'active'
-                           AND EXISTS (SELECT 1 FROM json_each(w.events) WHERE value IN ('*', ?3))
-                           AND EXISTS (SELECT 1 FROM {subject_table} WHERE id = ?7)
-                         RETURNING id"
+                        "{} RETURNING id",
+                        fan_out(&format!("EXISTS (SELECT 1 FROM {subject_table} WHERE id = ?7)"))
                     ),
                     &[
                         text(&e.project_id),

@@ -402,15 +402,7 @@ impl WebhookStore for D1Store {
                 &[text(&e.project_id), text(&e.event_id), opt_text(e.request.as_deref()), int(e.created_at)],
             )?,
             self.statement(
-                &format!(
-                    "INSERT OR IGNORE INTO webhook_deliveries (id, project_id, webhook_id, event_id, event, payload,
-                       request_id, status, attempts, scheduled_at, created_at, updated_at)
-                     SELECT 'dlv_' || lower(hex(randomblob(13))), ?1, w.id, ?2, ?3, ?4, ?5, 'pending', 0, ?6, ?6, ?6
-                     FROM webhooks w
-                     WHERE w.project_id = ?1 AND w.status = 'active'
-                       AND EXISTS (SELECT 1 FROM json_each(w.events) WHERE value IN ('*', ?3))
-                       AND {named_by_this_request}"
-                ),
+                &fan_out(named_by_this_request),
                 &[
                     text(&e.project_id),
                     text(&e.event_id),
@@ -493,4 +485,19 @@ impl WebhookStore for D1Store {
         )
         .await
     }
+}
+
+/// One pending delivery of an event for every active subscription of its project that takes its
+/// type, where `condition` also holds: ?1 project, ?2 event id, ?3 type, ?4 payload, ?5 request
+/// id, ?6 now. A delivery that exists already is left as it is.
+pub(super) fn fan_out(condition: &str) -> String {
+    format!(
+        "INSERT OR IGNORE INTO webhook_deliveries (id, project_id, webhook_id, event_id, event, payload,
+           request_id, status, attempts, scheduled_at, created_at, updated_at)
+         SELECT 'dlv_' || lower(hex(randomblob(13))), ?1, w.id, ?2, ?3, ?4, ?5, 'pending', 0, ?6, ?6, ?6
+         FROM webhooks w
+         WHERE w.project_id = ?1 AND w.status = 'active'
+           AND EXISTS (SELECT 1 FROM json_each(w.events) WHERE value IN ('*', ?3))
+           AND {condition}"
+    )
 }
