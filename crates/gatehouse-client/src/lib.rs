@@ -64,5 +64,6 @@ pub use resources::{
     NewReleaseMarker, Quota, RateLimit, ReleaseMarker, Scenario, ScenarioRun,
 };
 pub use webhooks::{
-    CreatedWebhook, DeletedWebhook, Delivery, VerifyError, Webhook, WebhookVerifier, TIMESTAMP_TOLERANCE,
+    CreatedWebhook, DeletedWebhook, Delivery, DeliveryAttempt, VerifyError, Webhook, WebhookVerifier,
+    TIMESTAMP_TOLERANCE,
 };

@@ -4,60 +4,19 @@
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub use gatehouse_wire::webhooks::{CreatedWebhook, Delivery, DeliveryAttempt, Webhook};
+
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
 use crate::call::{Call, Pages};
 use crate::client::{Client, Request};
 use crate::resources::segment;
-
-/// A subscription as lists show it (never the secret).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Webhook {
-    pub id: String,
-    pub url: String,
-    pub events: Vec<String>,
-    /// `active` or `disabled`.
-    pub status: String,
-    #[serde(default)]
-    pub disabled_reason: Option<String>,
-    pub created_at: String,
-    /// While a secret rotation's grace runs: until when deliveries are signed with the previous
-    /// secret too.
-    #[serde(default)]
-    pub previous_secret_expires_at: Option<String>,
-}
-
-/// A subscription just made: the only answer with its signing `secret` (`whsec_…`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct CreatedWebhook {
-    pub secret: String,
-    #[serde(flatten)]
-    pub info: Webhook,
-}
-
-/// A delivery of one event to one subscription, with every attempt.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Delivery {
-    pub id: String,
-    pub webhook_id: String,
-    pub event: String,
-    /// `pending`, `delivered` or `failed`.
-    pub status: String,
-    /// Attempts made.
-    pub attempt: u32,
-    pub last_response_code: Option<u16>,
-    pub last_error: Option<String>,
-    pub created_at: String,
-    pub payload: Value,
-    #[serde(default)]
-    pub attempts: Vec<Value>,
-}
 
 /// The answer of a recovery: how many failed deliveries were queued again.
 #[derive(Debug, Clone, Serialize, Deserialize)]

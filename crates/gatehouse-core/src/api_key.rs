@@ -487,19 +487,20 @@ impl KeyRecord {
     /// creation).
     pub fn view(&self, now_ms: i64) -> serde_json::Value {
         use super::time::rfc3339;
-        serde_json::json!({
-            "id": self.id,
-            "prefix": self.prefix,
-            "type": self.key_type,
-            "name": self.name,
-            "plan": self.plan,
-            "rate_limit_per_minute": self.rate_limit_per_minute,
-            "status": self.status(now_ms),
-            "created_at": rfc3339(self.created_at),
-            "expires_at": self.expires_at.map(rfc3339),
-            "revoked_at": self.revoked_at.map(rfc3339),
-            "rolled_from": self.rolled_from,
-            "rolled_to": self.rolled_to,
-        })
+        let key = gatehouse_wire::keys::Key {
+            id: self.id.clone(),
+            prefix: self.prefix.clone(),
+            key_type: self.key_type.as_str().to_owned(),
+            name: self.name.clone(),
+            plan: self.plan.clone(),
+            rate_limit_per_minute: self.rate_limit_per_minute.map(u64::from),
+            status: self.status(now_ms).to_owned(),
+            created_at: rfc3339(self.created_at),
+            expires_at: self.expires_at.map(rfc3339),
+            revoked_at: self.revoked_at.map(rfc3339),
+            rolled_from: self.rolled_from.clone(),
+            rolled_to: self.rolled_to.clone(),
+        };
+        serde_json::to_value(key).expect("a key serialises")
     }
 }

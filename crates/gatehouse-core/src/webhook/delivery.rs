@@ -1,6 +1,8 @@
 //! Deliveries: an event on its way to each matching subscription, the payload a subscriber
 //! receives, one delivery's attempts as recorded, and how the API shows them.
 
+use gatehouse_wire::webhooks as wire;
+
 use serde_json::{json, Value};
 
 /// Attempts recorded in full: the first 1 KiB of a receiver's answer.
@@ -110,29 +112,31 @@ pub struct Attempt {
 impl Delivery {
     pub fn view(&self, attempts: &[Attempt]) -> Value {
         use crate::time::rfc3339;
-        json!({
-            "id": self.id,
-            "webhook_id": self.webhook_id,
-            "event_id": self.event_id,
-            "event": self.event,
-            "request_id": self.request_id,
-            "status": self.status,
-            "attempt": self.attempts,
-            "scheduled_at": if self.status == "pending" { Some(rfc3339(self.scheduled_at)) } else { None },
-            "last_response_code": self.last_response_code,
-            "last_error": self.last_error,
-            "created_at": rfc3339(self.created_at),
-            "payload": serde_json::from_str::<Value>(&self.payload).unwrap_or(Value::Null),
-            "attempts": attempts.iter().filter(|a| a.delivery_id == self.id).map(|a| json!({
-                "attempt": a.attempt,
-                "started_at": rfc3339(a.started_at),
-                "duration_ms": a.duration_ms,
-                "response_code": a.response_code,
-                "response_body": a.response_excerpt,
-                "error": a.error,
-                "next_retry_at": a.next_retry_at.map(rfc3339),
-            })).collect::<Vec<_>>(),
-        })
+        let attempts = attempts.iter().filter(|a| a.delivery_id == self.id).map(|a| wire::DeliveryAttempt {
+            attempt: a.attempt,
+            started_at: rfc3339(a.started_at),
+            duration_ms: a.duration_ms,
+            response_code: a.response_code,
+            response_body: a.response_excerpt.clone(),
+            error: a.error.clone(),
+            next_retry_at: a.next_retry_at.map(rfc3339),
+        });
+        let delivery = wire::Delivery {
+            id: self.id.clone(),
+            webhook_id: self.webhook_id.clone(),
+            event_id: self.event_id.clone(),
+            event: self.event.clone(),
+            request_id: self.request_id.clone(),
+            status: self.status.clone(),
+            attempt: self.attempts,
+            scheduled_at: (self.status == "pending").then(|| rfc3339(self.scheduled_at)),
+            last_response_code: self.last_response_code,
+            last_error: self.last_error.clone(),
+            created_at: rfc3339(self.created_at),
+            payload: serde_json::from_str::<Value>(&self.payload).unwrap_or(Value::Null),
+            attempts: attempts.collect(),
+        };
+        serde_json::to_value(delivery).expect("a delivery serialises")
     }
 }
 

@@ -1,6 +1,8 @@
 //! A subscription: its URL, the event types it takes, its secrets during a rotation (SPEC §17).
 
-use serde_json::{json, Value};
+use gatehouse_wire::webhooks as wire;
+
+use serde_json::Value;
 
 use super::secret::{signing_key, StoredSecret};
 use crate::error::ApiError;
@@ -76,15 +78,16 @@ impl std::fmt::Debug for Webhook {
 impl Webhook {
     /// As the API shows it at `now_ms`; the (opened) secret only at creation and rotation.
     pub fn view(&self, secret: Option<&str>, now_ms: i64) -> Value {
-        let mut v = json!({
-            "id": self.id,
-            "url": self.url,
-            "events": self.events,
-            "status": self.status,
-            "disabled_reason": self.disabled_reason,
-            "created_at": crate::time::rfc3339(self.created_at),
-            "previous_secret_expires_at": self.previous_secret_until(now_ms).map(crate::time::rfc3339),
-        });
+        let info = wire::Webhook {
+            id: self.id.clone(),
+            url: self.url.clone(),
+            events: self.events.clone(),
+            status: self.status.clone(),
+            disabled_reason: self.disabled_reason.clone(),
+            created_at: crate::time::rfc3339(self.created_at),
+            previous_secret_expires_at: self.previous_secret_until(now_ms).map(crate::time::rfc3339),
+        };
+        let mut v = serde_json::to_value(info).expect("a subscription serialises");
         if let Some(secret) = secret {
             v["secret"] = Value::String(secret.to_owned());
         }
