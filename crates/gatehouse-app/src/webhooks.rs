@@ -578,7 +578,7 @@ mod tests {
         let hooks: Vec<String> = w.store.webhooks.borrow().webhooks.keys().cloned().collect();
 
         let mut running: Vec<Running<'_>> = Vec::new();
-        // The runtime ends an invocation long before its hold runs out: the isolate is gone.
+        // The runtime ends an invocation long before its lease runs out: the isolate is gone.
         let expire = |running: &mut Vec<Running<'_>>| {
             let now = w.now();
             while let Some(i) = running.iter().position(|r| now - r.started > timeout + 20_000) {
@@ -1006,7 +1006,7 @@ mod tests {
         drop(stopped); // the isolate is gone, mid-attempt
 
         let hold_ends = T0 + w.config.webhook_timeout_ms as i64 + HOLD_SLACK_MS;
-        assert_eq!(complete(sweep(&w.store, &w.queue, hold_ends)), Ok(0), "held until the hold runs out");
+        assert_eq!(complete(sweep(&w.store, &w.queue, hold_ends)), Ok(0), "held until the lease runs out");
         let later = hold_ends + 1;
         assert_eq!(complete(sweep(&w.store, &w.queue, later)), Ok(1));
         let message = w.queue.receive(0).expect("the sweep queued it");

@@ -56,7 +56,7 @@ pub trait WebhookStore {
         id: &str,
     ) -> Result<Option<(Delivery, Vec<Attempt>)>, PortError>;
     /// A manual retry: makes a delivery pending and due now (a failed or delivered one included);
-    /// `false` if there is none. It never clears the hold of an attempt in flight: that attempt
+    /// `false` if there is none. It never clears the lease of an attempt in flight: that attempt
     /// finishes and records first, and sees the request (its record leaves the delivery due now).
     async fn reschedule(&self, project_id: &str, id: &str, now_ms: i64) -> Result<bool, PortError>;
     /// Takes a due, pending delivery that no live attempt holds, for one attempt, until `until_ms`,

@@ -231,7 +231,7 @@ impl WebhookStore for D1Store {
     }
 
     async fn reschedule(&self, project_id: &str, id: &str, now_ms: i64) -> Result<bool, PortError> {
-        // The hold (`locked_until`) is left alone: an attempt in flight sees `retry_requested`.
+        // The attempt's lease (`locked_until`) is left alone: an attempt in flight sees `retry_requested`.
         let update = self.statement(
             "UPDATE webhook_deliveries SET status = 'pending', scheduled_at = ?3, updated_at = ?3,
                retry_requested = CASE WHEN locked_until >= ?3 THEN 1 ELSE 0 END
@@ -283,7 +283,7 @@ impl WebhookStore for D1Store {
                 ),
                 &args[..2],
             )?,
-            // The take: a hold, and the next attempt number, in one statement.
+            // The take: a lease, and the next attempt number, in one statement.
             self.statement(
                 &format!(
                     "UPDATE webhook_deliveries SET attempts = attempts + 1, locked_until = ?3,
