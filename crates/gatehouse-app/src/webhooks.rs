@@ -272,7 +272,7 @@ pub async fn retry<S: WebhookStore, Q: DeliveryQueue>(
     })
 }
 
-/// How often one attempt tries to record itself before it gives up; its hold then runs out and
+/// How often one attempt tries to record itself before it gives up; its lease then runs out and
 /// the next attempt writes it down as interrupted.
 const RECORD_TRIES: u32 = 3;
 

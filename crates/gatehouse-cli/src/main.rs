@@ -156,6 +156,12 @@ struct TailFilters {
     method: Option<String>,
 }
 
+impl From<TailFilters> for LogFilter {
+    fn from(f: TailFilters) -> LogFilter {
+        LogFilter { status: f.status, path: f.path, method: f.method, ..LogFilter::default() }
+    }
+}
+
 #[derive(Subcommand)]
 enum WebhooksCommand {
     /// Check a delivery's Standard Webhooks signature (body from --body-file or stdin); needs no
@@ -289,13 +295,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Webhooks(WebhooksCommand::Enable { id }) => print_json(&client.enable_webhook(&id).await?),
         Command::Contacts(ContactsCommand::Import { file }) => import::run(&client, &file).await?,
         Command::Logs(LogsCommand::Tail { filters, interval }) => {
-            let filter = LogFilter {
-                status: filters.status,
-                path: filters.path,
-                method: filters.method,
-                ..Default::default()
-            };
-            let mut tail = client.tail_logs(filter, Duration::from_secs(interval.max(1)));
+            let mut tail = client.tail_logs(filters.into(), Duration::from_secs(interval.max(1)));
             loop {
                 println!("{}", log_line(&tail.next().await?));
             }
@@ -310,17 +310,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             limit,
             cursor,
         }) => {
-            let filter = LogFilter {
-                status: filters.status,
-                path: filters.path,
-                method: filters.method,
-                request_id,
-                key_id,
-                idempotency_key,
-                from,
-                to,
-                limit,
-            };
+            let filter = LogFilter { request_id, key_id, idempotency_key, from, to, limit, ..filters.into() };
             let page = client.log_page(&filter, cursor.as_deref()).await?;
             for row in &page.data {
                 print_line(row);
