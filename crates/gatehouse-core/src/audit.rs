@@ -192,7 +192,6 @@ fn secret_name(raw: &str) -> bool {
     false
 }
 
-/// The first 256 characters of a user agent.
 /// The longest prefix of `text` of at most `max` bytes that ends on a character boundary.
 pub fn clipped_len(text: &str, max: usize) -> usize {
     if text.len() <= max {
@@ -201,6 +200,7 @@ pub fn clipped_len(text: &str, max: usize) -> usize {
     (0..=max).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0)
 }
 
+/// The first [`USER_AGENT_MAX`] characters of a user agent.
 pub fn clip_user_agent(ua: Option<&str>) -> Option<String> {
     ua.map(|u| u.chars().take(USER_AGENT_MAX).collect())
 }
