@@ -81,18 +81,12 @@ impl World {
 
     /// One request and all the work after its response (the claim settled).
     fn send(&self, method: &str, path: &str, token: &str, body: &str) -> (u16, Value) {
-        self.send_with(method, path, token, None, body)
+        self.sent(self.request(method, path, token, None, body))
     }
 
-    fn send_with(
-        &self,
-        method: &str,
-        path: &str,
-        token: &str,
-        idem: Option<&str>,
-        body: &str,
-    ) -> (u16, Value) {
-        let response = self.answered(self.request(method, path, token, idem, body));
+    /// One request and all the work after its response: its status and JSON body.
+    fn sent(&self, request: ApiRequest<Body>) -> (u16, Value) {
+        let response = self.answered(request);
         (response.status, serde_json::from_slice(&response.body).unwrap_or(Value::Null))
     }
 
@@ -199,7 +193,7 @@ fn a_roll_executed_twice_for_one_operation_answers_the_same_replacement() {
     let path = format!("/public/v1/keys/{server}/roll");
     let body = r#"{"grace_seconds":0}"#;
     assert_eq!(w.lost("POST", &path, &w.secrets[0], "roll-1", body), 201);
-    let (status, again) = w.send_with("POST", &path, &w.secrets[0], Some("roll-1"), body);
+    let (status, again) = w.sent(w.request("POST", &path, &w.secrets[0], Some("roll-1"), body));
     assert_eq!(status, 201, "the second execution of the roll: {again}");
     let keys = w.gateway.store.directory.keys.borrow().clone();
     assert_eq!(keys.len(), 3, "one replacement");
@@ -210,13 +204,8 @@ fn a_roll_executed_twice_for_one_operation_answers_the_same_replacement() {
     assert_eq!(w.me(&w.secrets[1]).0, 401);
     // The same key with another request rolls nothing more; the replacement can be rolled on.
     let replacement = again["id"].as_str().unwrap();
-    let (status, next) = w.send_with(
-        "POST",
-        &format!("/public/v1/keys/{replacement}/roll"),
-        &w.secrets[0],
-        Some("roll-2"),
-        "{}",
-    );
+    let roll = format!("/public/v1/keys/{replacement}/roll");
+    let (status, next) = w.sent(w.request("POST", &roll, &w.secrets[0], Some("roll-2"), "{}"));
     assert_eq!(status, 201, "{next}");
     assert_ne!(next["key"], again["key"]);
 }
@@ -227,7 +216,7 @@ fn a_key_created_twice_for_one_operation_is_one_key() {
     let w = World::new(&[KeyType::Owner]);
     assert_eq!(w.lost("POST", "/public/v1/keys", &w.secrets[0], "create-1", r#"{"type":"server"}"#), 201);
     let (status, again) =
-        w.send_with("POST", "/public/v1/keys", &w.secrets[0], Some("create-1"), r#"{"type":"server"}"#);
+        w.sent(w.request("POST", "/public/v1/keys", &w.secrets[0], Some("create-1"), r#"{"type":"server"}"#));
     assert_eq!(status, 201, "{again}");
     assert_eq!(w.gateway.store.directory.keys.borrow().len(), 2, "one new key");
     assert_eq!(w.me(again["key"].as_str().unwrap()).0, 200);
@@ -249,7 +238,7 @@ fn a_rotation_executed_twice_for_one_operation_keeps_the_original_secret() {
     let (id, original) = (hook["id"].as_str().unwrap(), hook["secret"].as_str().unwrap());
     let path = format!("/public/v1/webhooks/{id}/rotate-secret");
     assert_eq!(w.lost("POST", &path, owner, "rotate-1", "{}"), 200);
-    let (status, rotated) = w.send_with("POST", &path, owner, Some("rotate-1"), "{}");
+    let (status, rotated) = w.sent(w.request("POST", &path, owner, Some("rotate-1"), "{}"));
     assert_eq!(status, 200, "{rotated}");
     let secrets_key = config().webhook_secrets_keys();
     let stored = w.gateway.store.webhooks.borrow().webhooks[id].clone();
@@ -262,7 +251,7 @@ fn a_rotation_executed_twice_for_one_operation_keeps_the_original_secret() {
     assert!(until > w.clock.get());
     assert_eq!(stored.secret.open(&secrets_key, id).as_deref(), rotated["secret"].as_str());
     // Another operation rotates again, from the secret the first one made.
-    let (status, next) = w.send_with("POST", &path, owner, Some("rotate-2"), "{}");
+    let (status, next) = w.sent(w.request("POST", &path, owner, Some("rotate-2"), "{}"));
     assert_eq!(status, 200);
     let stored = w.gateway.store.webhooks.borrow().webhooks[id].clone();
     assert_eq!(
@@ -290,16 +279,26 @@ fn admin_creates_honour_idempotency_key() {
     let replayed = again.headers.iter().find(|(name, _)| name.eq_ignore_ascii_case("Idempotent-Replayed"));
     assert_eq!(replayed.map(|(_, v)| v.as_str()), Some("1"));
     assert_eq!(projects(), 1, "one project per Idempotency-Key");
-    let (status, reused) =
-        w.send_with("POST", "/admin/v1/projects", ADMIN_TOKEN, Some("create-acme"), r#"{"name":"other"}"#);
+    let (status, reused) = w.sent(w.request(
+        "POST",
+        "/admin/v1/projects",
+        ADMIN_TOKEN,
+        Some("create-acme"),
+        r#"{"name":"other"}"#,
+    ));
     assert_eq!((status, reused["error"]["code"].as_str()), (409, Some("IDEMPOTENCY_KEY_REUSED")));
-    let (status, bad) = w.send_with("POST", "/admin/v1/projects", ADMIN_TOKEN, Some("a,b"), body);
+    let (status, bad) = w.sent(w.request("POST", "/admin/v1/projects", ADMIN_TOKEN, Some("a,b"), body));
     assert_eq!((status, bad["error"]["details"]["header"].as_str()), (422, Some("Idempotency-Key")));
 
     // Executed twice for one operation: the same project and the same working owner key.
     assert_eq!(w.lost("POST", "/admin/v1/projects", ADMIN_TOKEN, "create-beta", r#"{"name":"beta"}"#), 201);
-    let (status, beta) =
-        w.send_with("POST", "/admin/v1/projects", ADMIN_TOKEN, Some("create-beta"), r#"{"name":"beta"}"#);
+    let (status, beta) = w.sent(w.request(
+        "POST",
+        "/admin/v1/projects",
+        ADMIN_TOKEN,
+        Some("create-beta"),
+        r#"{"name":"beta"}"#,
+    ));
     assert_eq!(status, 201, "{beta}");
     assert_eq!(projects(), 2);
     assert_eq!(w.gateway.store.directory.keys.borrow().len(), 2, "one owner key per project");
@@ -309,7 +308,7 @@ fn admin_creates_honour_idempotency_key() {
     // The owner-key route too.
     let path = format!("/admin/v1/projects/{}/owner-keys", beta["project_id"].as_str().unwrap());
     assert_eq!(w.lost("POST", &path, ADMIN_TOKEN, "owner-2", "{}"), 201);
-    let (status, owner) = w.send_with("POST", &path, ADMIN_TOKEN, Some("owner-2"), "{}");
+    let (status, owner) = w.sent(w.request("POST", &path, ADMIN_TOKEN, Some("owner-2"), "{}"));
     assert_eq!(status, 201, "{owner}");
     assert_eq!(w.gateway.store.directory.keys.borrow().len(), 3, "one more owner key");
     assert_eq!(w.me(owner["key"].as_str().unwrap()).0, 200);

@@ -13,7 +13,7 @@ use gatehouse_core::error::ApiError;
 use gatehouse_core::json_body;
 use gatehouse_core::page::{Cursor, PageRequest};
 use gatehouse_core::ports::{
-    DeliveryQueue, PortError, Ports, SecretRotation, WebhookClient, WebhookPost, WebhookStore,
+    DeliveryQueue, PortError, Ports, Recovery, SecretRotation, WebhookClient, WebhookPost, WebhookStore,
 };
 use gatehouse_core::sealing::Keyring;
 use gatehouse_core::time;
@@ -193,11 +193,9 @@ impl<P: Ports> Gateway<'_, P> {
             ))
             .with_detail("status", hook.status.as_str()));
         }
-        let ids = self
-            .store
-            .recover_deliveries(call.project_id(), id, since, call.now_ms)
-            .await
-            .map_err(unavailable)?;
+        let recovery =
+            Recovery { project_id: call.project_id(), webhook_id: id, since_ms: since, now_ms: call.now_ms };
+        let ids = self.store.recover_deliveries(&recovery).await.map_err(unavailable)?;
         let mut reply = Reply::accepted(json!({ "requeued": ids.len() }));
         reply.deliveries = ids;
         Ok(reply)
@@ -1202,7 +1200,13 @@ mod tests {
         }
         assert_eq!(status_of(&w, "dlv_0").0, "failed");
         let later = T0 + 700_000_000;
-        let ids = complete(w.store.recover_deliveries(PROJECT, "wh_0", T0, later)).unwrap();
+        let ids = complete(w.store.recover_deliveries(&Recovery {
+            project_id: PROJECT,
+            webhook_id: "wh_0",
+            since_ms: T0,
+            now_ms: later,
+        }))
+        .unwrap();
         assert_eq!(ids, ["dlv_0"], "only failed deliveries created since");
         assert_eq!(status_of(&w, "dlv_0").0, "pending");
         // The recovered attempt fails: the schedule's first step follows, not "failed".
@@ -1217,7 +1221,13 @@ mod tests {
             .unwrap();
         assert_eq!(status_of(&w, "dlv_0"), ("delivered".into(), 8, None));
         assert_eq!(
-            complete(w.store.recover_deliveries(PROJECT, "wh_0", T0, due)).unwrap(),
+            complete(w.store.recover_deliveries(&Recovery {
+                project_id: PROJECT,
+                webhook_id: "wh_0",
+                since_ms: T0,
+                now_ms: due
+            }))
+            .unwrap(),
             Vec::<String>::new()
         );
     }

@@ -13,8 +13,8 @@ use super::FakeStore;
 use crate::sim::{Fault, Faults};
 use gatehouse_core::page::PageRequest;
 use gatehouse_core::ports::{
-    DeliveryQueue, OriginEvent, OriginEventRecord, PortError, SecretRotation, WebhookClient, WebhookPost,
-    WebhookStore,
+    DeliveryQueue, OriginEvent, OriginEventRecord, PortError, Recovery, SecretRotation, WebhookClient,
+    WebhookPost, WebhookStore,
 };
 use gatehouse_core::webhook::{
     Attempt, Delivery, ReceiverOutcome, StoredSecret, Webhook, INTERRUPTED_ATTEMPT, RESPONSE_EXCERPT_BYTES,
@@ -182,13 +182,8 @@ impl WebhookStore for FakeStore {
         .await
     }
 
-    async fn recover_deliveries(
-        &self,
-        project_id: &str,
-        webhook_id: &str,
-        since_ms: i64,
-        now_ms: i64,
-    ) -> Result<Vec<String>, PortError> {
+    async fn recover_deliveries(&self, recovery: &Recovery<'_>) -> Result<Vec<String>, PortError> {
+        let Recovery { project_id, webhook_id, since_ms, now_ms } = *recovery;
         self.tables("webhooks.recover", |t| {
             let mut ids = Vec::new();
             for row in t.deliveries.values_mut() {

@@ -16,6 +16,16 @@ pub struct SecretRotation<'a> {
     pub replaces: &'a StoredSecret,
 }
 
+/// A recovery (SPEC §17): every `failed` delivery of the subscription created at or after
+/// `since_ms` becomes pending and due at `now_ms`, its schedule starting over.
+#[derive(Debug, Clone, Copy)]
+pub struct Recovery<'a> {
+    pub project_id: &'a str,
+    pub webhook_id: &'a str,
+    pub since_ms: i64,
+    pub now_ms: i64,
+}
+
 /// Subscriptions, deliveries and attempts in D1.
 pub trait WebhookStore {
     /// Create-or-find by id (like [`super::Resources`]): answers the subscription as stored, so a second
@@ -34,15 +44,8 @@ pub trait WebhookStore {
     /// Makes an active subscription of a disabled one (after a 410), or leaves an active one;
     /// answers it as stored (`None`: no such subscription, or deleted).
     async fn enable_webhook(&self, project_id: &str, id: &str) -> Result<Option<Webhook>, PortError>;
-    /// A recovery (SPEC §17): every `failed` delivery of the subscription created at or after
-    /// `since_ms` becomes pending and due at `now_ms`, its schedule starting over; answers their ids.
-    async fn recover_deliveries(
-        &self,
-        project_id: &str,
-        webhook_id: &str,
-        since_ms: i64,
-        now_ms: i64,
-    ) -> Result<Vec<String>, PortError>;
+    /// Carries out a recovery; answers the ids of the deliveries it made pending.
+    async fn recover_deliveries(&self, recovery: &Recovery<'_>) -> Result<Vec<String>, PortError>;
     /// A subscription's deliveries, newest first, optionally of one status, with their attempts.
     async fn deliveries(
         &self,

@@ -6,7 +6,9 @@ use super::{after, int, opt_int, opt_text, result_ids, text, D1Store};
 use crate::adapters::deadline::within;
 use gatehouse_core::page::PageRequest;
 use gatehouse_core::platform::deadline;
-use gatehouse_core::ports::{Meter, OriginEvent, OriginEventRecord, PortError, SecretRotation, WebhookStore};
+use gatehouse_core::ports::{
+    Meter, OriginEvent, OriginEventRecord, PortError, Recovery, SecretRotation, WebhookStore,
+};
 use gatehouse_core::webhook::{Attempt, Delivery, StoredSecret, Webhook, INTERRUPTED_ATTEMPT};
 
 const WEBHOOK_COLUMNS: &str = "id, project_id, url, events, secret, status, disabled_reason, created_at,
@@ -169,13 +171,8 @@ impl WebhookStore for D1Store {
         Ok(rows.into_iter().next())
     }
 
-    async fn recover_deliveries(
-        &self,
-        project_id: &str,
-        webhook_id: &str,
-        since_ms: i64,
-        now_ms: i64,
-    ) -> Result<Vec<String>, PortError> {
+    async fn recover_deliveries(&self, recovery: &Recovery<'_>) -> Result<Vec<String>, PortError> {
+        let Recovery { project_id, webhook_id, since_ms, now_ms } = *recovery;
         self.ids(
             "UPDATE webhook_deliveries SET status = 'pending', scheduled_at = ?4, schedule_from = attempts,
                retry_requested = 0, swept_at = NULL, updated_at = ?4
