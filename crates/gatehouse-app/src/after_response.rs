@@ -8,7 +8,7 @@ use futures_util::future::join_all;
 use super::queues::{record_audit_row, AuditPath};
 use super::{ingest, ApiResponse, Gateway};
 use gatehouse_core::audit::AuditRow;
-use gatehouse_core::idempotency::KeptResponse;
+use gatehouse_core::idempotency::{Entry, KeptResponse};
 use gatehouse_core::ports::{ClaimRequest, DeliveryQueue, KeyGuard, PortError, Ports, ResponseStore};
 
 /// Everything a request leaves to do once its response is on its way.
@@ -103,7 +103,13 @@ impl<P: Ports> Gateway<'_, P> {
                     // The lease ran out and another request holds the claim: its response counts.
                     return Ok(());
                 }
-                retrying(&pause, || self.responses.put(&api_key_id, &claim.idempotency_key, &response)).await
+                retrying(&pause, || {
+                    self.responses.put(
+                        Entry { api_key_id: &api_key_id, idempotency_key: &claim.idempotency_key },
+                        &response,
+                    )
+                })
+                .await
             }
             Settlement::Release { key_hash, claim } => {
                 retrying(&pause, || self.guard.release_claim(&key_hash, &claim)).await

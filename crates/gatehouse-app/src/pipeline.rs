@@ -11,7 +11,7 @@ use gatehouse_core::audit::{clip_user_agent, redacted_path, AuditRow};
 use gatehouse_core::body::CappedBody;
 use gatehouse_core::encoding::uuid_v7;
 use gatehouse_core::error::{ApiError, ErrorCode};
-use gatehouse_core::idempotency::{self, ClaimDecision, KeptResponse, StoredResponse};
+use gatehouse_core::idempotency::{self, ClaimDecision, Entry, KeptResponse, StoredResponse};
 use gatehouse_core::ports::{
     ClaimRequest, KeyGuard, PassThrough, Ports, RequestBody, ResponseStore, OPERATOR_GUARD,
 };
@@ -143,13 +143,8 @@ impl<P: Ports> Gateway<'_, P> {
                         }
                     };
                     // Sealed before it leaves the worker: neither the guard nor KV sees it in clear.
-                    let kept = KeptResponse::seal_to_keep(
-                        &sealing,
-                        &api_key_id,
-                        &claim.idempotency_key,
-                        &stored,
-                        random(),
-                    );
+                    let entry = Entry { api_key_id: &api_key_id, idempotency_key: &claim.idempotency_key };
+                    let kept = KeptResponse::seal_to_keep(&sealing, entry, &stored, random());
                     Settlement::Complete { key_hash, api_key_id, claim, response: kept }
                 }
                 _ => Settlement::Release { key_hash, claim },
@@ -369,12 +364,13 @@ impl<P: Ports> Gateway<'_, P> {
         held: Option<KeptResponse>,
         idempotency_key: &str,
     ) -> Result<Answer, ApiError> {
-        let open = |kept: KeptResponse| kept.open(sealing, api_key_id, idempotency_key);
+        let entry = Entry { api_key_id, idempotency_key };
+        let open = |kept: KeptResponse| kept.open(sealing, entry);
         let response = 'found: {
             if let Some(response) = held.and_then(open) {
                 break 'found response;
             }
-            let stored = self.responses.get(api_key_id, idempotency_key).await;
+            let stored = self.responses.get(entry).await;
             if let Ok(Some(response)) = stored.clone().map(|kept| kept.and_then(open)) {
                 break 'found response;
             }

@@ -56,8 +56,7 @@ impl<P: Ports> Gateway<'_, P> {
             call.now_ms,
         )
         .of_operation(self.config, &call.ids);
-        let stored =
-            self.store.create_project(&project_id, name, &owner.record).await.map_err(unavailable)?;
+        let stored = self.store.create_project(name, &owner.record).await.map_err(unavailable)?;
         let shown = owner.shown(&stored, call.now_ms)?;
         Ok(Reply::created(json!({
             "project_id": project_id,

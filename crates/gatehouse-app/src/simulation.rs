@@ -18,7 +18,7 @@ use crate::sim::{check_seeds, drive, drive_with, later, Faults};
 use gatehouse_core::api_key::KeyType;
 use gatehouse_core::config::Config;
 use gatehouse_core::events::dedup_namespace;
-use gatehouse_core::idempotency::{KeptResponse, StoredResponse};
+use gatehouse_core::idempotency::{Entry, KeptResponse, StoredResponse};
 use gatehouse_core::ports::{PassThrough, PortError, RequestBody};
 use gatehouse_core::time;
 
@@ -93,7 +93,8 @@ fn opened(
     }
     let key_id = gateway.store.directory.keys.borrow()[0].id.clone();
     let sealing = config().response_keys(secret);
-    kept.open(&sealing, &key_id, idempotency_key).ok_or_else(|| "a kept response does not open".into())
+    kept.open(&sealing, Entry { api_key_id: &key_id, idempotency_key })
+        .ok_or_else(|| "a kept response does not open".into())
 }
 
 fn request(

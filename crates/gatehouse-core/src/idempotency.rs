@@ -165,17 +165,31 @@ pub enum KeptResponse {
     Plaintext(StoredResponse),
 }
 
+/// The entry of one `Idempotency-Key` of one API key: what its kept response is sealed to and
+/// stored under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry<'a> {
+    pub api_key_id: &'a str,
+    pub idempotency_key: &'a str,
+}
+
+impl Entry<'_> {
+    /// Where the response store keeps the entry's response (SPEC §5): `papi:idem:{apiKeyId}:{key}`.
+    pub fn storage_key(&self) -> String {
+        format!("papi:idem:{}:{}", self.api_key_id, self.idempotency_key)
+    }
+}
+
 impl KeptResponse {
-    /// Seals `response` for the entry of (`api_key_id`, `idempotency_key`); `nonce` is fresh random.
+    /// Seals `response` for `entry`; `nonce` is fresh random.
     pub fn seal(
         key: &Keyring,
-        api_key_id: &str,
-        idempotency_key: &str,
+        entry: Entry<'_>,
         response: &StoredResponse,
         nonce: [u8; NONCE_BYTES],
     ) -> Self {
         let json = serde_json::to_vec(response).expect("a stored response serialises");
-        KeptResponse::Sealed(key.seal(&json, &entry_identity(api_key_id, idempotency_key), nonce))
+        KeptResponse::Sealed(key.seal(&json, &entry_identity(entry.api_key_id, entry.idempotency_key), nonce))
     }
 
     /// Seals `response` as [`Self::seal`] does, unless sealed it would not fit one Durable Object
@@ -184,12 +198,11 @@ impl KeptResponse {
     /// is never called twice for it.
     pub fn seal_to_keep(
         key: &Keyring,
-        api_key_id: &str,
-        idempotency_key: &str,
+        entry: Entry<'_>,
         response: &StoredResponse,
         nonce: [u8; NONCE_BYTES],
     ) -> Self {
-        let kept = Self::seal(key, api_key_id, idempotency_key, response, nonce);
+        let kept = Self::seal(key, entry, response, nonce);
         match &kept {
             KeptResponse::Sealed(sealed) if sealed.as_str().len() > KEPT_MAX_BYTES => {
                 let marker = StoredResponse {
@@ -198,7 +211,7 @@ impl KeptResponse {
                     not_stored: true,
                     ..StoredResponse::default()
                 };
-                Self::seal(key, api_key_id, idempotency_key, &marker, nonce)
+                Self::seal(key, entry, &marker, nonce)
             }
             _ => kept,
         }
@@ -206,10 +219,10 @@ impl KeptResponse {
 
     /// The response, or `None` when it was sealed under another API key or for another entry, or
     /// was changed.
-    pub fn open(self, key: &Keyring, api_key_id: &str, idempotency_key: &str) -> Option<StoredResponse> {
+    pub fn open(self, key: &Keyring, entry: Entry<'_>) -> Option<StoredResponse> {
         match self {
             KeptResponse::Sealed(sealed) => {
-                let json = key.open(&sealed, &entry_identity(api_key_id, idempotency_key))?;
+                let json = key.open(&sealed, &entry_identity(entry.api_key_id, entry.idempotency_key))?;
                 serde_json::from_slice(&json).ok()
             }
             KeptResponse::Plaintext(response) => Some(response),
@@ -364,6 +377,8 @@ mod tests {
     use super::*;
 
     const OPT: KeyPolicy = KeyPolicy::Optional;
+    /// The entry most tests seal to.
+    const ENTRY: Entry<'static> = Entry { api_key_id: "key_1", idempotency_key: "k-1" };
     const MARKER: KeyPolicy = KeyPolicy::Required { min: 8, max: 128 };
 
     #[test]
@@ -477,11 +492,11 @@ mod tests {
     #[test]
     fn a_kept_response_is_sealed_and_replays_exactly_with_the_same_api_key() {
         let key = Keyring::for_responses(&[PEPPER], "gh_o_caller");
-        let kept = KeptResponse::seal(&key, "key_1", "k-1", &created_key(), [9; 12]);
+        let kept = KeptResponse::seal(&key, ENTRY, &created_key(), [9; 12]);
         let stored = serde_json::to_string(&kept).unwrap();
         assert!(stored.starts_with(r#""v2."#) && !stored.contains("gh_s_issued"), "{stored}");
         let read: KeptResponse = serde_json::from_str(&stored).unwrap();
-        assert_eq!(read.open(&key, "key_1", "k-1"), Some(created_key()));
+        assert_eq!(read.open(&key, ENTRY), Some(created_key()));
     }
 
     /// A proxied answer (SPEC §15) keeps its bytes (any, not only UTF-8) and its headers; a
@@ -498,8 +513,8 @@ mod tests {
             base64: true,
             not_stored: false,
         };
-        let kept = KeptResponse::seal(&key, "key_1", "k-1", &answer, [3; 12]);
-        let opened = kept.open(&key, "key_1", "k-1").unwrap();
+        let kept = KeptResponse::seal(&key, ENTRY, &answer, [3; 12]);
+        let opened = kept.open(&key, ENTRY).unwrap();
         assert_eq!((opened.body_bytes(), &opened.headers), (bytes.to_vec(), &answer.headers));
         let older: StoredResponse =
             serde_json::from_str(r#"{"status":201,"body":"{}","request_id":"r"}"#).unwrap();
@@ -522,26 +537,25 @@ mod tests {
             not_stored: false,
         };
         let small = answer(1024, 10);
-        let kept = KeptResponse::seal_to_keep(&key, "key_1", "k-1", &small, [1; 12]);
-        assert_eq!(kept.open(&key, "key_1", "k-1"), Some(small));
+        let kept = KeptResponse::seal_to_keep(&key, ENTRY, &small, [1; 12]);
+        assert_eq!(kept.open(&key, ENTRY), Some(small));
         let large = answer(1 << 20, 64 * 1024);
-        let whole =
-            serde_json::to_string(&KeptResponse::seal(&key, "key_1", "k-1", &large, [1; 12])).unwrap();
+        let whole = serde_json::to_string(&KeptResponse::seal(&key, ENTRY, &large, [1; 12])).unwrap();
         assert!(whole.len() > KEPT_MAX_BYTES, "{} bytes", whole.len());
-        let kept = KeptResponse::seal_to_keep(&key, "key_1", "k-1", &large, [1; 12]);
+        let kept = KeptResponse::seal_to_keep(&key, ENTRY, &large, [1; 12]);
         assert!(serde_json::to_string(&kept).unwrap().len() < 1024);
-        let opened = kept.open(&key, "key_1", "k-1").unwrap();
+        let opened = kept.open(&key, ENTRY).unwrap();
         assert!(opened.not_stored && opened.status == 200 && opened.body.is_empty());
     }
 
     #[test]
     fn a_kept_response_does_not_open_under_another_api_key_or_entry() {
         let key = Keyring::for_responses(&[PEPPER], "gh_o_caller");
-        let kept = KeptResponse::seal(&key, "key_1", "k-1", &created_key(), [9; 12]);
+        let kept = KeptResponse::seal(&key, ENTRY, &created_key(), [9; 12]);
         let other = Keyring::for_responses(&[PEPPER], "gh_o_someone-else");
-        assert_eq!(kept.clone().open(&other, "key_1", "k-1"), None);
-        assert_eq!(kept.clone().open(&key, "key_1", "k-2"), None);
-        assert_eq!(kept.open(&key, "key_2", "k-1"), None);
+        assert_eq!(kept.clone().open(&other, ENTRY), None);
+        assert_eq!(kept.clone().open(&key, Entry { api_key_id: "key_1", idempotency_key: "k-2" }), None);
+        assert_eq!(kept.open(&key, Entry { api_key_id: "key_2", idempotency_key: "k-1" }), None);
     }
 
     #[test]
@@ -550,7 +564,7 @@ mod tests {
         let read: KeptResponse = serde_json::from_str(legacy).unwrap();
         assert!(matches!(read, KeptResponse::Plaintext(_)));
         let key = Keyring::for_responses(&[PEPPER], "gh_o_caller");
-        assert_eq!(read.open(&key, "key_1", "k-1"), Some(created_key()));
+        assert_eq!(read.open(&key, ENTRY), Some(created_key()));
         // A claim of the guard from before the upgrade, with its response inline.
         let decision = format!(r#"{{"claim":"replay","response":{legacy}}}"#);
         let decision: ClaimDecision = serde_json::from_str(&decision).unwrap();

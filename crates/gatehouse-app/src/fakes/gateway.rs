@@ -12,7 +12,7 @@ use gatehouse_core::api_key::{KeyRecord, KeyType, Scope};
 use gatehouse_core::audit::AuditRow;
 use gatehouse_core::config::Config;
 use gatehouse_core::guard::protocol::client_guard_name;
-use gatehouse_core::idempotency::{decide_claim, Claim, ClaimDecision, KeptResponse, LEASE_MS};
+use gatehouse_core::idempotency::{decide_claim, Claim, ClaimDecision, Entry, KeptResponse, LEASE_MS};
 use gatehouse_core::page::PageRequest;
 use gatehouse_core::ports::{
     Admission, AuditSink, Authorization, ClaimRequest, Directory, KeyChanges, KeyGuard, KeyUpdate,
@@ -272,33 +272,24 @@ pub struct FakeResponses {
 }
 
 impl ResponseStore for FakeResponses {
-    async fn put(
-        &self,
-        api_key_id: &str,
-        idempotency_key: &str,
-        response: &KeptResponse,
-    ) -> Result<(), PortError> {
+    async fn put(&self, entry: Entry<'_>, response: &KeptResponse) -> Result<(), PortError> {
         use gatehouse_core::platform::{KV_MAX_KEY_BYTES, KV_MAX_VALUE_BYTES};
-        super::over_limit(
-            "kv key",
-            format!("papi:idem:{api_key_id}:{idempotency_key}").len(),
-            KV_MAX_KEY_BYTES,
-        )?;
+        super::over_limit("kv key", entry.storage_key().len(), KV_MAX_KEY_BYTES)?;
         let value = serde_json::to_string(response).map_or(usize::MAX, |s| s.len());
         super::over_limit("kv value", value, KV_MAX_VALUE_BYTES)?;
         self.faults
             .run("kv.put", || {
-                let slot = (api_key_id.to_owned(), idempotency_key.to_owned());
+                let slot = (entry.api_key_id.to_owned(), entry.idempotency_key.to_owned());
                 self.entries.borrow_mut().insert(slot, response.clone());
             })
             .await
     }
 
-    async fn get(&self, api_key_id: &str, idempotency_key: &str) -> Result<Option<KeptResponse>, PortError> {
+    async fn get(&self, entry: Entry<'_>) -> Result<Option<KeptResponse>, PortError> {
         let miss = self.faults.chance(self.miss_rate);
         self.faults
             .run("kv.get", || {
-                let slot = (api_key_id.to_owned(), idempotency_key.to_owned());
+                let slot = (entry.api_key_id.to_owned(), entry.idempotency_key.to_owned());
                 self.entries.borrow().get(&slot).filter(|_| !miss).cloned()
             })
             .await
@@ -348,12 +339,8 @@ impl DirectoryTables {
 }
 
 impl Directory for FakeStore {
-    async fn create_project(
-        &self,
-        project_id: &str,
-        name: &str,
-        owner_key: &KeyRecord,
-    ) -> Result<KeyRecord, PortError> {
+    async fn create_project(&self, name: &str, owner_key: &KeyRecord) -> Result<KeyRecord, PortError> {
+        let project_id = owner_key.project_id.as_str();
         self.faults
             .run("d1.create_project", || {
                 let mut projects = self.directory.projects.borrow_mut();

@@ -3,7 +3,7 @@
 
 use super::PortError;
 use crate::api_key::{KeyRecord, RefusalReason, Scope};
-use crate::idempotency::{ClaimDecision, KeptResponse};
+use crate::idempotency::{ClaimDecision, Entry, KeptResponse};
 use crate::page::PageRequest;
 use crate::rate_limit::{Usage, Verdict};
 
@@ -138,14 +138,10 @@ pub enum KeyUpdate {
 
 /// Projects and keys in D1.
 pub trait Directory {
-    /// The project on the owner key's plan, and that key: both or neither. Create-or-find by id
-    /// (an earlier execution of the same operation wrote them): answers the owner key as stored.
-    async fn create_project(
-        &self,
-        project_id: &str,
-        name: &str,
-        owner_key: &KeyRecord,
-    ) -> Result<KeyRecord, PortError>;
+    /// The owner key's project (`owner_key.project_id`, named `name`, on the key's plan), and that
+    /// key: both or neither. Create-or-find by id (an earlier execution of the same operation
+    /// wrote them): answers the owner key as stored.
+    async fn create_project(&self, name: &str, owner_key: &KeyRecord) -> Result<KeyRecord, PortError>;
     /// Inserts a key of an existing project, on the project's plan whatever `key.plan` says;
     /// answers the stored record (`None`: no such project). Create-or-find by id: a key of the
     /// project with this id (an earlier execution of the same operation) is answered as stored.
@@ -186,11 +182,6 @@ pub trait Directory {
 /// Completed idempotent responses (SPEC §5: Workers KV, `papi:idem:{apiKeyId}:{key}`), sealed
 /// before they get here (SPEC §13).
 pub trait ResponseStore {
-    async fn put(
-        &self,
-        api_key_id: &str,
-        idempotency_key: &str,
-        response: &KeptResponse,
-    ) -> Result<(), PortError>;
-    async fn get(&self, api_key_id: &str, idempotency_key: &str) -> Result<Option<KeptResponse>, PortError>;
+    async fn put(&self, entry: Entry<'_>, response: &KeptResponse) -> Result<(), PortError>;
+    async fn get(&self, entry: Entry<'_>) -> Result<Option<KeptResponse>, PortError>;
 }

@@ -6,7 +6,7 @@ use std::rc::Rc;
 use worker::kv::KvStore;
 
 use crate::adapters::deadline::within;
-use gatehouse_core::idempotency::KeptResponse;
+use gatehouse_core::idempotency::{Entry, KeptResponse};
 use gatehouse_core::platform::deadline;
 use gatehouse_core::ports::{Meter, PortError, ResponseStore};
 
@@ -26,31 +26,22 @@ impl KvResponses {
     }
 }
 
-fn storage_key(api_key_id: &str, idempotency_key: &str) -> String {
-    format!("papi:idem:{api_key_id}:{idempotency_key}")
-}
-
 impl ResponseStore for KvResponses {
-    async fn put(
-        &self,
-        api_key_id: &str,
-        idempotency_key: &str,
-        response: &KeptResponse,
-    ) -> Result<(), PortError> {
+    async fn put(&self, entry: Entry<'_>, response: &KeptResponse) -> Result<(), PortError> {
         Meter::count(&self.meter.kv_operations);
         let value = serde_json::to_string(response).map_err(PortError::from_display)?;
         let put = self
             .kv
-            .put(&storage_key(api_key_id, idempotency_key), value)
+            .put(&entry.storage_key(), value)
             .map_err(PortError::from_display)?
             .expiration_ttl(self.ttl_seconds)
             .execute();
         within(deadline::KV_MS, "KV put", async { put.await.map_err(PortError::from_display) }).await
     }
 
-    async fn get(&self, api_key_id: &str, idempotency_key: &str) -> Result<Option<KeptResponse>, PortError> {
+    async fn get(&self, entry: Entry<'_>) -> Result<Option<KeptResponse>, PortError> {
         Meter::count(&self.meter.kv_operations);
-        let get = self.kv.get(&storage_key(api_key_id, idempotency_key)).json();
+        let get = self.kv.get(&entry.storage_key()).json();
         within(deadline::KV_MS, "KV get", async { get.await.map_err(PortError::from_display) }).await
     }
 }

@@ -43,12 +43,8 @@ fn key_values(key: &KeyRecord) -> [JsValue; 13] {
 }
 
 impl Directory for D1Store {
-    async fn create_project(
-        &self,
-        project_id: &str,
-        name: &str,
-        owner_key: &KeyRecord,
-    ) -> Result<KeyRecord, PortError> {
+    async fn create_project(&self, name: &str, owner_key: &KeyRecord) -> Result<KeyRecord, PortError> {
+        let project_id = owner_key.project_id.as_str();
         // One batch is one transaction: never a project without its owner key. Both are left as
         // they are when an earlier execution of the same operation wrote them.
         let project = self.statement(
