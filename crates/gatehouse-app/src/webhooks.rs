@@ -13,7 +13,8 @@ use gatehouse_core::error::ApiError;
 use gatehouse_core::json_body;
 use gatehouse_core::page::{Cursor, PageRequest};
 use gatehouse_core::ports::{
-    DeliveryQueue, PortError, Ports, Recovery, SecretRotation, WebhookClient, WebhookPost, WebhookStore,
+    AttemptLease, DeliveryQueue, PortError, Ports, Recovery, SecretRotation, WebhookClient, WebhookPost,
+    WebhookStore,
 };
 use gatehouse_core::sealing::Keyring;
 use gatehouse_core::time;
@@ -25,7 +26,7 @@ use gatehouse_core::webhook::{
 /// Reads of a subscription whose secret another rotation changed in between, before a 503.
 const ROTATION_ATTEMPTS: usize = 3;
 /// How long one attempt holds its delivery beyond the timeout, so a crashed attempt is retried.
-const HOLD_SLACK_MS: i64 = 30_000;
+const LEASE_SLACK_MS: i64 = 30_000;
 /// The sweep re-enqueues deliveries this overdue: a queued message normally arrives first.
 const SWEEP_GRACE_MS: i64 = 30_000;
 const SWEEP_BATCH: usize = 500;
@@ -289,9 +290,13 @@ pub async fn dispatch<S: WebhookStore, Q: DeliveryQueue, C: WebhookClient>(
     jitter: f64,
 ) -> Result<(), PortError> {
     let started = now_ms();
-    let hold = started + config.webhook_timeout_ms as i64 + HOLD_SLACK_MS;
-    let max_attempts = config.webhook_retry_schedule.len() as u32 + 1;
-    let Some((delivery, hook)) = store.take_delivery(delivery_id, started, hold, max_attempts).await? else {
+    let lease = AttemptLease {
+        delivery_id,
+        now_ms: started,
+        until_ms: started + config.webhook_timeout_ms as i64 + LEASE_SLACK_MS,
+        max_attempts: config.webhook_retry_schedule.len() as u32 + 1,
+    };
+    let Some((delivery, hook)) = store.take_delivery(&lease).await? else {
         return Ok(());
     };
     let attempt_no = delivery.attempts;
@@ -1003,9 +1008,9 @@ mod tests {
         until_posted(&mut stopped, &client);
         drop(stopped); // the isolate is gone, mid-attempt
 
-        let hold_ends = T0 + w.config.webhook_timeout_ms as i64 + HOLD_SLACK_MS;
-        assert_eq!(complete(sweep(&w.store, &w.queue, hold_ends)), Ok(0), "held until the lease runs out");
-        let later = hold_ends + 1;
+        let lease_ends = T0 + w.config.webhook_timeout_ms as i64 + LEASE_SLACK_MS;
+        assert_eq!(complete(sweep(&w.store, &w.queue, lease_ends)), Ok(0), "held until the lease runs out");
+        let later = lease_ends + 1;
         assert_eq!(complete(sweep(&w.store, &w.queue, later)), Ok(1));
         let message = w.queue.receive(0).expect("the sweep queued it");
         let next = dispatch(&w.store, &w.queue, &client, &w.config, &message.delivery_id, || later, 0.0);
@@ -1030,7 +1035,7 @@ mod tests {
         let mut stopped = Box::pin(dispatch(&w.store, &w.queue, &client, &w.config, "dlv_0", || T0, 0.0));
         until_posted(&mut stopped, &client);
         drop(stopped); // the isolate is gone during the last attempt
-        let later = T0 + w.config.webhook_timeout_ms as i64 + HOLD_SLACK_MS + 1;
+        let later = T0 + w.config.webhook_timeout_ms as i64 + LEASE_SLACK_MS + 1;
         assert_eq!(complete(sweep(&w.store, &w.queue, later)), Ok(1));
         let message = w.queue.receive(0).expect("the sweep queued it");
         let next = dispatch(&w.store, &w.queue, &client, &w.config, &message.delivery_id, || later, 0.0);

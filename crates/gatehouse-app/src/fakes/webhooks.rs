@@ -13,8 +13,8 @@ use super::FakeStore;
 use crate::sim::{Fault, Faults};
 use gatehouse_core::page::PageRequest;
 use gatehouse_core::ports::{
-    DeliveryQueue, OriginEvent, OriginEventRecord, PortError, Recovery, SecretRotation, WebhookClient,
-    WebhookPost, WebhookStore,
+    AttemptLease, DeliveryQueue, OriginEvent, OriginEventRecord, PortError, Recovery, SecretRotation,
+    WebhookClient, WebhookPost, WebhookStore,
 };
 use gatehouse_core::webhook::{
     Attempt, Delivery, ReceiverOutcome, StoredSecret, Webhook, INTERRUPTED_ATTEMPT, RESPONSE_EXCERPT_BYTES,
@@ -266,11 +266,9 @@ impl WebhookStore for FakeStore {
 
     async fn take_delivery(
         &self,
-        id: &str,
-        now_ms: i64,
-        until_ms: i64,
-        max_attempts: u32,
+        lease: &AttemptLease<'_>,
     ) -> Result<Option<(Delivery, Webhook)>, PortError> {
+        let AttemptLease { delivery_id: id, now_ms, until_ms, max_attempts } = *lease;
         self.tables("webhooks.take", |t| {
             let row = t.deliveries.get(id).filter(|r| takeable(r, now_ms))?.clone();
             let d = &row.delivery;

@@ -26,6 +26,16 @@ pub struct Recovery<'a> {
     pub now_ms: i64,
 }
 
+/// One attempt's lease on its delivery: taken at `now_ms`, held until `until_ms` (the attempt's
+/// timeout and some slack), for a schedule of `max_attempts` attempts.
+#[derive(Debug, Clone, Copy)]
+pub struct AttemptLease<'a> {
+    pub delivery_id: &'a str,
+    pub now_ms: i64,
+    pub until_ms: i64,
+    pub max_attempts: u32,
+}
+
 /// Subscriptions, deliveries and attempts in D1.
 pub trait WebhookStore {
     /// Create-or-find by id (like [`super::Resources`]): answers the subscription as stored, so a second
@@ -62,21 +72,16 @@ pub trait WebhookStore {
     /// `false` if there is none. It never clears the lease of an attempt in flight: that attempt
     /// finishes and records first, and sees the request (its record leaves the delivery due now).
     async fn reschedule(&self, project_id: &str, id: &str, now_ms: i64) -> Result<bool, PortError>;
-    /// Takes a due, pending delivery that no live attempt holds, for one attempt, until `until_ms`,
-    /// in one atomic step that also allocates the attempt's number: the answered
-    /// `Delivery::attempts` is the number of this attempt, never given to another one. `None` when
-    /// it is not due, not pending, or held. In the same step, an earlier attempt whose hold ran out
-    /// without a record gets an "interrupted" row, and a delivery whose subscription is no longer
-    /// active is failed (`subscription deleted` / `subscription disabled`) instead of taken. When
-    /// that interrupted attempt was the schedule's last (`max_attempts` since `schedule_from`), the
-    /// delivery fails instead of taking another (SPEC §19: none past the last attempt).
-    async fn take_delivery(
-        &self,
-        id: &str,
-        now_ms: i64,
-        until_ms: i64,
-        max_attempts: u32,
-    ) -> Result<Option<(Delivery, Webhook)>, PortError>;
+    /// Takes a due, pending delivery that no live attempt holds under `lease`, in one atomic step
+    /// that also allocates the attempt's number: the answered `Delivery::attempts` is the number
+    /// of this attempt, never given to another one. `None` when it is not due, not pending, or
+    /// leased. In the same step, an earlier attempt whose lease ran out without a record gets an
+    /// "interrupted" row, and a delivery whose subscription is no longer active is failed
+    /// (`subscription deleted` / `subscription disabled`) instead of taken. When that interrupted
+    /// attempt was the schedule's last (`max_attempts` since `schedule_from`), the delivery fails
+    /// instead of taking another (SPEC §19: none past the last attempt).
+    async fn take_delivery(&self, lease: &AttemptLease<'_>)
+        -> Result<Option<(Delivery, Webhook)>, PortError>;
     /// Records the attempt and its outcome in one batch (and on 410 disables the subscription and
     /// fails its pending deliveries). Safe to repeat. The delivery changes only while this attempt
     /// still holds it and it is pending: a subscription deleted meanwhile keeps it `failed`, a

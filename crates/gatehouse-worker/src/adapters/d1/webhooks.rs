@@ -7,7 +7,7 @@ use crate::adapters::deadline::within;
 use gatehouse_core::page::PageRequest;
 use gatehouse_core::platform::deadline;
 use gatehouse_core::ports::{
-    Meter, OriginEvent, OriginEventRecord, PortError, Recovery, SecretRotation, WebhookStore,
+    AttemptLease, Meter, OriginEvent, OriginEventRecord, PortError, Recovery, SecretRotation, WebhookStore,
 };
 use gatehouse_core::webhook::{Attempt, Delivery, StoredSecret, Webhook, INTERRUPTED_ATTEMPT};
 
@@ -240,16 +240,14 @@ impl WebhookStore for D1Store {
 
     async fn take_delivery(
         &self,
-        id: &str,
-        now_ms: i64,
-        until_ms: i64,
-        max_attempts: u32,
+        lease: &AttemptLease<'_>,
     ) -> Result<Option<(Delivery, Webhook)>, PortError> {
+        let AttemptLease { delivery_id: id, now_ms, until_ms, max_attempts } = *lease;
         const TAKEABLE: &str = "id = ?1 AND status = 'pending' AND scheduled_at <= ?2
             AND (locked_until IS NULL OR locked_until < ?2)";
         let args = [text(id), int(now_ms), int(until_ms)];
         let statements = vec![
-            // An earlier attempt whose hold ran out unrecorded: its number gets a row saying so.
+            // An earlier attempt whose lease ran out unrecorded: its number gets a row saying so.
             self.statement(
                 &format!(
                     "INSERT OR IGNORE INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms, error)
@@ -318,7 +316,7 @@ impl WebhookStore for D1Store {
     ) -> Result<Option<i64>, PortError> {
         let now = a.started_at + a.duration_ms;
         let mut statements = vec![
-            // A real outcome replaces an "interrupted" row written after this attempt's hold ran out.
+            // A real outcome replaces an "interrupted" row written after this attempt's lease ran out.
             self.statement(
                 "INSERT OR REPLACE INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms,
                    response_code, response_excerpt, error, next_retry_at)
