@@ -1,5 +1,5 @@
 // Writes public/openapi.json, the OpenAPI 3.1 description of every public route. Edit the tables
-// here and run `node scripts/openapi.mjs`; a unit test (core::route) fails when the description
+// here and run `node scripts/openapi.mjs`; a unit test (gatehouse_core::route) fails when the description
 // and the router disagree.
 import { writeFileSync } from 'node:fs';
 

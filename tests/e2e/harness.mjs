@@ -225,7 +225,7 @@ export function freePort() {
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
 /**
- * Builds the `gatehouse` CLI (client/) and answers a runner: `gatehouse(args, {key, input})` runs it
+ * Builds the `gatehouse` CLI (crates/gatehouse-cli) and answers a runner: `gatehouse(args, {key, input})` runs it
  * against the test gateway (with GATEHOUSE_KEY when `key` is given) and answers {status, stdout,
  * stderr}; `gatehouse.bin` is the binary's path.
  */
