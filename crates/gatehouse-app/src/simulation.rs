@@ -752,8 +752,9 @@ fn ingestion_accepts_each_event_once_under_faults() {
 }
 
 /// Session-recording segments (SPEC §13): data in R2, an index row in D1. Whatever fails, an indexed
-/// chunk has its object; at most one answer per chunk says it was new; once the faults stop,
-/// every chunk a client retries until 202 is indexed with its object.
+/// segment has its object; at most one answer per segment says it was new; once the faults stop,
+/// every segment a client retries until 202 is indexed with its object (the wire numbers a
+/// segment with its `segment` field).
 #[test]
 fn recording_segments_are_indexed_only_with_their_object_under_faults() {
     const REGRESSIONS: &[u64] = &[];
@@ -764,11 +765,12 @@ fn recording_segments_are_indexed_only_with_their_object_under_faults() {
         |seed| {
             let faults = Rc::new(Faults::new(seed, 0.2));
             let (gateway, clock, secrets) = world(&faults, &[KeyType::Browser]);
-            let body =
-                |chunk: u64| format!(r#"{{"session_id":"s/{seed}","chunk":{chunk},"data":{{"n":{chunk}}}}}"#);
+            let body = |segment: u64| {
+                format!(r#"{{"session_id":"s/{seed}","chunk":{segment},"data":{{"n":{segment}}}}}"#)
+            };
             let (seen, unfinished) = (RefCell::new(Vec::new()), RefCell::new(HashSet::new()));
-            let chunks: Vec<u64> = (0..2 + faults.below(6)).map(|_| faults.below(4)).collect();
-            let flows = chunks.iter().map(|&c| {
+            let segments: Vec<u64> = (0..2 + faults.below(6)).map(|_| faults.below(4)).collect();
+            let flows = segments.iter().map(|&c| {
                 exchange(
                     &gateway,
                     request(&clock, "POST", "/v1/replay", &secrets[0], None, &body(c)),
@@ -777,19 +779,19 @@ fn recording_segments_are_indexed_only_with_their_object_under_faults() {
                 )
             });
             drive(join_all(flows), &faults, 0.05);
-            let object = |chunk: u64| {
+            let object = |segment: u64| {
                 let key = gatehouse_core::events::recording_object_key(
                     "prj_sim",
                     &format!("s/{seed}"),
-                    chunk as u32,
+                    segment as u32,
                 );
                 gateway.archive.recording_segments.borrow().get(&key).cloned()
             };
             let check_index = || {
-                for (_, _, chunk) in gateway.store.events.session_segments.borrow().keys() {
-                    let expected = format!(r#"{{"n":{chunk}}}"#);
-                    if object((*chunk).into()).as_deref() != Some(expected.as_bytes()) {
-                        return Err(format!("chunk {chunk} is indexed without its object"));
+                for (_, _, segment) in gateway.store.events.session_segments.borrow().keys() {
+                    let expected = format!(r#"{{"n":{segment}}}"#);
+                    if object((*segment).into()).as_deref() != Some(expected.as_bytes()) {
+                        return Err(format!("chunk {segment} is indexed without its object"));
                     }
                 }
                 Ok(())
@@ -799,21 +801,21 @@ fn recording_segments_are_indexed_only_with_their_object_under_faults() {
             let replay = request_to(&clock, "/v1/replay", &secrets[0]);
             retry_until_accepted(
                 &gateway,
-                chunks.iter().map(|&c| replay(&body(c))),
+                segments.iter().map(|&c| replay(&body(c))),
                 &seen,
                 &unfinished,
                 &faults,
             )?;
             check_index()?;
             let indexed = gateway.store.events.session_segments.borrow().len();
-            let distinct = chunks.iter().collect::<HashSet<_>>().len();
+            let distinct = segments.iter().collect::<HashSet<_>>().len();
             if indexed != distinct {
-                return Err(format!("{indexed} chunks indexed, {distinct} sent"));
+                return Err(format!("{indexed} segments indexed, {distinct} sent"));
             }
             let new_answers =
                 seen.borrow().iter().filter(|r| r.status == 202 && json(r)["duplicate"] == false).count();
             if new_answers > distinct {
-                return Err(format!("{new_answers} answers said new for {distinct} chunks"));
+                return Err(format!("{new_answers} answers said new for {distinct} segments"));
             }
             let audit = check_audit(&gateway, &seen.borrow(), &unfinished.borrow());
             audit

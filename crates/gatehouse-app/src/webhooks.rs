@@ -253,7 +253,7 @@ pub enum ManualRetry {
 
 /// A manual retry (`POST /public/v1/webhooks/deliveries/{id}/retry`): the delivery becomes pending
 /// and due now, and is queued. It never runs beside an attempt in flight: the store keeps that
-/// attempt's hold, the queued message finds the delivery held and does nothing, and the attempt's
+/// attempt's lease, the queued message finds the delivery leased and does nothing, and the attempt's
 /// own record leaves the delivery due now and queues it, so the next attempt follows at once.
 pub async fn retry<S: WebhookStore, Q: DeliveryQueue>(
     store: &S,
@@ -429,7 +429,7 @@ mod tests {
     use gatehouse_core::webhook::{INTERRUPTED_ATTEMPT, RESPONSE_EXCERPT_BYTES};
 
     /// Seeds that once broke an invariant, replayed on every run. 18171: the clean phase finished
-    /// flows one after the other, so posts' durations added up past an in-flight attempt's hold
+    /// flows one after the other, so posts' durations added up past an in-flight attempt's lease
     /// and a second attempt started beside it (a flaw of the simulation, not of dispatch: flows
     /// now finish side by side, and the runtime's limit on an invocation applies there too).
     const REGRESSIONS: &[u64] = &[18171];
@@ -536,7 +536,7 @@ mod tests {
     }
 
     /// Ends a finished or stopped flow: its message is acked, or retried.
-    fn settle(queue: &FakeDeliveryQueue, run: Running<'_>, acked: Option<bool>) {
+    fn dispose(queue: &FakeDeliveryQueue, run: Running<'_>, acked: Option<bool>) {
         if acked != Some(true) {
             retry_message(queue, run.message);
         }
@@ -586,7 +586,7 @@ mod tests {
             let now = w.now();
             while let Some(i) = running.iter().position(|r| now - r.started > timeout + 20_000) {
                 let run = running.swap_remove(i);
-                settle(&w.queue, run, None);
+                dispose(&w.queue, run, None);
             }
         };
         for _ in 0..300 {
@@ -599,10 +599,10 @@ mod tests {
                     if f.chance(crash_rate) {
                         w.faults.trace.borrow_mut().push("isolate stopped".into());
                         let run = running.swap_remove(i);
-                        settle(&w.queue, run, None);
+                        dispose(&w.queue, run, None);
                     } else if let Poll::Ready(acked) = poll(&mut running[i].flow) {
                         let run = running.swap_remove(i);
-                        settle(&w.queue, run, Some(acked));
+                        dispose(&w.queue, run, Some(acked));
                     }
                 }
                 0..65 => {
@@ -645,7 +645,7 @@ mod tests {
             while i < running.len() {
                 if let Poll::Ready(acked) = poll(&mut running[i].flow) {
                     let run = running.swap_remove(i);
-                    settle(&w.queue, run, Some(acked));
+                    dispose(&w.queue, run, Some(acked));
                 } else {
                     i += 1;
                 }
