@@ -501,6 +501,6 @@ impl KeyRecord {
             rolled_from: self.rolled_from.clone(),
             rolled_to: self.rolled_to.clone(),
         };
-        serde_json::to_value(key).expect("a key serialises")
+        gatehouse_wire::to_json(&key)
     }
 }

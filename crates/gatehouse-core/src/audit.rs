@@ -141,7 +141,7 @@ impl AuditRow {
             rate_limit_remaining: self.rate_limit_remaining.map(i64::from),
             error_code: self.error_code.clone(),
         };
-        serde_json::to_value(row).expect("a log entry serialises")
+        gatehouse_wire::to_json(&row)
     }
 }
 

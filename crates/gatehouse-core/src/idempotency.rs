@@ -175,6 +175,8 @@ pub struct Entry<'a> {
 
 impl Entry<'_> {
     /// Where the response store keeps the entry's response (SPEC §5): `papi:idem:{apiKeyId}:{key}`.
+    /// It is also the associated data a kept response is sealed with, so a sealed response opens
+    /// only for its own entry.
     pub fn storage_key(&self) -> String {
         format!("papi:idem:{}:{}", self.api_key_id, self.idempotency_key)
     }
@@ -189,7 +191,7 @@ impl KeptResponse {
         nonce: [u8; NONCE_BYTES],
     ) -> Self {
         let json = serde_json::to_vec(response).expect("a stored response serialises");
-        KeptResponse::Sealed(key.seal(&json, &entry_identity(entry.api_key_id, entry.idempotency_key), nonce))
+        KeptResponse::Sealed(key.seal(&json, entry.storage_key().as_bytes(), nonce))
     }
 
     /// Seals `response` as [`Self::seal`] does, unless sealed it would not fit one Durable Object
@@ -222,7 +224,7 @@ impl KeptResponse {
     pub fn open(self, key: &Keyring, entry: Entry<'_>) -> Option<StoredResponse> {
         match self {
             KeptResponse::Sealed(sealed) => {
-                let json = key.open(&sealed, &entry_identity(entry.api_key_id, entry.idempotency_key))?;
+                let json = key.open(&sealed, entry.storage_key().as_bytes())?;
                 serde_json::from_slice(&json).ok()
             }
             KeptResponse::Plaintext(response) => Some(response),
@@ -233,11 +235,6 @@ impl KeptResponse {
 /// The largest sealed response a guard keeps in its claim's row: a Durable Object value is at most
 /// 2,000,000 bytes, and the row's other columns need a little room.
 pub const KEPT_MAX_BYTES: usize = super::platform::DO_MAX_VALUE_BYTES - 64 * 1024;
-
-/// The associated data of a kept response: which entry it belongs to (the KV key of SPEC §1).
-fn entry_identity(api_key_id: &str, idempotency_key: &str) -> Vec<u8> {
-    format!("papi:idem:{api_key_id}:{idempotency_key}").into_bytes()
-}
 
 /// A claim as a guard remembers it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,6 +2,7 @@
 //! that parse but break a rule are 422 `VALIDATION_ERROR` with `details.field`.
 
 use gatehouse_wire::resources as wire;
+use gatehouse_wire::to_json;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
@@ -93,7 +94,7 @@ impl ContactInput {
 
 impl Contact {
     pub fn view(&self) -> Value {
-        view(&wire::Contact {
+        to_json(&wire::Contact {
             id: self.id.clone(),
             name: self.name.clone(),
             phone: self.phone.clone(),
@@ -138,7 +139,7 @@ impl MessageInput {
 impl Message {
     /// A message is `queued` when created; delivery is outside the gateway.
     pub fn view(&self) -> Value {
-        view(&wire::Message {
+        to_json(&wire::Message {
             id: self.id.clone(),
             contact_id: self.contact_id.clone(),
             text: self.text.clone(),
@@ -177,7 +178,7 @@ impl ScenarioInput {
 
 impl Scenario {
     pub fn view(&self) -> Value {
-        view(&wire::Scenario {
+        to_json(&wire::Scenario {
             id: self.id.clone(),
             name: self.name.clone(),
             created_at: rfc3339(self.created_at),
@@ -250,7 +251,7 @@ impl ReleaseMarkerInput {
 
 impl ReleaseMarker {
     pub fn view(&self) -> Value {
-        view(&wire::ReleaseMarker {
+        to_json(&wire::ReleaseMarker {
             id: self.id.clone(),
             project_id: self.project_id.clone(),
             version: self.version.clone(),
@@ -260,11 +261,6 @@ impl ReleaseMarker {
             created_at: rfc3339(self.created_at),
         })
     }
-}
-
-/// A wire shape as JSON (a struct of strings and numbers always serialises).
-fn view(shape: &impl serde::Serialize) -> Value {
-    serde_json::to_value(shape).expect("a wire shape serialises")
 }
 
 /// `{items:[…]}` of a bulk call, each item still raw so that one bad item fails alone.

@@ -266,7 +266,8 @@ impl KeyGuard for FakeGuard {
 /// Workers KV: eventually consistent, so a read may miss a value written shortly before.
 pub struct FakeResponses {
     pub faults: Rc<Faults>,
-    pub entries: RefCell<HashMap<(String, String), KeptResponse>>,
+    /// By their KV key (`Entry::storage_key`), as KV holds them.
+    pub entries: RefCell<HashMap<String, KeptResponse>>,
     /// The chance that a read misses a present entry.
     pub miss_rate: f64,
 }
@@ -274,13 +275,13 @@ pub struct FakeResponses {
 impl ResponseStore for FakeResponses {
     async fn put(&self, entry: Entry<'_>, response: &KeptResponse) -> Result<(), PortError> {
         use gatehouse_core::platform::{KV_MAX_KEY_BYTES, KV_MAX_VALUE_BYTES};
-        super::over_limit("kv key", entry.storage_key().len(), KV_MAX_KEY_BYTES)?;
+        let key = entry.storage_key();
+        super::over_limit("kv key", key.len(), KV_MAX_KEY_BYTES)?;
         let value = serde_json::to_string(response).map_or(usize::MAX, |s| s.len());
         super::over_limit("kv value", value, KV_MAX_VALUE_BYTES)?;
         self.faults
             .run("kv.put", || {
-                let slot = (entry.api_key_id.to_owned(), entry.idempotency_key.to_owned());
-                self.entries.borrow_mut().insert(slot, response.clone());
+                self.entries.borrow_mut().insert(key, response.clone());
             })
             .await
     }
@@ -288,10 +289,7 @@ impl ResponseStore for FakeResponses {
     async fn get(&self, entry: Entry<'_>) -> Result<Option<KeptResponse>, PortError> {
         let miss = self.faults.chance(self.miss_rate);
         self.faults
-            .run("kv.get", || {
-                let slot = (entry.api_key_id.to_owned(), entry.idempotency_key.to_owned());
-                self.entries.borrow().get(&slot).filter(|_| !miss).cloned()
-            })
+            .run("kv.get", || self.entries.borrow().get(&entry.storage_key()).filter(|_| !miss).cloned())
             .await
     }
 }

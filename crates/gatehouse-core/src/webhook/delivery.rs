@@ -136,7 +136,7 @@ impl Delivery {
             payload: serde_json::from_str::<Value>(&self.payload).unwrap_or(Value::Null),
             attempts: attempts.collect(),
         };
-        serde_json::to_value(delivery).expect("a delivery serialises")
+        gatehouse_wire::to_json(&delivery)
     }
 }
 

@@ -1,5 +1,6 @@
 //! A subscription: its URL, the event types it takes, its secrets during a rotation (SPEC §17).
 
+use gatehouse_wire::to_json;
 use gatehouse_wire::webhooks as wire;
 
 use serde_json::Value;
@@ -87,11 +88,10 @@ impl Webhook {
             created_at: crate::time::rfc3339(self.created_at),
             previous_secret_expires_at: self.previous_secret_until(now_ms).map(crate::time::rfc3339),
         };
-        let mut v = serde_json::to_value(info).expect("a subscription serialises");
-        if let Some(secret) = secret {
-            v["secret"] = Value::String(secret.to_owned());
+        match secret {
+            Some(secret) => to_json(&wire::CreatedWebhook { secret: secret.to_owned(), info }),
+            None => to_json(&info),
         }
-        v
     }
 }
 
