@@ -211,7 +211,7 @@ test('rows past retention leave the log: the minute roll-up moves them to an R2 
 // a time: every row reaches exactly one R2 object (its summary counts it once) and D1 is empty of
 // them within a few runs. On the main of before the leases and the time box, a run took 40
 // (project, day) chunks: 75 runs for these rows.
-test('3,000 small tenants roll up in a few runs, and two overlapping runs never both roll', { timeout: 600_000 }, async () => {
+test('3,000 small tenants roll up in a few runs, and two overlapping runs never both roll', { timeout: 600_000 }, async (t) => {
   const tag = `t${Date.now().toString(36)}`;
   const old = Date.now() - 3 * 3_600_000;
   await d1(`WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 2999)
@@ -221,7 +221,22 @@ test('3,000 small tenants roll up in a few runs, and two overlapping runs never 
   assert.equal(await left(), 3000);
   // A fresh connection each (the harness's call): `d1` blocks the event loop past the 5 s after which
   // workerd closes an idle kept-alive connection, and fetch's pool would send on a closed one.
-  const cron = async () => (await call('GET', `/__scheduled?cron=${encodeURIComponent('* * * * *')}`)).status;
+  // A run is time-boxed to a few seconds, yet once, on a CI machine, one trigger got no answer for
+  // 300 s (cause unknown; never seen on the development machine). A trigger is waited for 60 s,
+  // then reported with the worker's last lines, and the loop goes on: what is checked is what the
+  // runs did, which does not depend on a trigger's answer arriving.
+  let unanswered = 0;
+  const cron = async () => {
+    try {
+      return (await call('GET', `/__scheduled?cron=${encodeURIComponent('* * * * *')}`, { timeoutMs: 60_000 })).status;
+    } catch (e) {
+      if (e.name !== 'TimeoutError') throw e;
+      unanswered += 1;
+      const lines = (await workerLog()).slice(-8).map((l) => JSON.stringify(l)).join('\n');
+      t.diagnostic(`a scheduled trigger got no answer within 60 s; the worker's last lines:\n${lines}`);
+      return 200;
+    }
+  };
   const skips = async () => (await workerLog()).filter((l) => l.component === 'audit_roll_up' && l.skipped).length;
   const skippedBefore = await skips();
   await d1(`INSERT OR REPLACE INTO job_leases (job, holder, until_ms) VALUES ('audit_roll_up', 'a-running-roll-up', ${Date.now() + 55_000})`);
@@ -230,14 +245,20 @@ test('3,000 small tenants roll up in a few runs, and two overlapping runs never 
   assert.equal(await left(), 3000, 'and rolled nothing');
   await d1("UPDATE job_leases SET until_ms = 0 WHERE job = 'audit_roll_up'");
   assert.deepEqual(await Promise.all([cron(), cron()]), [200, 200]);
-  let runs = 2;
-  while ((await left()) > 0) {
-    assert.ok(runs < 40, `${await left()} rows left after ${runs} runs`);
-    assert.equal(await cron(), 200);
-    runs += 1;
+  try {
+    let runs = 2;
+    while ((await left()) > 0) {
+      assert.ok(runs < 40, `${await left()} rows left after ${runs} runs`);
+      assert.equal(await cron(), 200);
+      runs += 1;
+    }
+    assert.ok(unanswered <= 2, `${unanswered} triggers got no answer`);
+    const [archived] = await d1(`SELECT count(*) AS objects, sum(rows) AS rows FROM audit_objects WHERE project_id LIKE '${tag}_%'`, 'AUDIT_DB');
+    assert.deepEqual(archived, { objects: 3000, rows: 3000 }, 'every row in exactly one object');
+  } finally {
+    // Whatever happened, these rows must not fill the roll-ups of the files after this one.
+    await d1(`DELETE FROM audit_log WHERE request_id LIKE '${tag}-%'`, 'AUDIT_DB');
   }
-  const [archived] = await d1(`SELECT count(*) AS objects, sum(rows) AS rows FROM audit_objects WHERE project_id LIKE '${tag}_%'`, 'AUDIT_DB');
-  assert.deepEqual(archived, { objects: 3000, rows: 3000 }, 'every row in exactly one object');
 });
 
 // SPEC §19: a 404 or 405 sent with a valid key is the key's request: its audit row names the key,

@@ -28,10 +28,12 @@ export function randomIp() {
 const UUID_V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
 /**
- * One request (to `base`, the test gateway unless named). `idem` becomes the Idempotency-Key header; `key` becomes `Authorization: Bearer <key>`; `body` is JSON-encoded unless it is a
- * string. Answers {status, headers, body (parsed JSON or text), text}.
+ * One request (to `base`, the test gateway unless named). `idem` becomes the Idempotency-Key header;
+ * `key` becomes `Authorization: Bearer <key>`; `body` is JSON-encoded unless it is a string;
+ * `timeoutMs` aborts the request (a TimeoutError) when no answer came by then. Answers
+ * {status, headers, body (parsed JSON or text), text}.
  */
-export async function call(method, path, { key, body, headers = {}, idem, base = BASE } = {}) {
+export async function call(method, path, { key, body, headers = {}, idem, base = BASE, timeoutMs } = {}) {
   // A Headers object keeps repeated names, so a test can send a header twice. An address the test
   // gives replaces this file's (appended, the worker would see "CLIENT_IP, address": no address).
   const h = new Headers();
@@ -40,6 +42,7 @@ export async function call(method, path, { key, body, headers = {}, idem, base =
   if (key !== undefined) h.set('authorization', `Bearer ${key}`);
   if (idem !== undefined) h.set('idempotency-key', idem);
   const init = { method, headers: h, dispatcher };
+  if (timeoutMs !== undefined) init.signal = AbortSignal.timeout(timeoutMs);
   if (body !== undefined) {
     init.body = typeof body === 'string' ? body : JSON.stringify(body);
     if (!h.has('content-type')) h.set('content-type', 'application/json');
