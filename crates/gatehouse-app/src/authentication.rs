@@ -130,9 +130,10 @@ impl<P: Ports> Gateway<'_, P> {
             Verdict::RateLimited => Some(
                 ApiError::new(
                     ErrorCode::RateLimitExceeded,
-                    format!("Rate limit of {} requests per minute exceeded.", usage.limit),
+                    format!("Rate limit of {} requests per {} exceeded.", usage.limit(), usage.window_name()),
                 )
-                .with_retry_after(usage.seconds_to_reset()),
+                .with_retry_after(usage.seconds_to_reset())
+                .with_detail("window", usage.window_name()),
             ),
             Verdict::QuotaExceeded => {
                 let code = if key.plan == gatehouse_core::config::DEFAULT_PLAN {
@@ -143,7 +144,10 @@ impl<P: Ports> Gateway<'_, P> {
                 Some(
                     ApiError::new(
                         code,
-                        format!("The monthly quota of {} requests is used up.", usage.quota_limit),
+                        format!(
+                            "The monthly quota of {} requests is used up.",
+                            usage.quota_limit.unwrap_or(0)
+                        ),
                     )
                     .with_detail("resets_at", rfc3339(usage.quota_resets_ms))
                     .with_detail("plan", key.plan.as_str()),
@@ -248,7 +252,7 @@ impl<P: Ports> Gateway<'_, P> {
         }
         match self.guard.record_auth_failure(ip).await {
             Ok((Verdict::RateLimited, usage)) => {
-                self.memory.borrow_mut().block(ip, usage.reset_ms, now_ms);
+                self.memory.borrow_mut().block(ip, usage.reset_ms(), now_ms);
                 too_many_anonymous(usage.seconds_to_reset())
             }
             Ok(_) => refused,

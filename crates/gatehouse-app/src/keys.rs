@@ -48,6 +48,8 @@ impl NewKey {
             rolled_from: None,
             rolled_at: None,
             rolled_to: None,
+            identity: None,
+            limits: None,
         };
         NewKey { record, secret }
     }
@@ -431,7 +433,7 @@ fn clean_name(name: Option<String>) -> Result<Option<String>, ApiError> {
 /// A per-key limit must be at least 1 and at most the plan's: an owner may lower it, never raise it.
 fn check_rate(config: &Config, plan: &str, rate: Option<u32>) -> Result<(), ApiError> {
     let Some(rate) = rate else { return Ok(()) };
-    let ceiling = config.plan_or_trial(plan).per_minute;
+    let ceiling = config.plan_or_trial(plan).per_minute.unwrap_or(u32::MAX);
     if rate == 0 {
         return Err(ApiError::bad_request(format!(
             "rate_limit_per_minute must be from 1 to {ceiling} (the plan's limit), or null for the plan's limit"

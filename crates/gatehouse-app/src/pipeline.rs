@@ -15,7 +15,7 @@ use gatehouse_core::idempotency::{self, ClaimDecision, Entry, KeptResponse, Stor
 use gatehouse_core::ports::{
     ClaimRequest, KeyGuard, PassThrough, Ports, RequestBody, ResponseStore, OPERATOR_GUARD,
 };
-use gatehouse_core::rate_limit::Usage;
+use gatehouse_core::rate_limit::{Usage, Window};
 use gatehouse_core::route::{cors_path, match_route, Access, Miss, Route, RouteId};
 use gatehouse_core::sealing::Keyring;
 use gatehouse_core::time::rfc3339;
@@ -93,7 +93,7 @@ impl<P: Ports> Gateway<'_, P> {
             audit.key_prefix = Some(key.prefix);
         }
         audit.idempotency_key = trace.idempotency_key;
-        audit.rate_limit_remaining = served.usage.map(|u| u.remaining);
+        audit.rate_limit_remaining = served.usage.map(|u| u.remaining());
         match &served.answer {
             Ok(Answer::Replay(stored)) => {
                 audit.replayed = true;
@@ -476,9 +476,16 @@ pub(super) fn me(call: &Call<'_>) -> Value {
         "plan": key.plan,
         "expires_at": key.expires_at.map(rfc3339),
         "rate_limit": {
-            "limit": usage.limit,
-            "remaining": usage.remaining,
-            "reset": rfc3339(usage.reset_ms),
+            "window": usage.window_name(),
+            "limit": usage.limit(),
+            "remaining": usage.remaining(),
+            "reset": rfc3339(usage.reset_ms()),
+            "windows": Window::ALL.iter().filter_map(|&w| usage.windows[w as usize].map(|u| json!({
+                "window": w.name(),
+                "limit": u.limit,
+                "remaining": u.remaining,
+                "reset": rfc3339(u.reset_ms),
+            }))).collect::<Vec<_>>(),
         },
         "quota": {
             "used": usage.quota_used,

@@ -185,6 +185,8 @@ mod tests {
             rolled_from: None,
             rolled_at: None,
             rolled_to: None,
+            identity: None,
+            limits: None,
         }
     }
 
@@ -373,6 +375,21 @@ pub struct KeyRecord {
     /// The key that replaced this one.
     #[serde(default)]
     pub rolled_to: Option<String>,
+    /// The identity the key belongs to, with that identity's limits as the key's guard was last
+    /// told them (SPEC §20): its keys share them.
+    #[serde(default)]
+    pub identity: Option<IdentityLimits>,
+    /// The key's own windows (SPEC §20), each at most its plan's; `rate_limit_per_minute` is its
+    /// `per_minute` written the older way. A key has no quota of its own: that is its project's.
+    #[serde(default)]
+    pub limits: Option<crate::rate_limit::LimitSpec>,
+}
+
+/// An identity as its keys' guards see it: its id and the limits its keys share (SPEC §20).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdentityLimits {
+    pub id: String,
+    pub limits: crate::rate_limit::LimitSpec,
 }
 
 /// Why a known key is refused (SPEC §17, the 401's `details.reason`).

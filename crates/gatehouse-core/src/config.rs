@@ -3,20 +3,15 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
-
 use crate::api_key::KeyRecord;
 use crate::queue::RetryPolicy;
-use crate::rate_limit::Limits;
+use crate::rate_limit::{LimitSpec, Limits};
 use crate::sealing::Keyring;
 use crate::upstream::{parse_upstreams, Upstream};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Plan {
-    pub per_minute: u32,
-    pub monthly_quota: u64,
-}
+/// A plan in `PLANS` (SPEC §1, §20): each key's windows (any of `per_second`, `per_minute`,
+/// `per_hour`, `per_day`; at least one) and the project's `monthly_quota` (left out: none).
+pub type Plan = LimitSpec;
 
 /// `Debug` leaves the secrets out (a `{:?}` in a log line must never print them).
 #[derive(Clone, PartialEq)]
@@ -122,8 +117,15 @@ impl Config {
         if !plans.contains_key(DEFAULT_PLAN) {
             return Err(ConfigError(format!("PLANS must define the {DEFAULT_PLAN:?} plan")));
         }
-        if plans.values().any(|p| p.per_minute == 0) {
-            return Err(ConfigError("PLANS: per_minute must be at least 1".into()));
+        for (name, plan) in &plans {
+            if let Some(field) = plan.zero_field() {
+                return Err(ConfigError(format!("PLANS: {name:?} {field} must be at least 1")));
+            }
+            if plan.windows().iter().all(Option::is_none) {
+                return Err(ConfigError(format!(
+                    "PLANS: {name:?} must limit a window (per_second, per_minute, per_hour or per_day)"
+                )));
+            }
         }
 
         let schedule_text = get("WEBHOOK_RETRY_SCHEDULE").unwrap_or_else(|| "30,300,1800,7200,21600".into());
@@ -179,13 +181,20 @@ impl Config {
         if origin_secret.is_some() && origin_secret == events_secret {
             return Err(ConfigError("EVENTS_SECRET must not be ORIGIN_SECRET (SPEC §19)".into()));
         }
-        // A route whose cost is above a plan's per-minute limit could never pass (SPEC §19).
+        // A route whose cost is above a plan's limit in any window could never pass (SPEC §19).
         for upstream in &upstreams {
-            if let Some((name, plan)) = plans.iter().find(|(_, p)| upstream.cost > p.per_minute) {
-                return Err(ConfigError(format!(
-                    "UPSTREAMS: {:?} costs {} but plan {name:?} allows {} a minute",
-                    upstream.prefix, upstream.cost, plan.per_minute
-                )));
+            for (name, plan) in &plans {
+                let windows = crate::rate_limit::Window::ALL.into_iter();
+                if let Some((w, limit)) =
+                    windows.filter_map(|w| plan.window(w).map(|l| (w, l))).find(|(_, l)| upstream.cost > *l)
+                {
+                    return Err(ConfigError(format!(
+                        "UPSTREAMS: {:?} costs {} but plan {name:?} allows {limit} a {}",
+                        upstream.prefix,
+                        upstream.cost,
+                        w.name()
+                    )));
+                }
             }
         }
 
@@ -243,14 +252,24 @@ impl Config {
         self.plan(name).or_else(|| self.plan(DEFAULT_PLAN)).expect("PLANS has trial")
     }
 
-    /// The key's limits: its plan's, lowered by the per-key rate override. An override is never
-    /// above the plan (SPEC §13), also after the project moved to a smaller plan.
+    /// The key's own limits: its plan's windows, each lowered by the key's (`limits`, and
+    /// `rate_limit_per_minute` for the minute). An override is never above the plan (SPEC §13),
+    /// also after the project moved to a smaller plan. No quota: the quota is the project's.
     pub fn limits(&self, key: &KeyRecord) -> Limits {
         let plan = self.plan_or_trial(&key.plan);
-        Limits {
-            per_minute: key.rate_limit_per_minute.map_or(plan.per_minute, |r| r.min(plan.per_minute)),
-            monthly_quota: plan.monthly_quota,
+        let per_minute = LimitSpec { per_minute: key.rate_limit_per_minute, ..Default::default() };
+        let own = key.limits.unwrap_or_default().lowered_by(&per_minute);
+        let mut per = plan.windows();
+        for (limit, mine) in per.iter_mut().zip(own.windows()) {
+            // A window the plan does not limit stays unlimited: a key lowers, never adds.
+            *limit = limit.map(|l| mine.map_or(l, |m| m.min(l)));
         }
+        Limits { per, monthly_quota: None }
+    }
+
+    /// The project's limits under `plan`: its monthly quota, shared by all its keys (SPEC §20).
+    pub fn project_limits(&self, plan: &str) -> Limits {
+        Limits { per: [None; 4], monthly_quota: self.plan_or_trial(plan).monthly_quota }
     }
 }
 
@@ -273,8 +292,11 @@ mod tests {
     #[test]
     fn defaults_match_spec_section_1() {
         let c = with(&SECRETS).unwrap();
-        assert_eq!(c.plans["trial"], Plan { per_minute: 30, monthly_quota: 10_000 });
-        assert_eq!(c.plans["business"].per_minute, 2000);
+        assert_eq!(
+            c.plans["trial"],
+            Plan { per_minute: Some(30), monthly_quota: Some(10_000), ..Default::default() }
+        );
+        assert_eq!(c.plans["business"].per_minute, Some(2000));
         assert_eq!(c.idempotency_ttl_seconds, 86_400);
         assert_eq!(c.event_dedup_window_seconds, 172_800);
         assert_eq!(c.audit_retention_days, 90);
@@ -389,12 +411,20 @@ mod tests {
             rolled_from: None,
             rolled_at: None,
             rolled_to: None,
+            identity: None,
+            limits: None,
         };
-        assert_eq!(config.limits(&key("pro", None)), Limits { per_minute: 600, monthly_quota: 9 });
-        assert_eq!(config.limits(&key("pro", Some(100))).per_minute, 100);
+        assert_eq!(config.limits(&key("pro", None)), Limits::per_minute(600));
+        assert_eq!(config.limits(&key("pro", Some(100))), Limits::per_minute(100));
         // Set under "pro", then the project moved to trial: the override never lifts the plan.
-        assert_eq!(config.limits(&key("trial", Some(100))), Limits { per_minute: 30, monthly_quota: 200 });
+        assert_eq!(config.limits(&key("trial", Some(100))), Limits::per_minute(30));
         // A plan removed from PLANS falls back to trial.
-        assert_eq!(config.limits(&key("gone", None)).per_minute, 30);
+        assert_eq!(config.limits(&key("gone", None)), Limits::per_minute(30));
+        // The quota is the project's, not the key's.
+        assert_eq!(config.project_limits("trial").monthly_quota, Some(200));
+        // A key's own windows lower the plan's; a window the plan leaves open stays open.
+        let mut own = key("pro", None);
+        own.limits = Some(LimitSpec { per_second: Some(3), per_minute: Some(50), ..Default::default() });
+        assert_eq!(config.limits(&own), Limits::per_minute(50));
     }
 }

@@ -1,29 +1,234 @@
-//! Rate-limit and quota math (SPEC §4) as a pure function of (previous counters, now, limits) →
-//! (verdict, usage, new counters). The window is fixed and aligned to the wall-clock minute; the
-//! quota runs per calendar month (UTC). A refused request consumes neither.
+//! Rate-limit and quota math (SPEC §4, §20) as a pure function of (previous counters, now,
+//! limits) → (verdict, usage, new counters). A guard may hold up to four windows at once — a
+//! second, a minute, an hour and a day — each fixed and aligned to the wall clock (UTC), each
+//! exact; the quota runs per calendar month (UTC). A request passes only when every window and
+//! the quota have room for its cost; a refused request consumes nothing of any of them.
 
 use serde::{Deserialize, Serialize};
 
 use super::time::{civil_from_days, days_from_civil};
 
-pub const WINDOW_MS: i64 = 60_000;
+/// One rate window (SPEC §20), aligned to the wall clock: a second starts at a whole second, a
+/// minute at a whole minute, an hour at a whole hour and a day at 00:00 UTC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Window {
+    Second,
+    Minute,
+    Hour,
+    Day,
+}
+
+impl Window {
+    /// Shortest first: the order in which a request is checked and headers list them.
+    pub const ALL: [Window; 4] = [Window::Second, Window::Minute, Window::Hour, Window::Day];
+
+    pub const fn ms(self) -> i64 {
+        match self {
+            Window::Second => 1_000,
+            Window::Minute => 60_000,
+            Window::Hour => 3_600_000,
+            Window::Day => 86_400_000,
+        }
+    }
+
+    /// The name of the window in headers, `details.window` and messages.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Window::Second => "second",
+            Window::Minute => "minute",
+            Window::Hour => "hour",
+            Window::Day => "day",
+        }
+    }
+
+    const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Unix ms at which the window holding `now_ms` started.
+    pub fn start(self, now_ms: i64) -> i64 {
+        now_ms - now_ms.rem_euclid(self.ms())
+    }
+}
+
+/// Limits as an operator writes them in `PLANS`, and an owner on an identity or a key (SPEC
+/// §20): any of the four windows, and a monthly quota. A window left out is not limited there.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_second: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_minute: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_hour: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_day: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monthly_quota: Option<u64>,
+}
+
+impl LimitSpec {
+    /// The field name of each window, in [`Window::ALL`]'s order.
+    pub const FIELDS: [&'static str; 4] = ["per_second", "per_minute", "per_hour", "per_day"];
+
+    pub fn window(&self, window: Window) -> Option<u32> {
+        self.windows()[window.index()]
+    }
+
+    pub fn windows(&self) -> [Option<u32>; 4] {
+        [self.per_second, self.per_minute, self.per_hour, self.per_day]
+    }
+
+    /// Whether it limits anything at all.
+    pub fn is_empty(&self) -> bool {
+        self.windows().iter().all(Option::is_none) && self.monthly_quota.is_none()
+    }
+
+    /// The first field that is 0 (a limit admits at least one request), if any.
+    pub fn zero_field(&self) -> Option<&'static str> {
+        let windows = self.windows();
+        (0..4)
+            .find(|&i| windows[i] == Some(0))
+            .map(|i| Self::FIELDS[i])
+            .or((self.monthly_quota == Some(0)).then_some("monthly_quota"))
+    }
+
+    /// The first field set above `ceiling`'s (an owner's limits never exceed the plan's), if any.
+    pub fn above(&self, ceiling: &LimitSpec) -> Option<(&'static str, u64)> {
+        let (mine, theirs) = (self.windows(), ceiling.windows());
+        (0..4)
+            .find_map(|i| match (mine[i], theirs[i]) {
+                (Some(m), Some(c)) if m > c => Some((Self::FIELDS[i], u64::from(c))),
+                _ => None,
+            })
+            .or(match (self.monthly_quota, ceiling.monthly_quota) {
+                (Some(m), Some(c)) if m > c => Some(("monthly_quota", c)),
+                _ => None,
+            })
+    }
+
+    /// These limits, each lowered to `other`'s where both set one (the stricter of the two).
+    pub fn lowered_by(&self, other: &LimitSpec) -> LimitSpec {
+        let min = |a: Option<u32>, b: Option<u32>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        LimitSpec {
+            per_second: min(self.per_second, other.per_second),
+            per_minute: min(self.per_minute, other.per_minute),
+            per_hour: min(self.per_hour, other.per_hour),
+            per_day: min(self.per_day, other.per_day),
+            monthly_quota: match (self.monthly_quota, other.monthly_quota) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+        }
+    }
+}
+
+/// The limits one guard decides: a limit per window (`None`: that window is not limited) and a
+/// monthly quota (`None`: none at this level — a key's quota is its project's, SPEC §20).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub per: [Option<u32>; 4],
+    pub monthly_quota: Option<u64>,
+}
+
+impl Limits {
+    pub const fn per_minute(limit: u32) -> Self {
+        Limits { per: [None, Some(limit), None, None], monthly_quota: None }
+    }
+
+    pub fn from_spec(spec: &LimitSpec) -> Self {
+        Limits { per: spec.windows(), monthly_quota: spec.monthly_quota }
+    }
+
+    pub fn window(&self, window: Window) -> Option<u32> {
+        self.per[window.index()]
+    }
+
+    /// Whether anything is limited.
+    pub fn is_empty(&self) -> bool {
+        self.per.iter().all(Option::is_none) && self.monthly_quota.is_none()
+    }
+}
 
 /// Failed authentications one client address may make per window before it gets 429 (SPEC §2).
-pub const AUTH_FAILURE_LIMITS: Limits = Limits { per_minute: 20, monthly_quota: u64::MAX };
+pub const AUTH_FAILURE_LIMITS: Limits = Limits::per_minute(20);
 
-/// What a guard keeps between requests.
+/// What one window has counted since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowCount {
+    pub start_ms: i64,
+    pub used: u32,
+}
+
+/// What a guard keeps between requests: each window's count (in [`Window::ALL`]'s order) and the
+/// month's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counters {
-    pub window_start_ms: i64,
-    pub window_used: u32,
+    pub windows: [WindowCount; 4],
     pub month_start_ms: i64,
     pub month_used: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    pub per_minute: u32,
-    pub monthly_quota: u64,
+impl Counters {
+    /// The counters as they stand at `now_ms`: a past window or month counts from zero.
+    pub fn at(&self, now_ms: i64) -> Counters {
+        let mut next = *self;
+        for w in Window::ALL {
+            let start_ms = w.start(now_ms);
+            let count = &mut next.windows[w.index()];
+            if count.start_ms != start_ms {
+                *count = WindowCount { start_ms, used: 0 };
+            }
+        }
+        let month = month_start(now_ms);
+        if next.month_start_ms != month {
+            next.month_start_ms = month;
+            next.month_used = 0;
+        }
+        next
+    }
+
+    /// What still fits at `now_ms` under `limits`: the least room of any limited window and the
+    /// quota (`u64::MAX` when nothing is limited).
+    pub fn room(&self, now_ms: i64, limits: &Limits) -> u64 {
+        let c = self.at(now_ms);
+        let windows = Window::ALL.iter().filter_map(|&w| {
+            limits.window(w).map(|limit| u64::from(limit.saturating_sub(c.windows[w.index()].used)))
+        });
+        let quota = limits.monthly_quota.map(|q| q.saturating_sub(c.month_used));
+        windows.chain(quota).min().unwrap_or(u64::MAX)
+    }
+
+    /// Takes `cost` in every window and in the month (the caller checked that it fits).
+    fn take(&mut self, cost: u32) {
+        for count in &mut self.windows {
+            count.used = count.used.saturating_add(cost);
+        }
+        self.month_used = self.month_used.saturating_add(u64::from(cost));
+    }
+
+    /// Gives back `credits` taken at a time whose windows started at `starts` and whose month at
+    /// `month_start_ms`: only the windows (and the month) that are still those get them back.
+    pub fn give_back(&mut self, credits: u32, starts: &[i64; 4], month_start_ms: i64) {
+        for (count, start) in self.windows.iter_mut().zip(starts) {
+            if count.start_ms == *start {
+                count.used = count.used.saturating_sub(credits);
+            }
+        }
+        if self.month_start_ms == month_start_ms {
+            self.month_used = self.month_used.saturating_sub(u64::from(credits));
+        }
+    }
+
+    /// Each window's start, in [`Window::ALL`]'s order.
+    pub fn starts(&self) -> [i64; 4] {
+        self.windows.map(|w| w.start_ms)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,15 +239,25 @@ pub enum Verdict {
     QuotaExceeded,
 }
 
-/// The state of the key's limits right after a decision, as the response headers and `/me` show it.
+/// One limited window as it stands after a decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Usage {
+pub struct WindowUsage {
     pub limit: u32,
     pub remaining: u32,
-    /// Unix ms of the current window's end (a minute boundary).
+    /// Unix ms of the window's end.
     pub reset_ms: i64,
+}
+
+/// The state of the limits right after a decision, as the response headers and `/me` show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Each limited window, in [`Window::ALL`]'s order.
+    pub windows: [Option<WindowUsage>; 4],
+    /// The window that refused the request, when one did (a 429's `details.window`).
+    pub refused_by: Option<Window>,
     pub quota_used: u64,
-    pub quota_limit: u64,
+    /// `None`: no quota applies.
+    pub quota_limit: Option<u64>,
     /// Unix ms of the next month's start, when the quota resets.
     pub quota_resets_ms: i64,
     /// The clock the decision was made with (the guard's).
@@ -50,45 +265,97 @@ pub struct Usage {
 }
 
 impl Usage {
-    /// Whole seconds until the window ends, 1..=60: `Retry-After` and the `t` of `RateLimit`.
-    pub fn seconds_to_reset(&self) -> u64 {
-        (((self.reset_ms - self.now_ms).max(1) + 999) / 1000) as u64
+    /// The window the headers advertise: the one that refused, else the one closest to refusing
+    /// (the least remaining; of equals, the longest, which takes longest to come back). `None`
+    /// only when no window is limited.
+    pub fn advertised(&self) -> Option<(Window, WindowUsage)> {
+        if let Some(w) = self.refused_by {
+            if let Some(u) = self.windows[w.index()] {
+                return Some((w, u));
+            }
+        }
+        Window::ALL
+            .iter()
+            .rev()
+            .filter_map(|&w| self.windows[w.index()].map(|u| (w, u)))
+            .min_by_key(|(_, u)| u.remaining)
     }
 
-    /// The rate-limit headers of SPEC §4, for every authenticated response.
-    pub fn headers(&self) -> [(&'static str, String); 5] {
-        let t = self.seconds_to_reset();
-        [
-            ("x-ratelimit-limit", self.limit.to_string()),
-            ("x-ratelimit-remaining", self.remaining.to_string()),
-            ("x-ratelimit-reset", (self.reset_ms / 1000).to_string()),
-            ("ratelimit-policy", format!("\"minute\";q={};w=60", self.limit)),
-            ("ratelimit", format!("\"minute\";r={};t={t}", self.remaining)),
+    /// The advertised window's limit, remaining and end (0, 0 and now when none is limited).
+    pub fn limit(&self) -> u32 {
+        self.advertised().map_or(0, |(_, u)| u.limit)
+    }
+
+    pub fn remaining(&self) -> u32 {
+        self.advertised().map_or(0, |(_, u)| u.remaining)
+    }
+
+    pub fn reset_ms(&self) -> i64 {
+        self.advertised().map_or(self.now_ms, |(_, u)| u.reset_ms)
+    }
+
+    /// The advertised window's name ("minute" when none is limited).
+    pub fn window_name(&self) -> &'static str {
+        self.advertised().map_or(Window::Minute.name(), |(w, _)| w.name())
+    }
+
+    /// Whole seconds until the advertised window ends, at least 1: `Retry-After` and the `t` of
+    /// `RateLimit`.
+    pub fn seconds_to_reset(&self) -> u64 {
+        (((self.reset_ms() - self.now_ms).max(1) + 999) / 1000) as u64
+    }
+
+    /// The rate-limit headers of SPEC §4 and §20, for every authenticated response: the
+    /// `X-RateLimit-*` and `RateLimit` of the advertised window, and a `RateLimit-Policy` that
+    /// lists every limited window (IETF draft syntax for several policies).
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        let Some((window, advertised)) = self.advertised() else { return Vec::new() };
+        let policy = Window::ALL
+            .iter()
+            .filter_map(|&w| {
+                self.windows[w.index()].map(|u| format!("\"{}\";q={};w={}", w.name(), u.limit, w.ms() / 1000))
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        vec![
+            ("x-ratelimit-limit", advertised.limit.to_string()),
+            ("x-ratelimit-remaining", advertised.remaining.to_string()),
+            ("x-ratelimit-reset", (advertised.reset_ms / 1000).to_string()),
+            ("ratelimit-policy", policy),
+            (
+                "ratelimit",
+                format!("\"{}\";r={};t={}", window.name(), advertised.remaining, self.seconds_to_reset()),
+            ),
         ]
     }
 }
 
-/// Decides one request of cost 1. The quota is checked first: when the month is used up, waiting
-/// for the next minute would not help, and the client must learn that.
+/// Decides one request of cost 1.
 pub fn decide(prev: Counters, now_ms: i64, limits: Limits) -> (Verdict, Usage, Counters) {
     decide_cost(prev, now_ms, limits, 1)
 }
 
-/// Decides one request that takes `cost` units of the window and of the monthly quota (a proxied
-/// route's `cost`, SPEC §15). It passes only if all `cost` units fit; a refusal takes none.
+/// Decides one request that takes `cost` units of every window and of the monthly quota (a
+/// proxied route's `cost`, SPEC §15). It passes only if all `cost` units fit everywhere; a
+/// refusal takes none. The quota is checked first: when the month is used up, waiting for the
+/// next window would not help, and the client must learn that. Then the windows, shortest first.
 pub fn decide_cost(prev: Counters, now_ms: i64, limits: Limits, cost: u32) -> (Verdict, Usage, Counters) {
     let cost = cost.max(1);
-    let mut next = current(prev, now_ms);
-    let verdict = if next.month_used.saturating_add(u64::from(cost)) > limits.monthly_quota {
-        Verdict::QuotaExceeded
-    } else if next.window_used.saturating_add(cost) > limits.per_minute {
-        Verdict::RateLimited
-    } else {
-        next.window_used += cost;
-        next.month_used += u64::from(cost);
-        Verdict::Allowed
+    let mut next = prev.at(now_ms);
+    let over_quota =
+        limits.monthly_quota.is_some_and(|q| next.month_used.saturating_add(u64::from(cost)) > q);
+    let full = Window::ALL.into_iter().find(|&w| {
+        limits.window(w).is_some_and(|limit| next.windows[w.index()].used.saturating_add(cost) > limit)
+    });
+    let (verdict, refused_by) = match (over_quota, full) {
+        (true, _) => (Verdict::QuotaExceeded, None),
+        (false, Some(w)) => (Verdict::RateLimited, Some(w)),
+        (false, None) => {
+            next.take(cost);
+            (Verdict::Allowed, None)
+        }
     };
-    (verdict, usage(next, now_ms, limits), next)
+    (verdict, usage(next, now_ms, &limits, refused_by), next)
 }
 
 /// The decision on one request of a valid key, as its guard makes it. A request the key's type may
@@ -105,28 +372,27 @@ pub fn decide_request(
     let (verdict, taken_usage, next) = decide_cost(prev, now_ms, limits, cost);
     match verdict {
         Verdict::Allowed if permitted => (verdict, taken_usage, Some(next)),
-        Verdict::Allowed => (verdict, usage(current(prev, now_ms), now_ms, limits), None),
+        Verdict::Allowed => (verdict, usage(prev.at(now_ms), now_ms, &limits, None), None),
         refused => (refused, taken_usage, None),
     }
 }
 
-/// The counters as they stand at `now_ms`: a past window or month counts from zero.
-fn current(prev: Counters, now_ms: i64) -> Counters {
-    let window_start_ms = now_ms - now_ms.rem_euclid(WINDOW_MS);
-    let month_start_ms = month_start(now_ms);
-    Counters {
-        window_start_ms,
-        window_used: if prev.window_start_ms == window_start_ms { prev.window_used } else { 0 },
-        month_start_ms,
-        month_used: if prev.month_start_ms == month_start_ms { prev.month_used } else { 0 },
+/// The usage `limits` show for `counters` (already [`Counters::at`] `now_ms`).
+pub fn usage(counters: Counters, now_ms: i64, limits: &Limits, refused_by: Option<Window>) -> Usage {
+    let mut windows = [None; 4];
+    for w in Window::ALL {
+        if let Some(limit) = limits.window(w) {
+            let count = counters.windows[w.index()];
+            windows[w.index()] = Some(WindowUsage {
+                limit,
+                remaining: limit.saturating_sub(count.used),
+                reset_ms: w.start(now_ms) + w.ms(),
+            });
+        }
     }
-}
-
-fn usage(counters: Counters, now_ms: i64, limits: Limits) -> Usage {
     Usage {
-        limit: limits.per_minute,
-        remaining: limits.per_minute.saturating_sub(counters.window_used),
-        reset_ms: counters.window_start_ms + WINDOW_MS,
+        windows,
+        refused_by,
         quota_used: counters.month_used,
         quota_limit: limits.monthly_quota,
         quota_resets_ms: next_month_start(now_ms),
@@ -140,7 +406,7 @@ pub fn month_start(now_ms: i64) -> i64 {
     days_from_civil(y, m, 1) * 86_400_000
 }
 
-fn next_month_start(now_ms: i64) -> i64 {
+pub fn next_month_start(now_ms: i64) -> i64 {
     let (y, m, _) = civil_from_days(now_ms.div_euclid(86_400_000));
     let (y, m) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
     days_from_civil(y, m, 1) * 86_400_000
@@ -150,7 +416,7 @@ fn next_month_start(now_ms: i64) -> i64 {
 mod tests {
     use super::*;
 
-    const TRIAL: Limits = Limits { per_minute: 30, monthly_quota: 10_000 };
+    const TRIAL: Limits = Limits { per: [None, Some(30), None, None], monthly_quota: Some(10_000) };
     /// 2026-11-29T09:00:00Z, a minute boundary.
     const T0: i64 = 1_795_942_800_000;
 
@@ -175,48 +441,48 @@ mod tests {
         }
         // 28 of 30 used: a cost of 4 does not fit and takes nothing; a cost of 2 does.
         let (v, u, next) = decide_cost(c, T0, TRIAL, 4);
-        assert_eq!((v, u.remaining, next.window_used), (Verdict::RateLimited, 2, 28));
+        assert_eq!((v, u.remaining(), next.windows[1].used), (Verdict::RateLimited, 2, 28));
         let (v, u, next) = decide_cost(next, T0, TRIAL, 2);
-        assert_eq!((v, u.remaining, next.month_used), (Verdict::Allowed, 0, 30));
+        assert_eq!((v, u.remaining(), next.month_used), (Verdict::Allowed, 0, 30));
     }
 
     #[test]
     fn a_request_the_key_type_may_not_make_takes_nothing_and_shows_the_window_as_it_stands() {
         let (_, c) = run(3, Counters::default(), T0 + 1_000, TRIAL);
         let (v, u, kept) = decide_request(c, T0 + 2_000, TRIAL, 1, false);
-        assert_eq!((v, u.remaining, u.quota_used, kept), (Verdict::Allowed, 27, 3, None));
-        assert_eq!(u.reset_ms, T0 + 60_000);
+        assert_eq!((v, u.remaining(), u.quota_used, kept), (Verdict::Allowed, 27, 3, None));
+        assert_eq!(u.reset_ms(), T0 + 60_000);
         // The same request of a permitted key takes its cost.
         let (v, u, kept) = decide_request(c, T0 + 2_000, TRIAL, 1, true);
-        assert_eq!((v, u.remaining, kept.map(|k| k.month_used)), (Verdict::Allowed, 26, Some(4)));
+        assert_eq!((v, u.remaining(), kept.map(|k| k.month_used)), (Verdict::Allowed, 26, Some(4)));
         // In the next window nothing of the last one shows, and still nothing is taken.
         let (v, u, kept) = decide_request(c, T0 + 60_000, TRIAL, 1, false);
-        assert_eq!((v, u.remaining, u.quota_used, kept), (Verdict::Allowed, 30, 3, None));
+        assert_eq!((v, u.remaining(), u.quota_used, kept), (Verdict::Allowed, 30, 3, None));
         // Over the limit, the refusal is the limit's, and it takes nothing either.
         let (_, full) = run(30, Counters::default(), T0, TRIAL);
         let (v, u, kept) = decide_request(full, T0, TRIAL, 1, false);
-        assert_eq!((v, u.remaining, kept), (Verdict::RateLimited, 0, None));
+        assert_eq!((v, u.remaining(), kept), (Verdict::RateLimited, 0, None));
     }
 
     #[test]
     fn first_request_opens_the_window_with_limit_minus_one_remaining() {
         let (v, u, c) = decide(Counters::default(), T0 + 5_000, TRIAL);
         assert_eq!(v, Verdict::Allowed);
-        assert_eq!((u.limit, u.remaining, u.reset_ms), (30, 29, T0 + 60_000));
+        assert_eq!((u.limit(), u.remaining(), u.reset_ms()), (30, 29, T0 + 60_000));
         assert_eq!(u.seconds_to_reset(), 55);
-        assert_eq!((c.window_start_ms, c.window_used, c.month_used), (T0, 1, 1));
+        assert_eq!((c.windows[1], c.month_used), (WindowCount { start_ms: T0, used: 1 }, 1));
     }
 
     #[test]
     fn thirtieth_passes_with_zero_left_and_thirty_first_is_refused_without_consuming() {
         let (out, c) = run(31, Counters::default(), T0 + 1_500, TRIAL);
         assert!(out[..30].iter().all(|(v, _)| *v == Verdict::Allowed));
-        let remaining: Vec<u32> = out[..30].iter().map(|(_, u)| u.remaining).collect();
+        let remaining: Vec<u32> = out[..30].iter().map(|(_, u)| u.remaining()).collect();
         assert_eq!(remaining, (0..30).rev().collect::<Vec<_>>());
         let (v, u) = out[30];
-        assert_eq!((v, u.remaining), (Verdict::RateLimited, 0));
+        assert_eq!((v, u.remaining(), u.refused_by), (Verdict::RateLimited, 0, Some(Window::Minute)));
         assert_eq!(u.seconds_to_reset(), 59); // 58.5 s left, rounded up
-        assert_eq!((c.window_used, c.month_used), (30, 30));
+        assert_eq!((c.windows[1].used, c.month_used), (30, 30));
     }
 
     #[test]
@@ -225,24 +491,24 @@ mod tests {
         let (v, u, _) = decide(c, T0 + 59_999, TRIAL);
         assert_eq!((v, u.seconds_to_reset()), (Verdict::RateLimited, 1));
         let (v, u, next) = decide(c, T0 + 60_000, TRIAL);
-        assert_eq!((v, u.remaining, u.seconds_to_reset()), (Verdict::Allowed, 29, 60));
-        assert_eq!((next.window_start_ms, next.month_used), (T0 + 60_000, 31));
+        assert_eq!((v, u.remaining(), u.seconds_to_reset()), (Verdict::Allowed, 29, 60));
+        assert_eq!((next.windows[1].start_ms, next.month_used), (T0 + 60_000, 31));
     }
 
     #[test]
     fn an_override_is_just_another_limit() {
-        let five = Limits { per_minute: 5, ..TRIAL };
+        let five = Limits { per: [None, Some(5), None, None], ..TRIAL };
         let (out, c) = run(6, Counters::default(), T0, five);
         assert_eq!(out[5].0, Verdict::RateLimited);
-        assert_eq!(out[4].1.limit, 5);
+        assert_eq!(out[4].1.limit(), 5);
         // Raising the limit mid-window lets the key continue where it stands.
         let (v, u, _) = decide(c, T0, TRIAL);
-        assert_eq!((v, u.remaining), (Verdict::Allowed, 24));
+        assert_eq!((v, u.remaining()), (Verdict::Allowed, 24));
     }
 
     #[test]
     fn quota_is_checked_first_and_resets_with_the_month() {
-        let tiny = Limits { per_minute: 100, monthly_quota: 3 };
+        let tiny = Limits { per: [None, Some(100), None, None], monthly_quota: Some(3) };
         let (out, c) = run(4, Counters::default(), T0, tiny);
         assert_eq!(out[3].0, Verdict::QuotaExceeded);
         assert_eq!(out[3].1.quota_used, 3);
@@ -264,5 +530,71 @@ mod tests {
         assert_eq!(h[2], ("x-ratelimit-reset", ((T0 + 60_000) / 1000).to_string()));
         assert_eq!(h[3], ("ratelimit-policy", "\"minute\";q=30;w=60".into()));
         assert_eq!(h[4], ("ratelimit", "\"minute\";r=29;t=40".into()));
+    }
+
+    /// SPEC §20: several windows at once, each exact; the headers advertise the one closest to
+    /// refusing and the policy lists all; a refusal names its window and takes nothing of any.
+    #[test]
+    fn several_windows_each_exact_and_the_closest_is_advertised() {
+        let limits = Limits { per: [Some(3), Some(5), None, Some(7)], monthly_quota: None };
+        let mut c = Counters::default();
+        let mut verdicts = Vec::new();
+        // Three seconds of four requests each: 3 pass in the first second, 2 in the second (the
+        // minute is full at 5), none in the third.
+        for s in 0..3 {
+            for _ in 0..4 {
+                let (v, u, next) = decide(c, T0 + s * 1_000 + 10, limits);
+                verdicts.push((v, u.refused_by));
+                c = next;
+            }
+        }
+        let passed = verdicts.iter().filter(|(v, _)| *v == Verdict::Allowed).count();
+        assert_eq!(passed, 5);
+        assert_eq!(verdicts[3], (Verdict::RateLimited, Some(Window::Second)));
+        assert_eq!(verdicts[11], (Verdict::RateLimited, Some(Window::Minute)));
+        assert_eq!((c.windows[0].used, c.windows[1].used, c.windows[3].used), (0, 5, 5));
+        // The next minute: the day still has 2.
+        let (v, u, c2) = decide(c, T0 + 60_000, limits);
+        assert_eq!(v, Verdict::Allowed);
+        assert_eq!(u.advertised().map(|(w, u)| (w, u.remaining)), Some((Window::Day, 1)));
+        let h = u.headers();
+        assert_eq!(h[3].1, "\"second\";q=3;w=1, \"minute\";q=5;w=60, \"day\";q=7;w=86400");
+        let t = (Window::Day.start(T0) + 86_400_000 - (T0 + 60_000) + 999) / 1000;
+        assert_eq!(h[4].1, format!("\"day\";r=1;t={t}"));
+        let (_, _, c3) = decide(c2, T0 + 60_001, limits);
+        let (v, u, _) = decide(c3, T0 + 60_002, limits);
+        assert_eq!((v, u.refused_by, u.remaining()), (Verdict::RateLimited, Some(Window::Day), 0));
+    }
+
+    #[test]
+    fn room_is_the_least_of_every_window_and_the_quota() {
+        let limits = Limits { per: [Some(10), Some(100), None, None], monthly_quota: Some(8) };
+        let (_, _, c) = decide(Counters::default(), T0, limits);
+        assert_eq!(c.room(T0, &limits), 7);
+        assert_eq!(c.room(T0, &Limits { monthly_quota: None, ..limits }), 9);
+        assert_eq!(c.room(T0, &Limits::default()), u64::MAX);
+        // Given back while the windows are the same; after the second rolled only the rest.
+        let mut back = c;
+        back.give_back(1, &c.starts(), c.month_start_ms);
+        assert_eq!((back.windows[0].used, back.windows[1].used, back.month_used), (0, 0, 0));
+        let mut later = c.at(T0 + 1_000);
+        later.give_back(1, &c.starts(), c.month_start_ms);
+        assert_eq!((later.windows[0].used, later.windows[1].used, later.month_used), (0, 0, 0));
+        let (_, _, mut next) = decide(c, T0 + 1_000, limits);
+        next.give_back(1, &c.starts(), c.month_start_ms);
+        assert_eq!((next.windows[0].used, next.windows[1].used, next.month_used), (1, 1, 1));
+    }
+
+    #[test]
+    fn limit_specs_check_and_combine() {
+        let plan: LimitSpec =
+            serde_json::from_str(r#"{"per_second":20,"per_minute":600,"per_day":200000}"#).unwrap();
+        assert_eq!(plan.windows(), [Some(20), Some(600), None, Some(200_000)]);
+        assert!(serde_json::from_str::<LimitSpec>(r#"{"per_week":1}"#).is_err());
+        let key = LimitSpec { per_minute: Some(700), per_hour: Some(5), ..Default::default() };
+        assert_eq!(key.above(&plan), Some(("per_minute", 600)));
+        assert_eq!(LimitSpec { per_day: Some(0), ..Default::default() }.zero_field(), Some("per_day"));
+        assert_eq!(key.lowered_by(&plan).windows(), [Some(20), Some(600), Some(5), Some(200_000)]);
+        assert!(LimitSpec::default().is_empty());
     }
 }

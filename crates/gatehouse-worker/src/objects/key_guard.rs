@@ -34,7 +34,9 @@ use gatehouse_core::guard::protocol::{
 use gatehouse_core::guard::single_flight::SingleFlight;
 use gatehouse_core::idempotency::{decide_claim, Claim, ClaimDecision, KeptResponse, LEASE_MS};
 use gatehouse_core::ports::{ClaimRequest, Directory, Meter};
-use gatehouse_core::rate_limit::{decide_request, Counters, Limits, Usage, Verdict, AUTH_FAILURE_LIMITS};
+use gatehouse_core::rate_limit::{
+    decide_request, Counters, Limits, Usage, Verdict, WindowCount, AUTH_FAILURE_LIMITS,
+};
 
 /// How long a request with the same key as a running one waits for it to finish before it is
 /// answered 409 `IDEMPOTENCY_KEY_IN_USE`.
@@ -79,10 +81,10 @@ struct ClaimRow {
 
 /// The guard's tables, created together on its first write.
 const TABLES: [&str; 4] = [
-    "CREATE TABLE IF NOT EXISTS counters (
-       id INTEGER PRIMARY KEY CHECK (id = 1),
-       window_start_ms INTEGER NOT NULL, window_used INTEGER NOT NULL,
-       month_start_ms INTEGER NOT NULL, month_used INTEGER NOT NULL)",
+    // Every window's count and the month's, as JSON (`Counters`). The first version kept one
+    // minute window in `counters`; it is read once when this table has no row yet.
+    "CREATE TABLE IF NOT EXISTS limit_counters (
+       id INTEGER PRIMARY KEY CHECK (id = 1), state TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS idempotency_claims (
        idempotency_key TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, owner TEXT NOT NULL,
        operation TEXT NOT NULL, until_ms INTEGER NOT NULL, completed INTEGER NOT NULL,
@@ -195,10 +197,9 @@ impl KeyGuardObject {
             .into_iter()
             .map(|t| t.name)
             .collect();
-        if !names
-            .iter()
-            .any(|n| ["counters", "idempotency_claims", "applied", "claims"].contains(&n.as_str()))
-        {
+        if !names.iter().any(|n| {
+            ["limit_counters", "counters", "idempotency_claims", "applied", "claims"].contains(&n.as_str())
+        }) {
             self.tables.set(Some(false));
             return Ok(false);
         }
@@ -345,33 +346,48 @@ impl KeyGuardObject {
     fn count(&self, limits: Limits, cost: u32, permitted: bool) -> Result<(Verdict, Usage)> {
         let prev = match self.counters.get() {
             Some(c) => c,
-            None if self.has_tables()? => self
-                .sql
-                .exec("SELECT * FROM counters", None)?
-                .to_array::<Counters>()?
-                .pop()
-                .unwrap_or_default(),
+            None if self.has_tables()? => self.stored_counters()?,
             None => Counters::default(),
         };
         let (verdict, usage, taken) = decide_request(prev, now_ms(), limits, cost, permitted);
         if let Some(next) = taken {
             self.create_tables()?;
             self.sql.exec(
-                "INSERT INTO counters (id, window_start_ms, window_used, month_start_ms, month_used)
-                 VALUES (1, ?, ?, ?, ?)
-                 ON CONFLICT (id) DO UPDATE SET window_start_ms = excluded.window_start_ms,
-                   window_used = excluded.window_used, month_start_ms = excluded.month_start_ms,
-                   month_used = excluded.month_used",
-                vec![
-                    next.window_start_ms.into(),
-                    i64::from(next.window_used).into(),
-                    next.month_start_ms.into(),
-                    (next.month_used as i64).into(),
-                ],
+                "INSERT OR REPLACE INTO limit_counters (id, state) VALUES (1, ?)",
+                vec![serde_json::to_string(&next).map_err(rust_error)?.into()],
             )?;
         }
         self.counters.set(Some(taken.unwrap_or(prev)));
         Ok((verdict, usage))
+    }
+
+    /// The counters in storage: `limit_counters`, else the first version's one minute window.
+    fn stored_counters(&self) -> Result<Counters> {
+        #[derive(Deserialize)]
+        struct State {
+            state: String,
+        }
+        if let Some(row) = self.sql.exec("SELECT state FROM limit_counters", None)?.to_array::<State>()?.pop()
+        {
+            return serde_json::from_str(&row.state).map_err(rust_error);
+        }
+        #[derive(Deserialize)]
+        struct FirstVersion {
+            window_start_ms: i64,
+            window_used: u32,
+            month_start_ms: i64,
+            month_used: u64,
+        }
+        let old = match self.sql.exec("SELECT * FROM counters", None) {
+            Ok(rows) => rows.to_array::<FirstVersion>()?.pop(),
+            Err(_) => None, // no such table: a guard that never had the first version
+        };
+        Ok(old.map_or_else(Counters::default, |o| {
+            let mut c =
+                Counters { month_start_ms: o.month_start_ms, month_used: o.month_used, ..Default::default() };
+            c.windows[1] = WindowCount { start_ms: o.window_start_ms, used: o.window_used };
+            c
+        }))
     }
 
     /// Takes the claim, or waits a little while the same request is still running elsewhere, so
