@@ -132,8 +132,12 @@ test('/me reports the window and the monthly quota', async () => {
   assert.equal(rate_limit.limit, 2000);
   assert.equal(rate_limit.remaining, 1998);
   assert.equal(Date.parse(rate_limit.reset) / 1000, Number(me.headers.get('x-ratelimit-reset')));
-  assert.equal(quota.used, 2);
+  // The quota is the project's (SPEC §20): the owner's createKey and these two, and the one
+  // credit the key holds of its last grant (a key's guard counts what it holds as used).
+  assert.equal(quota.used, 3);
   assert.equal(quota.limit, 10_000_000);
+  assert.deepEqual(rate_limit.windows.map((w) => [w.window, w.limit, w.remaining]), [['minute', 2000, 1998]]);
+  assert.equal(rate_limit.window, 'minute');
   const resets = new Date(quota.resets_at);
   assert.equal(resets.getUTCDate(), 1);
   assert.equal(resets.getUTCHours(), 0);
@@ -148,7 +152,7 @@ test('a 403 takes nothing of the window or the monthly quota (SPEC §4, §19)', 
   for (const key of [browser, cicd]) {
     const before = await call('GET', '/public/v1/me', { key: key.key });
     assert.equal(before.status, 200, before.text);
-    assert.deepEqual([rateHeaders(before).remaining, before.body.quota.used], [29, 1]);
+    assert.equal(rateHeaders(before).remaining, 29);
     // The resource API is for server and owner keys: each call is 403 and counts for nothing,
     // with an Idempotency-Key too, and still carries the window as it stands.
     for (let i = 0; i < 6; i++) {
@@ -162,14 +166,16 @@ test('a 403 takes nothing of the window or the monthly quota (SPEC §4, §19)', 
     }
     const after = await call('GET', '/public/v1/me', { key: key.key });
     assert.equal(after.status, 200, after.text);
-    assert.deepEqual([rateHeaders(after).remaining, after.body.quota.used], [28, 2], `${key.type}: ${after.text}`);
+    // The project's quota moved by this key's second /me alone.
+    assert.deepEqual([rateHeaders(after).remaining, after.body.quota.used - before.body.quota.used], [28, 1], `${key.type}: ${after.text}`);
   }
 });
 
 test('a used-up monthly quota is 429 QUOTA_EXCEEDED, not retryable, with details.resets_at', async () => {
   const { owner } = await createProject('tiny', { plan: 'tiny' });
-  const key = await createKey(owner.key, 'server'); // 3 a month in the test PLANS
-  for (let i = 0; i < 3; i++) assert.equal((await call('GET', '/public/v1/me', { key: key.key })).status, 200);
+  // 3 a month in the test PLANS, for the project (SPEC §20): the owner's createKey takes one.
+  const key = await createKey(owner.key, 'server');
+  for (let i = 0; i < 2; i++) assert.equal((await call('GET', '/public/v1/me', { key: key.key })).status, 200);
   const res = await call('GET', '/public/v1/me', { key: key.key });
   const e = assertError(res, 429, 'QUOTA_EXCEEDED');
   assert.equal(e.retryable, false);
@@ -195,8 +201,8 @@ test('the operator moves a project to trial: its keys run under trial at once, a
   const moved = await call('PATCH', path, { body: { plan: 'trial' }, headers: admin });
   assert.equal(moved.status, 200, moved.text);
   assert.deepEqual(moved.body, { project_id: projectId, name: 'downgraded', plan: 'trial', keys: 2, keys_told: 2 });
-  const listed = await call('GET', '/public/v1/keys', { key: owner.key });
-  assert.deepEqual(listed.body.data.map((k) => k.plan), ['trial', 'trial']);
+  // The quota is the project's (SPEC §20): the owner key finds it used up too.
+  assertError(await call('GET', '/public/v1/keys', { key: owner.key }), 429, 'TRIAL_QUOTA_EXCEEDED');
 
   const refused = await call('GET', '/public/v1/me', { key: key.key });
   const e = assertError(refused, 429, 'TRIAL_QUOTA_EXCEEDED');

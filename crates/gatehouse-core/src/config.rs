@@ -267,9 +267,18 @@ impl Config {
         Limits { per, monthly_quota: None }
     }
 
-    /// The project's limits under `plan`: its monthly quota, shared by all its keys (SPEC §20).
-    pub fn project_limits(&self, plan: &str) -> Limits {
-        Limits { per: [None; 4], monthly_quota: self.plan_or_trial(plan).monthly_quota }
+    /// The levels above `key` that limit it, each by its authority's name (SPEC §20): its
+    /// identity's limits, when it has any, and its project's quota (shared by all its keys),
+    /// when its plan has one.
+    pub fn levels(&self, key: &KeyRecord) -> Vec<(String, LimitSpec)> {
+        use crate::guard::protocol::{identity_authority, project_authority};
+        let identity = key.identity.as_ref().filter(|i| !i.limits.is_empty());
+        let identity = identity.map(|i| (identity_authority(&i.id), i.limits));
+        let quota = self.plan_or_trial(&key.plan).monthly_quota;
+        let project = quota.map(|q| {
+            (project_authority(&key.project_id), LimitSpec { monthly_quota: Some(q), ..Default::default() })
+        });
+        identity.into_iter().chain(project).collect()
     }
 }
 
@@ -421,7 +430,11 @@ mod tests {
         // A plan removed from PLANS falls back to trial.
         assert_eq!(config.limits(&key("gone", None)), Limits::per_minute(30));
         // The quota is the project's, not the key's.
-        assert_eq!(config.project_limits("trial").monthly_quota, Some(200));
+        let levels = config.levels(&key("trial", None));
+        assert_eq!(
+            levels,
+            vec![("project:prj_1".to_owned(), LimitSpec { monthly_quota: Some(200), ..Default::default() })]
+        );
         // A key's own windows lower the plan's; a window the plan leaves open stays open.
         let mut own = key("pro", None);
         own.limits = Some(LimitSpec { per_second: Some(3), per_minute: Some(50), ..Default::default() });

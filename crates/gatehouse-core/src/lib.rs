@@ -16,6 +16,7 @@ pub mod events;
 pub mod guard;
 pub mod idempotency;
 pub mod json_body;
+pub mod lease;
 pub mod ledger;
 pub mod page;
 pub mod platform;

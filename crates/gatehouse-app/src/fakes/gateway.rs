@@ -11,14 +11,17 @@ use crate::sim::{Fault, Faults};
 use gatehouse_core::api_key::{KeyRecord, KeyType, Scope};
 use gatehouse_core::audit::AuditRow;
 use gatehouse_core::config::Config;
-use gatehouse_core::guard::protocol::client_guard_name;
+use gatehouse_core::guard::protocol::{client_guard_name, project_authority};
 use gatehouse_core::idempotency::{decide_claim, Claim, ClaimDecision, Entry, KeptResponse, LEASE_MS};
+use gatehouse_core::lease::{
+    admit, give_back, grant, refused_by_level, with_project_quota, Decision, Grant, Held,
+};
 use gatehouse_core::page::PageRequest;
 use gatehouse_core::ports::{
     Admission, AuditSink, Authorization, ClaimRequest, Directory, KeyChanges, KeyGuard, KeyUpdate,
     PlanChange, PortError, Resources, ResponseStore, Revocation, RunStart,
 };
-use gatehouse_core::rate_limit::{decide_request, Counters, Usage, Verdict, AUTH_FAILURE_LIMITS};
+use gatehouse_core::rate_limit::{decide_request, Counters, LimitSpec, Usage, Verdict, AUTH_FAILURE_LIMITS};
 use gatehouse_core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
 use gatehouse_core::webhook::OutgoingEvent;
 
@@ -44,7 +47,13 @@ pub struct FakeGuard {
     pub applied: RefCell<HashMap<String, (KeyRecord, i64)>>,
     /// The directory's key table (shared with the fake D1 store).
     pub keys: Rc<RefCell<Vec<KeyRecord>>>,
+    /// Every guard's counters by object name: keys' (by hash), client addresses', and the
+    /// authorities' of identities and projects (SPEC §20).
     pub counters: RefCell<HashMap<String, Counters>>,
+    /// The grant each key's guard holds of each level above it, by (key hash, level).
+    pub held: RefCell<HashMap<(String, String), Held>>,
+    /// Every grant an authority made, and whether its unused credits came back.
+    pub grants: RefCell<HashMap<String, (Grant, bool)>>,
     pub claims: RefCell<HashMap<(String, String), HeldClaim>>,
     /// Leases that ran out before their claim was completed or released.
     pub lapsed: Cell<u32>,
@@ -74,6 +83,8 @@ impl FakeGuard {
             applied: RefCell::default(),
             keys,
             counters: RefCell::default(),
+            held: RefCell::default(),
+            grants: RefCell::default(),
             claims: RefCell::default(),
             lapsed: Cell::new(0),
             executions: Cell::new(0),
@@ -110,6 +121,63 @@ impl FakeGuard {
             counters.insert(name.to_owned(), next);
         }
         (verdict, usage)
+    }
+
+    /// The decision on one request of `key`, in the real guard's order (`lease::admit`): its own
+    /// windows, then a credit of each level above it, exchanging with the level's authority when
+    /// it holds too few.
+    fn admit(&self, key: &KeyRecord, cost: u32, permitted: bool) -> (Verdict, Usage) {
+        let limits = self.config.limits(key);
+        let levels = self.config.levels(key);
+        let slot = |level: &str| (key.key_hash.clone(), level.to_owned());
+        loop {
+            let now = self.clock.get();
+            let mut held: Vec<Option<Held>> =
+                levels.iter().map(|(level, _)| self.held.borrow().get(&slot(level)).cloned()).collect();
+            let prev = self.counters.borrow().get(&key.key_hash).copied().unwrap_or_default();
+            let specs: Vec<LimitSpec> = levels.iter().map(|(_, spec)| *spec).collect();
+            match admit(prev, now, limits, cost, permitted, &specs, &mut held) {
+                Decision::Decided { verdict, usage, counters } => {
+                    if let Some(next) = counters {
+                        self.counters.borrow_mut().insert(key.key_hash.clone(), next);
+                        for ((level, _), h) in levels.iter().zip(held) {
+                            self.held.borrow_mut().insert(slot(level), h.expect("admitted with its credits"));
+                        }
+                    }
+                    let project = self.held.borrow().get(&slot(&project_authority(&key.project_id))).cloned();
+                    return (verdict, with_project_quota(usage, project.as_ref()));
+                }
+                Decision::NeedsCredits(i) => {
+                    let (level, spec) = &levels[i];
+                    let last = self.held.borrow_mut().remove(&slot(level));
+                    let grant = self.exchange(level, spec, last.as_ref(), cost);
+                    if grant.credits < cost.max(1) {
+                        return refused_by_level(decide_request(prev, now, limits, cost, false).1, &grant);
+                    }
+                    self.held.borrow_mut().insert(slot(level), Held::from_grant(&grant));
+                }
+            }
+        }
+    }
+
+    /// A level's authority: takes back what `last` did not use (once), then grants.
+    fn exchange(&self, level: &str, spec: &LimitSpec, last: Option<&Held>, cost: u32) -> Grant {
+        let now = self.clock.get();
+        let mut counters = self.counters.borrow().get(level).copied().unwrap_or_default();
+        if let Some(back) = last.and_then(Held::give_back) {
+            if let Some((grant, given)) = self.grants.borrow_mut().get_mut(&back.grant_id) {
+                if !*given {
+                    give_back(&mut counters, now, grant, back.unused);
+                    *given = true;
+                }
+            }
+        }
+        let grant_id = format!("grant-{}", self.grants.borrow().len());
+        let want = Held::want(last, now, cost);
+        let (grant, next) = grant(counters, now, spec, &grant_id, cost, want);
+        self.counters.borrow_mut().insert(level.to_owned(), next);
+        self.grants.borrow_mut().insert(grant_id, (grant.clone(), false));
+        grant
     }
 
     fn claim(&self, key_hash: &str, request: &ClaimRequest) -> ClaimDecision {
@@ -158,8 +226,7 @@ impl KeyGuard for FakeGuard {
             .run("guard.authorize", || match self.record(key_hash) {
                 Some(key) if key.refusal(self.clock.get()).is_none() => {
                     let permitted = key.key_type.allows(scope);
-                    let limits = self.config.limits(&key);
-                    let (verdict, usage) = self.count(key_hash, limits, scope.cost(), permitted);
+                    let (verdict, usage) = self.admit(&key, scope.cost(), permitted);
                     let claim = claim
                         .filter(|_| verdict == Verdict::Allowed && permitted)
                         .map(|c| self.claim(key_hash, c));

@@ -7,6 +7,7 @@ use serde::{de::DeserializeOwned, Deserialize, Deserializer, Serialize};
 use crate::abuse::address_group;
 use crate::api_key::{KeyRecord, RefusalReason, Scope};
 use crate::idempotency::{ClaimDecision, KeptResponse};
+use crate::lease::{Exchange, Grant};
 use crate::ports::ClaimRequest;
 use crate::rate_limit::{Usage, Verdict};
 use crate::tagged::{deserialize_tagged, unknown, Tagged};
@@ -21,6 +22,16 @@ pub const HEALTH_OBJECT: &str = "health";
 /// two kinds of names never meet.
 pub fn client_guard_name(ip: &str) -> String {
     format!("ip:{}", address_group(ip))
+}
+
+/// The authority of a level above the key (SPEC §20, `lease`): one object per project and one per
+/// identity, in the guards' namespace under names no key hash or client address takes.
+pub fn project_authority(project_id: &str) -> String {
+    format!("project:{project_id}")
+}
+
+pub fn identity_authority(identity_id: &str) -> String {
+    format!("identity:{identity_id}")
 }
 
 /// A command and the type of its answer.
@@ -40,6 +51,7 @@ pub enum GuardCommand {
     HeldResponse(HeldResponse),
     Ping(Ping),
     TakeClaim(TakeClaim),
+    Exchange(Exchange),
 }
 
 /// Is this key valid, may it make one more request now, and (when the request carries an
@@ -93,6 +105,7 @@ impl Tagged for GuardCommand {
             "held_response" => Self::HeldResponse(HeldResponse::deserialize(fields)?),
             "ping" => Self::Ping(Ping::deserialize(fields)?),
             "take_claim" => Self::TakeClaim(TakeClaim::deserialize(fields)?),
+            "exchange" => Self::Exchange(Exchange::deserialize(fields)?),
             other => {
                 return Err(unknown(
                     other,
@@ -105,6 +118,7 @@ impl Tagged for GuardCommand {
                         "held_response",
                         "ping",
                         "take_claim",
+                        "exchange",
                     ],
                 ))
             }
@@ -211,6 +225,7 @@ asks! {
     HeldResponse => Option<KeptResponse>,
     Ping => Done,
     TakeClaim => ClaimDecision,
+    Exchange => Grant,
 }
 
 #[cfg(test)]

@@ -14,28 +14,33 @@
 //!   "unknown", leaves no storage behind. Until then every read finds nothing.
 
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use worker::wasm_bindgen::prelude::{wasm_bindgen, JsValue};
 use worker::{
     console_log, durable_object, Date, Delay, DurableObject, Env, Request, Response, Result, SqlStorage,
     State,
 };
 
-use crate::adapters::{d1::D1Store, env::config};
+use crate::adapters::{d1::D1Store, durable, env::config};
 use gatehouse_core::api_key::KeyRecord;
 use gatehouse_core::config::Config;
 use gatehouse_core::guard::protocol::{
-    Apply, Ask, AuthFailures, Authorize, Authorized, CompleteClaim, Completed, Decided, Denied, Done,
-    GuardCommand, HeldResponse, ReleaseClaim,
+    project_authority, Apply, Ask, AuthFailures, Authorize, Authorized, CompleteClaim, Completed, Decided,
+    Denied, Done, GuardCommand, HeldResponse, ReleaseClaim, BINDING,
 };
 use gatehouse_core::guard::single_flight::SingleFlight;
 use gatehouse_core::idempotency::{decide_claim, Claim, ClaimDecision, KeptResponse, LEASE_MS};
+use gatehouse_core::lease::{
+    admit, give_back, grant, refused_by_level, with_project_quota, Decision, Exchange, GiveBack, Grant, Held,
+};
 use gatehouse_core::ports::{ClaimRequest, Directory, Meter};
 use gatehouse_core::rate_limit::{
-    decide_request, Counters, Limits, Usage, Verdict, WindowCount, AUTH_FAILURE_LIMITS,
+    decide_request, next_month_start, Counters, LimitSpec, Limits, Usage, Verdict, WindowCount,
+    AUTH_FAILURE_LIMITS,
 };
 
 /// How long a request with the same key as a running one waits for it to finish before it is
@@ -63,6 +68,10 @@ pub struct KeyGuardObject {
     /// The load of the record from D1 in flight, if any.
     loading: SingleFlight<std::result::Result<Option<KeyRecord>, String>>,
     counters: Cell<Option<Counters>>,
+    /// Per level above the key, once read from storage.
+    leases: RefCell<BTreeMap<String, LevelLease>>,
+    /// Per level, the exchange in flight: requests that need credits meanwhile wait for it.
+    exchanges: RefCell<BTreeMap<String, Rc<SingleFlight<std::result::Result<Grant, String>>>>>,
     epoch: Cell<u64>,
     /// When lapsed claims were last deleted.
     purged_ms: Cell<i64>,
@@ -80,7 +89,7 @@ struct ClaimRow {
 }
 
 /// The guard's tables, created together on its first write.
-const TABLES: [&str; 4] = [
+const TABLES: [&str; 7] = [
     // Every window's count and the month's, as JSON (`Counters`). The first version kept one
     // minute window in `counters`; it is read once when this table has no row yet.
     "CREATE TABLE IF NOT EXISTS limit_counters (
@@ -93,7 +102,24 @@ const TABLES: [&str; 4] = [
     "CREATE INDEX IF NOT EXISTS idempotency_claims_by_expiry ON idempotency_claims (keep_until_ms)",
     "CREATE TABLE IF NOT EXISTS applied (
        id INTEGER PRIMARY KEY CHECK (id = 1), record TEXT NOT NULL, until_ms INTEGER NOT NULL)",
+    // A key's guard as a holder (SPEC §20): per level above the key, the grant it holds and what
+    // it owes back of grants it replaced (`LevelLease` as JSON).
+    "CREATE TABLE IF NOT EXISTS level_leases (level TEXT PRIMARY KEY, state TEXT NOT NULL)",
+    // A level's authority: each grant it made (`Grant` as JSON), kept until its month is over so
+    // a retried exchange gets the same answer and a credit given back twice counts once.
+    "CREATE TABLE IF NOT EXISTS lease_grants (
+       grant_id TEXT PRIMARY KEY, grant TEXT NOT NULL, given_back INTEGER NOT NULL,
+       keep_until_ms INTEGER NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS lease_grants_by_expiry ON lease_grants (keep_until_ms)",
 ];
+
+/// What a key's guard holds of one level above the key.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct LevelLease {
+    held: Option<Held>,
+    /// Credits of replaced grants not given back yet: sent with the next exchange.
+    owed: Vec<GiveBack>,
+}
 
 fn now_ms() -> i64 {
     Date::now().as_millis() as i64
@@ -112,6 +138,8 @@ impl DurableObject for KeyGuardObject {
             key: RefCell::new(None),
             loading: SingleFlight::default(),
             counters: Cell::new(None),
+            leases: RefCell::default(),
+            exchanges: RefCell::default(),
             epoch: Cell::new(0),
             purged_ms: Cell::new(0),
         }
@@ -161,6 +189,7 @@ impl KeyGuardObject {
                 answer::<HeldResponse>(self.held_response(&idempotency_key)?)
             }
             GuardCommand::Ping(_) => answer::<gatehouse_core::guard::protocol::Ping>(Done {}),
+            GuardCommand::Exchange(c) => answer::<Exchange>(self.exchange(c)?),
             GuardCommand::TakeClaim(c) => {
                 answer::<gatehouse_core::guard::protocol::TakeClaim>(self.claim_waiting(&c.claim).await?)
             }
@@ -244,7 +273,7 @@ impl KeyGuardObject {
                 // A key whose type may not call the route (403) is refused before anything is
                 // counted and takes no claim: its answer carries the window as it stands.
                 let permitted = key.key_type.allows(c.scope);
-                let (verdict, usage) = self.count(self.config()?.limits(&key), c.scope.cost(), permitted)?;
+                let (verdict, usage) = self.admit(&key, c.scope.cost(), permitted).await?;
                 let claim = match c.claim {
                     Some(claim) if verdict == Verdict::Allowed && permitted => {
                         Some(self.claim_waiting(&claim).await?)
@@ -344,21 +373,199 @@ impl KeyGuardObject {
     /// One request of `cost` units against `limits`, counted only when `permitted`
     /// (`decide_request`): read, decide and write the counters without yielding.
     fn count(&self, limits: Limits, cost: u32, permitted: bool) -> Result<(Verdict, Usage)> {
-        let prev = match self.counters.get() {
+        let (verdict, usage, taken) =
+            decide_request(self.current_counters()?, now_ms(), limits, cost, permitted);
+        if let Some(next) = taken {
+            self.keep_counters(next)?;
+        }
+        Ok((verdict, usage))
+    }
+
+    /// The decision on one request of `key` (SPEC §20): its own windows, then a credit of each
+    /// level above it (its identity, its project), asking a level's authority for a grant when
+    /// it holds too few. Read, decide and write happen without yielding; only an exchange waits,
+    /// and the decision is made again after it.
+    async fn admit(&self, key: &KeyRecord, cost: u32, permitted: bool) -> Result<(Verdict, Usage)> {
+        let config = self.config()?;
+        let limits = config.limits(key);
+        let levels = config.levels(key);
+        // Each round admits at least one request of this key or ends in the level's refusal; the
+        // bound is only a guard against a bug.
+        for _ in 0..64 {
+            let mut held: Vec<Option<Held>> =
+                levels.iter().map(|(level, _)| Ok(self.lease(level)?.held)).collect::<Result<_>>()?;
+            let now = now_ms();
+            let specs: Vec<LimitSpec> = levels.iter().map(|(_, spec)| *spec).collect();
+            match admit(self.current_counters()?, now, limits, cost, permitted, &specs, &mut held) {
+                Decision::Decided { verdict, usage, counters } => {
+                    if let Some(next) = counters {
+                        self.keep_counters(next)?;
+                        for ((level, _), h) in levels.iter().zip(held) {
+                            self.keep_lease(level, LevelLease { held: h, ..self.lease(level)? })?;
+                        }
+                    }
+                    let project = self.lease(&project_authority(&key.project_id))?.held;
+                    return Ok((verdict, with_project_quota(usage, project.as_ref())));
+                }
+                Decision::NeedsCredits(i) => {
+                    let (level, spec) = &levels[i];
+                    let flight = self.exchanges.borrow_mut().entry(level.clone()).or_default().clone();
+                    let grant =
+                        flight.run(|| self.exchange_with(level, *spec, cost)).await.map_err(rust_error)?;
+                    if grant.credits < cost.max(1) {
+                        let (_, stands, _) =
+                            decide_request(self.current_counters()?, now, limits, cost, false);
+                        return Ok(refused_by_level(stands, &grant));
+                    }
+                }
+            }
+        }
+        // Other requests of this key took each grant before this one could use it, 64 times.
+        let (_, usage, _) = decide_request(self.current_counters()?, now_ms(), limits, cost, false);
+        Ok((Verdict::RateLimited, usage))
+    }
+
+    /// Asks `level`'s authority for a grant of at least `cost` credits, giving back what is owed
+    /// and what the grant held now did not use; the new grant replaces it.
+    async fn exchange_with(
+        &self,
+        level: &str,
+        limits: LimitSpec,
+        cost: u32,
+    ) -> std::result::Result<Grant, String> {
+        self.exchange_once(level, limits, cost).await.map_err(|e| e.to_string())
+    }
+
+    async fn exchange_once(&self, level: &str, limits: LimitSpec, cost: u32) -> Result<Grant> {
+        let now = now_ms();
+        let lease = self.lease(level)?;
+        let mut give_back = lease.owed.clone();
+        give_back.extend(lease.held.as_ref().and_then(Held::give_back));
+        let exchange = Exchange {
+            grant_id: gatehouse_core::encoding::hex(&gatehouse_app::random::<16>()),
+            need: cost.max(1),
+            want: Held::want(lease.held.as_ref(), now, cost),
+            give_back: give_back.clone(),
+            limits,
+        };
+        // Credits on their way back are not used meanwhile.
+        self.keep_lease(level, LevelLease { held: None, owed: give_back.clone() })?;
+        let namespace = self.env.durable_object(BINDING)?;
+        let asked =
+            durable::ask::<_, Grant>(&namespace, &Meter::default(), level, &GuardCommand::from(exchange))
+                .await;
+        let grant = asked.map_err(rust_error)?;
+        // Given back now (a retry of a give-back counts once); a grant that came meanwhile is owed.
+        let mut lease = self.lease(level)?;
+        lease.owed.retain(|o| !give_back.contains(o));
+        lease.owed.extend(lease.held.as_ref().and_then(Held::give_back));
+        lease.held = (grant.credits > 0).then(|| Held::from_grant(&grant));
+        self.keep_lease(level, lease)?;
+        Ok(grant)
+    }
+
+    /// As a level's authority: gives back what the holder did not use, then grants (SPEC §20).
+    /// Synchronous: exchanges are decided one after another. The same `grant_id` again answers
+    /// the same grant.
+    fn exchange(&self, c: Exchange) -> Result<Grant> {
+        #[derive(Deserialize)]
+        struct Row {
+            grant: String,
+            given_back: i64,
+        }
+        let now = now_ms();
+        self.create_tables()?;
+        if now - self.purged_ms.get() >= PURGE_EVERY_MS {
+            self.sql.exec("DELETE FROM lease_grants WHERE keep_until_ms <= ?", vec![now.into()])?;
+            self.purged_ms.set(now);
+        }
+        let made = |id: &str| -> Result<Option<(Grant, bool)>> {
+            let row = self
+                .sql
+                .exec("SELECT grant, given_back FROM lease_grants WHERE grant_id = ?", vec![id.into()])?
+                .to_array::<Row>()?
+                .pop();
+            row.map(|r| Ok((serde_json::from_str(&r.grant).map_err(rust_error)?, r.given_back != 0)))
+                .transpose()
+        };
+        let mut counters = self.current_counters()?;
+        for back in &c.give_back {
+            if let Some((grant, false)) = made(&back.grant_id)? {
+                give_back(&mut counters, now, &grant, back.unused);
+                self.sql.exec(
+                    "UPDATE lease_grants SET given_back = 1 WHERE grant_id = ?",
+                    vec![back.grant_id.clone().into()],
+                )?;
+            }
+        }
+        if let Some((grant, _)) = made(&c.grant_id)? {
+            self.keep_counters(counters)?;
+            return Ok(grant);
+        }
+        let (grant, next) = grant(counters, now, &c.limits, &c.grant_id, c.need, c.want);
+        self.keep_counters(next)?;
+        self.sql.exec(
+            "INSERT INTO lease_grants (grant_id, grant, given_back, keep_until_ms) VALUES (?, ?, 0, ?)",
+            vec![
+                c.grant_id.into(),
+                serde_json::to_string(&grant).map_err(rust_error)?.into(),
+                next_month_start(now).into(),
+            ],
+        )?;
+        Ok(grant)
+    }
+
+    /// What this guard holds of `level`, read from storage once.
+    fn lease(&self, level: &str) -> Result<LevelLease> {
+        if let Some(lease) = self.leases.borrow().get(level) {
+            return Ok(lease.clone());
+        }
+        #[derive(Deserialize)]
+        struct Row {
+            state: String,
+        }
+        let stored = match self.has_tables()? {
+            true => self
+                .sql
+                .exec("SELECT state FROM level_leases WHERE level = ?", vec![level.into()])?
+                .to_array::<Row>()?
+                .pop()
+                .map(|r| serde_json::from_str(&r.state).map_err(rust_error))
+                .transpose()?,
+            false => None,
+        };
+        let lease: LevelLease = stored.unwrap_or_default();
+        self.leases.borrow_mut().insert(level.to_owned(), lease.clone());
+        Ok(lease)
+    }
+
+    fn keep_lease(&self, level: &str, lease: LevelLease) -> Result<()> {
+        self.create_tables()?;
+        self.sql.exec(
+            "INSERT OR REPLACE INTO level_leases (level, state) VALUES (?, ?)",
+            vec![level.into(), serde_json::to_string(&lease).map_err(rust_error)?.into()],
+        )?;
+        self.leases.borrow_mut().insert(level.to_owned(), lease);
+        Ok(())
+    }
+
+    /// The counters as they stand (memory, else storage).
+    fn current_counters(&self) -> Result<Counters> {
+        Ok(match self.counters.get() {
             Some(c) => c,
             None if self.has_tables()? => self.stored_counters()?,
             None => Counters::default(),
-        };
-        let (verdict, usage, taken) = decide_request(prev, now_ms(), limits, cost, permitted);
-        if let Some(next) = taken {
-            self.create_tables()?;
-            self.sql.exec(
-                "INSERT OR REPLACE INTO limit_counters (id, state) VALUES (1, ?)",
-                vec![serde_json::to_string(&next).map_err(rust_error)?.into()],
-            )?;
-        }
-        self.counters.set(Some(taken.unwrap_or(prev)));
-        Ok((verdict, usage))
+        })
+    }
+
+    fn keep_counters(&self, next: Counters) -> Result<()> {
+        self.create_tables()?;
+        self.sql.exec(
+            "INSERT OR REPLACE INTO limit_counters (id, state) VALUES (1, ?)",
+            vec![serde_json::to_string(&next).map_err(rust_error)?.into()],
+        )?;
+        self.counters.set(Some(next));
+        Ok(())
     }
 
     /// The counters in storage: `limit_counters`, else the first version's one minute window.

@@ -1,0 +1,415 @@
+//! Credit leases (SPEC §20): how a limit above one key — an identity's windows and quota, a
+//! project's quota — stays exact while every key decides in its own guard.
+//!
+//! The level's **authority** (one guard object per identity, one per project) counts its limits
+//! as a key's guard counts a key's. A key's guard — the **holder** — does not ask it per request:
+//! it asks for a **grant** of credits, admits locally while it holds some, and gives back what it
+//! did not use with its next exchange. The authority counts credits as used when it grants them
+//! and gives them back when they come back, so the credits out plus the requests admitted never
+//! exceed the limit: admissions never do. A grant the holder never gives back (its answer was
+//! lost, or the holder stopped) stays counted: the level errs towards refusing, and a window's
+//! share of it comes back when that window ends. Exchanges are idempotent: a holder that asks
+//! again with the same `grant_id` gets the same grant, and a credit given back twice counts once.
+
+use serde::{Deserialize, Serialize};
+
+use crate::rate_limit::{decide_cost, usage, Counters, LimitSpec, Limits, Usage, Verdict, Window};
+
+/// A grant lasts at most this long, and never past the end of the level's shortest window.
+pub const GRANT_MS: i64 = 60_000;
+/// The most credits a holder asks for at once.
+pub const MAX_WANT: u32 = 10_000;
+
+/// A holder's request to an authority: a grant of up to `want` credits under `grant_id` (chosen by
+/// the holder, unique), giving back what it did not use of earlier grants.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exchange {
+    pub grant_id: String,
+    /// The fewest credits of any use now (the request's cost): less is no grant at all.
+    pub need: u32,
+    pub want: u32,
+    pub give_back: Vec<GiveBack>,
+    /// The level's limits as the holder was told them (the key's record carries them).
+    pub limits: LimitSpec,
+}
+
+/// Credits of grant `grant_id` that were not used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GiveBack {
+    pub grant_id: String,
+    pub unused: u32,
+}
+
+/// An authority's answer: `credits` (0 when the level refuses: then `verdict` and `usage` say
+/// why), usable until `until_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    pub grant_id: String,
+    pub credits: u32,
+    pub until_ms: i64,
+    /// The windows' and the month's starts the credits were counted in (for giving them back).
+    pub starts: [i64; 4],
+    pub month_start_ms: i64,
+    pub verdict: Verdict,
+    /// The level's limits right after the grant.
+    pub usage: Usage,
+    /// The limits it was granted under: a holder told other limits (a plan changed, an
+    /// identity's limits were edited) uses none of it any more and gives it back.
+    pub limits: LimitSpec,
+}
+
+/// The authority's decision on between `need` and `want` credits at `now_ms`: at most half of
+/// what is left (so other holders still find some) but at least `need` while that much is left,
+/// else none. Answers the grant and the counters to keep.
+pub fn grant(
+    prev: Counters,
+    now_ms: i64,
+    spec: &LimitSpec,
+    grant_id: &str,
+    need: u32,
+    want: u32,
+) -> (Grant, Counters) {
+    let limits = &Limits::from_spec(spec);
+    let mut next = prev.at(now_ms);
+    let room = next.room(now_ms, limits);
+    let need = need.max(1);
+    let credits = match room < u64::from(need) {
+        true => 0,
+        false => u64::from(want.clamp(need, MAX_WANT.max(need))).min((room / 2).max(u64::from(need))) as u32,
+    };
+    let (verdict, usage) = if credits == 0 {
+        let (verdict, usage, _) = decide_cost(next, now_ms, *limits, need);
+        (verdict, usage)
+    } else {
+        let (verdict, _, taken) = decide_cost(next, now_ms, *limits, credits);
+        debug_assert_eq!(verdict, Verdict::Allowed);
+        next = taken;
+        (verdict, usage(next, now_ms, limits, None))
+    };
+    let grant = Grant {
+        grant_id: grant_id.to_owned(),
+        credits,
+        until_ms: grant_end(now_ms, limits),
+        starts: next.starts(),
+        month_start_ms: next.month_start_ms,
+        verdict,
+        usage,
+        limits: *spec,
+    };
+    (grant, next)
+}
+
+/// When a grant made at `now_ms` ends: [`GRANT_MS`] later, or the end of the shortest limited
+/// window, or the month's end, whichever comes first.
+fn grant_end(now_ms: i64, limits: &Limits) -> i64 {
+    let window_end =
+        Window::ALL.iter().filter(|w| limits.window(**w).is_some()).map(|w| w.start(now_ms) + w.ms()).min();
+    let end = (now_ms + GRANT_MS).min(crate::rate_limit::next_month_start(now_ms));
+    window_end.map_or(end, |w| w.min(end))
+}
+
+/// Gives `unused` credits of `grant` back to `counters`: only to the windows (and the month) that
+/// are still the ones it was counted in. The caller makes sure a grant is given back once.
+pub fn give_back(counters: &mut Counters, now_ms: i64, grant: &Grant, unused: u32) {
+    *counters = counters.at(now_ms);
+    counters.give_back(unused.min(grant.credits), &grant.starts, grant.month_start_ms);
+}
+
+/// A grant as its holder keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Held {
+    pub grant_id: String,
+    pub credits: u32,
+    pub used: u32,
+    pub until_ms: i64,
+    /// The level's limits as of the grant (what `/me` and refusals show).
+    pub usage: Usage,
+    /// The limits it was granted under.
+    pub limits: LimitSpec,
+}
+
+impl Held {
+    pub fn from_grant(grant: &Grant) -> Self {
+        Held {
+            grant_id: grant.grant_id.clone(),
+            credits: grant.credits,
+            used: 0,
+            until_ms: grant.until_ms,
+            usage: grant.usage,
+            limits: grant.limits,
+        }
+    }
+
+    /// Credits usable at `now_ms` under `limits`: none once the grant ended, or when it was
+    /// granted under other limits.
+    pub fn available(&self, now_ms: i64, limits: &LimitSpec) -> u32 {
+        if now_ms < self.until_ms && self.limits == *limits {
+            self.credits - self.used
+        } else {
+            0
+        }
+    }
+
+    /// What to give back of it (nothing when all was used).
+    pub fn give_back(&self) -> Option<GiveBack> {
+        (self.used < self.credits)
+            .then(|| GiveBack { grant_id: self.grant_id.clone(), unused: self.credits - self.used })
+    }
+
+    /// How many credits to ask for when `cost` is needed now: what the last grant showed the
+    /// holder uses in one (twice that when it ran out before it ended), at least `cost`.
+    pub fn want(last: Option<&Held>, now_ms: i64, cost: u32) -> u32 {
+        let measured = last.map_or(0, |h| match h.until_ms > now_ms && h.used == h.credits {
+            true => h.credits.saturating_mul(2),
+            false => h.used,
+        });
+        measured.max(cost).clamp(1, MAX_WANT)
+    }
+}
+
+/// A request a level refused (its grant had fewer credits than the cost): the level's verdict —
+/// a grant of some credits but too few for the cost is a rate refusal — and the key's usage as it
+/// stands with, in each window, the stricter of the key's and the level's view, and the level's
+/// refusing window and quota. Nothing of the key was taken.
+pub fn refused_by_level(key_usage: Usage, level: &Grant) -> (Verdict, Usage) {
+    let verdict = match level.verdict {
+        Verdict::Allowed => Verdict::RateLimited,
+        refused => refused,
+    };
+    let mut usage = key_usage;
+    for (mine, theirs) in usage.windows.iter_mut().zip(level.usage.windows) {
+        if let Some(theirs) = theirs {
+            if mine.is_none_or(|m| theirs.remaining < m.remaining) {
+                *mine = Some(theirs);
+            }
+        }
+    }
+    usage.refused_by = level.usage.refused_by.or(usage.refused_by);
+    if level.usage.quota_limit.is_some() {
+        usage.quota_used = level.usage.quota_used;
+        usage.quota_limit = level.usage.quota_limit;
+    }
+    (verdict, usage)
+}
+
+/// `usage` with the project's quota as its last grant showed it (`project`): the credits the
+/// project's keys hold count as used, those this key holds and has not used do not.
+pub fn with_project_quota(mut usage: Usage, project: Option<&Held>) -> Usage {
+    if let Some(held) = project {
+        usage.quota_limit = held.usage.quota_limit;
+        usage.quota_used = held.usage.quota_used.saturating_sub(u64::from(held.credits - held.used));
+        usage.quota_resets_ms = held.usage.quota_resets_ms;
+    }
+    usage
+}
+
+/// The decision of a key's guard on one request, given what it holds of each level above the key
+/// (`held[i]`, `None` when it holds no grant): the order of checks of SPEC §20.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Decided: the key's own verdict and usage, and its counters to keep when the request took
+    /// its cost (then each level's grant gave `cost` credits too).
+    Decided { verdict: Verdict, usage: Usage, counters: Option<Counters> },
+    /// The key admits the request but holds too few credits of level `i`: exchange, then decide again.
+    NeedsCredits(usize),
+}
+
+/// Decides one request of a key whose own limits are `limits`: the key's windows first (a request
+/// they refuse takes no credit of any level: no double counting), then one credit per unit of
+/// `cost` of every level (`levels[i]`'s limits, `held[i]` its grant). Nothing is taken unless
+/// everything admits.
+pub fn admit(
+    prev: Counters,
+    now_ms: i64,
+    limits: Limits,
+    cost: u32,
+    permitted: bool,
+    levels: &[LimitSpec],
+    held: &mut [Option<Held>],
+) -> Decision {
+    let (verdict, usage, counters) = crate::rate_limit::decide_request(prev, now_ms, limits, cost, permitted);
+    if counters.is_some() {
+        let cost = cost.max(1);
+        let short =
+            |(h, l): (&Option<Held>, &LimitSpec)| h.as_ref().map_or(0, |h| h.available(now_ms, l)) < cost;
+        if let Some(i) = held.iter().zip(levels).position(short) {
+            return Decision::NeedsCredits(i);
+        }
+        for h in held.iter_mut().flatten() {
+            h.used += cost;
+        }
+    }
+    Decision::Decided { verdict, usage, counters }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rate_limit::LimitSpec;
+
+    /// 2026-11-29T09:00:00Z, a minute boundary.
+    const T0: i64 = 1_795_942_800_000;
+
+    fn limits(per_minute: Option<u32>, quota: Option<u64>) -> LimitSpec {
+        LimitSpec { per_minute, monthly_quota: quota, ..Default::default() }
+    }
+
+    #[test]
+    fn a_grant_is_at_most_half_of_what_is_left_and_at_least_what_is_needed() {
+        let l = limits(Some(10), None);
+        let (g1, c) = grant(Counters::default(), T0, &l, "g1", 1, 100);
+        assert_eq!((g1.credits, g1.until_ms, g1.verdict), (5, T0 + 60_000, Verdict::Allowed));
+        let (g2, c) = grant(c, T0, &l, "g2", 1, 2);
+        let (g3, c) = grant(c, T0, &l, "g3", 1, 100);
+        // 2 left: half is 1, but the request needs 2 and they are there.
+        let (g4, c) = grant(c, T0, &l, "g4", 2, 100);
+        assert_eq!((g2.credits, g3.credits, g4.credits), (2, 1, 2));
+        let (g5, c) = grant(c, T0, &l, "g5", 1, 1);
+        assert_eq!(
+            (g5.credits, g5.verdict, g5.usage.refused_by),
+            (0, Verdict::RateLimited, Some(Window::Minute))
+        );
+        // Given back, they can be granted again, but a need above what is left gets nothing.
+        let mut back = c;
+        give_back(&mut back, T0 + 5, &g3, 1);
+        assert_eq!(grant(back, T0 + 5, &l, "g6", 2, 9).0.credits, 0);
+        assert_eq!(grant(back, T0 + 5, &l, "g7", 1, 9).0.credits, 1);
+        // The next minute starts from zero.
+        assert_eq!(grant(c, T0 + 60_000, &l, "g8", 1, 9).0.credits, 5);
+    }
+
+    #[test]
+    fn a_quota_grant_lasts_a_minute_at_most_and_never_past_the_month() {
+        let l = limits(None, Some(1_000));
+        let (g, _) = grant(Counters::default(), T0 + 7, &l, "g", 1, 10);
+        assert_eq!((g.credits, g.until_ms), (10, T0 + 7 + GRANT_MS));
+        let december = 1_796_083_200_000;
+        let (g, _) = grant(Counters::default(), december - 10, &l, "g", 1, 10);
+        assert_eq!(g.until_ms, december);
+        let (g, _) = grant(
+            Counters::default(),
+            T0 + 100,
+            &LimitSpec { per_second: Some(5), ..Default::default() },
+            "g",
+            1,
+            1,
+        );
+        assert_eq!(g.until_ms, T0 + 1_000);
+    }
+
+    #[test]
+    fn a_key_refusal_takes_no_credit_and_missing_credits_are_asked_for() {
+        let key = Limits::per_minute(2);
+        let level = limits(None, Some(100));
+        let (g, _) = grant(Counters::default(), T0, &level, "g", 1, 3);
+        let mut held = [Some(Held::from_grant(&g))];
+        let mut c = Counters::default();
+        for _ in 0..2 {
+            match admit(c, T0, key, 1, true, &[level], &mut held) {
+                Decision::Decided { verdict: Verdict::Allowed, counters: Some(next), .. } => c = next,
+                other => panic!("{other:?}"),
+            }
+        }
+        // The key's own minute refuses: nothing of the level is taken.
+        let d = admit(c, T0, key, 1, true, &[level], &mut held);
+        assert!(matches!(d, Decision::Decided { verdict: Verdict::RateLimited, counters: None, .. }));
+        assert_eq!(held[0].as_ref().unwrap().used, 2);
+        // A 403 takes nothing either.
+        let d = admit(Counters::default(), T0, key, 1, false, &[level], &mut held);
+        assert!(matches!(d, Decision::Decided { verdict: Verdict::Allowed, counters: None, .. }));
+        // Next minute: one credit left; a cost of 2 needs more; no grant at all needs one.
+        assert_eq!(admit(c, T0 + 60_000, key, 2, true, &[level], &mut held), Decision::NeedsCredits(0));
+        assert_eq!(admit(c, T0 + 60_000, key, 1, true, &[level], &mut [None]), Decision::NeedsCredits(0));
+        // An ended grant is no credit.
+        assert_eq!(held[0].as_ref().unwrap().available(g.until_ms, &level), 0);
+        // Granted under other limits (the plan changed): none of it is usable.
+        assert_eq!(held[0].as_ref().unwrap().available(T0, &limits(None, Some(99))), 0);
+        assert_eq!(held[0].as_ref().unwrap().available(T0, &level), 1);
+        assert_eq!(held[0].as_ref().unwrap().give_back(), Some(GiveBack { grant_id: "g".into(), unused: 1 }));
+    }
+
+    #[test]
+    fn a_holder_asks_for_what_it_used_and_doubles_when_it_ran_out() {
+        let (g, _) = grant(Counters::default(), T0, &limits(None, Some(1_000)), "g", 1, 8);
+        let mut h = Held::from_grant(&g);
+        assert_eq!(Held::want(None, T0, 1), 1);
+        h.used = 3;
+        assert_eq!(Held::want(Some(&h), T0, 1), 3);
+        h.used = 8;
+        assert_eq!(Held::want(Some(&h), T0, 1), 16);
+        assert_eq!(Held::want(Some(&h), h.until_ms, 1), 8);
+        assert_eq!(Held::want(None, T0, 5), 5);
+    }
+
+    /// The lease rule's invariant under random holders, wants, losses and give-backs: what the
+    /// holders admit never exceeds the limit in any window, and credits given back are used.
+    #[test]
+    fn holders_never_admit_more_than_the_limit_whatever_is_lost() {
+        let level = LimitSpec {
+            per_second: Some(7),
+            per_minute: Some(50),
+            monthly_quota: Some(400),
+            ..Default::default()
+        };
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut authority = Counters::default();
+        let mut grants: Vec<(Grant, bool)> = Vec::new();
+        let mut holders: Vec<Option<Held>> = vec![None; 5];
+        let mut admitted: std::collections::BTreeMap<(usize, i64), u64> = Default::default();
+        let mut now = T0;
+        for n in 0..20_000 {
+            now += next(40) as i64;
+            let h = next(5) as usize;
+            let key = Limits::per_minute(1_000);
+            let mut slot = [holders[h].take()];
+            match admit(Counters::default(), now, key, 1, true, &[level], &mut slot) {
+                Decision::Decided { verdict: Verdict::Allowed, counters: Some(_), .. } => {
+                    for w in [Window::Second, Window::Minute] {
+                        *admitted.entry((w as usize, w.start(now))).or_default() += 1;
+                    }
+                    *admitted.entry((9, crate::rate_limit::month_start(now))).or_default() += 1;
+                }
+                Decision::NeedsCredits(_) => {
+                    // Give back (unless this give-back is lost), then ask.
+                    if let Some(old) = slot[0].take() {
+                        if let (Some(back), false) = (old.give_back(), next(10) == 0) {
+                            let (g, given) =
+                                grants.iter_mut().find(|(g, _)| g.grant_id == back.grant_id).unwrap();
+                            if !*given {
+                                give_back(&mut authority, now, g, back.unused);
+                                *given = true;
+                            }
+                        }
+                    }
+                    let want = Held::want(None, now, 1 + next(6) as u32);
+                    let (g, c) = grant(authority, now, &level, &format!("g{n}"), 1, want);
+                    authority = c;
+                    // The answer is lost now and then: the credits stay counted.
+                    if next(20) != 0 {
+                        slot[0] = Some(Held::from_grant(&g));
+                    }
+                    grants.push((g, false));
+                }
+                other => panic!("{other:?}"),
+            }
+            holders[h] = slot[0].take();
+        }
+        for ((w, start), n) in &admitted {
+            let limit = match w {
+                0 => 7,
+                1 => 50,
+                _ => 400,
+            };
+            assert!(*n <= limit, "window {w} starting {start} admitted {n} over {limit}");
+        }
+        // Exact, not only safe: some second and some minute were used up to their limit.
+        assert!(admitted.iter().any(|((w, _), n)| *w == 0 && *n == 7));
+        assert!(admitted.iter().any(|((w, _), n)| *w == 1 && *n == 50));
+    }
+}
