@@ -1,7 +1,7 @@
 // Shared helpers for the end-to-end suite: real HTTP to the worker under `wrangler dev`.
 // scripts/test sets GATEHOUSE_URL and GATEHOUSE_ADMIN_TOKEN.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { createServer } from 'node:http';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -78,18 +78,19 @@ export function assertRequestId(res) {
  * A new project through the admin bootstrap, on the trial plan unless `plan` names another (only
  * the operator chooses plans); answers {projectId, owner: {id, key, prefix}}.
  */
-export async function createProject(name = 'e2e project', { plan } = {}) {
+export async function createProject(name = 'e2e project', { plan, base } = {}) {
   const res = await call('POST', '/admin/v1/projects', {
     body: { name, plan },
     headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+    base,
   });
   assert.equal(res.status, 201, res.text);
   return { projectId: res.body.project_id, owner: res.body.owner_key };
 }
 
 /** A new key of `type` in the project of `ownerKey`; answers the creation body (with `key`). */
-export async function createKey(ownerKey, type, extra = {}) {
-  const res = await call('POST', '/public/v1/keys', { key: ownerKey, body: { type, ...extra } });
+export async function createKey(ownerKey, type, extra = {}, { base } = {}) {
+  const res = await call('POST', '/public/v1/keys', { key: ownerKey, body: { type, ...extra }, base });
   assert.equal(res.status, 201, res.text);
   return res.body;
 }
@@ -246,4 +247,30 @@ export function buildCli() {
   };
   gatehouse.bin = bin;
   return gatehouse;
+}
+
+/**
+ * A gateway of the test's own on `stateDir` (as scripts/test starts its own: scripts/lib.sh
+ * `start_test_gateway`), with more `--var`s (`vars`) and an `--env-file` when given. Answers
+ * {base, log (its wrangler log's path), stop()}.
+ */
+export async function startGateway(stateDir, { vars = {}, envFile } = {}) {
+  const args = Object.entries(vars).map(([k, v]) => `--var "${k}:${v}"`);
+  if (envFile) args.push(`--env-file "${envFile}"`);
+  const script = `source scripts/lib.sh && port=$(free_port) && start_test_gateway "${stateDir}" "$port" ${args.join(' ')} >&2 && echo "READY $port $GATEWAY_PID" && sleep 900`;
+  const child = spawn('bash', ['-c', script], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
+  const line = await new Promise((resolve, reject) => {
+    let out = '';
+    child.stdout.on('data', (c) => { out += c; if (out.includes('\n')) resolve(out.trim()); });
+    child.on('exit', (code) => reject(new Error(`the gateway on ${stateDir} did not start (${code})`)));
+  });
+  const [, port, pid] = line.split(' ');
+  return {
+    base: `http://127.0.0.1:${port}`,
+    log: `${stateDir}/wrangler.log`,
+    stop: () => {
+      spawnSync('bash', ['-c', `source scripts/lib.sh && stop_group ${pid}`], { cwd: ROOT });
+      child.kill();
+    },
+  };
 }

@@ -6,12 +6,12 @@
 // still sign; once the previous pepper is removed, only keys issued before it stop working.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { createHmac, randomBytes } from 'node:crypto';
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { assertError, call, eventually, idemKey, receiver } from './harness.mjs';
+import { assertError, call, eventually, idemKey, receiver, startGateway } from './harness.mjs';
 
 const ROOT = new URL('../..', import.meta.url).pathname;
 const secret = () => randomBytes(24).toString('hex');
@@ -33,21 +33,7 @@ after(() => hooks.close());
 async function gateway(step, secrets) {
   const envFile = join(dir, `${step}.env`);
   await writeFile(envFile, Object.entries({ ADMIN_TOKEN: ADMIN, ...secrets }).map(([k, v]) => `${k}=${v}\n`).join(''));
-  const script = `source scripts/lib.sh && port=$(free_port) && start_test_gateway "${dir}/state" "$port" --env-file "${envFile}" >&2 && echo "READY $port $GATEWAY_PID" && sleep 600`;
-  const child = spawn('bash', ['-c', script], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
-  const line = await new Promise((resolve, reject) => {
-    let out = '';
-    child.stdout.on('data', (c) => { out += c; if (out.includes('\n')) resolve(out.trim()); });
-    child.on('exit', (code) => reject(new Error(`the gateway of step ${step} did not start (${code})`)));
-  });
-  const [, port, pid] = line.split(' ');
-  return {
-    base: `http://127.0.0.1:${port}`,
-    stop: () => {
-      spawnSync('bash', ['-c', `source scripts/lib.sh && stop_group ${pid}`], { cwd: ROOT });
-      child.kill();
-    },
-  };
+  return startGateway(`${dir}/state`, { envFile });
 }
 
 function d1(sql) {

@@ -14,6 +14,8 @@ use gatehouse_core::ports::{ClaimRequest, DeliveryQueue, KeyGuard, PortError, Po
 /// Everything a request leaves to do once its response is on its way.
 pub struct AfterResponse {
     pub request_id: String,
+    /// When the request was made (Unix ms).
+    pub at_ms: i64,
     /// `None` when the request is not audited (`ApiResponse::audited`).
     pub audit: Option<AuditRow>,
     pub deliveries: Vec<String>,
@@ -26,6 +28,7 @@ impl ApiResponse {
     pub fn after_response(&mut self) -> AfterResponse {
         AfterResponse {
             request_id: self.request_id.clone(),
+            at_ms: self.audit.ts,
             audit: self.audited.then(|| self.audit.clone()),
             deliveries: std::mem::take(&mut self.webhook_deliveries),
             settlements: std::mem::take(&mut self.settlements),
@@ -60,7 +63,7 @@ impl<P: Ports> Gateway<'_, P> {
         after: AfterResponse,
         pause: impl Fn(u64) -> F,
     ) -> Vec<String> {
-        let AfterResponse { request_id, audit, deliveries, settlements } = after;
+        let AfterResponse { request_id, at_ms, audit, deliveries, settlements } = after;
         let audit = async {
             let audit = audit?;
             match record_audit_row(&self.audit, &self.store, audit, &pause).await {
@@ -82,8 +85,37 @@ impl<P: Ports> Gateway<'_, P> {
             let settled = self.settle(settlement, &pause).await;
             settled.err().map(|e| format!("request {request_id}: settling after the response failed: {e}"))
         }));
-        let (a, d, s) = futures_util::future::join3(audit, deliveries, settled).await;
-        [a, d].into_iter().chain(s).flatten().collect()
+        let (a, d, s, l) =
+            futures_util::future::join4(audit, deliveries, settled, self.give_back_leases(at_ms, &pause))
+                .await;
+        [a, d, l].into_iter().chain(s).flatten().collect()
+    }
+
+    /// Gives back what this isolate did not use of hot keys' leases once they end (SPEC §20), so
+    /// a key's guard can admit those credits elsewhere: one request's after-response work at a
+    /// time waits (at most a lease's second) for the first lease to end. A give-back that fails
+    /// is owed again, with the key's next request.
+    async fn give_back_leases<F: Future<Output = ()>>(
+        &self,
+        now_ms: i64,
+        pause: &impl Fn(u64) -> F,
+    ) -> Option<String> {
+        let at = self.leases.borrow_mut().give_back_at()?;
+        if at > now_ms {
+            pause((at - now_ms) as u64 + 5).await;
+        }
+        let owed = self.leases.borrow_mut().ended(at.max(now_ms));
+        let mut failed = Vec::new();
+        for (key_hash, give_back) in owed {
+            if let Err(e) = self.guard.give_back_leases(&key_hash, &give_back).await {
+                failed.push(e.0);
+                self.leases.borrow_mut().owe(&key_hash, give_back);
+            }
+        }
+        self.leases.borrow_mut().give_back_done();
+        (!failed.is_empty()).then(|| {
+            format!("lease credits not given back (owed with the next request): {}", failed.join("; "))
+        })
     }
 
     /// Finishes a claim after the response. On success the guard learns first (it is the source of

@@ -94,8 +94,24 @@ impl<P: Ports> Gateway<'_, P> {
         let Credentials::Key { token, key_hash, current, scope } = credentials else {
             return Ok(Caller { key: None, key_hash: None, usage: None, claim: None, sealing: None });
         };
+        // A hot key's lease (SPEC §20): admitted from this isolate's credits, no round trip. A
+        // request with an Idempotency-Key needs its claim, which only the guard holds.
+        if claim.is_none() {
+            let leased = self.leases.borrow_mut().admit(&key_hash, scope, now_ms);
+            if let Some((key, usage)) = leased {
+                self.memory.borrow_mut().remember_recent_key(&key_hash, now_ms);
+                trace.key = Some(key.clone());
+                return Ok(Caller {
+                    key: Some(key),
+                    key_hash: Some(key_hash),
+                    usage: Some(usage),
+                    claim: None,
+                    sealing: None,
+                });
+            }
+        }
         let (key_hash, answer) = self.ask_guard(&token, key_hash, current, scope, claim, now_ms).await;
-        let Admission { key, verdict, usage, claim } = match answer {
+        let Admission { key, verdict, usage, claim, lease } = match answer {
             Ok(Authorization::Admitted(admission)) => {
                 self.memory.borrow_mut().remember_recent_key(&key_hash, now_ms);
                 trace.key = Some(admission.key.clone());
@@ -157,6 +173,9 @@ impl<P: Ports> Gateway<'_, P> {
         if let Some(e) = refusal {
             return Err((Some(usage), e));
         }
+        if let Some(grant) = lease {
+            self.leases.borrow_mut().hold(&key_hash, key.clone(), &grant);
+        }
         // Its stored response is sealed under the API key itself (SPEC §13): only this caller's
         // requests can derive the key that reads it.
         let sealing = claim.as_ref().map(|_| self.config.response_keys(&token));
@@ -189,12 +208,22 @@ impl<P: Ports> Gateway<'_, P> {
         claim: Option<&ClaimRequest>,
         now_ms: i64,
     ) -> (String, Result<Authorization, PortError>) {
-        let answer = self.guard.authorize(&key_hash, scope, claim).await;
+        // A key's guard leases to the isolates of a hot key (SPEC §20): ask, giving back what
+        // this isolate did not use of the key's last lease.
+        let lease = self
+            .config
+            .lease_above_per_second
+            .map(|_| self.leases.borrow_mut().ask(&key_hash, now_ms, scope.cost()));
+        let answer = self.guard.authorize(&key_hash, scope, claim, lease.as_ref()).await;
+        if let (Err(_), Some(lease)) = (&answer, lease) {
+            // Perhaps never given back: owed again (a credit given back twice counts once).
+            self.leases.borrow_mut().owe(&key_hash, lease.give_back);
+        }
         match (&answer, &self.config.key_pepper_previous) {
             (Ok(Authorization::Denied(None)), Some(previous)) if current => {
                 self.memory.borrow_mut().remember_unknown_key(&key_hash, now_ms);
                 let previous_hash = api_key::hash(previous.as_bytes(), token);
-                let answer = self.guard.authorize(&previous_hash, scope, claim).await;
+                let answer = self.guard.authorize(&previous_hash, scope, claim, None).await;
                 (previous_hash, answer)
             }
             _ => (key_hash, answer),

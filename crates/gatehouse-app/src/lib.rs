@@ -54,6 +54,7 @@ use gatehouse_core::audit::AuditRow;
 use gatehouse_core::config::Config;
 use gatehouse_core::encoding::object_id;
 use gatehouse_core::error::ApiError;
+use gatehouse_core::lease::LeaseBook;
 use gatehouse_core::ports::{AnswerBody, PassThrough, PortError, Ports};
 use gatehouse_core::rate_limit::Usage;
 
@@ -277,6 +278,8 @@ pub struct Gateway<'c, P: Ports> {
     /// What this isolate remembers of blocked addresses and unknown and recent keys (shared by
     /// the requests an isolate serves).
     pub memory: Rc<RefCell<AbuseMemory>>,
+    /// The leases of hot keys this isolate holds (SPEC §20), shared by the requests it serves.
+    pub leases: Rc<RefCell<LeaseBook>>,
 }
 
 fn unavailable(e: PortError) -> ApiError {

@@ -1428,3 +1428,109 @@ fn an_origin_event_key_with_another_body_is_409() {
     assert_eq!(unkeyed.0, 202);
     assert_eq!(gateway.store.webhooks.borrow().deliveries.len(), 2);
 }
+
+/// A gateway whose keys all lease (`LEASE_ABOVE_PER_SECOND=0`), on a plan of a second, a minute
+/// and a project quota small enough to reach in a schedule.
+fn leasing_config() -> &'static Config {
+    static CONFIG: OnceLock<Config> = OnceLock::new();
+    CONFIG.get_or_init(|| {
+        Config::from_lookup(|name| match name {
+            "KEY_PEPPER" => Some("simulation-pepper".into()),
+            "WEBHOOK_SECRETS_KEY" => Some("simulation-webhook-secrets".into()),
+            "ADMIN_TOKEN" => Some("simulation-admin-token".into()),
+            "PLANS" => Some(r#"{"trial":{"per_second":3,"per_minute":12,"monthly_quota":40}}"#.into()),
+            "LEASE_ABOVE_PER_SECOND" => Some("0".into()),
+            _ => None,
+        })
+        .expect("the leasing simulation's configuration is valid")
+    })
+}
+
+/// SPEC §20 under faults: three keys of one project, every key leasing to the isolate, requests
+/// over simulated time while guard calls, give-backs and after-response work fail and the isolate
+/// dies now and then (its leases and what it owes are lost with it). Never more than a key's
+/// windows or the project's quota admit; and what was lost comes back when its window ends (the
+/// next minute admits a key's whole minute again).
+#[test]
+fn limits_hold_with_leases_under_faults() {
+    check_seeds("limits_hold_with_leases_under_faults", SCHEDULES, &[], |seed| {
+        let faults = Rc::new(Faults::new(seed, 0.2));
+        let types = [KeyType::Server, KeyType::Server, KeyType::Server];
+        let (mut gateway, clock, secrets) =
+            fake_gateway(leasing_config(), &faults, T0, "prj_sim", &types, 0.3);
+        let mut admitted: HashMap<(usize, &str, i64), u32> = HashMap::new();
+        let mut project = 0;
+        // Requests answered 503: their guard's answer was lost, perhaps after it counted them.
+        let mut unanswered = 0;
+        for _ in 0..80 {
+            clock.set(clock.get() + faults.below(700) as i64);
+            if faults.chance(0.05) {
+                gateway.leases = Rc::default(); // the isolate died: a new one knows nothing
+            }
+            let k = faults.below(3) as usize;
+            let seen = RefCell::new(Vec::new());
+            let req = request(&clock, "GET", "/public/v1/me", &secrets[k], None, "");
+            drive(exchange(&gateway, req, &seen, &RefCell::default()), &faults, 0.05);
+            unanswered += u64::from(seen.borrow().first().is_none_or(|r| r.status == 503));
+            if seen.borrow().first().is_some_and(|r| r.status == 200) {
+                let now = clock.get();
+                for (window, ms) in [("second", 1_000), ("minute", 60_000)] {
+                    *admitted.entry((k, window, now - now.rem_euclid(ms))).or_default() += 1;
+                }
+                project += 1;
+            }
+        }
+        for ((k, window, start), n) in &admitted {
+            let limit = if *window == "second" { 3 } else { 12 };
+            if *n > limit {
+                return Err(format!("key {k} admitted {n} in the {window} starting {start}, over {limit}"));
+            }
+        }
+        if project > 40 {
+            return Err(format!("the project admitted {project}, over its quota of 40"));
+        }
+        // Faults off, a fresh minute (every grant of before has ended: the guards' alarms give
+        // them back): a key's minute is whole again, as far as the quota allows.
+        faults.set_failure_rate(0.0);
+        clock.set(clock.get() - clock.get().rem_euclid(60_000) + 60_000);
+        let me = |k: usize| {
+            let seen = RefCell::new(Vec::new());
+            let req = request(&clock, "GET", "/public/v1/me", &secrets[k], None, "");
+            drive(exchange(&gateway, req, &seen, &RefCell::default()), &faults, 0.0);
+            let status = seen.borrow()[0].status;
+            status
+        };
+        let project_counters =
+            |g: &Gateway<'static, Sim>| g.guard.counters.borrow().get("project:prj_sim").copied();
+        let mut passed = u32::from(me(1) == 200);
+        // Every credit the project counts as used was admitted, or taken for a request whose
+        // answer was lost, or is in a lease to an isolate that never came back (its isolate died,
+        // or its give-back was lost).
+        let used = project_counters(&gateway).map_or(0, |c| c.at(clock.get()).month_used);
+        let lost: u64 = gateway
+            .guard
+            .isolate_leases
+            .borrow()
+            .values()
+            .filter(|(_, _, given)| !given)
+            .map(|(g, _, _)| u64::from(g.credits))
+            .sum();
+        let admitted = u64::from(project + passed);
+        if used < admitted || used - admitted > lost + unanswered {
+            return Err(format!(
+                "the project counts {used} used for {admitted} admitted, {unanswered} unanswered and {lost} credits lost to isolates"
+            ));
+        }
+        let room = 40 - used;
+        for i in 0..12 {
+            clock.set(clock.get() + if i % 3 == 0 { 1_000 } else { 1 });
+            passed += u32::from(me(0) == 200);
+        }
+        if u64::from(passed) < 13.min(room + 1) {
+            return Err(format!(
+                "after the faults, a fresh minute admitted {passed} with {room} of the quota left"
+            ));
+        }
+        Ok(())
+    });
+}

@@ -89,6 +89,7 @@ pub fn fake_gateway(
         origin: FakeOrigin::new(faults.clone(), Box::new(|_, n| (201, format!("order {n}").into_bytes()))),
         store,
         memory: Rc::default(),
+        leases: Rc::default(),
     };
     (gateway, clock, secrets)
 }

@@ -48,7 +48,15 @@ pub struct Config {
     /// with a server error (`errors`, the default): a line costs as much as the rest of a cheap
     /// request, and the audit log already has one row per request.
     pub log_every_request: bool,
+    /// `LEASE_ABOVE_PER_SECOND` (SPEC §20): a key that made at least this many requests in the
+    /// current second leases credits to isolates, which then admit it without asking its guard
+    /// (`0`: every key leases; `off`: none). Default [`DEFAULT_LEASE_ABOVE_PER_SECOND`].
+    pub lease_above_per_second: Option<u32>,
 }
+
+/// A key's guard serves a few hundred calls a second (docs/operations/capacity.md): from 100 a
+/// second on, a key's isolates hold leases and ask it about once a second each instead.
+pub const DEFAULT_LEASE_ABOVE_PER_SECOND: u32 = 100;
 
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -76,6 +84,7 @@ impl std::fmt::Debug for Config {
             .field("events_secret", &self.events_secret.as_ref().map(|_| "[redacted]"))
             .field("events_projects", &self.events_projects)
             .field("log_every_request", &self.log_every_request)
+            .field("lease_above_per_second", &self.lease_above_per_second)
             .finish()
     }
 }
@@ -152,6 +161,14 @@ impl Config {
             other => return Err(ConfigError(format!("REQUEST_LOG={other:?} is not all or errors"))),
         };
 
+        let lease_above_per_second = match get("LEASE_ABOVE_PER_SECOND").as_deref().map(str::trim) {
+            None | Some("") => Some(DEFAULT_LEASE_ABOVE_PER_SECOND),
+            Some("off") => None,
+            Some(n) => Some(n.parse().map_err(|_| {
+                ConfigError(format!("LEASE_ABOVE_PER_SECOND={n:?} is not a whole number or off"))
+            })?),
+        };
+
         let upstreams = parse_upstreams(get("UPSTREAMS").as_deref().unwrap_or("[]")).map_err(ConfigError)?;
         let origin_secret = match get("ORIGIN_SECRET").filter(|s| !s.is_empty()) {
             Some(_) => Some(secret("ORIGIN_SECRET")?),
@@ -200,6 +217,7 @@ impl Config {
 
         Ok(Config {
             log_every_request,
+            lease_above_per_second,
             upstreams,
             origin_secret,
             events_secret,

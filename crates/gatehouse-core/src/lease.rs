@@ -15,8 +15,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::rate_limit::{decide_cost, usage, Counters, LimitSpec, Limits, Usage, Verdict, Window};
 
-/// A grant lasts at most this long, and never past the end of the level's shortest window.
-pub const GRANT_MS: i64 = 60_000;
+/// A level's grant to a key's guard lasts at most this long, and never past the end of the
+/// level's shortest window.
+pub const GRANT_MS: i64 = 10_000;
+/// A key's guard's grant to an isolate (a hot key's lease) lasts at most this long: a revoked or
+/// rolled-out key is refused everywhere within it (SPEC §20).
+pub const ISOLATE_LEASE_MS: i64 = 1_000;
 /// The most credits a holder asks for at once.
 pub const MAX_WANT: u32 = 10_000;
 
@@ -69,11 +73,25 @@ pub fn grant(
     need: u32,
     want: u32,
 ) -> (Grant, Counters) {
+    grant_for(prev, now_ms, spec, grant_id, need, want, GRANT_MS)
+}
+
+/// [`grant`] for at most `max_ms`.
+pub fn grant_for(
+    prev: Counters,
+    now_ms: i64,
+    spec: &LimitSpec,
+    grant_id: &str,
+    need: u32,
+    want: u32,
+    max_ms: i64,
+) -> (Grant, Counters) {
     let limits = &Limits::from_spec(spec);
     let mut next = prev.at(now_ms);
     let room = next.room(now_ms, limits);
     let need = need.max(1);
-    let credits = match room < u64::from(need) {
+    // A want of 0 only gives back (a holder whose grants ended, with nothing to admit now).
+    let credits = match room < u64::from(need) || want == 0 {
         true => 0,
         false => u64::from(want.clamp(need, MAX_WANT.max(need))).min((room / 2).max(u64::from(need))) as u32,
     };
@@ -89,7 +107,7 @@ pub fn grant(
     let grant = Grant {
         grant_id: grant_id.to_owned(),
         credits,
-        until_ms: grant_end(now_ms, limits),
+        until_ms: grant_end(now_ms, limits, max_ms),
         starts: next.starts(),
         month_start_ms: next.month_start_ms,
         verdict,
@@ -99,12 +117,12 @@ pub fn grant(
     (grant, next)
 }
 
-/// When a grant made at `now_ms` ends: [`GRANT_MS`] later, or the end of the shortest limited
+/// When a grant made at `now_ms` ends: `max_ms` later, or the end of the shortest limited
 /// window, or the month's end, whichever comes first.
-fn grant_end(now_ms: i64, limits: &Limits) -> i64 {
+fn grant_end(now_ms: i64, limits: &Limits, max_ms: i64) -> i64 {
     let window_end =
         Window::ALL.iter().filter(|w| limits.window(**w).is_some()).map(|w| w.start(now_ms) + w.ms()).min();
-    let end = (now_ms + GRANT_MS).min(crate::rate_limit::next_month_start(now_ms));
+    let end = (now_ms + max_ms).min(crate::rate_limit::next_month_start(now_ms));
     window_end.map_or(end, |w| w.min(end))
 }
 
@@ -164,6 +182,211 @@ impl Held {
             false => h.used,
         });
         measured.max(cost).clamp(1, MAX_WANT)
+    }
+}
+
+/// What an isolate asks of a key's guard with a request (SPEC §20 hot keys): a lease of up to
+/// `want` of the key's credits, if the key is hot enough to lease, and what it did not use of
+/// earlier leases.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseAsk {
+    pub want: u32,
+    pub give_back: Vec<GiveBack>,
+}
+
+/// A hot key's credits as an isolate holds them: it admits the key's requests without asking the
+/// key's guard while they last (at most [`ISOLATE_LEASE_MS`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyLease {
+    pub key: crate::api_key::KeyRecord,
+    pub held: Held,
+}
+
+impl KeyLease {
+    /// The key's usage as this isolate sees it now: as of the grant, with what it has not used
+    /// yet counted as remaining.
+    pub fn usage_now(&self, now_ms: i64) -> Usage {
+        let unused = self.held.credits - self.held.used;
+        let mut usage = self.held.usage;
+        for w in usage.windows.iter_mut().flatten() {
+            w.remaining = w.remaining.saturating_add(unused).min(w.limit);
+        }
+        usage.now_ms = now_ms;
+        usage
+    }
+}
+
+/// Keys whose leases one isolate holds at most.
+pub const LEASE_BOOK_KEYS: usize = 10_000;
+
+/// The leases of hot keys this isolate holds, and what it owes back of leases it dropped (sent
+/// with the key's next request to its guard, or on their own once they end). At most
+/// [`LEASE_BOOK_KEYS`] keys: a new one past that drops the lease that ends first.
+#[derive(Debug, Default)]
+pub struct LeaseBook {
+    leases: std::collections::HashMap<String, KeyLease>,
+    owed: std::collections::HashMap<String, Vec<GiveBack>>,
+    /// Whether a request's after-response work waits to give back what ends (one at a time).
+    give_back_waiting: bool,
+}
+
+impl LeaseBook {
+    /// Takes the cost of a request of `scope` from the key's lease when it admits it at `now_ms`:
+    /// the key is valid then, its type may call the route, and the lease holds the cost. Answers
+    /// the key and its usage.
+    pub fn admit(
+        &mut self,
+        key_hash: &str,
+        scope: crate::api_key::Scope,
+        now_ms: i64,
+    ) -> Option<(crate::api_key::KeyRecord, Usage)> {
+        let lease = self.leases.get_mut(key_hash)?;
+        let cost = scope.cost().max(1);
+        let usable = lease.key.refusal(now_ms).is_none()
+            && lease.key.key_type.allows(scope)
+            && lease.held.available(now_ms, &lease.held.limits) >= cost;
+        if !usable {
+            return None;
+        }
+        lease.held.used += cost;
+        Some((lease.key.clone(), lease.usage_now(now_ms)))
+    }
+
+    /// What to send with the key's next request to its guard: a lease of what the last one
+    /// showed this isolate uses, and what is owed back (the last lease is dropped with it).
+    pub fn ask(&mut self, key_hash: &str, now_ms: i64, cost: u32) -> LeaseAsk {
+        let last = self.leases.remove(key_hash);
+        let mut give_back = self.owed.remove(key_hash).unwrap_or_default();
+        give_back.extend(last.as_ref().and_then(|l| l.held.give_back()));
+        LeaseAsk { want: Held::want(last.as_ref().map(|l| &l.held), now_ms, cost), give_back }
+    }
+
+    /// What `ask` sent did not reach the guard: owed again.
+    pub fn owe(&mut self, key_hash: &str, give_back: Vec<GiveBack>) {
+        if !give_back.is_empty() {
+            self.owed.entry(key_hash.to_owned()).or_default().extend(give_back);
+        }
+    }
+
+    /// The key's guard granted `grant` with an admission of `key`: held from now on. A lease it
+    /// replaces (another request's, answered meanwhile) is owed back.
+    pub fn hold(&mut self, key_hash: &str, key: crate::api_key::KeyRecord, grant: &Grant) {
+        if grant.credits == 0 {
+            return;
+        }
+        self.drop_lease(key_hash);
+        if self.leases.len() >= LEASE_BOOK_KEYS {
+            let first = self.leases.iter().min_by_key(|(_, l)| l.held.until_ms).map(|(k, _)| k.clone());
+            if let Some(first) = first {
+                self.drop_lease(&first);
+            }
+        }
+        self.leases.insert(key_hash.to_owned(), KeyLease { key, held: Held::from_grant(grant) });
+    }
+
+    /// Drops the key's lease; its unused credits are owed back.
+    fn drop_lease(&mut self, key_hash: &str) {
+        if let Some(back) = self.leases.remove(key_hash).and_then(|l| l.held.give_back()) {
+            self.owed.entry(key_hash.to_owned()).or_default().push(back);
+        }
+    }
+
+    /// Drops the leases that ended by `now_ms` and answers everything owed back, by key hash: to
+    /// give back to each key's guard without waiting for its next request.
+    pub fn ended(&mut self, now_ms: i64) -> Vec<(String, Vec<GiveBack>)> {
+        let ended: Vec<String> =
+            self.leases.iter().filter(|(_, l)| l.held.until_ms <= now_ms).map(|(k, _)| k.clone()).collect();
+        for key_hash in &ended {
+            self.drop_lease(key_hash);
+        }
+        std::mem::take(&mut self.owed).into_iter().collect()
+    }
+
+    /// When the first lease held ends, if something will be owed back then and no request's
+    /// after-response work waits for it yet; that work is this caller's from now on
+    /// (`give_back_done` when it ends).
+    pub fn give_back_at(&mut self) -> Option<i64> {
+        if self.give_back_waiting {
+            return None;
+        }
+        let first =
+            self.leases.values().filter(|l| l.held.give_back().is_some()).map(|l| l.held.until_ms).min();
+        let first = first.or_else(|| (!self.owed.is_empty()).then_some(i64::MIN));
+        self.give_back_waiting = first.is_some();
+        first
+    }
+
+    pub fn give_back_done(&mut self) {
+        self.give_back_waiting = false;
+    }
+}
+
+/// Which grant of which level a lease to an isolate drew its credits from, by level name.
+pub type Drawn = Vec<(String, String)>;
+
+/// A key's guard's lease to an isolate, with an admission (SPEC §20 hot keys): when the key made
+/// at least `lease_above` requests in the current second (its own count, leases included), up to
+/// `want` of its credits — no more than the key's windows have (at most half of it) and than it
+/// holds of every level above it (`levels[i]`, `held[i]`), which it takes from those too. For at
+/// most [`ISOLATE_LEASE_MS`]. Answers the lease, the key's counters to keep and what it drew from.
+#[allow(clippy::too_many_arguments)]
+pub fn lease_to_isolate(
+    counters: Counters,
+    now_ms: i64,
+    limits: &Limits,
+    levels: &[(String, LimitSpec)],
+    held: &mut [Option<Held>],
+    grant_id: &str,
+    want: u32,
+    lease_above: u32,
+) -> Option<(Grant, Counters, Drawn)> {
+    let current = counters.at(now_ms);
+    if current.windows[0].used < lease_above {
+        return None;
+    }
+    let above =
+        held.iter().zip(levels).map(|(h, (_, spec))| h.as_ref().map_or(0, |h| h.available(now_ms, spec)));
+    let want = above.fold(want, u32::min);
+    if want == 0 {
+        return None;
+    }
+    let spec = LimitSpec {
+        per_second: limits.window(Window::Second),
+        per_minute: limits.window(Window::Minute),
+        per_hour: limits.window(Window::Hour),
+        per_day: limits.window(Window::Day),
+        monthly_quota: None,
+    };
+    let (grant, next) = grant_for(current, now_ms, &spec, grant_id, 1, want, ISOLATE_LEASE_MS);
+    if grant.credits == 0 {
+        return None;
+    }
+    let mut drawn = Vec::new();
+    for (h, (level, _)) in held.iter_mut().zip(levels) {
+        if let Some(h) = h {
+            h.used += grant.credits;
+            drawn.push((level.clone(), h.grant_id.clone()));
+        }
+    }
+    Some((grant, next, drawn))
+}
+
+/// Takes back `unused` credits of a lease to an isolate: to the key's windows (those still
+/// current) and to each level's grant it drew from, while the guard still holds that grant.
+pub fn take_back(
+    counters: &mut Counters,
+    now_ms: i64,
+    lease: &Grant,
+    drawn: &Drawn,
+    levels: &[(String, LimitSpec)],
+    held: &mut [Option<Held>],
+    unused: u32,
+) {
+    give_back(counters, now_ms, lease, unused);
+    for (h, (level, _)) in held.iter_mut().zip(levels) {
+        if let Some(h) = h.as_mut().filter(|h| drawn.iter().any(|(l, g)| l == level && *g == h.grant_id)) {
+            h.used = h.used.saturating_sub(unused.min(lease.credits));
+        }
     }
 }
 
@@ -258,7 +481,7 @@ mod tests {
     fn a_grant_is_at_most_half_of_what_is_left_and_at_least_what_is_needed() {
         let l = limits(Some(10), None);
         let (g1, c) = grant(Counters::default(), T0, &l, "g1", 1, 100);
-        assert_eq!((g1.credits, g1.until_ms, g1.verdict), (5, T0 + 60_000, Verdict::Allowed));
+        assert_eq!((g1.credits, g1.until_ms, g1.verdict), (5, T0 + GRANT_MS, Verdict::Allowed));
         let (g2, c) = grant(c, T0, &l, "g2", 1, 2);
         let (g3, c) = grant(c, T0, &l, "g3", 1, 100);
         // 2 left: half is 1, but the request needs 2 and they are there.
@@ -279,7 +502,7 @@ mod tests {
     }
 
     #[test]
-    fn a_quota_grant_lasts_a_minute_at_most_and_never_past_the_month() {
+    fn a_quota_grant_lasts_ten_seconds_at_most_and_never_past_the_month() {
         let l = limits(None, Some(1_000));
         let (g, _) = grant(Counters::default(), T0 + 7, &l, "g", 1, 10);
         assert_eq!((g.credits, g.until_ms), (10, T0 + 7 + GRANT_MS));

@@ -27,6 +27,7 @@ use gatehouse_core::abuse::AbuseMemory;
 use gatehouse_core::audit::{clipped_len, PATH_MAX};
 use gatehouse_core::config::Config;
 use gatehouse_core::error::ApiError;
+use gatehouse_core::lease::LeaseBook;
 use gatehouse_core::ports::{Meter, Ports};
 use gatehouse_core::route::path_and_query;
 use gatehouse_core::upstream::match_upstream;
@@ -52,6 +53,8 @@ impl Ports for Cloudflare {
 thread_local! {
     /// The isolate's memory of abusive traffic, shared by every request it serves.
     static MEMORY: Rc<RefCell<AbuseMemory>> = Rc::default();
+    /// The leases of hot keys the isolate holds (SPEC §20).
+    static LEASES: Rc<RefCell<LeaseBook>> = Rc::default();
     /// The isolate's audit rows waiting for a send: concurrent requests share one.
     static OUTBOX: Rc<Outbox> = Rc::default();
     /// The bindings, looked up by the isolate's first request.
@@ -122,6 +125,7 @@ fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gate
         redrive: QueueRedrive { audit: b.audit, events: b.events, webhooks: b.deliveries },
         origin: OriginClient::new(env.clone()),
         memory: MEMORY.with(Rc::clone),
+        leases: LEASES.with(Rc::clone),
     })
 }
 

@@ -14,7 +14,8 @@ use gatehouse_core::config::Config;
 use gatehouse_core::guard::protocol::{client_guard_name, project_authority};
 use gatehouse_core::idempotency::{decide_claim, Claim, ClaimDecision, Entry, KeptResponse, LEASE_MS};
 use gatehouse_core::lease::{
-    admit, give_back, grant, refused_by_level, with_project_quota, Decision, Grant, Held,
+    admit, give_back, grant, lease_to_isolate, refused_by_level, take_back, with_project_quota, Decision,
+    Drawn, GiveBack, Grant, Held, LeaseAsk,
 };
 use gatehouse_core::page::PageRequest;
 use gatehouse_core::ports::{
@@ -54,6 +55,8 @@ pub struct FakeGuard {
     pub held: RefCell<HashMap<(String, String), Held>>,
     /// Every grant an authority made, and whether its unused credits came back.
     pub grants: RefCell<HashMap<String, (Grant, bool)>>,
+    /// Every lease a key's guard made to an isolate, what it drew from, and whether it came back.
+    pub isolate_leases: RefCell<HashMap<String, (Grant, Drawn, bool)>>,
     pub claims: RefCell<HashMap<(String, String), HeldClaim>>,
     /// Leases that ran out before their claim was completed or released.
     pub lapsed: Cell<u32>,
@@ -85,6 +88,7 @@ impl FakeGuard {
             counters: RefCell::default(),
             held: RefCell::default(),
             grants: RefCell::default(),
+            isolate_leases: RefCell::default(),
             claims: RefCell::default(),
             lapsed: Cell::new(0),
             executions: Cell::new(0),
@@ -126,52 +130,139 @@ impl FakeGuard {
     /// The decision on one request of `key`, in the real guard's order (`lease::admit`): its own
     /// windows, then a credit of each level above it, exchanging with the level's authority when
     /// it holds too few.
-    fn admit(&self, key: &KeyRecord, cost: u32, permitted: bool) -> (Verdict, Usage) {
+    fn admit(
+        &self,
+        key: &KeyRecord,
+        cost: u32,
+        permitted: bool,
+        lease: Option<&LeaseAsk>,
+    ) -> (Verdict, Usage, Option<Grant>) {
         let limits = self.config.limits(key);
         let levels = self.config.levels(key);
-        let slot = |level: &str| (key.key_hash.clone(), level.to_owned());
         loop {
             let now = self.clock.get();
-            let mut held: Vec<Option<Held>> =
-                levels.iter().map(|(level, _)| self.held.borrow().get(&slot(level)).cloned()).collect();
+            let mut held = self.held_of(key, &levels);
             let prev = self.counters.borrow().get(&key.key_hash).copied().unwrap_or_default();
             let specs: Vec<LimitSpec> = levels.iter().map(|(_, spec)| *spec).collect();
             match admit(prev, now, limits, cost, permitted, &specs, &mut held) {
                 Decision::Decided { verdict, usage, counters } => {
+                    let mut leased = None;
                     if let Some(next) = counters {
+                        let lease = match (lease, self.config.lease_above_per_second) {
+                            (Some(ask), Some(above)) => {
+                                let id = format!("lease-{}", self.isolate_leases.borrow().len());
+                                lease_to_isolate(next, now, &limits, &levels, &mut held, &id, ask.want, above)
+                            }
+                            _ => None,
+                        };
+                        let next = match lease {
+                            Some((grant, after, drawn)) => {
+                                self.isolate_leases
+                                    .borrow_mut()
+                                    .insert(grant.grant_id.clone(), (grant.clone(), drawn, false));
+                                leased = Some(grant);
+                                after
+                            }
+                            None => next,
+                        };
                         self.counters.borrow_mut().insert(key.key_hash.clone(), next);
-                        for ((level, _), h) in levels.iter().zip(held) {
-                            self.held.borrow_mut().insert(slot(level), h.expect("admitted with its credits"));
-                        }
+                        self.keep_held(key, &levels, held);
                     }
-                    let project = self.held.borrow().get(&slot(&project_authority(&key.project_id))).cloned();
-                    return (verdict, with_project_quota(usage, project.as_ref()));
+                    let project = self
+                        .held
+                        .borrow()
+                        .get(&(key.key_hash.clone(), project_authority(&key.project_id)))
+                        .cloned();
+                    return (verdict, with_project_quota(usage, project.as_ref()), leased);
                 }
                 Decision::NeedsCredits(i) => {
                     let (level, spec) = &levels[i];
-                    let last = self.held.borrow_mut().remove(&slot(level));
+                    let slot = (key.key_hash.clone(), level.clone());
+                    let last = self.held.borrow_mut().remove(&slot);
                     let grant = self.exchange(level, spec, last.as_ref(), cost);
                     if grant.credits < cost.max(1) {
-                        return refused_by_level(decide_request(prev, now, limits, cost, false).1, &grant);
+                        let (verdict, usage) =
+                            refused_by_level(decide_request(prev, now, limits, cost, false).1, &grant);
+                        return (verdict, usage, None);
                     }
-                    self.held.borrow_mut().insert(slot(level), Held::from_grant(&grant));
+                    self.held.borrow_mut().insert(slot, Held::from_grant(&grant));
                 }
             }
+        }
+    }
+
+    /// A level's authority takes back what a holder did not use of a grant, once.
+    fn take_back_grant(&self, level: &str, back: &GiveBack) {
+        let mut counters = self.counters.borrow().get(level).copied().unwrap_or_default();
+        if let Some((grant, given)) = self.grants.borrow_mut().get_mut(&back.grant_id) {
+            if !*given {
+                give_back(&mut counters, self.clock.get(), grant, back.unused);
+                *given = true;
+            }
+        }
+        self.counters.borrow_mut().insert(level.to_owned(), counters);
+    }
+
+    /// The keys' guards' alarms (the real guard sets one at each grant's end): grants that ended
+    /// are given back to their levels.
+    fn run_alarms(&self) {
+        let now = self.clock.get();
+        let ended: Vec<((String, String), Held)> = self
+            .held
+            .borrow()
+            .iter()
+            .filter(|(_, h)| h.until_ms <= now)
+            .map(|(k, h)| (k.clone(), h.clone()))
+            .collect();
+        for ((holder, level), held) in ended {
+            self.held.borrow_mut().remove(&(holder, level.clone()));
+            if let Some(back) = held.give_back() {
+                self.take_back_grant(&level, &back);
+            }
+        }
+    }
+
+    fn held_of(&self, key: &KeyRecord, levels: &[(String, LimitSpec)]) -> Vec<Option<Held>> {
+        let held = self.held.borrow();
+        levels.iter().map(|(level, _)| held.get(&(key.key_hash.clone(), level.clone())).cloned()).collect()
+    }
+
+    fn keep_held(&self, key: &KeyRecord, levels: &[(String, LimitSpec)], held: Vec<Option<Held>>) {
+        for ((level, _), h) in levels.iter().zip(held) {
+            if let Some(h) = h {
+                self.held.borrow_mut().insert((key.key_hash.clone(), level.clone()), h);
+            }
+        }
+    }
+
+    /// As the key's guard: takes back what an isolate did not use of its leases, once each.
+    fn take_back_leases(&self, key_hash: &str, give_back: &[GiveBack]) {
+        let now = self.clock.get();
+        let key = self.record(key_hash);
+        let levels = key.as_ref().map(|k| self.config.levels(k)).unwrap_or_default();
+        let mut held = key.as_ref().map(|k| self.held_of(k, &levels)).unwrap_or_default();
+        let mut counters = self.counters.borrow().get(key_hash).copied().unwrap_or_default();
+        for back in give_back {
+            if let Some((grant, drawn, given)) = self.isolate_leases.borrow_mut().get_mut(&back.grant_id) {
+                if !*given {
+                    take_back(&mut counters, now, grant, drawn, &levels, &mut held, back.unused);
+                    *given = true;
+                }
+            }
+        }
+        self.counters.borrow_mut().insert(key_hash.to_owned(), counters);
+        if let Some(key) = key {
+            self.keep_held(&key, &levels, held);
         }
     }
 
     /// A level's authority: takes back what `last` did not use (once), then grants.
     fn exchange(&self, level: &str, spec: &LimitSpec, last: Option<&Held>, cost: u32) -> Grant {
         let now = self.clock.get();
-        let mut counters = self.counters.borrow().get(level).copied().unwrap_or_default();
         if let Some(back) = last.and_then(Held::give_back) {
-            if let Some((grant, given)) = self.grants.borrow_mut().get_mut(&back.grant_id) {
-                if !*given {
-                    give_back(&mut counters, now, grant, back.unused);
-                    *given = true;
-                }
-            }
+            self.take_back_grant(level, &back);
         }
+        let counters = self.counters.borrow().get(level).copied().unwrap_or_default();
         let grant_id = format!("grant-{}", self.grants.borrow().len());
         let want = Held::want(last, now, cost);
         let (grant, next) = grant(counters, now, spec, &grant_id, cost, want);
@@ -220,24 +311,35 @@ impl KeyGuard for FakeGuard {
         key_hash: &str,
         scope: Scope,
         claim: Option<&ClaimRequest>,
+        lease: Option<&LeaseAsk>,
     ) -> Result<Authorization, PortError> {
         self.asked.borrow_mut().push(key_hash.to_owned());
         self.faults
-            .run("guard.authorize", || match self.record(key_hash) {
-                Some(key) if key.refusal(self.clock.get()).is_none() => {
-                    let permitted = key.key_type.allows(scope);
-                    let (verdict, usage) = self.admit(&key, scope.cost(), permitted);
-                    let claim = claim
-                        .filter(|_| verdict == Verdict::Allowed && permitted)
-                        .map(|c| self.claim(key_hash, c));
-                    Authorization::Admitted(Box::new(Admission { key, verdict, usage, claim }))
+            .run("guard.authorize", || {
+                self.run_alarms();
+                if let Some(lease) = lease {
+                    self.take_back_leases(key_hash, &lease.give_back);
                 }
-                refused => Authorization::Denied(refused.map(|key| {
-                    let reason = key.refusal(self.clock.get()).expect("refused");
-                    (Box::new(key), reason)
-                })),
+                match self.record(key_hash) {
+                    Some(key) if key.refusal(self.clock.get()).is_none() => {
+                        let permitted = key.key_type.allows(scope);
+                        let (verdict, usage, lease) = self.admit(&key, scope.cost(), permitted, lease);
+                        let claim = claim
+                            .filter(|_| verdict == Verdict::Allowed && permitted)
+                            .map(|c| self.claim(key_hash, c));
+                        Authorization::Admitted(Box::new(Admission { key, verdict, usage, claim, lease }))
+                    }
+                    refused => Authorization::Denied(refused.map(|key| {
+                        let reason = key.refusal(self.clock.get()).expect("refused");
+                        (Box::new(key), reason)
+                    })),
+                }
             })
             .await
+    }
+
+    async fn give_back_leases(&self, key_hash: &str, give_back: &[GiveBack]) -> Result<(), PortError> {
+        self.faults.run("guard.give_back_leases", || self.take_back_leases(key_hash, give_back)).await
     }
 
     async fn take_claim(&self, principal: &str, claim: &ClaimRequest) -> Result<ClaimDecision, PortError> {

@@ -7,7 +7,7 @@ use serde::{de::DeserializeOwned, Deserialize, Deserializer, Serialize};
 use crate::abuse::address_group;
 use crate::api_key::{KeyRecord, RefusalReason, Scope};
 use crate::idempotency::{ClaimDecision, KeptResponse};
-use crate::lease::{Exchange, Grant};
+use crate::lease::{Exchange, GiveBack, Grant, LeaseAsk};
 use crate::ports::ClaimRequest;
 use crate::rate_limit::{Usage, Verdict};
 use crate::tagged::{deserialize_tagged, unknown, Tagged};
@@ -52,6 +52,7 @@ pub enum GuardCommand {
     Ping(Ping),
     TakeClaim(TakeClaim),
     Exchange(Exchange),
+    GiveBackLeases(GiveBackLeases),
 }
 
 /// Is this key valid, may it make one more request now, and (when the request carries an
@@ -62,6 +63,10 @@ pub struct Authorize {
     /// What the route needs: a key refused for its type (403) takes no claim.
     pub scope: Scope,
     pub claim: Option<ClaimRequest>,
+    /// The isolate would hold a lease of the key's credits (SPEC §20 hot keys), and gives back
+    /// what it did not use of earlier ones.
+    #[serde(default)]
+    pub lease: Option<LeaseAsk>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -81,6 +86,9 @@ pub struct Decided {
     pub usage: Usage,
     pub claim: Option<ClaimDecision>,
     pub d1_queries: u32,
+    /// A lease of the key's credits for the isolate, when it asked and the key is hot enough.
+    #[serde(default)]
+    pub lease: Option<Grant>,
 }
 
 /// No such key (`None`), or refused at the guard's clock (its record, and why: revoked, expired,
@@ -106,6 +114,7 @@ impl Tagged for GuardCommand {
             "ping" => Self::Ping(Ping::deserialize(fields)?),
             "take_claim" => Self::TakeClaim(TakeClaim::deserialize(fields)?),
             "exchange" => Self::Exchange(Exchange::deserialize(fields)?),
+            "give_back_leases" => Self::GiveBackLeases(GiveBackLeases::deserialize(fields)?),
             other => {
                 return Err(unknown(
                     other,
@@ -119,6 +128,7 @@ impl Tagged for GuardCommand {
                         "ping",
                         "take_claim",
                         "exchange",
+                        "give_back_leases",
                     ],
                 ))
             }
@@ -188,6 +198,13 @@ pub struct TakeClaim {
     pub claim: ClaimRequest,
 }
 
+/// What an isolate did not use of the key's leases that ended (SPEC §20 hot keys), given back
+/// without a request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GiveBackLeases {
+    pub give_back: Vec<GiveBack>,
+}
+
 /// A round trip that reads and writes nothing (the deep health check).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ping {}
@@ -226,6 +243,7 @@ asks! {
     Ping => Done,
     TakeClaim => ClaimDecision,
     Exchange => Grant,
+    GiveBackLeases => Done,
 }
 
 #[cfg(test)]
@@ -234,10 +252,11 @@ mod tests {
 
     #[test]
     fn commands_carry_their_tag_and_fields() {
-        let c: GuardCommand = Authorize { key_hash: "ab".into(), scope: Scope::Ingest, claim: None }.into();
+        let c: GuardCommand =
+            Authorize { key_hash: "ab".into(), scope: Scope::Ingest, claim: None, lease: None }.into();
         assert_eq!(
             serde_json::to_string(&c).unwrap(),
-            r#"{"command":"authorize","key_hash":"ab","scope":"ingest","claim":null}"#
+            r#"{"command":"authorize","key_hash":"ab","scope":"ingest","claim":null,"lease":null}"#
         );
         let c: GuardCommand = serde_json::from_str(r#"{"command":"record_auth_failure"}"#).unwrap();
         assert_eq!(c, GuardCommand::RecordAuthFailure(RecordAuthFailure {}));

@@ -4,6 +4,7 @@
 use super::PortError;
 use crate::api_key::{KeyRecord, RefusalReason, Scope};
 use crate::idempotency::{ClaimDecision, Entry, KeptResponse};
+use crate::lease::{GiveBack, Grant, LeaseAsk};
 use crate::page::PageRequest;
 use crate::rate_limit::{Usage, Verdict};
 
@@ -15,6 +16,9 @@ pub struct Admission {
     pub verdict: Verdict,
     pub usage: Usage,
     pub claim: Option<ClaimDecision>,
+    /// A lease of the key's credits for this isolate (SPEC §20 hot keys), when it asked for one
+    /// and the key is hot enough.
+    pub lease: Option<Grant>,
 }
 
 /// An idempotency claim to take in the same round trip as the rate decision.
@@ -51,7 +55,11 @@ pub trait KeyGuard {
         key_hash: &str,
         scope: Scope,
         claim: Option<&ClaimRequest>,
+        lease: Option<&LeaseAsk>,
     ) -> Result<Authorization, PortError>;
+    /// Gives back what this isolate did not use of the key's leases that ended (SPEC §20): the
+    /// key's guard counts them as unused again. Safe to repeat.
+    async fn give_back_leases(&self, key_hash: &str, give_back: &[GiveBack]) -> Result<(), PortError>;
     /// Takes a claim for a principal without an API key (the operator, [`OPERATOR_GUARD`]): the
     /// claims of the guard named `principal`, decided as `authorize` decides a key's. Also the
     /// claim of a key `authorize` admitted without one a moment before: its body is read only

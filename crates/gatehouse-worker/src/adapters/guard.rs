@@ -7,10 +7,11 @@ use worker::ObjectNamespace;
 use super::durable;
 use gatehouse_core::api_key::{KeyRecord, RefusalReason, Scope};
 use gatehouse_core::guard::protocol::{
-    client_guard_name, Apply, Ask, Authorize, Authorized, CompleteClaim, Decided, Denied, HeldResponse, Ping,
-    RecordAuthFailure, ReleaseClaim, TakeClaim, HEALTH_OBJECT,
+    client_guard_name, Apply, Ask, Authorize, Authorized, CompleteClaim, Decided, Denied, GiveBackLeases,
+    HeldResponse, Ping, RecordAuthFailure, ReleaseClaim, TakeClaim, HEALTH_OBJECT,
 };
 use gatehouse_core::idempotency::{ClaimDecision, KeptResponse};
+use gatehouse_core::lease::{GiveBack, LeaseAsk};
 use gatehouse_core::ports::{Admission, Authorization, ClaimRequest, KeyGuard, Meter, PortError};
 use gatehouse_core::rate_limit::{Usage, Verdict};
 
@@ -35,12 +36,15 @@ impl KeyGuard for GuardClient {
         key_hash: &str,
         scope: Scope,
         claim: Option<&ClaimRequest>,
+        lease: Option<&LeaseAsk>,
     ) -> Result<Authorization, PortError> {
-        let command = Authorize { key_hash: key_hash.to_owned(), scope, claim: claim.cloned() };
+        let command =
+            Authorize { key_hash: key_hash.to_owned(), scope, claim: claim.cloned(), lease: lease.cloned() };
         // The guard's own D1 loads count against this request's budget too (SPEC §12).
         let (authorization, d1_queries) = match self.ask(key_hash, command).await? {
-            Authorized::Decided(Decided { key, verdict, usage, claim, d1_queries }) => {
-                (Authorization::Admitted(Box::new(Admission { key, verdict, usage, claim })), d1_queries)
+            Authorized::Decided(Decided { key, verdict, usage, claim, d1_queries, lease }) => {
+                let admission = Admission { key, verdict, usage, claim, lease };
+                (Authorization::Admitted(Box::new(admission)), d1_queries)
             }
             Authorized::Denied(Denied { key, reason, d1_queries }) => {
                 // A record without a reason comes from a guard of the previous version: revoked.
@@ -50,6 +54,10 @@ impl KeyGuard for GuardClient {
         };
         self.meter.d1_queries.set(self.meter.d1_queries.get() + d1_queries);
         Ok(authorization)
+    }
+
+    async fn give_back_leases(&self, key_hash: &str, give_back: &[GiveBack]) -> Result<(), PortError> {
+        self.ask(key_hash, GiveBackLeases { give_back: give_back.to_vec() }).await.map(drop)
     }
 
     async fn take_claim(&self, principal: &str, claim: &ClaimRequest) -> Result<ClaimDecision, PortError> {

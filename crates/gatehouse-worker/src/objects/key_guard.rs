@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use worker::wasm_bindgen::prelude::{wasm_bindgen, JsValue};
 use worker::{
     console_log, durable_object, Date, Delay, DurableObject, Env, Request, Response, Result, SqlStorage,
-    State,
+    State, Storage,
 };
 
 use crate::adapters::{d1::D1Store, durable, env::config};
@@ -30,12 +30,13 @@ use gatehouse_core::api_key::KeyRecord;
 use gatehouse_core::config::Config;
 use gatehouse_core::guard::protocol::{
     project_authority, Apply, Ask, AuthFailures, Authorize, Authorized, CompleteClaim, Completed, Decided,
-    Denied, Done, GuardCommand, HeldResponse, ReleaseClaim, BINDING,
+    Denied, Done, GiveBackLeases, GuardCommand, HeldResponse, ReleaseClaim, BINDING,
 };
 use gatehouse_core::guard::single_flight::SingleFlight;
 use gatehouse_core::idempotency::{decide_claim, Claim, ClaimDecision, KeptResponse, LEASE_MS};
 use gatehouse_core::lease::{
-    admit, give_back, grant, refused_by_level, with_project_quota, Decision, Exchange, GiveBack, Grant, Held,
+    admit, give_back, grant, lease_to_isolate, refused_by_level, take_back, with_project_quota, Decision,
+    Drawn, Exchange, GiveBack, Grant, Held, LeaseAsk,
 };
 use gatehouse_core::ports::{ClaimRequest, Directory, Meter};
 use gatehouse_core::rate_limit::{
@@ -50,6 +51,10 @@ const IN_USE_POLL_MS: u64 = 20;
 /// How long the guard keeps a completed response itself after the response store has it too:
 /// Workers KV may take this long to show a write everywhere.
 const STORE_PROPAGATION_MS: i64 = 60_000;
+/// How long after a lease to an isolate ends its unused credits may still be on their way back
+/// (the isolate gives them back right after the end); a refusal waits that long at most.
+const LEASE_RETURN_MS: i64 = 250;
+const LEASE_WAIT_POLL_MS: u64 = 20;
 /// How long a record of the key is used before it is read again (from D1, or from what `Apply`
 /// stored): a change whose D1 write failed after the guard was told is undone by then at the latest.
 const RECORD_FRESH_MS: i64 = 600_000;
@@ -61,6 +66,9 @@ const PURGE_EVERY_MS: i64 = 60_000;
 pub struct KeyGuardObject {
     env: Env,
     sql: SqlStorage,
+    storage: Storage,
+    /// When the alarm is set to run, as this instance set it (`None`: unknown or none).
+    alarm_at: Cell<Option<i64>>,
     /// Whether the guard's tables exist, once looked up.
     tables: Cell<Option<bool>>,
     /// The record and until when it is used without reading it again.
@@ -70,6 +78,8 @@ pub struct KeyGuardObject {
     counters: Cell<Option<Counters>>,
     /// Per level above the key, once read from storage.
     leases: RefCell<BTreeMap<String, LevelLease>>,
+    /// The leases to isolates this instance made that were not given back: (grant id, end).
+    leases_out: RefCell<Vec<(String, i64)>>,
     /// Per level, the exchange in flight: requests that need credits meanwhile wait for it.
     exchanges: RefCell<BTreeMap<String, Rc<SingleFlight<std::result::Result<Grant, String>>>>>,
     epoch: Cell<u64>,
@@ -107,9 +117,12 @@ const TABLES: [&str; 7] = [
     "CREATE TABLE IF NOT EXISTS level_leases (level TEXT PRIMARY KEY, state TEXT NOT NULL)",
     // A level's authority: each grant it made (`Grant` as JSON), kept until its month is over so
     // a retried exchange gets the same answer and a credit given back twice counts once.
+    // A key's guard as the authority of the key's credits towards isolates (hot keys) keeps its
+    // leases here too, with what each drew from the levels above (`drawn`; NULL for a level's
+    // grant).
     "CREATE TABLE IF NOT EXISTS lease_grants (
        grant_id TEXT PRIMARY KEY, grant TEXT NOT NULL, given_back INTEGER NOT NULL,
-       keep_until_ms INTEGER NOT NULL)",
+       keep_until_ms INTEGER NOT NULL, drawn TEXT)",
     "CREATE INDEX IF NOT EXISTS lease_grants_by_expiry ON lease_grants (keep_until_ms)",
 ];
 
@@ -134,12 +147,15 @@ impl DurableObject for KeyGuardObject {
         Self {
             env,
             sql: state.storage().sql(),
+            storage: state.storage(),
+            alarm_at: Cell::new(None),
             tables: Cell::new(None),
             key: RefCell::new(None),
             loading: SingleFlight::default(),
             counters: Cell::new(None),
             leases: RefCell::default(),
             exchanges: RefCell::default(),
+            leases_out: RefCell::default(),
             epoch: Cell::new(0),
             purged_ms: Cell::new(0),
         }
@@ -147,6 +163,47 @@ impl DurableObject for KeyGuardObject {
 
     async fn fetch(&self, mut req: Request) -> Result<Response> {
         Response::ok(self.dispatch(req.json::<GuardCommand>().await?).await?)
+    }
+
+    /// The end of a grant this guard holds of a level above its key (SPEC §20): what it did not
+    /// use goes back to the level's authority now, so a key that stopped being used does not keep
+    /// credits another key of its project could use. Grants still running set the next alarm.
+    async fn alarm(&self) -> Result<Response> {
+        #[derive(Deserialize)]
+        struct Row {
+            level: String,
+            state: String,
+        }
+        self.alarm_at.set(None);
+        let now = now_ms();
+        let rows = match self.has_tables()? {
+            true => self.sql.exec("SELECT level, state FROM level_leases", None)?.to_array::<Row>()?,
+            false => Vec::new(),
+        };
+        let mut next: Option<i64> = None;
+        for row in rows {
+            let lease: LevelLease = serde_json::from_str(&row.state).map_err(rust_error)?;
+            match &lease.held {
+                Some(held) if held.until_ms > now => {
+                    next = Some(next.map_or(held.until_ms, |n| n.min(held.until_ms)))
+                }
+                _ if lease.held.is_none() && lease.owed.is_empty() => {}
+                held => {
+                    let limits = held.as_ref().map(|h| h.limits).unwrap_or_default();
+                    if let Err(e) = self.exchange_once(&row.level, limits, 0).await {
+                        console_log!(
+                            r#"{{"component":"key_guard","event":"give_back_failed","error":{:?}}}"#,
+                            e.to_string()
+                        );
+                        next = Some(now + 5_000);
+                    }
+                }
+            }
+        }
+        if let Some(at) = next {
+            self.set_alarm_by(at).await?;
+        }
+        Response::ok("")
     }
 }
 
@@ -190,6 +247,11 @@ impl KeyGuardObject {
             }
             GuardCommand::Ping(_) => answer::<gatehouse_core::guard::protocol::Ping>(Done {}),
             GuardCommand::Exchange(c) => answer::<Exchange>(self.exchange(c)?),
+            GuardCommand::GiveBackLeases(c) => {
+                let key = self.remembered(now_ms())?;
+                self.take_back_leases(key.as_ref(), &c.give_back)?;
+                answer::<GiveBackLeases>(Done {})
+            }
             GuardCommand::TakeClaim(c) => {
                 answer::<gatehouse_core::guard::protocol::TakeClaim>(self.claim_waiting(&c.claim).await?)
             }
@@ -273,16 +335,25 @@ impl KeyGuardObject {
                 // A key whose type may not call the route (403) is refused before anything is
                 // counted and takes no claim: its answer carries the window as it stands.
                 let permitted = key.key_type.allows(c.scope);
-                let (verdict, usage) = self.admit(&key, c.scope.cost(), permitted).await?;
+                if let Some(lease) = &c.lease {
+                    self.take_back_leases(Some(&key), &lease.give_back)?;
+                }
+                let (verdict, usage, lease) =
+                    self.admit(&key, c.scope.cost(), permitted, c.lease.as_ref()).await?;
                 let claim = match c.claim {
                     Some(claim) if verdict == Verdict::Allowed && permitted => {
                         Some(self.claim_waiting(&claim).await?)
                     }
                     _ => None,
                 };
-                Authorized::Decided(Decided { key, verdict, usage, claim, d1_queries })
+                Authorized::Decided(Decided { key, verdict, usage, claim, d1_queries, lease })
             }
-            refused => Authorized::Denied(Denied { key: refused, reason: refusal, d1_queries }),
+            refused => {
+                if let Some(lease) = &c.lease {
+                    self.take_back_leases(refused.as_ref(), &lease.give_back)?;
+                }
+                Authorized::Denied(Denied { key: refused, reason: refusal, d1_queries })
+            }
         })
     }
 
@@ -385,44 +456,168 @@ impl KeyGuardObject {
     /// level above it (its identity, its project), asking a level's authority for a grant when
     /// it holds too few. Read, decide and write happen without yielding; only an exchange waits,
     /// and the decision is made again after it.
-    async fn admit(&self, key: &KeyRecord, cost: u32, permitted: bool) -> Result<(Verdict, Usage)> {
+    ///
+    /// With `lease` (the isolate would hold one), an admission of a hot key also leases the
+    /// isolate some of its credits. A refusal while isolates hold credits of the key waits (at
+    /// most until those leases end and a moment for them to come back) for what they give back,
+    /// so leases never make a request fail that the limit still has room for.
+    async fn admit(
+        &self,
+        key: &KeyRecord,
+        cost: u32,
+        permitted: bool,
+        lease: Option<&LeaseAsk>,
+    ) -> Result<(Verdict, Usage, Option<Grant>)> {
         let config = self.config()?;
         let limits = config.limits(key);
         let levels = config.levels(key);
-        // Each round admits at least one request of this key or ends in the level's refusal; the
-        // bound is only a guard against a bug.
-        for _ in 0..64 {
-            let mut held: Vec<Option<Held>> =
-                levels.iter().map(|(level, _)| Ok(self.lease(level)?.held)).collect::<Result<_>>()?;
+        let specs: Vec<LimitSpec> = levels.iter().map(|(_, spec)| *spec).collect();
+        // Each round admits at least one request of this key, ends in a refusal, or waits for
+        // leases to come back; the bound is only a guard against a bug.
+        for _ in 0..256 {
+            let mut held = self.held(&levels)?;
             let now = now_ms();
-            let specs: Vec<LimitSpec> = levels.iter().map(|(_, spec)| *spec).collect();
-            match admit(self.current_counters()?, now, limits, cost, permitted, &specs, &mut held) {
-                Decision::Decided { verdict, usage, counters } => {
-                    if let Some(next) = counters {
+            let refused =
+                match admit(self.current_counters()?, now, limits, cost, permitted, &specs, &mut held) {
+                    Decision::Decided { verdict, usage, counters: Some(next) } => {
+                        let leased = match (lease, config.lease_above_per_second) {
+                            (Some(ask), Some(above)) => {
+                                let grant_id = gatehouse_core::encoding::hex(&gatehouse_app::random::<16>());
+                                lease_to_isolate(
+                                    next, now, &limits, &levels, &mut held, &grant_id, ask.want, above,
+                                )
+                            }
+                            _ => None,
+                        };
+                        let (next, lease) = match leased {
+                            Some((grant, after, drawn)) => {
+                                self.keep_isolate_lease(&grant, &drawn)?;
+                                (after, Some(grant))
+                            }
+                            None => (next, None),
+                        };
                         self.keep_counters(next)?;
-                        for ((level, _), h) in levels.iter().zip(held) {
-                            self.keep_lease(level, LevelLease { held: h, ..self.lease(level)? })?;
-                        }
+                        self.keep_held(&levels, held)?;
+                        let project = self.lease(&project_authority(&key.project_id))?.held;
+                        return Ok((verdict, with_project_quota(usage, project.as_ref()), lease));
                     }
-                    let project = self.lease(&project_authority(&key.project_id))?.held;
-                    return Ok((verdict, with_project_quota(usage, project.as_ref())));
-                }
-                Decision::NeedsCredits(i) => {
-                    let (level, spec) = &levels[i];
-                    let flight = self.exchanges.borrow_mut().entry(level.clone()).or_default().clone();
-                    let grant =
-                        flight.run(|| self.exchange_with(level, *spec, cost)).await.map_err(rust_error)?;
-                    if grant.credits < cost.max(1) {
+                    Decision::Decided { verdict: Verdict::Allowed, usage, counters: None } => {
+                        // A 403: nothing taken.
+                        return Ok((Verdict::Allowed, usage, None));
+                    }
+                    Decision::Decided { verdict, usage, counters: None } => (verdict, usage),
+                    Decision::NeedsCredits(i) => {
+                        let (level, spec) = &levels[i];
+                        let flight = self.exchanges.borrow_mut().entry(level.clone()).or_default().clone();
+                        let grant = flight
+                            .run(|| self.exchange_with(level, *spec, cost))
+                            .await
+                            .map_err(rust_error)?;
+                        if grant.credits >= cost.max(1) {
+                            continue;
+                        }
                         let (_, stands, _) =
                             decide_request(self.current_counters()?, now, limits, cost, false);
-                        return Ok(refused_by_level(stands, &grant));
+                        refused_by_level(stands, &grant)
                     }
+                };
+            match self.leased_until(now) {
+                Some(until) if now < until + LEASE_RETURN_MS => {
+                    Delay::from(Duration::from_millis(LEASE_WAIT_POLL_MS)).await;
                 }
+                _ => return Ok((refused.0, refused.1, None)),
             }
         }
-        // Other requests of this key took each grant before this one could use it, 64 times.
+        // Never reached in practice: 256 rounds without an answer.
         let (_, usage, _) = decide_request(self.current_counters()?, now_ms(), limits, cost, false);
-        Ok((Verdict::RateLimited, usage))
+        Ok((Verdict::RateLimited, usage, None))
+    }
+
+    /// What this guard holds of each of `levels`.
+    fn held(&self, levels: &[(String, LimitSpec)]) -> Result<Vec<Option<Held>>> {
+        levels.iter().map(|(level, _)| Ok(self.lease(level)?.held)).collect()
+    }
+
+    fn keep_held(&self, levels: &[(String, LimitSpec)], held: Vec<Option<Held>>) -> Result<()> {
+        for ((level, _), h) in levels.iter().zip(held) {
+            let lease = self.lease(level)?;
+            if lease.held != h {
+                self.keep_lease(level, LevelLease { held: h, ..lease })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A lease to an isolate, kept so that what comes back of it counts once (`lease_grants`,
+    /// with what it drew from the levels above), and counted as out until it ends.
+    fn keep_isolate_lease(&self, grant: &Grant, drawn: &Drawn) -> Result<()> {
+        self.create_tables()?;
+        self.sql.exec(
+            "INSERT INTO lease_grants (grant_id, grant, given_back, keep_until_ms, drawn) VALUES (?, ?, 0, ?, ?)",
+            vec![
+                grant.grant_id.clone().into(),
+                serde_json::to_string(grant).map_err(rust_error)?.into(),
+                (grant.until_ms + PURGE_EVERY_MS).into(),
+                serde_json::to_string(drawn).map_err(rust_error)?.into(),
+            ],
+        )?;
+        self.leases_out.borrow_mut().push((grant.grant_id.clone(), grant.until_ms));
+        Ok(())
+    }
+
+    /// Until when isolates may hold credits of this key not given back yet (the latest end of a
+    /// lease not given back), as this object instance knows.
+    fn leased_until(&self, now: i64) -> Option<i64> {
+        let mut out = self.leases_out.borrow_mut();
+        out.retain(|(_, until)| now < until + LEASE_RETURN_MS);
+        out.iter().map(|(_, until)| *until).max()
+    }
+
+    /// Takes back what an isolate did not use of this key's leases (once each): to the key's
+    /// windows and to the levels' grants they drew from (`key`'s levels; without its record,
+    /// only the windows).
+    fn take_back_leases(&self, key: Option<&KeyRecord>, give_back: &[GiveBack]) -> Result<()> {
+        #[derive(Deserialize)]
+        struct Row {
+            grant: String,
+            drawn: Option<String>,
+        }
+        if give_back.is_empty() || !self.has_tables()? {
+            return Ok(());
+        }
+        let levels = match key {
+            Some(key) => self.config()?.levels(key),
+            None => Vec::new(),
+        };
+        let mut held = self.held(&levels)?;
+        let mut counters = self.current_counters()?;
+        let now = now_ms();
+        for back in give_back {
+            let row = self
+                .sql
+                .exec(
+                    "SELECT grant, drawn FROM lease_grants WHERE grant_id = ? AND given_back = 0 AND drawn IS NOT NULL",
+                    vec![back.grant_id.clone().into()],
+                )?
+                .to_array::<Row>()?
+                .pop();
+            let Some(row) = row else { continue };
+            let grant: Grant = serde_json::from_str(&row.grant).map_err(rust_error)?;
+            let drawn: Drawn = row
+                .drawn
+                .map(|d| serde_json::from_str(&d))
+                .transpose()
+                .map_err(rust_error)?
+                .unwrap_or_default();
+            take_back(&mut counters, now, &grant, &drawn, &levels, &mut held, back.unused);
+            self.sql.exec(
+                "UPDATE lease_grants SET given_back = 1 WHERE grant_id = ?",
+                vec![back.grant_id.clone().into()],
+            )?;
+            self.leases_out.borrow_mut().retain(|(id, _)| *id != back.grant_id);
+        }
+        self.keep_counters(counters)?;
+        self.keep_held(&levels, held)
     }
 
     /// Asks `level`'s authority for a grant of at least `cost` credits, giving back what is owed
@@ -436,6 +631,7 @@ impl KeyGuardObject {
         self.exchange_once(level, limits, cost).await.map_err(|e| e.to_string())
     }
 
+    /// A `cost` of 0 only gives back (the alarm).
     async fn exchange_once(&self, level: &str, limits: LimitSpec, cost: u32) -> Result<Grant> {
         let now = now_ms();
         let lease = self.lease(level)?;
@@ -444,7 +640,7 @@ impl KeyGuardObject {
         let exchange = Exchange {
             grant_id: gatehouse_core::encoding::hex(&gatehouse_app::random::<16>()),
             need: cost.max(1),
-            want: Held::want(lease.held.as_ref(), now, cost),
+            want: if cost == 0 { 0 } else { Held::want(lease.held.as_ref(), now, cost) },
             give_back: give_back.clone(),
             limits,
         };
@@ -461,7 +657,19 @@ impl KeyGuardObject {
         lease.owed.extend(lease.held.as_ref().and_then(Held::give_back));
         lease.held = (grant.credits > 0).then(|| Held::from_grant(&grant));
         self.keep_lease(level, lease)?;
+        if grant.credits > 0 {
+            self.set_alarm_by(grant.until_ms).await?;
+        }
         Ok(grant)
+    }
+
+    /// Makes sure the alarm runs at `at` at the latest.
+    async fn set_alarm_by(&self, at: i64) -> Result<()> {
+        if self.alarm_at.get().is_none_or(|current| current > at) {
+            self.storage.set_alarm(at).await?;
+            self.alarm_at.set(Some(at));
+        }
+        Ok(())
     }
 
     /// As a level's authority: gives back what the holder did not use, then grants (SPEC §20).
@@ -482,7 +690,10 @@ impl KeyGuardObject {
         let made = |id: &str| -> Result<Option<(Grant, bool)>> {
             let row = self
                 .sql
-                .exec("SELECT grant, given_back FROM lease_grants WHERE grant_id = ?", vec![id.into()])?
+                .exec(
+                    "SELECT grant, given_back FROM lease_grants WHERE grant_id = ? AND drawn IS NULL",
+                    vec![id.into()],
+                )?
                 .to_array::<Row>()?
                 .pop();
             row.map(|r| Ok((serde_json::from_str(&r.grant).map_err(rust_error)?, r.given_back != 0)))

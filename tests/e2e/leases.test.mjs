@@ -1,0 +1,83 @@
+// SPEC §20 "hot keys", end to end, on a gateway of this file's own where every key leases
+// (`LEASE_ABOVE_PER_SECOND=0`): a key's guard grants the isolate blocks of the key's credits, the
+// isolate admits from them without a Durable Object call, gives back what it did not use, and a
+// revoked key is refused everywhere within a second.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtemp, readFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { assertError, call, createKey, createProject, freshWindow, sleep, startGateway } from './harness.mjs';
+
+let gateway;
+
+before(async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'gatehouse-leases-'));
+  gateway = await startGateway(join(dir, 'state'), { vars: { LEASE_ABOVE_PER_SECOND: '0' } });
+});
+
+after(() => gateway?.stop());
+
+const me = (key) => call('GET', '/public/v1/me', { key, base: gateway.base });
+
+/** The request log lines (`REQUEST_LOG=all`) of this file's gateway. */
+async function requestLines() {
+  const text = await readFile(gateway.log, 'utf8');
+  return text.split('\n').flatMap((line) => {
+    const start = line.indexOf('{"request_id"');
+    if (start < 0) return [];
+    try { return [JSON.parse(line.slice(start))]; } catch { return []; }
+  });
+}
+
+test('with leases, 100 parallel requests at 30 a minute pass exactly 30, and a lease hit makes no Durable Object call', async () => {
+  const { owner } = await createProject('hot key', { base: gateway.base });
+  const key = await createKey(owner.key, 'server', {}, { base: gateway.base });
+  await freshWindow(20);
+  const burst = await Promise.all(Array.from({ length: 100 }, () => me(key.key)));
+  const statuses = burst.map((r) => r.status);
+  assert.equal(statuses.filter((s) => s === 200).length, 30, statuses.join());
+  assert.equal(statuses.filter((s) => s === 429).length, 70);
+  for (const refused of burst.filter((r) => r.status === 429)) assertError(refused, 429, 'RATE_LIMIT_EXCEEDED');
+  // Some of the 30 were admitted from the isolate's lease: their log line counts no object call.
+  const ids = new Set(burst.filter((r) => r.status === 200).map((r) => r.headers.get('x-request-id')));
+  const lines = (await requestLines()).filter((l) => ids.has(l.request_id));
+  assert.equal(lines.length, 30);
+  const hits = lines.filter((l) => l.durable_object_calls === 0);
+  assert.ok(hits.length > 0, `lease hits: ${JSON.stringify(lines.map((l) => l.durable_object_calls))}`);
+  assert.ok(hits.every((l) => l.d1_queries === 0 && l.kv_operations === 0));
+});
+
+test('sequential requests of a leasing key count down exactly, and the rest of a lease comes back', async () => {
+  const { owner } = await createProject('steady hot key', { base: gateway.base });
+  const key = await createKey(owner.key, 'server', {}, { base: gateway.base });
+  await freshWindow(20);
+  const remaining = [];
+  for (let i = 0; i < 8; i++) {
+    const res = await me(key.key);
+    assert.equal(res.status, 200, res.text);
+    remaining.push(Number(res.headers.get('x-ratelimit-remaining')));
+  }
+  assert.deepEqual(remaining, [29, 28, 27, 26, 25, 24, 23, 22]);
+  // The isolate holds credits it did not use (its leases grow: 1, 2, 4): once its lease ends it
+  // gives them back, and the window has exactly 22 left for anyone.
+  await sleep(1_500);
+  const burst = await Promise.all(Array.from({ length: 40 }, () => me(key.key)));
+  assert.equal(burst.filter((r) => r.status === 200).length, 22, burst.map((r) => r.status).join());
+});
+
+test('a revoked hot key is refused everywhere within a second', async () => {
+  const { owner } = await createProject('revoked hot key', { plan: 'business', base: gateway.base });
+  const key = await createKey(owner.key, 'server', {}, { base: gateway.base });
+  for (let i = 0; i < 5; i++) assert.equal((await me(key.key)).status, 200);
+  const revoked = await call('DELETE', `/public/v1/keys/${key.id}`, { key: owner.key, base: gateway.base });
+  assert.equal(revoked.status, 200, revoked.text);
+  const at = Date.now();
+  const after = [];
+  while (Date.now() - at < 1_600) {
+    after.push([Date.now() - at, (await me(key.key)).status]);
+  }
+  const late = after.filter(([ms]) => ms > 1_050);
+  assert.ok(late.length > 0);
+  assert.ok(late.every(([, s]) => s === 401), JSON.stringify(after));
+});
