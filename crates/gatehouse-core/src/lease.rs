@@ -309,11 +309,14 @@ impl LeaseBook {
         if self.give_back_waiting {
             return None;
         }
-        let first =
-            self.leases.values().filter(|l| l.held.give_back().is_some()).map(|l| l.held.until_ms).min();
-        let first = first.or_else(|| (!self.owed.is_empty()).then_some(i64::MIN));
+        let first = self.first_end().or_else(|| (!self.owed.is_empty()).then_some(i64::MIN));
         self.give_back_waiting = first.is_some();
         first
+    }
+
+    /// When the first lease held with credits unused ends, if any.
+    pub fn first_end(&self) -> Option<i64> {
+        self.leases.values().filter(|l| l.held.give_back().is_some()).map(|l| l.held.until_ms).min()
     }
 
     pub fn give_back_done(&mut self) {
@@ -388,6 +391,15 @@ pub fn take_back(
             h.used = h.used.saturating_sub(unused.min(lease.credits));
         }
     }
+}
+
+/// A request the key's own windows refused: the level whose quota its guard should ask about,
+/// because it holds no usable grant of it. The quota comes before the windows (SPEC §4): a
+/// client over both must learn that the month is used up, since waiting would not help.
+pub fn quota_to_ask(levels: &[(String, LimitSpec)], held: &[Option<Held>], now_ms: i64) -> Option<usize> {
+    levels.iter().zip(held).position(|((_, spec), h)| {
+        spec.monthly_quota.is_some() && h.as_ref().map_or(0, |h| h.available(now_ms, spec)) == 0
+    })
 }
 
 /// A request a level refused (its grant had fewer credits than the cost): the level's verdict —

@@ -14,8 +14,8 @@ use gatehouse_core::config::Config;
 use gatehouse_core::guard::protocol::{client_guard_name, project_authority};
 use gatehouse_core::idempotency::{decide_claim, Claim, ClaimDecision, Entry, KeptResponse, LEASE_MS};
 use gatehouse_core::lease::{
-    admit, give_back, grant, lease_to_isolate, refused_by_level, take_back, with_project_quota, Decision,
-    Drawn, GiveBack, Grant, Held, LeaseAsk,
+    admit, give_back, grant, lease_to_isolate, quota_to_ask, refused_by_level, take_back, with_project_quota,
+    Decision, Drawn, GiveBack, Grant, Held, LeaseAsk,
 };
 use gatehouse_core::page::PageRequest;
 use gatehouse_core::ports::{
@@ -145,6 +145,23 @@ impl FakeGuard {
             let prev = self.counters.borrow().get(&key.key_hash).copied().unwrap_or_default();
             let specs: Vec<LimitSpec> = levels.iter().map(|(_, spec)| *spec).collect();
             match admit(prev, now, limits, cost, permitted, &specs, &mut held) {
+                Decision::Decided { verdict: Verdict::RateLimited, usage, counters: None } => {
+                    // Over a window: is the quota used up too? (The real guard asks once a minute.)
+                    if let Some(i) = quota_to_ask(&levels, &held, now) {
+                        let (level, spec) = &levels[i];
+                        let slot = (key.key_hash.clone(), level.clone());
+                        let last = self.held.borrow_mut().remove(&slot);
+                        let grant = self.exchange(level, spec, last.as_ref(), cost);
+                        if grant.credits > 0 {
+                            self.held.borrow_mut().insert(slot, Held::from_grant(&grant));
+                        }
+                        if grant.verdict == Verdict::QuotaExceeded {
+                            let (verdict, usage) = refused_by_level(usage, &grant);
+                            return (verdict, usage, None);
+                        }
+                    }
+                    return (Verdict::RateLimited, usage, None);
+                }
                 Decision::Decided { verdict, usage, counters } => {
                     let mut leased = None;
                     if let Some(next) = counters {

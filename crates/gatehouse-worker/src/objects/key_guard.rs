@@ -35,12 +35,12 @@ use gatehouse_core::guard::protocol::{
 use gatehouse_core::guard::single_flight::SingleFlight;
 use gatehouse_core::idempotency::{decide_claim, Claim, ClaimDecision, KeptResponse, LEASE_MS};
 use gatehouse_core::lease::{
-    admit, give_back, grant, lease_to_isolate, refused_by_level, take_back, with_project_quota, Decision,
-    Drawn, Exchange, GiveBack, Grant, Held, LeaseAsk,
+    admit, give_back, grant, lease_to_isolate, quota_to_ask, refused_by_level, take_back, with_project_quota,
+    Decision, Drawn, Exchange, GiveBack, Grant, Held, LeaseAsk,
 };
 use gatehouse_core::ports::{ClaimRequest, Directory, Meter};
 use gatehouse_core::rate_limit::{
-    decide_request, next_month_start, Counters, LimitSpec, Limits, Usage, Verdict, WindowCount,
+    decide_request, next_month_start, Counters, LimitSpec, Limits, Usage, Verdict, Window, WindowCount,
     AUTH_FAILURE_LIMITS,
 };
 
@@ -78,6 +78,8 @@ pub struct KeyGuardObject {
     counters: Cell<Option<Counters>>,
     /// Per level above the key, once read from storage.
     leases: RefCell<BTreeMap<String, LevelLease>>,
+    /// When each level's quota was last asked about for a request over a window (a minute's start).
+    quota_asked: RefCell<BTreeMap<String, i64>>,
     /// The leases to isolates this instance made that were not given back: (grant id, end).
     leases_out: RefCell<Vec<(String, i64)>>,
     /// Per level, the exchange in flight: requests that need credits meanwhile wait for it.
@@ -156,6 +158,7 @@ impl DurableObject for KeyGuardObject {
             leases: RefCell::default(),
             exchanges: RefCell::default(),
             leases_out: RefCell::default(),
+            quota_asked: RefCell::default(),
             epoch: Cell::new(0),
             purged_ms: Cell::new(0),
         }
@@ -474,14 +477,16 @@ impl KeyGuardObject {
         let specs: Vec<LimitSpec> = levels.iter().map(|(_, spec)| *spec).collect();
         // Each round admits at least one request of this key, ends in a refusal, or waits for
         // leases to come back; the bound is only a guard against a bug.
+        let mut waited = false;
         for _ in 0..256 {
             let mut held = self.held(&levels)?;
             let now = now_ms();
             let refused =
                 match admit(self.current_counters()?, now, limits, cost, permitted, &specs, &mut held) {
                     Decision::Decided { verdict, usage, counters: Some(next) } => {
+                        // A request that waited for credits to come back leases none: others wait too.
                         let leased = match (lease, config.lease_above_per_second) {
-                            (Some(ask), Some(above)) => {
+                            (Some(ask), Some(above)) if !waited => {
                                 let grant_id = gatehouse_core::encoding::hex(&gatehouse_app::random::<16>());
                                 lease_to_isolate(
                                     next, now, &limits, &levels, &mut held, &grant_id, ask.want, above,
@@ -489,8 +494,14 @@ impl KeyGuardObject {
                             }
                             _ => None,
                         };
+                        let project_level = project_authority(&key.project_id);
+                        let project = levels
+                            .iter()
+                            .position(|(l, _)| *l == project_level)
+                            .and_then(|i| held[i].clone());
                         let (next, lease) = match leased {
-                            Some((grant, after, drawn)) => {
+                            Some((mut grant, after, drawn)) => {
+                                grant.usage = with_project_quota(grant.usage, project.as_ref());
                                 self.keep_isolate_lease(&grant, &drawn)?;
                                 (after, Some(grant))
                             }
@@ -498,12 +509,31 @@ impl KeyGuardObject {
                         };
                         self.keep_counters(next)?;
                         self.keep_held(&levels, held)?;
-                        let project = self.lease(&project_authority(&key.project_id))?.held;
                         return Ok((verdict, with_project_quota(usage, project.as_ref()), lease));
                     }
                     Decision::Decided { verdict: Verdict::Allowed, usage, counters: None } => {
                         // A 403: nothing taken.
                         return Ok((Verdict::Allowed, usage, None));
+                    }
+                    Decision::Decided { verdict: Verdict::RateLimited, usage, counters: None } => {
+                        // Over a window: is the quota used up too? Asked once per minute and level.
+                        match quota_to_ask(&levels, &held, now).filter(|&i| self.first_ask(&levels[i].0, now))
+                        {
+                            Some(i) => {
+                                let (level, spec) = &levels[i];
+                                let flight =
+                                    self.exchanges.borrow_mut().entry(level.clone()).or_default().clone();
+                                let grant = flight
+                                    .run(|| self.exchange_with(level, *spec, cost))
+                                    .await
+                                    .map_err(rust_error)?;
+                                match grant.verdict {
+                                    Verdict::QuotaExceeded => refused_by_level(usage, &grant),
+                                    _ => (Verdict::RateLimited, usage),
+                                }
+                            }
+                            None => (Verdict::RateLimited, usage),
+                        }
                     }
                     Decision::Decided { verdict, usage, counters: None } => (verdict, usage),
                     Decision::NeedsCredits(i) => {
@@ -523,6 +553,7 @@ impl KeyGuardObject {
                 };
             match self.leased_until(now) {
                 Some(until) if now < until + LEASE_RETURN_MS => {
+                    waited = true;
                     Delay::from(Duration::from_millis(LEASE_WAIT_POLL_MS)).await;
                 }
                 _ => return Ok((refused.0, refused.1, None)),
@@ -531,6 +562,12 @@ impl KeyGuardObject {
         // Never reached in practice: 256 rounds without an answer.
         let (_, usage, _) = decide_request(self.current_counters()?, now_ms(), limits, cost, false);
         Ok((Verdict::RateLimited, usage, None))
+    }
+
+    /// Whether `level`'s quota was not asked about yet in this minute (then it is, from now).
+    fn first_ask(&self, level: &str, now: i64) -> bool {
+        let minute = Window::Minute.start(now);
+        self.quota_asked.borrow_mut().insert(level.to_owned(), minute) != Some(minute)
     }
 
     /// What this guard holds of each of `levels`.
