@@ -936,7 +936,9 @@ fn an_unknown_key_flood_costs_no_guard_once_the_address_is_over_its_limit() {
 fn an_ipv6_client_rotating_inside_its_64_is_limited_as_one_address() {
     let faults = Rc::new(Faults::new(1, 0.0));
     let (gateway, clock, _) = world(&faults, &[KeyType::Owner]);
-    let limit = gatehouse_core::rate_limit::AUTH_FAILURE_LIMITS.per_minute as usize;
+    let limit = gatehouse_core::rate_limit::AUTH_FAILURE_LIMITS
+        .window(gatehouse_core::rate_limit::Window::Minute)
+        .unwrap_or(0) as usize;
     let statuses: Vec<u16> = (0..2 * (limit + 5))
         .map(|n| {
             let ip = format!("2001:db8:77:1:{:x}:{:x}::{:x}", n / 7, n % 7, n + 1);
