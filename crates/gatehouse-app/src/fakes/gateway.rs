@@ -357,7 +357,7 @@ impl DirectoryTables {
         let mut told = Vec::new();
         let mut count = 0;
         for key in keys.iter_mut().rev() {
-            if !key.identity.as_ref().is_some_and(|i| i.id == identity.id) {
+            if key.identity.as_ref().is_none_or(|i| i.id != identity.id) {
                 continue;
             }
             count += 1;
