@@ -3,7 +3,7 @@
 //! told the key's new record (`Apply`), so the next request runs under the new limits.
 
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::keys::patch_field;
 use super::{unavailable, Call, Gateway, Reply};
@@ -96,16 +96,16 @@ impl<P: Ports> Gateway<'_, P> {
                 .map(|l| l.map(|v| identity::parse_limits(&v)).transpose().map(Option::flatten))
                 .transpose()?,
         };
+        // Only its limits are in its keys' records: a change of meta alone tells no guard.
+        let tell = if changes.limits.is_some() { IDENTITY_CHANGE_TELLS } else { 0 };
         let changed = self
             .store
-            .update_identity(call.project_id(), id, &changes, call.now_ms, IDENTITY_CHANGE_TELLS)
+            .update_identity(call.project_id(), id, &changes, call.now_ms, tell)
             .await
             .map_err(unavailable)?
             .ok_or_else(|| not_found(id))?;
-        if changes.limits.is_some() {
-            let keys: Vec<&KeyRecord> = changed.keys.iter().collect();
-            self.tell_guards(&keys).await;
-        }
+        let keys: Vec<&KeyRecord> = changed.keys.iter().collect();
+        self.tell_guards(&keys).await;
         Ok(Reply::ok(changed.identity.view()))
     }
 
@@ -120,11 +120,7 @@ impl<P: Ports> Gateway<'_, P> {
             .ok_or_else(|| not_found(id))?;
         let keys: Vec<&KeyRecord> = deleted.keys.iter().collect();
         self.tell_guards(&keys).await;
-        Ok(Reply::ok(json!({
-            "id": deleted.identity.id,
-            "status": "deleted",
-            "keys_detached": deleted.key_count,
-        })))
+        Ok(Reply::ok(identity::deleted_view(&deleted.identity.id, deleted.key_count)))
     }
 }
 

@@ -41,6 +41,15 @@ impl Identity {
     }
 }
 
+/// What `DELETE /public/v1/identities/{id}` answers: the identity gone, and how many keys it had.
+pub fn deleted_view(id: &str, keys_detached: u64) -> Value {
+    gatehouse_wire::to_json(&gatehouse_wire::identities::DeletedIdentity {
+        id: id.to_owned(),
+        status: "deleted".to_owned(),
+        keys_detached,
+    })
+}
+
 /// What `PATCH /public/v1/identities/{id}` changes; `None` leaves a field as it is, `Some(None)`
 /// clears it.
 #[derive(Debug, Clone, Default, PartialEq)]
