@@ -78,6 +78,17 @@ const samePlan = nullable({ ...str, description: 'only the project\'s own plan (
 const timeBound = { type: 'string', anyOf: [{ format: 'date-time' }, { format: 'date', pattern: '^[0-9]{4}-[0-9]{2}-[0-9]{2}$' }, { pattern: '^[0-9]+$' }] };
 const futureTime = (extra) => ({ ...time, description: `RFC 3339, in the future (422 otherwise)${extra}` });
 const grace = (max, byDefault, what) => ({ ...int(0, max), description: `0–${max} seconds (422 above), default ${byDefault}: ${what}` });
+// Limits (SPEC §20): any of four windows, each a whole number ≥ 1 (400 otherwise, details.field
+// naming it, e.g. limits.per_minute); an identity may also set a monthly quota, a key may not.
+const WINDOWS = ['per_second', 'per_minute', 'per_hour', 'per_day'];
+const windowLimit = int(1, 4294967295);
+const monthlyQuota = int(1, 9007199254740991);
+const identityLimits = obj({ ...Object.fromEntries(WINDOWS.map((w) => [w, windowLimit])), monthly_quota: monthlyQuota });
+const keyLimits = obj(Object.fromEntries(WINDOWS.map((w) => [w, windowLimit])));
+const identityLimitsIn = nullable({ ...identityLimits, description: 'each field optional, a whole number ≥ 1 (400 naming the field otherwise, an unknown field too); {} or null: none of its own. Shared by all the identity\'s keys' });
+const keyLimitsIn = nullable({ ...keyLimits, description: 'the key\'s own windows, each at most its plan\'s (403 above: an owner may lower, not raise); a window its plan does not limit, or monthly_quota (a key has no quota of its own), is a 422 naming the field; {} or null: the plan\'s' });
+const identityIdIn = nullable({ ...str, description: 'an identity of this project (422 with details.field "identity_id" otherwise); its keys share its limits. null: none' });
+const metaIn = nullable({ type: 'object', description: 'any JSON object, at most 4 KiB as compact JSON (422 beyond); null: none' });
 const eventTypes = ['contact.created', 'message.created', 'scenario.run.started', 'release_marker.created'];
 
 const paths = {
@@ -110,13 +121,13 @@ const paths = {
   '/public/v1/me': { get: get('The calling key, its window and quota', { ok: ref('Me'), scoped: false }) },
   '/public/v1/keys': {
     post: mutating('Create a key on the project\'s plan (the secret is shown only here)', obj({ type: { enum: ['owner', 'server', 'browser', 'cicd'] }, name: nullable({ type: 'string', maxLength: 200, description: 'trimmed; blank is none (400 beyond 200 characters)' }), plan: samePlan, rate_limit_per_minute: rateOverride,
-      expires_at: nullable(futureTime('; from then on the key is refused: 401, details.reason "expired"')) }, ['type']),
+      expires_at: nullable(futureTime('; from then on the key is refused: 401, details.reason "expired"')), identity_id: identityIdIn, limits: keyLimitsIn }, ['type']),
       { 201: { schema: ref('KeyCreated'), description: 'Created' } }),
     get: get('List the project\'s keys', { parameters: paging, ok: list(ref('Key')), codes: [400] }),
   },
   '/public/v1/keys/{id}': {
-    patch: mutating('Change the name, lower the rate limit or set the expiry (applies at once)', obj({ name: nullable({ type: 'string', maxLength: 200, description: 'trimmed; blank or null clears it (400 beyond 200 characters)' }), plan: samePlan, rate_limit_per_minute: rateOverride,
-      expires_at: nullable(futureTime('; null: never. Not for a rolled or expired key (422)')) }),
+    patch: mutating('Change the name, lower the limits, set the expiry or the identity (applies at once)', obj({ name: nullable({ type: 'string', maxLength: 200, description: 'trimmed; blank or null clears it (400 beyond 200 characters)' }), plan: samePlan, rate_limit_per_minute: rateOverride,
+      expires_at: nullable(futureTime('; null: never. Not for a rolled or expired key (422)')), identity_id: identityIdIn, limits: keyLimitsIn }),
       { 200: { schema: ref('Key') } }, [404], { parameters: [pathParam('id')] }),
     delete: mutating('Revoke a key (applies at once)', null, { 200: { schema: ref('Key') } }, [404], { parameters: [pathParam('id')] }),
   },
@@ -125,6 +136,19 @@ const paths = {
     { 201: { schema: ref('KeyCreated'), description: 'Created' } }, [404], { parameters: [pathParam('id')] }) },
   '/public/v1/keys/{id}/stats': { get: get('Daily counts, top endpoints and error share of a key', {
     parameters: [pathParam('id'), query('days', int(1, 90), '1–90 (400 otherwise), default 30')], ok: ref('KeyStats'), codes: [400, 404] }) },
+  '/public/v1/identities': {
+    post: mutating('Create an identity: keys that belong to it share its limits and quota', obj({ external_id: { type: 'string', minLength: 1, maxLength: 255, description: 'your id for this customer, kept as sent; 1–255 characters (400 otherwise), unique in the project (409 CONFLICT otherwise)' },
+      meta: metaIn, limits: identityLimitsIn }, ['external_id']),
+      { 201: { schema: ref('Identity'), description: 'Created' } }),
+    get: get('List the project\'s identities, newest first', { parameters: paging, ok: list(ref('Identity')), codes: [400] }),
+  },
+  '/public/v1/identities/{id}': {
+    get: get('One identity', { parameters: [pathParam('id')], ok: ref('Identity'), codes: [404] }),
+    patch: mutating('Change an identity\'s meta or limits (null clears; its keys\' guards are told at once)', obj({ meta: metaIn, limits: identityLimitsIn }),
+      { 200: { schema: ref('Identity') } }, [404], { parameters: [pathParam('id')] }),
+    delete: mutating('Delete an identity; its keys stay, belonging to no identity', null,
+      { 200: { schema: out({ id: str, status: { const: 'deleted' }, keys_detached: { ...int(0), description: 'keys that belonged to it' } }) } }, [404], { parameters: [pathParam('id')] }),
+  },
   '/public/v1/logs': { get: get('The audit log, newest first', {
     parameters: [query('method', { type: 'string', maxLength: 10, pattern: '^\\s*[A-Za-z]*\\s*$' }, 'an HTTP method, any case (400 otherwise)'),
       query('status', { type: 'string', pattern: '^\\s*([1-5][xX][xX]|[1-5][0-9][0-9])?\\s*$' }, '1xx–5xx or a code 100–599 (400 otherwise)'),
@@ -185,7 +209,8 @@ const paths = {
 
 const keyProps = { id: str, prefix: str, type: { enum: ['owner', 'server', 'browser', 'cicd'] }, name: nullable(str), plan: str,
   rate_limit_per_minute: nullable(int(1)), status: { enum: ['active', 'expiring', 'expired', 'revoked'] }, created_at: time,
-  expires_at: nullable(time), revoked_at: nullable(time), rolled_from: nullable(str), rolled_to: nullable(str) };
+  expires_at: nullable(time), revoked_at: nullable(time), rolled_from: nullable(str), rolled_to: nullable(str),
+  identity_id: nullable(str), limits: nullable(keyLimits) };
 const webhookProps = { id: str, url: str, events: { type: 'array', items: str }, status: { enum: ['active', 'disabled'] }, disabled_reason: nullable(str), created_at: time,
   previous_secret_expires_at: nullable({ ...time, description: 'while a rotation\'s grace runs: until when attempts are signed with the previous secret too' }) };
 const indexed = (props) => ({ type: 'array', items: out({ index: int(0), ...props }) });
@@ -194,6 +219,7 @@ const schemas = {
   ProjectCreated: out({ project_id: str, name: str, plan: str, owner_key: out({ id: str, key: str, prefix: str }) }),
   Key: out(keyProps),
   KeyCreated: out({ ...keyProps, key: { ...str, description: 'the secret; shown only in this response' } }),
+  Identity: out({ id: str, external_id: str, meta: nullable({ type: 'object' }), limits: nullable(identityLimits), created_at: time, updated_at: time }),
   Me: out({ key_id: str, prefix: str, type: { enum: ['owner', 'server', 'browser', 'cicd'] }, project_id: str, plan: str, expires_at: nullable(time),
     rate_limit: out({ limit: int(0), remaining: int(0), reset: time }), quota: out({ used: int(0), limit: int(0), resets_at: time }) }),
   KeyStats: out({ key_id: str, days: int(1, 90), total: int(0), error_share: { type: 'number', minimum: 0, maximum: 1 },
@@ -249,7 +275,7 @@ const proxyContract = {
   },
 };
 const codes = { 400: 'VALIDATION_ERROR (malformed JSON, an object naming a key twice, a bad or unknown field or query parameter) or IDEMPOTENCY_KEY_REQUIRED', 401: 'INVALID_API_KEY (or a missing or wrong admin token); a known key that is refused says why in details.reason: expired, rolled or revoked', 403: 'FORBIDDEN',
-  404: 'NOT_FOUND', 409: 'IDEMPOTENCY_KEY_REUSED or IDEMPOTENCY_KEY_IN_USE (Retry-After: 1)', 413: 'PAYLOAD_TOO_LARGE',
+  404: 'NOT_FOUND', 409: 'IDEMPOTENCY_KEY_REUSED or IDEMPOTENCY_KEY_IN_USE (Retry-After: 1), or CONFLICT (the project has an identity with this external_id already)', 413: 'PAYLOAD_TOO_LARGE',
   422: 'VALIDATION_ERROR (semantic, or a bad or repeated Idempotency-Key)', 429: 'RATE_LIMIT_EXCEEDED (Retry-After), QUOTA_EXCEEDED or TRIAL_QUOTA_EXCEEDED; also too many failed authentications from the address',
   500: 'INTERNAL_ERROR (nothing accepted; retry)', 502: 'UPSTREAM_UNAVAILABLE (proxy mode: the origin could not be reached; retryable)',
   503: 'SERVICE_UNAVAILABLE (a binding did not answer; retry with care)', 504: 'UPSTREAM_TIMEOUT (proxy mode: no answer within the route timeout_ms; retryable)' };

@@ -6,13 +6,15 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{random, unavailable, Call, Gateway, Ids, Reply};
-use gatehouse_core::api_key::{self, KeyRecord, KeyType};
+use gatehouse_core::api_key::{self, IdentityLimits, KeyRecord, KeyType};
 use gatehouse_core::config::Config;
 use gatehouse_core::encoding::object_id;
 use gatehouse_core::error::ApiError;
+use gatehouse_core::identity;
 use gatehouse_core::json_body;
 use gatehouse_core::page::{Cursor, PageRequest};
 use gatehouse_core::ports::{Directory, KeyChanges, KeyGuard, KeyUpdate, Ports, Revocation};
+use gatehouse_core::rate_limit::LimitSpec;
 use gatehouse_core::time;
 
 /// A key just made: its record and the secret, which exists only in this response.
@@ -93,6 +95,8 @@ struct CreateKey {
     plan: Option<String>,
     rate_limit_per_minute: Option<u32>,
     expires_at: Option<String>,
+    identity_id: Option<String>,
+    limits: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -108,7 +112,7 @@ struct RollKey {
 }
 
 /// A field that may be absent (leave it), `null` (clear it) or a value.
-fn patch_field<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+pub(super) fn patch_field<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
     d: D,
 ) -> Result<Option<Option<T>>, D::Error> {
     Option::<T>::deserialize(d).map(Some)
@@ -124,6 +128,10 @@ struct UpdateKey {
     rate_limit_per_minute: Option<Option<u32>>,
     #[serde(default, deserialize_with = "patch_field")]
     expires_at: Option<Option<String>>,
+    #[serde(default, deserialize_with = "patch_field")]
+    identity_id: Option<Option<String>>,
+    #[serde(default, deserialize_with = "patch_field")]
+    limits: Option<Option<Value>>,
 }
 
 impl<P: Ports> Gateway<'_, P> {
@@ -135,6 +143,12 @@ impl<P: Ports> Gateway<'_, P> {
         let plan = &call.key().plan;
         check_plan_unchanged(plan, input.plan.as_deref())?;
         check_rate(self.config, plan, input.rate_limit_per_minute)?;
+        let limits = read_limits(input.limits.as_ref())?;
+        check_limits(self.config, plan, limits.as_ref())?;
+        let identity = match &input.identity_id {
+            Some(id) => Some(self.identity_of(call, id).await?),
+            None => None,
+        };
         let mut new = NewKey::generate(
             self.config,
             call.project_id(),
@@ -146,6 +160,8 @@ impl<P: Ports> Gateway<'_, P> {
         )
         .of_operation(self.config, &call.ids);
         new.record.expires_at = expires_at;
+        new.record.identity = identity;
+        new.record.limits = limits;
         let stored = self.store.insert_key(&new.record).await.map_err(unavailable)?;
         // The caller's project exists; a missing one is a deleted project: its key is no longer valid.
         let stored = stored.ok_or_else(ApiError::invalid_api_key)?;
@@ -180,17 +196,25 @@ impl<P: Ports> Gateway<'_, P> {
     pub(super) async fn update_key(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let key_id = call.params[0];
         let input: UpdateKey = json_body::parse(&call.body)?;
-        let changes = KeyChanges {
+        let mut changes = KeyChanges {
             name: input.name.map(clean_name).transpose()?,
             rate_limit_per_minute: input.rate_limit_per_minute,
             expires_at: input
                 .expires_at
                 .map(|at| at.map(|at| future_instant(&at, call.now_ms)).transpose())
                 .transpose()?,
+            identity: None,
+            limits: input.limits.map(|l| read_limits(l.as_ref())).transpose()?,
         };
         let current = self.existing_key(call, key_id).await?;
         check_plan_unchanged(&current.plan, input.plan.as_deref())?;
         check_rate(self.config, &current.plan, changes.rate_limit_per_minute.flatten())?;
+        check_limits(self.config, &current.plan, changes.limits.flatten().as_ref())?;
+        changes.identity = match &input.identity_id {
+            Some(Some(id)) => Some(Some(self.identity_of(call, id).await?)),
+            Some(None) => Some(None),
+            None => None,
+        };
         if current.is_revoked() {
             return Err(ApiError::unprocessable("A revoked key cannot be changed.").with_detail("id", key_id));
         }
@@ -324,6 +348,9 @@ impl<P: Ports> Gateway<'_, P> {
             call.now_ms,
         )
         .of_operation(self.config, &call.ids);
+        // The replacement belongs to the same identity, with the same windows.
+        new.record.identity.clone_from(&current.identity);
+        new.record.limits = current.limits;
         if current.rolled_to.as_deref() == Some(new.record.id.as_str()) {
             // SPEC §19: this operation rolled the key already (its answer was lost): the same
             // replacement again, never a roll of the replacement. The guard holds the roll D1 holds.
@@ -367,6 +394,19 @@ impl<P: Ports> Gateway<'_, P> {
                 }
                 Err(unavailable(e))
             }
+        }
+    }
+
+    /// The identity `identity_id` of the caller's project with its limits, as a key's record
+    /// carries it; one unknown here (or another project's) is a 422 naming `identity_id`.
+    async fn identity_of(&self, call: &Call<'_>, identity_id: &str) -> Result<IdentityLimits, ApiError> {
+        match self.store.identity(call.project_id(), identity_id).await.map_err(unavailable)? {
+            Some(identity) => {
+                Ok(IdentityLimits { id: identity.id, limits: identity.limits.unwrap_or_default() })
+            }
+            None => Err(ApiError::unprocessable("There is no identity with this id in this project.")
+                .with_detail("field", "identity_id")
+                .with_detail("id", identity_id)),
         }
     }
 
@@ -449,6 +489,21 @@ fn check_rate(config: &Config, plan: &str, rate: Option<u32>) -> Result<(), ApiE
         .with_detail("plan_per_minute", ceiling));
     }
     Ok(())
+}
+
+/// A key's `limits` as sent (400 naming a malformed field); `None` for null or `{}`.
+fn read_limits(limits: Option<&Value>) -> Result<Option<LimitSpec>, ApiError> {
+    match limits {
+        Some(v) if !v.is_null() => identity::parse_limits(v),
+        _ => Ok(None),
+    }
+}
+
+/// A key's own windows lower its plan's, never raise them or add one, and are never a quota
+/// (`identity::check_key_limits`).
+fn check_limits(config: &Config, plan: &str, limits: Option<&LimitSpec>) -> Result<(), ApiError> {
+    let Some(limits) = limits else { return Ok(()) };
+    identity::check_key_limits(limits, plan, config.plan_or_trial(plan))
 }
 
 /// Plans are set by the operator for the whole project: naming the project's own plan is allowed

@@ -26,6 +26,7 @@ mod audit_load;
 mod dead_letters;
 #[cfg(any(test, feature = "testing"))]
 pub mod fakes;
+mod identities;
 mod keys;
 #[cfg(test)]
 mod lifecycle;

@@ -132,8 +132,19 @@ impl<P: Ports> Gateway<'_, P> {
     /// Gives each guard its record as D1 has it again (best effort: one not reached reads D1
     /// within its record's freshness).
     async fn give_back(&self, told: &[&KeyRecord]) {
-        for wave in told.chunks(WORKER_MAX_OPEN_CONNECTIONS) {
-            join_all(wave.iter().map(|k| self.guard.apply(k, None))).await;
+        self.tell_guards(told).await;
+    }
+
+    /// Tells each key's guard its record with `Apply`, six at a time (the open connections of one
+    /// invocation), best effort: a guard not reached reads D1 again within its record's freshness
+    /// (10 minutes). Answers how many were told. A plan change gives records back with it, and an
+    /// identity's change tells its keys their identity's new limits (SPEC §20).
+    pub(super) async fn tell_guards(&self, keys: &[&KeyRecord]) -> usize {
+        let mut told = 0;
+        for wave in keys.chunks(WORKER_MAX_OPEN_CONNECTIONS) {
+            let answers = join_all(wave.iter().map(|k| self.guard.apply(k, None))).await;
+            told += answers.iter().filter(|a| a.is_ok()).count();
         }
+        told
     }
 }

@@ -517,6 +517,8 @@ impl KeyRecord {
             revoked_at: self.revoked_at.map(rfc3339),
             rolled_from: self.rolled_from.clone(),
             rolled_to: self.rolled_to.clone(),
+            identity_id: self.identity.as_ref().map(|i| i.id.clone()),
+            limits: self.limits.as_ref().map(crate::identity::wire_limits),
         };
         gatehouse_wire::to_json(&key)
     }

@@ -16,6 +16,8 @@ pub enum ErrorCode {
     IdempotencyKeyInUse,
     /// 409: the key completed with a response too large to keep (SPEC §15): never executed again.
     IdempotencyResponseNotStored,
+    /// 409: the request names something the project holds already (an identity's `external_id`).
+    Conflict,
     PayloadTooLarge,
     /// 422: well-formed input that the operation cannot accept.
     Unprocessable,
@@ -39,7 +41,7 @@ impl ErrorCode {
             Forbidden => 403,
             NotFound => 404,
             MethodNotAllowed => 405,
-            IdempotencyKeyReused | IdempotencyKeyInUse | IdempotencyResponseNotStored => 409,
+            IdempotencyKeyReused | IdempotencyKeyInUse | IdempotencyResponseNotStored | Conflict => 409,
             PayloadTooLarge => 413,
             Unprocessable => 422,
             RateLimitExceeded | QuotaExceeded | TrialQuotaExceeded => 429,
@@ -62,6 +64,7 @@ impl ErrorCode {
             IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",
             IdempotencyKeyInUse => "IDEMPOTENCY_KEY_IN_USE",
             IdempotencyResponseNotStored => "IDEMPOTENCY_RESPONSE_NOT_STORED",
+            Conflict => "CONFLICT",
             PayloadTooLarge => "PAYLOAD_TOO_LARGE",
             RateLimitExceeded => "RATE_LIMIT_EXCEEDED",
             QuotaExceeded => "QUOTA_EXCEEDED",
@@ -145,6 +148,11 @@ impl ApiError {
         Self::new(ErrorCode::NotFound, format!("No such {what}."))
     }
 
+    /// 409 `CONFLICT`: something of this name exists already (not retryable: the state must change).
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Conflict, message)
+    }
+
     pub fn payload_too_large(limit: usize) -> Self {
         Self::new(
             ErrorCode::PayloadTooLarge,
@@ -204,6 +212,7 @@ mod tests {
             (MethodNotAllowed, 405, "METHOD_NOT_ALLOWED", false),
             (IdempotencyKeyReused, 409, "IDEMPOTENCY_KEY_REUSED", false),
             (IdempotencyKeyInUse, 409, "IDEMPOTENCY_KEY_IN_USE", true),
+            (Conflict, 409, "CONFLICT", false),
             (PayloadTooLarge, 413, "PAYLOAD_TOO_LARGE", false),
             (Unprocessable, 422, "VALIDATION_ERROR", false),
             (RateLimitExceeded, 429, "RATE_LIMIT_EXCEEDED", true),

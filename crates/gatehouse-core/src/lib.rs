@@ -15,6 +15,7 @@ pub mod error;
 pub mod events;
 pub mod guard;
 pub mod idempotency;
+pub mod identity;
 pub mod json_body;
 pub mod lease;
 pub mod ledger;

@@ -24,6 +24,12 @@ pub enum RouteId {
     UpdateKey,
     RevokeKey,
     RollKey,
+    /// Identities (SPEC §20): keys that share limits and a quota.
+    CreateIdentity,
+    ListIdentities,
+    GetIdentity,
+    UpdateIdentity,
+    DeleteIdentity,
     CreateContact,
     ListContacts,
     GetContact,
@@ -172,6 +178,11 @@ pub const ROUTES: &[Route] = &[
     route(RouteId::RevokeKey, "DELETE", "/public/v1/keys/{id}", OWNER),
     route(RouteId::RollKey, "POST", "/public/v1/keys/{id}/roll", OWNER),
     with_query(route(RouteId::KeyStats, "GET", "/public/v1/keys/{id}/stats", OWNER), &["days"]),
+    route(RouteId::CreateIdentity, "POST", "/public/v1/identities", OWNER),
+    with_query(route(RouteId::ListIdentities, "GET", "/public/v1/identities", OWNER), PAGE),
+    route(RouteId::GetIdentity, "GET", "/public/v1/identities/{id}", OWNER),
+    route(RouteId::UpdateIdentity, "PATCH", "/public/v1/identities/{id}", OWNER),
+    route(RouteId::DeleteIdentity, "DELETE", "/public/v1/identities/{id}", OWNER),
     with_query(
         route(RouteId::ListLogs, "GET", "/public/v1/logs", OWNER),
         &[

@@ -27,6 +27,12 @@ pub struct Key {
     /// The key that replaced this one.
     #[serde(default)]
     pub rolled_to: Option<String>,
+    /// The identity the key belongs to (its keys share its limits), or null.
+    #[serde(default)]
+    pub identity_id: Option<String>,
+    /// The key's own windows, each at most its plan's (never a quota), or null: the plan's.
+    #[serde(default)]
+    pub limits: Option<crate::identities::Limits>,
 }
 
 /// A key just created: the only answer that carries the secret `key`.

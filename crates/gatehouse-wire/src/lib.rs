@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+pub mod identities;
 pub mod keys;
 pub mod logs;
 pub mod resources;

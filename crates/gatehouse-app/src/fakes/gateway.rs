@@ -8,19 +8,20 @@ use std::rc::Rc;
 
 use super::FakeStore;
 use crate::sim::{Fault, Faults};
-use gatehouse_core::api_key::{KeyRecord, KeyType, Scope};
+use gatehouse_core::api_key::{IdentityLimits, KeyRecord, KeyType, Scope};
 use gatehouse_core::audit::AuditRow;
 use gatehouse_core::config::Config;
 use gatehouse_core::guard::protocol::{client_guard_name, project_authority};
 use gatehouse_core::idempotency::{decide_claim, Claim, ClaimDecision, Entry, KeptResponse, LEASE_MS};
+use gatehouse_core::identity::{Identity, IdentityChanges};
 use gatehouse_core::lease::{
     admit, give_back, grant, lease_to_isolate, quota_to_ask, refused_by_level, take_back, with_project_quota,
     Decision, Drawn, GiveBack, Grant, Held, LeaseAsk,
 };
 use gatehouse_core::page::PageRequest;
 use gatehouse_core::ports::{
-    Admission, AuditSink, Authorization, ClaimRequest, Directory, KeyChanges, KeyGuard, KeyUpdate,
-    PlanChange, PortError, Resources, ResponseStore, Revocation, RunStart,
+    Admission, AuditSink, Authorization, ClaimRequest, Directory, IdentityChange, IdentityInsert, KeyChanges,
+    KeyGuard, KeyUpdate, PlanChange, PortError, Resources, ResponseStore, Revocation, RunStart,
 };
 use gatehouse_core::rate_limit::{decide_request, Counters, LimitSpec, Usage, Verdict, AUTH_FAILURE_LIMITS};
 use gatehouse_core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
@@ -507,7 +508,10 @@ impl AuditSink for FakeAuditQueue {
 #[derive(Default)]
 pub struct DirectoryTables {
     pub projects: RefCell<Vec<FakeProject>>,
+    /// Each key's `identity` holds its identity's limits as they are now, as D1's join reads
+    /// them: every change of an identity is written to its keys here too.
     pub keys: Rc<RefCell<Vec<KeyRecord>>>,
+    pub identities: RefCell<Vec<Identity>>,
 }
 
 pub struct FakeProject {
@@ -519,6 +523,39 @@ pub struct FakeProject {
 impl DirectoryTables {
     fn plan_of(&self, project_id: &str) -> Option<String> {
         self.projects.borrow().iter().find(|p| p.id == project_id).map(|p| p.plan.clone())
+    }
+
+    /// The key as D1 stores it: on the identity it names only while that identity exists in the
+    /// key's project (the insert's sub-select), with that identity's limits now (the join).
+    fn joined(&self, mut key: KeyRecord) -> KeyRecord {
+        key.identity = key.identity.and_then(|named| {
+            let identities = self.identities.borrow();
+            let found = identities.iter().find(|i| i.id == named.id && i.project_id == key.project_id)?;
+            Some(IdentityLimits { id: found.id.clone(), limits: found.limits.unwrap_or_default() })
+        });
+        key
+    }
+
+    /// Writes the identity's limits (or its deletion) into its keys; answers up to `tell` of them
+    /// that are not revoked, newest first, as they are now, and how many it has (had).
+    fn rewrite_keys(&self, identity: &Identity, deleted: bool, tell: usize) -> (Vec<KeyRecord>, u64) {
+        let mut keys = self.keys.borrow_mut();
+        let mut told = Vec::new();
+        let mut count = 0;
+        for key in keys.iter_mut().rev() {
+            if key.identity.as_ref().is_none_or(|i| i.id != identity.id) {
+                continue;
+            }
+            count += 1;
+            key.identity = (!deleted).then(|| IdentityLimits {
+                id: identity.id.clone(),
+                limits: identity.limits.unwrap_or_default(),
+            });
+            if !key.is_revoked() && told.len() < tell {
+                told.push(key.clone());
+            }
+        }
+        (told, count)
     }
 }
 
@@ -554,7 +591,7 @@ impl Directory for FakeStore {
                 if let Some(found) = keys.iter().find(|k| k.id == key.id || k.key_hash == key.key_hash) {
                     return (found.project_id == key.project_id && found.id == key.id).then(|| found.clone());
                 }
-                let stored = KeyRecord { plan, ..key.clone() };
+                let stored = self.directory.joined(KeyRecord { plan, ..key.clone() });
                 keys.push(stored.clone());
                 Some(stored)
             })
@@ -608,7 +645,7 @@ impl Directory for FakeStore {
                         KeyUpdate::LastOwnerKey
                     }
                     Some(k) => {
-                        *k = changes.applied_to(k.clone());
+                        *k = self.directory.joined(changes.applied_to(k.clone()));
                         KeyUpdate::Updated(k.clone())
                     }
                 }
@@ -657,7 +694,7 @@ impl Directory for FakeStore {
                 old.rolled_to.clone_from(&rolled.rolled_to);
                 old.expires_at = rolled.expires_at;
                 let old = old.clone();
-                let new = KeyRecord { plan, ..replacement.clone() };
+                let new = self.directory.joined(KeyRecord { plan, ..replacement.clone() });
                 keys.push(new.clone());
                 Some((old, new))
             })
@@ -686,6 +723,100 @@ impl Directory for FakeStore {
         self.faults
             .run("d1.key_by_hash", || {
                 self.directory.keys.borrow().iter().find(|k| k.key_hash == key_hash).cloned()
+            })
+            .await
+    }
+
+    async fn create_identity(&self, identity: &Identity) -> Result<IdentityInsert, PortError> {
+        self.faults
+            .run("d1.create_identity", || {
+                if self.directory.plan_of(&identity.project_id).is_none() {
+                    return IdentityInsert::NoProject;
+                }
+                let mut identities = self.directory.identities.borrow_mut();
+                if let Some(found) = identities.iter().find(|i| i.id == identity.id) {
+                    return IdentityInsert::Stored(found.clone());
+                }
+                let same = |i: &&Identity| {
+                    i.project_id == identity.project_id && i.external_id == identity.external_id
+                };
+                if let Some(found) = identities.iter().find(same) {
+                    return IdentityInsert::Duplicate(found.id.clone());
+                }
+                identities.push(identity.clone());
+                IdentityInsert::Stored(identity.clone())
+            })
+            .await
+    }
+
+    async fn identity(&self, project_id: &str, identity_id: &str) -> Result<Option<Identity>, PortError> {
+        self.faults
+            .run("d1.identity", || {
+                let identities = self.directory.identities.borrow();
+                identities.iter().find(|i| i.id == identity_id && i.project_id == project_id).cloned()
+            })
+            .await
+    }
+
+    async fn list_identities(
+        &self,
+        project_id: &str,
+        page: &PageRequest,
+    ) -> Result<Vec<Identity>, PortError> {
+        self.faults
+            .run("d1.list_identities", || {
+                let mut rows: Vec<Identity> = self
+                    .directory
+                    .identities
+                    .borrow()
+                    .iter()
+                    .filter(|i| i.project_id == project_id)
+                    .filter(|i| page.after.as_ref().is_none_or(|c| (i.created_at, &i.id) < (c.ts, &c.id)))
+                    .cloned()
+                    .collect();
+                rows.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+                rows.truncate(page.fetch_len());
+                rows
+            })
+            .await
+    }
+
+    async fn update_identity(
+        &self,
+        project_id: &str,
+        identity_id: &str,
+        changes: &IdentityChanges,
+        now_ms: i64,
+        tell: usize,
+    ) -> Result<Option<IdentityChange>, PortError> {
+        self.faults
+            .run("d1.update_identity", || {
+                let mut identities = self.directory.identities.borrow_mut();
+                let found =
+                    identities.iter_mut().find(|i| i.id == identity_id && i.project_id == project_id)?;
+                *found = changes.applied_to(found.clone(), now_ms);
+                let identity = found.clone();
+                drop(identities);
+                let (keys, key_count) = self.directory.rewrite_keys(&identity, false, tell);
+                Some(IdentityChange { identity, keys, key_count })
+            })
+            .await
+    }
+
+    async fn delete_identity(
+        &self,
+        project_id: &str,
+        identity_id: &str,
+        tell: usize,
+    ) -> Result<Option<IdentityChange>, PortError> {
+        self.faults
+            .run("d1.delete_identity", || {
+                let mut identities = self.directory.identities.borrow_mut();
+                let at = identities.iter().position(|i| i.id == identity_id && i.project_id == project_id)?;
+                let identity = identities.remove(at);
+                drop(identities);
+                let (keys, key_count) = self.directory.rewrite_keys(&identity, true, tell);
+                Some(IdentityChange { identity, keys, key_count })
             })
             .await
     }

@@ -42,6 +42,7 @@ pub trait Ask: Into<GuardCommand> {
 /// Every command, as it travels.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "command", rename_all = "snake_case")]
+#[allow(clippy::large_enum_variant)] // one per call to a guard, serialised at once
 pub enum GuardCommand {
     Authorize(Authorize),
     Apply(Apply),

@@ -2,11 +2,12 @@
 //! responses of idempotent requests.
 
 use super::PortError;
-use crate::api_key::{KeyRecord, RefusalReason, Scope};
+use crate::api_key::{IdentityLimits, KeyRecord, RefusalReason, Scope};
 use crate::idempotency::{ClaimDecision, Entry, KeptResponse};
+use crate::identity::{Identity, IdentityChanges};
 use crate::lease::{GiveBack, Grant, LeaseAsk};
 use crate::page::PageRequest;
-use crate::rate_limit::{Usage, Verdict};
+use crate::rate_limit::{LimitSpec, Usage, Verdict};
 
 /// A valid key and the rate decision its guard made for this request, with the decision on the
 /// request's `Idempotency-Key` when it had one and was within its limits.
@@ -109,6 +110,10 @@ pub struct KeyChanges {
     pub rate_limit_per_minute: Option<Option<u32>>,
     /// A rolled key keeps its grace's end (the store leaves it).
     pub expires_at: Option<Option<i64>>,
+    /// The identity the key belongs to from now on (with its limits), or none.
+    pub identity: Option<Option<IdentityLimits>>,
+    /// The key's own windows (SPEC §20), or none: its plan's.
+    pub limits: Option<Option<LimitSpec>>,
 }
 
 impl KeyChanges {
@@ -122,6 +127,12 @@ impl KeyChanges {
         }
         if let Some(expires_at) = self.expires_at.filter(|_| key.rolled_at.is_none()) {
             key.expires_at = expires_at;
+        }
+        if let Some(identity) = &self.identity {
+            key.identity = identity.clone();
+        }
+        if let Some(limits) = self.limits {
+            key.limits = limits;
         }
         key
     }
@@ -184,7 +195,57 @@ pub trait Directory {
     /// How many owner keys of the project other than `except_key_id` are lasting
     /// ([`KeyRecord::is_lasting`]): the last-owner-key rule counts only these (SPEC §19).
     async fn lasting_owner_keys(&self, project_id: &str, except_key_id: &str) -> Result<u32, PortError>;
+    /// The key whose hash this is, with its identity's limits (a key of no identity: `None`; an
+    /// identity without limits: empty ones).
     async fn key_by_hash(&self, key_hash: &str) -> Result<Option<KeyRecord>, PortError>;
+
+    /// Inserts an identity, create-or-find by id (an earlier execution of the same operation wrote
+    /// it: answered as stored). `Duplicate`: another identity of the project has its
+    /// `external_id`; `NoProject`: the project does not exist.
+    async fn create_identity(&self, identity: &Identity) -> Result<IdentityInsert, PortError>;
+    async fn identity(&self, project_id: &str, identity_id: &str) -> Result<Option<Identity>, PortError>;
+    /// The project's identities, newest first, after the page's cursor.
+    async fn list_identities(&self, project_id: &str, page: &PageRequest)
+        -> Result<Vec<Identity>, PortError>;
+    /// Changes an identity (its `updated_at` becomes `now_ms`); answers it as changed, with up to
+    /// `tell` of its keys that are not revoked, newest first, as they are now (`None`: no such
+    /// identity in the project).
+    async fn update_identity(
+        &self,
+        project_id: &str,
+        identity_id: &str,
+        changes: &IdentityChanges,
+        now_ms: i64,
+        tell: usize,
+    ) -> Result<Option<IdentityChange>, PortError>;
+    /// In one transaction: every key of the identity belongs to none from now on, and the identity
+    /// is deleted. Answers it with up to `tell` of those keys that are not revoked, newest first, as
+    /// they are now, and how many keys it had (`None`: no such identity in the project).
+    async fn delete_identity(
+        &self,
+        project_id: &str,
+        identity_id: &str,
+        tell: usize,
+    ) -> Result<Option<IdentityChange>, PortError>;
+}
+
+/// What [`Directory::create_identity`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum IdentityInsert {
+    Stored(Identity),
+    /// Another identity of the project has this `external_id`: its id.
+    Duplicate(String),
+    NoProject,
+}
+
+/// An identity changed or deleted, with the keys whose guards are told (SPEC §20).
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdentityChange {
+    pub identity: Identity,
+    /// Up to the asked number of its keys that are not revoked, newest first, as they are now.
+    pub keys: Vec<KeyRecord>,
+    /// How many keys it has (had, for a deletion), revoked ones included.
+    pub key_count: u64,
 }
 
 /// Completed idempotent responses (SPEC §5: Workers KV, `papi:idem:{apiKeyId}:{key}`), sealed

@@ -3,9 +3,13 @@
 use wasm_bindgen::JsValue;
 
 use super::{int, opt_int, opt_text, text, D1Store};
-use gatehouse_core::api_key::KeyRecord;
+use gatehouse_core::api_key::{IdentityLimits, KeyRecord, KeyType};
+use gatehouse_core::identity::{Identity, IdentityChanges};
 use gatehouse_core::page::PageRequest;
-use gatehouse_core::ports::{Directory, KeyChanges, KeyUpdate, PlanChange, PortError, Revocation};
+use gatehouse_core::ports::{
+    Directory, IdentityChange, IdentityInsert, KeyChanges, KeyUpdate, PlanChange, PortError, Revocation,
+};
+use gatehouse_core::rate_limit::LimitSpec;
 
 /// How many owner keys of project `?2` other than key `?1` are lasting (`KeyRecord::is_lasting`):
 /// the last-owner-key rule, inside the statement that would break it, so two changes cannot race.
@@ -13,18 +17,150 @@ const OTHER_LASTING_OWNERS: &str = "(SELECT count(*) FROM api_keys o
     WHERE o.project_id = ?2 AND o.id <> ?1 AND o.type = 'owner'
       AND o.revoked_at IS NULL AND o.expires_at IS NULL AND o.rolled_at IS NULL)";
 
-const KEY_COLUMNS: &str =
-    "id, project_id, type, name, plan, rate_limit_per_minute, key_hash, prefix, created_at,
-    revoked_at, expires_at, rolled_from, rolled_at, rolled_to";
+/// The columns a key's row is written with.
+const KEY_FIELDS: &str = "id, project_id, type, name, plan, rate_limit_per_minute, key_hash, prefix,
+    created_at, revoked_at, expires_at, rolled_from, rolled_at, rolled_to, identity_id, limits";
 
-impl D1Store {
-    async fn first_key(&self, sql: &str, args: &[JsValue]) -> Result<Option<KeyRecord>, PortError> {
-        Ok(self.rows(sql, args).await?.into_iter().next())
+/// A key's row as read ([`KeyRow`]): its columns and its identity's limits (SPEC §20), by a
+/// sub-select that also works in a `RETURNING` clause (the join of `key_by_hash`).
+const KEY_COLUMNS: &str = "id, project_id, type, name, plan, rate_limit_per_minute, key_hash, prefix,
+    created_at, revoked_at, expires_at, rolled_from, rolled_at, rolled_to, identity_id, limits,
+    (SELECT i.limits FROM identities i WHERE i.id = identity_id) AS identity_limits";
+
+/// A key's identity as its insert or change writes it (`?{n}`): only one of the key's project,
+/// else none (one deleted meanwhile detached its keys, as this key would have been).
+fn identity_of_project(n: u8) -> String {
+    format!("(SELECT i.id FROM identities i WHERE i.id = ?{n} AND i.project_id = ?2)")
+}
+
+/// A row of `api_keys` as [`KEY_COLUMNS`] reads it.
+#[derive(serde::Deserialize)]
+struct KeyRow {
+    id: String,
+    project_id: String,
+    #[serde(rename = "type")]
+    key_type: KeyType,
+    name: Option<String>,
+    plan: String,
+    rate_limit_per_minute: Option<u32>,
+    key_hash: String,
+    prefix: String,
+    created_at: i64,
+    revoked_at: Option<i64>,
+    expires_at: Option<i64>,
+    rolled_from: Option<String>,
+    rolled_at: Option<i64>,
+    rolled_to: Option<String>,
+    identity_id: Option<String>,
+    limits: Option<String>,
+    identity_limits: Option<String>,
+}
+
+/// Limits stored as JSON text (NULL, or text this version cannot read: none).
+fn stored_limits(text: Option<&str>) -> Option<LimitSpec> {
+    text.and_then(|t| serde_json::from_str(t).ok())
+}
+
+fn limits_text(limits: Option<&LimitSpec>) -> JsValue {
+    limits.and_then(|l| serde_json::to_string(l).ok()).map_or(JsValue::NULL, |t| text(&t))
+}
+
+impl From<KeyRow> for KeyRecord {
+    fn from(row: KeyRow) -> Self {
+        KeyRecord {
+            identity: row.identity_id.map(|id| IdentityLimits {
+                id,
+                limits: stored_limits(row.identity_limits.as_deref()).unwrap_or_default(),
+            }),
+            limits: stored_limits(row.limits.as_deref()),
+            id: row.id,
+            project_id: row.project_id,
+            key_type: row.key_type,
+            name: row.name,
+            plan: row.plan,
+            rate_limit_per_minute: row.rate_limit_per_minute,
+            key_hash: row.key_hash,
+            prefix: row.prefix,
+            created_at: row.created_at,
+            revoked_at: row.revoked_at,
+            expires_at: row.expires_at,
+            rolled_from: row.rolled_from,
+            rolled_at: row.rolled_at,
+            rolled_to: row.rolled_to,
+        }
     }
 }
 
-/// The values of a key's row but its plan (`?5`, the project's).
-fn key_values(key: &KeyRecord) -> [JsValue; 13] {
+/// The keys a statement of a batch answered.
+fn result_keys(result: &worker::D1Result) -> Result<Vec<KeyRecord>, PortError> {
+    Ok(result
+        .results::<KeyRow>()
+        .map_err(PortError::from_display)?
+        .into_iter()
+        .map(KeyRecord::from)
+        .collect())
+}
+
+/// The identities' columns as [`IdentityRow`] reads them.
+const IDENTITY_COLUMNS: &str = "id, project_id, external_id, meta, limits, created_at, updated_at";
+
+#[derive(serde::Deserialize)]
+struct IdentityRow {
+    id: String,
+    project_id: String,
+    external_id: String,
+    meta: Option<String>,
+    limits: Option<String>,
+    created_at: i64,
+    updated_at: i64,
+}
+
+impl From<IdentityRow> for Identity {
+    fn from(row: IdentityRow) -> Self {
+        Identity {
+            meta: row.meta.and_then(|m| serde_json::from_str(&m).ok()),
+            limits: stored_limits(row.limits.as_deref()),
+            id: row.id,
+            project_id: row.project_id,
+            external_id: row.external_id,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+        }
+    }
+}
+
+fn result_identities(result: &worker::D1Result) -> Result<Vec<Identity>, PortError> {
+    Ok(result
+        .results::<IdentityRow>()
+        .map_err(PortError::from_display)?
+        .into_iter()
+        .map(Identity::from)
+        .collect())
+}
+
+#[derive(serde::Deserialize)]
+struct Count {
+    n: u32,
+}
+
+fn result_count(result: &worker::D1Result) -> Result<u64, PortError> {
+    let counts = result.results::<Count>().map_err(PortError::from_display)?;
+    Ok(counts.first().map_or(0, |c| u64::from(c.n)))
+}
+
+impl D1Store {
+    async fn first_key(&self, sql: &str, args: &[JsValue]) -> Result<Option<KeyRecord>, PortError> {
+        Ok(self.rows::<KeyRow>(sql, args).await?.into_iter().next().map(KeyRecord::from))
+    }
+
+    async fn first_identity(&self, sql: &str, args: &[JsValue]) -> Result<Option<Identity>, PortError> {
+        Ok(self.rows::<IdentityRow>(sql, args).await?.into_iter().next().map(Identity::from))
+    }
+}
+
+/// The values of a key's row but its plan (`?5`, the project's): `?14` its identity, `?15` its
+/// own limits.
+fn key_values(key: &KeyRecord) -> [JsValue; 15] {
     [
         text(&key.id),
         text(&key.project_id),
@@ -39,6 +175,8 @@ fn key_values(key: &KeyRecord) -> [JsValue; 13] {
         opt_text(key.rolled_from.as_deref()),
         opt_int(key.rolled_at),
         opt_text(key.rolled_to.as_deref()),
+        opt_text(key.identity.as_ref().map(|i| i.id.as_str())),
+        limits_text(key.limits.as_ref()),
     ]
 }
 
@@ -81,12 +219,13 @@ impl Directory for D1Store {
         let results = self.results(vec![project, keys]).await?;
         let name = results[0].results::<Name>().map_err(PortError::from_display)?.into_iter().next();
         let Some(Name { name }) = name else { return Ok(None) };
-        let keys = results[1].results::<KeyRecord>().map_err(PortError::from_display)?;
+        let keys = result_keys(&results[1])?;
         Ok(Some(PlanChange { name, keys }))
     }
 
     async fn list_keys(&self, project_id: &str, page: &PageRequest) -> Result<Vec<KeyRecord>, PortError> {
-        self.newest_first(KEY_COLUMNS, "api_keys", project_id, page).await
+        let rows: Vec<KeyRow> = self.newest_first(KEY_COLUMNS, "api_keys", project_id, page).await?;
+        Ok(rows.into_iter().map(KeyRecord::from).collect())
     }
 
     async fn update_key(
@@ -95,19 +234,22 @@ impl Directory for D1Store {
         key_id: &str,
         changes: &KeyChanges,
     ) -> Result<KeyUpdate, PortError> {
-        // A field the change leaves out keeps its value: ?3 and ?5 say whether name and override are
-        // set. An expiry on an owner key needs another lasting owner key (SPEC §19).
+        // A field the change leaves out keeps its value: ?3, ?5, ?7, ?9 and ?11 say whether name,
+        // override, expiry, identity and limits are set. An expiry on an owner key needs another lasting owner key (SPEC §19).
         let updated = self
             .first_key(
                 &format!(
                     "UPDATE api_keys SET
                        name = CASE WHEN ?3 THEN ?4 ELSE name END,
                        rate_limit_per_minute = CASE WHEN ?5 THEN ?6 ELSE rate_limit_per_minute END,
-                       expires_at = CASE WHEN ?7 AND rolled_at IS NULL THEN ?8 ELSE expires_at END
+                       expires_at = CASE WHEN ?7 AND rolled_at IS NULL THEN ?8 ELSE expires_at END,
+                       identity_id = CASE WHEN ?9 THEN {identity} ELSE identity_id END,
+                       limits = CASE WHEN ?11 THEN ?12 ELSE limits END
                      WHERE id = ?1 AND project_id = ?2 AND revoked_at IS NULL
                        AND (NOT ?7 OR ?8 IS NULL OR type <> 'owner' OR rolled_at IS NOT NULL
                             OR {OTHER_LASTING_OWNERS} > 0)
-                     RETURNING {KEY_COLUMNS}"
+                     RETURNING {KEY_COLUMNS}",
+                    identity = identity_of_project(10),
                 ),
                 &[
                     text(key_id),
@@ -118,6 +260,10 @@ impl Directory for D1Store {
                     opt_int(changes.rate_limit_per_minute.flatten().map(i64::from)),
                     int(changes.expires_at.is_some().into()),
                     opt_int(changes.expires_at.flatten()),
+                    int(changes.identity.is_some().into()),
+                    opt_text(changes.identity.as_ref().and_then(|i| i.as_ref()).map(|i| i.id.as_str())),
+                    int(changes.limits.is_some().into()),
+                    limits_text(changes.limits.flatten().as_ref()),
                 ],
             )
             .await?;
@@ -181,16 +327,18 @@ impl Directory for D1Store {
         )?;
         let insert = self.statement(
             &format!(
-                "INSERT INTO api_keys ({KEY_COLUMNS})
-                 SELECT ?1, ?2, ?3, ?4, p.plan, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13 FROM projects p
+                "INSERT INTO api_keys ({KEY_FIELDS})
+                 SELECT ?1, ?2, ?3, ?4, p.plan, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, {identity}, ?15
+                 FROM projects p
                  WHERE p.id = ?2 AND EXISTS (SELECT 1 FROM api_keys o WHERE o.id = ?11 AND o.rolled_to = ?1)
-                 RETURNING {KEY_COLUMNS}"
+                 RETURNING {KEY_COLUMNS}",
+                identity = identity_of_project(14),
             ),
             &key_values(replacement),
         )?;
         let results = self.results(vec![roll, insert]).await?;
-        let old = results[0].results::<KeyRecord>().map_err(PortError::from_display)?;
-        let new = results[1].results::<KeyRecord>().map_err(PortError::from_display)?;
+        let old = result_keys(&results[0])?;
+        let new = result_keys(&results[1])?;
         Ok(old.into_iter().next().zip(new.into_iter().next()))
     }
 
@@ -203,10 +351,6 @@ impl Directory for D1Store {
     }
 
     async fn lasting_owner_keys(&self, project_id: &str, except_key_id: &str) -> Result<u32, PortError> {
-        #[derive(serde::Deserialize)]
-        struct Count {
-            n: u32,
-        }
         let rows: Vec<Count> = self
             .rows(&format!("SELECT {OTHER_LASTING_OWNERS} AS n"), &[text(except_key_id), text(project_id)])
             .await?;
@@ -217,15 +361,167 @@ impl Directory for D1Store {
         self.first_key(&format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE key_hash = ?1"), &[text(key_hash)])
             .await
     }
+
+    async fn create_identity(&self, identity: &Identity) -> Result<IdentityInsert, PortError> {
+        let meta = identity.meta.as_ref().and_then(|m| serde_json::to_string(m).ok());
+        // Create-or-find: the same id (the same operation executed again) is answered as stored;
+        // another id with this external_id is a duplicate (the UNIQUE constraint wrote nothing).
+        let inserted = self
+            .first_identity(
+                &format!(
+                    "INSERT INTO identities ({IDENTITY_COLUMNS})
+                     SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?6 FROM projects p WHERE p.id = ?2
+                     ON CONFLICT DO NOTHING
+                     RETURNING {IDENTITY_COLUMNS}"
+                ),
+                &[
+                    text(&identity.id),
+                    text(&identity.project_id),
+                    text(&identity.external_id),
+                    opt_text(meta.as_deref()),
+                    limits_text(identity.limits.as_ref()),
+                    int(identity.created_at),
+                ],
+            )
+            .await?;
+        if let Some(stored) = inserted {
+            return Ok(IdentityInsert::Stored(stored));
+        }
+        let found: Vec<Identity> = self
+            .rows::<IdentityRow>(
+                &format!(
+                    "SELECT {IDENTITY_COLUMNS} FROM identities
+                     WHERE project_id = ?2 AND (id = ?1 OR external_id = ?3)"
+                ),
+                &[text(&identity.id), text(&identity.project_id), text(&identity.external_id)],
+            )
+            .await?
+            .into_iter()
+            .map(Identity::from)
+            .collect();
+        if let Some(same) = found.iter().find(|i| i.id == identity.id) {
+            return Ok(IdentityInsert::Stored(same.clone()));
+        }
+        Ok(match found.into_iter().next() {
+            Some(other) => IdentityInsert::Duplicate(other.id),
+            None => IdentityInsert::NoProject,
+        })
+    }
+
+    async fn identity(&self, project_id: &str, identity_id: &str) -> Result<Option<Identity>, PortError> {
+        self.first_identity(
+            &format!("SELECT {IDENTITY_COLUMNS} FROM identities WHERE id = ?1 AND project_id = ?2"),
+            &[text(identity_id), text(project_id)],
+        )
+        .await
+    }
+
+    async fn list_identities(
+        &self,
+        project_id: &str,
+        page: &PageRequest,
+    ) -> Result<Vec<Identity>, PortError> {
+        let rows: Vec<IdentityRow> =
+            self.newest_first(IDENTITY_COLUMNS, "identities", project_id, page).await?;
+        Ok(rows.into_iter().map(Identity::from).collect())
+    }
+
+    async fn update_identity(
+        &self,
+        project_id: &str,
+        identity_id: &str,
+        changes: &IdentityChanges,
+        now_ms: i64,
+        tell: usize,
+    ) -> Result<Option<IdentityChange>, PortError> {
+        let meta = changes.meta.as_ref().and_then(|m| m.as_ref()).and_then(|m| serde_json::to_string(m).ok());
+        // One batch, one transaction: the keys are read as the change left them.
+        let update = self.statement(
+            &format!(
+                "UPDATE identities SET
+                   meta = CASE WHEN ?3 THEN ?4 ELSE meta END,
+                   limits = CASE WHEN ?5 THEN ?6 ELSE limits END,
+                   updated_at = ?7
+                 WHERE id = ?1 AND project_id = ?2
+                 RETURNING {IDENTITY_COLUMNS}"
+            ),
+            &[
+                text(identity_id),
+                text(project_id),
+                int(changes.meta.is_some().into()),
+                opt_text(meta.as_deref()),
+                int(changes.limits.is_some().into()),
+                limits_text(changes.limits.flatten().as_ref()),
+                int(now_ms),
+            ],
+        )?;
+        let keys =
+            self.statement(&identity_keys_sql(), &identity_keys_args(project_id, identity_id, tell))?;
+        let count = self.statement(IDENTITY_KEY_COUNT, &[text(identity_id), text(project_id)])?;
+        let results = self.results(vec![update, keys, count]).await?;
+        let Some(identity) = result_identities(&results[0])?.into_iter().next() else { return Ok(None) };
+        Ok(Some(IdentityChange {
+            identity,
+            keys: result_keys(&results[1])?,
+            key_count: result_count(&results[2])?,
+        }))
+    }
+
+    async fn delete_identity(
+        &self,
+        project_id: &str,
+        identity_id: &str,
+        tell: usize,
+    ) -> Result<Option<IdentityChange>, PortError> {
+        let args = [text(identity_id), text(project_id)];
+        // One batch, one transaction: the identity and its keys as they were, then its keys
+        // detached and the identity deleted (never a key of an identity that is gone).
+        let identity = self.statement(
+            &format!("SELECT {IDENTITY_COLUMNS} FROM identities WHERE id = ?1 AND project_id = ?2"),
+            &args,
+        )?;
+        let keys =
+            self.statement(&identity_keys_sql(), &identity_keys_args(project_id, identity_id, tell))?;
+        let count = self.statement(IDENTITY_KEY_COUNT, &args)?;
+        let detach = self.statement(
+            "UPDATE api_keys SET identity_id = NULL WHERE identity_id = ?1 AND project_id = ?2",
+            &args,
+        )?;
+        let delete = self.statement("DELETE FROM identities WHERE id = ?1 AND project_id = ?2", &args)?;
+        let results = self.results(vec![identity, keys, count, detach, delete]).await?;
+        let Some(identity) = result_identities(&results[0])?.into_iter().next() else { return Ok(None) };
+        // The keys as the transaction left them: of no identity.
+        let keys = result_keys(&results[1])?.into_iter().map(|k| KeyRecord { identity: None, ..k }).collect();
+        Ok(Some(IdentityChange { identity, keys, key_count: result_count(&results[2])? }))
+    }
+}
+
+/// How many keys identity `?1` of project `?2` has, revoked ones included.
+const IDENTITY_KEY_COUNT: &str =
+    "SELECT count(*) AS n FROM api_keys WHERE identity_id = ?1 AND project_id = ?2";
+
+/// Up to `?3` keys of identity `?1` of project `?2` that are not revoked, newest first.
+fn identity_keys_sql() -> String {
+    format!(
+        "SELECT {KEY_COLUMNS} FROM api_keys
+         WHERE identity_id = ?1 AND project_id = ?2 AND revoked_at IS NULL
+         ORDER BY created_at DESC, id DESC LIMIT ?3"
+    )
+}
+
+fn identity_keys_args(project_id: &str, identity_id: &str, tell: usize) -> [JsValue; 3] {
+    [text(identity_id), text(project_id), int(tell as i64)]
 }
 
 /// A key's insert on its project's plan, answering the stored row (none: no such project, or the
 /// key exists already — an operation executed again derives the same id and secret).
 fn insert_key_sql() -> String {
     format!(
-        "INSERT INTO api_keys ({KEY_COLUMNS})
-         SELECT ?1, ?2, ?3, ?4, p.plan, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13 FROM projects p WHERE p.id = ?2
+        "INSERT INTO api_keys ({KEY_FIELDS})
+         SELECT ?1, ?2, ?3, ?4, p.plan, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, {identity}, ?15
+         FROM projects p WHERE p.id = ?2
          ON CONFLICT DO NOTHING
-         RETURNING {KEY_COLUMNS}"
+         RETURNING {KEY_COLUMNS}",
+        identity = identity_of_project(14),
     )
 }
