@@ -67,3 +67,39 @@ test('/me lists every window and advertises the one closest to refusing', async 
   assert.deepEqual([rate_limit.window, rate_limit.limit, rate_limit.remaining], ['second', 5, 4]);
   assert.deepEqual([me.headers.get('x-ratelimit-limit'), me.headers.get('x-ratelimit-remaining')], ['5', '4']);
 });
+
+test('two keys of an identity share its limit exactly; its 429 names the window', async () => {
+  const { owner } = await createProject('identity limits', { plan: 'business' });
+  const created = await call('POST', '/public/v1/identities', {
+    key: owner.key, body: { external_id: `customer-${Date.now()}`, limits: { per_minute: 10 } },
+  });
+  assert.equal(created.status, 201, created.text);
+  const identity = created.body;
+  const a = await createKey(owner.key, 'server', { identity_id: identity.id });
+  const b = await createKey(owner.key, 'server', { identity_id: identity.id });
+  const loner = await createKey(owner.key, 'server');
+  await freshWindow(20);
+  // 15 each at once: the identity's 10 a minute is shared, exactly, whichever key asks.
+  const burst = await Promise.all(Array.from({ length: 30 }, (_, i) => call('GET', '/public/v1/me', { key: (i % 2 ? a : b).key })));
+  assert.deepEqual(statusCounts(burst), { 200: 10, 429: 20 }, burst.map((r) => r.status).join());
+  const e = assertError(burst.find((r) => r.status === 429), 429, 'RATE_LIMIT_EXCEEDED');
+  assert.equal(e.details.window, 'minute');
+  // A key outside the identity runs on its plan alone.
+  assert.equal((await call('GET', '/public/v1/me', { key: loner.key })).status, 200);
+});
+
+test('an identity\'s monthly quota is shared by its keys, within the project\'s', async () => {
+  const { owner } = await createProject('identity quota', { plan: 'business' });
+  const created = await call('POST', '/public/v1/identities', {
+    key: owner.key, body: { external_id: `metered-${Date.now()}`, limits: { monthly_quota: 6 } },
+  });
+  assert.equal(created.status, 201, created.text);
+  const a = await createKey(owner.key, 'server', { identity_id: created.body.id });
+  const b = await createKey(owner.key, 'server', { identity_id: created.body.id });
+  const burst = await Promise.all(Array.from({ length: 12 }, (_, i) => call('GET', '/public/v1/me', { key: (i % 2 ? a : b).key })));
+  assert.deepEqual(statusCounts(burst), { 200: 6, 429: 6 }, burst.map((r) => r.status).join());
+  const e = assertError(burst.find((r) => r.status === 429), 429, 'QUOTA_EXCEEDED');
+  assert.equal(e.retryable, false);
+  // The owner's own key is not in the identity: it goes on.
+  assert.equal((await call('GET', '/public/v1/me', { key: owner.key })).status, 200);
+});

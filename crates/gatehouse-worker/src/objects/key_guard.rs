@@ -552,7 +552,8 @@ impl KeyGuardObject {
                     }
                 };
             match self.leased_until(now) {
-                Some(until) if now < until + LEASE_RETURN_MS => {
+                // Waiting helps a window, never a used-up quota.
+                Some(until) if now < until + LEASE_RETURN_MS && refused.0 != Verdict::QuotaExceeded => {
                     waited = true;
                     Delay::from(Duration::from_millis(LEASE_WAIT_POLL_MS)).await;
                 }
