@@ -441,6 +441,7 @@ pub fn with_project_quota(mut usage: Usage, project: Option<&Held>) -> Usage {
 /// The decision of a key's guard on one request, given what it holds of each level above the key
 /// (`held[i]`, `None` when it holds no grant): the order of checks of SPEC §20.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant)] // made once per decision and matched at once
 pub enum Decision {
     /// Decided: the key's own verdict and usage, and its counters to keep when the request took
     /// its cost (then each level's grant gave `cost` credits too).

@@ -83,7 +83,7 @@ pub struct KeyGuardObject {
     /// The leases to isolates this instance made that were not given back: (grant id, end).
     leases_out: RefCell<Vec<(String, i64)>>,
     /// Per level, the exchange in flight: requests that need credits meanwhile wait for it.
-    exchanges: RefCell<BTreeMap<String, Rc<SingleFlight<std::result::Result<Grant, String>>>>>,
+    exchanges: RefCell<BTreeMap<String, Rc<Exchanging>>>,
     epoch: Cell<u64>,
     /// When lapsed claims were last deleted.
     purged_ms: Cell<i64>,
@@ -127,6 +127,9 @@ const TABLES: [&str; 7] = [
        keep_until_ms INTEGER NOT NULL, drawn TEXT)",
     "CREATE INDEX IF NOT EXISTS lease_grants_by_expiry ON lease_grants (keep_until_ms)",
 ];
+
+/// An exchange with a level's authority in flight, shared by the requests that wait for it.
+type Exchanging = SingleFlight<std::result::Result<Grant, String>>;
 
 /// What a key's guard holds of one level above the key.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
