@@ -13,6 +13,7 @@ use super::pipeline::{Caller, Trace};
 use super::{unavailable, Gateway};
 use gatehouse_core::api_key::{self, KeyRecord, KeyTypes, RefusalReason, Scope};
 use gatehouse_core::error::{ApiError, ErrorCode};
+use gatehouse_core::lease::Leased;
 use gatehouse_core::ports::{Admission, Authorization, ClaimRequest, KeyGuard, PortError, Ports};
 use gatehouse_core::rate_limit::{Usage, Verdict};
 use gatehouse_core::route::{Access, Route};
@@ -94,23 +95,22 @@ impl<P: Ports> Gateway<'_, P> {
         let Credentials::Key { token, key_hash, current, scope } = credentials else {
             return Ok(Caller { key: None, key_hash: None, usage: None, claim: None, sealing: None });
         };
-        // A hot key's lease (SPEC §20): admitted from this isolate's credits, no round trip. A
-        // request with an Idempotency-Key needs its claim, which only the guard holds.
-        if claim.is_none() {
-            let leased = self.leases.borrow_mut().admit(&key_hash, scope, now_ms);
-            if let Some((key, usage)) = leased {
-                self.memory.borrow_mut().remember_recent_key(&key_hash, now_ms);
-                trace.key = Some(key.clone());
-                return Ok(Caller {
-                    key: Some(key),
-                    key_hash: Some(key_hash),
-                    usage: Some(usage),
-                    claim: None,
-                    sealing: None,
-                });
+        // A hot key (SPEC §20): admitted from this isolate's lease of its credits, or refused by
+        // a refusal lease, with no round trip. A request with an Idempotency-Key needs its claim,
+        // which only the guard holds.
+        let leased =
+            claim.is_none().then(|| self.leases.borrow_mut().admit(&key_hash, scope, now_ms)).flatten();
+        let (key_hash, answer) = match leased {
+            Some(Leased::Admitted(key, usage)) => {
+                let admission = Admission { key, verdict: Verdict::Allowed, usage, claim: None, lease: None };
+                (key_hash, Ok(Authorization::Admitted(Box::new(admission))))
             }
-        }
-        let (key_hash, answer) = self.ask_guard(&token, key_hash, current, scope, claim, now_ms).await;
+            Some(Leased::Refused(key, verdict, usage)) => {
+                let admission = Admission { key, verdict, usage, claim: None, lease: None };
+                (key_hash, Ok(Authorization::Admitted(Box::new(admission))))
+            }
+            None => self.ask_guard(&token, key_hash, current, scope, claim, now_ms).await,
+        };
         let Admission { key, verdict, usage, claim, lease } = match answer {
             Ok(Authorization::Admitted(admission)) => {
                 self.memory.borrow_mut().remember_recent_key(&key_hash, now_ms);
@@ -170,11 +170,12 @@ impl<P: Ports> Gateway<'_, P> {
                 )
             }
         };
+        if let Some(grant) = lease {
+            // A lease of credits with an admission, or a refusal lease with a refusal.
+            self.leases.borrow_mut().hold(&key_hash, key.clone(), &grant);
+        }
         if let Some(e) = refusal {
             return Err((Some(usage), e));
-        }
-        if let Some(grant) = lease {
-            self.leases.borrow_mut().hold(&key_hash, key.clone(), &grant);
         }
         // Its stored response is sealed under the API key itself (SPEC §13): only this caller's
         // requests can derive the key that reads it.

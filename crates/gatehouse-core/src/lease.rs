@@ -216,6 +216,13 @@ impl KeyLease {
     }
 }
 
+/// What an isolate decided from what it holds of a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Leased {
+    Admitted(crate::api_key::KeyRecord, Usage),
+    Refused(crate::api_key::KeyRecord, Verdict, Usage),
+}
+
 /// Keys whose leases one isolate holds at most.
 pub const LEASE_BOOK_KEYS: usize = 10_000;
 
@@ -225,31 +232,40 @@ pub const LEASE_BOOK_KEYS: usize = 10_000;
 #[derive(Debug, Default)]
 pub struct LeaseBook {
     leases: std::collections::HashMap<String, KeyLease>,
+    /// Hot keys refused until a time (a refusal lease): the key, and the refusal.
+    refused: std::collections::HashMap<String, (crate::api_key::KeyRecord, Grant)>,
     owed: std::collections::HashMap<String, Vec<GiveBack>>,
     /// Whether a request's after-response work waits to give back what ends (one at a time).
     give_back_waiting: bool,
 }
 
 impl LeaseBook {
-    /// Takes the cost of a request of `scope` from the key's lease when it admits it at `now_ms`:
-    /// the key is valid then, its type may call the route, and the lease holds the cost. Answers
-    /// the key and its usage.
-    pub fn admit(
-        &mut self,
-        key_hash: &str,
-        scope: crate::api_key::Scope,
-        now_ms: i64,
-    ) -> Option<(crate::api_key::KeyRecord, Usage)> {
-        let lease = self.leases.get_mut(key_hash)?;
-        let cost = scope.cost().max(1);
-        let usable = lease.key.refusal(now_ms).is_none()
-            && lease.key.key_type.allows(scope)
-            && lease.held.available(now_ms, &lease.held.limits) >= cost;
-        if !usable {
-            return None;
+    /// Decides a request of `scope` at `now_ms` from what the isolate holds of the key, when it
+    /// can: admitted from its lease (the key is valid then, its type may call the route, and the
+    /// lease holds the cost, which it takes), or refused by a refusal lease. `None`: ask the
+    /// key's guard.
+    pub fn admit(&mut self, key_hash: &str, scope: crate::api_key::Scope, now_ms: i64) -> Option<Leased> {
+        if let Some(lease) = self.leases.get_mut(key_hash) {
+            let cost = scope.cost().max(1);
+            let usable = lease.key.refusal(now_ms).is_none()
+                && lease.key.key_type.allows(scope)
+                && lease.held.available(now_ms, &lease.held.limits) >= cost;
+            if usable {
+                lease.held.used += cost;
+                return Some(Leased::Admitted(lease.key.clone(), lease.usage_now(now_ms)));
+            }
         }
-        lease.held.used += cost;
-        Some((lease.key.clone(), lease.usage_now(now_ms)))
+        match self.refused.get(key_hash) {
+            Some((key, refusal))
+                if now_ms < refusal.until_ms
+                    && key.refusal(now_ms).is_none()
+                    && key.key_type.allows(scope) =>
+            {
+                let usage = Usage { now_ms, ..refusal.usage };
+                Some(Leased::Refused(key.clone(), refusal.verdict, usage))
+            }
+            _ => None,
+        }
     }
 
     /// What to send with the key's next request to its guard: a lease of what the last one
@@ -272,8 +288,18 @@ impl LeaseBook {
     /// replaces (another request's, answered meanwhile) is owed back.
     pub fn hold(&mut self, key_hash: &str, key: crate::api_key::KeyRecord, grant: &Grant) {
         if grant.credits == 0 {
+            if grant.verdict != Verdict::Allowed {
+                if self.refused.len() >= LEASE_BOOK_KEYS {
+                    let now = grant.usage.now_ms;
+                    self.refused.retain(|_, (_, r)| r.until_ms > now);
+                }
+                if self.refused.len() < LEASE_BOOK_KEYS {
+                    self.refused.insert(key_hash.to_owned(), (key, grant.clone()));
+                }
+            }
             return;
         }
+        self.refused.remove(key_hash);
         self.drop_lease(key_hash);
         if self.leases.len() >= LEASE_BOOK_KEYS {
             let first = self.leases.iter().min_by_key(|(_, l)| l.held.until_ms).map(|(k, _)| k.clone());
@@ -327,9 +353,9 @@ impl LeaseBook {
 /// Which grant of which level a lease to an isolate drew its credits from, by level name.
 pub type Drawn = Vec<(String, String)>;
 
-/// A key's guard's lease to an isolate, with an admission (SPEC §20 hot keys): when the key made
-/// at least `lease_above` requests in the current second (its own count, leases included), up to
-/// `want` of its credits — no more than the key's windows have (at most half of it) and than it
+/// A key's guard's lease to an isolate, with an admission (SPEC §20 hot keys): when the key is
+/// `hot` (its guard saw at least `LEASE_ABOVE_PER_SECOND` requests in this second), up to `want`
+/// of its credits — no more than the key's windows have (at most half of it) and than it
 /// holds of every level above it (`levels[i]`, `held[i]`), which it takes from those too. For at
 /// most [`ISOLATE_LEASE_MS`]. Answers the lease, the key's counters to keep and what it drew from.
 #[allow(clippy::too_many_arguments)]
@@ -341,12 +367,12 @@ pub fn lease_to_isolate(
     held: &mut [Option<Held>],
     grant_id: &str,
     want: u32,
-    lease_above: u32,
+    hot: bool,
 ) -> Option<(Grant, Counters, Drawn)> {
-    let current = counters.at(now_ms);
-    if current.windows[0].used < lease_above {
+    if !hot {
         return None;
     }
+    let current = counters.at(now_ms);
     let above =
         held.iter().zip(levels).map(|(h, (_, spec))| h.as_ref().map_or(0, |h| h.available(now_ms, spec)));
     let want = above.fold(want, u32::min);
@@ -372,6 +398,44 @@ pub fn lease_to_isolate(
         }
     }
     Some((grant, next, drawn))
+}
+
+/// A hot key's refusal the isolate repeats without asking (SPEC §20): until the refusing window
+/// ends, at most [`ISOLATE_LEASE_MS`], so a flood over the limit does not queue at the key's guard.
+pub fn refusal_lease(now_ms: i64, verdict: Verdict, usage: &Usage) -> Grant {
+    let mut until_ms = now_ms + ISOLATE_LEASE_MS;
+    if verdict == Verdict::RateLimited {
+        until_ms = until_ms.min(usage.reset_ms());
+    }
+    Grant {
+        grant_id: String::new(),
+        credits: 0,
+        until_ms,
+        starts: [0; 4],
+        month_start_ms: 0,
+        verdict,
+        usage: *usage,
+        limits: LimitSpec::default(),
+    }
+}
+
+/// Requests one guard saw in the current second, admitted or refused: what makes a key hot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestRate {
+    second_ms: i64,
+    count: u32,
+}
+
+impl RequestRate {
+    /// Counts one request at `now_ms`; answers the count of its second so far.
+    pub fn count(&mut self, now_ms: i64) -> u32 {
+        let second = Window::Second.start(now_ms);
+        if second != self.second_ms {
+            *self = RequestRate { second_ms: second, count: 0 };
+        }
+        self.count = self.count.saturating_add(1);
+        self.count
+    }
 }
 
 /// Takes back `unused` credits of a lease to an isolate: to the key's windows (those still

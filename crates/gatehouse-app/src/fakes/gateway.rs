@@ -15,8 +15,8 @@ use gatehouse_core::guard::protocol::{client_guard_name, project_authority};
 use gatehouse_core::idempotency::{decide_claim, Claim, ClaimDecision, Entry, KeptResponse, LEASE_MS};
 use gatehouse_core::identity::{Identity, IdentityChanges};
 use gatehouse_core::lease::{
-    admit, give_back, grant, lease_to_isolate, quota_to_ask, refused_by_level, take_back, with_project_quota,
-    Decision, Drawn, GiveBack, Grant, Held, LeaseAsk,
+    admit, give_back, grant, lease_to_isolate, quota_to_ask, refusal_lease, refused_by_level, take_back,
+    with_project_quota, Decision, Drawn, GiveBack, Grant, Held, LeaseAsk, RequestRate,
 };
 use gatehouse_core::page::PageRequest;
 use gatehouse_core::ports::{
@@ -56,6 +56,8 @@ pub struct FakeGuard {
     pub held: RefCell<HashMap<(String, String), Held>>,
     /// Every grant an authority made, and whether its unused credits came back.
     pub grants: RefCell<HashMap<String, (Grant, bool)>>,
+    /// Requests from isolates each key's guard saw in the current second (a hot key leases).
+    pub rates: RefCell<HashMap<String, RequestRate>>,
     /// Every lease a key's guard made to an isolate, what it drew from, and whether it came back.
     pub isolate_leases: RefCell<HashMap<String, (Grant, Drawn, bool)>>,
     pub claims: RefCell<HashMap<(String, String), HeldClaim>>,
@@ -90,6 +92,7 @@ impl FakeGuard {
             held: RefCell::default(),
             grants: RefCell::default(),
             isolate_leases: RefCell::default(),
+            rates: RefCell::default(),
             claims: RefCell::default(),
             lapsed: Cell::new(0),
             executions: Cell::new(0),
@@ -140,6 +143,31 @@ impl FakeGuard {
     ) -> (Verdict, Usage, Option<Grant>) {
         let limits = self.config.limits(key);
         let levels = self.config.levels(key);
+        let hot = lease.is_some()
+            && self.config.lease_above_per_second.is_some_and(|above| {
+                let mut rates = self.rates.borrow_mut();
+                rates.entry(key.key_hash.clone()).or_default().count(self.clock.get()) >= above
+            });
+        let (verdict, usage, lease) = self.decide(key, &limits, &levels, cost, permitted, lease, hot);
+        match (verdict, lease) {
+            (Verdict::Allowed, lease) => (verdict, usage, lease),
+            // A hot key's isolate repeats the refusal for up to a second without asking.
+            (refused, _) => (refused, usage, hot.then(|| refusal_lease(self.clock.get(), refused, &usage))),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn decide(
+        &self,
+        key: &KeyRecord,
+        limits: &gatehouse_core::rate_limit::Limits,
+        levels: &[(String, LimitSpec)],
+        cost: u32,
+        permitted: bool,
+        lease: Option<&LeaseAsk>,
+        hot: bool,
+    ) -> (Verdict, Usage, Option<Grant>) {
+        let (limits, levels) = (*limits, levels);
         loop {
             let now = self.clock.get();
             let mut held = self.held_of(key, &levels);
@@ -166,10 +194,10 @@ impl FakeGuard {
                 Decision::Decided { verdict, usage, counters } => {
                     let mut leased = None;
                     if let Some(next) = counters {
-                        let lease = match (lease, self.config.lease_above_per_second) {
-                            (Some(ask), Some(above)) => {
+                        let lease = match lease {
+                            Some(ask) if hot => {
                                 let id = format!("lease-{}", self.isolate_leases.borrow().len());
-                                lease_to_isolate(next, now, &limits, &levels, &mut held, &id, ask.want, above)
+                                lease_to_isolate(next, now, &limits, &levels, &mut held, &id, ask.want, hot)
                             }
                             _ => None,
                         };

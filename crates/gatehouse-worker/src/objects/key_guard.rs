@@ -35,8 +35,8 @@ use gatehouse_core::guard::protocol::{
 use gatehouse_core::guard::single_flight::SingleFlight;
 use gatehouse_core::idempotency::{decide_claim, Claim, ClaimDecision, KeptResponse, LEASE_MS};
 use gatehouse_core::lease::{
-    admit, give_back, grant, lease_to_isolate, quota_to_ask, refused_by_level, take_back, with_project_quota,
-    Decision, Drawn, Exchange, GiveBack, Grant, Held, LeaseAsk,
+    admit, give_back, grant, lease_to_isolate, quota_to_ask, refusal_lease, refused_by_level, take_back,
+    with_project_quota, Decision, Drawn, Exchange, GiveBack, Grant, Held, LeaseAsk, RequestRate,
 };
 use gatehouse_core::ports::{ClaimRequest, Directory, Meter};
 use gatehouse_core::rate_limit::{
@@ -78,6 +78,8 @@ pub struct KeyGuardObject {
     counters: Cell<Option<Counters>>,
     /// Per level above the key, once read from storage.
     leases: RefCell<BTreeMap<String, LevelLease>>,
+    /// Requests from isolates in the current second: a hot key leases (SPEC §20).
+    rate: Cell<RequestRate>,
     /// When each level's quota was last asked about for a request over a window (a minute's start).
     quota_asked: RefCell<BTreeMap<String, i64>>,
     /// The leases to isolates this instance made that were not given back: (grant id, end).
@@ -162,6 +164,7 @@ impl DurableObject for KeyGuardObject {
             exchanges: RefCell::default(),
             leases_out: RefCell::default(),
             quota_asked: RefCell::default(),
+            rate: Cell::default(),
             epoch: Cell::new(0),
             purged_ms: Cell::new(0),
         }
@@ -480,6 +483,15 @@ impl KeyGuardObject {
         let specs: Vec<LimitSpec> = levels.iter().map(|(_, spec)| *spec).collect();
         // Each round admits at least one request of this key, ends in a refusal, or waits for
         // leases to come back; the bound is only a guard against a bug.
+        // A key is hot when its guard sees `LEASE_ABOVE_PER_SECOND` requests a second from isolates
+        // that would hold leases.
+        let hot = lease.is_some()
+            && config.lease_above_per_second.is_some_and(|above| {
+                let mut rate = self.rate.get();
+                let seen = rate.count(now_ms());
+                self.rate.set(rate);
+                seen >= above
+            });
         let mut waited = false;
         for _ in 0..256 {
             let mut held = self.held(&levels)?;
@@ -488,11 +500,11 @@ impl KeyGuardObject {
                 match admit(self.current_counters()?, now, limits, cost, permitted, &specs, &mut held) {
                     Decision::Decided { verdict, usage, counters: Some(next) } => {
                         // A request that waited for credits to come back leases none: others wait too.
-                        let leased = match (lease, config.lease_above_per_second) {
-                            (Some(ask), Some(above)) if !waited => {
+                        let leased = match lease {
+                            Some(ask) if hot && !waited => {
                                 let grant_id = gatehouse_core::encoding::hex(&gatehouse_app::random::<16>());
                                 lease_to_isolate(
-                                    next, now, &limits, &levels, &mut held, &grant_id, ask.want, above,
+                                    next, now, &limits, &levels, &mut held, &grant_id, ask.want, hot,
                                 )
                             }
                             _ => None,
@@ -560,7 +572,10 @@ impl KeyGuardObject {
                     waited = true;
                     Delay::from(Duration::from_millis(LEASE_WAIT_POLL_MS)).await;
                 }
-                _ => return Ok((refused.0, refused.1, None)),
+                // A hot key's isolate repeats the refusal for up to a second without asking.
+                _ => {
+                    return Ok((refused.0, refused.1, hot.then(|| refusal_lease(now, refused.0, &refused.1))))
+                }
             }
         }
         // Never reached in practice: 256 rounds without an answer.
