@@ -85,10 +85,29 @@ impl<P: Ports> Gateway<'_, P> {
             let settled = self.settle(settlement, &pause).await;
             settled.err().map(|e| format!("request {request_id}: settling after the response failed: {e}"))
         }));
-        let (a, d, s, l) =
-            futures_util::future::join4(audit, deliveries, settled, self.give_back_leases(at_ms, &pause))
-                .await;
-        [a, d, l].into_iter().chain(s).flatten().collect()
+        let leases = futures_util::future::join(self.give_back_leases(at_ms, &pause), self.renew_leases());
+        let (a, d, s, (l, r)) = futures_util::future::join4(audit, deliveries, settled, leases).await;
+        [a, d, l, r].into_iter().chain(s).flatten().collect()
+    }
+
+    /// Asks for the new leases of hot keys whose lease runs low at this isolate (SPEC §20): after
+    /// the response, while the old lease still serves the key's requests.
+    async fn renew_leases(&self) -> Option<String> {
+        let wanted = self.leases.borrow_mut().take_renewals();
+        let mut failed = Vec::new();
+        for (key_hash, ask) in wanted {
+            match self.guard.renew_lease(&key_hash, &ask).await {
+                Ok((key, grant)) => self.leases.borrow_mut().renewed(&key_hash, key, grant.as_ref()),
+                Err(e) => {
+                    // The old lease runs out; the key's next request asks its guard.
+                    self.leases.borrow_mut().renewal_failed(&key_hash);
+                    failed.push(e.0);
+                }
+            }
+        }
+        (!failed.is_empty()).then(|| {
+            format!("lease renewals failed (the keys ask with their next request): {}", failed.join("; "))
+        })
     }
 
     /// Gives back what this isolate did not use of hot keys' leases once they end (SPEC §20), so

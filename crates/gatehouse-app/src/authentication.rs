@@ -14,6 +14,7 @@ use super::{unavailable, Gateway};
 use gatehouse_core::api_key::{self, KeyRecord, KeyTypes, RefusalReason, Scope};
 use gatehouse_core::error::{ApiError, ErrorCode};
 use gatehouse_core::lease::Leased;
+use gatehouse_core::ports::Pause;
 use gatehouse_core::ports::{Admission, Authorization, ClaimRequest, KeyGuard, PortError, Ports};
 use gatehouse_core::rate_limit::{Usage, Verdict};
 use gatehouse_core::route::{Access, Route};
@@ -98,8 +99,22 @@ impl<P: Ports> Gateway<'_, P> {
         // A hot key (SPEC §20): admitted from this isolate's lease of its credits, or refused by
         // a refusal lease, with no round trip. A request with an Idempotency-Key needs its claim,
         // which only the guard holds.
-        let leased =
+        let mut leased =
             claim.is_none().then(|| self.leases.borrow_mut().admit(&key_hash, scope, now_ms)).flatten();
+        // Another request of this isolate is asking the key's guard for a lease: wait for it (a
+        // little) instead of asking too, so a burst at a hot key makes one call, not one each.
+        let mut waited = 0;
+        while leased.is_none()
+            && claim.is_none()
+            && waited < LEASE_WAIT_MS
+            && self.config.lease_above_per_second.is_some_and(|above| {
+                self.leases.borrow_mut().should_wait(&key_hash, now_ms + waited as i64, above)
+            })
+        {
+            self.timer.pause(LEASE_POLL_MS).await;
+            waited += LEASE_POLL_MS;
+            leased = self.leases.borrow_mut().admit(&key_hash, scope, now_ms + waited as i64);
+        }
         let (key_hash, answer) = match leased {
             Some(Leased::Admitted(key, usage)) => {
                 let admission = Admission { key, verdict: Verdict::Allowed, usage, claim: None, lease: None };
@@ -108,6 +123,10 @@ impl<P: Ports> Gateway<'_, P> {
             Some(Leased::Refused(key, verdict, usage)) => {
                 let admission = Admission { key, verdict, usage, claim: None, lease: None };
                 (key_hash, Ok(Authorization::Admitted(Box::new(admission))))
+            }
+            Some(Leased::Denied(key)) => {
+                let reason = key.refusal(now_ms).unwrap_or(gatehouse_core::api_key::RefusalReason::Revoked);
+                (key_hash, Ok(Authorization::Denied(Some((Box::new(key), reason)))))
             }
             None => self.ask_guard(&token, key_hash, current, scope, claim, now_ms).await,
         };
@@ -118,6 +137,9 @@ impl<P: Ports> Gateway<'_, P> {
                 *admission
             }
             Ok(Authorization::Denied(refused)) => {
+                if let (Some((key, _)), Some(above)) = (&refused, self.config.lease_above_per_second) {
+                    self.leases.borrow_mut().deny(&key_hash, (**key).clone(), now_ms, above);
+                }
                 let e = match &refused {
                     None => {
                         self.memory.borrow_mut().remember_unknown_key(&key_hash, now_ms);
@@ -216,6 +238,7 @@ impl<P: Ports> Gateway<'_, P> {
             .lease_above_per_second
             .map(|_| self.leases.borrow_mut().ask(&key_hash, now_ms, scope.cost()));
         let answer = self.guard.authorize(&key_hash, scope, claim, lease.as_ref()).await;
+        self.leases.borrow_mut().answered(&key_hash);
         if let (Err(_), Some(lease)) = (&answer, lease) {
             // Perhaps never given back: owed again (a credit given back twice counts once).
             self.leases.borrow_mut().owe(&key_hash, lease.give_back);
@@ -294,6 +317,11 @@ impl<P: Ports> Gateway<'_, P> {
         }
     }
 }
+
+/// How long a request of a hot key waits for the lease another request of its isolate is asking
+/// for (at most a lease's time: the guard may be busy), and how often it looks (SPEC §20).
+const LEASE_WAIT_MS: u64 = 1_000;
+const LEASE_POLL_MS: u64 = 2;
 
 /// A known key its guard refused (SPEC §17): 401 with `details.reason`.
 fn refused_key(key: &KeyRecord, reason: RefusalReason) -> ApiError {

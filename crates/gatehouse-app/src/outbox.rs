@@ -20,7 +20,6 @@
 //! I/O ("the Worker's code had hung"), which `tests/e2e/audit.test.mjs` showed.
 
 use std::cell::{Cell, RefCell};
-use std::future::Future;
 use std::rc::Rc;
 
 use futures_util::future::{select, Either};
@@ -84,10 +83,7 @@ impl Outbox {
     }
 }
 
-/// A timer of the request's own (the runtime's `setTimeout` in the worker).
-pub trait Pause {
-    fn pause(&self, ms: u64) -> impl Future<Output = ()>;
-}
+pub use gatehouse_core::ports::Pause;
 
 /// An [`AuditSink`] whose concurrent calls share sends through the isolate's [`Outbox`].
 pub struct Coalesced<A, T> {
@@ -187,6 +183,7 @@ impl Drop for Sending<'_> {
 mod tests {
     use futures_util::future::join_all;
 
+    use std::future::Future;
     use std::task::{Context, Waker};
 
     use super::*;

@@ -43,6 +43,7 @@ impl Ports for FakePorts {
     type DeadLetters = FakeDeadLetters;
     type Redrive = FakeRedrive;
     type Origin = FakeOrigin;
+    type Timer = Yield;
 }
 
 /// A gateway over fresh fakes sharing `faults` and a clock at `now_ms`, with the project
@@ -90,6 +91,7 @@ pub fn fake_gateway(
         store,
         memory: Rc::default(),
         leases: Rc::default(),
+        timer: Yield,
     };
     (gateway, clock, secrets)
 }

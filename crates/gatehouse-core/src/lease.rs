@@ -21,6 +21,8 @@ pub const GRANT_MS: i64 = 10_000;
 /// A key's guard's grant to an isolate (a hot key's lease) lasts at most this long: a revoked or
 /// rolled-out key is refused everywhere within it (SPEC §20).
 pub const ISOLATE_LEASE_MS: i64 = 1_000;
+/// The most credits of a key's tightest window that are never leased (SPEC §20).
+pub const LEASE_RESERVE: u32 = 8;
 /// The most credits a holder asks for at once.
 pub const MAX_WANT: u32 = 10_000;
 
@@ -192,6 +194,10 @@ impl Held {
 pub struct LeaseAsk {
     pub want: u32,
     pub give_back: Vec<GiveBack>,
+    /// The isolate held a lease of the key within the last lease's time: a key that leases stays
+    /// hot while its isolates renew, though its guard then sees few of its requests.
+    #[serde(default)]
+    pub renew: bool,
 }
 
 /// A hot key's credits as an isolate holds them: it admits the key's requests without asking the
@@ -221,6 +227,8 @@ impl KeyLease {
 pub enum Leased {
     Admitted(crate::api_key::KeyRecord, Usage),
     Refused(crate::api_key::KeyRecord, Verdict, Usage),
+    /// The key's guard refused the key itself (revoked, expired, rolled out) a moment ago.
+    Denied(crate::api_key::KeyRecord),
 }
 
 /// Keys whose leases one isolate holds at most.
@@ -232,6 +240,17 @@ pub const LEASE_BOOK_KEYS: usize = 10_000;
 #[derive(Debug, Default)]
 pub struct LeaseBook {
     leases: std::collections::HashMap<String, KeyLease>,
+    /// Each key's requests at this isolate (for the size of its next lease).
+    rates: std::collections::HashMap<String, RequestRate>,
+    /// Keys whose lease runs low: a renewal is wanted (`Some`), or on its way (`None`).
+    renewals: std::collections::HashMap<String, Option<LeaseAsk>>,
+    /// Keys whose guard a request of this isolate is asking for a lease, and since when.
+    asking: std::collections::HashMap<String, i64>,
+    /// Until when this isolate last held a lease or a refusal lease of each key.
+    held_until: std::collections::HashMap<String, i64>,
+    /// Hot keys their guard refused (revoked, expired, rolled out): their record, and until when
+    /// this isolate answers 401 without asking.
+    denied: std::collections::HashMap<String, (crate::api_key::KeyRecord, i64)>,
     /// Hot keys refused until a time (a refusal lease): the key, and the refusal.
     refused: std::collections::HashMap<String, (crate::api_key::KeyRecord, Grant)>,
     owed: std::collections::HashMap<String, Vec<GiveBack>>,
@@ -245,6 +264,11 @@ impl LeaseBook {
     /// lease holds the cost, which it takes), or refused by a refusal lease. `None`: ask the
     /// key's guard.
     pub fn admit(&mut self, key_hash: &str, scope: crate::api_key::Scope, now_ms: i64) -> Option<Leased> {
+        let known = self.rates.contains_key(key_hash);
+        let rate = match known || self.leases.contains_key(key_hash) || self.rates.len() < LEASE_BOOK_KEYS {
+            true => self.rates.entry(key_hash.to_owned()).or_default().count(now_ms),
+            false => 1,
+        };
         if let Some(lease) = self.leases.get_mut(key_hash) {
             let cost = scope.cost().max(1);
             let usable = lease.key.refusal(now_ms).is_none()
@@ -252,7 +276,23 @@ impl LeaseBook {
                 && lease.held.available(now_ms, &lease.held.limits) >= cost;
             if usable {
                 lease.held.used += cost;
-                return Some(Leased::Admitted(lease.key.clone(), lease.usage_now(now_ms)));
+                let admitted = Leased::Admitted(lease.key.clone(), lease.usage_now(now_ms));
+                // Running low (half used, or half its time gone): a new lease is asked for after
+                // this response, while this one still serves.
+                let low = 2 * (lease.held.credits - lease.held.used) <= lease.held.credits
+                    || 2 * (lease.held.until_ms - now_ms) <= ISOLATE_LEASE_MS;
+                if low && !self.renewals.contains_key(key_hash) {
+                    let rate = self.rates.get_mut(key_hash).map_or(rate, |r| r.per_second(now_ms));
+                    let want = rate.max(lease.held.credits).clamp(1, MAX_WANT);
+                    let ask = LeaseAsk { want, give_back: Vec::new(), renew: true };
+                    self.renewals.insert(key_hash.to_owned(), Some(ask));
+                }
+                return Some(admitted);
+            }
+        }
+        if let Some((key, until)) = self.denied.get(key_hash) {
+            if now_ms < *until {
+                return Some(Leased::Denied(key.clone()));
             }
         }
         match self.refused.get(key_hash) {
@@ -274,7 +314,79 @@ impl LeaseBook {
         let last = self.leases.remove(key_hash);
         let mut give_back = self.owed.remove(key_hash).unwrap_or_default();
         give_back.extend(last.as_ref().and_then(|l| l.held.give_back()));
-        LeaseAsk { want: Held::want(last.as_ref().map(|l| &l.held), now_ms, cost), give_back }
+        let rate = self.rates.get_mut(key_hash).map_or(0, |r| r.per_second(now_ms));
+        let want = Held::want(last.as_ref().map(|l| &l.held), now_ms, cost).max(rate).min(MAX_WANT);
+        self.refused.remove(key_hash);
+        let renew = self.recently_held(key_hash, now_ms);
+        if self.asking.len() < LEASE_BOOK_KEYS || self.asking.contains_key(key_hash) {
+            self.asking.insert(key_hash.to_owned(), now_ms);
+        }
+        LeaseAsk { want, give_back, renew }
+    }
+
+    /// Whether a request of the key should wait for the answer another request of this isolate is
+    /// getting from the key's guard (for at most a lease's time) instead of asking too: when that
+    /// answer will likely bring a lease — the isolate held one (or a refusal) within the last
+    /// lease's time, or sees the key at `lease_above` requests a second. So a burst at a hot key's
+    /// isolate makes one call, and a busy key that is not hot is never held up.
+    pub fn should_wait(&mut self, key_hash: &str, now_ms: i64, lease_above: u32) -> bool {
+        let asking = self.asking.get(key_hash).is_some_and(|since| now_ms - since < ISOLATE_LEASE_MS);
+        asking && (self.recently_held(key_hash, now_ms) || self.rate(key_hash, now_ms) >= lease_above)
+    }
+
+    /// This isolate's requests a second of the key (extrapolated).
+    pub fn rate(&mut self, key_hash: &str, now_ms: i64) -> u32 {
+        self.rates.get_mut(key_hash).map_or(0, |r| r.per_second(now_ms))
+    }
+
+    fn recently_held(&self, key_hash: &str, now_ms: i64) -> bool {
+        self.held_until.get(key_hash).is_some_and(|until| now_ms < until + ISOLATE_LEASE_MS)
+    }
+
+    /// The key's guard refused a hot key (one this isolate leased, was refused for, or sees at
+    /// `lease_above` requests a second): the isolate answers 401 without asking for a lease's
+    /// time, so a revoked hot key does not send its whole traffic to its guard.
+    pub fn deny(&mut self, key_hash: &str, key: crate::api_key::KeyRecord, now_ms: i64, lease_above: u32) {
+        let hot = self.recently_held(key_hash, now_ms)
+            || self.denied.contains_key(key_hash)
+            || self.rate(key_hash, now_ms) >= lease_above;
+        if hot && (self.denied.len() < LEASE_BOOK_KEYS || self.denied.contains_key(key_hash)) {
+            self.drop_lease(key_hash);
+            self.refused.remove(key_hash);
+            self.denied.insert(key_hash.to_owned(), (key, now_ms + ISOLATE_LEASE_MS));
+        }
+    }
+
+    /// The key's guard answered (or could not be reached): nobody is asking it now.
+    pub fn answered(&mut self, key_hash: &str) {
+        self.asking.remove(key_hash);
+    }
+
+    /// The renewals wanted since the last call, now on their way: what to ask each key's guard.
+    pub fn take_renewals(&mut self) -> Vec<(String, LeaseAsk)> {
+        let mut wanted = Vec::new();
+        for (key_hash, state) in self.renewals.iter_mut() {
+            if let Some(ask) = state.take() {
+                wanted.push((key_hash.clone(), ask));
+            }
+        }
+        wanted
+    }
+
+    /// A renewal got no answer: the lease runs out, and the key's next request asks its guard.
+    pub fn renewal_failed(&mut self, key_hash: &str) {
+        self.renewals.remove(key_hash);
+    }
+
+    /// The key's guard answered a renewal: a new lease to hold (with the key's record as its
+    /// guard holds it), or none (the key is refused, or no longer hot: the old lease runs out).
+    pub fn renewed(&mut self, key_hash: &str, key: Option<crate::api_key::KeyRecord>, grant: Option<&Grant>) {
+        self.renewals.remove(key_hash);
+        match (key, grant) {
+            (Some(key), Some(grant)) => self.hold(key_hash, key, grant),
+            (None, _) => self.drop_lease(key_hash),
+            (Some(_), None) => {}
+        }
     }
 
     /// What `ask` sent did not reach the guard: owed again.
@@ -287,6 +399,10 @@ impl LeaseBook {
     /// The key's guard granted `grant` with an admission of `key`: held from now on. A lease it
     /// replaces (another request's, answered meanwhile) is owed back.
     pub fn hold(&mut self, key_hash: &str, key: crate::api_key::KeyRecord, grant: &Grant) {
+        let room = self.held_until.len() < LEASE_BOOK_KEYS || self.held_until.contains_key(key_hash);
+        if (grant.credits > 0 || grant.verdict != Verdict::Allowed) && room {
+            self.held_until.insert(key_hash.to_owned(), grant.until_ms);
+        }
         if grant.credits == 0 {
             if grant.verdict != Verdict::Allowed {
                 if self.refused.len() >= LEASE_BOOK_KEYS {
@@ -311,7 +427,7 @@ impl LeaseBook {
     }
 
     /// Drops the key's lease; its unused credits are owed back.
-    fn drop_lease(&mut self, key_hash: &str) {
+    pub fn drop_lease(&mut self, key_hash: &str) {
         if let Some(back) = self.leases.remove(key_hash).and_then(|l| l.held.give_back()) {
             self.owed.entry(key_hash.to_owned()).or_default().push(back);
         }
@@ -325,6 +441,10 @@ impl LeaseBook {
         for key_hash in &ended {
             self.drop_lease(key_hash);
         }
+        let now = now_ms;
+        self.rates.retain(|_, r| r.per_second(now) > 0);
+        self.denied.retain(|_, (_, until)| *until > now);
+        self.held_until.retain(|_, until| now < *until + ISOLATE_LEASE_MS);
         std::mem::take(&mut self.owed).into_iter().collect()
     }
 
@@ -375,7 +495,13 @@ pub fn lease_to_isolate(
     let current = counters.at(now_ms);
     let above =
         held.iter().zip(levels).map(|(h, (_, spec))| h.as_ref().map_or(0, |h| h.available(now_ms, spec)));
-    let want = above.fold(want, u32::min);
+    // The last few credits of the key's tightest window (a tenth of it, at least one and at most
+    // `LEASE_RESERVE`) are never leased: near the limit the guard decides each request itself, so
+    // no credit waits in an isolate whose requests have ended while other requests are refused.
+    let tightest = limits.per.iter().flatten().min().copied().unwrap_or(u32::MAX);
+    let room = current.room(now_ms, limits).min(u64::from(u32::MAX)) as u32;
+    let leasable = room.saturating_sub(tightest.div_ceil(10).clamp(1, LEASE_RESERVE));
+    let want = above.fold(want.min(leasable), u32::min);
     if want == 0 {
         return None;
     }
@@ -419,22 +545,38 @@ pub fn refusal_lease(now_ms: i64, verdict: Verdict, usage: &Usage) -> Grant {
     }
 }
 
-/// Requests one guard saw in the current second, admitted or refused: what makes a key hot.
+/// Requests seen in the current second and the one before, admitted or refused: what makes a
+/// key hot at its guard, and how many credits an isolate asks for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RequestRate {
     second_ms: i64,
     count: u32,
+    previous: u32,
 }
 
 impl RequestRate {
     /// Counts one request at `now_ms`; answers the count of its second so far.
     pub fn count(&mut self, now_ms: i64) -> u32 {
-        let second = Window::Second.start(now_ms);
-        if second != self.second_ms {
-            *self = RequestRate { second_ms: second, count: 0 };
-        }
+        self.roll(now_ms);
         self.count = self.count.saturating_add(1);
         self.count
+    }
+
+    /// Requests a second as of `now_ms`: the more of the last second's and this one's so far,
+    /// extrapolated to a whole second (from a tenth of it on).
+    pub fn per_second(&mut self, now_ms: i64) -> u32 {
+        self.roll(now_ms);
+        let elapsed = (now_ms - self.second_ms).max(100) as u64;
+        let this = (u64::from(self.count) * 1_000 / elapsed).min(u64::from(u32::MAX)) as u32;
+        this.max(self.previous)
+    }
+
+    fn roll(&mut self, now_ms: i64) {
+        let second = Window::Second.start(now_ms);
+        if second != self.second_ms {
+            let previous = if second == self.second_ms + 1_000 { self.count } else { 0 };
+            *self = RequestRate { second_ms: second, count: 0, previous };
+        }
     }
 }
 

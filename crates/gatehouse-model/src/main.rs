@@ -120,9 +120,11 @@ impl HotKey {
 enum ToGuard {
     Authorize { isolate: usize, request: usize, ask: LeaseAsk },
     GiveBack { give_back: Vec<GiveBack> },
+    Renew { isolate: usize, ask: LeaseAsk },
 }
 
 /// The guard's answer to an isolate.
+#[allow(clippy::large_enum_variant)] // one per simulated call, matched at once
 enum Answer {
     Decided { verdict: Verdict, lease: Option<Grant>, decided_ms: i64 },
     Denied,
@@ -134,6 +136,11 @@ enum Event {
         isolate: usize,
         size: usize,
     },
+    /// A request at an isolate (again, while it waits for a lease another request asks for).
+    Request {
+        isolate: usize,
+        arrived_us: i64,
+    },
     /// A message reaches the guard's queue.
     AtGuard(ToGuard),
     /// The guard finished serving a message.
@@ -143,6 +150,12 @@ enum Event {
         isolate: usize,
         request: usize,
         answer: Answer,
+    },
+    /// The guard's answer to a renewal reaches the isolate.
+    Renewed {
+        isolate: usize,
+        revoked: bool,
+        lease: Option<Grant>,
     },
     /// An isolate's after-response work wakes to give back what ended.
     GiveBackDue {
@@ -262,25 +275,43 @@ fn hot_key(p: &HotKey) -> Report {
             Event::Burst { isolate, size } => {
                 for _ in 0..size {
                     report.requests += 1;
-                    let iso = &mut isolates[isolate];
-                    match iso.book.admit(key_hash, scope, now_ms) {
-                        Some(Leased::Admitted(..)) => {
-                            report.added_ms.push(0.0);
-                            admit_at(&mut report, now_us / 1000, &mut last_admission_after_revoke_ms);
-                        }
-                        Some(Leased::Refused(..)) => report.added_ms.push(0.0),
-                        None => {
-                            let ask = iso.book.ask(key_hash, now_ms, 1);
-                            let request = arrived_us.len();
-                            arrived_us.push(now_us);
-                            let at = now_us + iso.round_trip_us / 2;
-                            events.push(at, Event::AtGuard(ToGuard::Authorize { isolate, request, ask }));
-                        }
-                    }
+                    events.push(now_us, Event::Request { isolate, arrived_us: now_us });
                 }
                 let next_size = 1 + (rng.unit() * 2.0 * p.mean_burst) as usize;
                 let gap = rng.exp(next_size as f64 / per_isolate * 1e6) as i64;
                 events.push(now_us + gap.max(1), Event::Burst { isolate, size: next_size });
+                schedule_give_back(&mut isolates[isolate], isolate, now_ms, &mut events);
+            }
+            Event::Request { isolate, arrived_us: arrival } => {
+                // As `authenticate`: the lease, else wait (polling every 2 ms, at most 1 s) for the
+                // answer another request is getting when it will likely bring a lease, else ask.
+                let iso = &mut isolates[isolate];
+                match iso.book.admit(key_hash, scope, now_ms) {
+                    Some(Leased::Admitted(..)) => {
+                        report.added_ms.push((now_us - arrival) as f64 / 1000.0);
+                        admit_at(&mut report, now_us / 1000, &mut last_admission_after_revoke_ms);
+                    }
+                    Some(Leased::Refused(..) | Leased::Denied(..)) => {
+                        report.added_ms.push((now_us - arrival) as f64 / 1000.0)
+                    }
+                    None if now_us - arrival < 1_000_000
+                        && iso.book.should_wait(key_hash, now_ms, p.lease_above_per_second) =>
+                    {
+                        events.push(now_us + 2_000, Event::Request { isolate, arrived_us: arrival });
+                    }
+                    None => {
+                        let ask = iso.book.ask(key_hash, now_ms, 1);
+                        let request = arrived_us.len();
+                        arrived_us.push(arrival);
+                        let at = now_us + iso.round_trip_us / 2;
+                        events.push(at, Event::AtGuard(ToGuard::Authorize { isolate, request, ask }));
+                    }
+                }
+                // The after-response work asks for the renewals the lease hits wanted.
+                for (_, ask) in iso.book.take_renewals() {
+                    let at = now_us + iso.round_trip_us / 2;
+                    events.push(at, Event::AtGuard(ToGuard::Renew { isolate, ask }));
+                }
                 schedule_give_back(&mut isolates[isolate], isolate, now_ms, &mut events);
             }
             Event::AtGuard(message) => {
@@ -293,6 +324,11 @@ fn hot_key(p: &HotKey) -> Report {
                 *calls_per_second.entry(now_us / 1_000_000).or_default() += 1;
                 match message {
                     ToGuard::GiveBack { give_back } => guard.take_back(now_ms, &give_back),
+                    ToGuard::Renew { isolate, ask } => {
+                        let (revoked, lease) = guard.renew(now_ms, &ask, p);
+                        let at = now_us + isolates[isolate].round_trip_us / 2;
+                        events.push(at, Event::Renewed { isolate, revoked, lease });
+                    }
                     ToGuard::Authorize { isolate, request, ask } => {
                         let answer = guard.authorize(now_ms, &ask, p);
                         let at = now_us + isolates[isolate].round_trip_us / 2;
@@ -302,6 +338,15 @@ fn hot_key(p: &HotKey) -> Report {
             }
             Event::Reply { isolate, request, answer } => {
                 report.added_ms.push((now_us - arrived_us[request]) as f64 / 1000.0);
+                isolates[isolate].book.answered(key_hash);
+                if let Answer::Denied = answer {
+                    isolates[isolate].book.deny(
+                        key_hash,
+                        guard.key.clone(),
+                        now_ms,
+                        p.lease_above_per_second,
+                    );
+                }
                 if let Answer::Decided { verdict, lease, decided_ms } = answer {
                     if verdict == Verdict::Allowed {
                         admit_at(&mut report, decided_ms - T0_MS, &mut last_admission_after_revoke_ms);
@@ -310,6 +355,11 @@ fn hot_key(p: &HotKey) -> Report {
                         isolates[isolate].book.hold(key_hash, key.clone(), &grant);
                     }
                 }
+                schedule_give_back(&mut isolates[isolate], isolate, now_ms, &mut events);
+            }
+            Event::Renewed { isolate, revoked, lease } => {
+                let key = (!revoked).then(|| key.clone());
+                isolates[isolate].book.renewed(key_hash, key, lease.as_ref());
                 schedule_give_back(&mut isolates[isolate], isolate, now_ms, &mut events);
             }
             Event::GiveBackDue { isolate } => {
@@ -328,6 +378,11 @@ fn hot_key(p: &HotKey) -> Report {
     let limit = u64::from(p.limit_per_minute);
     report.over_limit_admissions = report.admitted_per_window.iter().map(|&n| n.saturating_sub(limit)).sum();
     report.max_object_calls_per_second = calls_per_second.values().copied().max().unwrap_or(0);
+    if std::env::var("MODEL_TRACE").is_ok() {
+        let mut seconds: Vec<_> = calls_per_second.iter().collect();
+        seconds.sort();
+        eprintln!("calls per second: {seconds:?}");
+    }
     report.revocation_seconds = (last_admission_after_revoke_ms - p.revoke_at_ms) as f64 / 1000.0;
     let _ = guard.grants;
     report
@@ -373,7 +428,7 @@ impl Guard {
         if self.key.refusal(now_ms).is_some() {
             return Answer::Denied;
         }
-        let hot = self.rate.count(now_ms) >= p.lease_above_per_second;
+        let hot = self.is_hot(now_ms, ask, p);
         match admit(self.counters, now_ms, self.limits, 1, true, &[], &mut []) {
             Decision::Decided { verdict, counters: Some(next), .. } => {
                 self.grants += 1;
@@ -399,6 +454,38 @@ impl Guard {
                 Answer::Decided { verdict, lease, decided_ms: now_ms }
             }
             Decision::NeedsCredits(_) => unreachable!("a key without levels above it needs no credits"),
+        }
+    }
+
+    fn is_hot(&mut self, now_ms: i64, ask: &LeaseAsk, p: &HotKey) -> bool {
+        let seen = self.rate.count(now_ms);
+        ask.renew || seen >= p.lease_above_per_second || ask.want >= p.lease_above_per_second
+    }
+
+    /// A renewal (`KeyGuardObject::renew`): give-backs, then a lease without a request.
+    fn renew(&mut self, now_ms: i64, ask: &LeaseAsk, p: &HotKey) -> (bool, Option<Grant>) {
+        self.take_back(now_ms, &ask.give_back);
+        if self.key.refusal(now_ms).is_some() {
+            return (true, None);
+        }
+        if !self.is_hot(now_ms, ask, p) {
+            return (false, None);
+        }
+        self.grants += 1;
+        let grant_id = format!("lease-{}", self.grants);
+        let leased = match p.broken_rule {
+            true => Some(broken_lease(self.counters, now_ms, &self.limits, &grant_id, ask.want)),
+            false => {
+                lease_to_isolate(self.counters, now_ms, &self.limits, &[], &mut [], &grant_id, ask.want, true)
+            }
+        };
+        match leased {
+            Some((grant, after, drawn)) => {
+                self.leases.insert(grant.grant_id.clone(), (grant.clone(), drawn, false));
+                self.counters = after;
+                (false, Some(grant))
+            }
+            None => (false, None),
         }
     }
 

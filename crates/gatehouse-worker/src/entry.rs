@@ -47,6 +47,7 @@ impl Ports for Cloudflare {
     type Audit = Coalesced<AuditQueue, Timer>;
     type DeadLetters = D1Store;
     type Redrive = QueueRedrive;
+    type Timer = Timer;
     type Origin = OriginClient;
 }
 
@@ -126,6 +127,7 @@ fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gate
         origin: OriginClient::new(env.clone()),
         memory: MEMORY.with(Rc::clone),
         leases: LEASES.with(Rc::clone),
+        timer: Timer,
     })
 }
 

@@ -143,17 +143,22 @@ impl FakeGuard {
     ) -> (Verdict, Usage, Option<Grant>) {
         let limits = self.config.limits(key);
         let levels = self.config.levels(key);
-        let hot = lease.is_some()
-            && self.config.lease_above_per_second.is_some_and(|above| {
-                let mut rates = self.rates.borrow_mut();
-                rates.entry(key.key_hash.clone()).or_default().count(self.clock.get()) >= above
-            });
+        let hot = lease.is_some_and(|ask| self.is_hot(key, ask));
         let (verdict, usage, lease) = self.decide(key, &limits, &levels, cost, permitted, lease, hot);
         match (verdict, lease) {
             (Verdict::Allowed, lease) => (verdict, usage, lease),
             // A hot key's isolate repeats the refusal for up to a second without asking.
             (refused, _) => (refused, usage, hot.then(|| refusal_lease(self.clock.get(), refused, &usage))),
         }
+    }
+
+    /// As the real guard: hot from `LEASE_ABOVE_PER_SECOND` requests a second, or while renewing.
+    fn is_hot(&self, key: &KeyRecord, ask: &LeaseAsk) -> bool {
+        let mut rates = self.rates.borrow_mut();
+        let seen = rates.entry(key.key_hash.clone()).or_default().count(self.clock.get());
+        self.config
+            .lease_above_per_second
+            .is_some_and(|above| ask.renew || seen >= above || ask.want >= above)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -170,13 +175,13 @@ impl FakeGuard {
         let (limits, levels) = (*limits, levels);
         loop {
             let now = self.clock.get();
-            let mut held = self.held_of(key, &levels);
+            let mut held = self.held_of(key, levels);
             let prev = self.counters.borrow().get(&key.key_hash).copied().unwrap_or_default();
             let specs: Vec<LimitSpec> = levels.iter().map(|(_, spec)| *spec).collect();
             match admit(prev, now, limits, cost, permitted, &specs, &mut held) {
                 Decision::Decided { verdict: Verdict::RateLimited, usage, counters: None } => {
                     // Over a window: is the quota used up too? (The real guard asks once a minute.)
-                    if let Some(i) = quota_to_ask(&levels, &held, now) {
+                    if let Some(i) = quota_to_ask(levels, &held, now) {
                         let (level, spec) = &levels[i];
                         let slot = (key.key_hash.clone(), level.clone());
                         let last = self.held.borrow_mut().remove(&slot);
@@ -197,7 +202,7 @@ impl FakeGuard {
                         let lease = match lease {
                             Some(ask) if hot => {
                                 let id = format!("lease-{}", self.isolate_leases.borrow().len());
-                                lease_to_isolate(next, now, &limits, &levels, &mut held, &id, ask.want, hot)
+                                lease_to_isolate(next, now, &limits, levels, &mut held, &id, ask.want, hot)
                             }
                             _ => None,
                         };
@@ -212,7 +217,7 @@ impl FakeGuard {
                             None => next,
                         };
                         self.counters.borrow_mut().insert(key.key_hash.clone(), next);
-                        self.keep_held(key, &levels, held);
+                        self.keep_held(key, levels, held);
                     }
                     let project = self
                         .held
@@ -386,6 +391,41 @@ impl KeyGuard for FakeGuard {
 
     async fn give_back_leases(&self, key_hash: &str, give_back: &[GiveBack]) -> Result<(), PortError> {
         self.faults.run("guard.give_back_leases", || self.take_back_leases(key_hash, give_back)).await
+    }
+
+    async fn renew_lease(
+        &self,
+        key_hash: &str,
+        lease: &LeaseAsk,
+    ) -> Result<(Option<KeyRecord>, Option<Grant>), PortError> {
+        self.faults
+            .run("guard.renew_lease", || {
+                let now = self.clock.get();
+                self.take_back_leases(key_hash, &lease.give_back);
+                let Some(key) = self.record(key_hash).filter(|k| k.refusal(now).is_none()) else {
+                    return (None, None);
+                };
+                if !self.is_hot(&key, lease) {
+                    return (Some(key), None);
+                }
+                let limits = self.config.limits(&key);
+                let levels = self.config.levels(&key);
+                let mut held = self.held_of(&key, &levels);
+                let counters = self.counters.borrow().get(key_hash).copied().unwrap_or_default();
+                let id = format!("lease-{}", self.isolate_leases.borrow().len());
+                match lease_to_isolate(counters, now, &limits, &levels, &mut held, &id, lease.want, true) {
+                    Some((grant, after, drawn)) => {
+                        self.isolate_leases
+                            .borrow_mut()
+                            .insert(grant.grant_id.clone(), (grant.clone(), drawn, false));
+                        self.counters.borrow_mut().insert(key_hash.to_owned(), after);
+                        self.keep_held(&key, &levels, held);
+                        (Some(key), Some(grant))
+                    }
+                    None => (Some(key), None),
+                }
+            })
+            .await
     }
 
     async fn take_claim(&self, principal: &str, claim: &ClaimRequest) -> Result<ClaimDecision, PortError> {

@@ -54,6 +54,7 @@ pub enum GuardCommand {
     TakeClaim(TakeClaim),
     Exchange(Exchange),
     GiveBackLeases(GiveBackLeases),
+    RenewLease(RenewLease),
 }
 
 /// Is this key valid, may it make one more request now, and (when the request carries an
@@ -116,6 +117,7 @@ impl Tagged for GuardCommand {
             "take_claim" => Self::TakeClaim(TakeClaim::deserialize(fields)?),
             "exchange" => Self::Exchange(Exchange::deserialize(fields)?),
             "give_back_leases" => Self::GiveBackLeases(GiveBackLeases::deserialize(fields)?),
+            "renew_lease" => Self::RenewLease(RenewLease::deserialize(fields)?),
             other => {
                 return Err(unknown(
                     other,
@@ -130,6 +132,7 @@ impl Tagged for GuardCommand {
                         "take_claim",
                         "exchange",
                         "give_back_leases",
+                        "renew_lease",
                     ],
                 ))
             }
@@ -206,6 +209,22 @@ pub struct GiveBackLeases {
     pub give_back: Vec<GiveBack>,
 }
 
+/// A hot key's isolate asks for a new lease while its current one still serves (SPEC §20), after
+/// a response: no request is decided with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenewLease {
+    pub key_hash: String,
+    pub lease: LeaseAsk,
+}
+
+/// The key's record as its guard holds it (`None`: unknown), and the new lease, if any: none for
+/// a refused key, or one no longer hot, or when nothing is left to lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Renewed {
+    pub key: Option<KeyRecord>,
+    pub lease: Option<Grant>,
+}
+
 /// A round trip that reads and writes nothing (the deep health check).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ping {}
@@ -245,6 +264,7 @@ asks! {
     TakeClaim => ClaimDecision,
     Exchange => Grant,
     GiveBackLeases => Done,
+    RenewLease => Renewed,
 }
 
 #[cfg(test)]

@@ -61,6 +61,13 @@ pub trait KeyGuard {
     /// Gives back what this isolate did not use of the key's leases that ended (SPEC §20): the
     /// key's guard counts them as unused again. Safe to repeat.
     async fn give_back_leases(&self, key_hash: &str, give_back: &[GiveBack]) -> Result<(), PortError>;
+    /// Asks the key's guard for a new lease while this isolate's current one still serves (SPEC
+    /// §20); answers the key's record as the guard holds it and the lease, if any.
+    async fn renew_lease(
+        &self,
+        key_hash: &str,
+        lease: &LeaseAsk,
+    ) -> Result<(Option<KeyRecord>, Option<Grant>), PortError>;
     /// Takes a claim for a principal without an API key (the operator, [`OPERATOR_GUARD`]): the
     /// claims of the guard named `principal`, decided as `authorize` decides a key's. Also the
     /// claim of a key `authorize` admitted without one a moment before: its body is read only

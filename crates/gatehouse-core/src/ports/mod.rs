@@ -52,6 +52,12 @@ pub trait Ports {
     type DeadLetters: DeadLetters;
     type Redrive: Redrive;
     type Origin: Origin;
+    type Timer: Pause;
+}
+
+/// A timer of the request's own (the runtime's `setTimeout` in the worker; a yield in the fakes).
+pub trait Pause {
+    fn pause(&self, ms: u64) -> impl std::future::Future<Output = ()>;
 }
 
 /// Counts the I/O one request makes, for the per-request log line: the hot-path budget of

@@ -8,10 +8,10 @@ use super::durable;
 use gatehouse_core::api_key::{KeyRecord, RefusalReason, Scope};
 use gatehouse_core::guard::protocol::{
     client_guard_name, Apply, Ask, Authorize, Authorized, CompleteClaim, Decided, Denied, GiveBackLeases,
-    HeldResponse, Ping, RecordAuthFailure, ReleaseClaim, TakeClaim, HEALTH_OBJECT,
+    HeldResponse, Ping, RecordAuthFailure, ReleaseClaim, RenewLease, TakeClaim, HEALTH_OBJECT,
 };
 use gatehouse_core::idempotency::{ClaimDecision, KeptResponse};
-use gatehouse_core::lease::{GiveBack, LeaseAsk};
+use gatehouse_core::lease::{GiveBack, Grant, LeaseAsk};
 use gatehouse_core::ports::{Admission, Authorization, ClaimRequest, KeyGuard, Meter, PortError};
 use gatehouse_core::rate_limit::{Usage, Verdict};
 
@@ -58,6 +58,16 @@ impl KeyGuard for GuardClient {
 
     async fn give_back_leases(&self, key_hash: &str, give_back: &[GiveBack]) -> Result<(), PortError> {
         self.ask(key_hash, GiveBackLeases { give_back: give_back.to_vec() }).await.map(drop)
+    }
+
+    async fn renew_lease(
+        &self,
+        key_hash: &str,
+        lease: &LeaseAsk,
+    ) -> Result<(Option<KeyRecord>, Option<Grant>), PortError> {
+        let renewed =
+            self.ask(key_hash, RenewLease { key_hash: key_hash.to_owned(), lease: lease.clone() }).await?;
+        Ok((renewed.key, renewed.lease))
     }
 
     async fn take_claim(&self, principal: &str, claim: &ClaimRequest) -> Result<ClaimDecision, PortError> {

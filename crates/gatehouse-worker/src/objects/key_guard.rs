@@ -30,7 +30,7 @@ use gatehouse_core::api_key::KeyRecord;
 use gatehouse_core::config::Config;
 use gatehouse_core::guard::protocol::{
     project_authority, Apply, Ask, AuthFailures, Authorize, Authorized, CompleteClaim, Completed, Decided,
-    Denied, Done, GiveBackLeases, GuardCommand, HeldResponse, ReleaseClaim, BINDING,
+    Denied, Done, GiveBackLeases, GuardCommand, HeldResponse, ReleaseClaim, RenewLease, Renewed, BINDING,
 };
 use gatehouse_core::guard::single_flight::SingleFlight;
 use gatehouse_core::idempotency::{decide_claim, Claim, ClaimDecision, KeptResponse, LEASE_MS};
@@ -256,6 +256,7 @@ impl KeyGuardObject {
             }
             GuardCommand::Ping(_) => answer::<gatehouse_core::guard::protocol::Ping>(Done {}),
             GuardCommand::Exchange(c) => answer::<Exchange>(self.exchange(c)?),
+            GuardCommand::RenewLease(c) => answer::<RenewLease>(self.renew(c).await?),
             GuardCommand::GiveBackLeases(c) => {
                 let key = self.remembered(now_ms())?;
                 self.take_back_leases(key.as_ref(), &c.give_back)?;
@@ -485,13 +486,7 @@ impl KeyGuardObject {
         // leases to come back; the bound is only a guard against a bug.
         // A key is hot when its guard sees `LEASE_ABOVE_PER_SECOND` requests a second from isolates
         // that would hold leases.
-        let hot = lease.is_some()
-            && config.lease_above_per_second.is_some_and(|above| {
-                let mut rate = self.rate.get();
-                let seen = rate.count(now_ms());
-                self.rate.set(rate);
-                seen >= above
-            });
+        let hot = lease.is_some_and(|ask| self.is_hot(config, ask));
         let mut waited = false;
         for _ in 0..256 {
             let mut held = self.held(&levels)?;
@@ -581,6 +576,48 @@ impl KeyGuardObject {
         // Never reached in practice: 256 rounds without an answer.
         let (_, usage, _) = decide_request(self.current_counters()?, now_ms(), limits, cost, false);
         Ok((Verdict::RateLimited, usage, None))
+    }
+
+    /// Whether the key is hot: its guard saw `LEASE_ABOVE_PER_SECOND` requests from isolates in
+    /// this second, or the isolate asking is renewing a lease.
+    fn is_hot(&self, config: &Config, ask: &LeaseAsk) -> bool {
+        let mut rate = self.rate.get();
+        let seen = rate.count(now_ms());
+        self.rate.set(rate);
+        config.lease_above_per_second.is_some_and(|above| ask.renew || seen >= above || ask.want >= above)
+    }
+
+    /// A new lease for an isolate whose lease runs low (SPEC §20): what it gives back first, then
+    /// a lease of the key's credits as with an admission, without a request. None for a refused
+    /// key, or when nothing is left to lease (the isolate asks with its next request then).
+    async fn renew(&self, c: RenewLease) -> Result<Renewed> {
+        let (record, _) = self.record(&c.key_hash).await?;
+        let now = now_ms();
+        self.take_back_leases(record.as_ref(), &c.lease.give_back)?;
+        let Some(key) = record.filter(|k| k.refusal(now).is_none()) else {
+            return Ok(Renewed { key: None, lease: None });
+        };
+        let config = self.config()?;
+        if !self.is_hot(config, &c.lease) {
+            return Ok(Renewed { key: Some(key), lease: None });
+        }
+        let limits = config.limits(&key);
+        let levels = config.levels(&key);
+        let mut held = self.held(&levels)?;
+        let grant_id = gatehouse_core::encoding::hex(&gatehouse_app::random::<16>());
+        let counters = self.current_counters()?;
+        let leased =
+            lease_to_isolate(counters, now, &limits, &levels, &mut held, &grant_id, c.lease.want, true);
+        let Some((mut grant, after, drawn)) = leased else {
+            return Ok(Renewed { key: Some(key), lease: None });
+        };
+        let project_level = project_authority(&key.project_id);
+        let project = levels.iter().position(|(l, _)| *l == project_level).and_then(|i| held[i].clone());
+        grant.usage = with_project_quota(grant.usage, project.as_ref());
+        self.keep_isolate_lease(&grant, &drawn)?;
+        self.keep_counters(after)?;
+        self.keep_held(&levels, held)?;
+        Ok(Renewed { key: Some(key), lease: Some(grant) })
     }
 
     /// Whether `level`'s quota was not asked about yet in this minute (then it is, from now).
