@@ -53,22 +53,28 @@ impl RequestBody for Body {
 fn config() -> &'static Config {
     static CONFIG: OnceLock<Config> = OnceLock::new();
     CONFIG.get_or_init(|| {
-        Config::from_lookup(|name| match name {
-            "KEY_PEPPER" => Some("simulation-pepper".into()),
-            "WEBHOOK_SECRETS_KEY" => Some("simulation-webhook-secrets".into()),
-            "ADMIN_TOKEN" => Some("simulation-admin-token".into()),
-            "PLANS" => Some(r#"{"trial":{"per_minute":100000,"monthly_quota":100000000}}"#.into()),
+        configured(|name| match name {
+            "PLANS" => Some(r#"{"trial":{"per_minute":100000,"monthly_quota":100000000}}"#),
             "UPSTREAMS" => Some(
                 r#"[{"prefix":"/shop/v1/","origin":"http://127.0.0.1:9","cost":2},
-                    {"prefix":"/upload/","origin":"http://127.0.0.1:9/base","max_body_bytes":8388608}]"#
-                    .into(),
+                    {"prefix":"/upload/","origin":"http://127.0.0.1:9/base","max_body_bytes":8388608}]"#,
             ),
-            "ORIGIN_SECRET" => Some(ORIGIN_SECRET.into()),
-            "EVENTS_SECRET" => Some(EVENTS_SECRET.into()),
+            "ORIGIN_SECRET" => Some(ORIGIN_SECRET),
+            "EVENTS_SECRET" => Some(EVENTS_SECRET),
             _ => None,
         })
-        .expect("the simulation's configuration is valid")
     })
+}
+
+/// A simulation's configuration: its secrets, and the vars `vars` names.
+fn configured(vars: impl Fn(&str) -> Option<&'static str>) -> Config {
+    Config::from_lookup(|name| match name {
+        "KEY_PEPPER" => Some("simulation-pepper".into()),
+        "WEBHOOK_SECRETS_KEY" => Some("simulation-webhook-secrets".into()),
+        "ADMIN_TOKEN" => Some("simulation-admin-token".into()),
+        other => vars(other).map(str::to_owned),
+    })
+    .expect("the simulation's configuration is valid")
 }
 
 const T0: i64 = 1_796_000_000_000;
@@ -1434,15 +1440,11 @@ fn an_origin_event_key_with_another_body_is_409() {
 fn leasing_config() -> &'static Config {
     static CONFIG: OnceLock<Config> = OnceLock::new();
     CONFIG.get_or_init(|| {
-        Config::from_lookup(|name| match name {
-            "KEY_PEPPER" => Some("simulation-pepper".into()),
-            "WEBHOOK_SECRETS_KEY" => Some("simulation-webhook-secrets".into()),
-            "ADMIN_TOKEN" => Some("simulation-admin-token".into()),
-            "PLANS" => Some(r#"{"trial":{"per_second":3,"per_minute":12,"monthly_quota":40}}"#.into()),
-            "LEASE_ABOVE_PER_SECOND" => Some("0".into()),
+        configured(|name| match name {
+            "PLANS" => Some(r#"{"trial":{"per_second":3,"per_minute":12,"monthly_quota":40}}"#),
+            "LEASE_ABOVE_PER_SECOND" => Some("0"),
             _ => None,
         })
-        .expect("the leasing simulation's configuration is valid")
     })
 }
 
