@@ -468,9 +468,10 @@ impl KeyGuardObject {
     /// and the decision is made again after it.
     ///
     /// With `lease` (the isolate would hold one), an admission of a hot key also leases the
-    /// isolate some of its credits. A refusal while isolates hold credits of the key waits (at
-    /// most until those leases end and a moment for them to come back) for what they give back,
-    /// so leases never make a request fail that the limit still has room for.
+    /// isolate some of its credits, and a refusal of a hot key comes with a refusal lease. A
+    /// refusal while isolates hold credits of the key waits (at most until those leases end and a
+    /// moment for them to come back) for what they give back, so leases never make a request fail
+    /// that the limit still has room for.
     async fn admit(
         &self,
         key: &KeyRecord,
@@ -482,12 +483,10 @@ impl KeyGuardObject {
         let limits = config.limits(key);
         let levels = config.levels(key);
         let specs: Vec<LimitSpec> = levels.iter().map(|(_, spec)| *spec).collect();
-        // Each round admits at least one request of this key, ends in a refusal, or waits for
-        // leases to come back; the bound is only a guard against a bug.
-        // A key is hot when its guard sees `LEASE_ABOVE_PER_SECOND` requests a second from isolates
-        // that would hold leases.
         let hot = lease.is_some_and(|ask| self.is_hot(config, ask));
         let mut waited = false;
+        // Each round admits at least one request of this key, ends in a refusal, or waits for
+        // leases to come back; the bound is only a guard against a bug.
         for _ in 0..256 {
             let mut held = self.held(&levels)?;
             let now = now_ms();
