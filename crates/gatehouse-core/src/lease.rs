@@ -854,4 +854,161 @@ mod tests {
         assert!(admitted.iter().any(|((w, _), n)| *w == 0 && *n == 7));
         assert!(admitted.iter().any(|((w, _), n)| *w == 1 && *n == 50));
     }
+
+    // ---- Review tests (branch `review`): each fails while the bug it names exists. ----
+
+    fn review_key() -> crate::api_key::KeyRecord {
+        crate::api_key::KeyRecord {
+            id: "key_1".into(),
+            project_id: "prj_1".into(),
+            key_type: crate::api_key::KeyType::Server,
+            name: None,
+            plan: "trial".into(),
+            rate_limit_per_minute: None,
+            key_hash: "ab".into(),
+            prefix: "gh_s_abcdefg".into(),
+            created_at: 1,
+            revoked_at: None,
+            expires_at: None,
+            rolled_from: None,
+            rolled_at: None,
+            rolled_to: None,
+            identity: None,
+            limits: None,
+        }
+    }
+
+    /// A lease to an isolate ends at the end of the KEY's shortest window, not at the end of the
+    /// level grant it drew from: credits counted in the identity's second N are admitted by the
+    /// isolate in second N+1, while the authority grants second N+1's whole limit afresh.
+    #[test]
+    fn review_a_lease_drawn_from_a_level_admits_nothing_past_the_level_window() {
+        // The identity is limited per second; the key only per minute (its plan's).
+        let identity = LimitSpec { per_second: Some(10), ..Default::default() };
+        let levels = vec![("identity:i".to_owned(), identity)];
+        let key = Limits::per_minute(1_000);
+        let mut authority = Counters::default();
+        // Key 1's guard at 0.900 s: a grant of the identity, a request, a lease to an isolate.
+        let t = T0 + 900;
+        let (g1, a) = grant(authority, t, &identity, "g1", 1, 10);
+        authority = a;
+        assert_eq!(g1.until_ms, T0 + 1_000);
+        let mut held = [Some(Held::from_grant(&g1))];
+        let next = match admit(Counters::default(), t, key, 1, true, &[identity], &mut held) {
+            Decision::Decided { verdict: Verdict::Allowed, counters: Some(next), .. } => next,
+            other => panic!("{other:?}"),
+        };
+        let (lease, _, _) = lease_to_isolate(next, t, &key, &levels, &mut held, "L1", 100, true).unwrap();
+        assert!(lease.credits > 0);
+        // Second 1 (1.500 s): the isolate admits from its lease ...
+        let t2 = T0 + 1_500;
+        let mut isolate = Held::from_grant(&lease);
+        let mut admitted_in_second_1 = 0;
+        while isolate.available(t2, &lease.limits) >= 1 {
+            isolate.used += 1;
+            admitted_in_second_1 += 1;
+        }
+        // ... and key 2's guard (same identity) is granted the identity's fresh second.
+        for n in 0.. {
+            let (g, a) = grant(authority, t2, &identity, &format!("k2-{n}"), 1, 10);
+            authority = a;
+            if g.credits == 0 {
+                break;
+            }
+            admitted_in_second_1 += g.credits;
+        }
+        assert!(
+            admitted_in_second_1 <= 10,
+            "the identity's second 1 admitted {admitted_in_second_1} over its limit of 10 \
+             (lease until {} ms, its level grant until {} ms)",
+            lease.until_ms - T0,
+            g1.until_ms - T0
+        );
+    }
+
+    /// Credits of an isolate lease come back to the level only while the guard still holds the
+    /// grant they were drawn from. When that grant was replaced meanwhile (it ran out — the lease
+    /// itself emptied it — and the next request exchanged it), what the isolate gives back goes to
+    /// the key's windows but never to the level: a project's monthly quota loses them for the
+    /// month, though the isolate gave them back.
+    #[test]
+    fn review_a_lease_given_back_after_its_level_grant_was_replaced_loses_no_quota() {
+        let project = LimitSpec { monthly_quota: Some(1_000), ..Default::default() };
+        let levels = vec![("project:p".to_owned(), project)];
+        let key = Limits::per_minute(10_000);
+        let mut authority = Counters::default();
+        let mut key_counters = Counters::default();
+        let mut admitted = 0u64;
+        let t = T0 + 100;
+        let (g1, a) = grant(authority, t, &project, "g1", 1, 20);
+        authority = a;
+        let mut held = [Some(Held::from_grant(&g1))];
+        // Request 1: admitted, and the isolate is leased what is left of the grant.
+        let Decision::Decided { verdict: Verdict::Allowed, counters: Some(next), .. } =
+            admit(key_counters, t, key, 1, true, &[project], &mut held)
+        else {
+            panic!()
+        };
+        admitted += 1;
+        let (lease, after, drawn) = lease_to_isolate(next, t, &key, &levels, &mut held, "L1", 100, true).unwrap();
+        key_counters = after;
+        assert_eq!(lease.credits, 19);
+        // Request 2 at the guard (another isolate): the grant is used up, it is exchanged.
+        let t = t + 10;
+        assert_eq!(admit(key_counters, t, key, 1, true, &[project], &mut held), Decision::NeedsCredits(0));
+        let old = held[0].take().unwrap();
+        if let Some(back) = old.give_back() {
+            give_back(&mut authority, t, &g1, back.unused);
+        }
+        let (g2, a) = grant(authority, t, &project, "g2", 1, Held::want(Some(&old), t, 1));
+        authority = a;
+        held[0] = Some(Held::from_grant(&g2));
+        let Decision::Decided { verdict: Verdict::Allowed, counters: Some(next), .. } =
+            admit(key_counters, t, key, 1, true, &[project], &mut held)
+        else {
+            panic!()
+        };
+        key_counters = next;
+        admitted += 1;
+        // The isolate's requests ended: it gives back its whole lease when it ends.
+        let t = lease.until_ms;
+        take_back(&mut key_counters, t, &lease, &drawn, &levels, &mut held, lease.credits);
+        // The guard's grant ends: its alarm gives back what it did not use.
+        let t = g2.until_ms;
+        let back = held[0].as_ref().unwrap().give_back().unwrap();
+        give_back(&mut authority, t, &g2, back.unused);
+        assert_eq!(
+            authority.at(t).month_used,
+            admitted,
+            "the project's quota counts {} used for {admitted} admitted requests: the lease's {} \
+             credits, given back, are lost for the month",
+            authority.at(t).month_used,
+            lease.credits
+        );
+    }
+
+    /// A refusal lease is made for the refused request's cost, but the isolate repeats it for any
+    /// request of the key: after a proxied request of cost 5 is refused with 3 credits left, the
+    /// key's cost-1 requests at that isolate are refused from memory until the window ends (at
+    /// most 1 s) though the window has room for them.
+    #[test]
+    fn review_a_refusal_lease_for_a_costly_request_does_not_refuse_a_cheap_one() {
+        let limits = Limits::per_minute(30);
+        let mut c = Counters::default();
+        for _ in 0..27 {
+            c = crate::rate_limit::decide(c, T0, limits).2;
+        }
+        let (verdict, usage, _) = decide_cost(c, T0, limits, 5);
+        assert_eq!(verdict, Verdict::RateLimited);
+        let refusal = refusal_lease(T0, verdict, &usage);
+        let mut book = LeaseBook::default();
+        book.hold("ab", review_key(), &refusal);
+        // Cost 1: the guard would admit it (3 left).
+        assert_eq!(crate::rate_limit::decide_cost(c, T0 + 10, limits, 1).0, Verdict::Allowed);
+        let decided = book.admit("ab", crate::api_key::Scope::Resources, T0 + 10);
+        assert!(
+            !matches!(decided, Some(Leased::Refused(..))),
+            "a cost-1 request is refused from the memory of a cost-5 refusal with 3 credits left"
+        );
+    }
 }
