@@ -1536,3 +1536,83 @@ fn limits_hold_with_leases_under_faults() {
         Ok(())
     });
 }
+
+fn review_quota_config() -> &'static Config {
+    static CONFIG: OnceLock<Config> = OnceLock::new();
+    CONFIG.get_or_init(|| {
+        configured(|name| match name {
+            "PLANS" => Some(r#"{"trial":{"per_minute":1000,"monthly_quota":1000}}"#),
+            "LEASE_ABOVE_PER_SECOND" => Some("0"),
+            _ => None,
+        })
+    })
+}
+
+/// Review (SPEC §20): one key used from two isolates. Isolate A gets a lease of the key's credits
+/// (drawn from the project grant its guard holds) and its traffic stops; its after-response work
+/// waits for the lease to end before it gives it back. Meanwhile isolate B's requests make the
+/// guard exchange the project grant for a new one. What A gives back then goes to the key's
+/// windows only: the project's monthly quota keeps it counted as used for the rest of the month,
+/// though the lease came back whole. Faults are off.
+#[test]
+fn review_leased_credits_given_back_come_back_to_the_project_quota() {
+    let faults = Rc::new(Faults::new(7, 0.0));
+    let (mut gateway, clock, secrets) =
+        fake_gateway(review_quota_config(), &faults, T0, "prj_sim", &[KeyType::Server], 0.0);
+    let isolates: [Rc<RefCell<gatehouse_core::lease::LeaseBook>>; 2] = [Rc::default(), Rc::default()];
+    let mut admitted = 0u64;
+    // `finish`: run the after-response work now; else it is still waiting (for the lease's end).
+    let one = |gateway: &mut Gateway<'static, Sim>, isolate: usize, clock: &Clock, finish: bool| {
+        gateway.leases = isolates[isolate].clone();
+        let req = request(clock, "GET", "/public/v1/me", &secrets[0], None, "");
+        if finish {
+            let seen = RefCell::new(Vec::new());
+            drive(exchange(gateway, req, &seen, &RefCell::default()), &faults, 0.0);
+            let ok = seen.borrow().first().is_some_and(|r| r.status == 200);
+            ok
+        } else {
+            drive(gateway.handle(req), &faults, 0.0).is_some_and(|r| r.status == 200)
+        }
+    };
+    // A's requests until it holds a lease it has not used all of.
+    for _ in 0..20 {
+        clock.set(clock.get() + 3);
+        admitted += u64::from(one(&mut gateway, 0, &clock, false));
+        if isolates[0].borrow().first_end().is_some() {
+            break;
+        }
+    }
+    let a_lease = isolates[0].borrow_mut().first_end();
+    assert!(a_lease.is_some(), "isolate A holds a lease with unused credits");
+    for _ in 0..30 {
+        clock.set(clock.get() + 3);
+        admitted += u64::from(one(&mut gateway, 1, &clock, true));
+    }
+    // A's lease has ended: its after-response work gives it back (here: with its next request).
+    clock.set(clock.get() + 2_000);
+    admitted += u64::from(one(&mut gateway, 0, &clock, true));
+    // Every grant ends; the guard's alarm gives back what it held unused.
+    for _ in 0..2 {
+        clock.set(clock.get() + 61_000);
+        for isolate in 0..2 {
+            admitted += u64::from(one(&mut gateway, isolate, &clock, true));
+        }
+    }
+    let now = clock.get();
+    let used = gateway.guard.counters.borrow().get("project:prj_sim").map_or(0, |c| c.at(now).month_used);
+    let unused_held: u64 = gateway
+        .guard
+        .held
+        .borrow()
+        .values()
+        .filter(|h| h.until_ms > now)
+        .map(|h| u64::from(h.credits - h.used))
+        .sum();
+    let not_back = gateway.guard.isolate_leases.borrow().values().filter(|(_, _, given)| !given).count();
+    assert_eq!(not_back, 0, "every lease came back");
+    assert_eq!(
+        used - unused_held,
+        admitted,
+        "the project counts {used} used ({unused_held} of them held unused by the key's guard) for {admitted} admitted"
+    );
+}
