@@ -1460,6 +1460,19 @@ fn limits_hold_with_leases_under_faults() {
         let types = [KeyType::Server, KeyType::Server, KeyType::Server];
         let (mut gateway, clock, secrets) =
             fake_gateway(leasing_config(), &faults, T0, "prj_sim", &types, 0.3);
+        // Keys 0 and 1 belong to an identity of 2 a second and 8 a minute: a level whose windows
+        // are shorter than the keys' tightest one's end (the keys' second admits 3).
+        let identity = gatehouse_core::api_key::IdentityLimits {
+            id: "idt_sim".into(),
+            limits: gatehouse_core::rate_limit::LimitSpec {
+                per_second: Some(2),
+                per_minute: Some(8),
+                ..Default::default()
+            },
+        };
+        for key in gateway.store.directory.keys.borrow_mut().iter_mut().take(2) {
+            key.identity = Some(identity.clone());
+        }
         let mut admitted: HashMap<(usize, &str, i64), u32> = HashMap::new();
         let mut project = 0;
         // Requests answered 503: their guard's answer was lost, perhaps after it counted them.
@@ -1478,12 +1491,21 @@ fn limits_hold_with_leases_under_faults() {
                 let now = clock.get();
                 for (window, ms) in [("second", 1_000), ("minute", 60_000)] {
                     *admitted.entry((k, window, now - now.rem_euclid(ms))).or_default() += 1;
+                    if k < 2 {
+                        // The identity's count, under a holder number of its own.
+                        *admitted.entry((9, window, now - now.rem_euclid(ms))).or_default() += 1;
+                    }
                 }
                 project += 1;
             }
         }
         for ((k, window, start), n) in &admitted {
-            let limit = if *window == "second" { 3 } else { 12 };
+            let limit = match (*k, *window) {
+                (9, "second") => 2,
+                (9, _) => 8,
+                (_, "second") => 3,
+                _ => 12,
+            };
             if *n > limit {
                 return Err(format!("key {k} admitted {n} in the {window} starting {start}, over {limit}"));
             }
@@ -1492,7 +1514,7 @@ fn limits_hold_with_leases_under_faults() {
             return Err(format!("the project admitted {project}, over its quota of 40"));
         }
         // Faults off, a fresh minute (every grant of before has ended: the guards' alarms give
-        // them back): a key's minute is whole again, as far as the quota allows.
+        // them back): a key's minute is whole again (key 2: no identity), as far as the quota allows.
         faults.set_failure_rate(0.0);
         clock.set(clock.get() - clock.get().rem_euclid(60_000) + 60_000);
         let me = |k: usize| {
@@ -1514,7 +1536,7 @@ fn limits_hold_with_leases_under_faults() {
             .isolate_leases
             .borrow()
             .values()
-            .filter(|(_, _, given)| !given)
+            .filter(|(_, _, returned)| !returned.closed)
             .map(|(g, _, _)| u64::from(g.credits))
             .sum();
         let admitted = u64::from(project + passed);
@@ -1526,7 +1548,7 @@ fn limits_hold_with_leases_under_faults() {
         let room = 40 - used;
         for i in 0..12 {
             clock.set(clock.get() + if i % 3 == 0 { 1_000 } else { 1 });
-            passed += u32::from(me(0) == 200);
+            passed += u32::from(me(2) == 200);
         }
         if u64::from(passed) < 13.min(room + 1) {
             return Err(format!(
@@ -1537,7 +1559,8 @@ fn limits_hold_with_leases_under_faults() {
     });
 }
 
-fn review_quota_config() -> &'static Config {
+/// Every key leases, on a plan whose project quota is the limit that counts.
+fn quota_leasing_config() -> &'static Config {
     static CONFIG: OnceLock<Config> = OnceLock::new();
     CONFIG.get_or_init(|| {
         configured(|name| match name {
@@ -1548,17 +1571,17 @@ fn review_quota_config() -> &'static Config {
     })
 }
 
-/// Review (SPEC §20): one key used from two isolates. Isolate A gets a lease of the key's credits
+/// SPEC §20 (found by an outside review): one key used from two isolates. Isolate A gets a lease of the key's credits
 /// (drawn from the project grant its guard holds) and its traffic stops; its after-response work
 /// waits for the lease to end before it gives it back. Meanwhile isolate B's requests make the
 /// guard exchange the project grant for a new one. What A gives back then goes to the key's
 /// windows only: the project's monthly quota keeps it counted as used for the rest of the month,
 /// though the lease came back whole. Faults are off.
 #[test]
-fn review_leased_credits_given_back_come_back_to_the_project_quota() {
+fn leased_credits_given_back_come_back_to_the_project_quota() {
     let faults = Rc::new(Faults::new(7, 0.0));
     let (mut gateway, clock, secrets) =
-        fake_gateway(review_quota_config(), &faults, T0, "prj_sim", &[KeyType::Server], 0.0);
+        fake_gateway(quota_leasing_config(), &faults, T0, "prj_sim", &[KeyType::Server], 0.0);
     let isolates: [Rc<RefCell<gatehouse_core::lease::LeaseBook>>; 2] = [Rc::default(), Rc::default()];
     let mut admitted = 0u64;
     // `finish`: run the after-response work now; else it is still waiting (for the lease's end).
@@ -1608,7 +1631,8 @@ fn review_leased_credits_given_back_come_back_to_the_project_quota() {
         .filter(|h| h.until_ms > now)
         .map(|h| u64::from(h.credits - h.used))
         .sum();
-    let not_back = gateway.guard.isolate_leases.borrow().values().filter(|(_, _, given)| !given).count();
+    let not_back =
+        gateway.guard.isolate_leases.borrow().values().filter(|(_, _, returned)| !returned.closed).count();
     assert_eq!(not_back, 0, "every lease came back");
     assert_eq!(
         used - unused_held,

@@ -44,6 +44,11 @@ pub struct Exchange {
 pub struct GiveBack {
     pub grant_id: String,
     pub unused: u32,
+    /// `None`: the holder is done with the grant (its unused credits, once). `Some(lease)`: the
+    /// part of a lease to an isolate, drawn from this grant, that came back after the grant was
+    /// given back or replaced — counted once per lease, and never more than the grant's credits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<String>,
 }
 
 /// An authority's answer: `credits` (0 when the level refuses: then `verdict` and `usage` say
@@ -128,6 +133,37 @@ fn grant_end(now_ms: i64, limits: &Limits, max_ms: i64) -> i64 {
     window_end.map_or(end, |w| w.min(end))
 }
 
+/// What came back of a grant, as its authority keeps it: whether its holder is done with it, the
+/// credits taken back so far, and the parts (leases to isolates) already counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Returned {
+    pub closed: bool,
+    pub credits: u32,
+    pub parts: Vec<String>,
+}
+
+/// Takes back `back` of `grant` into `counters`, once: a give-back repeated (a retry whose answer
+/// was lost) or a part counted before takes nothing, and a grant never gets more back than its
+/// credits. Answers the credits taken back.
+pub fn accept_give_back(
+    counters: &mut Counters,
+    now_ms: i64,
+    grant: &Grant,
+    returned: &mut Returned,
+    back: &GiveBack,
+) -> u32 {
+    match &back.part {
+        None if returned.closed => return 0,
+        None => returned.closed = true,
+        Some(part) if returned.parts.contains(part) => return 0,
+        Some(part) => returned.parts.push(part.clone()),
+    }
+    let credits = back.unused.min(grant.credits.saturating_sub(returned.credits));
+    returned.credits += credits;
+    give_back(counters, now_ms, grant, credits);
+    credits
+}
+
 /// Gives `unused` credits of `grant` back to `counters`: only to the windows (and the month) that
 /// are still the ones it was counted in. The caller makes sure a grant is given back once.
 pub fn give_back(counters: &mut Counters, now_ms: i64, grant: &Grant, unused: u32) {
@@ -164,7 +200,7 @@ impl Held {
     /// granted under other limits.
     pub fn available(&self, now_ms: i64, limits: &LimitSpec) -> u32 {
         if now_ms < self.until_ms && self.limits == *limits {
-            self.credits - self.used
+            self.credits.saturating_sub(self.used)
         } else {
             0
         }
@@ -172,8 +208,11 @@ impl Held {
 
     /// What to give back of it (nothing when all was used).
     pub fn give_back(&self) -> Option<GiveBack> {
-        (self.used < self.credits)
-            .then(|| GiveBack { grant_id: self.grant_id.clone(), unused: self.credits - self.used })
+        (self.used < self.credits).then(|| GiveBack {
+            grant_id: self.grant_id.clone(),
+            unused: self.credits - self.used,
+            part: None,
+        })
     }
 
     /// How many credits to ask for when `cost` is needed now: what the last grant showed the
@@ -219,6 +258,18 @@ impl KeyLease {
         }
         usage.now_ms = now_ms;
         usage
+    }
+}
+
+/// Whether a refusal lease refuses a request of `cost`: the limit that refused has less room than
+/// that (a refusal made for a costly request does not refuse a cheaper one that fits).
+fn refuses(refusal: &Grant, cost: u32) -> bool {
+    let usage = &refusal.usage;
+    match refusal.verdict {
+        Verdict::QuotaExceeded => {
+            usage.quota_limit.is_some_and(|q| q.saturating_sub(usage.quota_used) < u64::from(cost))
+        }
+        _ => usage.remaining() < cost,
     }
 }
 
@@ -299,7 +350,8 @@ impl LeaseBook {
             Some((key, refusal))
                 if now_ms < refusal.until_ms
                     && key.refusal(now_ms).is_none()
-                    && key.key_type.allows(scope) =>
+                    && key.key_type.allows(scope)
+                    && refuses(refusal, scope.cost().max(1)) =>
             {
                 let usage = Usage { now_ms, ..refusal.usage };
                 Some(Leased::Refused(key.clone(), refusal.verdict, usage))
@@ -512,10 +564,12 @@ pub fn lease_to_isolate(
         per_day: limits.window(Window::Day),
         monthly_quota: None,
     };
-    let (grant, next) = grant_for(current, now_ms, &spec, grant_id, 1, want, ISOLATE_LEASE_MS);
+    let (mut grant, next) = grant_for(current, now_ms, &spec, grant_id, 1, want, ISOLATE_LEASE_MS);
     if grant.credits == 0 {
         return None;
     }
+    // Never past a grant it draws from: a level's window may be shorter than the key's.
+    grant.until_ms = held.iter().flatten().map(|h| h.until_ms).fold(grant.until_ms, i64::min);
     let mut drawn = Vec::new();
     for (h, (level, _)) in held.iter_mut().zip(levels) {
         if let Some(h) = h {
@@ -581,7 +635,9 @@ impl RequestRate {
 }
 
 /// Takes back `unused` credits of a lease to an isolate: to the key's windows (those still
-/// current) and to each level's grant it drew from, while the guard still holds that grant.
+/// current) and to each level's grant it drew from, while the guard still holds that grant. Answers
+/// what is owed to the levels whose grant it no longer holds (given back or replaced while the
+/// lease was out): a part of that grant, to give back to its authority, by level.
 pub fn take_back(
     counters: &mut Counters,
     now_ms: i64,
@@ -590,13 +646,23 @@ pub fn take_back(
     levels: &[(String, LimitSpec)],
     held: &mut [Option<Held>],
     unused: u32,
-) {
+) -> Vec<(String, GiveBack)> {
+    let unused = unused.min(lease.credits);
     give_back(counters, now_ms, lease, unused);
-    for (h, (level, _)) in held.iter_mut().zip(levels) {
-        if let Some(h) = h.as_mut().filter(|h| drawn.iter().any(|(l, g)| l == level && *g == h.grant_id)) {
-            h.used = h.used.saturating_sub(unused.min(lease.credits));
+    let mut owed = Vec::new();
+    for (level, grant_id) in drawn {
+        let holding =
+            levels.iter().zip(held.iter_mut()).find(|((l, _), _)| l == level).and_then(|(_, h)| h.as_mut());
+        match holding.filter(|h| h.grant_id == *grant_id) {
+            Some(h) => h.used = h.used.saturating_sub(unused),
+            None if unused > 0 => owed.push((
+                level.clone(),
+                GiveBack { grant_id: grant_id.clone(), unused, part: Some(lease.grant_id.clone()) },
+            )),
+            None => {}
         }
     }
+    owed
 }
 
 /// A request the key's own windows refused: the level whose quota its guard should ask about,
@@ -767,7 +833,10 @@ mod tests {
         // Granted under other limits (the plan changed): none of it is usable.
         assert_eq!(held[0].as_ref().unwrap().available(T0, &limits(None, Some(99))), 0);
         assert_eq!(held[0].as_ref().unwrap().available(T0, &level), 1);
-        assert_eq!(held[0].as_ref().unwrap().give_back(), Some(GiveBack { grant_id: "g".into(), unused: 1 }));
+        assert_eq!(
+            held[0].as_ref().unwrap().give_back(),
+            Some(GiveBack { grant_id: "g".into(), unused: 1, part: None })
+        );
     }
 
     #[test]
@@ -855,9 +924,9 @@ mod tests {
         assert!(admitted.iter().any(|((w, _), n)| *w == 1 && *n == 50));
     }
 
-    // ---- Review tests (branch `review`): each fails while the bug it names exists. ----
+    // Found by an outside review of the lease rules: each failed before its fix.
 
-    fn review_key() -> crate::api_key::KeyRecord {
+    fn some_key() -> crate::api_key::KeyRecord {
         crate::api_key::KeyRecord {
             id: "key_1".into(),
             project_id: "prj_1".into(),
@@ -882,7 +951,7 @@ mod tests {
     /// level grant it drew from: credits counted in the identity's second N are admitted by the
     /// isolate in second N+1, while the authority grants second N+1's whole limit afresh.
     #[test]
-    fn review_a_lease_drawn_from_a_level_admits_nothing_past_the_level_window() {
+    fn a_lease_drawn_from_a_level_admits_nothing_past_the_level_window() {
         // The identity is limited per second; the key only per minute (its plan's).
         let identity = LimitSpec { per_second: Some(10), ..Default::default() };
         let levels = vec![("identity:i".to_owned(), identity)];
@@ -932,7 +1001,7 @@ mod tests {
     /// the key's windows but never to the level: a project's monthly quota loses them for the
     /// month, though the isolate gave them back.
     #[test]
-    fn review_a_lease_given_back_after_its_level_grant_was_replaced_loses_no_quota() {
+    fn a_lease_given_back_after_its_level_grant_was_replaced_loses_no_quota() {
         let project = LimitSpec { monthly_quota: Some(1_000), ..Default::default() };
         let levels = vec![("project:p".to_owned(), project)];
         let key = Limits::per_minute(10_000);
@@ -950,15 +1019,17 @@ mod tests {
             panic!()
         };
         admitted += 1;
-        let (lease, after, drawn) = lease_to_isolate(next, t, &key, &levels, &mut held, "L1", 100, true).unwrap();
+        let (lease, after, drawn) =
+            lease_to_isolate(next, t, &key, &levels, &mut held, "L1", 100, true).unwrap();
         key_counters = after;
         assert_eq!(lease.credits, 19);
         // Request 2 at the guard (another isolate): the grant is used up, it is exchanged.
         let t = t + 10;
         assert_eq!(admit(key_counters, t, key, 1, true, &[project], &mut held), Decision::NeedsCredits(0));
         let old = held[0].take().unwrap();
+        let mut returned_g1 = Returned::default();
         if let Some(back) = old.give_back() {
-            give_back(&mut authority, t, &g1, back.unused);
+            accept_give_back(&mut authority, t, &g1, &mut returned_g1, &back);
         }
         let (g2, a) = grant(authority, t, &project, "g2", 1, Held::want(Some(&old), t, 1));
         authority = a;
@@ -972,11 +1043,17 @@ mod tests {
         admitted += 1;
         // The isolate's requests ended: it gives back its whole lease when it ends.
         let t = lease.until_ms;
-        take_back(&mut key_counters, t, &lease, &drawn, &levels, &mut held, lease.credits);
+        let owed = take_back(&mut key_counters, t, &lease, &drawn, &levels, &mut held, lease.credits);
+        // The lease drew from g1, which the guard no longer holds: what came back is owed to the
+        // project as a part of g1 (the guard's alarm sends it), counted once however often it is sent.
+        assert_eq!(owed.len(), 1);
+        for (_, part) in owed.iter().chain(owed.iter()) {
+            accept_give_back(&mut authority, t, &g1, &mut returned_g1, part);
+        }
         // The guard's grant ends: its alarm gives back what it did not use.
         let t = g2.until_ms;
         let back = held[0].as_ref().unwrap().give_back().unwrap();
-        give_back(&mut authority, t, &g2, back.unused);
+        accept_give_back(&mut authority, t, &g2, &mut Returned::default(), &back);
         assert_eq!(
             authority.at(t).month_used,
             admitted,
@@ -992,7 +1069,7 @@ mod tests {
     /// key's cost-1 requests at that isolate are refused from memory until the window ends (at
     /// most 1 s) though the window has room for them.
     #[test]
-    fn review_a_refusal_lease_for_a_costly_request_does_not_refuse_a_cheap_one() {
+    fn a_refusal_lease_for_a_costly_request_does_not_refuse_a_cheap_one() {
         let limits = Limits::per_minute(30);
         let mut c = Counters::default();
         for _ in 0..27 {
@@ -1002,7 +1079,7 @@ mod tests {
         assert_eq!(verdict, Verdict::RateLimited);
         let refusal = refusal_lease(T0, verdict, &usage);
         let mut book = LeaseBook::default();
-        book.hold("ab", review_key(), &refusal);
+        book.hold("ab", some_key(), &refusal);
         // Cost 1: the guard would admit it (3 left).
         assert_eq!(crate::rate_limit::decide_cost(c, T0 + 10, limits, 1).0, Verdict::Allowed);
         let decided = book.admit("ab", crate::api_key::Scope::Resources, T0 + 10);

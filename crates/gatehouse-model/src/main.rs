@@ -13,8 +13,8 @@ use std::collections::{BinaryHeap, HashMap};
 
 use gatehouse_core::api_key::{KeyRecord, KeyType, Scope};
 use gatehouse_core::lease::{
-    admit, lease_to_isolate, refusal_lease, take_back, Decision, Drawn, GiveBack, Grant, LeaseAsk, LeaseBook,
-    Leased, RequestRate,
+    accept_give_back, admit, lease_to_isolate, refusal_lease, take_back, Decision, Drawn, GiveBack, Grant,
+    LeaseAsk, LeaseBook, Leased, RequestRate, Returned,
 };
 use gatehouse_core::rate_limit::{Counters, Limits, Usage, Verdict};
 
@@ -170,7 +170,7 @@ struct Guard {
     limits: Limits,
     counters: Counters,
     /// Leases to isolates, what they drew from, and whether they came back.
-    leases: HashMap<String, (Grant, Drawn, bool)>,
+    leases: HashMap<String, (Grant, Drawn, Returned)>,
     rate: RequestRate,
     busy_until_us: i64,
     grants: u64,
@@ -441,7 +441,8 @@ impl Guard {
                 };
                 let (next, lease) = match leased {
                     Some((grant, after, drawn)) => {
-                        self.leases.insert(grant.grant_id.clone(), (grant.clone(), drawn, false));
+                        self.leases
+                            .insert(grant.grant_id.clone(), (grant.clone(), drawn, Returned::default()));
                         (after, Some(grant))
                     }
                     None => (next, None),
@@ -481,7 +482,7 @@ impl Guard {
         };
         match leased {
             Some((grant, after, drawn)) => {
-                self.leases.insert(grant.grant_id.clone(), (grant.clone(), drawn, false));
+                self.leases.insert(grant.grant_id.clone(), (grant.clone(), drawn, Returned::default()));
                 self.counters = after;
                 (false, Some(grant))
             }
@@ -491,11 +492,9 @@ impl Guard {
 
     fn take_back(&mut self, now_ms: i64, give_back: &[GiveBack]) {
         for back in give_back {
-            if let Some((grant, drawn, given)) = self.leases.get_mut(&back.grant_id) {
-                if !*given {
-                    take_back(&mut self.counters, now_ms, grant, drawn, &[], &mut [], back.unused);
-                    *given = true;
-                }
+            if let Some((grant, drawn, returned)) = self.leases.get_mut(&back.grant_id) {
+                let credits = accept_give_back(&mut Counters::default(), now_ms, grant, returned, back);
+                take_back(&mut self.counters, now_ms, grant, drawn, &[], &mut [], credits);
             }
         }
     }

@@ -15,8 +15,8 @@ use gatehouse_core::guard::protocol::{client_guard_name, project_authority};
 use gatehouse_core::idempotency::{decide_claim, Claim, ClaimDecision, Entry, KeptResponse, LEASE_MS};
 use gatehouse_core::identity::{Identity, IdentityChanges};
 use gatehouse_core::lease::{
-    admit, give_back, grant, lease_to_isolate, quota_to_ask, refusal_lease, refused_by_level, take_back,
-    with_project_quota, Decision, Drawn, GiveBack, Grant, Held, LeaseAsk, RequestRate,
+    accept_give_back, admit, grant, lease_to_isolate, quota_to_ask, refusal_lease, refused_by_level,
+    take_back, with_project_quota, Decision, Drawn, GiveBack, Grant, Held, LeaseAsk, RequestRate, Returned,
 };
 use gatehouse_core::page::PageRequest;
 use gatehouse_core::ports::{
@@ -55,11 +55,11 @@ pub struct FakeGuard {
     /// The grant each key's guard holds of each level above it, by (key hash, level).
     pub held: RefCell<HashMap<(String, String), Held>>,
     /// Every grant an authority made, and whether its unused credits came back.
-    pub grants: RefCell<HashMap<String, (Grant, bool)>>,
+    pub grants: RefCell<HashMap<String, (Grant, Returned)>>,
     /// Requests from isolates each key's guard saw in the current second (a hot key leases).
     pub rates: RefCell<HashMap<String, RequestRate>>,
     /// Every lease a key's guard made to an isolate, what it drew from, and whether it came back.
-    pub isolate_leases: RefCell<HashMap<String, (Grant, Drawn, bool)>>,
+    pub isolate_leases: RefCell<HashMap<String, (Grant, Drawn, Returned)>>,
     pub claims: RefCell<HashMap<(String, String), HeldClaim>>,
     /// Leases that ran out before their claim was completed or released.
     pub lapsed: Cell<u32>,
@@ -208,9 +208,10 @@ impl FakeGuard {
                         };
                         let next = match lease {
                             Some((grant, after, drawn)) => {
-                                self.isolate_leases
-                                    .borrow_mut()
-                                    .insert(grant.grant_id.clone(), (grant.clone(), drawn, false));
+                                self.isolate_leases.borrow_mut().insert(
+                                    grant.grant_id.clone(),
+                                    (grant.clone(), drawn, Returned::default()),
+                                );
                                 leased = Some(grant);
                                 after
                             }
@@ -245,11 +246,8 @@ impl FakeGuard {
     /// A level's authority takes back what a holder did not use of a grant, once.
     fn take_back_grant(&self, level: &str, back: &GiveBack) {
         let mut counters = self.counters.borrow().get(level).copied().unwrap_or_default();
-        if let Some((grant, given)) = self.grants.borrow_mut().get_mut(&back.grant_id) {
-            if !*given {
-                give_back(&mut counters, self.clock.get(), grant, back.unused);
-                *given = true;
-            }
+        if let Some((grant, returned)) = self.grants.borrow_mut().get_mut(&back.grant_id) {
+            accept_give_back(&mut counters, self.clock.get(), grant, returned, back);
         }
         self.counters.borrow_mut().insert(level.to_owned(), counters);
     }
@@ -293,17 +291,21 @@ impl FakeGuard {
         let levels = key.as_ref().map(|k| self.config.levels(k)).unwrap_or_default();
         let mut held = key.as_ref().map(|k| self.held_of(k, &levels)).unwrap_or_default();
         let mut counters = self.counters.borrow().get(key_hash).copied().unwrap_or_default();
+        let mut late = Vec::new();
         for back in give_back {
-            if let Some((grant, drawn, given)) = self.isolate_leases.borrow_mut().get_mut(&back.grant_id) {
-                if !*given {
-                    take_back(&mut counters, now, grant, drawn, &levels, &mut held, back.unused);
-                    *given = true;
-                }
+            if let Some((grant, drawn, returned)) = self.isolate_leases.borrow_mut().get_mut(&back.grant_id) {
+                let credits = accept_give_back(&mut Counters::default(), now, grant, returned, back);
+                late.extend(take_back(&mut counters, now, grant, drawn, &levels, &mut held, credits));
             }
         }
         self.counters.borrow_mut().insert(key_hash.to_owned(), counters);
         if let Some(key) = key {
             self.keep_held(&key, &levels, held);
+        }
+        // What came back for a level grant the guard no longer holds goes to the level (the real
+        // guard's alarm sends it within a second).
+        for (level, back) in late {
+            self.take_back_grant(&level, &back);
         }
     }
 
@@ -318,7 +320,7 @@ impl FakeGuard {
         let want = Held::want(last, now, cost);
         let (grant, next) = grant(counters, now, spec, &grant_id, cost, want);
         self.counters.borrow_mut().insert(level.to_owned(), next);
-        self.grants.borrow_mut().insert(grant_id, (grant.clone(), false));
+        self.grants.borrow_mut().insert(grant_id, (grant.clone(), Returned::default()));
         grant
     }
 
@@ -417,7 +419,7 @@ impl KeyGuard for FakeGuard {
                     Some((grant, after, drawn)) => {
                         self.isolate_leases
                             .borrow_mut()
-                            .insert(grant.grant_id.clone(), (grant.clone(), drawn, false));
+                            .insert(grant.grant_id.clone(), (grant.clone(), drawn, Returned::default()));
                         self.counters.borrow_mut().insert(key_hash.to_owned(), after);
                         self.keep_held(&key, &levels, held);
                         (Some(key), Some(grant))

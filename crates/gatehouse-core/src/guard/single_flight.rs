@@ -30,6 +30,11 @@ struct Flight<T> {
 }
 
 impl<T> SingleFlight<T> {
+    /// Whether a load is in flight.
+    pub fn is_running(&self) -> bool {
+        self.current.borrow().is_some()
+    }
+
     /// How many callers wait for the load in flight.
     pub fn waiting(&self) -> usize {
         self.current.borrow().as_ref().map_or(0, |flight| flight.waiting.borrow().len())

@@ -35,8 +35,9 @@ use gatehouse_core::guard::protocol::{
 use gatehouse_core::guard::single_flight::SingleFlight;
 use gatehouse_core::idempotency::{decide_claim, Claim, ClaimDecision, KeptResponse, LEASE_MS};
 use gatehouse_core::lease::{
-    admit, give_back, grant, lease_to_isolate, quota_to_ask, refusal_lease, refused_by_level, take_back,
-    with_project_quota, Decision, Drawn, Exchange, GiveBack, Grant, Held, LeaseAsk, RequestRate,
+    accept_give_back, admit, grant, lease_to_isolate, quota_to_ask, refusal_lease, refused_by_level,
+    take_back, with_project_quota, Decision, Drawn, Exchange, GiveBack, Grant, Held, LeaseAsk, RequestRate,
+    Returned,
 };
 use gatehouse_core::ports::{ClaimRequest, Directory, Meter};
 use gatehouse_core::rate_limit::{
@@ -55,6 +56,9 @@ const STORE_PROPAGATION_MS: i64 = 60_000;
 /// (the isolate gives them back right after the end); a refusal waits that long at most.
 const LEASE_RETURN_MS: i64 = 250;
 const LEASE_WAIT_POLL_MS: u64 = 20;
+/// How soon credits owed to a level (a lease's part that came back after its grant was given back)
+/// go back to the level's authority, when no exchange takes them first.
+const OWED_GIVE_BACK_MS: i64 = 1_000;
 /// How long a record of the key is used before it is read again (from D1, or from what `Apply`
 /// stored): a change whose D1 write failed after the guard was told is undone by then at the latest.
 const RECORD_FRESH_MS: i64 = 600_000;
@@ -125,7 +129,7 @@ const TABLES: [&str; 7] = [
     // leases here too, with what each drew from the levels above (`drawn`; NULL for a level's
     // grant).
     "CREATE TABLE IF NOT EXISTS lease_grants (
-       grant_id TEXT PRIMARY KEY, grant TEXT NOT NULL, given_back INTEGER NOT NULL,
+       grant_id TEXT PRIMARY KEY, grant TEXT NOT NULL, returned TEXT NOT NULL,
        keep_until_ms INTEGER NOT NULL, drawn TEXT)",
     "CREATE INDEX IF NOT EXISTS lease_grants_by_expiry ON lease_grants (keep_until_ms)",
 ];
@@ -190,23 +194,36 @@ impl DurableObject for KeyGuardObject {
             false => Vec::new(),
         };
         let mut next: Option<i64> = None;
+        let mut wake = |at: i64| next = Some(next.map_or(at, |n: i64| n.min(at)));
         for row in rows {
             let lease: LevelLease = serde_json::from_str(&row.state).map_err(rust_error)?;
-            match &lease.held {
-                Some(held) if held.until_ms > now => {
-                    next = Some(next.map_or(held.until_ms, |n| n.min(held.until_ms)))
+            // An exchange of the level in flight gives back what it owes: look again later.
+            if self.exchanges.borrow().get(&row.level).is_some_and(|f| f.is_running()) {
+                wake(now + OWED_GIVE_BACK_MS);
+                continue;
+            }
+            let running = lease.held.as_ref().filter(|h| h.until_ms > now);
+            let given = match (running, lease.owed.is_empty()) {
+                (Some(held), true) => {
+                    wake(held.until_ms);
+                    Ok(())
                 }
-                _ if lease.held.is_none() && lease.owed.is_empty() => {}
-                held => {
-                    let limits = held.as_ref().map(|h| h.limits).unwrap_or_default();
-                    if let Err(e) = self.exchange_once(&row.level, limits, 0).await {
-                        console_log!(
-                            r#"{{"component":"key_guard","event":"give_back_failed","error":{:?}}}"#,
-                            e.to_string()
-                        );
-                        next = Some(now + 5_000);
-                    }
+                (Some(held), false) => {
+                    wake(held.until_ms);
+                    self.give_back_owed(&row.level, held.limits).await
                 }
+                (None, _) if lease.held.is_none() && lease.owed.is_empty() => Ok(()),
+                (None, _) => {
+                    let limits = lease.held.as_ref().map(|h| h.limits).unwrap_or_default();
+                    self.exchange_once(&row.level, limits, 0).await.map(drop)
+                }
+            };
+            if let Err(e) = given {
+                console_log!(
+                    r#"{{"component":"key_guard","event":"give_back_failed","error":{:?}}}"#,
+                    e.to_string()
+                );
+                wake(now + 5_000);
             }
         }
         if let Some(at) = next {
@@ -259,7 +276,9 @@ impl KeyGuardObject {
             GuardCommand::RenewLease(c) => answer::<RenewLease>(self.renew(c).await?),
             GuardCommand::GiveBackLeases(c) => {
                 let key = self.remembered(now_ms())?;
-                self.take_back_leases(key.as_ref(), &c.give_back)?;
+                if self.take_back_leases(key.as_ref(), &c.give_back)? {
+                    self.set_alarm_by(now_ms() + OWED_GIVE_BACK_MS).await?;
+                }
                 answer::<GiveBackLeases>(Done {})
             }
             GuardCommand::TakeClaim(c) => {
@@ -346,7 +365,9 @@ impl KeyGuardObject {
                 // counted and takes no claim: its answer carries the window as it stands.
                 let permitted = key.key_type.allows(c.scope);
                 if let Some(lease) = &c.lease {
-                    self.take_back_leases(Some(&key), &lease.give_back)?;
+                    if self.take_back_leases(Some(&key), &lease.give_back)? {
+                        self.set_alarm_by(now_ms() + OWED_GIVE_BACK_MS).await?;
+                    }
                 }
                 let (verdict, usage, lease) =
                     self.admit(&key, c.scope.cost(), permitted, c.lease.as_ref()).await?;
@@ -360,7 +381,9 @@ impl KeyGuardObject {
             }
             refused => {
                 if let Some(lease) = &c.lease {
-                    self.take_back_leases(refused.as_ref(), &lease.give_back)?;
+                    if self.take_back_leases(refused.as_ref(), &lease.give_back)? {
+                        self.set_alarm_by(now_ms() + OWED_GIVE_BACK_MS).await?;
+                    }
                 }
                 Authorized::Denied(Denied { key: refused, reason: refusal, d1_queries })
             }
@@ -592,7 +615,9 @@ impl KeyGuardObject {
     async fn renew(&self, c: RenewLease) -> Result<Renewed> {
         let (record, _) = self.record(&c.key_hash).await?;
         let now = now_ms();
-        self.take_back_leases(record.as_ref(), &c.lease.give_back)?;
+        if self.take_back_leases(record.as_ref(), &c.lease.give_back)? {
+            self.set_alarm_by(now_ms() + OWED_GIVE_BACK_MS).await?;
+        }
         let Some(key) = record.filter(|k| k.refusal(now).is_none()) else {
             return Ok(Renewed { key: None, lease: None });
         };
@@ -645,7 +670,7 @@ impl KeyGuardObject {
     fn keep_isolate_lease(&self, grant: &Grant, drawn: &Drawn) -> Result<()> {
         self.create_tables()?;
         self.sql.exec(
-            "INSERT INTO lease_grants (grant_id, grant, given_back, keep_until_ms, drawn) VALUES (?, ?, 0, ?, ?)",
+            "INSERT INTO lease_grants (grant_id, grant, returned, keep_until_ms, drawn) VALUES (?, ?, '{}', ?, ?)",
             vec![
                 grant.grant_id.clone().into(),
                 serde_json::to_string(grant).map_err(rust_error)?.into(),
@@ -668,14 +693,9 @@ impl KeyGuardObject {
     /// Takes back what an isolate did not use of this key's leases (once each): to the key's
     /// windows and to the levels' grants they drew from (`key`'s levels; without its record,
     /// only the windows).
-    fn take_back_leases(&self, key: Option<&KeyRecord>, give_back: &[GiveBack]) -> Result<()> {
-        #[derive(Deserialize)]
-        struct Row {
-            grant: String,
-            drawn: Option<String>,
-        }
+    fn take_back_leases(&self, key: Option<&KeyRecord>, give_back: &[GiveBack]) -> Result<bool> {
         if give_back.is_empty() || !self.has_tables()? {
-            return Ok(());
+            return Ok(false);
         }
         let levels = match key {
             Some(key) => self.config()?.levels(key),
@@ -684,32 +704,28 @@ impl KeyGuardObject {
         let mut held = self.held(&levels)?;
         let mut counters = self.current_counters()?;
         let now = now_ms();
+        let mut late = Vec::new();
+        let mut owed = false;
         for back in give_back {
-            let row = self
-                .sql
-                .exec(
-                    "SELECT grant, drawn FROM lease_grants WHERE grant_id = ? AND given_back = 0 AND drawn IS NOT NULL",
-                    vec![back.grant_id.clone().into()],
-                )?
-                .to_array::<Row>()?
-                .pop();
-            let Some(row) = row else { continue };
-            let grant: Grant = serde_json::from_str(&row.grant).map_err(rust_error)?;
-            let drawn: Drawn = row
-                .drawn
-                .map(|d| serde_json::from_str(&d))
-                .transpose()
-                .map_err(rust_error)?
-                .unwrap_or_default();
-            take_back(&mut counters, now, &grant, &drawn, &levels, &mut held, back.unused);
-            self.sql.exec(
-                "UPDATE lease_grants SET given_back = 1 WHERE grant_id = ?",
-                vec![back.grant_id.clone().into()],
-            )?;
+            let Some((grant, mut returned, drawn)) = self.lease_grant(&back.grant_id, true)? else {
+                continue;
+            };
+            let credits = accept_give_back(&mut Counters::default(), now, &grant, &mut returned, back);
+            let drawn = drawn.unwrap_or_default();
+            late.extend(take_back(&mut counters, now, &grant, &drawn, &levels, &mut held, credits));
+            self.keep_returned(&back.grant_id, &returned)?;
             self.leases_out.borrow_mut().retain(|(id, _)| *id != back.grant_id);
         }
+        // Credits that came back for a level grant this guard no longer holds: owed to the level.
+        for (level, back) in late {
+            let mut lease = self.lease(&level)?;
+            lease.owed.push(back);
+            self.keep_lease(&level, lease)?;
+            owed = true;
+        }
         self.keep_counters(counters)?;
-        self.keep_held(&levels, held)
+        self.keep_held(&levels, held)?;
+        Ok(owed)
     }
 
     /// Asks `level`'s authority for a grant of at least `cost` credits, giving back what is owed
@@ -755,6 +771,25 @@ impl KeyGuardObject {
         Ok(grant)
     }
 
+    /// Gives back what is owed to `level` while the grant held of it still runs (it stays held).
+    async fn give_back_owed(&self, level: &str, limits: LimitSpec) -> Result<()> {
+        let owed = self.lease(level)?.owed;
+        let exchange = Exchange {
+            grant_id: gatehouse_core::encoding::hex(&gatehouse_app::random::<16>()),
+            need: 1,
+            want: 0,
+            give_back: owed.clone(),
+            limits,
+        };
+        let namespace = self.env.durable_object(BINDING)?;
+        durable::ask::<_, Grant>(&namespace, &Meter::default(), level, &GuardCommand::from(exchange))
+            .await
+            .map_err(rust_error)?;
+        let mut lease = self.lease(level)?;
+        lease.owed.retain(|o| !owed.contains(o));
+        self.keep_lease(level, lease)
+    }
+
     /// Makes sure the alarm runs at `at` at the latest.
     async fn set_alarm_by(&self, at: i64) -> Result<()> {
         if self.alarm_at.get().is_none_or(|current| current > at) {
@@ -768,47 +803,27 @@ impl KeyGuardObject {
     /// Synchronous: exchanges are decided one after another. The same `grant_id` again answers
     /// the same grant.
     fn exchange(&self, c: Exchange) -> Result<Grant> {
-        #[derive(Deserialize)]
-        struct Row {
-            grant: String,
-            given_back: i64,
-        }
         let now = now_ms();
         self.create_tables()?;
         if now - self.purged_ms.get() >= PURGE_EVERY_MS {
             self.sql.exec("DELETE FROM lease_grants WHERE keep_until_ms <= ?", vec![now.into()])?;
             self.purged_ms.set(now);
         }
-        let made = |id: &str| -> Result<Option<(Grant, bool)>> {
-            let row = self
-                .sql
-                .exec(
-                    "SELECT grant, given_back FROM lease_grants WHERE grant_id = ? AND drawn IS NULL",
-                    vec![id.into()],
-                )?
-                .to_array::<Row>()?
-                .pop();
-            row.map(|r| Ok((serde_json::from_str(&r.grant).map_err(rust_error)?, r.given_back != 0)))
-                .transpose()
-        };
         let mut counters = self.current_counters()?;
         for back in &c.give_back {
-            if let Some((grant, false)) = made(&back.grant_id)? {
-                give_back(&mut counters, now, &grant, back.unused);
-                self.sql.exec(
-                    "UPDATE lease_grants SET given_back = 1 WHERE grant_id = ?",
-                    vec![back.grant_id.clone().into()],
-                )?;
+            if let Some((grant, mut returned, _)) = self.lease_grant(&back.grant_id, false)? {
+                accept_give_back(&mut counters, now, &grant, &mut returned, back);
+                self.keep_returned(&back.grant_id, &returned)?;
             }
         }
-        if let Some((grant, _)) = made(&c.grant_id)? {
+        if let Some((grant, _, _)) = self.lease_grant(&c.grant_id, false)? {
             self.keep_counters(counters)?;
             return Ok(grant);
         }
         let (grant, next) = grant(counters, now, &c.limits, &c.grant_id, c.need, c.want);
         self.keep_counters(next)?;
         self.sql.exec(
-            "INSERT INTO lease_grants (grant_id, grant, given_back, keep_until_ms) VALUES (?, ?, 0, ?)",
+            "INSERT INTO lease_grants (grant_id, grant, returned, keep_until_ms) VALUES (?, ?, '{}', ?)",
             vec![
                 c.grant_id.into(),
                 serde_json::to_string(&grant).map_err(rust_error)?.into(),
@@ -816,6 +831,45 @@ impl KeyGuardObject {
             ],
         )?;
         Ok(grant)
+    }
+
+    /// A grant this object made: a level's grant to a key's guard (`to_isolate` false), or a
+    /// lease of the key's credits to an isolate (with what it drew from the levels above).
+    fn lease_grant(
+        &self,
+        grant_id: &str,
+        to_isolate: bool,
+    ) -> Result<Option<(Grant, Returned, Option<Drawn>)>> {
+        #[derive(Deserialize)]
+        struct Row {
+            grant: String,
+            returned: String,
+            drawn: Option<String>,
+        }
+        if !self.has_tables()? {
+            return Ok(None);
+        }
+        let sql = match to_isolate {
+            true => {
+                "SELECT grant, returned, drawn FROM lease_grants WHERE grant_id = ? AND drawn IS NOT NULL"
+            }
+            false => "SELECT grant, returned, drawn FROM lease_grants WHERE grant_id = ? AND drawn IS NULL",
+        };
+        let row = self.sql.exec(sql, vec![grant_id.into()])?.to_array::<Row>()?.pop();
+        let Some(row) = row else { return Ok(None) };
+        let drawn: Option<Drawn> =
+            row.drawn.as_deref().map(serde_json::from_str).transpose().map_err(rust_error)?;
+        let grant: Grant = serde_json::from_str(&row.grant).map_err(rust_error)?;
+        let returned: Returned = serde_json::from_str(&row.returned).map_err(rust_error)?;
+        Ok(Some((grant, returned, drawn)))
+    }
+
+    fn keep_returned(&self, grant_id: &str, returned: &Returned) -> Result<()> {
+        self.sql.exec(
+            "UPDATE lease_grants SET returned = ? WHERE grant_id = ?",
+            vec![serde_json::to_string(returned).map_err(rust_error)?.into(), grant_id.into()],
+        )?;
+        Ok(())
     }
 
     /// What this guard holds of `level`, read from storage once.
