@@ -136,6 +136,7 @@ fn grant_end(now_ms: i64, limits: &Limits, max_ms: i64) -> i64 {
 /// What came back of a grant, as its authority keeps it: whether its holder is done with it, the
 /// credits taken back so far, and the parts (leases to isolates) already counted.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Returned {
     pub closed: bool,
     pub credits: u32,
@@ -922,6 +923,12 @@ mod tests {
         // Exact, not only safe: some second and some minute were used up to their limit.
         assert!(admitted.iter().any(|((w, _), n)| *w == 0 && *n == 7));
         assert!(admitted.iter().any(|((w, _), n)| *w == 1 && *n == 50));
+    }
+
+    /// The guard stores a new grant's `Returned` as `{}`.
+    #[test]
+    fn nothing_returned_is_an_empty_object() {
+        assert_eq!(serde_json::from_str::<Returned>("{}").unwrap(), Returned::default());
     }
 
     // Found by an outside review of the lease rules: each failed before its fix.
