@@ -508,6 +508,7 @@ impl KeyGuardObject {
         let specs: Vec<LimitSpec> = levels.iter().map(|(_, spec)| *spec).collect();
         let hot = lease.is_some_and(|ask| self.is_hot(config, ask));
         let mut waited = false;
+        let mut wait_until: Option<i64> = None;
         // Each round admits at least one request of this key, ends in a refusal, or waits for
         // leases to come back; the bound is only a guard against a bug.
         for _ in 0..256 {
@@ -583,9 +584,15 @@ impl KeyGuardObject {
                         refused_by_level(stands, &grant)
                     }
                 };
-            match self.leased_until(now) {
-                // Waiting helps a window, never a used-up quota.
-                Some(until) if now < until + LEASE_RETURN_MS && refused.0 != Verdict::QuotaExceeded => {
+            // Waiting helps a window, never a used-up quota; and only for the leases out when the
+            // request was first refused (leases made meanwhile do not extend its wait).
+            let deadline = match (wait_until, self.leased_until(now)) {
+                (Some(deadline), _) => Some(deadline),
+                (None, until) => until.map(|until| until + LEASE_RETURN_MS),
+            };
+            wait_until = deadline;
+            match deadline {
+                Some(deadline) if now < deadline && refused.0 != Verdict::QuotaExceeded => {
                     waited = true;
                     Delay::from(Duration::from_millis(LEASE_WAIT_POLL_MS)).await;
                 }
