@@ -240,6 +240,15 @@ pub struct LeaseAsk {
     pub renew: bool,
 }
 
+impl LeaseAsk {
+    /// Whether the key is hot enough to lease to the isolate asking: its guard saw `seen` requests
+    /// in this second, or the isolate's own want is that large, from `lease_above` on; or the
+    /// isolate is renewing.
+    pub fn is_hot(&self, seen: u32, lease_above: u32) -> bool {
+        self.renew || seen >= lease_above || self.want >= lease_above
+    }
+}
+
 /// A hot key's credits as an isolate holds them: it admits the key's requests without asking the
 /// key's guard while they last (at most [`ISOLATE_LEASE_MS`]).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -148,11 +148,6 @@ impl Limits {
     pub fn window(&self, window: Window) -> Option<u32> {
         self.per[window.index()]
     }
-
-    /// Whether anything is limited.
-    pub fn is_empty(&self) -> bool {
-        self.per.iter().all(Option::is_none) && self.monthly_quota.is_none()
-    }
 }
 
 /// Failed authentications one client address may make per window before it gets 429 (SPEC §2).

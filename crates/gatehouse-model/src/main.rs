@@ -460,7 +460,7 @@ impl Guard {
 
     fn is_hot(&mut self, now_ms: i64, ask: &LeaseAsk, p: &HotKey) -> bool {
         let seen = self.rate.count(now_ms);
-        ask.renew || seen >= p.lease_above_per_second || ask.want >= p.lease_above_per_second
+        ask.is_hot(seen, p.lease_above_per_second)
     }
 
     /// A renewal (`KeyGuardObject::renew`): give-backs, then a lease without a request.

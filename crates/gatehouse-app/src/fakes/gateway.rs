@@ -144,7 +144,7 @@ impl FakeGuard {
         let limits = self.config.limits(key);
         let levels = self.config.levels(key);
         let hot = lease.is_some_and(|ask| self.is_hot(key, ask));
-        let (verdict, usage, lease) = self.decide(key, &limits, &levels, cost, permitted, lease, hot);
+        let (verdict, usage, lease) = self.decide(key, limits, &levels, cost, permitted, lease, hot);
         match (verdict, lease) {
             (Verdict::Allowed, lease) => (verdict, usage, lease),
             // A hot key's isolate repeats the refusal for up to a second without asking.
@@ -156,23 +156,20 @@ impl FakeGuard {
     fn is_hot(&self, key: &KeyRecord, ask: &LeaseAsk) -> bool {
         let mut rates = self.rates.borrow_mut();
         let seen = rates.entry(key.key_hash.clone()).or_default().count(self.clock.get());
-        self.config
-            .lease_above_per_second
-            .is_some_and(|above| ask.renew || seen >= above || ask.want >= above)
+        self.config.lease_above_per_second.is_some_and(|above| ask.is_hot(seen, above))
     }
 
     #[allow(clippy::too_many_arguments)]
     fn decide(
         &self,
         key: &KeyRecord,
-        limits: &gatehouse_core::rate_limit::Limits,
+        limits: gatehouse_core::rate_limit::Limits,
         levels: &[(String, LimitSpec)],
         cost: u32,
         permitted: bool,
         lease: Option<&LeaseAsk>,
         hot: bool,
     ) -> (Verdict, Usage, Option<Grant>) {
-        let (limits, levels) = (*limits, levels);
         loop {
             let now = self.clock.get();
             let mut held = self.held_of(key, levels);

@@ -145,6 +145,12 @@ struct LevelLease {
     owed: Vec<GiveBack>,
 }
 
+/// The grant of its project a key's guard holds, from `held` (by `levels`' order).
+fn project_held(key: &KeyRecord, levels: &[(String, LimitSpec)], held: &[Option<Held>]) -> Option<Held> {
+    let level = project_authority(&key.project_id);
+    levels.iter().position(|(l, _)| *l == level).and_then(|i| held[i].clone())
+}
+
 fn now_ms() -> i64 {
     Date::now().as_millis() as i64
 }
@@ -527,11 +533,7 @@ impl KeyGuardObject {
                             }
                             _ => None,
                         };
-                        let project_level = project_authority(&key.project_id);
-                        let project = levels
-                            .iter()
-                            .position(|(l, _)| *l == project_level)
-                            .and_then(|i| held[i].clone());
+                        let project = project_held(key, &levels, &held);
                         let (next, lease) = match leased {
                             Some((mut grant, after, drawn)) => {
                                 grant.usage = with_project_quota(grant.usage, project.as_ref());
@@ -613,7 +615,7 @@ impl KeyGuardObject {
         let mut rate = self.rate.get();
         let seen = rate.count(now_ms());
         self.rate.set(rate);
-        config.lease_above_per_second.is_some_and(|above| ask.renew || seen >= above || ask.want >= above)
+        config.lease_above_per_second.is_some_and(|above| ask.is_hot(seen, above))
     }
 
     /// A new lease for an isolate whose lease runs low (SPEC §20): what it gives back first, then
@@ -642,8 +644,7 @@ impl KeyGuardObject {
         let Some((mut grant, after, drawn)) = leased else {
             return Ok(Renewed { key: Some(key), lease: None });
         };
-        let project_level = project_authority(&key.project_id);
-        let project = levels.iter().position(|(l, _)| *l == project_level).and_then(|i| held[i].clone());
+        let project = project_held(&key, &levels, &held);
         grant.usage = with_project_quota(grant.usage, project.as_ref());
         self.keep_isolate_lease(&grant, &drawn)?;
         self.keep_counters(after)?;
