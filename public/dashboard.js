@@ -117,14 +117,14 @@ async function loadKeys() {
           const graceEnd = new Date(Date.now() + Number(grace) * 1000).toISOString();
           showOnce(`New key ${rolled.prefix}… (replaces ${k.prefix}…)`, rolled.key, `The old key works until about ${when(graceEnd)}.`);
         } catch (e) { showError(e); }
-        await loadKeys();
+        await loadKeys().catch(showError);
       }));
     }
     if (k.status === 'active' || k.status === 'expiring') {
       actions.append(' ', button('Revoke', async () => {
         if (!confirm(`Revoke ${k.prefix}…? Requests with it fail at once.`)) return;
         await api(`/public/v1/keys/${k.id}`, { method: 'DELETE' }).catch(showError);
-        await loadKeys();
+        await loadKeys().catch(showError);
       }));
     }
     const tr = row(cell(k.prefix), cell(k.type), cell(k.name), cell(k.plan), cell(k.rate_limit_per_minute ?? 'plan'),
@@ -227,12 +227,12 @@ async function loadWebhooks() {
         showOnce(`New signing secret of ${w.url}`, rotated.secret,
           `Until ${when(rotated.previous_secret_expires_at)} every delivery carries both signatures (new first).`);
       } catch (e) { showError(e); }
-      await loadWebhooks();
+      await loadWebhooks().catch(showError);
     }));
     if (w.status === 'disabled') {
       actions.append(' ', button('Re-enable', async () => {
         await send(`/public/v1/webhooks/${w.id}`, { status: 'active' }, 'PATCH').catch(showError);
-        await loadWebhooks();
+        await loadWebhooks().catch(showError);
       }));
     }
     actions.append(' ', button('Recover', async () => {

@@ -22,6 +22,30 @@ before(async () => {
   });
 });
 
+/**
+ * The page, watched: every answer of the API that is not 2xx and every error the page logs are
+ * kept, and a failed wait reports them with the banner the page shows (a timeout alone says
+ * nothing of why the page did not change).
+ */
+async function watched(page) {
+  const seen = [];
+  page.on('response', async (r) => {
+    if (r.status() >= 300 && !r.url().endsWith('/favicon.ico')) seen.push(`${r.status()} ${r.request().method()} ${r.url()}: ${(await r.text().catch(() => '')).slice(0, 300)}`);
+  });
+  page.on('pageerror', (e) => seen.push(`page error: ${e.message}`));
+  const waitForSelector = page.waitForSelector.bind(page);
+  page.waitForSelector = async (...args) => {
+    try {
+      return await waitForSelector(...args);
+    } catch (e) {
+      const banner = await page.textContent('#app-error').catch(() => null);
+      e.message += `\nthe page shows: ${JSON.stringify(banner)}\nanswers and errors: ${JSON.stringify(seen, null, 1)}`;
+      throw e;
+    }
+  };
+  return page;
+}
+
 after(async () => {
   await browser?.close();
   await hooks?.close();
@@ -43,7 +67,7 @@ test('the dashboard: sign-in, keys with a chart, a filtered log, and a webhook r
   await eventually(async () => (await listAll(`/public/v1/logs?key_id=${server.id}`, owner.key)).length >= serverRequests, 20_000);
   await eventually(async () => (await listAll(`/public/v1/webhooks/${hook.body.id}/deliveries?status=failed`, owner.key)).length === 1, 40_000);
 
-  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const page = await watched(await browser.newPage({ viewport: { width: 1280, height: 900 } }));
   await page.goto(`${BASE}/dashboard`);
 
   // A wrong key gets a clear error and no dashboard.
@@ -121,7 +145,7 @@ test('lifecycles from the dashboard: roll a key (the new one shown once), rotate
     await call('POST', '/public/v1/contacts', { key: owner.key, body: { name: 'Gone' } });
     await eventually(async () => (await listAll(`/public/v1/webhooks/${hook.id}/deliveries?status=failed`, owner.key)).length === 1, 20_000);
 
-    const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    const page = await watched(await browser.newPage({ viewport: { width: 1280, height: 900 } }));
     const answers = [];
     page.on('dialog', (dialog) => dialog.accept(answers.shift()));
     await page.goto(`${BASE}/dashboard`);
