@@ -127,7 +127,7 @@ for (const s of scenarios) {
 
 const scenariosEnd = performance.now();
 
-/** The rows of a command on a local D1 database (`binding`: DB or AUDIT_DB) of the side whose state
+/** The rows of a command on a local D1 database (`binding`: DB, AUDIT_DB, AUDIT_DB_1) of the side whose state
  *  folder is `state`; SQLITE_BUSY (its queue consumer is writing) means try again. The command runs
  *  as a child process this process does not wait for synchronously: a blocked event loop keeps in
  *  fetch's pool a kept-alive connection the local server closed meanwhile (workerd closes one idle
@@ -218,7 +218,8 @@ async function exactness(url, key, limitedKey, state) {
   if (unanswered.length > 0 && state) {
     await sleep(5000); // the audit consumer's batch
     const prefix = `bench-exactness-${burst}-`;
-    const found = await localDb(state, `SELECT user_agent, status, response_time_ms FROM audit_log WHERE substr(user_agent, 1, ${prefix.length}) = '${prefix}'`);
+    const query = `SELECT user_agent, status, response_time_ms FROM audit_log WHERE substr(user_agent, 1, ${prefix.length}) = '${prefix}'`;
+    const found = (await Promise.all(['AUDIT_DB', 'AUDIT_DB_1'].map((db) => localDb(state, query, db)))).flat();
     const lost = new Set(unanswered.map((u) => u.agent));
     audited = { rows_of_the_100: found.length, rows_of_the_unanswered: found.filter((r) => lost.has(r.user_agent)) };
   }
@@ -260,6 +261,9 @@ if (PEER) {
 async function logQueryOver100k() {
   if (!STATE) return null;
   const projectId = project.body.project_id;
+  // The project's own audit database (SPEC §20: AUDIT_DB, AUDIT_DB_1, … by project).
+  const [{ audit_db: index }] = await localDb(STATE, `SELECT audit_db FROM projects WHERE id = '${projectId}'`, 'DB');
+  const db = index > 0 ? `AUDIT_DB_${index}` : 'AUDIT_DB';
   const sql = `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100000)
     INSERT INTO audit_log (request_id, ts, project_id, key_id, method, path, route, status, response_bytes,
       response_time_ms, replayed, counted)
@@ -267,7 +271,7 @@ async function logQueryOver100k() {
       CASE i % 3 WHEN 0 THEN 'POST' ELSE 'GET' END,
       '/public/v1/contacts/con_' || i, '/public/v1/contacts/{id}',
       CASE WHEN i % 10 = 0 THEN 404 WHEN i % 97 = 0 THEN 500 ELSE 200 END, 100, 5, 0, 1 FROM n`;
-  await localDb(STATE, sql);
+  await localDb(STATE, sql, db);
   const timed = async () => {
     const times = [];
     let rows = 0;
@@ -289,7 +293,7 @@ async function logQueryOver100k() {
   // The roll-up moves whole hours: rows before the start of the hour an hour ago.
   const cutoff = Math.floor((Date.now() - 3_600_000) / 3_600_000) * 3_600_000;
   await fetch(`${BASE}/__scheduled?cron=${encodeURIComponent('* * * * *')}`);
-  const hotLeft = async () => (await localDb(STATE, `SELECT count(*) AS n FROM audit_log WHERE project_id = '${projectId}' AND request_id LIKE 'seed-%' AND ts < ${cutoff}`))[0].n;
+  const hotLeft = async () => (await localDb(STATE, `SELECT count(*) AS n FROM audit_log WHERE project_id = '${projectId}' AND request_id LIKE 'seed-%' AND ts < ${cutoff}`, db))[0].n;
   while (await hotLeft() > 0 && performance.now() - t0 < 300_000) await new Promise((r) => setTimeout(r, 500));
   const rollUpMs = Math.round(performance.now() - t0);
   const cold = await timed();

@@ -37,8 +37,13 @@ file_size() {
   wc -c < "$1" | tr -d ' '
 }
 
+# d1_bindings CONFIG: the D1 bindings a wrangler.toml declares (DB, AUDIT_DB, AUDIT_DB_1, …).
+d1_bindings() {
+  grep -A1 -F '[[d1_databases]]' "$1" | sed -nE 's/^binding = "([A-Z0-9_]+)"$/\1/p'
+}
+
 # start_worker CONFIG STATE_DIR PORT LOG [wrangler dev args…]: applies the D1 migrations of the
-# worker that the wrangler.toml CONFIG describes (its DB and AUDIT_DB) to STATE_DIR, starts
+# worker that the wrangler.toml CONFIG describes (every D1 binding) to STATE_DIR, starts
 # `wrangler dev` in its own process group (WORKER_PID; job control puts a background job in a group
 # of its own, on Linux and macOS alike) and waits until it answers GET /health. Its V8 inspector
 # (wrangler's proxy to the worker's isolate) listens on WORKER_INSPECTOR_PORT.
@@ -50,9 +55,11 @@ start_worker() {
   local config="$1" state="$2" port="$3" log="$4"
   shift 4
   mkdir -p "$state"
-  { wrangler d1 migrations apply DB --local --persist-to "$state" --config "$config" \
-      && wrangler d1 migrations apply AUDIT_DB --local --persist-to "$state" --config "$config"; } > "$log.migrations" 2>&1 \
-    || { cat "$log.migrations"; die "D1 migrations failed"; }
+  local binding
+  for binding in $(d1_bindings "$config"); do
+    wrangler d1 migrations apply "$binding" --local --persist-to "$state" --config "$config" \
+      || { echo "(migrations of $binding)"; false; }
+  done > "$log.migrations" 2>&1 || { cat "$log.migrations"; die "D1 migrations failed"; }
   note "D1 migrations applied ($(grep -oE '[0-9]{4}_[a-z_]+\.sql' "$log.migrations" | sort -u | wc -l) files) in $state"
   WORKER_INSPECTOR_PORT="$(free_port)"
   set -m

@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { gunzipSync } from 'node:zlib';
 import {
-  BASE, assertError, call, createKey, createProject, d1, eventually, freshWindow, idemKey, listAll, sleep, workerLog,
+  BASE, assertError, auditDbOf, call, createKey, createProject, d1, eventually, freshWindow, idemKey, listAll, sleep, workerLog,
 } from './harness.mjs';
 
 /** A project on the business plan, so the test can make many calls. */
@@ -182,8 +182,9 @@ test('rows past retention leave the log: the minute roll-up moves them to an R2 
   const old = Date.UTC(2026, 0, 15, 10, 0, 0); // far past 90 days
   const rows = [0, 1, 2].map((i) => ({ request_id: `old-${projectId}-${i}`, ts: old + i * 1000 }));
   const values = rows.map((r) => `('${r.request_id}', ${r.ts}, '${projectId}', 'GET', '/public/v1/me', 200, 10, 1, 0, 1)`).join(', ');
-  const inD1 = async () => (await d1(`SELECT count(*) AS n FROM audit_log WHERE project_id = '${projectId}' AND ts < ${old + 86_400_000}`, 'AUDIT_DB'))[0].n;
-  await d1(`INSERT INTO audit_log (request_id, ts, project_id, method, path, status, response_bytes, response_time_ms, replayed, counted) VALUES ${values}`, 'AUDIT_DB');
+  const db = await auditDbOf(projectId);
+  const inD1 = async () => (await d1(`SELECT count(*) AS n FROM audit_log WHERE project_id = '${projectId}' AND ts < ${old + 86_400_000}`, db))[0].n;
+  await d1(`INSERT INTO audit_log (request_id, ts, project_id, method, path, status, response_bytes, response_time_ms, replayed, counted) VALUES ${values}`, db);
   assert.equal(await inD1(), 3);
   // Past AUDIT_RETENTION_DAYS a row is not searched, whichever tier holds it.
   assert.equal((await listAll(`/public/v1/logs?to=${old + 86_400_000}`, owner.key)).length, 0);
@@ -203,6 +204,42 @@ test('rows past retention leave the log: the minute roll-up moves them to an R2 
   assertError(await call('GET', '/public/v1/logs/archives/2026-01-16', { key: owner.key }), 404, 'NOT_FOUND');
   // Recent rows stay.
   assert.ok((await listAll('/public/v1/logs', owner.key)).length > 0);
+});
+
+// SPEC §20 "Big projects": the audit log spreads over several D1 databases (wrangler.toml, and so
+// the test gateway, uses AUDIT_DB and AUDIT_DB_1). A project is put on one by its id when it is
+// made; its rows, its log, its key statistics and its roll-up all use that one, never the other.
+test('projects spread over the audit databases: each project\'s rows, log, stats and roll-up use its own', async () => {
+  const on = {};
+  for (let i = 0; i < 40 && !(on.AUDIT_DB && on.AUDIT_DB_1); i++) {
+    const project = await auditProject();
+    on[await auditDbOf(project.projectId)] ??= project;
+  }
+  assert.ok(on.AUDIT_DB && on.AUDIT_DB_1, `new projects land on both databases: ${Object.keys(on)}`);
+  const old = Date.UTC(2026, 0, 20, 10, 0, 0);
+  const count = async (db, where) => (await d1(`SELECT count(*) AS n FROM audit_log WHERE ${where}`, db))[0].n;
+  for (const [db, { projectId, owner, server }] of Object.entries(on)) {
+    const other = db === 'AUDIT_DB' ? 'AUDIT_DB_1' : 'AUDIT_DB';
+    const made = await call('POST', '/public/v1/contacts', { key: server.key, body: { name: db } });
+    assert.equal(made.status, 201, made.text);
+    const id = made.headers.get('x-request-id');
+    const logged = await eventually(async () => (await call('GET', `/public/v1/logs/${id}`, { key: owner.key })).status === 200);
+    assert.equal(logged, true, `the row of ${projectId} is in its log`);
+    assert.deepEqual([await count(db, `request_id = '${id}'`), await count(other, `request_id = '${id}'`)], [1, 0], `${projectId} on ${db}`);
+    const stats = await call('GET', `/public/v1/keys/${server.id}/stats`, { key: owner.key });
+    assert.equal(stats.status, 200, stats.text);
+    assert.deepEqual(stats.body.top_endpoints.map((e) => [e.method, e.route, e.total]), [['POST', '/public/v1/contacts', 1]]);
+    await d1(`INSERT INTO audit_log (request_id, ts, project_id, method, path, status, response_bytes, response_time_ms, replayed, counted)
+      VALUES ('old-${projectId}', ${old}, '${projectId}', 'GET', '/public/v1/me', 200, 10, 1, 0, 1)`, db);
+  }
+  // One minute-cron rolls up both databases.
+  const cron = await fetch(`${BASE}/__scheduled?cron=${encodeURIComponent('* * * * *')}`);
+  assert.equal(cron.status, 200);
+  for (const [db, { projectId, owner }] of Object.entries(on)) {
+    assert.equal(await eventually(async () => (await count(db, `request_id = 'old-${projectId}'`)) === 0), true, `rolled up from ${db}`);
+    const archives = await call('GET', '/public/v1/logs/archives', { key: owner.key });
+    assert.deepEqual(archives.body.data.map((a) => a.date), ['2026-01-20'], archives.text);
+  }
 });
 
 // SPEC §19 "Background work under many tenants": 3,000 projects with one old row each. A run

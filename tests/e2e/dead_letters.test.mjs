@@ -6,7 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { ADMIN_TOKEN, assertError, call, createKey, createProject, d1, eventually, receiver, sleep } from './harness.mjs';
+import { ADMIN_TOKEN, assertError, auditDbOf, call, createKey, createProject, d1, eventually, receiver, sleep } from './harness.mjs';
 
 const admin = { authorization: `Bearer ${ADMIN_TOKEN}` };
 const deadLetters = (query = '') => call('GET', `/admin/v1/dead-letters${query}`, { headers: admin });
@@ -85,10 +85,11 @@ test('an event D1 refuses ends in the dead letters, its neighbours are stored, a
 });
 
 test('an audit row D1 refuses becomes a dead letter; re-driving all stores it once beside its neighbours', async () => {
-  const { owner } = await createProject('dead audit rows', { plan: 'business' }); // it polls the log
+  const { owner, projectId } = await createProject('dead audit rows', { plan: 'business' }); // it polls the log
+  const db = await auditDbOf(projectId);
   const tag = `poison-${randomUUID().slice(0, 8)}`;
   await d1(`CREATE TRIGGER refuse_audit_${tag.slice(7)} BEFORE INSERT ON audit_log WHEN NEW.path LIKE '%${tag}%'
-    BEGIN SELECT RAISE(ABORT, 'refused by the dead-letter test'); END`, 'AUDIT_DB');
+    BEGIN SELECT RAISE(ABORT, 'refused by the dead-letter test'); END`, db);
   let letter;
   let badId;
   const neighbourIds = [];
@@ -111,7 +112,7 @@ test('an audit row D1 refuses becomes a dead letter; re-driving all stores it on
     assert.match(letter.last_error ?? '', /refused by the dead-letter test/);
     assert.equal(await logged(badId), 404);
   } finally {
-    await d1(`DROP TRIGGER IF EXISTS refuse_audit_${tag.slice(7)}`, 'AUDIT_DB');
+    await d1(`DROP TRIGGER IF EXISTS refuse_audit_${tag.slice(7)}`, db);
   }
 
   const res = await redrive({});
@@ -121,7 +122,7 @@ test('an audit row D1 refuses becomes a dead letter; re-driving all stores it on
   assert.equal(await eventually(async () => (await logged(badId)) === 200, 60_000), true, 'the re-driven row is stored');
   assert.equal((await letterWith('gatehouse-audit', badId)).status, 'redriven');
   await sleep(2000);
-  assert.equal(await count(stored, 'AUDIT_DB'), 1);
+  assert.equal(await count(stored, db), 1);
 });
 
 test('a webhook delivery D1 refuses to take ends in the dead letters; re-driven, it is delivered once', async () => {

@@ -143,13 +143,20 @@ export async function listAll(path, key) {
 
 /**
  * Rows of a query against a local D1 of the running gateway (wrangler d1 execute): `DB` (keys and
- * resources) unless `database` names `AUDIT_DB` (the audit log).
+ * resources) unless `database` names an audit database (`AUDIT_DB`, `AUDIT_DB_1`: see `auditDbOf`).
  */
 export async function d1(sql, database = 'DB') {
   const out = spawnSync('npx', ['wrangler', 'd1', 'execute', database, '--local', '--persist-to',
     process.env.GATEHOUSE_STATE, '--json', '--command', sql], { encoding: 'utf8' });
   if (out.status !== 0) throw new Error(`d1 execute failed: ${out.stderr}${out.stdout}`);
   return JSON.parse(out.stdout)[0].results;
+}
+
+/** The binding of the audit database that holds a project's rows (SPEC §20: `projects.audit_db`). */
+export async function auditDbOf(projectId) {
+  const [row] = await d1(`SELECT audit_db FROM projects WHERE id = '${projectId}'`);
+  assert.ok(row, `project ${projectId} is stored`);
+  return row.audit_db > 0 ? `AUDIT_DB_${row.audit_db}` : 'AUDIT_DB';
 }
 
 /** Polls `probe` until it returns a truthy value or `ms` pass; answers the last value. */

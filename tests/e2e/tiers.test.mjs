@@ -8,17 +8,17 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { gunzipSync } from 'node:zlib';
-import { BASE, call, createProject, d1, listAll, sleep, workerLog } from './harness.mjs';
+import { BASE, auditDbOf, call, createProject, d1, listAll, sleep, workerLog } from './harness.mjs';
 
 const DAY = 86_400_000;
 const HOUR = 3_600_000;
 const ROWS = 100_000;
 
-/** A statement on the local audit D1; SQLITE_BUSY (the gateway writing at that moment) is tried again. */
-async function auditDb(sql) {
+/** A statement on a local audit D1; SQLITE_BUSY (the gateway writing at that moment) is tried again. */
+async function auditDb(sql, database) {
   for (let attempt = 1; ; attempt++) {
     try {
-      return await d1(sql, 'AUDIT_DB');
+      return await d1(sql, database);
     } catch (e) {
       if (attempt >= 10 || !String(e.message).includes('SQLITE_BUSY')) throw e;
       await sleep(1000);
@@ -56,6 +56,7 @@ const v7 = (ts, i) => {
 
 test('100,000 rows roll up into hour objects; the log finds each once by time range and by request id; a second roll-up changes nothing', { timeout: 900_000 }, async (t) => {
   const { projectId, owner } = await createProject('tiers at scale', { plan: 'business' });
+  const db = await auditDbOf(projectId);
   const dayStart = Math.floor(Date.now() / DAY) * DAY - 2 * DAY;
   const date = new Date(dayStart).toISOString().slice(0, 10);
   const ts = (i) => dayStart + Math.floor(i / 2) * 1700; // two rows per ms value: chunk bounds fall on ties
@@ -71,9 +72,9 @@ test('100,000 rows roll up into hour objects; the log finds each once by time ra
       '/public/v1/contacts/con_' || i, '/public/v1/contacts/{id}', CASE WHEN i % 1000 = 7 THEN 503 ELSE 200 END,
       100, 5, 0, 1 FROM r`;
   const seeded = performance.now();
-  await auditDb(seed.replace(/\s+/g, ' '));
+  await auditDb(seed.replace(/\s+/g, ' '), db);
   t.diagnostic(`seeded ${ROWS} rows in ${Math.round(performance.now() - seeded)} ms`);
-  const inD1 = async () => (await auditDb(`SELECT count(*) AS n FROM audit_log WHERE project_id = '${projectId}' AND ts < ${dayStart + DAY}`))[0].n;
+  const inD1 = async () => (await auditDb(`SELECT count(*) AS n FROM audit_log WHERE project_id = '${projectId}' AND ts < ${dayStart + DAY}`, db))[0].n;
   assert.equal(await inD1(), ROWS);
   const sample = [0, 1, 4999, 5000, 5001, 77_777, ROWS - 1];
   assert.equal((await call('GET', `/public/v1/logs/${v7(ts(4999), 4999)}`, { key: owner.key })).status, 200, 'hot before');
@@ -84,7 +85,7 @@ test('100,000 rows roll up into hour objects; the log finds each once by time ra
   assert.equal(first.line.done, true, 'one run moves the whole backlog');
   assert.ok(first.line.rolled_rows >= ROWS, JSON.stringify(first.line));
   assert.equal(await inD1(), 0, 'no row of the day is left in D1');
-  const objects = await auditDb(`SELECT key, rows, first_ts, last_ts FROM audit_objects WHERE project_id = '${projectId}' ORDER BY first_ts`);
+  const objects = await auditDb(`SELECT key, rows, first_ts, last_ts FROM audit_objects WHERE project_id = '${projectId}' ORDER BY first_ts`, db);
   assert.equal(objects.reduce((n, o) => n + o.rows, 0), ROWS, 'the summaries account for every row');
   assert.ok(objects.every((o) => Math.floor(o.first_ts / HOUR) === Math.floor(o.last_ts / HOUR)), 'an object holds one hour');
   t.diagnostic(`${objects.length} objects for ${ROWS} rows over ${Math.ceil((ts(ROWS - 1) - dayStart) / HOUR)} hours`);

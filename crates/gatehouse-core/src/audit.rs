@@ -145,8 +145,24 @@ impl AuditRow {
     }
 }
 
-/// `path?query` with the values of secret-looking parameters replaced by `REDACTED`. The rest of
-/// the query is kept as sent, names included: `?tok%65n=abc` is stored as `?tok%65n=REDACTED`.
+/// How many D1 databases the audit log may spread over (`AUDIT_DATABASES`, SPEC §20).
+pub const MAX_AUDIT_DATABASES: u8 = 32;
+
+/// The audit database a new project's rows go to, of `databases` (SPEC §20): by a hash of its id,
+/// so projects spread evenly. It is recorded with the project (`projects.audit_db`), so adding
+/// databases later moves no project: only new projects use them.
+pub fn audit_database(project_id: &str, databases: u8) -> u8 {
+    (super::encoding::fnv1a(project_id.as_bytes()) % u64::from(databases.max(1))) as u8
+}
+
+/// The binding of audit database `index`: `AUDIT_DB`, then `AUDIT_DB_1`, `AUDIT_DB_2`, …
+pub fn audit_binding(index: u8) -> String {
+    match index {
+        0 => "AUDIT_DB".to_owned(),
+        i => format!("AUDIT_DB_{i}"),
+    }
+}
+
 /// The rows as JSON arrays for D1's `json_each`, in order, each within one D1 string (SPEC §19:
 /// a batch of 100 rows of up to 60 KiB is ~6 MB as one array, three times what D1 binds).
 pub fn packed_for_d1(rows: &[AuditRow]) -> Vec<String> {
@@ -158,6 +174,8 @@ pub fn packed_for_d1(rows: &[AuditRow]) -> Vec<String> {
         .collect()
 }
 
+/// `path?query` with the values of secret-looking parameters replaced by `REDACTED`. The rest of
+/// the query is kept as sent, names included: `?tok%65n=abc` is stored as `?tok%65n=REDACTED`.
 pub fn redacted_path(path: &str, raw_query: Option<&str>) -> String {
     let Some(query) = raw_query.filter(|q| !q.is_empty()) else { return path.to_owned() };
     let pairs: Vec<String> = query
@@ -451,6 +469,23 @@ pub fn stats_view(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn projects_spread_evenly_over_the_audit_databases_and_stay_where_they_were_put() {
+        let mut counts = [0u32; 4];
+        for n in 0..4_000 {
+            counts[usize::from(audit_database(&format!("prj_{n:026}"), 4))] += 1;
+        }
+        assert!(counts.iter().all(|&c| (800..1_200).contains(&c)), "{counts:?}");
+        assert_eq!(audit_database("prj_x", 1), 0);
+        assert_eq!(audit_database("prj_x", 0), 0, "no databases counts as one");
+        assert_eq!(audit_database("prj_x", 7), audit_database("prj_x", 7));
+        assert_eq!(
+            [audit_binding(0), audit_binding(1), audit_binding(12)],
+            ["AUDIT_DB", "AUDIT_DB_1", "AUDIT_DB_12"]
+        );
+    }
+
     use super::*;
 
     #[test]

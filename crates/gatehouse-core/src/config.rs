@@ -22,6 +22,9 @@ pub struct Config {
     pub audit_retention_days: u32,
     /// Seconds an audit row stays in D1 (the hot tier) before the roll-up moves it to R2.
     pub audit_hot_seconds: u32,
+    /// The D1 databases the audit log spreads over (`AUDIT_DATABASES`, SPEC §20): `AUDIT_DB`,
+    /// `AUDIT_DB_1`, … A new project is put on one of them by its id, and stays there.
+    pub audit_databases: u8,
     pub webhook_retry_schedule: Vec<u64>,
     pub webhook_timeout_ms: u64,
     pub webhook_header_prefix: String,
@@ -66,6 +69,7 @@ impl std::fmt::Debug for Config {
             .field("event_dedup_window_seconds", &self.event_dedup_window_seconds)
             .field("audit_retention_days", &self.audit_retention_days)
             .field("audit_hot_seconds", &self.audit_hot_seconds)
+            .field("audit_databases", &self.audit_databases)
             .field("webhook_retry_schedule", &self.webhook_retry_schedule)
             .field("webhook_timeout_ms", &self.webhook_timeout_ms)
             .field("webhook_header_prefix", &self.webhook_header_prefix)
@@ -136,6 +140,12 @@ impl Config {
                 )));
             }
         }
+
+        let max = crate::audit::MAX_AUDIT_DATABASES;
+        let audit_databases = match number("AUDIT_DATABASES", 1)? {
+            n @ 1.. if n <= u64::from(max) => n as u8,
+            n => return Err(ConfigError(format!("AUDIT_DATABASES={n} must be between 1 and {max}"))),
+        };
 
         let schedule_text = get("WEBHOOK_RETRY_SCHEDULE").unwrap_or_else(|| "30,300,1800,7200,21600".into());
         let webhook_retry_schedule = schedule_text
@@ -227,6 +237,7 @@ impl Config {
             event_dedup_window_seconds: number("EVENT_DEDUP_WINDOW_SECONDS", 172_800)?,
             audit_retention_days: number("AUDIT_RETENTION_DAYS", 90)? as u32,
             audit_hot_seconds: number("AUDIT_HOT_SECONDS", 3_600)?.min(u64::from(u32::MAX)) as u32,
+            audit_databases,
             webhook_retry_schedule,
             webhook_timeout_ms: number("WEBHOOK_TIMEOUT_MS", 15_000)?,
             webhook_header_prefix: get("WEBHOOK_HEADER_PREFIX").unwrap_or_else(|| "X-Gatehouse".into()),
@@ -328,6 +339,7 @@ mod tests {
         assert_eq!(c.event_dedup_window_seconds, 172_800);
         assert_eq!(c.audit_retention_days, 90);
         assert_eq!(c.audit_hot_seconds, 3_600);
+        assert_eq!(c.audit_databases, 1);
         assert_eq!(c.webhook_retry_schedule, vec![30, 300, 1800, 7200, 21600]);
         assert_eq!(c.webhook_timeout_ms, 15_000);
         assert_eq!(c.webhook_header_prefix, "X-Gatehouse");
@@ -413,6 +425,14 @@ mod tests {
         vars.pop();
         vars.push(("IDEMPOTENCY_TTL_SECONDS", "soon"));
         assert!(with(&vars).unwrap_err().0.contains("IDEMPOTENCY_TTL_SECONDS"));
+        vars.pop();
+        for bad in ["0", "33"] {
+            vars.push(("AUDIT_DATABASES", bad));
+            assert!(with(&vars).unwrap_err().0.contains("AUDIT_DATABASES"), "{bad}");
+            vars.pop();
+        }
+        vars.push(("AUDIT_DATABASES", "3"));
+        assert_eq!(with(&vars).unwrap().audit_databases, 3);
     }
 
     #[test]

@@ -22,6 +22,11 @@ pub fn path_segment(s: &str) -> String {
     out
 }
 
+/// FNV-1a (64 bits): a fast, stable spread of ids over shards (not a cryptographic hash).
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3))
+}
+
 pub fn hex(bytes: &[u8]) -> String {
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {

@@ -72,10 +72,7 @@ pub const RESERVATION_LEASE_MS: i64 = 60_000;
 
 /// The ledger object that judges `event_id` in `namespace` (FNV-1a of the id).
 pub fn ledger_shard(namespace: &str, event_id: &str) -> String {
-    let hash = event_id
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
-    format!("{namespace}:{}", hash % LEDGER_SHARDS)
+    format!("{namespace}:{}", super::encoding::fnv1a(event_id.as_bytes()) % LEDGER_SHARDS)
 }
 
 /// What the ledger holds for one id.

@@ -5,8 +5,8 @@ use std::rc::Rc;
 
 use wasm_bindgen::{JsCast, JsValue};
 use worker::{
-    console_error, console_log, event, Bucket, Context, Date, Env, KvStore, MessageBatch, MessageExt,
-    ObjectNamespace, Queue, QueueRetryOptionsBuilder, Result, ScheduleContext, ScheduledEvent,
+    console_error, console_log, event, Bucket, Context, D1Database, Date, Env, KvStore, MessageBatch,
+    MessageExt, ObjectNamespace, Queue, QueueRetryOptionsBuilder, Result, ScheduleContext, ScheduledEvent,
 };
 
 use crate::adapters::archive::{self, R2Archive};
@@ -79,7 +79,8 @@ struct Bindings {
     guard: ObjectNamespace,
     ledger: ObjectNamespace,
     db: JsValue,
-    audit_db: JsValue,
+    /// `AUDIT_DB`, `AUDIT_DB_1`, … as many as `AUDIT_DATABASES` names.
+    audit_dbs: Vec<JsValue>,
     kv: KvStore,
     events: Queue,
     deliveries: Queue,
@@ -87,7 +88,7 @@ struct Bindings {
     archive: Bucket,
 }
 
-fn bindings(env: &Env) -> Result<Bindings> {
+fn bindings(env: &Env, config: &Config) -> Result<Bindings> {
     if let Some(b) = BINDINGS.with(|cell| cell.get().cloned()) {
         return Ok(b);
     }
@@ -95,7 +96,7 @@ fn bindings(env: &Env) -> Result<Bindings> {
         guard: env.durable_object(guard::protocol::BINDING)?,
         ledger: env.durable_object(ledger::protocol::BINDING)?,
         db: env.d1("DB")?.into(),
-        audit_db: env.d1(AUDIT_DB)?.into(),
+        audit_dbs: audit_dbs(env, config)?.into_iter().map(Into::into).collect(),
         kv: env.kv(kv::BINDING)?,
         events: env.queue(events::QUEUE_BINDING)?,
         deliveries: env.queue(webhook_queue::QUEUE_BINDING)?,
@@ -106,12 +107,12 @@ fn bindings(env: &Env) -> Result<Bindings> {
 }
 
 fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gateway<'static, Cloudflare>> {
-    let b = bindings(env)?;
+    let b = bindings(env, config)?;
     Ok(Gateway {
         config,
         guard: GuardClient::new(b.guard, meter.clone()),
         store: D1Store::new(b.db.clone().unchecked_into(), meter.clone())
-            .with_audit_log(b.audit_db.unchecked_into()),
+            .with_audit_logs(b.audit_dbs.into_iter().map(JsCast::unchecked_into).collect()),
         responses: KvResponses::new(b.kv, config.idempotency_ttl_seconds, meter.clone()),
         ledger: LedgerClient::new(b.ledger, meter.clone()),
         events: QueueSink::new(b.events.clone()),
@@ -131,12 +132,25 @@ fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gate
     })
 }
 
-/// The D1 store: keys and resources in `DB`, the audit log in `AUDIT_DB`.
-fn store(env: &Env, meter: &Rc<Meter>) -> Result<D1Store> {
-    Ok(D1Store::new(env.d1("DB")?, meter.clone()).with_audit_log(env.d1(AUDIT_DB)?))
+/// The D1 store: keys and resources in `DB`, the audit log in `AUDIT_DB`, `AUDIT_DB_1`, …
+fn store(env: &Env, config: &Config, meter: &Rc<Meter>) -> Result<D1Store> {
+    Ok(D1Store::new(env.d1("DB")?, meter.clone()).with_audit_logs(audit_dbs(env, config)?))
 }
 
-const AUDIT_DB: &str = "AUDIT_DB";
+/// The audit log's databases (SPEC §20), in order: a missing binding is an error that names it.
+fn audit_dbs(env: &Env, config: &Config) -> Result<Vec<D1Database>> {
+    (0..config.audit_databases)
+        .map(|i| {
+            let name = gatehouse_core::audit::audit_binding(i);
+            env.d1(&name).map_err(|e| {
+                worker::Error::RustError(format!(
+                    "AUDIT_DATABASES={} but {name} is not bound: {e}",
+                    config.audit_databases
+                ))
+            })
+        })
+        .collect()
+}
 
 /// Sleeps `ms` milliseconds (an audit row waiting for a send, the tries of a notice after the
 /// response).
@@ -210,7 +224,7 @@ fn jitter() -> f64 {
 #[event(queue)]
 async fn queue(batch: MessageBatch<String>, env: Env, _ctx: Context) -> Result<()> {
     let config = config(&env).map_err(|e| worker::Error::RustError(e.to_string()))?;
-    let store = store(&env, &Rc::default())?;
+    let store = store(&env, config, &Rc::default())?;
     let deliveries = WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING)?);
     let name = batch.queue();
     let messages: Vec<_> = batch.raw_iter().collect();
@@ -264,7 +278,7 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
         Ok(config) => config,
         Err(e) => return console_error!("scheduled {}: {e}", event.cron()),
     };
-    let (store, legacy) = match (store(&env, &Rc::default()), env.d1("DB")) {
+    let (store, legacy) = match (store(&env, config, &Rc::default()), env.d1("DB")) {
         (Ok(store), Ok(db)) => (store, D1Store::new(db, Rc::default())),
         (Err(e), _) | (_, Err(e)) => return console_error!("scheduled {}: {e}", event.cron()),
     };
@@ -291,7 +305,27 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
         let archive = R2Archive::new(env.bucket(archive::BINDING).map_err(port_error)?);
         let started = now_ms();
         let cutoff = gatehouse_core::archive::hot_cutoff(started, config.audit_hot_seconds);
-        let r = app::roll_up(&store, &archive, cutoff, limits, now_ms).await?;
+        // Each audit database on its own, side by side (SPEC §20): the rows of a database are
+        // rolled up from it, whatever project they belong to.
+        let env = &env;
+        let runs = audit_dbs(env, config).map_err(port_error)?.into_iter().map(|db| {
+            let archive = &archive;
+            async move {
+                let store =
+                    D1Store::new(env.d1("DB").map_err(port_error)?, Rc::default()).with_audit_logs(vec![db]);
+                app::roll_up(&store, archive, cutoff, limits, now_ms).await
+            }
+        });
+        let r = futures_util::future::try_join_all(runs).await?.into_iter().fold(
+            app::RollUpReport { done: true, ..Default::default() },
+            |sum, r| app::RollUpReport {
+                rolled: sum.rolled + r.rolled,
+                copies: sum.copies + r.copies,
+                objects: sum.objects + r.objects,
+                rewritten: sum.rewritten + r.rewritten,
+                done: sum.done && r.done,
+            },
+        );
         Ok(match r.objects > 0 || r.copies > 0 || r.rewritten > 0 {
             true => format!(
                 r#""rolled_rows":{},"copies":{},"objects":{},"rewritten":{},"done":{},"elapsed_ms":{}"#,

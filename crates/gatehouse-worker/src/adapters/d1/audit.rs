@@ -1,11 +1,15 @@
 //! The audit log in its own database (`AUDIT_DB`): the [`AuditStore`] port — the hot tier's rows
 //! with their daily aggregates, the cold tier's object summaries, and the roll-up's slices.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use futures_util::future::try_join_all;
 use wasm_bindgen::JsValue;
 use worker::D1PreparedStatement;
 
 use super::{after, int, opt_int, opt_text, text, D1Store};
-use gatehouse_core::audit::{packed_for_d1, AuditRow, DayCount, EndpointCount, LogFilter};
+use gatehouse_core::audit::{audit_binding, packed_for_d1, AuditRow, DayCount, EndpointCount, LogFilter};
 use gatehouse_core::page::{Cursor, PageRequest};
 use gatehouse_core::ports::{ArchivedSlice, AuditStore, PortError, RowRange};
 use gatehouse_core::tiers::ObjectSummary;
@@ -33,7 +37,97 @@ const PATH_GLOB: &str = "(?5 IS NULL OR (
             WHERE instr(walk.rest, part.value) > 0)
           SELECT 1 FROM walk WHERE walk.i = json_array_length(?15))))))";
 
+thread_local! {
+    /// Each project's audit database as `projects.audit_db` records it: it never changes, so the
+    /// isolate asks D1 once per project (a few bytes each; cleared when it grows past 10,000).
+    static PLACED: RefCell<HashMap<String, u8>> = RefCell::default();
+}
+
 impl D1Store {
+    /// The audit databases of `projects` (SPEC §20), from the isolate's memory or in one query;
+    /// a project D1 does not know (none yet, or an older version's row) is in the first.
+    async fn placed(&self, projects: &[&str]) -> Result<HashMap<String, u8>, PortError> {
+        #[derive(serde::Deserialize)]
+        struct Placed {
+            id: String,
+            audit_db: u8,
+        }
+        let mut found = HashMap::new();
+        let mut unknown = Vec::new();
+        PLACED.with_borrow(|placed| {
+            for &p in projects {
+                match placed.get(p) {
+                    Some(&db) => drop(found.insert(p.to_owned(), db)),
+                    None => unknown.push(p),
+                }
+            }
+        });
+        if !unknown.is_empty() {
+            let ids = serde_json::to_string(&unknown).map_err(PortError::from_display)?;
+            let rows: Vec<Placed> = self
+                .rows(
+                    "SELECT id, audit_db FROM projects WHERE id IN (SELECT value FROM json_each(?1))",
+                    &[text(&ids)],
+                )
+                .await?;
+            PLACED.with_borrow_mut(|placed| {
+                if placed.len() > 10_000 {
+                    placed.clear();
+                }
+                for r in rows {
+                    placed.insert(r.id.clone(), r.audit_db);
+                    found.insert(r.id, r.audit_db);
+                }
+            });
+        }
+        Ok(found)
+    }
+
+    /// The database of audit database `index`, or why it is not bound.
+    fn audit_log(&self, index: u8) -> Result<&D1Store, PortError> {
+        match self.audit_logs.len() {
+            0 => Ok(self),
+            _ => self.audit_logs.get(usize::from(index)).ok_or_else(|| {
+                PortError(format!(
+                    "the audit log is in {}, which is not bound (raise AUDIT_DATABASES and bind it)",
+                    audit_binding(index)
+                ))
+            }),
+        }
+    }
+
+    /// Where the audit log of `project` (`None`: requests of no project) is kept.
+    async fn log_of(&self, project: Option<&str>) -> Result<&D1Store, PortError> {
+        match project {
+            Some(p) if self.audit_logs.len() > 1 => {
+                let index = self.placed(&[p]).await?.get(p).copied().unwrap_or(0);
+                self.audit_log(index)
+            }
+            _ => self.audit_log(0),
+        }
+    }
+
+    /// Inserts rows of one audit database (see [`AuditStore::insert_audit_rows`]).
+    async fn insert_rows(&self, rows: &[AuditRow]) -> Result<(), PortError> {
+        let mut statements = self.insert_rows_statements(rows)?;
+        // The rows this batch inserted are the uncounted ones (a copy already stored was ignored):
+        // they join the aggregates and are marked counted, in the same transaction.
+        statements.push(self.statement(
+            "INSERT INTO audit_daily (project_id, key_id, day, method, route, total, client_errors, server_errors)
+             SELECT project_id, key_id, date(ts / 1000, 'unixepoch'), method, coalesce(route, path), count(*),
+                    sum(status BETWEEN 400 AND 499), sum(status >= 500)
+             FROM audit_log WHERE counted = 0 AND project_id IS NOT NULL AND key_id IS NOT NULL
+             GROUP BY 1, 2, 3, 4, 5
+             ON CONFLICT (project_id, key_id, day, method, route) DO UPDATE SET
+               total = total + excluded.total,
+               client_errors = client_errors + excluded.client_errors,
+               server_errors = server_errors + excluded.server_errors",
+            &[],
+        )?);
+        statements.push(self.statement("UPDATE audit_log SET counted = 1 WHERE counted = 0", &[])?);
+        self.batch(statements).await.map(drop)
+    }
+
     /// A batch's rows in as few statements as D1 binds (SPEC §19): each a JSON array of at most
     /// 2,000,000 bytes ([`packed_for_d1`]), each column read by its name (`AuditRow`'s fields are the
     /// columns), instead of a statement of 18 bound values per row.
@@ -111,26 +205,24 @@ const SLICE: &str = "project_id IS ?1 AND ts >= ?2 AND ts <= ?4
     AND (ts, request_id) >= (?2, ?3) AND (ts, request_id) <= (?4, ?5)";
 
 impl AuditStore for D1Store {
+    /// Each database's rows in one transaction, the databases side by side.
     async fn insert_audit_rows(&self, rows: &[AuditRow]) -> Result<(), PortError> {
-        let log = self.log();
-        let mut statements = log.insert_rows_statements(rows)?;
-        // The rows this batch inserted are the uncounted ones (a copy already stored was ignored):
-        // they join the aggregates and are marked counted, in the same transaction.
-        statements.push(log.statement(
-            "INSERT INTO audit_daily (project_id, key_id, day, method, route, total, client_errors, server_errors)
-             SELECT project_id, key_id, date(ts / 1000, 'unixepoch'), method, coalesce(route, path), count(*),
-                    sum(status BETWEEN 400 AND 499), sum(status >= 500)
-             FROM audit_log WHERE counted = 0 AND project_id IS NOT NULL AND key_id IS NOT NULL
-             GROUP BY 1, 2, 3, 4, 5
-             ON CONFLICT (project_id, key_id, day, method, route) DO UPDATE SET
-               total = total + excluded.total,
-               client_errors = client_errors + excluded.client_errors,
-               server_errors = server_errors + excluded.server_errors",
-            &[],
-        )?);
-        statements.push(log.statement("UPDATE audit_log SET counted = 1 WHERE counted = 0", &[])?);
-        log.batch(statements).await?;
-        Ok(())
+        if self.audit_logs.len() <= 1 {
+            return self.audit_log(0)?.insert_rows(rows).await;
+        }
+        let mut projects: Vec<&str> = rows.iter().filter_map(|r| r.project_id.as_deref()).collect();
+        projects.sort_unstable();
+        projects.dedup();
+        let placed = self.placed(&projects).await?;
+        let mut by_db: HashMap<u8, Vec<AuditRow>> = HashMap::new();
+        for row in rows {
+            let index = row.project_id.as_deref().and_then(|p| placed.get(p)).copied().unwrap_or(0);
+            by_db.entry(index).or_default().push(row.clone());
+        }
+        let inserts = by_db
+            .into_iter()
+            .map(|(index, rows)| async move { self.audit_log(index)?.insert_rows(&rows).await });
+        try_join_all(inserts).await.map(drop)
     }
 
     async fn log_snapshot(
@@ -139,7 +231,7 @@ impl AuditStore for D1Store {
         filter: &LogFilter,
         page: &PageRequest,
     ) -> Result<(Vec<AuditRow>, Vec<ObjectSummary>), PortError> {
-        let log = self.log();
+        let log = self.log_of(Some(project_id)).await?;
         let hot = log.hot_rows_statement(project_id, filter, page)?;
         let (after_ts, after_id) = after(page.after.as_ref());
         let objects = log.statement(
@@ -169,7 +261,8 @@ impl AuditStore for D1Store {
         at: &Cursor,
     ) -> Result<Option<ObjectSummary>, PortError> {
         let rows = self
-            .log()
+            .log_of(project_id)
+            .await?
             .rows(
                 "SELECT summary FROM audit_objects
                  WHERE project_id IS ?1 AND (last_ts, last_id) >= (?2, ?3) AND (first_ts, first_id) <= (?2, ?3)
@@ -188,7 +281,7 @@ impl AuditStore for D1Store {
     ) -> Result<(Vec<DayCount>, Vec<EndpointCount>), PortError> {
         const SINCE: &str = "project_id = ?1 AND key_id = ?2 AND day >= date(?3 / 1000, 'unixepoch')";
         let args = [text(project_id), text(key_id), int(since_ms)];
-        let log = self.log();
+        let log = self.log_of(Some(project_id)).await?;
         let days = log.statement(
             &format!(
                 "SELECT day, sum(total) AS total, sum(client_errors) AS client_errors,
@@ -219,21 +312,30 @@ impl AuditStore for D1Store {
             ts: i64,
             request_id: String,
         }
-        let rows: Vec<Oldest> = self
-            .log()
-            .rows(
+        // The roll-up runs over each database on its own; over several, the oldest of all.
+        let logs: Vec<&D1Store> = match self.audit_logs.len() {
+            0 => vec![self],
+            _ => self.audit_logs.iter().collect(),
+        };
+        let oldest = logs.into_iter().map(|log| async move {
+            log.rows::<Oldest>(
                 "SELECT project_id, ts, request_id FROM audit_log WHERE ts < ?1
                  ORDER BY ts, request_id LIMIT 1",
                 &[int(before_ms)],
             )
-            .await?;
-        Ok(rows.into_iter().next().map(|r| (r.project_id, Cursor { ts: r.ts, id: r.request_id })))
+            .await
+        });
+        let found = try_join_all(oldest).await?.into_iter().flatten();
+        Ok(found
+            .map(|r| (r.project_id, Cursor { ts: r.ts, id: r.request_id }))
+            .min_by(|(_, a), (_, b)| (a.ts, &a.id).cmp(&(b.ts, &b.id))))
     }
 
     async fn rows_between(&self, range: &RowRange<'_>) -> Result<Vec<AuditRow>, PortError> {
         let RowRange { project_id, from, to, limit } = *range;
         // The plain `ts` bounds let the index start at `from` instead of the hour's first row.
-        self.log()
+        self.log_of(project_id)
+            .await?
             .rows(
                 &format!(
                     "SELECT {AUDIT_COLUMNS} FROM audit_log
@@ -254,7 +356,7 @@ impl AuditStore for D1Store {
     }
 
     async fn clear_slice(&self, slice: &ArchivedSlice<'_>) -> Result<usize, PortError> {
-        let log = self.log();
+        let log = self.log_of(slice.project_id).await?;
         let range = [
             opt_text(slice.project_id),
             int(slice.first.ts),

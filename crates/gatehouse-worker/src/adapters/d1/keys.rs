@@ -185,9 +185,19 @@ impl Directory for D1Store {
         let project_id = owner_key.project_id.as_str();
         // One batch is one transaction: never a project without its owner key. Both are left as
         // they are when an earlier execution of the same operation wrote them.
+        // Its audit log's database, for good (SPEC §20).
+        let databases = u8::try_from(self.audit_logs.len()).unwrap_or(u8::MAX);
+        let audit_db = gatehouse_core::audit::audit_database(project_id, databases);
         let project = self.statement(
-            "INSERT INTO projects (id, name, plan, created_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
-            &[text(project_id), text(name), text(&owner_key.plan), int(owner_key.created_at)],
+            "INSERT INTO projects (id, name, plan, created_at, audit_db) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT DO NOTHING",
+            &[
+                text(project_id),
+                text(name),
+                text(&owner_key.plan),
+                int(owner_key.created_at),
+                int(audit_db.into()),
+            ],
         )?;
         let key = self.statement(&insert_key_sql(), &key_values(owner_key))?;
         self.batch(vec![project, key]).await?;

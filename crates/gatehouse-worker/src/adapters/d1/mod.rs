@@ -43,25 +43,21 @@ use gatehouse_core::ports::{JobLeases, Lease, Meter, PortError};
 pub struct D1Store {
     db: D1Database,
     meter: Rc<Meter>,
-    /// The audit log's own database; `None`: this store's (as the database of an older version,
-    /// read once to move its rows).
-    audit_log: Option<Box<D1Store>>,
+    /// The audit log's own databases (`AUDIT_DB`, `AUDIT_DB_1`, …, SPEC §20), each project's rows
+    /// in the one `projects.audit_db` names; none: this store's (as the database of an older
+    /// version, read once to move its rows).
+    audit_logs: Vec<D1Store>,
 }
 
 impl D1Store {
     pub fn new(db: D1Database, meter: Rc<Meter>) -> Self {
-        Self { db, meter, audit_log: None }
+        Self { db, meter, audit_logs: Vec::new() }
     }
 
-    /// The same store with the audit log in `audit_db`.
-    pub fn with_audit_log(mut self, audit_db: D1Database) -> Self {
-        self.audit_log = Some(Box::new(D1Store::new(audit_db, self.meter.clone())));
+    /// The same store with the audit log in `audit_dbs`, in the order of their bindings.
+    pub fn with_audit_logs(mut self, audit_dbs: Vec<D1Database>) -> Self {
+        self.audit_logs = audit_dbs.into_iter().map(|db| D1Store::new(db, self.meter.clone())).collect();
         self
-    }
-
-    /// Where the audit log's statements go.
-    fn log(&self) -> &D1Store {
-        self.audit_log.as_deref().unwrap_or(self)
     }
 
     fn statement(&self, sql: &str, args: &[JsValue]) -> Result<D1PreparedStatement, PortError> {
