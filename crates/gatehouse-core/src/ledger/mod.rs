@@ -3,3 +3,4 @@
 //! `EVENT_DEDUP_WINDOW_SECONDS`, pruned as it goes.
 
 pub mod protocol;
+pub mod shards;

@@ -1,0 +1,467 @@
+//! How a namespace's ids are spread over ledger objects, and how that spread grows with the
+//! namespace's rate (SPEC §20 "Big projects").
+//!
+//! A namespace starts on [`ROOT_SHARDS`] objects (level 0), each id on the one its hash picks. An
+//! object that serves more than `LEDGER_SPLIT_ABOVE_PER_SECOND` reserve calls a second **splits**:
+//! from then on it takes no new reservation (it answers `moved`), and each of its ids belongs to
+//! one of its two children a level down, as in linear hashing: at level `L` there are
+//! `ROOT_SHARDS · 2^L` shards and an id is on shard `hash mod (ROOT_SHARDS · 2^L)`, so a shard's
+//! ids go to the child of the same index or to the one `ROOT_SHARDS · 2^L` further.
+//!
+//! Nothing is copied when a shard splits. It keeps answering for what it holds (confirmations and
+//! releases of its reservations, and **checks**): a child that does not hold an id asks its
+//! parent, and the parent its own, while the ancestor's reservations can still matter (until its
+//! split plus the de-duplication window). The check and the child's decision are one step for the
+//! id (the parent takes no new reservation, and the child decides after the answer without
+//! yielding), so an id accepted anywhere in the tree within the window is a duplicate everywhere.
+//!
+//! An isolate learns a split from the `moved` answer and remembers it ([`LedgerLayout`]), so it
+//! pays one extra round trip per split shard, once.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+
+use crate::encoding::fnv1a;
+use crate::events::{reserve, Reservation, Reserved};
+
+/// Shards of a namespace at level 0.
+pub const ROOT_SHARDS: u64 = 4;
+/// The deepest level: `ROOT_SHARDS · 2^7` = 512 shards, each at most 500 calls/s, so one
+/// namespace takes ~250,000 reserve calls a second (a batch touches at most as many shards as it
+/// has ids; Workers allow 1,000 subrequests per request).
+pub const MAX_LEVEL: u8 = 7;
+/// Reserve calls a second above which a shard splits, unless `LEDGER_SPLIT_ABOVE_PER_SECOND`
+/// says otherwise: half of what one object should serve (~500 calls/s, SPEC §20), so a split
+/// happens before the object is the bottleneck.
+pub const SPLIT_ABOVE_PER_SECOND: u32 = 250;
+
+/// One shard of a namespace: its level and its index at that level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Shard {
+    pub level: u8,
+    pub index: u64,
+}
+
+/// The hash that places an id (FNV-1a of its bytes).
+pub fn id_hash(event_id: &str) -> u64 {
+    fnv1a(event_id.as_bytes())
+}
+
+fn width(level: u8) -> u64 {
+    ROOT_SHARDS << level
+}
+
+impl Shard {
+    /// The level-0 shard of an id.
+    pub fn root(hash: u64) -> Self {
+        Shard { level: 0, index: hash % ROOT_SHARDS }
+    }
+
+    /// The child of this shard that holds an id of this hash (`None` at [`MAX_LEVEL`]).
+    pub fn child(self, hash: u64) -> Option<Self> {
+        (self.level < MAX_LEVEL).then(|| Shard { level: self.level + 1, index: hash % width(self.level + 1) })
+    }
+
+    /// The shard this one split from (`None` at level 0).
+    pub fn parent(self) -> Option<Self> {
+        (self.level > 0).then(|| Shard { level: self.level - 1, index: self.index % width(self.level - 1) })
+    }
+
+    /// Its object's name in `namespace`: level 0 as the first version named them
+    /// (`{namespace}:{index}`), deeper ones `{namespace}:L{level}:{index}`.
+    pub fn name(self, namespace: &str) -> String {
+        match self.level {
+            0 => format!("{namespace}:{}", self.index),
+            level => format!("{namespace}:L{level}:{}", self.index),
+        }
+    }
+
+    /// The names of the shards this one split from, nearest first: whom it asks about an id it
+    /// does not hold.
+    pub fn ancestors(self, namespace: &str) -> Vec<String> {
+        std::iter::successors(self.parent(), |s| s.parent()).map(|s| s.name(namespace)).collect()
+    }
+}
+
+/// What an isolate knows of its namespaces' splits: the names of the shards it saw split. A
+/// shard splits once and for good, so what it learnt never turns false.
+#[derive(Debug, Default)]
+pub struct LedgerLayout {
+    split: HashSet<String>,
+}
+
+impl LedgerLayout {
+    /// Splits an isolate remembers at most; past that it forgets them all and learns again (one
+    /// `moved` answer each).
+    const CAPACITY: usize = 100_000;
+
+    /// The shard that takes new reservations of `event_id`, as far as this isolate knows.
+    pub fn shard_for(&self, namespace: &str, event_id: &str) -> Shard {
+        let hash = id_hash(event_id);
+        let mut shard = Shard::root(hash);
+        while self.split.contains(&shard.name(namespace)) {
+            match shard.child(hash) {
+                Some(child) => shard = child,
+                None => break,
+            }
+        }
+        shard
+    }
+
+    /// The shard named `name` answered `moved`: it has split.
+    pub fn learn_split(&mut self, name: &str) {
+        if self.split.len() >= Self::CAPACITY {
+            self.split.clear();
+        }
+        self.split.insert(name.to_owned());
+    }
+
+    /// Shards this isolate knows to have split.
+    pub fn splits(&self) -> usize {
+        self.split.len()
+    }
+}
+
+/// Whether a shard serving `calls_per_second` reserve calls should split now.
+pub fn should_split(shard_level: u8, calls_per_second: u32, split_above: u32) -> bool {
+    shard_level < MAX_LEVEL && calls_per_second > split_above
+}
+
+/// Whether a shard must still ask its parent about ids it does not hold: until the parent's split
+/// (`None`: not known yet, so ask) plus the de-duplication window, after which nothing the parent
+/// holds can make an id a duplicate.
+pub fn asks_parent(parent_split_at_ms: Option<i64>, now_ms: i64, window_ms: i64) -> bool {
+    parent_split_at_ms.is_none_or(|at| now_ms < at + window_ms)
+}
+
+/// What one shard keeps, as its object stores it (SQLite in the Durable Object, maps in the fake
+/// and the model): the decisions are [`reserve_here`]'s and [`check_here`]'s, the same for all.
+pub trait ShardMemory {
+    /// What this shard holds for these ids, reserved or accepted within the window.
+    fn held(&self, ids: &[String], now_ms: i64, window_ms: i64) -> HashMap<String, Reservation>;
+    /// Reserves these ids for `owner` now.
+    fn insert(&self, owner: &str, now_ms: i64, ids: &[&String]);
+    /// When this shard split (`None`: it takes reservations).
+    fn split_at(&self) -> Option<i64>;
+    fn set_split_at(&self, at_ms: i64);
+    /// When its parent split, once a check told it.
+    fn parent_split_at(&self) -> Option<i64>;
+    fn set_parent_split_at(&self, at_ms: i64);
+    /// Counts a reserve call now; answers the shard's calls a second (see
+    /// [`crate::lease::RequestRate::per_second`]).
+    fn count_call(&self, now_ms: i64) -> u32;
+}
+
+/// A shard's answer to a reserve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShardAnswer {
+    /// One decision per id, in order.
+    Decided(Vec<Reserved>),
+    /// The shard has split: ask its child ([`LedgerLayout::learn_split`]).
+    Moved,
+}
+
+/// What a shard's ancestors hold for ids it does not, and when its parent split.
+pub type Checked = (Vec<Option<Reservation>>, Option<i64>);
+
+/// The limits a shard decides by.
+#[derive(Debug, Clone, Copy)]
+pub struct ShardRules {
+    pub level: u8,
+    pub now_ms: i64,
+    pub window_ms: i64,
+    pub split_above: u32,
+}
+
+/// What this shard and, while they may matter, its ancestors hold for `ids` (`ask_parent` checks
+/// the parent, which asks its own): one entry per id, in order.
+pub async fn check_here<M, F, Fut, E>(
+    memory: &M,
+    rules: ShardRules,
+    ids: &[String],
+    ask_parent: Option<F>,
+) -> Result<Vec<Option<Reservation>>, E>
+where
+    M: ShardMemory,
+    F: FnOnce(Vec<String>) -> Fut,
+    Fut: Future<Output = Result<Checked, E>>,
+{
+    let mut held = memory.held(ids, rules.now_ms, rules.window_ms);
+    let misses: Vec<String> = ids.iter().filter(|id| !held.contains_key(*id)).cloned().collect();
+    if let Some(ask) = ask_parent.filter(|_| {
+        !misses.is_empty() && asks_parent(memory.parent_split_at(), rules.now_ms, rules.window_ms)
+    }) {
+        let (answers, parent_split_at) = ask(misses.clone()).await?;
+        if let Some(at) = parent_split_at.filter(|_| memory.parent_split_at().is_none()) {
+            memory.set_parent_split_at(at);
+        }
+        held.extend(misses.into_iter().zip(answers).filter_map(|(id, r)| Some((id, r?))));
+    }
+    Ok(ids.iter().map(|id| held.remove(id)).collect())
+}
+
+/// One reserve call on a shard: `Moved` once it has split (it splits now when its calls a second
+/// are above `split_above`); else each id is decided against what this shard holds or, when it
+/// holds nothing of it, its ancestors (see the module's comment), and the fresh ones reserved.
+pub async fn reserve_here<M, F, Fut, E>(
+    memory: &M,
+    rules: ShardRules,
+    owner: &str,
+    ids: &[String],
+    ask_parent: Option<F>,
+) -> Result<ShardAnswer, E>
+where
+    M: ShardMemory,
+    F: FnOnce(Vec<String>) -> Fut,
+    Fut: Future<Output = Result<Checked, E>>,
+{
+    if memory.split_at().is_some() {
+        return Ok(ShardAnswer::Moved);
+    }
+    if should_split(rules.level, memory.count_call(rules.now_ms), rules.split_above) {
+        memory.set_split_at(rules.now_ms);
+        return Ok(ShardAnswer::Moved);
+    }
+    let upstream = check_here(memory, rules, ids, ask_parent).await?;
+    // From here to the insert nothing yields: the shard may have split, or another call reserved
+    // some of these ids, while the parent answered.
+    if memory.split_at().is_some() {
+        return Ok(ShardAnswer::Moved);
+    }
+    let here = memory.held(ids, rules.now_ms, rules.window_ms);
+    let decisions: Vec<Reserved> = ids
+        .iter()
+        .zip(&upstream)
+        .map(|(id, above)| reserve(here.get(id).or(above.as_ref()), owner, rules.now_ms, rules.window_ms))
+        .collect();
+    let fresh: Vec<&String> =
+        ids.iter().zip(&decisions).filter(|(_, d)| **d == Reserved::Fresh).map(|(id, _)| id).collect();
+    if !fresh.is_empty() {
+        memory.insert(owner, rules.now_ms, &fresh);
+    }
+    Ok(ShardAnswer::Decided(decisions))
+}
+
+/// A shard in memory: the fake ledger's and the platform model's.
+#[derive(Debug, Default)]
+pub struct MemoryShard {
+    pub reservations: std::cell::RefCell<HashMap<String, Reservation>>,
+    split_at: std::cell::Cell<Option<i64>>,
+    parent_split_at: std::cell::Cell<Option<i64>>,
+    rate: std::cell::RefCell<crate::lease::RequestRate>,
+}
+
+impl ShardMemory for MemoryShard {
+    fn held(&self, ids: &[String], now_ms: i64, window_ms: i64) -> HashMap<String, Reservation> {
+        let reservations = self.reservations.borrow();
+        ids.iter()
+            .filter_map(|id| {
+                Some((id.clone(), reservations.get(id).filter(|r| r.at_ms > now_ms - window_ms)?.clone()))
+            })
+            .collect()
+    }
+
+    fn insert(&self, owner: &str, now_ms: i64, ids: &[&String]) {
+        let mut reservations = self.reservations.borrow_mut();
+        for &id in ids {
+            reservations
+                .insert(id.clone(), Reservation { owner: owner.to_owned(), confirmed: false, at_ms: now_ms });
+        }
+    }
+
+    fn split_at(&self) -> Option<i64> {
+        self.split_at.get()
+    }
+
+    fn set_split_at(&self, at_ms: i64) {
+        self.split_at.set(Some(at_ms));
+    }
+
+    fn parent_split_at(&self) -> Option<i64> {
+        self.parent_split_at.get()
+    }
+
+    fn set_parent_split_at(&self, at_ms: i64) {
+        self.parent_split_at.set(Some(at_ms));
+    }
+
+    fn count_call(&self, now_ms: i64) -> u32 {
+        let mut rate = self.rate.borrow_mut();
+        rate.count(now_ms);
+        rate.per_second(now_ms)
+    }
+}
+
+impl MemoryShard {
+    /// The owner's reservations of these ids are accepted ids now.
+    pub fn confirm(&self, owner: &str, ids: &[String], now_ms: i64) {
+        for id in ids {
+            if let Some(r) =
+                self.reservations.borrow_mut().get_mut(id).filter(|r| r.owner == owner && !r.confirmed)
+            {
+                r.confirmed = true;
+                r.at_ms = now_ms;
+            }
+        }
+    }
+
+    /// The owner's unconfirmed reservations of these ids are dropped.
+    pub fn release(&self, owner: &str, ids: &[String]) {
+        self.reservations
+            .borrow_mut()
+            .retain(|id, r| !(ids.contains(id) && r.owner == owner && !r.confirmed));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::FutureExt;
+
+    #[test]
+    fn a_shards_ids_go_to_its_two_children_and_each_child_knows_its_parent() {
+        for n in 0..2_000 {
+            let id = format!("evt_{n}");
+            let hash = id_hash(&id);
+            let mut shard = Shard::root(hash);
+            assert_eq!(shard.index, hash % 4);
+            while let Some(child) = shard.child(hash) {
+                assert_eq!(child.parent(), Some(shard));
+                assert!(child.index == shard.index || child.index == shard.index + width(shard.level));
+                assert_eq!(child.index, hash % width(child.level));
+                shard = child;
+            }
+            assert_eq!(shard.level, MAX_LEVEL);
+        }
+        assert_eq!(Shard::root(7).parent(), None);
+    }
+
+    #[test]
+    fn names_keep_the_first_versions_and_list_the_ancestors_nearest_first() {
+        let ns = "events:prj_1:server";
+        let hash = id_hash("e1");
+        assert_eq!(Shard::root(hash).name(ns), format!("{ns}:{}", hash % 4));
+        let deep = Shard { level: 3, index: hash % 32 };
+        assert_eq!(deep.name(ns), format!("{ns}:L3:{}", hash % 32));
+        assert_eq!(
+            deep.ancestors(ns),
+            [format!("{ns}:L2:{}", hash % 16), format!("{ns}:L1:{}", hash % 8), format!("{ns}:{}", hash % 4)]
+        );
+        assert!(Shard::root(hash).ancestors(ns).is_empty());
+    }
+
+    #[test]
+    fn an_isolate_follows_the_splits_it_learnt_and_only_those() {
+        let ns = "events:p:server";
+        let mut layout = LedgerLayout::default();
+        let hash = id_hash("e1");
+        assert_eq!(layout.shard_for(ns, "e1"), Shard::root(hash));
+        layout.learn_split(&Shard::root(hash).name(ns));
+        let child = Shard::root(hash).child(hash).unwrap();
+        assert_eq!(layout.shard_for(ns, "e1"), child);
+        // Another id on another root shard is where it was.
+        let other = (0..).map(|n| format!("x{n}")).find(|id| id_hash(id) % 4 != hash % 4).unwrap();
+        assert_eq!(layout.shard_for(ns, &other).level, 0);
+        // Every level split: the deepest shard, never beyond.
+        let mut shard = child;
+        while let Some(next) = shard.child(hash) {
+            layout.learn_split(&shard.name(ns));
+            shard = next;
+        }
+        layout.learn_split(&shard.name(ns));
+        assert_eq!(layout.shard_for(ns, "e1"), shard);
+        assert_eq!(shard.level, MAX_LEVEL);
+    }
+
+    /// A namespace's shards in memory, and a reserve as an isolate makes it: from the root down
+    /// past every shard that answers `moved`, each asking its ancestors (synchronously here).
+    #[derive(Default)]
+    struct Tree {
+        shards: std::cell::RefCell<HashMap<String, std::rc::Rc<MemoryShard>>>,
+    }
+
+    const NS: &str = "events:p:server";
+    const WINDOW: i64 = 1_000_000;
+
+    impl Tree {
+        fn shard(&self, name: &str) -> std::rc::Rc<MemoryShard> {
+            self.shards.borrow_mut().entry(name.to_owned()).or_default().clone()
+        }
+
+        fn check(&self, shard: Shard, ids: Vec<String>, now_ms: i64) -> Checked {
+            let memory = self.shard(&shard.name(NS));
+            let rules = ShardRules { level: shard.level, now_ms, window_ms: WINDOW, split_above: u32::MAX };
+            let parent =
+                shard.parent().map(|p| move |ids| async move { Ok::<_, ()>(self.check(p, ids, now_ms)) });
+            let held =
+                check_here(&*memory, rules, &ids, parent).now_or_never().expect("never waits").unwrap();
+            (held, memory.split_at())
+        }
+
+        fn reserve(
+            &self,
+            layout: &mut LedgerLayout,
+            id: &str,
+            owner: &str,
+            now_ms: i64,
+            split_above: u32,
+        ) -> Reserved {
+            loop {
+                let shard = layout.shard_for(NS, id);
+                let memory = self.shard(&shard.name(NS));
+                let rules = ShardRules { level: shard.level, now_ms, window_ms: WINDOW, split_above };
+                let parent =
+                    shard.parent().map(|p| move |ids| async move { Ok::<_, ()>(self.check(p, ids, now_ms)) });
+                let ids = [id.to_owned()];
+                match reserve_here(&*memory, rules, owner, &ids, parent)
+                    .now_or_never()
+                    .expect("never waits")
+                    .unwrap()
+                {
+                    ShardAnswer::Moved => layout.learn_split(&shard.name(NS)),
+                    ShardAnswer::Decided(d) => {
+                        memory.confirm(owner, &ids, now_ms);
+                        return d[0];
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_id_accepted_before_any_split_is_a_duplicate_after_every_split_and_only_once_new() {
+        let tree = Tree::default();
+        let mut old_isolate = LedgerLayout::default();
+        let ids: Vec<String> = (0..200).map(|n| format!("evt_{n}")).collect();
+        for (n, id) in ids.iter().enumerate() {
+            assert_eq!(tree.reserve(&mut old_isolate, id, &format!("r{n}"), 1, u32::MAX), Reserved::Fresh);
+        }
+        // Every call splits now (as LEDGER_SPLIT_ABOVE_PER_SECOND=0 makes it): a fresh isolate
+        // goes down to the deepest level, and still finds every id accepted above.
+        let mut new_isolate = LedgerLayout::default();
+        for id in &ids {
+            assert_eq!(tree.reserve(&mut new_isolate, id, "late", 2, 0), Reserved::Duplicate, "{id}");
+        }
+        assert!(new_isolate.shard_for(NS, "evt_0").level == MAX_LEVEL);
+        // The isolate that knew no split learns them from `moved`, and finds the same.
+        for id in &ids {
+            assert_eq!(tree.reserve(&mut old_isolate, id, "late", 3, 0), Reserved::Duplicate);
+        }
+        // A new id is fresh once, wherever it is asked.
+        assert_eq!(tree.reserve(&mut new_isolate, "evt_new", "a", 4, 0), Reserved::Fresh);
+        assert_eq!(tree.reserve(&mut old_isolate, "evt_new", "b", 5, 0), Reserved::Duplicate);
+        // After the window, ancestors are not asked and hold nothing that counts.
+        assert_eq!(tree.reserve(&mut new_isolate, "evt_1", "c", 2 + WINDOW + 10, 0), Reserved::Fresh);
+    }
+
+    #[test]
+    fn a_shard_splits_above_the_rate_and_asks_its_parent_within_the_window() {
+        assert!(should_split(0, 251, 250));
+        assert!(!should_split(0, 250, 250));
+        assert!(!should_split(MAX_LEVEL, 10_000, 250), "the deepest level does not split");
+        assert!(should_split(3, 1, 0), "0 splits on every call (tests)");
+        assert!(asks_parent(None, 5, 10));
+        assert!(asks_parent(Some(0), 9, 10));
+        assert!(!asks_parent(Some(0), 10, 10));
+    }
+}
