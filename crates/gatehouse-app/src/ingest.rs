@@ -9,7 +9,8 @@
 //! retry is accepted; events a partial send did enqueue are stored once by the consumer anyway.
 //! A reservation that is never confirmed (the isolate died) lapses after its lease.
 
-use std::collections::{BTreeMap, HashSet};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use futures_util::future::join_all;
 use serde::Deserialize;
@@ -19,10 +20,11 @@ use super::{random, unavailable, Call, Gateway, Reply, Settlement};
 use gatehouse_core::encoding::uuid_v4;
 use gatehouse_core::error::ApiError;
 use gatehouse_core::events::{
-    check_id, check_traits, dedup_namespace, in_flight, ledger_shard, recording_object_key, EventMessage,
-    EventRecord, Link, Reserved, Source, TrackBatch, TrackItem, TrackOutcome,
+    check_id, check_traits, dedup_namespace, in_flight, recording_object_key, EventMessage, EventRecord,
+    Link, Reserved, Source, TrackBatch, TrackItem, TrackOutcome,
 };
 use gatehouse_core::json_body;
+use gatehouse_core::ledger::shards::{LedgerLayout, Shard, ShardAnswer, MAX_LEVEL};
 use gatehouse_core::ports::{Archive, EventLedger, EventSink, EventStore, PortError, Ports, SessionSegment};
 
 /// Ids one request reserved, per ledger shard: confirmed after the response.
@@ -52,45 +54,76 @@ impl Reservations {
 /// lapses).
 pub async fn accept_events<L: EventLedger, Q: EventSink>(
     ledger: &L,
+    layout: &RefCell<LedgerLayout>,
     sink: &Q,
     namespace: &str,
     owner: &str,
     events: Vec<(usize, EventRecord)>,
     outcome: &mut TrackOutcome,
 ) -> Result<Reservations, PortError> {
-    let mut by_shard: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut pending = Vec::new();
     let mut in_batch = HashSet::new();
     for (_, e) in events.iter().filter(|(_, e)| !e.generated_id) {
         if in_batch.insert(e.event_id.as_str()) {
-            by_shard.entry(ledger_shard(namespace, &e.event_id)).or_default().push(e.event_id.clone());
+            pending.push(e.event_id.clone());
         }
     }
-    let answers = join_all(by_shard.iter().map(|(shard, ids)| ledger.reserve(shard, owner, ids))).await;
     let mut reservations = Reservations { owner: owner.to_owned(), shards: Vec::new() };
-    let mut decided = std::collections::HashMap::new();
+    let mut decided: HashMap<String, Reserved> = HashMap::new();
+    // Every shard called, for the release when one fails (also one whose answer was lost).
+    let mut attempted = Vec::new();
     let mut failure = None;
-    for ((shard, ids), answer) in by_shard.iter().zip(answers) {
-        match answer {
-            Ok(answer) if answer.len() == ids.len() => {
-                let fresh = ids.iter().zip(&answer).filter(|(_, a)| **a == Reserved::Fresh);
-                let fresh: Vec<String> = fresh.map(|(id, _)| id.clone()).collect();
-                decided.extend(ids.iter().map(String::as_str).zip(answer));
-                if !fresh.is_empty() {
-                    reservations.shards.push((shard.clone(), fresh));
-                }
-            }
-            Ok(answer) => {
-                failure =
-                    Some(PortError(format!("event ledger answered {} of {} ids", answer.len(), ids.len())))
-            }
-            Err(e) => failure = Some(e),
+    // Each round sends the ids a split shard answered `moved` for to its children: at most one
+    // round per level (SPEC §20 "Big projects").
+    for _ in 0..=MAX_LEVEL {
+        if pending.is_empty() {
+            break;
         }
+        let mut by_shard: BTreeMap<String, (Shard, Vec<String>)> = BTreeMap::new();
+        for id in pending.drain(..) {
+            let shard = layout.borrow().shard_for(namespace, &id);
+            by_shard.entry(shard.name(namespace)).or_insert_with(|| (shard, Vec::new())).1.push(id);
+        }
+        let answers = join_all(by_shard.iter().map(|(name, (shard, ids))| async move {
+            ledger.reserve(name, &shard.ancestors(namespace), owner, ids).await
+        }))
+        .await;
+        for ((name, (_, ids)), answer) in by_shard.into_iter().zip(answers) {
+            match answer {
+                Ok(ShardAnswer::Moved) => {
+                    layout.borrow_mut().learn_split(&name);
+                    pending.extend(ids);
+                    continue;
+                }
+                Ok(ShardAnswer::Decided(answer)) if answer.len() == ids.len() => {
+                    let fresh = ids.iter().zip(&answer).filter(|(_, a)| **a == Reserved::Fresh);
+                    let fresh: Vec<String> = fresh.map(|(id, _)| id.clone()).collect();
+                    decided.extend(ids.iter().cloned().zip(answer));
+                    if !fresh.is_empty() {
+                        reservations.shards.push((name.clone(), fresh));
+                    }
+                }
+                Ok(ShardAnswer::Decided(answer)) => {
+                    failure = Some(PortError(format!(
+                        "event ledger answered {} of {} ids",
+                        answer.len(),
+                        ids.len()
+                    )))
+                }
+                Err(e) => failure = Some(e),
+            }
+            attempted.push((name, ids));
+        }
+        if failure.is_some() {
+            break;
+        }
+    }
+    if failure.is_none() && !pending.is_empty() {
+        failure = Some(PortError("event ledger: a shard of the deepest level answered moved".into()));
     }
     if let Some(e) = failure {
-        // Every shard called is released, also one whose answer was lost: a release only touches
-        // this request's unconfirmed reservations.
-        let attempted = Reservations { owner: owner.to_owned(), shards: by_shard.into_iter().collect() };
-        attempted.release(ledger).await;
+        // A release only touches this request's unconfirmed reservations.
+        Reservations { owner: owner.to_owned(), shards: attempted }.release(ledger).await;
         return Err(e);
     }
     let mut first_of_batch = HashSet::new();
@@ -167,10 +200,17 @@ impl<P: Ports> Gateway<'_, P> {
             }
         }
         let namespace = dedup_namespace(source.project_id, source.key_type);
-        let reservations =
-            accept_events(&self.ledger, &self.events, &namespace, call.request_id, valid, &mut outcome)
-                .await
-                .map_err(|e| ApiError::internal(format!("event ingestion: {e}")))?;
+        let reservations = accept_events(
+            &self.ledger,
+            &self.ledger_layout,
+            &self.events,
+            &namespace,
+            call.request_id,
+            valid,
+            &mut outcome,
+        )
+        .await
+        .map_err(|e| ApiError::internal(format!("event ingestion: {e}")))?;
         let mut reply = Reply::accepted(outcome.view());
         if !reservations.shards.is_empty() {
             reply.after = Some(Box::new(Settlement::ConfirmEvents(reservations)));

@@ -281,6 +281,8 @@ pub struct Gateway<'c, P: Ports> {
     pub memory: Rc<RefCell<AbuseMemory>>,
     /// The leases of hot keys this isolate holds (SPEC §20), shared by the requests it serves.
     pub leases: Rc<RefCell<LeaseBook>>,
+    /// The event-ledger shards this isolate saw split (SPEC §20), shared by the requests it serves.
+    pub ledger_layout: Rc<RefCell<gatehouse_core::ledger::shards::LedgerLayout>>,
     /// The request's own timer (a request waits for its isolate's lease of a hot key with it).
     pub timer: P::Timer,
 }

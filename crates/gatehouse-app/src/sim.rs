@@ -111,17 +111,22 @@ impl Faults {
     /// One port call whose effect is `effect`: the effect happens unless the call fails before it,
     /// and the caller sees an error on either kind of failure.
     pub async fn run<T>(&self, what: &str, effect: impl FnOnce() -> T) -> Result<T, PortError> {
+        self.run_async(what, async move { effect() }).await
+    }
+
+    /// [`Faults::run`] for an effect that itself waits (a call that makes calls).
+    pub async fn run_async<T>(&self, what: &str, effect: impl Future<Output = T>) -> Result<T, PortError> {
         match self.call(what).await {
             Fault::FailBefore => Err(PortError(format!("{what}: injected failure"))),
-            Fault::Ok => Ok(effect()),
+            Fault::Ok => Ok(effect.await),
             Fault::FailAfter => {
-                effect();
+                effect.await;
                 Err(PortError(format!("{what}: injected timeout after the effect")))
             }
             Fault::Hang => {
                 later(HANG_YIELDS).await;
                 if self.chance(0.5) {
-                    effect();
+                    effect.await;
                 }
                 Err(PortError(format!("{what}: no answer within its deadline (hung)")))
             }

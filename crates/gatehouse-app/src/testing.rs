@@ -75,6 +75,7 @@ pub fn fake_gateway(
             faults: faults.clone(),
             clock: clock.clone(),
             window_ms: config.event_dedup_window_seconds as i64 * 1000,
+            split_above: config.ledger_split_above_per_second,
             shards: RefCell::default(),
         },
         events: FakeEventQueue { faults: faults.clone(), sent: RefCell::default() },
@@ -91,6 +92,7 @@ pub fn fake_gateway(
         store,
         memory: Rc::default(),
         leases: Rc::default(),
+        ledger_layout: Rc::default(),
         timer: Yield,
     };
     (gateway, clock, secrets)

@@ -55,6 +55,9 @@ pub struct Config {
     /// current second leases credits to isolates, which then admit it without asking its guard
     /// (`0`: every key leases; `off`: none). Default [`DEFAULT_LEASE_ABOVE_PER_SECOND`].
     pub lease_above_per_second: Option<u32>,
+    /// Reserve calls a second above which an event-ledger shard splits
+    /// (`LEDGER_SPLIT_ABOVE_PER_SECOND`, SPEC §20; `0`: every call splits, to the deepest level).
+    pub ledger_split_above_per_second: u32,
 }
 
 /// A key's guard serves a few hundred calls a second (docs/operations/capacity.md): from 100 a
@@ -89,6 +92,7 @@ impl std::fmt::Debug for Config {
             .field("events_projects", &self.events_projects)
             .field("log_every_request", &self.log_every_request)
             .field("lease_above_per_second", &self.lease_above_per_second)
+            .field("ledger_split_above_per_second", &self.ledger_split_above_per_second)
             .finish()
     }
 }
@@ -228,6 +232,11 @@ impl Config {
         Ok(Config {
             log_every_request,
             lease_above_per_second,
+            ledger_split_above_per_second: number(
+                "LEDGER_SPLIT_ABOVE_PER_SECOND",
+                crate::ledger::shards::SPLIT_ABOVE_PER_SECOND.into(),
+            )?
+            .min(u64::from(u32::MAX)) as u32,
             upstreams,
             origin_secret,
             events_secret,

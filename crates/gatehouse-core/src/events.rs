@@ -63,17 +63,9 @@ pub fn recording_object_key(project_id: &str, session_id: &str, chunk: u32) -> S
     format!("replay/{project_id}/{}/{chunk}", super::encoding::path_segment(session_id))
 }
 
-/// How many ledger objects share one namespace's ids: no project's 48 h of ids live in one object,
-/// and a batch's ids are spread so its shards are called side by side.
-pub const LEDGER_SHARDS: u64 = 4;
 /// How long a reservation holds before its request confirms it (its events are queued): a
 /// request that died in between frees its ids after this.
 pub const RESERVATION_LEASE_MS: i64 = 60_000;
-
-/// The ledger object that judges `event_id` in `namespace` (FNV-1a of the id).
-pub fn ledger_shard(namespace: &str, event_id: &str) -> String {
-    format!("{namespace}:{}", super::encoding::fnv1a(event_id.as_bytes()) % LEDGER_SHARDS)
-}
 
 /// What the ledger holds for one id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -327,15 +319,6 @@ mod tests {
         assert_eq!(reserve(Some(&r("a", false, now - 10)), "a", now, window), Reserved::Fresh);
         let expired = now - RESERVATION_LEASE_MS;
         assert_eq!(reserve(Some(&r("b", false, expired)), "a", now, window), Reserved::Fresh);
-    }
-
-    #[test]
-    fn ids_spread_over_every_shard_and_stay_on_theirs() {
-        let shards: std::collections::HashSet<String> =
-            (0..400).map(|i| ledger_shard("events:p:server", &format!("{i:032x}"))).collect();
-        assert_eq!(shards.len() as u64, LEDGER_SHARDS);
-        assert_eq!(ledger_shard("n", ID), ledger_shard("n", ID));
-        assert!(ledger_shard("n", ID).starts_with("n:"));
     }
 
     #[test]

@@ -28,6 +28,7 @@ use gatehouse_core::audit::{clipped_len, PATH_MAX};
 use gatehouse_core::config::Config;
 use gatehouse_core::error::ApiError;
 use gatehouse_core::lease::LeaseBook;
+use gatehouse_core::ledger::shards::LedgerLayout;
 use gatehouse_core::ports::{Meter, Ports};
 use gatehouse_core::route::path_and_query;
 use gatehouse_core::upstream::match_upstream;
@@ -56,6 +57,8 @@ thread_local! {
     static MEMORY: Rc<RefCell<AbuseMemory>> = Rc::default();
     /// The leases of hot keys the isolate holds (SPEC §20).
     static LEASES: Rc<RefCell<LeaseBook>> = Rc::default();
+    /// The event-ledger shards the isolate saw split (SPEC §20).
+    static LEDGER_LAYOUT: Rc<RefCell<LedgerLayout>> = Rc::default();
     /// The isolate's audit rows waiting for a send: concurrent requests share one.
     static OUTBOX: Rc<Outbox> = Rc::default();
     /// The bindings, looked up by the isolate's first request.
@@ -128,6 +131,7 @@ fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gate
         origin: OriginClient::new(env.clone()),
         memory: MEMORY.with(Rc::clone),
         leases: LEASES.with(Rc::clone),
+        ledger_layout: LEDGER_LAYOUT.with(Rc::clone),
         timer: Timer,
     })
 }

@@ -8,62 +8,75 @@ use std::rc::Rc;
 use super::gateway::Clock;
 use super::FakeStore;
 use crate::sim::Faults;
-use gatehouse_core::events::{reserve, EventMessage, Link, Reservation, Reserved};
+use futures_util::future::{FutureExt, LocalBoxFuture};
+use gatehouse_core::events::{EventMessage, Link};
+use gatehouse_core::ledger::shards::{
+    check_here, reserve_here, Checked, MemoryShard, ShardAnswer, ShardMemory, ShardRules,
+};
 use gatehouse_core::ports::{EventLedger, EventSink, EventStore, PortError, SessionSegment};
 
-/// Every shard of the ledger: shard name → event id → reservation.
+/// Every shard of the ledger by name, each deciding as the object does (`core::ledger::shards`),
+/// splitting above `split_above` calls a second of the fake clock.
 pub struct FakeLedger {
     pub faults: Rc<Faults>,
     pub clock: Clock,
     pub window_ms: i64,
-    pub shards: RefCell<HashMap<String, HashMap<String, Reservation>>>,
+    pub split_above: u32,
+    pub shards: RefCell<HashMap<String, Rc<MemoryShard>>>,
+}
+
+impl FakeLedger {
+    fn shard(&self, name: &str) -> Rc<MemoryShard> {
+        self.shards.borrow_mut().entry(name.to_owned()).or_default().clone()
+    }
+
+    fn rules(&self, ancestors: &[String]) -> ShardRules {
+        let level = ancestors.len().min(usize::from(u8::MAX)) as u8;
+        ShardRules {
+            level,
+            now_ms: self.clock.get(),
+            window_ms: self.window_ms,
+            split_above: self.split_above,
+        }
+    }
+
+    /// A shard asking its nearest ancestor (a call that may fail like any other).
+    fn ask<'a>(
+        &'a self,
+        ancestors: &'a [String],
+    ) -> Option<impl FnOnce(Vec<String>) -> LocalBoxFuture<'a, Result<Checked, PortError>> + 'a> {
+        let (parent, rest) = ancestors.split_first()?;
+        Some(move |ids: Vec<String>| {
+            async move {
+                let memory = self.shard(parent);
+                let check = check_here(&*memory, self.rules(rest), &ids, self.ask(rest));
+                let held = self.faults.run_async("ledger.check", check).await??;
+                Ok((held, memory.split_at()))
+            }
+            .boxed_local()
+        })
+    }
 }
 
 impl EventLedger for FakeLedger {
-    async fn reserve(&self, shard: &str, owner: &str, ids: &[String]) -> Result<Vec<Reserved>, PortError> {
-        self.faults
-            .run("ledger.reserve", || {
-                let now = self.clock.get();
-                let mut shards = self.shards.borrow_mut();
-                let held = shards.entry(shard.to_owned()).or_default();
-                ids.iter()
-                    .map(|id| {
-                        let decision = reserve(held.get(id), owner, now, self.window_ms);
-                        if decision == Reserved::Fresh {
-                            let fresh = Reservation { owner: owner.to_owned(), confirmed: false, at_ms: now };
-                            held.insert(id.clone(), fresh);
-                        }
-                        decision
-                    })
-                    .collect()
-            })
-            .await
+    async fn reserve(
+        &self,
+        shard: &str,
+        ancestors: &[String],
+        owner: &str,
+        ids: &[String],
+    ) -> Result<ShardAnswer, PortError> {
+        let memory = self.shard(shard);
+        let reserve = reserve_here(&*memory, self.rules(ancestors), owner, ids, self.ask(ancestors));
+        self.faults.run_async("ledger.reserve", reserve).await?
     }
 
     async fn confirm(&self, shard: &str, owner: &str, ids: &[String]) -> Result<(), PortError> {
-        self.faults
-            .run("ledger.confirm", || {
-                let now = self.clock.get();
-                if let Some(held) = self.shards.borrow_mut().get_mut(shard) {
-                    for id in ids {
-                        if let Some(r) = held.get_mut(id).filter(|r| r.owner == owner && !r.confirmed) {
-                            r.confirmed = true;
-                            r.at_ms = now;
-                        }
-                    }
-                }
-            })
-            .await
+        self.faults.run("ledger.confirm", || self.shard(shard).confirm(owner, ids, self.clock.get())).await
     }
 
     async fn release(&self, shard: &str, owner: &str, ids: &[String]) -> Result<(), PortError> {
-        self.faults
-            .run("ledger.release", || {
-                if let Some(held) = self.shards.borrow_mut().get_mut(shard) {
-                    held.retain(|id, r| !(ids.contains(id) && r.owner == owner && !r.confirmed));
-                }
-            })
-            .await
+        self.faults.run("ledger.release", || self.shard(shard).release(owner, ids)).await
     }
 }
 

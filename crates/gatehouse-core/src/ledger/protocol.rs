@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::events::Reserved;
+use crate::events::{Reservation, Reserved};
 use crate::tagged::{deserialize_tagged, field, unit, unknown, Tagged};
 
 pub const BINDING: &str = "EVENT_LEDGER";
@@ -12,8 +12,11 @@ pub const URL: &str = "https://event-ledger/";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "command", rename_all = "snake_case")]
 pub enum LedgerCommand {
-    /// Reserve these ids for `owner` where they are free (see `core::events::reserve`).
-    Reserve { owner: String, ids: Vec<String> },
+    /// Reserve these ids for `owner` where they are free (see `core::ledger::shards::reserve_here`);
+    /// `ancestors`: the shards this one split from, nearest first (none at level 0).
+    Reserve { owner: String, ids: Vec<String>, ancestors: Vec<String> },
+    /// What this shard and its ancestors hold for these ids (a child asking its parent).
+    Check { ids: Vec<String>, ancestors: Vec<String> },
     /// The owner's reservations of these ids become accepted ids.
     Confirm { owner: String, ids: Vec<String> },
     /// Drop the owner's unconfirmed reservations of these ids.
@@ -23,7 +26,16 @@ pub enum LedgerCommand {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "answer", rename_all = "snake_case")]
 pub enum LedgerAnswer {
-    Reserved { decisions: Vec<Reserved> },
+    Reserved {
+        decisions: Vec<Reserved>,
+    },
+    /// The shard has split: its children take the ids.
+    Moved,
+    /// One entry per id checked, and when the shard split.
+    Held {
+        held: Vec<Option<Reservation>>,
+        split_at_ms: Option<i64>,
+    },
     Done,
 }
 
@@ -33,17 +45,22 @@ impl Tagged for LedgerCommand {
         /// The fields every command has.
         #[derive(Deserialize)]
         struct Fields {
-            owner: String,
+            #[serde(default)]
+            owner: Option<String>,
             ids: Vec<String>,
+            /// A version before the shards split sends none.
+            #[serde(default)]
+            ancestors: Vec<String>,
         }
-        let command = match tag {
-            "reserve" => |owner, ids| Self::Reserve { owner, ids },
-            "confirm" => |owner, ids| Self::Confirm { owner, ids },
-            "release" => |owner, ids| Self::Release { owner, ids },
-            other => return Err(unknown(other, &["reserve", "confirm", "release"])),
-        };
-        let Fields { owner, ids } = Fields::deserialize(fields)?;
-        Ok(command(owner, ids))
+        let Fields { owner, ids, ancestors } = Fields::deserialize(fields)?;
+        let owner = || owner.ok_or_else(|| serde::de::Error::missing_field("owner"));
+        Ok(match tag {
+            "reserve" => Self::Reserve { owner: owner()?, ids, ancestors },
+            "check" => Self::Check { ids, ancestors },
+            "confirm" => Self::Confirm { owner: owner()?, ids },
+            "release" => Self::Release { owner: owner()?, ids },
+            other => return Err(unknown(other, &["reserve", "check", "confirm", "release"])),
+        })
     }
 }
 
@@ -52,8 +69,18 @@ impl Tagged for LedgerAnswer {
     fn variant<'de, D: Deserializer<'de>>(tag: &str, fields: D) -> Result<Self, D::Error> {
         match tag {
             "reserved" => Ok(Self::Reserved { decisions: field(fields, "decisions")? }),
+            "moved" => unit(fields, Self::Moved),
+            "held" => {
+                #[derive(Deserialize)]
+                struct Held {
+                    held: Vec<Option<Reservation>>,
+                    split_at_ms: Option<i64>,
+                }
+                let Held { held, split_at_ms } = Held::deserialize(fields)?;
+                Ok(Self::Held { held, split_at_ms })
+            }
             "done" => unit(fields, Self::Done),
-            other => Err(unknown(other, &["reserved", "done"])),
+            other => Err(unknown(other, &["reserved", "moved", "held", "done"])),
         }
     }
 }
@@ -68,7 +95,8 @@ mod tests {
     fn commands_and_answers_read_back_as_written() {
         let ids = || vec!["e1".to_owned(), "e2".to_owned()];
         for command in [
-            LedgerCommand::Reserve { owner: "r1".into(), ids: ids() },
+            LedgerCommand::Reserve { owner: "r1".into(), ids: ids(), ancestors: vec!["ns:1".into()] },
+            LedgerCommand::Check { ids: ids(), ancestors: Vec::new() },
             LedgerCommand::Confirm { owner: "r1".into(), ids: ids() },
             LedgerCommand::Release { owner: "r1".into(), ids: Vec::new() },
         ] {
@@ -78,6 +106,11 @@ mod tests {
         }
         for answer in [
             LedgerAnswer::Reserved { decisions: vec![Reserved::Fresh, Reserved::InFlight] },
+            LedgerAnswer::Moved,
+            LedgerAnswer::Held {
+                held: vec![None, Some(Reservation { owner: "r1".into(), confirmed: true, at_ms: 5 })],
+                split_at_ms: Some(3),
+            },
             LedgerAnswer::Done,
         ] {
             let json = serde_json::to_string(&answer).unwrap();
@@ -87,5 +120,12 @@ mod tests {
             serde_json::from_str::<LedgerCommand>(r#"{"command":"forget","owner":"r1","ids":[]}"#).is_err()
         );
         assert!(serde_json::from_str::<LedgerCommand>(r#"{"command":"reserve","owner":"r1"}"#).is_err());
+        assert!(serde_json::from_str::<LedgerCommand>(r#"{"command":"reserve","ids":[]}"#).is_err());
+        // The first version's reserve (no ancestors) reads as a level-0 reserve.
+        assert_eq!(
+            serde_json::from_str::<LedgerCommand>(r#"{"command":"reserve","owner":"r1","ids":["e"]}"#)
+                .unwrap(),
+            LedgerCommand::Reserve { owner: "r1".into(), ids: vec!["e".into()], ancestors: Vec::new() }
+        );
     }
 }

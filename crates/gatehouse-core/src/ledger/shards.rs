@@ -337,6 +337,13 @@ mod tests {
     }
 
     #[test]
+    fn ids_spread_over_every_root_shard() {
+        let roots: HashSet<u64> =
+            (0..400).map(|i| Shard::root(id_hash(&format!("{i:032x}"))).index).collect();
+        assert_eq!(roots.len() as u64, ROOT_SHARDS);
+    }
+
+    #[test]
     fn names_keep_the_first_versions_and_list_the_ancestors_nearest_first() {
         let ns = "events:prj_1:server";
         let hash = id_hash("e1");

@@ -2,14 +2,22 @@
 //! session-recording segments in D1 and R2.
 
 use super::PortError;
-use crate::events::{EventMessage, Reserved};
+use crate::events::EventMessage;
+use crate::ledger::shards::ShardAnswer;
 
 /// Strongly consistent memory of the event ids accepted per namespace (SPEC §7), within the
-/// window, one object per shard (see `core::events::ledger_shard`).
+/// window, one object per shard (see `core::ledger::shards`).
 pub trait EventLedger {
     /// In one atomic step per id: reserve it for `owner` unless it was accepted within the window
-    /// or another request holds it. Answers one decision per id, in order.
-    async fn reserve(&self, shard: &str, owner: &str, ids: &[String]) -> Result<Vec<Reserved>, PortError>;
+    /// or another request holds it. Answers one decision per id, in order, or that the shard has
+    /// split (`core::ledger::shards`); `ancestors` are the shards it split from, nearest first.
+    async fn reserve(
+        &self,
+        shard: &str,
+        ancestors: &[String],
+        owner: &str,
+        ids: &[String],
+    ) -> Result<ShardAnswer, PortError>;
     /// The owner's events are queued: its reservations become accepted ids. Safe to repeat.
     async fn confirm(&self, shard: &str, owner: &str, ids: &[String]) -> Result<(), PortError>;
     /// The owner's send failed: its reservations are dropped (else they lapse after their lease).

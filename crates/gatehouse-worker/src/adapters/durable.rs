@@ -27,12 +27,15 @@ pub async fn call<C: Serialize, A: DeserializeOwned>(
     let mut init = RequestInit::new();
     init.with_method(Method::Post).with_body(Some(JsValue::from_str(&body)));
     let request = Request::new_with_init(url, &init).map_err(PortError::from_display)?;
-    let mut response = stub.fetch_with_request(request).await.map_err(PortError::from_display)?;
-    if response.status_code() != 200 {
-        let text = response.text().await.unwrap_or_default();
-        return Err(PortError(format!("{url} answered {}: {text}", response.status_code())));
-    }
-    response.json().await.map_err(PortError::from_display)
+    let answer = async {
+        let mut response = stub.fetch_with_request(request).await.map_err(PortError::from_display)?;
+        if response.status_code() != 200 {
+            let text = response.text().await.unwrap_or_default();
+            return Err(PortError(format!("{url} answered {}: {text}", response.status_code())));
+        }
+        response.json().await.map_err(PortError::from_display)
+    };
+    within(deadline::DURABLE_OBJECT_MS, name, answer).await
 }
 
 #[wasm_bindgen]

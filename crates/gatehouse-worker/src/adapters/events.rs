@@ -7,8 +7,9 @@ use worker::{BatchMessageBuilder, ObjectNamespace, Queue};
 
 use super::durable;
 use crate::adapters::deadline::within;
-use gatehouse_core::events::{EventMessage, Reserved};
+use gatehouse_core::events::EventMessage;
 use gatehouse_core::ledger::protocol::{LedgerAnswer, LedgerCommand, URL};
+use gatehouse_core::ledger::shards::ShardAnswer;
 use gatehouse_core::platform::deadline;
 use gatehouse_core::ports::{EventLedger, EventSink, Meter, PortError};
 use gatehouse_core::queue::{pack, MESSAGES_PER_SEND, MESSAGE_MAX_BYTES};
@@ -38,10 +39,23 @@ impl LedgerClient {
 }
 
 impl EventLedger for LedgerClient {
-    async fn reserve(&self, shard: &str, owner: &str, ids: &[String]) -> Result<Vec<Reserved>, PortError> {
-        let command = LedgerCommand::Reserve { owner: owner.to_owned(), ids: ids.to_vec() };
+    async fn reserve(
+        &self,
+        shard: &str,
+        ancestors: &[String],
+        owner: &str,
+        ids: &[String],
+    ) -> Result<ShardAnswer, PortError> {
+        let command = LedgerCommand::Reserve {
+            owner: owner.to_owned(),
+            ids: ids.to_vec(),
+            ancestors: ancestors.to_vec(),
+        };
         match self.send(shard, &command).await? {
-            LedgerAnswer::Reserved { decisions } if decisions.len() == ids.len() => Ok(decisions),
+            LedgerAnswer::Reserved { decisions } if decisions.len() == ids.len() => {
+                Ok(ShardAnswer::Decided(decisions))
+            }
+            LedgerAnswer::Moved => Ok(ShardAnswer::Moved),
             other => Err(PortError(format!("event ledger: unexpected answer {other:?}"))),
         }
     }

@@ -1,24 +1,36 @@
-//! The Durable Object class: one shard of a namespace's ids. One SQLite table of reservations
-//! `(event_id, owner, confirmed, at_ms)`; ids arrive as one JSON array parameter (`json_each`),
-//! so a 500-event batch is one statement whatever the bound-parameter limit. A reserve reads,
-//! decides and writes without yielding, so concurrent batches are decided one after another.
-//! Rows older than the window are deleted whenever ids are reserved.
+//! The Durable Object class: one shard of a namespace's ids (SPEC §7, §20). One SQLite table of
+//! reservations `(event_id, owner, confirmed, at_ms)` and one row of what the shard knows of
+//! splits; ids arrive as one JSON array parameter (`json_each`), so a 500-event batch is one
+//! statement whatever the bound-parameter limit. The decisions are `core::ledger::shards`': a
+//! reserve reads, decides and writes without yielding once its ancestors answered, so concurrent
+//! batches are decided one after another. Rows older than the window are deleted whenever ids are
+//! reserved.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use serde::Deserialize;
 use worker::{
     durable_object, wasm_bindgen, Date, DurableObject, Env, Request, Response, Result, SqlStorage, State,
 };
 
+use crate::adapters::durable;
 use crate::adapters::env::config;
-use gatehouse_core::events::{reserve, Reservation, Reserved};
-use gatehouse_core::ledger::protocol::{LedgerAnswer, LedgerCommand};
+use gatehouse_core::events::Reservation;
+use gatehouse_core::lease::RequestRate;
+use gatehouse_core::ledger::protocol::{LedgerAnswer, LedgerCommand, BINDING, URL};
+use gatehouse_core::ledger::shards::{
+    check_here, reserve_here, Checked, ShardAnswer, ShardMemory, ShardRules,
+};
+use gatehouse_core::ports::{Meter, PortError};
 
 #[durable_object]
 pub struct EventLedgerObject {
     env: Env,
     sql: SqlStorage,
+    /// Reserve calls a second, for the split decision (lost with the isolate: it counts again).
+    rate: RefCell<RequestRate>,
 }
 
 #[derive(Deserialize)]
@@ -29,6 +41,77 @@ struct Row {
     at_ms: i64,
 }
 
+#[derive(Deserialize)]
+struct At {
+    at_ms: i64,
+}
+
+impl EventLedgerObject {
+    /// A `splits` row: `own` (when this shard split) or `parent` (when its parent did).
+    fn split(&self, which: &str) -> Option<i64> {
+        let rows = self.sql.exec("SELECT at_ms FROM splits WHERE which = ?", vec![which.into()]).ok()?;
+        rows.to_array::<At>().ok()?.first().map(|r| r.at_ms)
+    }
+
+    fn set_split(&self, which: &str, at_ms: i64) {
+        let set = "INSERT OR IGNORE INTO splits (which, at_ms) VALUES (?, ?)";
+        self.sql.exec(set, vec![which.into(), at_ms.into()]).expect("write the shard's split");
+    }
+}
+
+impl ShardMemory for EventLedgerObject {
+    fn held(&self, ids: &[String], now_ms: i64, window_ms: i64) -> HashMap<String, Reservation> {
+        let ids = serde_json::to_string(ids).expect("ids serialise");
+        let rows = self
+            .sql
+            .exec(
+                "SELECT event_id, owner, confirmed, at_ms FROM reservations
+                 WHERE event_id IN (SELECT value FROM json_each(?)) AND at_ms > ?",
+                vec![ids.into(), (now_ms - window_ms).into()],
+            )
+            .and_then(|c| c.to_array::<Row>())
+            .expect("read the ledger's reservations");
+        rows.into_iter()
+            .map(|r| {
+                (r.event_id, Reservation { owner: r.owner, confirmed: r.confirmed != 0, at_ms: r.at_ms })
+            })
+            .collect()
+    }
+
+    fn insert(&self, owner: &str, now_ms: i64, ids: &[&String]) {
+        let ids = serde_json::to_string(ids).expect("ids serialise");
+        self.sql
+            .exec(
+                "INSERT OR REPLACE INTO reservations (event_id, owner, confirmed, at_ms)
+                 SELECT value, ?, 0, ? FROM json_each(?)",
+                vec![owner.into(), now_ms.into(), ids.into()],
+            )
+            .expect("write the ledger's reservations");
+    }
+
+    fn split_at(&self) -> Option<i64> {
+        self.split("own")
+    }
+
+    fn set_split_at(&self, at_ms: i64) {
+        self.set_split("own", at_ms)
+    }
+
+    fn parent_split_at(&self) -> Option<i64> {
+        self.split("parent")
+    }
+
+    fn set_parent_split_at(&self, at_ms: i64) {
+        self.set_split("parent", at_ms)
+    }
+
+    fn count_call(&self, now_ms: i64) -> u32 {
+        let mut rate = self.rate.borrow_mut();
+        rate.count(now_ms);
+        rate.per_second(now_ms)
+    }
+}
+
 impl DurableObject for EventLedgerObject {
     fn new(state: State, env: Env) -> Self {
         let sql = state.storage().sql();
@@ -36,59 +119,65 @@ impl DurableObject for EventLedgerObject {
             "CREATE TABLE IF NOT EXISTS reservations (
                event_id TEXT PRIMARY KEY, owner TEXT NOT NULL, confirmed INTEGER NOT NULL, at_ms INTEGER NOT NULL)",
             "CREATE INDEX IF NOT EXISTS reservations_by_time ON reservations (at_ms)",
+            "CREATE TABLE IF NOT EXISTS splits (which TEXT PRIMARY KEY, at_ms INTEGER NOT NULL)",
         ] {
-            sql.exec(ddl, None).expect("create the ledger's table");
+            sql.exec(ddl, None).expect("create the ledger's tables");
         }
-        Self { env, sql }
+        Self { env, sql, rate: RefCell::default() }
     }
 
     async fn fetch(&self, mut req: Request) -> Result<Response> {
-        let window_ms = config(&self.env)
-            .map_err(|e| worker::Error::RustError(e.to_string()))?
-            .event_dedup_window_seconds as i64
-            * 1000;
-        let now = Date::now().as_millis() as i64;
-        let answer = match req.json::<LedgerCommand>().await? {
-            LedgerCommand::Reserve { owner, ids } => {
-                self.sql.exec("DELETE FROM reservations WHERE at_ms <= ?", vec![(now - window_ms).into()])?;
-                let held: HashMap<String, Reservation> = self
-                    .sql
-                    .exec(
-                        "SELECT event_id, owner, confirmed, at_ms FROM reservations
-                         WHERE event_id IN (SELECT value FROM json_each(?))",
-                        vec![serde_json::to_string(&ids)?.into()],
-                    )?
-                    .to_array::<Row>()?
-                    .into_iter()
-                    .map(|r| {
-                        (
-                            r.event_id,
-                            Reservation { owner: r.owner, confirmed: r.confirmed != 0, at_ms: r.at_ms },
-                        )
-                    })
-                    .collect();
-                let decisions: Vec<Reserved> =
-                    ids.iter().map(|id| reserve(held.get(id), &owner, now, window_ms)).collect();
-                let fresh: Vec<&String> = ids
-                    .iter()
-                    .zip(&decisions)
-                    .filter(|(_, d)| **d == Reserved::Fresh)
-                    .map(|(id, _)| id)
-                    .collect();
-                if !fresh.is_empty() {
-                    self.sql.exec(
-                        "INSERT OR REPLACE INTO reservations (event_id, owner, confirmed, at_ms)
-                         SELECT value, ?, 0, ? FROM json_each(?)",
-                        vec![owner.into(), now.into(), serde_json::to_string(&fresh)?.into()],
-                    )?;
+        let config = config(&self.env).map_err(|e| worker::Error::RustError(e.to_string()))?;
+        let now_ms = Date::now().as_millis() as i64;
+        let rules = |ancestors: &[String]| ShardRules {
+            level: ancestors.len().min(usize::from(u8::MAX)) as u8,
+            now_ms,
+            window_ms: config.event_dedup_window_seconds as i64 * 1000,
+            split_above: config.ledger_split_above_per_second,
+        };
+        let namespace = self.env.durable_object(BINDING)?;
+        let namespace = Rc::new(namespace);
+        // Asks the nearest ancestor (which asks its own) what it holds for the ids.
+        let ask = |ancestors: Vec<String>| {
+            let namespace = namespace.clone();
+            ancestors.split_first().map(|(parent, rest)| {
+                let (parent, rest) = (parent.clone(), rest.to_vec());
+                move |ids: Vec<String>| async move {
+                    let command = LedgerCommand::Check { ids, ancestors: rest };
+                    let meter = Meter::default();
+                    match durable::call(&namespace, &meter, URL, &parent, &command).await? {
+                        LedgerAnswer::Held { held, split_at_ms } => {
+                            Ok::<Checked, PortError>((held, split_at_ms))
+                        }
+                        other => {
+                            Err(PortError(format!("event ledger {parent}: unexpected answer {other:?}")))
+                        }
+                    }
                 }
-                LedgerAnswer::Reserved { decisions }
+            })
+        };
+        let fail = |e: PortError| worker::Error::RustError(e.0);
+        let answer = match req.json::<LedgerCommand>().await? {
+            LedgerCommand::Reserve { owner, ids, ancestors } => {
+                let rules = rules(&ancestors);
+                self.sql.exec(
+                    "DELETE FROM reservations WHERE at_ms <= ?",
+                    vec![(now_ms - rules.window_ms).into()],
+                )?;
+                match reserve_here(self, rules, &owner, &ids, ask(ancestors)).await.map_err(fail)? {
+                    ShardAnswer::Decided(decisions) => LedgerAnswer::Reserved { decisions },
+                    ShardAnswer::Moved => LedgerAnswer::Moved,
+                }
+            }
+            LedgerCommand::Check { ids, ancestors } => {
+                let held = check_here(self, rules(&ancestors), &ids, ask(ancestors)).await.map_err(fail)?;
+                LedgerAnswer::Held { held, split_at_ms: self.split_at() }
             }
             LedgerCommand::Confirm { owner, ids } => {
                 self.sql.exec(
                     "UPDATE reservations SET confirmed = 1, at_ms = ?
                      WHERE owner = ? AND confirmed = 0 AND event_id IN (SELECT value FROM json_each(?))",
-                    vec![now.into(), owner.into(), serde_json::to_string(&ids)?.into()],
+                    vec![now_ms.into(), owner.into(), serde_json::to_string(&ids)?.into()],
                 )?;
                 LedgerAnswer::Done
             }
