@@ -1,0 +1,63 @@
+// SPEC §20 "Big projects", end to end, on a gateway of this file's own whose event-ledger shards
+// split above 3 reserve calls a second (`LEDGER_SPLIT_ABOVE_PER_SECOND=3`; 250 by default): a
+// namespace's ids spread over more objects as its rate grows, an id accepted before a split is a
+// duplicate after it (the children ask the shard they split from), and concurrent batches still
+// accept each id exactly once.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { mkdtemp, readdir } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { call, createKey, createProject, startGateway } from './harness.mjs';
+
+let gateway;
+let state;
+
+before(async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'gatehouse-ledger-'));
+  state = join(dir, 'state');
+  gateway = await startGateway(state, { vars: { LEDGER_SPLIT_ABOVE_PER_SECOND: '3' } });
+});
+
+after(() => gateway?.stop());
+
+const track = (key, ids) => call('POST', '/v1/track', {
+  key, base: gateway.base, body: { batch: ids.map((event_id) => ({ event_id, event: 'Split', user_id: 'u' })) },
+});
+const ids = (n) => Array.from({ length: n }, () => randomUUID());
+/** Ledger objects this gateway has made (one SQLite file each). */
+const ledgerObjects = async () => (await readdir(join(state, 'v3/do/gatehouse-EventLedgerObject')))
+  .filter((f) => f.endsWith('.sqlite')).length;
+
+test('ids accepted before the shards split are duplicates after every split, and each new id is accepted once', async () => {
+  const { owner } = await createProject('big project', { plan: 'business', base: gateway.base });
+  const server = await createKey(owner.key, 'server', {}, { base: gateway.base });
+  const others = await ledgerObjects(); // the health check's, say
+  const first = ids(40);
+  const before = await track(server.key, first);
+  assert.equal(before.status, 202, before.text);
+  assert.equal(before.body.accepted.length, 40);
+  const roots = (await ledgerObjects()) - others;
+  assert.equal(roots, 4, 'one object per root shard before any split');
+
+  // A burst: 20 batches of 40 new ids at once, well above 3 calls a second on every shard.
+  const burst = await Promise.all(Array.from({ length: 20 }, () => track(server.key, ids(40))));
+  assert.deepEqual(burst.map((r) => r.status), Array(20).fill(202), burst.map((r) => r.text).join('\n'));
+  for (const r of burst) assert.equal(r.body.accepted.length, 40, r.text);
+  const split = (await ledgerObjects()) - others;
+  assert.ok(split > 8, `the shards split: ${split} objects`);
+
+  // The first batch again: found by the shards it was accepted on, now split.
+  const again = await track(server.key, first);
+  assert.equal(again.status, 202, again.text);
+  assert.deepEqual([again.body.accepted.length, again.body.duplicates.length], [0, 40], again.text);
+
+  // Ten identical batches at once, on split shards: each id accepted by exactly one answer.
+  const shared = ids(30);
+  const racing = await Promise.all(Array.from({ length: 10 }, () => track(server.key, shared)));
+  const accepted = racing.flatMap((r) => r.body.accepted.map((a) => a.event_id));
+  assert.deepEqual([...accepted].sort(), [...shared].sort(), 'every id accepted once across the ten answers');
+  const settled = await track(server.key, shared);
+  assert.deepEqual([settled.body.accepted.length, settled.body.duplicates.length], [0, 30], settled.text);
+});
