@@ -48,6 +48,26 @@ if (PEER) {
 
 if (ORIGIN_PORT) await startBenchOrigin(ORIGIN_PORT);
 
+// Cold keys (SPEC §20: "no worse for cold keys"): GET /public/v1/me over many keys in turn, each
+// far below LEASE_ABOVE_PER_SECOND, so every request asks its key's guard (no lease). Each key is
+// used once first, so its guard knows it (the steady state: no D1 query).
+const COLD_KEYS = quick ? 50 : 200;
+async function coldKeys(make, base) {
+  const keys = [];
+  while (keys.length < COLD_KEYS) keys.push(...await Promise.all(Array.from({ length: 10 }, make)));
+  await Promise.all(keys.map((key) => api('GET', '/public/v1/me', { base, key })));
+  return keys;
+}
+function coldScenario(keys, url) {
+  let turn = 0;
+  return {
+    name: `GET /public/v1/me, ${keys.length} keys in turn (cold)`, key: 'cold', url, path: '/public/v1/me', expect: 200,
+    setup: (req) => ({ ...req, headers: { ...req.headers, authorization: `Bearer ${keys[turn++ % keys.length]}` } }),
+  };
+}
+one.cold = coldScenario(await coldKeys(async () => (await api('POST', '/public/v1/keys', { key: owner.key, body: { type: 'server' } })).body.key, BASE));
+if (PEER) peer.cold = coldScenario(await coldKeys(() => peerKey(1_000_000), PEER), PEER);
+
 const trackBody = (n) => JSON.stringify({
   batch: Array.from({ length: n }, (_, i) => ({ event_id: randomUUID(), event: 'Bench Event', anonymous_id: `a-${i}`, properties: { i } })),
 });
@@ -57,7 +77,7 @@ const trackBody = (n) => JSON.stringify({
 // served (on both sides alike: p99 of /me from ≈ 36 to ≈ 55 ms over six rounds), and 20 s of the
 // gateway's own scenarios run first made its /me p99 ≈ 30 ms worse than the fresher peer's.
 const scenarios = [
-  one.floor, one.me, one.create, one.replay,
+  one.floor, one.me, one.cold, one.create, one.replay,
   ...(ORIGIN_PORT ? [one.proxy] : []),
   one.guard,
   ...[1, 10, 100, 500].map((n) => ({
@@ -308,7 +328,7 @@ const report = {
   duration_seconds: DURATION,
   connections: CONNECTIONS,
   machine: `${process.platform} ${process.arch}, node ${process.version}`,
-  ratios: { me_over_one_do: ratio('me', 'guard'), create_over_one_do: ratio('create', 'guard'), replay_over_one_do: ratio('replay', 'guard'),
+  ratios: { me_over_one_do: ratio('me', 'guard'), cold_keys_over_one_do: ratio('cold', 'guard'), create_over_one_do: ratio('create', 'guard'), replay_over_one_do: ratio('replay', 'guard'),
     ...(results.proxy ? { proxied_get_over_me: ratio('proxy', 'me') } : {}) },
   wasm_bytes: { raw: statSync(new URL('../build/index_bg.wasm', import.meta.url)).size, gzip: gzipSync(wasm, { level: 9 }).length },
   scenarios: results,
