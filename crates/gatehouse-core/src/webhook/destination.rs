@@ -33,6 +33,7 @@ pub fn target_refusal(raw: &str, allow_private: bool) -> Result<url::Url, String
     match url.scheme() {
         "https" => {}
         "http" if allow_private => {}
+        "http" => return Err(format!("must use https (http only with {SWITCH}, for local receivers)")),
         _ => return Err("must use https".into()),
     }
     if !url.username().is_empty() || url.password().is_some() {
@@ -47,9 +48,16 @@ pub fn target_refusal(raw: &str, allow_private: bool) -> Result<url::Url, String
     match block {
         None => Ok(url),
         Some(Local(_)) if allow_private => Ok(url),
-        Some(Local(what) | Special(what)) => Err(format!("must not point to {what}")),
+        Some(Local(what)) => {
+            Err(format!("must not point to {what} (only with {SWITCH}, for local development)"))
+        }
+        Some(Special(what)) => Err(format!("must not point to {what}")),
     }
 }
+
+/// The setting that lets webhooks reach loopback and private receivers: a refusal it would lift
+/// names it.
+const SWITCH: &str = "ALLOW_PRIVATE_WEBHOOK_URLS=true";
 
 /// Why a target is refused, and whether `ALLOW_PRIVATE_WEBHOOK_URLS` lifts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -353,6 +361,10 @@ mod tests {
                 let shape = (e.code.status(), e.code.as_str(), e.details["field"].as_str());
                 if shape != (422, "VALIDATION_ERROR", Some("url")) || !e.message.contains(words) {
                     wrong.push(format!("{raw}: {shape:?} {:?}, want the words {words:?}", e.message));
+                }
+                // A refusal the switch lifts names it; one it does not lift never does.
+                if e.message.contains(SWITCH) != (want == L) {
+                    wrong.push(format!("{raw}: {:?} names the switch wrongly", e.message));
                 }
             }
         }
