@@ -73,9 +73,9 @@ pub async fn accept_events<L: EventLedger, Q: EventSink>(
     // Every shard called, for the release when one fails (also one whose answer was lost).
     let mut attempted = Vec::new();
     let mut failure = None;
-    // Each round sends the ids a split shard answered `moved` for to its children: at most one
-    // round per level (SPEC §20 "Big projects").
-    for _ in 0..=MAX_LEVEL {
+    // Each round sends the ids a split shard answered `moved` for to its children: one round per
+    // level (SPEC §20 "Big projects"), twice over if the isolate forgot its splits meanwhile.
+    for _ in 0..2 * (usize::from(MAX_LEVEL) + 1) {
         if pending.is_empty() {
             break;
         }

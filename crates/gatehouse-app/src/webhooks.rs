@@ -1270,7 +1270,8 @@ mod tests {
             assert_eq!(posts, 0, "{url}: the receiver was not called");
             let error = attempts[0].error.clone().unwrap_or_default();
             assert!(
-                error.starts_with("refused: url must not") || error == "refused: url must use https",
+                error.starts_with("refused: url must not")
+                    || error.starts_with("refused: url must use https"),
                 "{url}: {error}"
             );
             assert!(error.contains(words), "{url}: {error}");

@@ -59,6 +59,9 @@ pub mod deadline {
     pub const D1_MS: u64 = 10_000;
     /// A Durable Object call (the guard waits up to 2 s for a running claim inside it).
     pub const DURABLE_OBJECT_MS: u64 = 10_000;
+    /// A ledger shard's check of the shard it split from (SPEC §20): well inside the worker's own
+    /// deadline on the reserve that makes it.
+    pub const LEDGER_CHECK_MS: u64 = 3_000;
     /// A KV read or write.
     pub const KV_MS: u64 = 5_000;
     /// A queue send.

@@ -22,7 +22,7 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 
 use crate::encoding::fnv1a;
-use crate::events::{reserve, Reservation, Reserved};
+use crate::events::{reserve, Reservation, Reserved, RESERVATION_LEASE_MS};
 
 /// Shards of a namespace at level 0.
 pub const ROOT_SHARDS: u64 = 4;
@@ -91,9 +91,9 @@ pub struct LedgerLayout {
 }
 
 impl LedgerLayout {
-    /// Splits an isolate remembers at most; past that it forgets them all and learns again (one
-    /// `moved` answer each).
-    const CAPACITY: usize = 100_000;
+    /// Splits an isolate remembers at most (a namespace has at most 508); past that it forgets
+    /// them all and learns again (one `moved` answer each).
+    const CAPACITY: usize = 10_000;
 
     /// The shard that takes new reservations of `event_id`, as far as this isolate knows.
     pub fn shard_for(&self, namespace: &str, event_id: &str) -> Shard {
@@ -115,11 +115,6 @@ impl LedgerLayout {
         }
         self.split.insert(name.to_owned());
     }
-
-    /// Shards this isolate knows to have split.
-    pub fn splits(&self) -> usize {
-        self.split.len()
-    }
 }
 
 /// Whether a shard serving `calls_per_second` reserve calls should split now.
@@ -128,10 +123,11 @@ pub fn should_split(shard_level: u8, calls_per_second: u32, split_above: u32) ->
 }
 
 /// Whether a shard must still ask its parent about ids it does not hold: until the parent's split
-/// (`None`: not known yet, so ask) plus the de-duplication window, after which nothing the parent
-/// holds can make an id a duplicate.
+/// (`None`: not known yet, so ask) plus the de-duplication window, plus the lease of a reservation
+/// made just before the split (confirmed after it: a shard confirms only reservations younger
+/// than [`RESERVATION_LEASE_MS`]), after which nothing the parent holds can make an id a duplicate.
 pub fn asks_parent(parent_split_at_ms: Option<i64>, now_ms: i64, window_ms: i64) -> bool {
-    parent_split_at_ms.is_none_or(|at| now_ms < at + window_ms)
+    parent_split_at_ms.is_none_or(|at| now_ms < at + window_ms + RESERVATION_LEASE_MS)
 }
 
 /// What one shard keeps, as its object stores it (SQLite in the Durable Object, maps in the fake
@@ -293,12 +289,14 @@ impl ShardMemory for MemoryShard {
 }
 
 impl MemoryShard {
-    /// The owner's reservations of these ids are accepted ids now.
+    /// The owner's reservations of these ids are accepted ids now, those still within their lease
+    /// (see [`asks_parent`]).
     pub fn confirm(&self, owner: &str, ids: &[String], now_ms: i64) {
+        let mine = |r: &&mut Reservation| {
+            r.owner == owner && !r.confirmed && r.at_ms > now_ms - RESERVATION_LEASE_MS
+        };
         for id in ids {
-            if let Some(r) =
-                self.reservations.borrow_mut().get_mut(id).filter(|r| r.owner == owner && !r.confirmed)
-            {
+            if let Some(r) = self.reservations.borrow_mut().get_mut(id).filter(mine) {
                 r.confirmed = true;
                 r.at_ms = now_ms;
             }
@@ -468,7 +466,7 @@ mod tests {
         assert!(!should_split(MAX_LEVEL, 10_000, 250), "the deepest level does not split");
         assert!(should_split(3, 1, 0), "0 splits on every call (tests)");
         assert!(asks_parent(None, 5, 10));
-        assert!(asks_parent(Some(0), 9, 10));
-        assert!(!asks_parent(Some(0), 10, 10));
+        assert!(asks_parent(Some(0), 9 + RESERVATION_LEASE_MS, 10));
+        assert!(!asks_parent(Some(0), 10 + RESERVATION_LEASE_MS, 10));
     }
 }

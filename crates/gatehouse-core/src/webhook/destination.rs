@@ -30,11 +30,8 @@ pub fn target_refusal(raw: &str, allow_private: bool) -> Result<url::Url, String
         }
         .to_owned()
     })?;
-    match url.scheme() {
-        "https" => {}
-        "http" if allow_private => {}
-        "http" => return Err(format!("must use https (http only with {SWITCH}, for local receivers)")),
-        _ => return Err("must use https".into()),
+    if !matches!(url.scheme(), "https" | "http") {
+        return Err("must use https".into());
     }
     if !url.username().is_empty() || url.password().is_some() {
         return Err("must not contain credentials".into());
@@ -45,13 +42,15 @@ pub fn target_refusal(raw: &str, allow_private: bool) -> Result<url::Url, String
         Some(url::Host::Ipv4(ip)) => v4_block(ip),
         Some(url::Host::Ipv6(ip)) => v6_block(ip),
     };
-    match block {
-        None => Ok(url),
-        Some(Local(_)) if allow_private => Ok(url),
-        Some(Local(what)) => {
+    // The switch is named only where it would let the URL through.
+    match (block, url.scheme()) {
+        (Some(Special(what)), _) => Err(format!("must not point to {what}")),
+        _ if allow_private => Ok(url),
+        (Some(Local(what)), _) => {
             Err(format!("must not point to {what} (only with {SWITCH}, for local development)"))
         }
-        Some(Special(what)) => Err(format!("must not point to {what}")),
+        (None, "http") => Err(format!("must use https (http only with {SWITCH}, for local receivers)")),
+        (None, _) => Ok(url),
     }
 }
 
@@ -226,7 +225,12 @@ mod tests {
         ("https://api.localhost/x", L, "loopback name"),
         ("https://ｌｏｃａｌｈｏｓｔ/", N, "ASCII host"), // full-width: refused, never mapped
         ("http://hooks.example.com/in", L, "must use https"),
-        ("http://127.0.0.1:9000/hook", L, "must use https"),
+        ("http://127.0.0.1:9000/hook", L, "loopback address (127.0.0.0/8)"),
+        // http to what the switch never lifts: refused for that, without naming the switch.
+        ("http://169.254.169.254/latest/meta-data/", N, "cloud metadata address"),
+        ("http://[fe80::1]/", N, "fe80::/10"),
+        ("http://u:p@127.0.0.1/", N, "credentials"),
+        ("http://metadata.google.internal/", N, "cloud metadata host"),
         // IPv4 spelled otherwise: the url crate parses every spelling to the address.
         ("https://2130706433/", L, "127.0.0.0/8"),
         ("https://0177.0.0.1/", L, "127.0.0.0/8"),

@@ -15,14 +15,16 @@ use worker::{
     durable_object, wasm_bindgen, Date, DurableObject, Env, Request, Response, Result, SqlStorage, State,
 };
 
+use crate::adapters::deadline::within;
 use crate::adapters::durable;
 use crate::adapters::env::config;
-use gatehouse_core::events::Reservation;
+use gatehouse_core::events::{Reservation, RESERVATION_LEASE_MS};
 use gatehouse_core::lease::RequestRate;
 use gatehouse_core::ledger::protocol::{LedgerAnswer, LedgerCommand, BINDING, URL};
 use gatehouse_core::ledger::shards::{
     check_here, reserve_here, Checked, ShardAnswer, ShardMemory, ShardRules,
 };
+use gatehouse_core::platform::deadline;
 use gatehouse_core::ports::{Meter, PortError};
 
 #[durable_object]
@@ -47,10 +49,12 @@ struct At {
 }
 
 impl EventLedgerObject {
-    /// A `splits` row: `own` (when this shard split) or `parent` (when its parent did).
+    /// A `splits` row: `own` (when this shard split) or `parent` (when its parent did). A read
+    /// that fails stops the call (the object's error): "unknown" must never read as "not split".
     fn split(&self, which: &str) -> Option<i64> {
-        let rows = self.sql.exec("SELECT at_ms FROM splits WHERE which = ?", vec![which.into()]).ok()?;
-        rows.to_array::<At>().ok()?.first().map(|r| r.at_ms)
+        let rows = self.sql.exec("SELECT at_ms FROM splits WHERE which = ?", vec![which.into()]);
+        let rows = rows.and_then(|r| r.to_array::<At>()).expect("read the shard's splits");
+        rows.first().map(|r| r.at_ms)
     }
 
     fn set_split(&self, which: &str, at_ms: i64) {
@@ -143,10 +147,14 @@ impl DurableObject for EventLedgerObject {
             ancestors.split_first().map(|(parent, rest)| {
                 let (parent, rest) = (parent.clone(), rest.to_vec());
                 move |ids: Vec<String>| async move {
+                    let asked = ids.len();
                     let command = LedgerCommand::Check { ids, ancestors: rest };
                     let meter = Meter::default();
-                    match durable::call(&namespace, &meter, URL, &parent, &command).await? {
-                        LedgerAnswer::Held { held, split_at_ms } => {
+                    // Shorter than the worker's own deadline on this call: a reserve never
+                    // decides after its caller gave up on it (and released what it reserved).
+                    let check = durable::call(&namespace, &meter, URL, &parent, &command);
+                    match within(deadline::LEDGER_CHECK_MS, "event ledger check", check).await? {
+                        LedgerAnswer::Held { held, split_at_ms } if held.len() == asked => {
                             Ok::<Checked, PortError>((held, split_at_ms))
                         }
                         other => {
@@ -170,14 +178,25 @@ impl DurableObject for EventLedgerObject {
                 }
             }
             LedgerCommand::Check { ids, ancestors } => {
+                // A split shard takes no reserve, so its old rows go here.
+                let before = now_ms - rules(&ancestors).window_ms;
+                self.sql.exec("DELETE FROM reservations WHERE at_ms <= ?", vec![before.into()])?;
                 let held = check_here(self, rules(&ancestors), &ids, ask(ancestors)).await.map_err(fail)?;
                 LedgerAnswer::Held { held, split_at_ms: self.split_at() }
             }
             LedgerCommand::Confirm { owner, ids } => {
+                // Only within the reservation's lease (see `ledger::shards::asks_parent`).
+                let lease_start = now_ms - RESERVATION_LEASE_MS;
                 self.sql.exec(
                     "UPDATE reservations SET confirmed = 1, at_ms = ?
-                     WHERE owner = ? AND confirmed = 0 AND event_id IN (SELECT value FROM json_each(?))",
-                    vec![now_ms.into(), owner.into(), serde_json::to_string(&ids)?.into()],
+                     WHERE owner = ? AND confirmed = 0 AND at_ms > ?
+                       AND event_id IN (SELECT value FROM json_each(?))",
+                    vec![
+                        now_ms.into(),
+                        owner.into(),
+                        lease_start.into(),
+                        serde_json::to_string(&ids)?.into(),
+                    ],
                 )?;
                 LedgerAnswer::Done
             }

@@ -8,7 +8,7 @@ use futures_util::future::try_join_all;
 use wasm_bindgen::JsValue;
 use worker::D1PreparedStatement;
 
-use super::{after, int, opt_int, opt_text, text, D1Store};
+use super::{after, int, opt_int, opt_text, text, AuditLogs, D1Store};
 use gatehouse_core::audit::{audit_binding, packed_for_d1, AuditRow, DayCount, EndpointCount, LogFilter};
 use gatehouse_core::page::{Cursor, PageRequest};
 use gatehouse_core::ports::{ArchivedSlice, AuditStore, PortError, RowRange};
@@ -83,27 +83,25 @@ impl D1Store {
         Ok(found)
     }
 
-    /// The database of audit database `index`, or why it is not bound.
-    fn audit_log(&self, index: u8) -> Result<&D1Store, PortError> {
-        match self.audit_logs.len() {
-            0 => Ok(self),
-            _ => self.audit_logs.get(usize::from(index)).ok_or_else(|| {
-                PortError(format!(
-                    "the audit log is in {}, which is not bound (raise AUDIT_DATABASES and bind it)",
-                    audit_binding(index)
-                ))
-            }),
-        }
+    /// Audit database `index` of the ones bound, or why it is not bound.
+    fn audit_log(logs: &[D1Store], index: u8) -> Result<&D1Store, PortError> {
+        logs.get(usize::from(index)).ok_or_else(|| {
+            PortError(format!(
+                "the audit log is in {}, which is not bound (bind it and set AUDIT_DATABASES to include it)",
+                audit_binding(index)
+            ))
+        })
     }
 
     /// Where the audit log of `project` (`None`: requests of no project) is kept.
     async fn log_of(&self, project: Option<&str>) -> Result<&D1Store, PortError> {
-        match project {
-            Some(p) if self.audit_logs.len() > 1 => {
+        match (&self.audit, project) {
+            (AuditLogs::Own, _) => Ok(self),
+            (AuditLogs::Placed(logs), None) => Self::audit_log(logs, 0),
+            (AuditLogs::Placed(logs), Some(p)) => {
                 let index = self.placed(&[p]).await?.get(p).copied().unwrap_or(0);
-                self.audit_log(index)
+                Self::audit_log(logs, index)
             }
-            _ => self.audit_log(0),
         }
     }
 
@@ -207,9 +205,10 @@ const SLICE: &str = "project_id IS ?1 AND ts >= ?2 AND ts <= ?4
 impl AuditStore for D1Store {
     /// Each database's rows in one transaction, the databases side by side.
     async fn insert_audit_rows(&self, rows: &[AuditRow]) -> Result<(), PortError> {
-        if self.audit_logs.len() <= 1 {
-            return self.audit_log(0)?.insert_rows(rows).await;
-        }
+        let logs = match &self.audit {
+            AuditLogs::Own => return self.insert_rows(rows).await,
+            AuditLogs::Placed(logs) => logs,
+        };
         let mut projects: Vec<&str> = rows.iter().filter_map(|r| r.project_id.as_deref()).collect();
         projects.sort_unstable();
         projects.dedup();
@@ -221,7 +220,7 @@ impl AuditStore for D1Store {
         }
         let inserts = by_db
             .into_iter()
-            .map(|(index, rows)| async move { self.audit_log(index)?.insert_rows(&rows).await });
+            .map(|(index, rows)| async move { Self::audit_log(logs, index)?.insert_rows(&rows).await });
         try_join_all(inserts).await.map(drop)
     }
 
@@ -312,23 +311,18 @@ impl AuditStore for D1Store {
             ts: i64,
             request_id: String,
         }
-        // The roll-up runs over each database on its own; over several, the oldest of all.
-        let logs: Vec<&D1Store> = match self.audit_logs.len() {
-            0 => vec![self],
-            _ => self.audit_logs.iter().collect(),
-        };
-        let oldest = logs.into_iter().map(|log| async move {
-            log.rows::<Oldest>(
+        // Rows of one database are rolled up from it, whatever their project's record says.
+        if let AuditLogs::Placed(_) = self.audit {
+            return Err(PortError("the roll-up runs over each audit database on its own".into()));
+        }
+        let rows: Vec<Oldest> = self
+            .rows(
                 "SELECT project_id, ts, request_id FROM audit_log WHERE ts < ?1
                  ORDER BY ts, request_id LIMIT 1",
                 &[int(before_ms)],
             )
-            .await
-        });
-        let found = try_join_all(oldest).await?.into_iter().flatten();
-        Ok(found
-            .map(|r| (r.project_id, Cursor { ts: r.ts, id: r.request_id }))
-            .min_by(|(_, a), (_, b)| (a.ts, &a.id).cmp(&(b.ts, &b.id))))
+            .await?;
+        Ok(rows.into_iter().next().map(|r| (r.project_id, Cursor { ts: r.ts, id: r.request_id })))
     }
 
     async fn rows_between(&self, range: &RowRange<'_>) -> Result<Vec<AuditRow>, PortError> {

@@ -186,7 +186,11 @@ impl Directory for D1Store {
         // One batch is one transaction: never a project without its owner key. Both are left as
         // they are when an earlier execution of the same operation wrote them.
         // Its audit log's database, for good (SPEC §20).
-        let databases = u8::try_from(self.audit_logs.len()).unwrap_or(u8::MAX);
+        // Only a database that is bound: a project placed on a missing one could not log.
+        let databases = match &self.audit {
+            super::AuditLogs::Placed(logs) => u8::try_from(logs.len()).unwrap_or(u8::MAX),
+            _ => 1,
+        };
         let audit_db = gatehouse_core::audit::audit_database(project_id, databases);
         let project = self.statement(
             "INSERT INTO projects (id, name, plan, created_at, audit_db) VALUES (?1, ?2, ?3, ?4, ?5)

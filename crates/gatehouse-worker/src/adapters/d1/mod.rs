@@ -43,20 +43,29 @@ use gatehouse_core::ports::{JobLeases, Lease, Meter, PortError};
 pub struct D1Store {
     db: D1Database,
     meter: Rc<Meter>,
-    /// The audit log's own databases (`AUDIT_DB`, `AUDIT_DB_1`, …, SPEC §20), each project's rows
-    /// in the one `projects.audit_db` names; none: this store's (as the database of an older
-    /// version, read once to move its rows).
-    audit_logs: Vec<D1Store>,
+    audit: AuditLogs,
+}
+
+/// Where a store keeps the audit log (SPEC §18, §20).
+enum AuditLogs {
+    /// In its own database, whatever project a row is of: one audit database as the roll-up reads
+    /// it, or an older version's `DB`, read once to move its rows.
+    Own,
+    /// In the audit databases bound (`AUDIT_DB`, `AUDIT_DB_1`, … in order): each project's rows in
+    /// the one recorded with it (`projects.audit_db`); a project recorded on one not bound fails,
+    /// naming it.
+    Placed(Vec<D1Store>),
 }
 
 impl D1Store {
     pub fn new(db: D1Database, meter: Rc<Meter>) -> Self {
-        Self { db, meter, audit_logs: Vec::new() }
+        Self { db, meter, audit: AuditLogs::Own }
     }
 
-    /// The same store with the audit log in `audit_dbs`, in the order of their bindings.
+    /// The same store with the audit log in `audit_dbs`, the bound audit databases in order.
     pub fn with_audit_logs(mut self, audit_dbs: Vec<D1Database>) -> Self {
-        self.audit_logs = audit_dbs.into_iter().map(|db| D1Store::new(db, self.meter.clone())).collect();
+        let logs = audit_dbs.into_iter().map(|db| D1Store::new(db, self.meter.clone())).collect();
+        self.audit = AuditLogs::Placed(logs);
         self
     }
 
