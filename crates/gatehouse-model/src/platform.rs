@@ -1,8 +1,7 @@
 //! The platform as every scenario sees it: the clock, chance, the event queue, objects as
 //! single-threaded servers, isolates' round trips and bursty arrivals.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap};
 
 /// 2026-11-29T09:00:00Z, a minute boundary: the model's clock starts here (ms).
 pub const T0_MS: i64 = 1_795_942_800_000;
@@ -22,6 +21,15 @@ impl Rng {
     /// Uniform in [0, 1).
     pub fn unit(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// `N` random bytes.
+    pub fn bytes<const N: usize>(&mut self) -> [u8; N] {
+        let mut out = [0u8; N];
+        for chunk in out.chunks_mut(8) {
+            chunk.copy_from_slice(&self.next().to_be_bytes()[..chunk.len()]);
+        }
+        out
     }
 
     /// Exponentially distributed with this mean.
@@ -48,27 +56,51 @@ pub fn round_trip_us(round_trips_ms: &[f64], isolate: usize) -> i64 {
 
 /// The model's events in time order (µs since the start; ties in the order they were made).
 pub struct Scheduler<E> {
-    queue: BinaryHeap<Reverse<(i64, u64)>>,
-    events: HashMap<u64, E>,
+    queue: BinaryHeap<Queued<E>>,
     made: u64,
+}
+
+/// An event in the queue: the earliest first, then the first made.
+struct Queued<E> {
+    at_us: i64,
+    made: u64,
+    event: E,
+}
+
+impl<E> PartialEq for Queued<E> {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at_us, self.made) == (other.at_us, other.made)
+    }
+}
+
+impl<E> Eq for Queued<E> {}
+
+impl<E> PartialOrd for Queued<E> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl<E> Ord for Queued<E> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (other.at_us, other.made).cmp(&(self.at_us, self.made))
+    }
 }
 
 impl<E> Default for Scheduler<E> {
     fn default() -> Self {
-        Scheduler { queue: BinaryHeap::new(), events: HashMap::new(), made: 0 }
+        Scheduler { queue: BinaryHeap::new(), made: 0 }
     }
 }
 
 impl<E> Scheduler<E> {
     pub fn push(&mut self, at_us: i64, event: E) {
         self.made += 1;
-        self.queue.push(Reverse((at_us, self.made)));
-        self.events.insert(self.made, event);
+        self.queue.push(Queued { at_us, made: self.made, event });
     }
 
     pub fn pop(&mut self) -> Option<(i64, E)> {
-        let Reverse((at, id)) = self.queue.pop()?;
-        Some((at, self.events.remove(&id).expect("every queued event is stored")))
+        self.queue.pop().map(|q| (q.at_us, q.event))
     }
 }
 
@@ -85,6 +117,11 @@ impl Server {
     pub fn queue(&mut self, now_us: i64, cost_us: i64) -> i64 {
         self.busy_until_us = self.busy_until_us.max(now_us) + cost_us;
         self.busy_until_us
+    }
+
+    /// The work (µs) queued before a turn arriving now.
+    pub fn backlog_us(&self, now_us: i64) -> i64 {
+        (self.busy_until_us - now_us).max(0)
     }
 
     pub fn count_call(&mut self, now_us: i64) {

@@ -1,0 +1,810 @@
+//! `big-project` (SPEC §20 "Big projects"): 100,000 events/s into one project's de-duplication
+//! namespace, whose ledger shards split as the rate ramps up — each shard deciding with the real
+//! `gatehouse_core::ledger::shards` code — and 10,000 audit rows/s of 2,000 projects spread over D1
+//! databases by the real `gatehouse_core::audit::audit_database` (docs/internals/model.md).
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+use gatehouse_core::encoding::uuid_v4;
+use gatehouse_core::events::Reserved;
+use gatehouse_core::ledger::shards::{
+    check_here, reserve_here, Checked, LedgerLayout, MemoryShard, Shard, ShardAnswer, ShardMemory,
+    ShardRules, MAX_LEVEL, SPLIT_ABOVE_PER_SECOND,
+};
+
+use crate::audit_spread::{audit_spread, AuditLoad, AuditReport};
+use crate::platform::{percentile, round_trip_us, Rng, Scheduler, Server, T0_MS};
+
+/// The big-project scenario's parameters.
+pub struct BigProject {
+    pub seed: u64,
+    /// Children that do not ask their parent (`ask_parent` = `None`): the model must catch it.
+    pub broken_rule: bool,
+    pub quick: bool,
+    namespace: String,
+    /// `/v1/track` requests a second at full rate, each a batch of `batch` events.
+    requests_per_second: f64,
+    batch: usize,
+    isolates: usize,
+    /// Round trip from each location to the ledger's objects (ms); isolates are spread over them.
+    round_trips_ms: Vec<f64>,
+    /// Round trip between two ledger objects (a child asking its parent), ms.
+    object_round_trip_ms: f64,
+    /// Requests arrive at an isolate in bursts of 1 to 2 × this many at once.
+    mean_burst: f64,
+    /// The rate grows from `ramp_from` of the full rate to all of it over `ramp_ms`.
+    ramp_from: f64,
+    ramp_ms: i64,
+    /// Object calls, latencies and rates are measured from this second on (after the ramp).
+    measure_from_s: i64,
+    duration_ms: i64,
+    /// What one call costs an object (µs): a fixed part and a part per id; going on after its
+    /// parent answered costs the part per id again.
+    call_us: i64,
+    per_id_us: i64,
+    /// An object refuses a call that arrives with more than this much work (µs) queued before it.
+    overload_us: i64,
+    /// The share of a batch's events that retry an id sent before; of those, the share sent again
+    /// within 200 ms (often while the first is in flight), the others 1–10 s later.
+    retry_share: f64,
+    quick_retry_share: f64,
+    split_above: u32,
+    window_ms: i64,
+    /// From a request's last ledger answer to its confirms leaving (the events queue send), µs.
+    queue_send_us: i64,
+    pub audit: AuditLoad,
+}
+
+impl BigProject {
+    pub fn full() -> Self {
+        BigProject {
+            seed: 1,
+            broken_rule: false,
+            quick: false,
+            namespace: "events:prj_big:server".into(),
+            requests_per_second: 1_025.0,
+            batch: 100,
+            isolates: 20,
+            round_trips_ms: vec![2.0, 10.0, 25.0, 40.0, 50.0],
+            object_round_trip_ms: 5.0,
+            mean_burst: 2.0,
+            ramp_from: 0.05,
+            ramp_ms: 8_000,
+            measure_from_s: 10,
+            duration_ms: 30_000,
+            call_us: 1_000,
+            per_id_us: 10,
+            overload_us: 1_000_000,
+            retry_share: 0.05,
+            quick_retry_share: 0.2,
+            split_above: SPLIT_ABOVE_PER_SECOND,
+            window_ms: 172_800_000,
+            queue_send_us: 5_000,
+            audit: AuditLoad::full(),
+        }
+    }
+
+    /// A shorter ramp and run, for scripts/test.
+    pub fn quick() -> Self {
+        BigProject { quick: true, ramp_ms: 3_000, measure_from_s: 4, duration_ms: 5_000, ..Self::full() }
+    }
+
+    /// The share of the full rate at `now_us`.
+    fn ramp(&self, now_us: i64) -> f64 {
+        let done = (now_us as f64 / (self.ramp_ms * 1000) as f64).min(1.0);
+        self.ramp_from + (1.0 - self.ramp_from) * done
+    }
+
+    fn measured(&self, at_us: i64) -> bool {
+        at_us >= self.measure_from_s * 1_000_000 && at_us < self.duration_ms * 1000
+    }
+}
+
+/// A platform error: the object had too much queued to take the call.
+#[derive(Debug, Clone, Copy)]
+struct Overloaded;
+
+type Checking = Result<Checked, Overloaded>;
+
+/// One ledger shard's object: the real `MemoryShard` behind one single-threaded server.
+struct ShardObject {
+    shard: Shard,
+    name: String,
+    memory: Rc<MemoryShard>,
+    server: Server,
+    refused: u64,
+}
+
+/// What travels to a shard's object.
+enum Call {
+    Reserve {
+        track: usize,
+        ids: Vec<String>,
+    },
+    /// A child asking what this shard (and its ancestors) hold; `asker` waits for the answer.
+    Check {
+        ids: Vec<String>,
+        asker: u64,
+    },
+    Confirm {
+        owner: String,
+        ids: Vec<String>,
+        tries: u32,
+    },
+    Release {
+        owner: String,
+        ids: Vec<String>,
+        tries: u32,
+    },
+}
+
+impl Call {
+    fn ids(&self) -> usize {
+        match self {
+            Call::Reserve { ids, .. }
+            | Call::Check { ids, .. }
+            | Call::Confirm { ids, .. }
+            | Call::Release { ids, .. } => ids.len(),
+        }
+    }
+}
+
+enum Event {
+    /// A burst of `/v1/track` requests reaches an isolate.
+    Burst {
+        isolate: usize,
+        size: usize,
+    },
+    /// A call reaches an object's queue.
+    Arrive {
+        object: usize,
+        call: Call,
+    },
+    /// The object's turn for the call ends: it runs.
+    Serve {
+        object: usize,
+        call: Call,
+    },
+    /// A parent's answer to a check reaches the child, which goes on in its next turn.
+    Checked {
+        task: u64,
+        answer: Checking,
+    },
+    Resume {
+        task: u64,
+    },
+    /// A shard's answer to a reserve reaches the isolate.
+    Reply {
+        track: usize,
+        object: usize,
+        ids: Vec<String>,
+        answer: Result<ShardAnswer, Overloaded>,
+    },
+}
+
+/// Where a parent's answer goes: the real code's `ask_parent` stores the ids it asks about and
+/// waits until the model delivers the answer.
+#[derive(Default)]
+struct ParentLink {
+    asked: RefCell<Option<Vec<String>>>,
+    answer: RefCell<Option<Checking>>,
+}
+
+struct ParentAnswer(Rc<ParentLink>);
+
+impl Future for ParentAnswer {
+    type Output = Checking;
+
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Checking> {
+        match self.0.answer.borrow_mut().take() {
+            Some(answer) => Poll::Ready(answer),
+            None => Poll::Pending,
+        }
+    }
+}
+
+fn ask_parent(link: &Rc<ParentLink>) -> impl FnOnce(Vec<String>) -> ParentAnswer {
+    let link = link.clone();
+    move |ids| {
+        *link.asked.borrow_mut() = Some(ids);
+        ParentAnswer(link)
+    }
+}
+
+enum Done {
+    Reserved(Result<ShardAnswer, Overloaded>),
+    Checked(Checking),
+}
+
+/// A call an object is running: `reserve_here` or `check_here`, suspended while it waits for its
+/// parent (the object serves other calls meanwhile, as a Durable Object does while it awaits a
+/// fetch).
+struct Task {
+    object: usize,
+    ids: usize,
+    future: Pin<Box<dyn Future<Output = Done>>>,
+    link: Rc<ParentLink>,
+    then: Then,
+}
+
+/// Whom a task answers.
+enum Then {
+    Isolate { track: usize, ids: Vec<String> },
+    Child { task: u64 },
+}
+
+struct Isolate {
+    layout: LedgerLayout,
+    round_trip_us: i64,
+}
+
+/// One `/v1/track` request, as `accept_events` handles it: a round of reserves over the shards
+/// its isolate knows, the ids of shards that answered `moved` again to their children, then the
+/// confirms (or, when a call failed, the releases and a 500).
+struct Track {
+    isolate: usize,
+    owner: String,
+    arrived_us: i64,
+    /// Its ids below this number were sent before: retries.
+    first_new: u64,
+    events: usize,
+    waiting: usize,
+    rounds: u8,
+    moved: Vec<String>,
+    failed: bool,
+    attempted: Vec<(usize, Vec<String>)>,
+    reserved: Vec<(usize, Vec<String>)>,
+    decisions: Vec<(u64, bool, Reserved)>,
+}
+
+/// The event ids: each a UUID v4 whose last 48 bits are its number, so the model knows it again.
+#[derive(Default)]
+struct Ids {
+    made: u64,
+    /// Per id: how many requests had it accepted (fresh and sent to the queue).
+    accepted: Vec<u8>,
+    /// First sends of the last 10 s: (when, id), oldest first.
+    sent: VecDeque<(i64, u64)>,
+}
+
+impl Ids {
+    fn name(n: u64) -> String {
+        let mut random = [0u8; 16];
+        random[..8].copy_from_slice(&n.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes());
+        random[10..].copy_from_slice(&n.to_be_bytes()[2..]);
+        uuid_v4(random)
+    }
+
+    fn number(id: &str) -> u64 {
+        u64::from_str_radix(&id[24..], 16).expect("a model id")
+    }
+
+    fn fresh(&mut self, now_us: i64) -> u64 {
+        let n = self.made;
+        self.made += 1;
+        self.accepted.push(0);
+        self.sent.push_back((now_us, n));
+        while self.sent.front().is_some_and(|(at, _)| *at < now_us - 10_000_000) {
+            self.sent.pop_front();
+        }
+        n
+    }
+
+    /// One of the ids first sent between `ago_us` (a range) before now, each as likely (`None`
+    /// when none was).
+    fn sent_before(&self, now_us: i64, ago_us: std::ops::Range<i64>, rng: &mut Rng) -> Option<u64> {
+        let from = self.sent.partition_point(|(at, _)| *at < now_us - ago_us.end);
+        let to = self.sent.partition_point(|(at, _)| *at <= now_us - ago_us.start);
+        let i = from + (rng.unit() * to.saturating_sub(from) as f64) as usize;
+        (i < to).then(|| self.sent[i].1)
+    }
+}
+
+/// What the run counted; requests and events of the measured seconds only.
+#[derive(Default)]
+struct Stats {
+    requests: u64,
+    failed_requests: u64,
+    events_offered: u64,
+    events_decided: u64,
+    repeats: u64,
+    duplicates: u64,
+    in_flight: u64,
+    duplicates_accepted: u64,
+    /// Ids answered `duplicate` (checked at the end: each must have been accepted).
+    answered_duplicate: Vec<u64>,
+    moved: u64,
+    added_ms: Vec<f64>,
+}
+
+struct Sim<'a> {
+    p: &'a BigProject,
+    rng: Rng,
+    events: Scheduler<Event>,
+    objects: Vec<ShardObject>,
+    by_shard: HashMap<Shard, usize>,
+    tasks: HashMap<u64, Task>,
+    tasks_made: u64,
+    isolates: Vec<Isolate>,
+    tracks: Vec<Track>,
+    ids: Ids,
+    stats: Stats,
+}
+
+/// What one run measured.
+pub struct Report {
+    stats: Stats,
+    false_duplicates: u64,
+    shards_in_use: usize,
+    objects: usize,
+    levels: u8,
+    max_calls: u64,
+    busiest: String,
+    max_calls_ramp: u64,
+    busiest_ramp: String,
+    max_calls_in_use: u64,
+    refused_calls: u64,
+    audit: AuditReport,
+}
+
+pub fn big_project(p: &BigProject) -> Report {
+    let mut sim = Sim {
+        p,
+        rng: Rng(p.seed),
+        events: Scheduler::default(),
+        objects: Vec::new(),
+        by_shard: HashMap::new(),
+        tasks: HashMap::new(),
+        tasks_made: 0,
+        isolates: (0..p.isolates)
+            .map(|i| Isolate {
+                layout: LedgerLayout::default(),
+                round_trip_us: round_trip_us(&p.round_trips_ms, i),
+            })
+            .collect(),
+        tracks: Vec::new(),
+        ids: Ids::default(),
+        stats: Stats::default(),
+    };
+    for isolate in 0..p.isolates {
+        let size = sim.rng.burst(p.mean_burst);
+        let at = sim.rng.burst_gap_us(size, p.requests_per_second * p.ramp(0) / p.isolates as f64);
+        sim.events.push(at, Event::Burst { isolate, size });
+    }
+    while let Some((now_us, event)) = sim.events.pop() {
+        sim.on(now_us, event);
+    }
+    sim.report()
+}
+
+impl Sim<'_> {
+    fn on(&mut self, now_us: i64, event: Event) {
+        match event {
+            Event::Burst { isolate, size } => {
+                for _ in 0..size {
+                    self.track(isolate, now_us);
+                }
+                let p = self.p;
+                let next = self.rng.burst(p.mean_burst);
+                let gap =
+                    self.rng.burst_gap_us(next, p.requests_per_second * p.ramp(now_us) / p.isolates as f64);
+                if now_us + gap < p.duration_ms * 1000 {
+                    self.events.push(now_us + gap.max(1), Event::Burst { isolate, size: next });
+                }
+            }
+            Event::Arrive { object, call } => self.arrive(now_us, object, call),
+            Event::Serve { object, call } => self.serve(now_us, object, call),
+            Event::Checked { task, answer } => {
+                let t = &self.tasks[&task];
+                *t.link.answer.borrow_mut() = Some(answer);
+                let cost = self.p.per_id_us * t.ids as i64;
+                let done = self.objects[t.object].server.queue(now_us, cost);
+                self.events.push(done, Event::Resume { task });
+            }
+            Event::Resume { task } => {
+                let t = self.tasks.remove(&task).expect("a suspended task");
+                self.step(now_us, task, t);
+            }
+            Event::Reply { track, object, ids, answer } => self.reply(now_us, track, object, ids, answer),
+        }
+    }
+
+    /// A new `/v1/track` request at an isolate: a batch of new ids and some retries.
+    fn track(&mut self, isolate: usize, now_us: i64) {
+        let p = self.p;
+        let first_new = self.ids.made;
+        let mut ids = Vec::with_capacity(p.batch);
+        let mut numbers = HashSet::new();
+        for _ in 0..p.batch {
+            let retry = self.rng.unit() < p.retry_share;
+            let ago_us = match self.rng.unit() < p.quick_retry_share {
+                true => 0..200_000,
+                false => 1_000_000..10_000_000,
+            };
+            let n = match retry.then(|| self.ids.sent_before(now_us, ago_us, &mut self.rng)).flatten() {
+                Some(n) => n,
+                None => self.ids.fresh(now_us),
+            };
+            // An id twice in one batch counts once (`accept_events`).
+            if numbers.insert(n) {
+                ids.push(Ids::name(n));
+            }
+        }
+        let track = self.tracks.len();
+        self.tracks.push(Track {
+            isolate,
+            owner: format!("req_{track}"),
+            arrived_us: now_us,
+            first_new,
+            events: ids.len(),
+            waiting: 0,
+            rounds: 0,
+            moved: Vec::new(),
+            failed: false,
+            attempted: Vec::new(),
+            reserved: Vec::new(),
+            decisions: Vec::new(),
+        });
+        if p.measured(now_us) {
+            self.stats.requests += 1;
+            self.stats.events_offered += ids.len() as u64;
+        }
+        self.send_round(now_us, track, ids);
+    }
+
+    /// One round of reserves: the ids by the shard the isolate knows for each, side by side.
+    fn send_round(&mut self, now_us: i64, track: usize, ids: Vec<String>) {
+        let t = &self.tracks[track];
+        let iso = &self.isolates[t.isolate];
+        let mut by_shard: BTreeMap<(u8, u64), Vec<String>> = BTreeMap::new();
+        for id in ids {
+            let shard = iso.layout.shard_for(&self.p.namespace, &id);
+            by_shard.entry((shard.level, shard.index)).or_default().push(id);
+        }
+        let at = now_us + iso.round_trip_us / 2;
+        self.tracks[track].waiting = by_shard.len();
+        for ((level, index), ids) in by_shard {
+            let object = self.object(Shard { level, index });
+            self.events.push(at, Event::Arrive { object, call: Call::Reserve { track, ids } });
+        }
+    }
+
+    fn object(&mut self, shard: Shard) -> usize {
+        if let Some(&object) = self.by_shard.get(&shard) {
+            return object;
+        }
+        self.objects.push(ShardObject {
+            shard,
+            name: shard.name(&self.p.namespace),
+            memory: Rc::default(),
+            server: Server::default(),
+            refused: 0,
+        });
+        self.by_shard.insert(shard, self.objects.len() - 1);
+        self.objects.len() - 1
+    }
+
+    /// A call reaches an object: counted, then queued, or refused when too much is queued.
+    fn arrive(&mut self, now_us: i64, object: usize, call: Call) {
+        let p = self.p;
+        let obj = &mut self.objects[object];
+        obj.server.count_call(now_us);
+        if obj.server.backlog_us(now_us) <= p.overload_us {
+            let done = obj.server.queue(now_us, p.call_us + p.per_id_us * call.ids() as i64);
+            self.events.push(done, Event::Serve { object, call });
+            return;
+        }
+        obj.refused += 1;
+        let back = |iso: &Isolate| now_us + iso.round_trip_us / 2;
+        match call {
+            Call::Reserve { track, ids } => {
+                let at = back(&self.isolates[self.tracks[track].isolate]);
+                self.events.push(at, Event::Reply { track, object, ids, answer: Err(Overloaded) });
+            }
+            Call::Check { asker, .. } => {
+                let at = now_us + (p.object_round_trip_ms * 500.0) as i64;
+                self.events.push(at, Event::Checked { task: asker, answer: Err(Overloaded) });
+            }
+            // After the response, a confirm or a release is tried again, 100 ms, 200 ms, … later
+            // (`after_response::retrying`, here until it is taken).
+            Call::Confirm { owner, ids, tries } => {
+                let at = now_us + retry_delay_us(tries);
+                self.events
+                    .push(at, Event::Arrive { object, call: Call::Confirm { owner, ids, tries: tries + 1 } });
+            }
+            Call::Release { owner, ids, tries } => {
+                let at = now_us + retry_delay_us(tries);
+                self.events
+                    .push(at, Event::Arrive { object, call: Call::Release { owner, ids, tries: tries + 1 } });
+            }
+        }
+    }
+
+    /// The object's turn for a call: the real shard code runs.
+    fn serve(&mut self, now_us: i64, object: usize, call: Call) {
+        let p = self.p;
+        let now_ms = T0_MS + now_us / 1000;
+        let obj = &self.objects[object];
+        let rules =
+            ShardRules { level: obj.shard.level, now_ms, window_ms: p.window_ms, split_above: p.split_above };
+        let memory = obj.memory.clone();
+        let link = Rc::new(ParentLink::default());
+        // The broken rule: a child that does not ask its parent.
+        let ask = (obj.shard.level > 0 && !p.broken_rule).then(|| ask_parent(&link));
+        let (future, then, ids): (Pin<Box<dyn Future<Output = Done>>>, Then, usize) = match call {
+            Call::Reserve { track, ids } => {
+                let owner = self.tracks[track].owner.clone();
+                let asked = ids.clone();
+                let future = Box::pin(async move {
+                    Done::Reserved(reserve_here(&*memory, rules, &owner, &asked, ask).await)
+                });
+                let n = ids.len();
+                (future, Then::Isolate { track, ids }, n)
+            }
+            Call::Check { ids, asker } => {
+                let n = ids.len();
+                let future = Box::pin(async move {
+                    let held = check_here(&*memory, rules, &ids, ask).await;
+                    Done::Checked(held.map(|held| (held, memory.split_at())))
+                });
+                (future, Then::Child { task: asker }, n)
+            }
+            Call::Confirm { owner, ids, .. } => {
+                memory.confirm(&owner, &ids, now_ms);
+                return;
+            }
+            Call::Release { owner, ids, .. } => {
+                memory.release(&owner, &ids);
+                return;
+            }
+        };
+        self.tasks_made += 1;
+        self.step(now_us, self.tasks_made, Task { object, ids, future, link, then });
+    }
+
+    /// Runs a task until it waits for its parent (then asks the parent) or ends (then answers).
+    fn step(&mut self, now_us: i64, id: u64, mut task: Task) {
+        let half_object_trip = (self.p.object_round_trip_ms * 500.0) as i64;
+        match task.future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Pending => {
+                let ids = task.link.asked.borrow_mut().take().expect("a task waits only for its parent");
+                let shard = self.objects[task.object].shard;
+                let parent = self.object(shard.parent().expect("only a child asks its parent"));
+                self.tasks.insert(id, task);
+                let call = Call::Check { ids, asker: id };
+                self.events.push(now_us + half_object_trip, Event::Arrive { object: parent, call });
+            }
+            Poll::Ready(done) => match (task.then, done) {
+                (Then::Isolate { track, ids }, Done::Reserved(answer)) => {
+                    let at = now_us + self.isolates[self.tracks[track].isolate].round_trip_us / 2;
+                    self.events.push(at, Event::Reply { track, object: task.object, ids, answer });
+                }
+                (Then::Child { task }, Done::Checked(answer)) => {
+                    self.events.push(now_us + half_object_trip, Event::Checked { task, answer });
+                }
+                _ => unreachable!("a reserve answers an isolate, a check a child"),
+            },
+        }
+    }
+
+    /// A shard's answer at the isolate (`accept_events`).
+    fn reply(
+        &mut self,
+        now_us: i64,
+        track: usize,
+        object: usize,
+        ids: Vec<String>,
+        answer: Result<ShardAnswer, Overloaded>,
+    ) {
+        let t = &mut self.tracks[track];
+        t.waiting -= 1;
+        match answer {
+            Ok(ShardAnswer::Moved) => {
+                self.isolates[t.isolate].layout.learn_split(&self.objects[object].name);
+                self.stats.moved += 1;
+                t.moved.extend(ids);
+            }
+            Ok(ShardAnswer::Decided(decisions)) => {
+                assert_eq!(decisions.len(), ids.len(), "one decision per id");
+                let mut fresh = Vec::new();
+                for (id, decision) in ids.iter().zip(decisions) {
+                    let n = Ids::number(id);
+                    t.decisions.push((n, n < t.first_new, decision));
+                    if decision == Reserved::Fresh {
+                        fresh.push(id.clone());
+                    }
+                }
+                if !fresh.is_empty() {
+                    t.reserved.push((object, fresh));
+                }
+                t.attempted.push((object, ids));
+            }
+            Err(Overloaded) => {
+                t.failed = true;
+                t.attempted.push((object, ids));
+            }
+        }
+        if t.waiting > 0 {
+            return;
+        }
+        let at = now_us + self.isolates[t.isolate].round_trip_us / 2;
+        if !t.failed && !t.moved.is_empty() && t.rounds < MAX_LEVEL {
+            t.rounds += 1;
+            let ids = std::mem::take(&mut t.moved);
+            self.send_round(now_us, track, ids);
+            return;
+        }
+        if t.failed || !t.moved.is_empty() {
+            // A 500: every shard called releases what this request reserved there.
+            self.stats.failed_requests += u64::from(self.p.measured(t.arrived_us));
+            let owner = t.owner.clone();
+            for (object, ids) in std::mem::take(&mut t.attempted) {
+                let call = Call::Release { owner: owner.clone(), ids, tries: 0 };
+                self.events.push(at, Event::Arrive { object, call });
+            }
+            t.reserved.clear();
+            t.decisions.clear();
+            return;
+        }
+        // Accepted: the fresh events go to the queue, the answer goes out, then the confirms.
+        if self.p.measured(t.arrived_us) {
+            self.stats.added_ms.push((now_us - t.arrived_us) as f64 / 1000.0);
+            self.stats.events_decided += t.events as u64;
+        }
+        for (n, repeat, decision) in std::mem::take(&mut t.decisions) {
+            let accepted = &mut self.ids.accepted[n as usize];
+            self.stats.repeats += u64::from(repeat);
+            match decision {
+                Reserved::Fresh => {
+                    if *accepted > 0 {
+                        self.stats.duplicates_accepted += 1;
+                    }
+                    *accepted = accepted.saturating_add(1);
+                }
+                Reserved::Duplicate => {
+                    self.stats.duplicates += 1;
+                    self.stats.answered_duplicate.push(n);
+                }
+                Reserved::InFlight => self.stats.in_flight += 1,
+            }
+        }
+        let owner = t.owner.clone();
+        for (object, ids) in std::mem::take(&mut t.reserved) {
+            let call = Call::Confirm { owner: owner.clone(), ids, tries: 0 };
+            self.events.push(at + self.p.queue_send_us, Event::Arrive { object, call });
+        }
+        t.attempted.clear();
+    }
+
+    fn report(self) -> Report {
+        let p = self.p;
+        let measured = p.measure_from_s..p.duration_ms / 1000;
+        let busiest = |range: std::ops::Range<i64>, objects: &[ShardObject]| {
+            objects
+                .iter()
+                .map(|o| (o.server.max_calls_per_second(range.clone()), o.name.clone()))
+                .max()
+                .unwrap_or_default()
+        };
+        let (max_calls, busiest_name) = busiest(measured.clone(), &self.objects);
+        let (max_calls_ramp, busiest_ramp) = busiest(0..p.measure_from_s, &self.objects);
+        let in_use: Vec<&ShardObject> =
+            self.objects.iter().filter(|o| o.memory.split_at().is_none()).collect();
+        let max_calls_in_use =
+            in_use.iter().map(|o| o.server.max_calls_per_second(measured.clone())).max().unwrap_or(0);
+        let false_duplicates =
+            self.stats.answered_duplicate.iter().filter(|&&n| self.ids.accepted[n as usize] == 0).count()
+                as u64;
+        if std::env::var("MODEL_TRACE").is_ok() {
+            for o in &self.objects {
+                let split = o.memory.split_at().map(|at| (at - T0_MS) as f64 / 1000.0);
+                eprintln!("{} split at {split:?} s, refused {}: {:?}", o.name, o.refused, o.server.calls());
+            }
+        }
+        Report {
+            false_duplicates,
+            shards_in_use: in_use.len(),
+            objects: self.objects.len(),
+            levels: self.objects.iter().map(|o| o.shard.level + 1).max().unwrap_or(0),
+            max_calls,
+            busiest: busiest_name,
+            max_calls_ramp,
+            busiest_ramp,
+            max_calls_in_use,
+            refused_calls: self.objects.iter().map(|o| o.refused).sum(),
+            audit: audit_spread(&p.audit, p.seed, p.duration_ms / 1000),
+            stats: self.stats,
+        }
+    }
+}
+
+/// The after-response work's pause before another try: 100 ms, 200 ms, … at most 5 s.
+fn retry_delay_us(tries: u32) -> i64 {
+    (100_000i64 << tries.min(6)).min(5_000_000)
+}
+
+impl Report {
+    fn measured_seconds(p: &BigProject) -> f64 {
+        (p.duration_ms / 1000 - p.measure_from_s) as f64
+    }
+
+    fn events_per_second(&self, p: &BigProject) -> f64 {
+        (self.stats.events_decided as f64 / Self::measured_seconds(p)).round()
+    }
+
+    pub fn missed(&self, p: &BigProject) -> Vec<String> {
+        let mut missed = Vec::new();
+        if self.stats.duplicates_accepted > 0 {
+            missed.push(format!("{} duplicates accepted", self.stats.duplicates_accepted));
+        }
+        if self.false_duplicates > 0 {
+            missed.push(format!("{} ids answered duplicate but never accepted", self.false_duplicates));
+        }
+        if p.quick {
+            return missed;
+        }
+        if self.events_per_second(p) < 100_000.0 {
+            missed.push(format!("{} events/s < 100,000", self.events_per_second(p)));
+        }
+        if self.audit.rows_per_second < 10_000.0 {
+            missed.push(format!("{} audit rows/s < 10,000", self.audit.rows_per_second));
+        }
+        if self.max_calls > 500 {
+            missed.push(format!("{} calls in a second on {} > 500", self.max_calls, self.busiest));
+        }
+        if self.audit.max_d1_gb > p.audit.max_gb {
+            missed.push(format!("an audit database of {} GB > {}", self.audit.max_d1_gb, p.audit.max_gb));
+        }
+        missed
+    }
+
+    pub fn json(&self, p: &BigProject) -> serde_json::Value {
+        let s = &self.stats;
+        let round = |x: f64, digits: i32| (x * 10f64.powi(digits)).round() / 10f64.powi(digits);
+        serde_json::json!({
+            "seed": p.seed,
+            "simulated_seconds": p.duration_ms / 1000,
+            "measured_from_second": p.measure_from_s,
+            "quick": p.quick,
+            "broken_rule": p.broken_rule,
+            "events_per_second": self.events_per_second(p),
+            "events_offered_per_second": (s.events_offered as f64 / Self::measured_seconds(p)).round(),
+            "track_requests": s.requests,
+            "failed_requests": s.failed_requests,
+            "batch": p.batch,
+            "isolates": p.isolates,
+            "ledger_shards": self.shards_in_use,
+            "ledger_objects": self.objects,
+            "ledger_levels": self.levels,
+            "moved_answers": s.moved,
+            "max_object_calls_per_second": self.max_calls,
+            "busiest_object": self.busiest,
+            "max_calls_per_second_of_a_shard_in_use": self.max_calls_in_use,
+            "max_object_calls_per_second_in_ramp": self.max_calls_ramp,
+            "busiest_object_in_ramp": self.busiest_ramp,
+            "refused_calls": self.refused_calls,
+            // Of the requests answered 202 (`null`: none was).
+            "p50_added_ms": (!s.added_ms.is_empty()).then(|| round(percentile(&s.added_ms, 0.5), 1)),
+            "p99_added_ms": (!s.added_ms.is_empty()).then(|| round(percentile(&s.added_ms, 0.99), 1)),
+            "repeated_events": s.repeats,
+            "answered_duplicate": s.duplicates,
+            "answered_in_flight": s.in_flight,
+            "duplicates_accepted": s.duplicates_accepted,
+            "false_duplicates": self.false_duplicates,
+            "audit_rows_per_second": self.audit.rows_per_second,
+            "audit_projects": p.audit.projects,
+            "biggest_project_rows_per_second": self.audit.biggest_rows_per_second,
+            "audit_row_bytes": self.audit.row_bytes,
+            "audit_databases": self.audit.databases,
+            "max_d1_gb": round(self.audit.max_d1_gb, 2),
+            "d1_gb": self.audit.gb.iter().map(|&gb| round(gb, 2)).collect::<Vec<_>>(),
+            "max_d1_inserts_per_second": self.audit.max_inserts_per_second,
+            "max_d1_rows_per_second": self.audit.max_rows_per_second,
+        })
+    }
+}
