@@ -8,13 +8,14 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{Context, Poll, Waker};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
 
 use gatehouse_core::encoding::uuid_v4;
 use gatehouse_core::events::Reserved;
 use gatehouse_core::ledger::shards::{
-    check_here, reserve_here, Checked, LedgerLayout, MemoryShard, Shard, ShardAnswer, ShardMemory,
-    ShardRules, MAX_LEVEL, SPLIT_ABOVE_PER_SECOND,
+    check_here, reserve_here, Checked, LedgerLayout, MemoryShard, ParentChecks, Shard, ShardAnswer,
+    ShardMemory, ShardRules, MAX_LEVEL, SPLIT_ABOVE_PER_SECOND,
 };
 
 use crate::audit_spread::{audit_spread, AuditLoad, AuditReport};
@@ -111,11 +112,13 @@ struct Overloaded;
 
 type Checking = Result<Checked, Overloaded>;
 
-/// One ledger shard's object: the real `MemoryShard` behind one single-threaded server.
+/// One ledger shard's object: the real `MemoryShard` and `ParentChecks` behind one
+/// single-threaded server.
 struct ShardObject {
     shard: Shard,
     name: String,
     memory: Rc<MemoryShard>,
+    checks: Rc<ParentChecks<Overloaded>>,
     server: Server,
     refused: u64,
 }
@@ -187,7 +190,7 @@ enum Event {
     },
 }
 
-/// Where a parent's answer goes: the real code's `ask_parent` stores the ids it asks about and
+/// Where a parent's answer goes: the check `ParentChecks` sends stores the ids it asks about and
 /// waits until the model delivers the answer.
 #[derive(Default)]
 struct ParentLink {
@@ -208,11 +211,33 @@ impl Future for ParentAnswer {
     }
 }
 
-fn ask_parent(link: &Rc<ParentLink>) -> impl FnOnce(Vec<String>) -> ParentAnswer {
-    let link = link.clone();
+/// The object's `ask_parent`, as the Durable Object's: through its `ParentChecks`.
+fn ask_parent(
+    checks: &Rc<ParentChecks<Overloaded>>,
+    link: &Rc<ParentLink>,
+    now_ms: i64,
+) -> impl FnOnce(Vec<String>) -> Pin<Box<dyn Future<Output = Checking>>> {
+    let (checks, link) = (checks.clone(), link.clone());
     move |ids| {
-        *link.asked.borrow_mut() = Some(ids);
-        ParentAnswer(link)
+        Box::pin(async move {
+            let send = |asked| {
+                *link.asked.borrow_mut() = Some(asked);
+                ParentAnswer(link.clone())
+            };
+            checks.check(ids, now_ms, send).await
+        })
+    }
+}
+
+/// Wakes a task: it goes on in its object's next turn.
+struct TaskWaker {
+    task: u64,
+    woken: Arc<Mutex<Vec<u64>>>,
+}
+
+impl Wake for TaskWaker {
+    fn wake(self: Arc<Self>) {
+        self.woken.lock().expect("one thread").push(self.task);
     }
 }
 
@@ -222,13 +247,14 @@ enum Done {
 }
 
 /// A call an object is running: `reserve_here` or `check_here`, suspended while it waits for its
-/// parent (the object serves other calls meanwhile, as a Durable Object does while it awaits a
-/// fetch).
+/// parent or for its turn in a check (the object serves other calls meanwhile, as a Durable
+/// Object does while it awaits a fetch).
 struct Task {
     object: usize,
     ids: usize,
     future: Pin<Box<dyn Future<Output = Done>>>,
     link: Rc<ParentLink>,
+    waker: Waker,
     then: Then,
 }
 
@@ -305,7 +331,8 @@ impl Ids {
     }
 }
 
-/// What the run counted; requests and events of the measured seconds only.
+/// What the run counted: requests, events and latencies of the measured seconds; the decisions
+/// (of the requests answered 202) of the whole run.
 #[derive(Default)]
 struct Stats {
     requests: u64,
@@ -330,6 +357,7 @@ struct Sim<'a> {
     by_shard: HashMap<Shard, usize>,
     tasks: HashMap<u64, Task>,
     tasks_made: u64,
+    woken: Arc<Mutex<Vec<u64>>>,
     isolates: Vec<Isolate>,
     tracks: Vec<Track>,
     ids: Ids,
@@ -361,6 +389,7 @@ pub fn big_project(p: &BigProject) -> Report {
         by_shard: HashMap::new(),
         tasks: HashMap::new(),
         tasks_made: 0,
+        woken: Arc::default(),
         isolates: (0..p.isolates)
             .map(|i| Isolate {
                 layout: LedgerLayout::default(),
@@ -482,6 +511,7 @@ impl Sim<'_> {
             shard,
             name: shard.name(&self.p.namespace),
             memory: Rc::default(),
+            checks: Rc::default(),
             server: Server::default(),
             refused: 0,
         });
@@ -535,7 +565,7 @@ impl Sim<'_> {
         let memory = obj.memory.clone();
         let link = Rc::new(ParentLink::default());
         // The broken rule: a child that does not ask its parent.
-        let ask = (obj.shard.level > 0 && !p.broken_rule).then(|| ask_parent(&link));
+        let ask = (obj.shard.level > 0 && !p.broken_rule).then(|| ask_parent(&obj.checks, &link, now_ms));
         let (future, then, ids): (Pin<Box<dyn Future<Output = Done>>>, Then, usize) = match call {
             Call::Reserve { track, ids } => {
                 let owner = self.tracks[track].owner.clone();
@@ -564,20 +594,25 @@ impl Sim<'_> {
             }
         };
         self.tasks_made += 1;
-        self.step(now_us, self.tasks_made, Task { object, ids, future, link, then });
+        let waker = Waker::from(Arc::new(TaskWaker { task: self.tasks_made, woken: self.woken.clone() }));
+        self.step(now_us, self.tasks_made, Task { object, ids, future, link, waker, then });
     }
 
-    /// Runs a task until it waits for its parent (then asks the parent) or ends (then answers).
+    /// Runs a task until it waits (for its parent: then it asks the parent; or for its turn in a
+    /// check) or ends (then it answers); the tasks it woke go on in their object's next turns.
     fn step(&mut self, now_us: i64, id: u64, mut task: Task) {
         let half_object_trip = (self.p.object_round_trip_ms * 500.0) as i64;
-        match task.future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        let polled = task.future.as_mut().poll(&mut Context::from_waker(&task.waker));
+        match polled {
             Poll::Pending => {
-                let ids = task.link.asked.borrow_mut().take().expect("a task waits only for its parent");
+                let asked = task.link.asked.borrow_mut().take();
                 let shard = self.objects[task.object].shard;
-                let parent = self.object(shard.parent().expect("only a child asks its parent"));
                 self.tasks.insert(id, task);
-                let call = Call::Check { ids, asker: id };
-                self.events.push(now_us + half_object_trip, Event::Arrive { object: parent, call });
+                if let Some(ids) = asked {
+                    let parent = self.object(shard.parent().expect("only a child asks its parent"));
+                    let call = Call::Check { ids, asker: id };
+                    self.events.push(now_us + half_object_trip, Event::Arrive { object: parent, call });
+                }
             }
             Poll::Ready(done) => match (task.then, done) {
                 (Then::Isolate { track, ids }, Done::Reserved(answer)) => {
@@ -589,6 +624,12 @@ impl Sim<'_> {
                 }
                 _ => unreachable!("a reserve answers an isolate, a check a child"),
             },
+        }
+        let woken = std::mem::take(&mut *self.woken.lock().expect("one thread"));
+        for task in woken {
+            let t = &self.tasks[&task];
+            let done = self.objects[t.object].server.queue(now_us, self.p.per_id_us * t.ids as i64);
+            self.events.push(done, Event::Resume { task });
         }
     }
 
@@ -798,7 +839,7 @@ impl Report {
             "false_duplicates": self.false_duplicates,
             "audit_rows_per_second": self.audit.rows_per_second,
             "audit_projects": p.audit.projects,
-            "biggest_project_rows_per_second": self.audit.biggest_rows_per_second,
+            "biggest_project_rows_per_second": round(self.audit.biggest_rows_per_second, 1),
             "audit_row_bytes": self.audit.row_bytes,
             "audit_databases": self.audit.databases,
             "max_d1_gb": round(self.audit.max_d1_gb, 2),

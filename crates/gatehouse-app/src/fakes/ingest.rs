@@ -40,7 +40,12 @@ impl FakeLedger {
         }
     }
 
-    /// A shard asking its nearest ancestor (a call that may fail like any other).
+    /// A shard asking its nearest ancestor (a call that may fail like any other). Directly, not
+    /// through the object's batched checks (`core::ledger::shards::ParentChecks`): here an
+    /// object's work runs inside the calling request's flow, which the simulation may abandon
+    /// undropped, and the calls waiting for an abandoned batch would hang (in the worker the check
+    /// runs in the object's own request, and its call to the parent has a deadline). The batching
+    /// is unit-tested in core and driven at scale by the platform model (`big-project`).
     fn ask<'a>(
         &'a self,
         ancestors: &'a [String],

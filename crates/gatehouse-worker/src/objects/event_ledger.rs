@@ -22,7 +22,7 @@ use gatehouse_core::events::{Reservation, RESERVATION_LEASE_MS};
 use gatehouse_core::lease::RequestRate;
 use gatehouse_core::ledger::protocol::{LedgerAnswer, LedgerCommand, BINDING, URL};
 use gatehouse_core::ledger::shards::{
-    check_here, reserve_here, Checked, ShardAnswer, ShardMemory, ShardRules,
+    check_here, reserve_here, Checked, ParentChecks, ShardAnswer, ShardMemory, ShardRules,
 };
 use gatehouse_core::platform::deadline;
 use gatehouse_core::ports::{Meter, PortError};
@@ -33,6 +33,8 @@ pub struct EventLedgerObject {
     sql: SqlStorage,
     /// Reserve calls a second, for the split decision (lost with the isolate: it counts again).
     rate: RefCell<RequestRate>,
+    /// Its checks of its parent, batched (SPEC §20: no object above ~500 calls/s).
+    checks: ParentChecks<PortError>,
 }
 
 #[derive(Deserialize)]
@@ -127,7 +129,7 @@ impl DurableObject for EventLedgerObject {
         ] {
             sql.exec(ddl, None).expect("create the ledger's tables");
         }
-        Self { env, sql, rate: RefCell::default() }
+        Self { env, sql, rate: RefCell::default(), checks: ParentChecks::default() }
     }
 
     async fn fetch(&self, mut req: Request) -> Result<Response> {
@@ -141,26 +143,31 @@ impl DurableObject for EventLedgerObject {
         };
         let namespace = self.env.durable_object(BINDING)?;
         let namespace = Rc::new(namespace);
-        // Asks the nearest ancestor (which asks its own) what it holds for the ids.
+        // Asks the nearest ancestor (which asks its own) what it holds for the ids, in a check
+        // batched with those of the other calls of this object (`ParentChecks`).
         let ask = |ancestors: Vec<String>| {
             let namespace = namespace.clone();
             ancestors.split_first().map(|(parent, rest)| {
                 let (parent, rest) = (parent.clone(), rest.to_vec());
                 move |ids: Vec<String>| async move {
-                    let asked = ids.len();
-                    let command = LedgerCommand::Check { ids, ancestors: rest };
-                    let meter = Meter::default();
-                    // Shorter than the worker's own deadline on this call: a reserve never
-                    // decides after its caller gave up on it (and released what it reserved).
-                    let check = durable::call(&namespace, &meter, URL, &parent, &command);
-                    match within(deadline::LEDGER_CHECK_MS, "event ledger check", check).await? {
-                        LedgerAnswer::Held { held, split_at_ms } if held.len() == asked => {
-                            Ok::<Checked, PortError>((held, split_at_ms))
+                    let send = |ids: Vec<String>| async move {
+                        let asked = ids.len();
+                        let command = LedgerCommand::Check { ids, ancestors: rest };
+                        let meter = Meter::default();
+                        // Shorter than the worker's own deadline on this call: a reserve never
+                        // decides after its caller gave up on it (and released what it reserved),
+                        // also when it first waited in line for a check out (at most as long).
+                        let check = durable::call(&namespace, &meter, URL, &parent, &command);
+                        match within(deadline::LEDGER_CHECK_MS, "event ledger check", check).await? {
+                            LedgerAnswer::Held { held, split_at_ms } if held.len() == asked => {
+                                Ok::<Checked, PortError>((held, split_at_ms))
+                            }
+                            other => {
+                                Err(PortError(format!("event ledger {parent}: unexpected answer {other:?}")))
+                            }
                         }
-                        other => {
-                            Err(PortError(format!("event ledger {parent}: unexpected answer {other:?}")))
-                        }
-                    }
+                    };
+                    self.checks.check(ids, now_ms, send).await
                 }
             })
         };
