@@ -285,7 +285,8 @@ struct Track {
     failed: bool,
     attempted: Vec<(usize, Vec<String>)>,
     reserved: Vec<(usize, Vec<String>)>,
-    decisions: Vec<(u64, bool, Reserved)>,
+    /// Per id: its number, whether it repeats an earlier send, the decision and when it was made.
+    decisions: Vec<(u64, bool, Reserved, i64)>,
 }
 
 /// The event ids: each a UUID v4 whose last 48 bits are its number, so the model knows it again.
@@ -294,6 +295,8 @@ struct Ids {
     made: u64,
     /// Per id: how many requests had it accepted (fresh and sent to the queue).
     accepted: Vec<u8>,
+    /// Per id: when a confirm of it was first served (`i64::MAX`: not yet).
+    confirmed_us: Vec<i64>,
     /// First sends of the last 10 s: (when, id), oldest first.
     sent: VecDeque<(i64, u64)>,
 }
@@ -314,6 +317,7 @@ impl Ids {
         let n = self.made;
         self.made += 1;
         self.accepted.push(0);
+        self.confirmed_us.push(i64::MAX);
         self.sent.push_back((now_us, n));
         while self.sent.front().is_some_and(|(at, _)| *at < now_us - 10_000_000) {
             self.sent.pop_front();
@@ -342,6 +346,8 @@ struct Stats {
     repeats: u64,
     duplicates: u64,
     in_flight: u64,
+    /// Ids answered `in_flight` more than 1 s after their first send was confirmed.
+    in_flight_after_confirm: u64,
     duplicates_accepted: u64,
     /// Ids answered `duplicate` (checked at the end: each must have been accepted).
     answered_duplicate: Vec<u64>,
@@ -586,6 +592,10 @@ impl Sim<'_> {
             }
             Call::Confirm { owner, ids, .. } => {
                 memory.confirm(&owner, &ids, now_ms);
+                for id in &ids {
+                    let first = &mut self.ids.confirmed_us[Ids::number(id) as usize];
+                    *first = (*first).min(now_us);
+                }
                 return;
             }
             Call::Release { owner, ids, .. } => {
@@ -652,10 +662,11 @@ impl Sim<'_> {
             }
             Ok(ShardAnswer::Decided(decisions)) => {
                 assert_eq!(decisions.len(), ids.len(), "one decision per id");
+                let decided_us = now_us - self.isolates[t.isolate].round_trip_us / 2;
                 let mut fresh = Vec::new();
                 for (id, decision) in ids.iter().zip(decisions) {
                     let n = Ids::number(id);
-                    t.decisions.push((n, n < t.first_new, decision));
+                    t.decisions.push((n, n < t.first_new, decision, decided_us));
                     if decision == Reserved::Fresh {
                         fresh.push(id.clone());
                     }
@@ -697,7 +708,7 @@ impl Sim<'_> {
             self.stats.added_ms.push((now_us - t.arrived_us) as f64 / 1000.0);
             self.stats.events_decided += t.events as u64;
         }
-        for (n, repeat, decision) in std::mem::take(&mut t.decisions) {
+        for (n, repeat, decision, decided_us) in std::mem::take(&mut t.decisions) {
             let accepted = &mut self.ids.accepted[n as usize];
             self.stats.repeats += u64::from(repeat);
             match decision {
@@ -711,7 +722,12 @@ impl Sim<'_> {
                     self.stats.duplicates += 1;
                     self.stats.answered_duplicate.push(n);
                 }
-                Reserved::InFlight => self.stats.in_flight += 1,
+                Reserved::InFlight => {
+                    self.stats.in_flight += 1;
+                    // In flight while its first send is: a check's answer may be a trip old.
+                    let confirmed_us = self.ids.confirmed_us[n as usize];
+                    self.stats.in_flight_after_confirm += u64::from(confirmed_us < decided_us - 1_000_000);
+                }
             }
         }
         let owner = t.owner.clone();
@@ -786,6 +802,10 @@ impl Report {
         if self.false_duplicates > 0 {
             missed.push(format!("{} ids answered duplicate but never accepted", self.false_duplicates));
         }
+        if self.stats.in_flight_after_confirm > 0 {
+            let n = self.stats.in_flight_after_confirm;
+            missed.push(format!("{n} ids answered in flight more than 1 s after their first was confirmed"));
+        }
         if p.quick {
             return missed;
         }
@@ -835,6 +855,7 @@ impl Report {
             "repeated_events": s.repeats,
             "answered_duplicate": s.duplicates,
             "answered_in_flight": s.in_flight,
+            "in_flight_after_confirm": s.in_flight_after_confirm,
             "duplicates_accepted": s.duplicates_accepted,
             "false_duplicates": self.false_duplicates,
             "audit_rows_per_second": self.audit.rows_per_second,
