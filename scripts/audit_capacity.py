@@ -79,7 +79,7 @@ def main():
     for rps in (10, 100, 1_000, 10_000):
         d1 = rps * 2 * HOT_SECONDS * hot
         r2 = rps * 90 * 86_400 * cold
-        print(f"{rps:>10}   {d1 / 1e9:>10.3f} GB{'' if d1 < 5e9 else '  (over 5 GB: lower AUDIT_HOT_SECONDS)':<42}   {r2 / 1e12:>8.3f} TB")
+        print(f"{rps:>10}   {d1 / 1e9:>10.3f} GB{'' if d1 < 5e9 else '  (over 5 GB in one: raise AUDIT_DATABASES)':<42}   {r2 / 1e12:>8.3f} TB")
 
 
 if __name__ == "__main__":
