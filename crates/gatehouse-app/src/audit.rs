@@ -207,6 +207,30 @@ pub struct RollUpReport {
     pub done: bool,
 }
 
+/// [`roll_up`] over several audit databases side by side (SPEC §20), each from its own `store`:
+/// the rows of a database are rolled up from it, whatever project they belong to. The runs share
+/// one invocation's D1 queries, so each takes its part of `limits.slices_per_run` (at least one).
+/// Answers the runs' reports summed; done when every one is.
+pub async fn roll_up_each<S: AuditStore, A: Archive>(
+    stores: &[S],
+    archive: &A,
+    cutoff: i64,
+    limits: RollUpLimits,
+    now_ms: impl Fn() -> i64,
+) -> Result<RollUpReport, PortError> {
+    let share =
+        RollUpLimits { slices_per_run: (limits.slices_per_run / stores.len().max(1)).max(1), ..limits };
+    let runs = stores.iter().map(|store| roll_up(store, archive, cutoff, share, &now_ms));
+    let reports = futures_util::future::try_join_all(runs).await?;
+    Ok(reports.into_iter().fold(RollUpReport { done: true, ..Default::default() }, |sum, r| RollUpReport {
+        rolled: sum.rolled + r.rolled,
+        copies: sum.copies + r.copies,
+        objects: sum.objects + r.objects,
+        rewritten: sum.rewritten + r.rewritten,
+        done: sum.done && r.done,
+    }))
+}
+
 /// Moves every row older than `cutoff` from D1 (the hot tier) to R2 objects (the cold tier), slice
 /// by slice, oldest first, until none is left or the run has used `limits.slices_per_run`. Per
 /// slice: read it, drop the copies of rows an object holds already, write its object whole, then
@@ -417,6 +441,35 @@ mod tests {
         let limits = RollUpLimits { time_box_ms: 20_000, ..RollUpLimits::PER_MINUTE };
         let report = complete(roll_up(&store, &bucket, retention_cutoff(NOW, 90), limits, tick)).unwrap();
         assert!(!report.done && report.objects == 19, "{report:?}");
+    }
+
+    /// SPEC §20: two audit databases rolled up in one run share its slices, and the report sums
+    /// both; the run is done only when both are.
+    #[test]
+    fn several_databases_share_one_runs_slices_and_report_together() {
+        let old = retention_cutoff(NOW, 90) - 3_600_000;
+        let (first, bucket) = fakes();
+        let (second, _) = fakes();
+        for (store, tenants) in [(&first, 0..3), (&second, 3..5)] {
+            let rows: Vec<AuditRow> =
+                tenants.map(|p| row(Some(&format!("prj_{p}")), &format!("req_{p}"), old + p)).collect();
+            complete(store.insert_audit_rows(&rows)).unwrap();
+        }
+        let stores = [first, second];
+        let limits = RollUpLimits { slices_per_run: 4, ..SMALL };
+        let cutoff = retention_cutoff(NOW, 90);
+        // Two slices each: the second database is done, the first has one tenant left.
+        let report = complete(roll_up_each(&stores, &bucket, cutoff, limits, || NOW)).unwrap();
+        assert_eq!((report.objects, report.rolled, report.done), (4, 4, false), "{report:?}");
+        let report = complete(roll_up_each(&stores, &bucket, cutoff, limits, || NOW)).unwrap();
+        assert_eq!((report.objects, report.rolled, report.done), (1, 1, true), "{report:?}");
+        // One database takes the whole budget.
+        let (only, bucket) = fakes();
+        let rows: Vec<AuditRow> =
+            (0..5).map(|p| row(Some(&format!("prj_{p}")), &format!("req_{p}"), old + p)).collect();
+        complete(only.insert_audit_rows(&rows)).unwrap();
+        let report = complete(roll_up_each(&[only], &bucket, cutoff, limits, || NOW)).unwrap();
+        assert_eq!((report.objects, report.done), (4, false), "{report:?}");
     }
 
     /// The ids of the rows in objects D1 has a summary of (what the log API reads), per object.

@@ -18,7 +18,7 @@ mod responses;
 pub use after_response::{AfterResponse, Settlement};
 pub use responses::failure;
 
-pub use audit::{move_legacy_audit_rows, roll_up, RollUpLimits, RollUpReport};
+pub use audit::{move_legacy_audit_rows, roll_up, roll_up_each, RollUpLimits};
 pub use dead_letters::{redrive, RedriveReport};
 pub use webhooks::{dispatch, reseal_secrets, retry, sweep, ManualRetry};
 #[cfg(test)]

@@ -300,28 +300,10 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
         let archive = R2Archive::new(env.bucket(archive::BINDING).map_err(port_error)?);
         let started = now_ms();
         let cutoff = gatehouse_core::archive::hot_cutoff(started, config.audit_hot_seconds);
-        // Each audit database on its own, side by side (SPEC §20): the rows of a database are
-        // rolled up from it, whatever project they belong to. They share the invocation's D1
-        // queries, so each takes its part of the slices.
-        let databases = audit_dbs(&env, config);
-        let share = app::RollUpLimits {
-            slices_per_run: (limits.slices_per_run / databases.len().max(1)).max(1),
-            ..limits
-        };
-        let runs = databases.into_iter().map(|db| {
-            let (archive, store) = (&archive, D1Store::new(db, Rc::default()));
-            async move { app::roll_up(&store, archive, cutoff, share, now_ms).await }
-        });
-        let r = futures_util::future::try_join_all(runs).await?.into_iter().fold(
-            app::RollUpReport { done: true, ..Default::default() },
-            |sum, r| app::RollUpReport {
-                rolled: sum.rolled + r.rolled,
-                copies: sum.copies + r.copies,
-                objects: sum.objects + r.objects,
-                rewritten: sum.rewritten + r.rewritten,
-                done: sum.done && r.done,
-            },
-        );
+        // Each audit database on its own (SPEC §20).
+        let stores: Vec<D1Store> =
+            audit_dbs(&env, config).into_iter().map(|db| D1Store::new(db, Rc::default())).collect();
+        let r = app::roll_up_each(&stores, &archive, cutoff, limits, now_ms).await?;
         Ok(match r.objects > 0 || r.copies > 0 || r.rewritten > 0 {
             true => format!(
                 r#""rolled_rows":{},"copies":{},"objects":{},"rewritten":{},"done":{},"elapsed_ms":{}"#,

@@ -59,6 +59,12 @@ impl EventLedgerObject {
         rows.first().map(|r| r.at_ms)
     }
 
+    /// Deletes the rows older than the window (on reserves, and on a split shard's checks).
+    fn prune(&self, rules: ShardRules) -> Result<()> {
+        let before = rules.now_ms - rules.window_ms;
+        self.sql.exec("DELETE FROM reservations WHERE at_ms <= ?", vec![before.into()]).map(drop)
+    }
+
     fn set_split(&self, which: &str, at_ms: i64) {
         let set = "INSERT OR IGNORE INTO splits (which, at_ms) VALUES (?, ?)";
         self.sql.exec(set, vec![which.into(), at_ms.into()]).expect("write the shard's split");
@@ -175,10 +181,7 @@ impl DurableObject for EventLedgerObject {
         let answer = match req.json::<LedgerCommand>().await? {
             LedgerCommand::Reserve { owner, ids, ancestors } => {
                 let rules = rules(&ancestors);
-                self.sql.exec(
-                    "DELETE FROM reservations WHERE at_ms <= ?",
-                    vec![(now_ms - rules.window_ms).into()],
-                )?;
+                self.prune(rules)?;
                 match reserve_here(self, rules, &owner, &ids, ask(ancestors)).await.map_err(fail)? {
                     ShardAnswer::Decided(decisions) => LedgerAnswer::Reserved { decisions },
                     ShardAnswer::Moved => LedgerAnswer::Moved,
@@ -186,9 +189,9 @@ impl DurableObject for EventLedgerObject {
             }
             LedgerCommand::Check { ids, ancestors } => {
                 // A split shard takes no reserve, so its old rows go here.
-                let before = now_ms - rules(&ancestors).window_ms;
-                self.sql.exec("DELETE FROM reservations WHERE at_ms <= ?", vec![before.into()])?;
-                let held = check_here(self, rules(&ancestors), &ids, ask(ancestors)).await.map_err(fail)?;
+                let rules = rules(&ancestors);
+                self.prune(rules)?;
+                let held = check_here(self, rules, &ids, ask(ancestors)).await.map_err(fail)?;
                 LedgerAnswer::Held { held, split_at_ms: self.split_at() }
             }
             LedgerCommand::Confirm { owner, ids } => {

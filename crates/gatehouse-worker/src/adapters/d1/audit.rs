@@ -57,7 +57,9 @@ impl D1Store {
         PLACED.with_borrow(|placed| {
             for &p in projects {
                 match placed.get(p) {
-                    Some(&db) => drop(found.insert(p.to_owned(), db)),
+                    Some(&db) => {
+                        found.insert(p.to_owned(), db);
+                    }
                     None => unknown.push(p),
                 }
             }
