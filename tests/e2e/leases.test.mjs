@@ -4,16 +4,17 @@
 // revoked key is refused everywhere within a second.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtemp, readFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { assertError, call, createKey, createProject, freshWindow, sleep, startGateway } from './harness.mjs';
 
 let gateway;
+let state;
 
 before(async () => {
-  const dir = await mkdtemp(join(tmpdir(), 'gatehouse-leases-'));
-  gateway = await startGateway(join(dir, 'state'), { vars: { LEASE_ABOVE_PER_SECOND: '0' } });
+  state = join(await mkdtemp(join(tmpdir(), 'gatehouse-leases-')), 'state');
+  gateway = await startGateway(state, { vars: { LEASE_ABOVE_PER_SECOND: '0' } });
 });
 
 after(() => gateway?.stop());
@@ -83,4 +84,50 @@ test('a revoked hot key is refused everywhere within a second', async () => {
   const late = after.filter(([ms]) => ms > 1_050);
   assert.ok(late.length > 0);
   assert.ok(late.every(([, s]) => s === 401), JSON.stringify(after));
+});
+
+/** How many key-guard objects (guards, authorities, claim objects) have storage in the local state. */
+const guardObjects = async () => (await readdir(join(state, 'v3/do/gatehouse-KeyGuardObject')))
+  .filter((f) => f.endsWith('.sqlite') && f !== 'metadata.sqlite').length;
+
+/** FNV-1a (64 bits), as the gateway spreads a key's claims by `Idempotency-Key`. */
+function fnv1a(text) {
+  let h = 0xcbf29ce484222325n;
+  for (const byte of Buffer.from(text)) h = ((h ^ BigInt(byte)) * 0x100000001b3n) & 0xffffffffffffffffn;
+  return h;
+}
+
+test("a leasing key's idempotent requests take their claims in its claim objects, spread by Idempotency-Key; retries replay and nothing runs twice", async () => {
+  const { owner } = await createProject('hot idempotent key', { plan: 'business', base: gateway.base });
+  const key = await createKey(owner.key, 'server', {}, { base: gateway.base });
+  assert.equal((await me(key.key)).status, 200);
+  await sleep(300);
+  const before = await guardObjects();
+  const keys = Array.from({ length: 24 }, (_, i) => `order-${i}`);
+  const post = (idem, name) => call('POST', '/public/v1/contacts', {
+    key: key.key, base: gateway.base, body: { name }, headers: { 'Idempotency-Key': idem },
+  });
+  const created = [];
+  for (const [i, idem] of keys.entries()) {
+    const res = await post(idem, `Customer ${i}`);
+    assert.equal(res.status, 201, res.text);
+    created.push(res.body.id);
+  }
+  // Shard 0 of a key's claims is its guard; every other shard its Idempotency-Keys reach is an
+  // object of its own (CLAIM_SHARDS is 8 by default, and the key was made with it).
+  const shards = new Set(keys.map((k) => Number(fnv1a(k) % 8n)).filter((s) => s !== 0));
+  assert.ok(shards.size >= 4, `the test's keys reach ${shards.size} claim objects`);
+  const deadline = Date.now() + 10_000;
+  while ((await guardObjects()) - before < shards.size && Date.now() < deadline) await sleep(100);
+  assert.equal((await guardObjects()) - before, shards.size, 'one new object per claim shard used');
+  // Retries, in parallel: each replays its own first answer.
+  const retried = await Promise.all(keys.map((idem, i) => post(idem, `Customer ${i}`)));
+  for (const [i, res] of retried.entries()) {
+    assert.equal(res.status, 201, res.text);
+    assert.equal(res.headers.get('idempotent-replayed'), '1', keys[i]);
+    assert.equal(res.body.id, created[i]);
+  }
+  const list = await call('GET', '/public/v1/contacts?limit=100', { key: key.key, base: gateway.base });
+  assert.equal(list.status, 200, list.text);
+  assert.equal(list.body.data.length, keys.length, 'nothing executed twice');
 });

@@ -9,7 +9,9 @@ use super::queues::{record_audit_row, AuditPath};
 use super::{ingest, ApiResponse, Gateway};
 use gatehouse_core::audit::AuditRow;
 use gatehouse_core::idempotency::{Entry, KeptResponse};
-use gatehouse_core::ports::{ClaimRequest, DeliveryQueue, KeyGuard, PortError, Ports, ResponseStore};
+use gatehouse_core::ports::{
+    ClaimHolder, ClaimRequest, DeliveryQueue, KeyGuard, PortError, Ports, ResponseStore,
+};
 
 /// Everything a request leaves to do once its response is on its way.
 pub struct AfterResponse {
@@ -42,13 +44,14 @@ impl ApiResponse {
 pub enum Settlement {
     /// `response` is sealed already (SPEC §13).
     Complete {
-        key_hash: String,
+        /// The object that holds the claim (the key's guard or one of its claim objects).
+        object: String,
         api_key_id: String,
         claim: ClaimRequest,
         response: KeptResponse,
     },
     Release {
-        key_hash: String,
+        holder: ClaimHolder,
         claim: ClaimRequest,
     },
     ConfirmEvents(ingest::Reservations),
@@ -156,9 +159,8 @@ impl<P: Ports> Gateway<'_, P> {
         pause: impl Fn(u64) -> F,
     ) -> Result<(), PortError> {
         match settlement {
-            Settlement::Complete { key_hash, api_key_id, claim, response } => {
-                let mine =
-                    retrying(&pause, || self.guard.complete_claim(&key_hash, &claim, &response)).await?;
+            Settlement::Complete { object, api_key_id, claim, response } => {
+                let mine = retrying(&pause, || self.guard.complete_claim(&object, &claim, &response)).await?;
                 if !mine {
                     // The lease ran out and another request holds the claim: its response counts.
                     return Ok(());
@@ -171,8 +173,8 @@ impl<P: Ports> Gateway<'_, P> {
                 })
                 .await
             }
-            Settlement::Release { key_hash, claim } => {
-                retrying(&pause, || self.guard.release_claim(&key_hash, &claim)).await
+            Settlement::Release { holder, claim } => {
+                retrying(&pause, || self.guard.release_claim(&holder, &claim)).await
             }
             Settlement::ConfirmEvents(reservations) => {
                 retrying(&pause, || reservations.confirm(&self.ledger)).await

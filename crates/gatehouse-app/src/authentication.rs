@@ -15,7 +15,9 @@ use gatehouse_core::api_key::{self, KeyRecord, KeyTypes, RefusalReason, Scope};
 use gatehouse_core::error::{ApiError, ErrorCode};
 use gatehouse_core::lease::Leased;
 use gatehouse_core::ports::Pause;
-use gatehouse_core::ports::{Admission, Authorization, ClaimRequest, KeyGuard, PortError, Ports};
+use gatehouse_core::ports::{
+    Admission, Authorization, ClaimHolder, ClaimRequest, KeyGuard, PortError, Ports,
+};
 use gatehouse_core::rate_limit::{Usage, Verdict};
 use gatehouse_core::route::{Access, Route};
 use gatehouse_core::time::rfc3339;
@@ -97,15 +99,13 @@ impl<P: Ports> Gateway<'_, P> {
             return Ok(Caller { key: None, key_hash: None, usage: None, claim: None, sealing: None });
         };
         // A hot key (SPEC §20): admitted from this isolate's lease of its credits, or refused by
-        // a refusal lease, with no round trip. A request with an Idempotency-Key needs its claim,
-        // which only the guard holds.
-        let mut leased =
-            claim.is_none().then(|| self.leases.borrow_mut().admit(&key_hash, scope, now_ms)).flatten();
+        // a refusal lease, with no round trip to its guard. A request with an Idempotency-Key
+        // takes its claim from the one object that holds it, spread over the key's claim objects.
+        let mut leased = self.leases.borrow_mut().admit(&key_hash, scope, now_ms);
         // Another request of this isolate is asking the key's guard for a lease: wait for it (a
         // little) instead of asking too, so a burst at a hot key makes one call, not one each.
         let mut waited = 0;
         while leased.is_none()
-            && claim.is_none()
             && waited < LEASE_WAIT_MS
             && self.config.lease_above_per_second.is_some_and(|above| {
                 self.leases.borrow_mut().should_wait(&key_hash, now_ms + waited as i64, above)
@@ -117,7 +117,21 @@ impl<P: Ports> Gateway<'_, P> {
         }
         let (key_hash, answer) = match leased {
             Some(Leased::Admitted(key, usage)) => {
-                let admission = Admission { key, verdict: Verdict::Allowed, usage, claim: None, lease: None };
+                let claim = match claim {
+                    None => None,
+                    Some(c) => {
+                        let object = key.claim_object(&c.idempotency_key);
+                        match self.guard.take_claim(&object, c).await {
+                            Ok(decision) => Some(decision),
+                            Err(e) => {
+                                trace.key = Some(key);
+                                trace.unanswered_claim = Some(ClaimHolder::Object(object));
+                                return Err((Some(usage), unavailable(e)));
+                            }
+                        }
+                    }
+                };
+                let admission = Admission { key, verdict: Verdict::Allowed, usage, claim, lease: None };
                 (key_hash, Ok(Authorization::Admitted(Box::new(admission))))
             }
             Some(Leased::Refused(key, verdict, usage)) => {
@@ -152,7 +166,7 @@ impl<P: Ports> Gateway<'_, P> {
             }
             Err(e) => {
                 // The guard may have taken a claim and lost only its answer.
-                trace.unanswered_guard = Some(key_hash);
+                trace.unanswered_claim = Some(ClaimHolder::GuardOf(key_hash));
                 return Err((None, unavailable(e)));
             }
         };

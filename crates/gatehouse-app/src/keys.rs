@@ -52,6 +52,7 @@ impl NewKey {
             rolled_to: None,
             identity: None,
             limits: None,
+            claim_shards: config.claim_shards,
         };
         NewKey { record, secret }
     }

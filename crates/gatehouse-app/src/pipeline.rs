@@ -13,7 +13,7 @@ use gatehouse_core::encoding::uuid_v7;
 use gatehouse_core::error::{ApiError, ErrorCode};
 use gatehouse_core::idempotency::{self, ClaimDecision, Entry, KeptResponse, StoredResponse};
 use gatehouse_core::ports::{
-    ClaimRequest, KeyGuard, PassThrough, Ports, RequestBody, ResponseStore, OPERATOR_GUARD,
+    ClaimHolder, ClaimRequest, KeyGuard, PassThrough, Ports, RequestBody, ResponseStore, OPERATOR_GUARD,
 };
 use gatehouse_core::rate_limit::{Usage, Window};
 use gatehouse_core::route::{cors_path, match_route, Access, Miss, Route, RouteId};
@@ -35,8 +35,9 @@ pub(super) struct Trace {
     /// The key the request was made with, when one was recognised (revoked ones included).
     pub(super) key: Option<KeyRecord>,
     pub(super) idempotency_key: Option<String>,
-    /// The key hash of a guard whose answer was lost (it may hold a claim of this request).
-    pub(super) unanswered_guard: Option<String>,
+    /// Where a claim of this request may be whose taking went unanswered (a key's guard, or the
+    /// object that holds the claim).
+    pub(super) unanswered_claim: Option<ClaimHolder>,
     /// Refused from the isolate's memory of an address over its anonymous limit: no audit row,
     /// so a flood cannot make unlimited D1 writes (docs/api/rate-limits.md, "Abuse").
     pub(super) unaudited: bool,
@@ -52,12 +53,24 @@ pub(super) struct Caller {
     pub(super) sealing: Option<Keyring>,
 }
 
+impl Caller {
+    /// The object that holds the caller's claim of `idempotency_key`: one of its key's objects
+    /// (SPEC §20), or the operator's guard.
+    fn claim_object(&self, idempotency_key: &str) -> String {
+        match (&self.key, &self.key_hash) {
+            (Some(key), _) => key.claim_object(idempotency_key),
+            (None, Some(guard)) => guard.clone(),
+            (None, None) => unreachable!("claims have a guard"),
+        }
+    }
+}
+
 /// What `serve` hands back: the answer, the usage for the rate headers, and the claim this
 /// request took (it must be settled) with the key its response is sealed under.
 pub(super) struct Served {
     pub(super) usage: Option<Usage>,
     pub(super) answer: Result<Answer, ApiError>,
-    pub(super) taken_claim: Option<(String, String, ClaimRequest)>,
+    pub(super) taken_claim: Option<(ClaimHolder, String, ClaimRequest)>,
     pub(super) sealing: Option<Keyring>,
 }
 
@@ -112,10 +125,10 @@ impl<P: Ports> Gateway<'_, P> {
         if trace.route.is_some_and(|r| r.cors) {
             response.headers.extend(CORS_HEADERS.map(|(name, value)| (name, value.to_owned())));
         }
-        if let Some((key_hash, api_key_id, claim)) = served.taken_claim {
+        if let Some((holder, api_key_id, claim)) = served.taken_claim {
             let proxied = trace.route.is_some_and(|r| r.id == RouteId::Proxy);
-            response.settlements.push(match served.sealing {
-                Some(sealing) if (200..300).contains(&response.status) => {
+            response.settlements.push(match (served.sealing, holder) {
+                (Some(sealing), ClaimHolder::Object(object)) if (200..300).contains(&response.status) => {
                     let stored = if response.passthrough.is_some() {
                         // SPEC §15: answered, not kept; the key stays completed, so the origin
                         // is never called twice for it.
@@ -145,9 +158,9 @@ impl<P: Ports> Gateway<'_, P> {
                     // Sealed before it leaves the worker: neither the guard nor KV sees it in clear.
                     let entry = Entry { api_key_id: &api_key_id, idempotency_key: &claim.idempotency_key };
                     let kept = KeptResponse::seal_to_keep(&sealing, entry, &stored, random());
-                    Settlement::Complete { key_hash, api_key_id, claim, response: kept }
+                    Settlement::Complete { object, api_key_id, claim, response: kept }
                 }
-                _ => Settlement::Release { key_hash, claim },
+                (_, holder) => Settlement::Release { holder, claim },
             });
         }
         response
@@ -230,20 +243,18 @@ impl<P: Ports> Gateway<'_, P> {
                 Err(e) => return Served::early(None, e),
             };
             let claim = claim_for(&body.bytes);
-            let caller = match self
-                .authenticate(credentials, client_ip, claim.as_ref(), req.now_ms, trace)
-                .await
-            {
-                Ok(caller) => caller,
-                Err((usage, e)) => {
-                    // A claim the guard may have taken is released after the 503, so the
-                    // client's retry is not refused as IN_USE for the lease (the API key id
-                    // is unknown: only a release can follow).
-                    let lost =
-                        trace.unanswered_guard.take().zip(claim).map(|(hash, c)| (hash, String::new(), c));
-                    return Served { usage, answer: Err(e), taken_claim: lost, sealing: None };
-                }
-            };
+            let caller =
+                match self.authenticate(credentials, client_ip, claim.as_ref(), req.now_ms, trace).await {
+                    Ok(caller) => caller,
+                    Err((usage, e)) => {
+                        // A claim the guard may have taken is released after the 503, so the
+                        // client's retry is not refused as IN_USE for the lease (the API key id
+                        // is unknown: only a release can follow).
+                        let lost =
+                            trace.unanswered_claim.take().zip(claim).map(|(at, c)| (at, String::new(), c));
+                        return Served { usage, answer: Err(e), taken_claim: lost, sealing: None };
+                    }
+                };
             (body, claim, caller)
         } else {
             let mut caller = match self.authenticate(credentials, client_ip, None, req.now_ms, trace).await {
@@ -255,14 +266,15 @@ impl<P: Ports> Gateway<'_, P> {
                 Err(e) => return Served::early(caller.usage, e),
             };
             let claim = claim_for(&body.bytes);
-            if let (Some(c), Some(key_hash), Some(token)) = (&claim, &caller.key_hash, &token) {
-                match self.guard.take_claim(key_hash, c).await {
+            if let (Some(c), Some(token)) = (&claim, &token) {
+                let object = caller.claim_object(&c.idempotency_key);
+                match self.guard.take_claim(&object, c).await {
                     Ok(decision) => {
                         caller.claim = Some(decision);
                         caller.sealing = Some(self.config.response_keys(token));
                     }
                     Err(e) => {
-                        let lost = Some((key_hash.clone(), String::new(), c.clone()));
+                        let lost = Some((ClaimHolder::Object(object), String::new(), c.clone()));
                         return Served {
                             usage: caller.usage,
                             answer: Err(unavailable(e)),
@@ -283,7 +295,8 @@ impl<P: Ports> Gateway<'_, P> {
                 Ok(caller) => caller,
                 Err(e) => {
                     // As for a key's guard: a claim it may have taken is released after the 503.
-                    let lost = claim.map(|c| (OPERATOR_GUARD.to_owned(), String::new(), c));
+                    let lost =
+                        claim.map(|c| (ClaimHolder::Object(OPERATOR_GUARD.to_owned()), String::new(), c));
                     return Served { usage, answer: Err(e), taken_claim: lost, sealing: None };
                 }
             };
@@ -294,17 +307,16 @@ impl<P: Ports> Gateway<'_, P> {
         let principal = caller.key.as_ref().map_or(OPERATOR_GUARD, |k| k.id.as_str()).to_owned();
         match (&caller.claim, claim) {
             (Some(ClaimDecision::Replay { response }), Some(claim)) => {
-                let key_hash = caller.key_hash.as_deref().expect("claims have a guard");
+                let object = caller.claim_object(&claim.idempotency_key);
                 let sealing = caller.sealing.as_ref().expect("claims have a sealing key");
-                let answer = self
-                    .replay(&principal, key_hash, sealing, response.clone(), &claim.idempotency_key)
-                    .await;
+                let answer =
+                    self.replay(&principal, &object, sealing, response.clone(), &claim.idempotency_key).await;
                 return Served { usage, answer, taken_claim: None, sealing: None };
             }
             (Some(ClaimDecision::Execute { operation: op }), Some(claim)) => {
-                let key_hash = caller.key_hash.clone().expect("claims have a guard");
+                let object = caller.claim_object(&claim.idempotency_key);
                 operation = Some(idempotency::operation_seed(&principal, &claim.idempotency_key, op));
-                taken_claim = Some((key_hash, principal, claim));
+                taken_claim = Some((ClaimHolder::Object(object), principal, claim));
             }
             (Some(decision), _) => {
                 if let Some(e) = idempotency::refusal(decision) {
@@ -359,7 +371,7 @@ impl<P: Ports> Gateway<'_, P> {
     pub(super) async fn replay(
         &self,
         api_key_id: &str,
-        key_hash: &str,
+        claim_object: &str,
         sealing: &Keyring,
         held: Option<KeptResponse>,
         idempotency_key: &str,
@@ -374,7 +386,7 @@ impl<P: Ports> Gateway<'_, P> {
             if let Ok(Some(response)) = stored.clone().map(|kept| kept.and_then(open)) {
                 break 'found response;
             }
-            match self.guard.held_response(key_hash, idempotency_key).await {
+            match self.guard.held_response(claim_object, idempotency_key).await {
                 Ok(Some(kept)) => open(kept).ok_or_else(|| {
                     ApiError::unavailable("the completed claim's stored response does not open")
                 })?,

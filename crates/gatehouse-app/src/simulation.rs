@@ -1642,3 +1642,57 @@ fn leased_credits_given_back_come_back_to_the_project_quota() {
         "the project counts {used} used ({unused_held} of them held unused by the key's guard) for {admitted} admitted"
     );
 }
+
+/// SPEC §20: a hot key's idempotent requests are admitted from the isolate's lease and take their
+/// claims in the key's claim objects, spread by the `Idempotency-Key`, not in its guard; a retry
+/// finds its claim wherever it is asked from — a fresh isolate without a lease (through the guard,
+/// which sends the claim on), or a leasing one — and nothing executes twice.
+#[test]
+fn a_hot_keys_claims_spread_over_its_claim_objects_and_retries_find_them() {
+    let faults = Rc::new(Faults::new(3, 0.0));
+    let (mut gateway, clock, secrets) =
+        fake_gateway(quota_leasing_config(), &faults, T0, "prj_sim", &[KeyType::Server], 0.0);
+    let key = gateway.store.directory.keys.borrow()[0].clone();
+    assert_eq!(key.claim_shards, gatehouse_core::config::DEFAULT_CLAIM_SHARDS);
+    let contact = |i: usize| Body::whole(format!(r#"{{"name":"c{i}"}}"#).as_bytes());
+    let post = |gateway: &Gateway<'static, Sim>, i: usize| {
+        clock.set(clock.get() + 2);
+        let idem = format!("order-{i}");
+        let mut req = request(&clock, "POST", "/public/v1/contacts", &secrets[0], Some(&idem), "");
+        req.body = contact(i);
+        // The claim is settled after the response; the isolate keeps its lease (its give-back
+        // would wait for the lease's end).
+        let mut response = drive(gateway.handle(req), &faults, 0.0).unwrap();
+        for settlement in response.after_response().settlements {
+            drive(gateway.settle(settlement, |_| async {}), &faults, 0.0).unwrap().unwrap();
+        }
+        response
+    };
+    for i in 0..40 {
+        assert_eq!(post(&gateway, i).status, 201);
+    }
+    let asked_guard = gateway.guard.asked.borrow().iter().filter(|n| **n == key.key_hash).count();
+    assert!(
+        asked_guard < 10,
+        "the lease admitted most of them: the guard was asked {asked_guard} times: {:?}",
+        gateway.guard.asked.borrow().iter().map(|n| n.replace(&key.key_hash, "K")).collect::<Vec<_>>()
+    );
+    let holders: HashSet<String> =
+        gateway.guard.claims.borrow().keys().map(|(object, _)| object.clone()).collect();
+    assert!(holders.len() >= 6, "claims spread over {holders:?}");
+    for ((object, idem), _) in gateway.guard.claims.borrow().iter() {
+        assert_eq!(*object, key.claim_object(idem), "{idem}");
+    }
+    // Retries: from a fresh isolate (no lease: its guard is asked first), then from a leasing one.
+    for isolate in 0..2 {
+        gateway.leases = Rc::default();
+        gateway.memory = Rc::default();
+        for i in 0..40 {
+            let again = post(&gateway, i);
+            assert_eq!(again.status, 201, "isolate {isolate}, order-{i}");
+            assert!(again.headers.iter().any(|(n, v)| *n == "idempotent-replayed" && v == "1"));
+        }
+    }
+    assert_eq!(gateway.store.resources.contacts.borrow().len(), 40, "nothing executed twice");
+    assert_eq!(gateway.guard.executions.get(), 40);
+}

@@ -187,6 +187,7 @@ mod tests {
             rolled_to: None,
             identity: None,
             limits: None,
+            claim_shards: 1,
         }
     }
 
@@ -383,6 +384,16 @@ pub struct KeyRecord {
     /// `per_minute` written the older way. A key has no quota of its own: that is its project's.
     #[serde(default)]
     pub limits: Option<crate::rate_limit::LimitSpec>,
+    /// How many objects hold the key's idempotency claims (SPEC §20), fixed when the key is made
+    /// (`CLAIM_SHARDS`): its guard and `claim_shards - 1` claim objects, chosen by the
+    /// `Idempotency-Key` ([`KeyRecord::claim_object`]). A key made before claims were spread
+    /// keeps them all in its guard.
+    #[serde(default = "one_claim_object")]
+    pub claim_shards: u32,
+}
+
+fn one_claim_object() -> u32 {
+    1
 }
 
 /// An identity as its keys' guards see it: its id and the limits its keys share (SPEC §20).
@@ -417,6 +428,12 @@ pub const MAX_ROLL_GRACE_SECONDS: u64 = 86_400;
 pub const DEFAULT_ROLL_GRACE_SECONDS: u64 = 3_600;
 
 impl KeyRecord {
+    /// The object that holds this key's claim of `idempotency_key`: its guard or one of its claim
+    /// objects ([`crate::idempotency::claim_object`]).
+    pub fn claim_object(&self, idempotency_key: &str) -> String {
+        crate::idempotency::claim_object(&self.key_hash, self.claim_shards, idempotency_key)
+    }
+
     pub fn is_revoked(&self) -> bool {
         self.revoked_at.is_some()
     }

@@ -25,6 +25,9 @@ pub struct Config {
     /// The D1 databases the audit log spreads over (`AUDIT_DATABASES`, SPEC §20): `AUDIT_DB`,
     /// `AUDIT_DB_1`, … A new project is put on one of them by its id, and stays there.
     pub audit_databases: u8,
+    /// How many objects a key made from now on spreads its idempotency claims over
+    /// (`CLAIM_SHARDS`, 1–64, SPEC §20); each key keeps the number it was made with.
+    pub claim_shards: u32,
     pub webhook_retry_schedule: Vec<u64>,
     pub webhook_timeout_ms: u64,
     pub webhook_header_prefix: String,
@@ -64,6 +67,10 @@ pub struct Config {
 /// second on, a key's isolates hold leases and ask it about once a second each instead.
 pub const DEFAULT_LEASE_ABOVE_PER_SECOND: u32 = 100;
 
+/// A hot key's idempotent requests spread over its guard and 7 claim objects (SPEC §20): 8
+/// objects of about 1,000 calls a second each, with room for the guard's own work.
+pub const DEFAULT_CLAIM_SHARDS: u32 = 8;
+
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Config")
@@ -73,6 +80,7 @@ impl std::fmt::Debug for Config {
             .field("audit_retention_days", &self.audit_retention_days)
             .field("audit_hot_seconds", &self.audit_hot_seconds)
             .field("audit_databases", &self.audit_databases)
+            .field("claim_shards", &self.claim_shards)
             .field("webhook_retry_schedule", &self.webhook_retry_schedule)
             .field("webhook_timeout_ms", &self.webhook_timeout_ms)
             .field("webhook_header_prefix", &self.webhook_header_prefix)
@@ -149,6 +157,14 @@ impl Config {
         let audit_databases = match number("AUDIT_DATABASES", 1)? {
             n @ 1.. if n <= u64::from(max) => n as u8,
             n => return Err(ConfigError(format!("AUDIT_DATABASES={n} must be between 1 and {max}"))),
+        };
+
+        let claim_shards = match number("CLAIM_SHARDS", DEFAULT_CLAIM_SHARDS.into())? {
+            n @ 1.. if n <= u64::from(crate::idempotency::MAX_CLAIM_SHARDS) => n as u32,
+            n => {
+                let max = crate::idempotency::MAX_CLAIM_SHARDS;
+                return Err(ConfigError(format!("CLAIM_SHARDS={n} must be between 1 and {max}")));
+            }
         };
 
         let schedule_text = get("WEBHOOK_RETRY_SCHEDULE").unwrap_or_else(|| "30,300,1800,7200,21600".into());
@@ -247,6 +263,7 @@ impl Config {
             audit_retention_days: number("AUDIT_RETENTION_DAYS", 90)? as u32,
             audit_hot_seconds: number("AUDIT_HOT_SECONDS", 3_600)?.min(u64::from(u32::MAX)) as u32,
             audit_databases,
+            claim_shards,
             webhook_retry_schedule,
             webhook_timeout_ms: number("WEBHOOK_TIMEOUT_MS", 15_000)?,
             webhook_header_prefix: get("WEBHOOK_HEADER_PREFIX").unwrap_or_else(|| "X-Gatehouse".into()),
@@ -435,6 +452,12 @@ mod tests {
         vars.push(("IDEMPOTENCY_TTL_SECONDS", "soon"));
         assert!(with(&vars).unwrap_err().0.contains("IDEMPOTENCY_TTL_SECONDS"));
         vars.pop();
+        for bad in ["0", "65", "eight"] {
+            vars.push(("CLAIM_SHARDS", bad));
+            assert!(with(&vars).unwrap_err().0.contains("CLAIM_SHARDS"), "{bad}");
+            vars.pop();
+        }
+        assert_eq!(with(&vars).unwrap().claim_shards, DEFAULT_CLAIM_SHARDS);
         for bad in ["0", "33"] {
             vars.push(("AUDIT_DATABASES", bad));
             assert!(with(&vars).unwrap_err().0.contains("AUDIT_DATABASES"), "{bad}");
@@ -469,6 +492,7 @@ mod tests {
             rolled_to: None,
             identity: None,
             limits: None,
+            claim_shards: 1,
         };
         assert_eq!(config.limits(&key("pro", None)), Limits::per_minute(600));
         assert_eq!(config.limits(&key("pro", Some(100))), Limits::per_minute(100));

@@ -16,6 +16,22 @@ pub const HEADER: &str = "Idempotency-Key";
 /// A claim whose execution died is released after this lease.
 pub const LEASE_MS: i64 = 60_000;
 
+/// The most objects one key's claims spread over (SPEC §20): its guard and up to 63 claim objects.
+pub const MAX_CLAIM_SHARDS: u32 = 64;
+
+/// The object that holds a key's claim of `idempotency_key` (SPEC §20): the claims of one key are
+/// spread over `shards` objects by the `Idempotency-Key` — shard 0 is the key's guard (named
+/// `key_hash`), which takes such a claim in the same round trip as its rate decision; shard `s` is
+/// the object `{key_hash}:claims:{s}`, a name no key hash, client address or operator guard takes.
+/// The same key and `Idempotency-Key` always find the same object.
+pub fn claim_object(key_hash: &str, shards: u32, idempotency_key: &str) -> String {
+    let shards = u64::from(shards.clamp(1, MAX_CLAIM_SHARDS));
+    match super::encoding::fnv1a(idempotency_key.as_bytes()) % shards {
+        0 => key_hash.to_owned(),
+        shard => format!("{key_hash}:claims:{shard}"),
+    }
+}
+
 /// What a route asks of the header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyPolicy {
@@ -371,6 +387,33 @@ pub fn refusal(decision: &ClaimDecision) -> Option<ApiError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_keys_claims_spread_over_its_objects_by_the_idempotency_key() {
+        let hash = "ab".repeat(32);
+        let objects: Vec<String> = (0..400).map(|i| claim_object(&hash, 8, &format!("order-{i}"))).collect();
+        // The same key and Idempotency-Key always find the same object.
+        assert!((0..400).all(|i| claim_object(&hash, 8, &format!("order-{i}")) == objects[i]));
+        let mut counts = std::collections::BTreeMap::new();
+        for o in &objects {
+            *counts.entry(o.as_str()).or_insert(0) += 1;
+        }
+        // Shard 0 is the key's guard itself; the others are named after the key and the shard.
+        assert_eq!(counts.len(), 8, "{counts:?}");
+        assert!(counts.contains_key(hash.as_str()));
+        assert!((1..8).all(|s| counts.contains_key(format!("{hash}:claims:{s}").as_str())));
+        assert!(counts.values().all(|n| (25..=75).contains(n)), "evenly enough: {counts:?}");
+        // One object (keys made before claims were spread) is the guard; nonsense is clamped.
+        assert!(["a", "b", "c"]
+            .iter()
+            .all(|k| claim_object(&hash, 1, k) == hash && claim_object(&hash, 0, k) == hash));
+        assert!((0..400).all(|i| claim_object(&hash, 1000, &i.to_string())
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .parse::<u32>()
+            .map_or(true, |s| s < MAX_CLAIM_SHARDS)));
+    }
+
     use super::*;
 
     const OPT: KeyPolicy = KeyPolicy::Optional;

@@ -960,6 +960,7 @@ mod tests {
             rolled_to: None,
             identity: None,
             limits: None,
+            claim_shards: 1,
         }
     }
 

@@ -151,6 +151,7 @@ pub fn hot_key(p: &HotKey) -> Report {
         rolled_to: None,
         identity: None,
         limits: None,
+        claim_shards: 1,
     };
     let mut guard = Guard {
         key: key.clone(),

@@ -20,8 +20,9 @@ use gatehouse_core::lease::{
 };
 use gatehouse_core::page::PageRequest;
 use gatehouse_core::ports::{
-    Admission, AuditSink, Authorization, ClaimRequest, Directory, IdentityChange, IdentityInsert, KeyChanges,
-    KeyGuard, KeyUpdate, PlanChange, PortError, Resources, ResponseStore, Revocation, RunStart,
+    Admission, AuditSink, Authorization, ClaimHolder, ClaimRequest, Directory, IdentityChange,
+    IdentityInsert, KeyChanges, KeyGuard, KeyUpdate, PlanChange, PortError, Resources, ResponseStore,
+    Revocation, RunStart,
 };
 use gatehouse_core::rate_limit::{decide_request, Counters, LimitSpec, Usage, Verdict, AUTH_FAILURE_LIMITS};
 use gatehouse_core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
@@ -374,9 +375,10 @@ impl KeyGuard for FakeGuard {
                     Some(key) if key.refusal(self.clock.get()).is_none() => {
                         let permitted = key.key_type.allows(scope);
                         let (verdict, usage, lease) = self.admit(&key, scope.cost(), permitted, lease);
+                        // The guard takes it, or the key's claim object that holds it (SPEC §20).
                         let claim = claim
                             .filter(|_| verdict == Verdict::Allowed && permitted)
-                            .map(|c| self.claim(key_hash, c));
+                            .map(|c| self.claim(&key.claim_object(&c.idempotency_key), c));
                         Authorization::Admitted(Box::new(Admission { key, verdict, usage, claim, lease }))
                     }
                     refused => Authorization::Denied(refused.map(|key| {
@@ -459,10 +461,17 @@ impl KeyGuard for FakeGuard {
             .await
     }
 
-    async fn release_claim(&self, key_hash: &str, claim: &ClaimRequest) -> Result<(), PortError> {
+    async fn release_claim(&self, holder: &ClaimHolder, claim: &ClaimRequest) -> Result<(), PortError> {
         self.faults
             .run("guard.release_claim", || {
-                let slot = (key_hash.to_owned(), claim.idempotency_key.clone());
+                let object = match holder {
+                    ClaimHolder::Object(object) => object.clone(),
+                    // The key's guard knows where: it forwards the release there.
+                    ClaimHolder::GuardOf(key_hash) => self
+                        .record(key_hash)
+                        .map_or_else(|| key_hash.clone(), |key| key.claim_object(&claim.idempotency_key)),
+                };
+                let slot = (object, claim.idempotency_key.clone());
                 let mut claims = self.claims.borrow_mut();
                 if let Some(held) = claims.get_mut(&slot) {
                     if held.owner == claim.request_id && !held.claim.completed {

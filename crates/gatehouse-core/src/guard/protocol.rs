@@ -186,6 +186,10 @@ pub struct CompleteClaim {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReleaseClaim {
     pub claim: ClaimRequest,
+    /// Set when the releaser does not know where the claim lives (its guard's answer was lost):
+    /// the guard of this key releases it where the key's record says (SPEC §20 claim objects).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub of_key: Option<String>,
 }
 
 /// The response the guard keeps for a completed key (the fallback when the response store misses).

@@ -31,6 +31,17 @@ pub struct ClaimRequest {
     pub request_id: String,
 }
 
+/// Where a request's claim is, to release it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimHolder {
+    /// The object that took it: a key's guard or claim object ([`KeyRecord::claim_object`]), or
+    /// the operator's guard.
+    Object(String),
+    /// Wherever the guard of this key (by its hash) put it: the guard's answer was lost, so the
+    /// request never learnt the key's record, which says where its claims live.
+    GuardOf(String),
+}
+
 /// What the guard of a key says about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Authorization {
@@ -50,7 +61,9 @@ pub const OPERATOR_GUARD: &str = "operator";
 /// It is the source of truth for the key's limits and claims, and for "completed".
 pub trait KeyGuard {
     /// Authenticates the key and makes the rate and quota decision for one request; takes the
-    /// claim only when the request is within its limits and the key's type may call the route.
+    /// claim only when the request is within its limits and the key's type may call the route —
+    /// itself, or, when the claim lives in one of the key's claim objects, through that object
+    /// (one round trip for the caller either way).
     async fn authorize(
         &self,
         key_hash: &str,
@@ -83,7 +96,7 @@ pub trait KeyGuard {
         response: &KeptResponse,
     ) -> Result<bool, PortError>;
     /// The claimed operation failed: forget the claim, so a retry executes again. Safe to repeat.
-    async fn release_claim(&self, key_hash: &str, claim: &ClaimRequest) -> Result<(), PortError>;
+    async fn release_claim(&self, holder: &ClaimHolder, claim: &ClaimRequest) -> Result<(), PortError>;
     /// The response of a completed claim, as the guard keeps it (the response store missed).
     async fn held_response(
         &self,

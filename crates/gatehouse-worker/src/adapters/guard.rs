@@ -12,7 +12,9 @@ use gatehouse_core::guard::protocol::{
 };
 use gatehouse_core::idempotency::{ClaimDecision, KeptResponse};
 use gatehouse_core::lease::{GiveBack, Grant, LeaseAsk};
-use gatehouse_core::ports::{Admission, Authorization, ClaimRequest, KeyGuard, Meter, PortError};
+use gatehouse_core::ports::{
+    Admission, Authorization, ClaimHolder, ClaimRequest, KeyGuard, Meter, PortError,
+};
 use gatehouse_core::rate_limit::{Usage, Verdict};
 
 pub struct GuardClient {
@@ -84,8 +86,12 @@ impl KeyGuard for GuardClient {
         Ok(self.ask(key_hash, command).await?.completed)
     }
 
-    async fn release_claim(&self, key_hash: &str, claim: &ClaimRequest) -> Result<(), PortError> {
-        self.ask(key_hash, ReleaseClaim { claim: claim.clone() }).await.map(drop)
+    async fn release_claim(&self, holder: &ClaimHolder, claim: &ClaimRequest) -> Result<(), PortError> {
+        let (object, of_key) = match holder {
+            ClaimHolder::Object(object) => (object, None),
+            ClaimHolder::GuardOf(key_hash) => (key_hash, Some(key_hash.clone())),
+        };
+        self.ask(object, ReleaseClaim { claim: claim.clone(), of_key }).await.map(drop)
     }
 
     async fn held_response(

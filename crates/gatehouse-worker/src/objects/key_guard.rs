@@ -30,7 +30,8 @@ use gatehouse_core::api_key::KeyRecord;
 use gatehouse_core::config::Config;
 use gatehouse_core::guard::protocol::{
     project_authority, Apply, Ask, AuthFailures, Authorize, Authorized, CompleteClaim, Completed, Decided,
-    Denied, Done, GiveBackLeases, GuardCommand, HeldResponse, ReleaseClaim, RenewLease, Renewed, BINDING,
+    Denied, Done, GiveBackLeases, GuardCommand, HeldResponse, ReleaseClaim, RenewLease, Renewed, TakeClaim,
+    BINDING,
 };
 use gatehouse_core::guard::single_flight::SingleFlight;
 use gatehouse_core::idempotency::{decide_claim, Claim, ClaimDecision, KeptResponse, LEASE_MS};
@@ -263,15 +264,20 @@ impl KeyGuardObject {
             GuardCommand::CompleteClaim(CompleteClaim { claim, response }) => {
                 answer::<CompleteClaim>(self.complete(&claim, &response)?)
             }
-            GuardCommand::ReleaseClaim(ReleaseClaim { claim }) => {
-                // Kept as released, so the same request executing again continues its operation.
-                if self.has_tables()? {
-                    self.sql.exec(
-                        "UPDATE idempotency_claims SET released = 1
-                         WHERE idempotency_key = ? AND owner = ? AND completed = 0",
-                        vec![claim.idempotency_key.into(), claim.request_id.into()],
-                    )?;
+            GuardCommand::ReleaseClaim(ReleaseClaim { claim, of_key: Some(key_hash) }) => {
+                // The releaser never heard where the claim went: where the key's record says.
+                let (key, _) = self.record(&key_hash).await?;
+                let object = key.map_or_else(|| key_hash.clone(), |k| k.claim_object(&claim.idempotency_key));
+                if object != key_hash {
+                    let release = ReleaseClaim { claim, of_key: None };
+                    self.ask_other(&object, release).await?;
+                    return answer::<ReleaseClaim>(Done {});
                 }
+                self.release(&claim)?;
+                answer::<ReleaseClaim>(Done {})
+            }
+            GuardCommand::ReleaseClaim(ReleaseClaim { claim, of_key: None }) => {
+                self.release(&claim)?;
                 answer::<ReleaseClaim>(Done {})
             }
             GuardCommand::HeldResponse(HeldResponse { idempotency_key }) => {
@@ -379,7 +385,13 @@ impl KeyGuardObject {
                     self.admit(&key, c.scope.cost(), permitted, c.lease.as_ref()).await?;
                 let claim = match c.claim {
                     Some(claim) if verdict == Verdict::Allowed && permitted => {
-                        Some(self.claim_waiting(&claim).await?)
+                        // Taken here, or by the key's claim object that holds it (SPEC §20).
+                        let object = key.claim_object(&claim.idempotency_key);
+                        Some(if object == c.key_hash {
+                            self.claim_waiting(&claim).await?
+                        } else {
+                            self.ask_other(&object, TakeClaim { claim }).await?
+                        })
                     }
                     _ => None,
                 };
@@ -762,11 +774,7 @@ impl KeyGuardObject {
         };
         // Credits on their way back are not used meanwhile.
         self.keep_lease(level, LevelLease { held: None, owed: give_back.clone() })?;
-        let namespace = self.env.durable_object(BINDING)?;
-        let asked =
-            durable::ask::<_, Grant>(&namespace, &Meter::default(), level, &GuardCommand::from(exchange))
-                .await;
-        let grant = asked.map_err(rust_error)?;
+        let grant = self.ask_other(level, exchange).await?;
         // Given back now (a retry of a give-back counts once); a grant that came meanwhile is owed.
         let mut lease = self.lease(level)?;
         lease.owed.retain(|o| !give_back.contains(o));
@@ -789,10 +797,7 @@ impl KeyGuardObject {
             give_back: owed.clone(),
             limits,
         };
-        let namespace = self.env.durable_object(BINDING)?;
-        durable::ask::<_, Grant>(&namespace, &Meter::default(), level, &GuardCommand::from(exchange))
-            .await
-            .map_err(rust_error)?;
+        self.ask_other(level, exchange).await?;
         let mut lease = self.lease(level)?;
         lease.owed.retain(|o| !owed.contains(o));
         self.keep_lease(level, lease)
@@ -1034,6 +1039,28 @@ impl KeyGuardObject {
                 })
             })
             .transpose()
+    }
+
+    /// Forgets the claim, kept as released, so the same request executing again continues its
+    /// operation.
+    fn release(&self, claim: &ClaimRequest) -> Result<()> {
+        if self.has_tables()? {
+            self.sql.exec(
+                "UPDATE idempotency_claims SET released = 1
+                 WHERE idempotency_key = ? AND owner = ? AND completed = 0",
+                vec![claim.idempotency_key.clone().into(), claim.request_id.clone().into()],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Sends a command to another object of this namespace: a level's authority (leases), or the
+    /// key's claim object that holds a claim (SPEC §20) — near this one, so one more call but no
+    /// more round trips for the isolate.
+    async fn ask_other<C: Ask>(&self, object: &str, command: C) -> Result<C::Answer> {
+        let namespace = self.env.durable_object(BINDING)?;
+        let command: GuardCommand = command.into();
+        durable::ask(&namespace, &Meter::default(), object, &command).await.map_err(rust_error)
     }
 
     /// Marks the claim completed until the TTL ends and keeps its response as long. Replays carry

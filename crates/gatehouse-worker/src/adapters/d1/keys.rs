@@ -19,12 +19,12 @@ const OTHER_LASTING_OWNERS: &str = "(SELECT count(*) FROM api_keys o
 
 /// The columns a key's row is written with.
 const KEY_FIELDS: &str = "id, project_id, type, name, plan, rate_limit_per_minute, key_hash, prefix,
-    created_at, revoked_at, expires_at, rolled_from, rolled_at, rolled_to, identity_id, limits";
+    created_at, revoked_at, expires_at, rolled_from, rolled_at, rolled_to, identity_id, limits, claim_shards";
 
 /// A key's row as read ([`KeyRow`]): its columns and its identity's limits (SPEC §20), by a
 /// sub-select that also works in a `RETURNING` clause (the join of `key_by_hash`).
 const KEY_COLUMNS: &str = "id, project_id, type, name, plan, rate_limit_per_minute, key_hash, prefix,
-    created_at, revoked_at, expires_at, rolled_from, rolled_at, rolled_to, identity_id, limits,
+    created_at, revoked_at, expires_at, rolled_from, rolled_at, rolled_to, identity_id, limits, claim_shards,
     (SELECT i.limits FROM identities i WHERE i.id = identity_id) AS identity_limits";
 
 /// A key's identity as its insert or change writes it (`?{n}`): only one of the key's project,
@@ -53,6 +53,7 @@ struct KeyRow {
     rolled_to: Option<String>,
     identity_id: Option<String>,
     limits: Option<String>,
+    claim_shards: u32,
     identity_limits: Option<String>,
 }
 
@@ -87,6 +88,7 @@ impl From<KeyRow> for KeyRecord {
             rolled_from: row.rolled_from,
             rolled_at: row.rolled_at,
             rolled_to: row.rolled_to,
+            claim_shards: row.claim_shards,
         }
     }
 }
@@ -160,7 +162,7 @@ impl D1Store {
 
 /// The values of a key's row but its plan (`?5`, the project's): `?14` its identity, `?15` its
 /// own limits.
-fn key_values(key: &KeyRecord) -> [JsValue; 15] {
+fn key_values(key: &KeyRecord) -> [JsValue; 16] {
     [
         text(&key.id),
         text(&key.project_id),
@@ -177,6 +179,7 @@ fn key_values(key: &KeyRecord) -> [JsValue; 15] {
         opt_text(key.rolled_to.as_deref()),
         opt_text(key.identity.as_ref().map(|i| i.id.as_str())),
         limits_text(key.limits.as_ref()),
+        int(key.claim_shards.into()),
     ]
 }
 
@@ -342,7 +345,7 @@ impl Directory for D1Store {
         let insert = self.statement(
             &format!(
                 "INSERT INTO api_keys ({KEY_FIELDS})
-                 SELECT ?1, ?2, ?3, ?4, p.plan, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, {identity}, ?15
+                 SELECT ?1, ?2, ?3, ?4, p.plan, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, {identity}, ?15, ?16
                  FROM projects p
                  WHERE p.id = ?2 AND EXISTS (SELECT 1 FROM api_keys o WHERE o.id = ?11 AND o.rolled_to = ?1)
                  RETURNING {KEY_COLUMNS}",
@@ -532,7 +535,7 @@ fn identity_keys_args(project_id: &str, identity_id: &str, tell: usize) -> [JsVa
 fn insert_key_sql() -> String {
     format!(
         "INSERT INTO api_keys ({KEY_FIELDS})
-         SELECT ?1, ?2, ?3, ?4, p.plan, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, {identity}, ?15
+         SELECT ?1, ?2, ?3, ?4, p.plan, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, {identity}, ?15, ?16
          FROM projects p WHERE p.id = ?2
          ON CONFLICT DO NOTHING
          RETURNING {KEY_COLUMNS}",
