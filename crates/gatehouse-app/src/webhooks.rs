@@ -27,8 +27,6 @@ use gatehouse_core::webhook::{
 const ROTATION_ATTEMPTS: usize = 3;
 /// How long one attempt holds its delivery beyond the timeout, so a crashed attempt is retried.
 const LEASE_SLACK_MS: i64 = 30_000;
-/// The sweep re-enqueues deliveries this overdue: a queued message normally arrives first.
-const SWEEP_GRACE_MS: i64 = 30_000;
 const SWEEP_BATCH: usize = 500;
 /// A delivery the sweep re-queued is not re-queued again for this long: its message may still be
 /// in the queue's retries (D1 refusing it), and every sweep would add a copy.
@@ -64,7 +62,7 @@ struct Recover {
 impl<P: Ports> Gateway<'_, P> {
     pub(super) async fn create_webhook(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let input: CreateWebhook = json_body::parse(&call.body)?;
-        check_url(&input.url, self.config.allow_private_webhook_urls)?;
+        check_url(&input.url, self.config.allow_private_webhook_urls, &self.config.private_webhook_origins)?;
         check_events(&input.events)?;
         let id = call.ids.next("wh");
         let key = secrets_key(self.config);
@@ -304,7 +302,8 @@ pub async fn dispatch<S: WebhookStore, Q: DeliveryQueue, C: WebhookClient>(
     // predate the rules. A refused target is a failed attempt, and no request is sent.
     // The current secret, and the previous one while a rotation's grace runs (SPEC §17).
     let keys = hook.signing_keys(&secrets_key(config), started);
-    let reply = match (target_refusal(&hook.url, config.allow_private_webhook_urls), keys) {
+    let targets = (config.allow_private_webhook_urls, &config.private_webhook_origins);
+    let reply = match (target_refusal(&hook.url, targets.0, targets.1), keys) {
         (Err(why), _) => Err(why),
         (Ok(_), Some(keys)) => {
             let headers = webhook::headers(
@@ -372,11 +371,11 @@ pub async fn dispatch<S: WebhookStore, Q: DeliveryQueue, C: WebhookClient>(
 pub async fn sweep<S: WebhookStore, Q: DeliveryQueue>(
     store: &S,
     queue: &Q,
+    grace_ms: i64,
     now_ms: i64,
 ) -> Result<usize, PortError> {
-    let ids = store
-        .overdue_deliveries(now_ms - SWEEP_GRACE_MS, now_ms, now_ms - SWEEP_REPEAT_MS, SWEEP_BATCH)
-        .await?;
+    let ids =
+        store.overdue_deliveries(now_ms - grace_ms, now_ms, now_ms - SWEEP_REPEAT_MS, SWEEP_BATCH).await?;
     if !ids.is_empty() {
         queue.enqueue(&ids, 0).await?;
     }
@@ -427,6 +426,9 @@ mod tests {
     use crate::fakes::FakeStore;
     use crate::sim::{check_seeds, complete, Faults};
     use gatehouse_core::webhook::{INTERRUPTED_ATTEMPT, RESPONSE_EXCERPT_BYTES};
+
+    /// The sweep's grace as deployed (`WEBHOOK_SWEEP_GRACE_SECONDS`).
+    const GRACE_MS: i64 = gatehouse_core::config::DEFAULT_WEBHOOK_SWEEP_GRACE_SECONDS as i64 * 1000;
 
     /// Seeds that once broke an invariant, replayed on every run. 18171: the clean phase finished
     /// flows one after the other, so posts' durations added up past an in-flight attempt's lease
@@ -612,7 +614,8 @@ mod tests {
                     }
                 }
                 65..70 => {
-                    let flow = Box::pin(async move { sweep(&w.store, &w.queue, now).await.is_ok() });
+                    let flow =
+                        Box::pin(async move { sweep(&w.store, &w.queue, GRACE_MS, now).await.is_ok() });
                     running.push(Running { flow, started: now, message: None });
                 }
                 70..77 => {
@@ -675,14 +678,13 @@ mod tests {
                     retry_message(&w.queue, Some(message));
                 }
             }
-            complete(sweep(&w.store, &w.queue, w.now())).map_err(|e| format!("clean sweep: {e}"))?;
+            complete(sweep(&w.store, &w.queue, GRACE_MS, w.now()))
+                .map_err(|e| format!("clean sweep: {e}"))?;
             // On to the next moment something can happen: a message, or a sweep that finds one.
             let now = w.now();
             let next_message = w.queue.messages.borrow().iter().map(|m| m.visible_at).min();
-            let next_sweep = pending
-                .iter()
-                .map(|(due, locked)| (due + SWEEP_GRACE_MS).max(locked.map_or(0, |l| l + 1)))
-                .min();
+            let next_sweep =
+                pending.iter().map(|(due, locked)| (due + GRACE_MS).max(locked.map_or(0, |l| l + 1))).min();
             let next = next_message.into_iter().chain(next_sweep).min().unwrap_or(now);
             w.clock.set(next.max(now + 1_000));
         }
@@ -1009,9 +1011,13 @@ mod tests {
         drop(stopped); // the isolate is gone, mid-attempt
 
         let lease_ends = T0 + w.config.webhook_timeout_ms as i64 + LEASE_SLACK_MS;
-        assert_eq!(complete(sweep(&w.store, &w.queue, lease_ends)), Ok(0), "held until the lease runs out");
+        assert_eq!(
+            complete(sweep(&w.store, &w.queue, GRACE_MS, lease_ends)),
+            Ok(0),
+            "held until the lease runs out"
+        );
         let later = lease_ends + 1;
-        assert_eq!(complete(sweep(&w.store, &w.queue, later)), Ok(1));
+        assert_eq!(complete(sweep(&w.store, &w.queue, GRACE_MS, later)), Ok(1));
         let message = w.queue.receive(0).expect("the sweep queued it");
         let next = dispatch(&w.store, &w.queue, &client, &w.config, &message.delivery_id, || later, 0.0);
         assert_eq!(complete(next), Ok(()));
@@ -1036,7 +1042,7 @@ mod tests {
         until_posted(&mut stopped, &client);
         drop(stopped); // the isolate is gone during the last attempt
         let later = T0 + w.config.webhook_timeout_ms as i64 + LEASE_SLACK_MS + 1;
-        assert_eq!(complete(sweep(&w.store, &w.queue, later)), Ok(1));
+        assert_eq!(complete(sweep(&w.store, &w.queue, GRACE_MS, later)), Ok(1));
         let message = w.queue.receive(0).expect("the sweep queued it");
         let next = dispatch(&w.store, &w.queue, &client, &w.config, &message.delivery_id, || later, 0.0);
         assert_eq!(complete(next), Ok(()));
@@ -1098,7 +1104,7 @@ mod tests {
             // Four days and a bit, minute by minute.
             for _ in 0..(4 * 24 * 60 + 120) {
                 w.clock.set(w.clock.get() + minute);
-                complete(sweep(&w.store, &w.queue, w.now())).unwrap();
+                complete(sweep(&w.store, &w.queue, GRACE_MS, w.now())).unwrap();
                 while let Some(message) = w.queue.receive(0) {
                     if rng.chance(loss) {
                         lost += 1;

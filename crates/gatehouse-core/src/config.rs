@@ -32,6 +32,14 @@ pub struct Config {
     pub webhook_timeout_ms: u64,
     pub webhook_header_prefix: String,
     pub allow_private_webhook_urls: bool,
+    /// `PRIVATE_WEBHOOK_ORIGINS`: origins (`http://127.0.0.1:4000`) accepted as webhook targets
+    /// although they are loopback, private or plain http — these and no others (the test kit's
+    /// sink, SPEC §21). Metadata and other special addresses stay refused.
+    pub private_webhook_origins: Vec<String>,
+    /// How overdue a pending delivery is before the minute sweep queues it again
+    /// (`WEBHOOK_SWEEP_GRACE_SECONDS`, default 30): its own queued message normally comes first.
+    /// The test kit sets 0: queue delays run on the real time, its clock runs ahead.
+    pub webhook_sweep_grace_ms: i64,
     /// How long a failed queue message waits before its next try (SPEC §12.1).
     pub queue_retry: RetryPolicy,
     pub key_pepper: String,
@@ -71,6 +79,9 @@ pub const DEFAULT_LEASE_ABOVE_PER_SECOND: u32 = 100;
 /// objects of about 1,000 calls a second each, with room for the guard's own work.
 pub const DEFAULT_CLAIM_SHARDS: u32 = 8;
 
+/// The sweep leaves an overdue delivery this long to its own queued message.
+pub const DEFAULT_WEBHOOK_SWEEP_GRACE_SECONDS: u64 = 30;
+
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Config")
@@ -85,6 +96,8 @@ impl std::fmt::Debug for Config {
             .field("webhook_timeout_ms", &self.webhook_timeout_ms)
             .field("webhook_header_prefix", &self.webhook_header_prefix)
             .field("allow_private_webhook_urls", &self.allow_private_webhook_urls)
+            .field("private_webhook_origins", &self.private_webhook_origins)
+            .field("webhook_sweep_grace_ms", &self.webhook_sweep_grace_ms)
             .field("queue_retry", &self.queue_retry)
             .field("key_pepper", &"[redacted]")
             .field("key_pepper_previous", &self.key_pepper_previous.as_ref().map(|_| "[redacted]"))
@@ -158,6 +171,26 @@ impl Config {
             n @ 1.. if n <= u64::from(max) => n as u8,
             n => return Err(ConfigError(format!("AUDIT_DATABASES={n} must be between 1 and {max}"))),
         };
+
+        let private_webhook_origins = get("PRIVATE_WEBHOOK_ORIGINS")
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|o| !o.is_empty())
+            .map(|o| match url::Url::parse(o) {
+                Ok(u)
+                    if u.has_host()
+                        && matches!(u.scheme(), "http" | "https")
+                        && u.path() == "/"
+                        && u.query().is_none() =>
+                {
+                    Ok(u.origin().ascii_serialization())
+                }
+                _ => Err(ConfigError(format!(
+                    "PRIVATE_WEBHOOK_ORIGINS: {o:?} is not an origin like http://127.0.0.1:4000"
+                ))),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
 
         let claim_shards = match number("CLAIM_SHARDS", DEFAULT_CLAIM_SHARDS.into())? {
             n @ 1.. if n <= u64::from(crate::idempotency::MAX_CLAIM_SHARDS) => n as u32,
@@ -264,6 +297,13 @@ impl Config {
             audit_hot_seconds: number("AUDIT_HOT_SECONDS", 3_600)?.min(u64::from(u32::MAX)) as u32,
             audit_databases,
             claim_shards,
+            private_webhook_origins,
+            webhook_sweep_grace_ms: number(
+                "WEBHOOK_SWEEP_GRACE_SECONDS",
+                DEFAULT_WEBHOOK_SWEEP_GRACE_SECONDS,
+            )?
+            .min(86_400) as i64
+                * 1000,
             webhook_retry_schedule,
             webhook_timeout_ms: number("WEBHOOK_TIMEOUT_MS", 15_000)?,
             webhook_header_prefix: get("WEBHOOK_HEADER_PREFIX").unwrap_or_else(|| "X-Gatehouse".into()),
@@ -451,6 +491,17 @@ mod tests {
         vars.pop();
         vars.push(("IDEMPOTENCY_TTL_SECONDS", "soon"));
         assert!(with(&vars).unwrap_err().0.contains("IDEMPOTENCY_TTL_SECONDS"));
+        vars.pop();
+        for bad in ["ftp://x", "http://127.0.0.1:4000/hooks", "127.0.0.1:4000"] {
+            vars.push(("PRIVATE_WEBHOOK_ORIGINS", bad));
+            assert!(with(&vars).unwrap_err().0.contains("PRIVATE_WEBHOOK_ORIGINS"), "{bad}");
+            vars.pop();
+        }
+        vars.push(("PRIVATE_WEBHOOK_ORIGINS", " http://127.0.0.1:4000 , https://Sink.Example "));
+        assert_eq!(
+            with(&vars).unwrap().private_webhook_origins,
+            ["http://127.0.0.1:4000", "https://sink.example"]
+        );
         vars.pop();
         for bad in ["0", "65", "eight"] {
             vars.push(("CLAIM_SHARDS", bad));

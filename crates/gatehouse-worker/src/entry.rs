@@ -5,12 +5,13 @@ use std::rc::Rc;
 
 use wasm_bindgen::{JsCast, JsValue};
 use worker::{
-    console_error, console_log, event, Bucket, Context, D1Database, Date, Env, KvStore, MessageBatch,
-    MessageExt, ObjectNamespace, Queue, QueueRetryOptionsBuilder, Result, ScheduleContext, ScheduledEvent,
+    console_error, console_log, event, Bucket, Context, D1Database, Env, KvStore, MessageBatch, MessageExt,
+    ObjectNamespace, Queue, QueueRetryOptionsBuilder, Result, ScheduleContext, ScheduledEvent,
 };
 
 use crate::adapters::archive::{self, R2Archive};
 use crate::adapters::audit::{self as audit_queue, AuditQueue};
+use crate::adapters::clock::{self, now_ms};
 use crate::adapters::d1::D1Store;
 use crate::adapters::env::config;
 use crate::adapters::events::{self, LedgerClient, QueueSink};
@@ -153,12 +154,9 @@ fn pause(ms: u64) -> worker::Delay {
     worker::Delay::from(std::time::Duration::from_millis(ms))
 }
 
-fn now_ms() -> i64 {
-    Date::now().as_millis() as i64
-}
-
 #[event(fetch)]
 async fn fetch(req: web_sys::Request, env: Env, ctx: Context) -> Result<web_sys::Response> {
+    clock::follow(&env).await.map_err(|e| worker::Error::RustError(e.0))?;
     let started = now_ms();
     let meter = Rc::new(Meter::default());
     let head = http::RequestHead::of(&req);
@@ -218,6 +216,7 @@ fn jitter() -> f64 {
 /// retries each as told (all at once when every message is acked).
 #[event(queue)]
 async fn queue(batch: MessageBatch<String>, env: Env, _ctx: Context) -> Result<()> {
+    clock::follow(&env).await.map_err(|e| worker::Error::RustError(e.0))?;
     let config = config(&env).map_err(|e| worker::Error::RustError(e.to_string()))?;
     let store = store(&env, config, &Rc::default())?;
     let deliveries = WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING)?);
@@ -269,6 +268,9 @@ async fn queue(batch: MessageBatch<String>, env: Env, _ctx: Context) -> Result<(
 /// hour objects, then leave D1), time-boxed by its limits.
 #[event(scheduled)]
 async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
+    if let Err(e) = clock::follow(&env).await {
+        return console_error!("scheduled {}: {e}", event.cron());
+    }
     let config = match config(&env) {
         Ok(config) => config,
         Err(e) => return console_error!("scheduled {}: {e}", event.cron()),
@@ -281,7 +283,7 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
 
     let sweep = async {
         let queue = WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING).map_err(port_error)?);
-        let queued = app::sweep(&store, &queue, now_ms()).await?;
+        let queued = app::sweep(&store, &queue, config.webhook_sweep_grace_ms, now_ms()).await?;
         Ok(if queued > 0 { format!(r#""requeued":{queued}"#) } else { String::new() })
     };
     let reseal = async {

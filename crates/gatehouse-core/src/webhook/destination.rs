@@ -8,9 +8,10 @@ use crate::error::ApiError;
 /// Checks a subscription URL (SPEC §10, §13): `https` only, no credentials, and no target in an
 /// IANA special-purpose block, a metadata host or an internal name (see [`target_refusal`]).
 /// `allow_private` (local development and tests) lets `http` through and lifts the refusal of
-/// loopback and private targets only ([`Block::Local`]), never of the rest.
-pub fn check_url(raw: &str, allow_private: bool) -> Result<url::Url, ApiError> {
-    target_refusal(raw, allow_private)
+/// loopback and private targets only ([`Block::Local`]), never of the rest; `listed` origins
+/// (`PRIVATE_WEBHOOK_ORIGINS`, the test kit's sink) have the same exception, and only they.
+pub fn check_url(raw: &str, allow_private: bool, listed: &[String]) -> Result<url::Url, ApiError> {
+    target_refusal(raw, allow_private, listed)
         .map_err(|why| ApiError::unprocessable(format!("url {why}")).with_detail("field", "url"))
 }
 
@@ -21,7 +22,7 @@ pub fn check_url(raw: &str, allow_private: bool) -> Result<url::Url, ApiError> {
 /// address: the `url` crate parses hosts the WHATWG way. A host must be ASCII (an international
 /// name in its `xn--` form): the worker carries no Unicode mapping tables, so full-width or other
 /// non-ASCII spellings of a host are refused rather than mapped.
-pub fn target_refusal(raw: &str, allow_private: bool) -> Result<url::Url, String> {
+pub fn target_refusal(raw: &str, allow_private: bool, listed: &[String]) -> Result<url::Url, String> {
     let url = url::Url::parse(raw).map_err(|_| {
         if raw.is_ascii() {
             "is not an absolute URL"
@@ -42,10 +43,11 @@ pub fn target_refusal(raw: &str, allow_private: bool) -> Result<url::Url, String
         Some(url::Host::Ipv4(ip)) => v4_block(ip),
         Some(url::Host::Ipv6(ip)) => v6_block(ip),
     };
+    let listed = listed.iter().any(|origin| *origin == url.origin().ascii_serialization());
     // The switch is named only where it would let the URL through.
     match (block, url.scheme()) {
         (Some(Special(what)), _) => Err(format!("must not point to {what}")),
-        _ if allow_private => Ok(url),
+        _ if allow_private || listed => Ok(url),
         (Some(Local(what)), _) => {
             Err(format!("must not point to {what} (only with {SWITCH}, for local development)"))
         }
@@ -172,6 +174,25 @@ fn name_block(domain: &str) -> Option<Block> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `PRIVATE_WEBHOOK_ORIGINS` (the test kit's sink): exactly the listed origins pass although
+    /// they are loopback and http; the same host on another port, or another scheme, does not;
+    /// a special address stays refused even when listed.
+    #[test]
+    fn listed_origins_and_only_they_pass_as_private_targets() {
+        let listed = ["http://127.0.0.1:4000".to_owned(), "http://169.254.169.254".to_owned()];
+        assert!(target_refusal("http://127.0.0.1:4000/webhooks?x=1", false, &listed).is_ok());
+        for refused in [
+            "http://127.0.0.1:4001/webhooks",
+            "https://127.0.0.1:4000/",
+            "http://localhost:4000/",
+            "http://169.254.169.254/latest",
+        ] {
+            assert!(target_refusal(refused, false, &listed).is_err(), "{refused}");
+        }
+        let why = check_url("http://127.0.0.1:4001/", false, &listed).unwrap_err();
+        assert!(why.message.contains("ALLOW_PRIVATE_WEBHOOK_URLS"), "{}", why.message);
+    }
 
     /// What [`check_url`] must answer for a target, without and with `ALLOW_PRIVATE_WEBHOOK_URLS`.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -347,8 +368,8 @@ mod tests {
     fn every_special_purpose_target_is_refused_and_the_switch_lifts_only_loopback_and_private() {
         let mut wrong = Vec::new();
         for &(raw, want, words) in TARGETS {
-            let strict = check_url(raw, false);
-            let dev = check_url(raw, true);
+            let strict = check_url(raw, false, &[]);
+            let dev = check_url(raw, true, &[]);
             let got = match (&strict, &dev) {
                 (Ok(_), Ok(_)) => P,
                 (Err(_), Ok(_)) => L,

@@ -186,7 +186,7 @@ mod tests {
 
     #[test]
     fn a_refused_target_fails_the_delivery_at_once_with_its_reason() {
-        let why = target_refusal("https://198.18.0.1/", true).unwrap_err();
+        let why = target_refusal("https://198.18.0.1/", true, &[]).unwrap_err();
         let j = refused(&why);
         assert_eq!(
             (j.status, j.next_attempt_ms, j.response_code, j.disable_subscription),

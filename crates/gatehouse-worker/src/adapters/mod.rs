@@ -4,6 +4,7 @@
 pub mod archive;
 pub mod audit;
 pub mod body;
+pub mod clock;
 pub mod d1;
 pub mod deadline;
 pub mod durable;

@@ -12,7 +12,7 @@ use std::rc::Rc;
 
 use serde::Deserialize;
 use worker::{
-    durable_object, wasm_bindgen, Date, DurableObject, Env, Request, Response, Result, SqlStorage, State,
+    durable_object, wasm_bindgen, DurableObject, Env, Request, Response, Result, SqlStorage, State,
 };
 
 use crate::adapters::deadline::within;
@@ -140,7 +140,8 @@ impl DurableObject for EventLedgerObject {
 
     async fn fetch(&self, mut req: Request) -> Result<Response> {
         let config = config(&self.env).map_err(|e| worker::Error::RustError(e.to_string()))?;
-        let now_ms = Date::now().as_millis() as i64;
+        crate::adapters::clock::follow(&self.env).await.map_err(|e| worker::Error::RustError(e.0))?;
+        let now_ms = crate::adapters::clock::now_ms();
         let rules = |ancestors: &[String]| ShardRules {
             level: ancestors.len().min(usize::from(u8::MAX)) as u8,
             now_ms,

@@ -21,10 +21,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use worker::wasm_bindgen::prelude::{wasm_bindgen, JsValue};
 use worker::{
-    console_log, durable_object, Date, Delay, DurableObject, Env, Request, Response, Result, SqlStorage,
-    State, Storage,
+    console_log, durable_object, Delay, DurableObject, Env, Request, Response, Result, SqlStorage, State,
+    Storage,
 };
 
+use crate::adapters::clock::{self, now_ms};
 use crate::adapters::{d1::D1Store, durable, env::config};
 use gatehouse_core::api_key::KeyRecord;
 use gatehouse_core::config::Config;
@@ -152,10 +153,6 @@ fn project_held(key: &KeyRecord, levels: &[(String, LimitSpec)], held: &[Option<
     levels.iter().position(|(l, _)| *l == level).and_then(|i| held[i].clone())
 }
 
-fn now_ms() -> i64 {
-    Date::now().as_millis() as i64
-}
-
 fn rust_error(e: impl std::fmt::Display) -> worker::Error {
     worker::Error::RustError(e.to_string())
 }
@@ -182,6 +179,7 @@ impl DurableObject for KeyGuardObject {
     }
 
     async fn fetch(&self, mut req: Request) -> Result<Response> {
+        self.follow_clock().await?;
         Response::ok(self.dispatch(req.json::<GuardCommand>().await?).await?)
     }
 
@@ -195,6 +193,7 @@ impl DurableObject for KeyGuardObject {
             state: String,
         }
         self.alarm_at.set(None);
+        self.follow_clock().await?;
         let now = now_ms();
         let rows = match self.has_tables()? {
             true => self.sql.exec("SELECT level, state FROM level_leases", None)?.to_array::<Row>()?,
@@ -247,11 +246,17 @@ impl DurableObject for KeyGuardObject {
 impl KeyGuardObject {
     pub async fn ask(&self, command: String) -> std::result::Result<String, JsValue> {
         let command = serde_json::from_str(&command).map_err(|e| JsValue::from_str(&e.to_string()))?;
+        self.follow_clock().await.map_err(|e| JsValue::from_str(&e.to_string()))?;
         self.dispatch(command).await.map_err(|e| JsValue::from_str(&e.to_string()))
     }
 }
 
 impl KeyGuardObject {
+    /// Reads the test kit's clock, when there is one, as a command or an alarm begins.
+    async fn follow_clock(&self) -> Result<()> {
+        clock::follow(&self.env).await.map_err(rust_error)
+    }
+
     /// Runs one command and answers its JSON.
     async fn dispatch(&self, command: GuardCommand) -> Result<String> {
         match command {
@@ -806,7 +811,8 @@ impl KeyGuardObject {
     /// Makes sure the alarm runs at `at` at the latest.
     async fn set_alarm_by(&self, at: i64) -> Result<()> {
         if self.alarm_at.get().is_none_or(|current| current > at) {
-            self.storage.set_alarm(at).await?;
+            // The runtime runs alarms by the real time (the test kit's clock may be ahead of it).
+            self.storage.set_alarm(clock::real_ms(at)).await?;
             self.alarm_at.set(Some(at));
         }
         Ok(())

@@ -1,0 +1,52 @@
+//! The one clock the worker and its Durable Objects read (SPEC §21): the real time, unless the
+//! test kit (`@gatehouse/testing`) binds `TEST_CLOCK`, a service that answers how far ahead of the
+//! real time the kit's clock is, in milliseconds. Each event reads it as it begins — a request, a
+//! queue batch, a cron run, an object's command or alarm — so everything one event does sees one
+//! time. Nothing else in the worker reads the time. `wrangler.toml` has no such binding and
+//! `scripts/deploy` refuses a configuration that has one: a deployed gateway runs on the real time.
+
+use std::cell::{Cell, OnceCell};
+use std::rc::Rc;
+
+use worker::{Date, Env, Fetcher};
+
+use super::deadline::within;
+use gatehouse_core::ports::PortError;
+
+/// The binding only the test kit provides.
+pub const BINDING: &str = "TEST_CLOCK";
+
+/// How long an event waits for the kit's clock before it fails.
+const ASK_MS: u64 = 2_000;
+
+thread_local! {
+    /// How far the kit's clock is ahead of the real time (0 without a kit).
+    static OFFSET_MS: Cell<i64> = const { Cell::new(0) };
+    /// The kit's clock, looked up once per isolate (`None`: the real time).
+    static KIT: OnceCell<Option<Rc<Fetcher>>> = const { OnceCell::new() };
+}
+
+/// The time now, in Unix milliseconds.
+pub fn now_ms() -> i64 {
+    Date::now().as_millis() as i64 + OFFSET_MS.get()
+}
+
+/// `at` of this clock on the real one: the runtime runs alarms by the real time.
+pub fn real_ms(at: i64) -> i64 {
+    at - OFFSET_MS.get()
+}
+
+/// Reads the kit's clock as an event begins; nothing without a kit.
+pub async fn follow(env: &Env) -> Result<(), PortError> {
+    let Some(kit) = KIT.with(|k| k.get_or_init(|| env.service(BINDING).ok().map(Rc::new)).clone()) else {
+        return Ok(());
+    };
+    let asked = async {
+        let mut answer = kit.fetch("http://clock/", None).await.map_err(PortError::from_display)?;
+        answer.text().await.map_err(PortError::from_display)
+    };
+    let text = within(ASK_MS, BINDING, asked).await?;
+    let offset = text.trim().parse().map_err(|_| PortError(format!("{BINDING} answered {text:?}")))?;
+    OFFSET_MS.set(offset);
+    Ok(())
+}
