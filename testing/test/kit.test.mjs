@@ -28,9 +28,12 @@ async function call(method, path, { key, body, idem } = {}) {
 test('start answers a ready project: a key of each type, each allowed what its type allows', async () => {
   assert.match(gh.url, /^http:\/\/127\.0\.0\.1:\d+$/);
   assert.match(gh.project.id, /^prj_/);
-  const me = await call('GET', '/public/v1/me', { key: gh.project.keys.server });
+  const me = await call('GET', '/public/v1/me', { key: gh.project.keys.owner });
   assert.equal(me.status, 200, me.text);
   assert.equal(me.json.project_id, gh.project.id);
+  // The kit's setup used nothing of the owner key's window nor of the project's quota.
+  assert.equal(me.json.rate_limit.remaining, me.json.rate_limit.limit - 1);
+  assert.equal(me.json.quota.used, 1);
   for (const type of ['owner', 'server', 'browser', 'cicd']) assert.match(gh.project.keys[type], /^gh_/, type);
   const keys = await call('GET', '/public/v1/keys', { key: gh.project.keys.owner });
   assert.equal(keys.status, 200, keys.text);

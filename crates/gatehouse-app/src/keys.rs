@@ -108,6 +108,14 @@ struct CreateOwnerKey {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct CreateProjectKey {
+    #[serde(rename = "type")]
+    key_type: KeyType,
+    name: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RollKey {
     grace_seconds: Option<u64>,
 }
@@ -172,11 +180,23 @@ impl<P: Ports> Gateway<'_, P> {
     /// `POST /admin/v1/projects/{id}/owner-keys` (the operator, SPEC §19): a new owner key for the
     /// project, on its plan, shown once — the way back into a project whose owner keys are lost.
     pub(super) async fn create_owner_key(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
-        let project_id = call.params[0];
         let input: CreateOwnerKey = json_body::parse(&call.body)?;
-        let name = clean_name(input.name)?;
+        self.issue_key(call, KeyType::Owner, input.name).await
+    }
+
+    /// `POST /admin/v1/projects/{id}/keys` (the operator): a key of any type for the project, made
+    /// without an owner key's request — nothing of a window or the project's quota is used (the
+    /// test kit sets up its project so, SPEC §21).
+    pub(super) async fn create_project_key(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let input: CreateProjectKey = json_body::parse(&call.body)?;
+        self.issue_key(call, input.key_type, input.name).await
+    }
+
+    async fn issue_key(&self, call: &Call<'_>, key_type: KeyType, name: Option<String>) -> Result<Reply, ApiError> {
+        let project_id = call.params[0];
+        let name = clean_name(name)?;
         // The store puts the key on the project's plan.
-        let new = NewKey::generate(self.config, project_id, KeyType::Owner, name, "", None, call.now_ms)
+        let new = NewKey::generate(self.config, project_id, key_type, name, "", None, call.now_ms)
             .of_operation(self.config, &call.ids);
         let Some(stored) = self.store.insert_key(&new.record).await.map_err(unavailable)? else {
             return Err(ApiError::not_found("project").with_detail("id", project_id));

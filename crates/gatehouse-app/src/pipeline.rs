@@ -421,6 +421,7 @@ impl<P: Ports> Gateway<'_, P> {
             RouteId::CreateProject => self.create_project(call).await,
             RouteId::UpdateProject => self.update_project(call).await,
             RouteId::CreateOwnerKey => self.create_owner_key(call).await,
+            RouteId::CreateProjectKey => self.create_project_key(call).await,
             RouteId::Me => Ok(Reply::ok(me(call))),
             RouteId::CreateKey => self.create_key(call).await,
             RouteId::ListKeys => self.list_keys(call).await,

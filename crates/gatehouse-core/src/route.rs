@@ -18,6 +18,8 @@ pub enum RouteId {
     UpdateProject,
     /// The operator issues an owner key for a project (SPEC §19).
     CreateOwnerKey,
+    /// The operator issues a key of any type for a project (the test kit's setup, SPEC §21).
+    CreateProjectKey,
     Me,
     CreateKey,
     ListKeys,
@@ -165,6 +167,7 @@ pub const ROUTES: &[Route] = &[
     route(RouteId::CreateProject, "POST", "/admin/v1/projects", Access::Admin),
     route(RouteId::UpdateProject, "PATCH", "/admin/v1/projects/{id}", Access::Admin),
     route(RouteId::CreateOwnerKey, "POST", "/admin/v1/projects/{id}/owner-keys", Access::Admin),
+    route(RouteId::CreateProjectKey, "POST", "/admin/v1/projects/{id}/keys", Access::Admin),
     with_query(
         route(RouteId::ListDeadLetters, "GET", "/admin/v1/dead-letters", Access::Admin),
         &["queue", "limit", "cursor"],
@@ -454,6 +457,7 @@ mod tests {
         assert_eq!(policy("GET", "/public/v1/contacts"), KeyPolicy::Ignored);
         assert_eq!(policy("POST", "/admin/v1/projects"), KeyPolicy::Optional);
         assert_eq!(policy("POST", "/admin/v1/projects/p/owner-keys"), KeyPolicy::Optional);
+        assert_eq!(policy("POST", "/admin/v1/projects/p/keys"), KeyPolicy::Optional);
         assert_eq!(policy("GET", "/admin/v1/health"), KeyPolicy::Ignored);
         assert_eq!(policy("POST", "/v1/track"), KeyPolicy::Ignored);
         assert_eq!(match_route("POST", "/v1/track").unwrap().route.body_limit, 512 * 1024);
