@@ -192,7 +192,12 @@ impl<P: Ports> Gateway<'_, P> {
         self.issue_key(call, input.key_type, input.name).await
     }
 
-    async fn issue_key(&self, call: &Call<'_>, key_type: KeyType, name: Option<String>) -> Result<Reply, ApiError> {
+    async fn issue_key(
+        &self,
+        call: &Call<'_>,
+        key_type: KeyType,
+        name: Option<String>,
+    ) -> Result<Reply, ApiError> {
         let project_id = call.params[0];
         let name = clean_name(name)?;
         // The store puts the key on the project's plan.
