@@ -123,16 +123,19 @@ stop_gateway() {
   PEER_PID=
 }
 
-# start_test_gateway STATE_DIR PORT: the gateway as the tests run it — a tiny trial quota and a
-# "tiny" and "shared" plans for the quota tests, a "windows" plan of two windows (SPEC §20), a "bench" plan of a million requests a minute for the quick
-# benchmark, webhooks to a local receiver over http, a retry schedule of seconds, and queue retries
-# 1 s, 2 s, 2 s, … apart (so a message exhausts its 10 retries in about half a minute). Further
-# arguments go to wrangler dev (scripts/test adds the proxy mode's UPSTREAMS).
+# start_test_gateway STATE_DIR PORT: the gateway as the tests run it, with the settings of
+# tests/e2e/gateway-vars.json (the parity run gives the test kit the same): a tiny trial quota,
+# "tiny" and "shared" plans for the quota tests, a "windows" plan of two windows (SPEC §20), a
+# "bench" plan of a million requests a minute for the quick benchmark, webhooks to a local receiver
+# over http, a retry schedule of seconds, and queue retries 1 s, 2 s, 2 s, … apart (so a message
+# exhausts its 10 retries in about half a minute). Further arguments go to wrangler dev
+# (scripts/test adds the proxy mode's UPSTREAMS).
 start_test_gateway() {
-  local state="$1" port="$2"
+  local state="$1" port="$2" var vars=()
   shift 2
-  start_gateway "$state" "$port" "$state/wrangler.log" "$@" \
-    --var "REQUEST_LOG:all" --var "ALLOW_PRIVATE_WEBHOOK_URLS:true" --var "WEBHOOK_RETRY_SCHEDULE:1,1,1,1,1" --var "WEBHOOK_TIMEOUT_MS:3000" \
-    --var "QUEUE_RETRY_BASE_SECONDS:1" --var "QUEUE_RETRY_MAX_SECONDS:2" \
-    --var "PLANS:{\"trial\":{\"per_minute\":30,\"monthly_quota\":200},\"business\":{\"per_minute\":2000,\"monthly_quota\":10000000},\"tiny\":{\"per_minute\":100,\"monthly_quota\":3},\"shared\":{\"per_minute\":100,\"monthly_quota\":10},\"windows\":{\"per_second\":5,\"per_minute\":8,\"monthly_quota\":100000},\"bench\":{\"per_minute\":1000000,\"monthly_quota\":1000000000}}"
+  while IFS= read -r var; do vars+=(--var "$var"); done < <(node -e '
+    for (const [name, value] of Object.entries(require(process.argv[1])))
+      console.log(`${name}:${typeof value === "string" ? value : JSON.stringify(value)}`);' "$ROOT/tests/e2e/gateway-vars.json")
+  [ ${#vars[@]} -gt 0 ] || die "tests/e2e/gateway-vars.json gave no settings"
+  start_gateway "$state" "$port" "$state/wrangler.log" "$@" "${vars[@]}"
 }

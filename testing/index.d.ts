@@ -30,6 +30,8 @@ export interface StartOptions {
   persist?: string;
   /** Print the worker's log lines to stderr (they are kept for `logs()` either way). */
   log?: boolean;
+  /** Append the worker's log lines to this file too. */
+  logFile?: string;
 }
 
 export interface TestClock {

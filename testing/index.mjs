@@ -2,7 +2,7 @@
 // wrangler runs), for an integrator's own test suite. A test clock moves Gatehouse's time; a
 // webhook sink on loopback captures and verifies deliveries. See README.md.
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
-import { readFileSync, readdirSync } from 'node:fs';
+import { appendFileSync, readFileSync, readdirSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -275,7 +275,7 @@ export class Gatehouse {
     return kit;
   }
 
-  async #boot({ plans, upstreams, vars = {}, plan, persist, log = false } = {}) {
+  async #boot({ plans, upstreams, vars = {}, plan, persist, log = false, logFile } = {}) {
     const started = Date.now();
     const base = defaults();
     this.clock = new Clock(this);
@@ -316,10 +316,13 @@ export class Gatehouse {
       compatibilityFlags: base.compatibility_flags,
       bindings,
       serviceBindings: { TEST_CLOCK: async () => new Response(String(clock.offsetMs)) },
+      name: base.name,
       durableObjects: Object.fromEntries(base.durable_objects.map((d) => [d.name, { className: d.class_name, useSQLite: true }])),
-      kvNamespaces: base.kv_namespaces,
-      d1Databases: base.d1_databases.map((d) => d.binding),
-      r2Buckets: base.r2_buckets,
+      kvNamespaces: Object.fromEntries(base.kv_namespaces.map((k) => [k.binding, k.id])),
+      d1Databases: Object.fromEntries(base.d1_databases.map((d) => [d.binding, d.id])),
+      r2Buckets: Object.fromEntries(base.r2_buckets.map((b) => [b.binding, b.id])),
+      // `/cdn-cgi/handler/scheduled` runs the cron, as `wrangler dev --test-scheduled`'s `/__scheduled` does.
+      unsafeTriggerHandlers: true,
       queueProducers: Object.fromEntries(base.queue_producers.map((q) => [q.binding, q.queue])),
       queueConsumers: Object.fromEntries(base.queue_consumers.map((q) => [q.queue, {
         maxBatchSize: q.max_batch_size,
@@ -337,6 +340,7 @@ export class Gatehouse {
               this.#logs.push(line);
               if (this.#logs.length > 2000) this.#logs.shift();
               if (log) console.error(`[gatehouse] ${line}`);
+              if (logFile) appendFileSync(logFile, `${line}\n`);
             }
           });
         }
@@ -377,14 +381,14 @@ export class Gatehouse {
   async reset() {
     const base = defaults();
     await Promise.all(base.d1_databases.map(async (d) => emptyTables(await this.#mf.getD1Database(d.binding))));
-    const kv = await this.#mf.getKVNamespace(base.kv_namespaces[0]);
+    const kv = await this.#mf.getKVNamespace(base.kv_namespaces[0].binding);
     for (let cursor; ;) {
       const page = await kv.list({ cursor });
       await Promise.all(page.keys.map((k) => kv.delete(k.name)));
       if (page.list_complete) break;
       cursor = page.cursor;
     }
-    const bucket = await this.#mf.getR2Bucket(base.r2_buckets[0]);
+    const bucket = await this.#mf.getR2Bucket(base.r2_buckets[0].binding);
     for (let cursor; ;) {
       const page = await bucket.list({ cursor });
       if (page.objects.length) await bucket.delete(page.objects.map((o) => o.key));

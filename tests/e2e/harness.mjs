@@ -9,6 +9,8 @@ import { Agent, fetch, Headers } from 'undici';
 
 export const BASE = process.env.GATEHOUSE_URL ?? 'http://127.0.0.1:8787';
 export const ADMIN_TOKEN = process.env.GATEHOUSE_ADMIN_TOKEN;
+/** The path that runs the cron at once: `wrangler dev --test-scheduled`'s, or the test kit's. */
+export const SCHEDULED = process.env.GATEHOUSE_SCHEDULED_PATH ?? '/__scheduled';
 
 // A fresh connection per request: the local server closes idle keep-alive connections on its own
 // schedule, and a request sent on one it just closed fails with "other side closed".

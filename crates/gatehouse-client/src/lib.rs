@@ -49,6 +49,8 @@ mod logs;
 mod pacing;
 mod resources;
 pub mod retry;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod webhooks;
 
 pub use call::{Call, Page, Pages, Reply};
