@@ -54,11 +54,12 @@ impl TestKit {
     /// `{"plans": {"trial": {"per_minute": 5, "monthly_quota": 100}}, "vars": {…}}`.
     pub fn start_with(options: &Value) -> Result<TestKit, KitError> {
         let script = match std::env::var("GATEHOUSE_TESTING_DIR") {
-            Ok(dir) => format!("import({:?})", format!("{}/serve.mjs", dir.trim_end_matches('/'))),
-            Err(_) => "import('@gatehouse/testing/serve')".to_owned(),
+            Ok(dir) => format!("{}/serve.mjs", dir.trim_end_matches('/')),
+            Err(_) => resolve_serve()?,
         };
+        // Run as a file: under `node -e`, the kit's workerd child exits at once.
         let mut child = Command::new("node")
-            .args(["--input-type=module", "-e", &script])
+            .arg(&script)
             .env("GATEHOUSE_KIT_OPTIONS", options.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -147,6 +148,21 @@ impl TestKit {
             .map_err(|e| KitError(format!("the kit stopped: {e}")))?;
         read_answer(stdout)
     }
+}
+
+/// Where `@gatehouse/testing/serve` is, as Node resolves it from the working directory.
+fn resolve_serve() -> Result<String, KitError> {
+    let out = Command::new("node")
+        .args(["-p", "require.resolve('@gatehouse/testing/serve')"])
+        .output()
+        .map_err(|e| KitError(format!("cannot run node: {e}")))?;
+    if !out.status.success() {
+        return Err(KitError(format!(
+            "@gatehouse/testing is not installed here (npm install --save-dev @gatehouse/testing, or set GATEHOUSE_TESTING_DIR): {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 fn read_answer(stdout: &mut BufReader<ChildStdout>) -> Result<Value, KitError> {
