@@ -256,6 +256,8 @@ export class Gatehouse {
   clock;
   webhooks;
   #mf;
+  /** `dist/config.json`: the bindings and settings of `wrangler.toml`, read once at start. */
+  #base;
   #logs = [];
 
   /**
@@ -277,7 +279,7 @@ export class Gatehouse {
 
   async #boot({ plans, upstreams, vars = {}, plan, persist, log = false, logFile } = {}) {
     const started = Date.now();
-    const base = defaults();
+    const base = (this.#base = defaults());
     this.clock = new Clock(this);
     this.webhooks = new WebhookSink(this);
     const sink = await this.webhooks.listen();
@@ -379,7 +381,7 @@ export class Gatehouse {
    * back). Durable Objects keep their storage, which only the old keys reach; see README.md.
    */
   async reset() {
-    const base = defaults();
+    const base = this.#base;
     await Promise.all(base.d1_databases.map(async (d) => emptyTables(await this.#mf.getD1Database(d.binding))));
     const kv = await this.#mf.getKVNamespace(base.kv_namespaces[0].binding);
     for (let cursor; ;) {

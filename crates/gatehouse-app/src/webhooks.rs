@@ -302,8 +302,9 @@ pub async fn dispatch<S: WebhookStore, Q: DeliveryQueue, C: WebhookClient>(
     // predate the rules. A refused target is a failed attempt, and no request is sent.
     // The current secret, and the previous one while a rotation's grace runs (SPEC §17).
     let keys = hook.signing_keys(&secrets_key(config), started);
-    let targets = (config.allow_private_webhook_urls, &config.private_webhook_origins);
-    let reply = match (target_refusal(&hook.url, targets.0, targets.1), keys) {
+    let target =
+        target_refusal(&hook.url, config.allow_private_webhook_urls, &config.private_webhook_origins);
+    let reply = match (target, keys) {
         (Err(why), _) => Err(why),
         (Ok(_), Some(keys)) => {
             let headers = webhook::headers(

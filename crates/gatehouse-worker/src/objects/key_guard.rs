@@ -269,21 +269,23 @@ impl KeyGuardObject {
             GuardCommand::CompleteClaim(CompleteClaim { claim, response }) => {
                 answer::<CompleteClaim>(self.complete(&claim, &response)?)
             }
-            GuardCommand::ReleaseClaim(ReleaseClaim { claim, of_key: Some(key_hash) }) => {
-                // The releaser never heard where the claim went: where the key's record says.
-                let (key, _) = self.record(&key_hash).await?;
-                let object = key.map_or_else(|| key_hash.clone(), |k| k.claim_object(&claim.idempotency_key));
-                if object != key_hash {
-                    let release = ReleaseClaim { claim, of_key: None };
-                    self.ask_other(&object, release).await?;
-                    return answer::<ReleaseClaim>(Done {});
-                }
-                self.release(&claim)?;
-                answer::<ReleaseClaim>(Done {})
-            }
-            GuardCommand::ReleaseClaim(ReleaseClaim { claim, of_key: None }) => {
-                self.release(&claim)?;
-                answer::<ReleaseClaim>(Done {})
+            GuardCommand::ReleaseClaim(ReleaseClaim { claim, of_key }) => {
+                // A releaser that never heard where the claim went names the key: the claim is
+                // where the key's record says, here or in one of its claim objects.
+                let elsewhere = match of_key {
+                    Some(key_hash) => match self.record(&key_hash).await?.0 {
+                        Some(key) => {
+                            Some(key.claim_object(&claim.idempotency_key)).filter(|o| *o != key_hash)
+                        }
+                        None => None,
+                    },
+                    None => None,
+                };
+                let done = match elsewhere {
+                    Some(object) => self.ask_other(&object, ReleaseClaim { claim, of_key: None }).await?,
+                    None => self.release(&claim).map(|()| Done {})?,
+                };
+                answer::<ReleaseClaim>(done)
             }
             GuardCommand::HeldResponse(HeldResponse { idempotency_key }) => {
                 answer::<HeldResponse>(self.held_response(&idempotency_key)?)
