@@ -40,6 +40,9 @@ test('with leases, 100 parallel requests at 30 a minute pass exactly 30, and a l
   assert.equal(statuses.filter((s) => s === 200).length, 30, statuses.join());
   assert.equal(statuses.filter((s) => s === 429).length, 70);
   for (const refused of burst.filter((r) => r.status === 429)) assertError(refused, 429, 'RATE_LIMIT_EXCEEDED');
+  // One isolate: each admission, from a lease or from the guard, shows its own slot.
+  const remaining = burst.filter((r) => r.status === 200).map((r) => Number(r.headers.get('x-ratelimit-remaining')));
+  assert.deepEqual(remaining.sort((a, b) => a - b), Array.from({ length: 30 }, (_, i) => i), 'each slot shown once');
   // Some of the 30 were admitted from the isolate's lease: their log line counts no object call.
   const ids = new Set(burst.filter((r) => r.status === 200).map((r) => r.headers.get('x-request-id')));
   const lines = (await requestLines()).filter((l) => ids.has(l.request_id));
@@ -47,6 +50,20 @@ test('with leases, 100 parallel requests at 30 a minute pass exactly 30, and a l
   const hits = lines.filter((l) => l.durable_object_calls === 0);
   assert.ok(hits.length > 0, `lease hits: ${JSON.stringify(lines.map((l) => l.durable_object_calls))}`);
   assert.ok(hits.every((l) => l.d1_queries === 0 && l.kv_operations === 0));
+});
+
+test('a sequential client of a leasing key counts down 29…0 across lease renewals, then 429', async () => {
+  const { owner } = await createProject('renewed hot key', { base: gateway.base });
+  const key = await createKey(owner.key, 'server', {}, { base: gateway.base });
+  await freshWindow(20);
+  const remaining = [];
+  for (let i = 0; i < 30; i++) {
+    const res = await me(key.key);
+    assert.equal(res.status, 200, res.text);
+    remaining.push(Number(res.headers.get('x-ratelimit-remaining')));
+  }
+  assert.deepEqual(remaining, Array.from({ length: 30 }, (_, i) => 29 - i));
+  assertError(await me(key.key), 429, 'RATE_LIMIT_EXCEEDED');
 });
 
 test('sequential requests of a leasing key count down exactly, and the rest of a lease comes back', async () => {

@@ -88,22 +88,23 @@ impl<P: Ports> Gateway<'_, P> {
             let settled = self.settle(settlement, &pause).await;
             settled.err().map(|e| format!("request {request_id}: settling after the response failed: {e}"))
         }));
-        let leases = futures_util::future::join(self.give_back_leases(at_ms, &pause), self.renew_leases());
+        let leases =
+            futures_util::future::join(self.give_back_leases(at_ms, &pause), self.renew_leases(at_ms));
         let (a, d, s, (l, r)) = futures_util::future::join4(audit, deliveries, settled, leases).await;
         [a, d, l, r].into_iter().chain(s).flatten().collect()
     }
 
     /// Asks for the new leases of hot keys whose lease runs low at this isolate (SPEC §20): after
     /// the response, while the old lease still serves the key's requests.
-    async fn renew_leases(&self) -> Option<String> {
-        let wanted = self.leases.borrow_mut().take_renewals();
+    async fn renew_leases(&self, now_ms: i64) -> Option<String> {
+        let wanted = self.leases.borrow_mut().take_renewals(now_ms);
         let mut failed = Vec::new();
         for (key_hash, ask) in wanted {
             match self.guard.renew_lease(&key_hash, &ask).await {
-                Ok((key, grant)) => self.leases.borrow_mut().renewed(&key_hash, key, grant.as_ref()),
+                Ok((key, grant)) => self.leases.borrow_mut().renewed(&key_hash, &ask, key, grant.as_ref()),
                 Err(e) => {
                     // The old lease runs out; the key's next request asks its guard.
-                    self.leases.borrow_mut().renewal_failed(&key_hash);
+                    self.leases.borrow_mut().renewal_failed(&key_hash, &ask);
                     failed.push(e.0);
                 }
             }
@@ -133,9 +134,9 @@ impl<P: Ports> Gateway<'_, P> {
             }
             let owed = self.leases.borrow_mut().ended(now);
             for (key_hash, give_back) in owed {
-                if let Err(e) = self.guard.give_back_leases(&key_hash, &give_back).await {
-                    failed.push(e.0);
-                    self.leases.borrow_mut().owe(&key_hash, give_back);
+                match self.guard.give_back_leases(&key_hash, &give_back).await {
+                    Ok(()) => self.leases.borrow_mut().settled(&key_hash, &give_back),
+                    Err(e) => failed.push(e.0),
                 }
             }
             match self.leases.borrow().first_end() {

@@ -144,7 +144,7 @@ impl<P: Ports> Gateway<'_, P> {
             }
             None => self.ask_guard(&token, key_hash, current, scope, claim, now_ms).await,
         };
-        let Admission { key, verdict, usage, claim, lease } = match answer {
+        let Admission { key, verdict, usage, claim, .. } = match answer {
             Ok(Authorization::Admitted(admission)) => {
                 self.memory.borrow_mut().remember_recent_key(&key_hash, now_ms);
                 trace.key = Some(admission.key.clone());
@@ -206,10 +206,6 @@ impl<P: Ports> Gateway<'_, P> {
                 )
             }
         };
-        if let Some(grant) = lease {
-            // A lease of credits with an admission, or a refusal lease with a refusal.
-            self.leases.borrow_mut().hold(&key_hash, key.clone(), &grant);
-        }
         if let Some(e) = refusal {
             return Err((Some(usage), e));
         }
@@ -252,10 +248,16 @@ impl<P: Ports> Gateway<'_, P> {
             .lease_above_per_second
             .map(|_| self.leases.borrow_mut().ask(&key_hash, now_ms, scope.cost()));
         let answer = self.guard.authorize(&key_hash, scope, claim, lease.as_ref()).await;
-        self.leases.borrow_mut().answered(&key_hash);
-        if let (Err(_), Some(lease)) = (&answer, lease) {
-            // Perhaps never given back: owed again (a credit given back twice counts once).
-            self.leases.borrow_mut().owe(&key_hash, lease.give_back);
+        if let Some(ask) = &lease {
+            // Unanswered, what it gave back stays owed (a credit given back twice counts once).
+            let mut book = self.leases.borrow_mut();
+            book.answered(&key_hash, ask, answer.is_ok());
+            if let Ok(Authorization::Admitted(admission)) = &answer {
+                if let Some(grant) = &admission.lease {
+                    // A lease of credits with an admission, or a refusal lease with a refusal.
+                    book.hold(&key_hash, admission.key.clone(), grant, ask.asked);
+                }
+            }
         }
         match (&answer, &self.config.key_pepper_previous) {
             (Ok(Authorization::Denied(None)), Some(previous)) if current => {

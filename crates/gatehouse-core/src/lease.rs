@@ -238,6 +238,11 @@ pub struct LeaseAsk {
     /// hot while its isolates renew, though its guard then sees few of its requests.
     #[serde(default)]
     pub renew: bool,
+    /// The isolate's give-back sequence when this ask was made (its own bookkeeping, not sent):
+    /// give-backs owed from later on were not in it, so the guard may have counted them as used
+    /// when it answered (see [`LeaseBook::hold`]).
+    #[serde(skip)]
+    pub asked: u64,
 }
 
 impl LeaseAsk {
@@ -255,20 +260,37 @@ impl LeaseAsk {
 pub struct KeyLease {
     pub key: crate::api_key::KeyRecord,
     pub held: Held,
+    /// By window: credits of this isolate's earlier leases that the grant's usage counts as used
+    /// but that were not used — owed back, and not given back before the grant was made.
+    pub carried: [u32; 4],
 }
 
 impl KeyLease {
     /// The key's usage as this isolate sees it now: as of the grant, with what it has not used
-    /// yet counted as remaining.
+    /// yet of this lease and of the leases it replaced counted as remaining. Exact for one
+    /// isolate's requests: a sequential client counts down one by one across renewals.
     pub fn usage_now(&self, now_ms: i64) -> Usage {
         let unused = self.held.credits - self.held.used;
         let mut usage = self.held.usage;
-        for w in usage.windows.iter_mut().flatten() {
-            w.remaining = w.remaining.saturating_add(unused).min(w.limit);
+        for (w, carried) in usage.windows.iter_mut().zip(self.carried) {
+            if let Some(w) = w {
+                w.remaining = w.remaining.saturating_add(unused).saturating_add(carried).min(w.limit);
+            }
         }
         usage.now_ms = now_ms;
         usage
     }
+}
+
+/// Unused credits of a lease this isolate dropped, owed back to the key's guard until a call that
+/// carried them is answered (a credit given back twice counts once).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Owed {
+    back: GiveBack,
+    /// When the lease was granted (the guard's clock): its credits count in that time's windows.
+    granted_ms: i64,
+    /// The book's give-back sequence when it was dropped.
+    seq: u64,
 }
 
 /// Whether a refusal lease refuses a request of `cost`: the limit that refused has less room than
@@ -292,6 +314,10 @@ pub enum Leased {
     Denied(crate::api_key::KeyRecord),
 }
 
+/// An ask of a key's guard this isolate has had no answer to for this long is forgotten (its
+/// request was cancelled; every call to a guard has a shorter deadline).
+const ASK_FORGOTTEN_MS: i64 = 30_000;
+
 /// Keys whose leases one isolate holds at most.
 pub const LEASE_BOOK_KEYS: usize = 10_000;
 
@@ -305,8 +331,9 @@ pub struct LeaseBook {
     rates: std::collections::HashMap<String, RequestRate>,
     /// Keys whose lease runs low: a renewal is wanted (`Some`), or on its way (`None`).
     renewals: std::collections::HashMap<String, Option<LeaseAsk>>,
-    /// Keys whose guard a request of this isolate is asking for a lease, and since when.
-    asking: std::collections::HashMap<String, i64>,
+    /// Keys whose guard this isolate is asking for a lease (with a request or a renewal): since
+    /// when, and how many asks are on their way.
+    asking: std::collections::HashMap<String, (i64, u32)>,
     /// Until when this isolate last held a lease or a refusal lease of each key.
     held_until: std::collections::HashMap<String, i64>,
     /// Hot keys their guard refused (revoked, expired, rolled out): their record, and until when
@@ -314,7 +341,9 @@ pub struct LeaseBook {
     denied: std::collections::HashMap<String, (crate::api_key::KeyRecord, i64)>,
     /// Hot keys refused until a time (a refusal lease): the key, and the refusal.
     refused: std::collections::HashMap<String, (crate::api_key::KeyRecord, Grant)>,
-    owed: std::collections::HashMap<String, Vec<GiveBack>>,
+    owed: std::collections::HashMap<String, Vec<Owed>>,
+    /// Counts the leases dropped (each owed give-back's place in time, for [`Self::hold`]).
+    seq: u64,
     /// Whether a request's after-response work waits to give back what ends (one at a time).
     give_back_waiting: bool,
 }
@@ -345,7 +374,7 @@ impl LeaseBook {
                 if low && !self.renewals.contains_key(key_hash) {
                     let rate = self.rates.get_mut(key_hash).map_or(rate, |r| r.per_second(now_ms));
                     let want = rate.max(lease.held.credits).clamp(1, MAX_WANT);
-                    let ask = LeaseAsk { want, give_back: Vec::new(), renew: true };
+                    let ask = LeaseAsk { want, renew: true, ..LeaseAsk::default() };
                     self.renewals.insert(key_hash.to_owned(), Some(ask));
                 }
                 return Some(admitted);
@@ -372,18 +401,53 @@ impl LeaseBook {
 
     /// What to send with the key's next request to its guard: a lease of what the last one
     /// showed this isolate uses, and what is owed back (the last lease is dropped with it).
+    /// Every give-back still owed goes with it (one already on its way too: counted once), so the
+    /// guard's answer counts none of them as used. `answered` when the call ends.
     pub fn ask(&mut self, key_hash: &str, now_ms: i64, cost: u32) -> LeaseAsk {
-        let last = self.leases.remove(key_hash);
-        let mut give_back = self.owed.remove(key_hash).unwrap_or_default();
-        give_back.extend(last.as_ref().and_then(|l| l.held.give_back()));
+        let last = self.leases.get(key_hash).map(|l| l.held.clone());
+        self.drop_lease(key_hash);
         let rate = self.rates.get_mut(key_hash).map_or(0, |r| r.per_second(now_ms));
-        let want = Held::want(last.as_ref().map(|l| &l.held), now_ms, cost).max(rate).min(MAX_WANT);
+        let want = Held::want(last.as_ref(), now_ms, cost).max(rate).min(MAX_WANT);
         self.refused.remove(key_hash);
         let renew = self.recently_held(key_hash, now_ms);
+        self.start_asking(key_hash, now_ms);
+        LeaseAsk { want, give_back: self.owed_by(key_hash), renew, asked: self.seq }
+    }
+
+    fn owed_by(&self, key_hash: &str) -> Vec<GiveBack> {
+        self.owed.get(key_hash).map_or_else(Vec::new, |o| o.iter().map(|o| o.back.clone()).collect())
+    }
+
+    fn start_asking(&mut self, key_hash: &str, now_ms: i64) {
         if self.asking.len() < LEASE_BOOK_KEYS || self.asking.contains_key(key_hash) {
-            self.asking.insert(key_hash.to_owned(), now_ms);
+            let (since, on_the_way) = self.asking.entry(key_hash.to_owned()).or_insert((now_ms, 0));
+            *since = now_ms;
+            *on_the_way += 1;
         }
-        LeaseAsk { want, give_back, renew }
+    }
+
+    /// An ask of the key (a request's or a renewal) got its answer (`reached`: what it gave back
+    /// was taken) or could not reach the guard (what it gave back is still owed).
+    pub fn answered(&mut self, key_hash: &str, ask: &LeaseAsk, reached: bool) {
+        if let Some((_, on_the_way)) = self.asking.get_mut(key_hash) {
+            *on_the_way -= 1;
+            if *on_the_way == 0 {
+                self.asking.remove(key_hash);
+            }
+        }
+        if reached {
+            self.settled(key_hash, &ask.give_back);
+        }
+    }
+
+    /// The key's guard took `give_back`: no longer owed.
+    pub fn settled(&mut self, key_hash: &str, give_back: &[GiveBack]) {
+        if let Some(owed) = self.owed.get_mut(key_hash) {
+            owed.retain(|o| !give_back.contains(&o.back));
+            if owed.is_empty() {
+                self.owed.remove(key_hash);
+            }
+        }
     }
 
     /// Whether a request of the key should wait for the answer another request of this isolate is
@@ -392,7 +456,7 @@ impl LeaseBook {
     /// lease's time, or sees the key at `lease_above` requests a second. So a burst at a hot key's
     /// isolate makes one call, and a busy key that is not hot is never held up.
     pub fn should_wait(&mut self, key_hash: &str, now_ms: i64, lease_above: u32) -> bool {
-        let asking = self.asking.get(key_hash).is_some_and(|since| now_ms - since < ISOLATE_LEASE_MS);
+        let asking = self.asking.get(key_hash).is_some_and(|(since, _)| now_ms - since < ISOLATE_LEASE_MS);
         asking && (self.recently_held(key_hash, now_ms) || self.rate(key_hash, now_ms) >= lease_above)
     }
 
@@ -419,48 +483,58 @@ impl LeaseBook {
         }
     }
 
-    /// The key's guard answered (or could not be reached): nobody is asking it now.
-    pub fn answered(&mut self, key_hash: &str) {
-        self.asking.remove(key_hash);
-    }
-
-    /// The renewals wanted since the last call, now on their way: what to ask each key's guard.
-    pub fn take_renewals(&mut self) -> Vec<(String, LeaseAsk)> {
-        let mut wanted = Vec::new();
-        for (key_hash, state) in self.renewals.iter_mut() {
-            if let Some(ask) = state.take() {
-                wanted.push((key_hash.clone(), ask));
-            }
-        }
+    /// The renewals wanted since the last call, now on their way (each with what is owed back):
+    /// what to ask each key's guard at `now_ms`. Not while a request of the key is asking its
+    /// guard (its answer may bring a lease): one ask of a key at a time.
+    pub fn take_renewals(&mut self, now_ms: i64) -> Vec<(String, LeaseAsk)> {
+        let asking = &self.asking;
+        let wanted: Vec<(String, LeaseAsk)> = self
+            .renewals
+            .iter_mut()
+            .filter(|(k, _)| !asking.contains_key(*k))
+            .filter_map(|(k, state)| state.take().map(|ask| (k.clone(), ask)))
+            .collect();
         wanted
+            .into_iter()
+            .map(|(key_hash, ask)| {
+                self.start_asking(&key_hash, now_ms);
+                let ask = LeaseAsk { give_back: self.owed_by(&key_hash), asked: self.seq, ..ask };
+                (key_hash, ask)
+            })
+            .collect()
     }
 
     /// A renewal got no answer: the lease runs out, and the key's next request asks its guard.
-    pub fn renewal_failed(&mut self, key_hash: &str) {
+    pub fn renewal_failed(&mut self, key_hash: &str, ask: &LeaseAsk) {
         self.renewals.remove(key_hash);
+        self.answered(key_hash, ask, false);
     }
 
     /// The key's guard answered a renewal: a new lease to hold (with the key's record as its
     /// guard holds it), or none (the key is refused, or no longer hot: the old lease runs out).
-    pub fn renewed(&mut self, key_hash: &str, key: Option<crate::api_key::KeyRecord>, grant: Option<&Grant>) {
+    pub fn renewed(
+        &mut self,
+        key_hash: &str,
+        ask: &LeaseAsk,
+        key: Option<crate::api_key::KeyRecord>,
+        grant: Option<&Grant>,
+    ) {
         self.renewals.remove(key_hash);
+        self.answered(key_hash, ask, true);
         match (key, grant) {
-            (Some(key), Some(grant)) => self.hold(key_hash, key, grant),
+            (Some(key), Some(grant)) => self.hold(key_hash, key, grant, ask.asked),
             (None, _) => self.drop_lease(key_hash),
             (Some(_), None) => {}
         }
     }
 
-    /// What `ask` sent did not reach the guard: owed again.
-    pub fn owe(&mut self, key_hash: &str, give_back: Vec<GiveBack>) {
-        if !give_back.is_empty() {
-            self.owed.entry(key_hash.to_owned()).or_default().extend(give_back);
-        }
-    }
-
-    /// The key's guard granted `grant` with an admission of `key`: held from now on. A lease it
-    /// replaces (another request's, answered meanwhile) is owed back.
-    pub fn hold(&mut self, key_hash: &str, key: crate::api_key::KeyRecord, grant: &Grant) {
+    /// The key's guard granted `grant` with an admission of `key`, answering an ask made at
+    /// `asked`: held from now on. A lease it replaces (another request's or the renewed one) is
+    /// owed back — unless that one was granted later: then this one is. The grant's usage counts
+    /// as used every lease of this isolate the guard had granted and not taken back: what was
+    /// owed when the ask was made went with it, so what the isolate dropped since (in the same
+    /// windows) is the part of it still unused (`KeyLease::carried`).
+    pub fn hold(&mut self, key_hash: &str, key: crate::api_key::KeyRecord, grant: &Grant, asked: u64) {
         let room = self.held_until.len() < LEASE_BOOK_KEYS || self.held_until.contains_key(key_hash);
         if (grant.credits > 0 || grant.verdict != Verdict::Allowed) && room {
             self.held_until.insert(key_hash.to_owned(), grant.until_ms);
@@ -478,25 +552,59 @@ impl LeaseBook {
             return;
         }
         self.refused.remove(key_hash);
+        let granted_ms = grant.usage.now_ms;
+        if let Some(later) = self.leases.get_mut(key_hash).filter(|l| l.held.usage.now_ms > granted_ms) {
+            // Answered out of order: the lease held was granted after this one, counting it as used.
+            for (c, w) in later.carried.iter_mut().zip(Window::ALL) {
+                if w.start(later.held.usage.now_ms) == w.start(granted_ms) {
+                    *c = c.saturating_add(grant.credits);
+                }
+            }
+            let back = GiveBack { grant_id: grant.grant_id.clone(), unused: grant.credits, part: None };
+            self.owe(key_hash, back, granted_ms);
+            return;
+        }
         self.drop_lease(key_hash);
+        // A renewal wanted of the lease it replaces, not asked for yet, is not wanted of this one.
+        if self.renewals.get(key_hash).is_some_and(Option::is_some) {
+            self.renewals.remove(key_hash);
+        }
+        let mut carried = [0u32; 4];
+        for o in self.owed.get(key_hash).into_iter().flatten().filter(|o| o.seq > asked) {
+            for (c, w) in carried.iter_mut().zip(Window::ALL) {
+                if w.start(o.granted_ms) == w.start(granted_ms) {
+                    *c = c.saturating_add(o.back.unused);
+                }
+            }
+        }
         if self.leases.len() >= LEASE_BOOK_KEYS {
             let first = self.leases.iter().min_by_key(|(_, l)| l.held.until_ms).map(|(k, _)| k.clone());
             if let Some(first) = first {
                 self.drop_lease(&first);
             }
         }
-        self.leases.insert(key_hash.to_owned(), KeyLease { key, held: Held::from_grant(grant) });
+        self.leases.insert(key_hash.to_owned(), KeyLease { key, held: Held::from_grant(grant), carried });
     }
 
     /// Drops the key's lease; its unused credits are owed back.
     pub fn drop_lease(&mut self, key_hash: &str) {
-        if let Some(back) = self.leases.remove(key_hash).and_then(|l| l.held.give_back()) {
-            self.owed.entry(key_hash.to_owned()).or_default().push(back);
+        if let Some(lease) = self.leases.remove(key_hash) {
+            if let Some(back) = lease.held.give_back() {
+                self.owe(key_hash, back, lease.held.usage.now_ms);
+            }
         }
     }
 
-    /// Drops the leases that ended by `now_ms` and answers everything owed back, by key hash: to
-    /// give back to each key's guard without waiting for its next request.
+    fn owe(&mut self, key_hash: &str, back: GiveBack, granted_ms: i64) {
+        self.seq += 1;
+        let owed = Owed { back, granted_ms, seq: self.seq };
+        self.owed.entry(key_hash.to_owned()).or_default().push(owed);
+    }
+
+    /// Drops the leases that ended by `now_ms` and answers what is owed back, by key hash: to
+    /// give back to each key's guard without waiting for its next request (`settled` once it
+    /// took them). Not for a key being asked meanwhile: its ask carries them, and a lease it
+    /// brings must know which of them its guard counted (see [`Self::hold`]).
     pub fn ended(&mut self, now_ms: i64) -> Vec<(String, Vec<GiveBack>)> {
         let ended: Vec<String> =
             self.leases.iter().filter(|(_, l)| l.held.until_ms <= now_ms).map(|(k, _)| k.clone()).collect();
@@ -507,7 +615,10 @@ impl LeaseBook {
         self.rates.retain(|_, r| r.per_second(now) > 0);
         self.denied.retain(|_, (_, until)| *until > now);
         self.held_until.retain(|_, until| now < *until + ISOLATE_LEASE_MS);
-        std::mem::take(&mut self.owed).into_iter().collect()
+        // An ask never answered (its request was cancelled) stops counting after a while.
+        self.asking.retain(|_, (since, _)| now - *since < ASK_FORGOTTEN_MS);
+        let idle = self.owed.keys().filter(|k| !self.asking.contains_key(*k));
+        idle.map(|k| (k.clone(), self.owed_by(k))).collect()
     }
 
     /// When the first lease held ends, if something will be owed back then and no request's
@@ -1096,7 +1207,7 @@ mod tests {
         assert_eq!(verdict, Verdict::RateLimited);
         let refusal = refusal_lease(T0, verdict, &usage);
         let mut book = LeaseBook::default();
-        book.hold("ab", some_key(), &refusal);
+        book.hold("ab", some_key(), &refusal, 0);
         // Cost 1: the guard would admit it (3 left).
         assert_eq!(crate::rate_limit::decide_cost(c, T0 + 10, limits, 1).0, Verdict::Allowed);
         let decided = book.admit("ab", crate::api_key::Scope::Resources, T0 + 10);
@@ -1104,5 +1215,110 @@ mod tests {
             !matches!(decided, Some(Leased::Refused(..))),
             "a cost-1 request is refused from the memory of a cost-5 refusal with 3 credits left"
         );
+    }
+
+    /// One sequential client of a hot key at one isolate, its lease renewed while it still
+    /// serves (the renewal's grant counts the old lease's unused credits as used until they come
+    /// back): the remaining count still goes down one by one, across renewals, whether the old
+    /// lease's credits came back before the next renewal or not.
+    #[test]
+    fn a_hot_keys_remaining_counts_down_one_by_one_across_renewals() {
+        let limits = Limits::per_minute(30);
+        for give_back_between in [false, true] {
+            let mut book = LeaseBook::default();
+            let mut guard = Counters::default();
+            let mut grants: Vec<Grant> = Vec::new();
+            let mut shown = Vec::new();
+            let mut t = T0 + 10;
+            for i in 0..3 {
+                // The renewal (or the first ask) reaches the guard: what it carries comes back first.
+                let ask = match i {
+                    0 => book.ask("ab", t, 1),
+                    _ => book.take_renewals(t).pop().map(|(_, ask)| ask).expect("a renewal is wanted"),
+                };
+                for back in &ask.give_back {
+                    let g = grants.iter().find(|g| g.grant_id == back.grant_id).unwrap();
+                    accept_give_back(&mut guard, t, g, &mut Returned::default(), back);
+                }
+                let (grant, next, _) =
+                    lease_to_isolate(guard, t, &limits, &[], &mut [], &format!("l{i}"), 4, true).unwrap();
+                guard = next;
+                grants.push(grant.clone());
+                match i {
+                    0 => {
+                        book.answered("ab", &ask, true);
+                        book.hold("ab", some_key(), &grant, ask.asked);
+                    }
+                    _ => book.renewed("ab", &ask, Some(some_key()), Some(&grant)),
+                }
+                if give_back_between {
+                    for (key, back) in book.ended(t) {
+                        for b in &back {
+                            let g = grants.iter().find(|g| g.grant_id == b.grant_id).unwrap();
+                            accept_give_back(&mut guard, t, g, &mut Returned::default(), b);
+                        }
+                        book.settled(&key, &back);
+                    }
+                }
+                // Three requests from the lease (the second one asks for a renewal).
+                for _ in 0..3 {
+                    t += 1;
+                    match book.admit("ab", crate::api_key::Scope::Resources, t) {
+                        Some(Leased::Admitted(_, usage)) => shown.push(usage.remaining()),
+                        other => panic!("{other:?}"),
+                    }
+                }
+            }
+            assert_eq!(
+                shown,
+                (21..=29).rev().collect::<Vec<u32>>(),
+                "given back between: {give_back_between}"
+            );
+        }
+    }
+
+    /// An ask carries every give-back still owed, and one that reached the guard is owed no more;
+    /// a key being asked is left out of what `ended` gives back (its ask carries it).
+    #[test]
+    fn owed_give_backs_go_with_every_ask_until_one_is_answered() {
+        let limits = Limits::per_minute(1_000);
+        let mut book = LeaseBook::default();
+        let (grant, _, _) =
+            lease_to_isolate(Counters::default(), T0, &limits, &[], &mut [], "l1", 10, true).unwrap();
+        book.hold("ab", some_key(), &grant, 0);
+        book.admit("ab", crate::api_key::Scope::Resources, T0 + 1);
+        let first = book.ask("ab", T0 + 2, 1);
+        assert_eq!(first.give_back.len(), 1);
+        assert!(book.ended(T0 + 2).is_empty(), "asked meanwhile: its ask carries it");
+        book.answered("ab", &first, false);
+        let again = book.ended(T0 + 3);
+        assert_eq!(again, vec![("ab".to_owned(), first.give_back.clone())], "unanswered: still owed");
+        let second = book.ask("ab", T0 + 4, 1);
+        assert_eq!(second.give_back, first.give_back);
+        book.answered("ab", &second, true);
+        assert!(book.ended(T0 + 5).is_empty());
+        assert_eq!(book.give_back_at(), None);
+    }
+
+    /// Two asks of one isolate answered out of order: the later grant (held) counts the earlier
+    /// one's credits as used, and those come back whole — the count stays exact.
+    #[test]
+    fn leases_answered_out_of_order_keep_the_count_exact() {
+        let limits = Limits::per_minute(30);
+        let mut book = LeaseBook::default();
+        let (first, second) = (book.ask("ab", T0, 1), book.ask("ab", T0, 1));
+        let (earlier, guard, _) =
+            lease_to_isolate(Counters::default(), T0 + 5, &limits, &[], &mut [], "b", 4, true).unwrap();
+        let (later, _, _) = lease_to_isolate(guard, T0 + 6, &limits, &[], &mut [], "a", 4, true).unwrap();
+        book.answered("ab", &first, true);
+        book.hold("ab", some_key(), &later, first.asked);
+        book.answered("ab", &second, true);
+        book.hold("ab", some_key(), &earlier, second.asked);
+        match book.admit("ab", crate::api_key::Scope::Resources, T0 + 7) {
+            Some(Leased::Admitted(_, usage)) => assert_eq!(usage.remaining(), 29),
+            other => panic!("{other:?}"),
+        }
+        let owed = book.ended(T0 + 7);
+        assert_eq!(owed[0].1, vec![GiveBack { grant_id: "b".into(), unused: 4, part: None }]);
     }
 }

@@ -58,7 +58,7 @@ impl HotKey {
 /// What travels to the key's guard.
 enum ToGuard {
     Authorize { isolate: usize, request: usize, ask: LeaseAsk },
-    GiveBack { give_back: Vec<GiveBack> },
+    GiveBack { isolate: usize, give_back: Vec<GiveBack> },
     Renew { isolate: usize, ask: LeaseAsk },
 }
 
@@ -88,11 +88,13 @@ enum Event {
     Reply {
         isolate: usize,
         request: usize,
+        ask: LeaseAsk,
         answer: Answer,
     },
     /// The guard's answer to a renewal reaches the isolate.
     Renewed {
         isolate: usize,
+        ask: LeaseAsk,
         revoked: bool,
         lease: Option<Grant>,
     },
@@ -247,7 +249,7 @@ pub fn hot_key(p: &HotKey) -> Report {
                     }
                 }
                 // The after-response work asks for the renewals the lease hits wanted.
-                for (_, ask) in iso.book.take_renewals() {
+                for (_, ask) in iso.book.take_renewals(now_ms) {
                     let at = now_us + iso.round_trip_us / 2;
                     events.push(at, Event::AtGuard(ToGuard::Renew { isolate, ask }));
                 }
@@ -261,22 +263,25 @@ pub fn hot_key(p: &HotKey) -> Report {
             Event::Served(message) => {
                 guard.server.count_call(now_us);
                 match message {
-                    ToGuard::GiveBack { give_back } => guard.take_back(now_ms, &give_back),
+                    ToGuard::GiveBack { isolate, give_back } => {
+                        guard.take_back(now_ms, &give_back);
+                        isolates[isolate].book.settled(key_hash, &give_back);
+                    }
                     ToGuard::Renew { isolate, ask } => {
                         let (revoked, lease) = guard.renew(now_ms, &ask, p);
                         let at = now_us + isolates[isolate].round_trip_us / 2;
-                        events.push(at, Event::Renewed { isolate, revoked, lease });
+                        events.push(at, Event::Renewed { isolate, ask, revoked, lease });
                     }
                     ToGuard::Authorize { isolate, request, ask } => {
                         let answer = guard.authorize(now_ms, &ask, p);
                         let at = now_us + isolates[isolate].round_trip_us / 2;
-                        events.push(at, Event::Reply { isolate, request, answer });
+                        events.push(at, Event::Reply { isolate, request, ask, answer });
                     }
                 }
             }
-            Event::Reply { isolate, request, answer } => {
+            Event::Reply { isolate, request, ask, answer } => {
                 report.added_ms.push((now_us - arrived_us[request]) as f64 / 1000.0);
-                isolates[isolate].book.answered(key_hash);
+                isolates[isolate].book.answered(key_hash, &ask, true);
                 if let Answer::Denied = answer {
                     isolates[isolate].book.deny(
                         key_hash,
@@ -290,14 +295,14 @@ pub fn hot_key(p: &HotKey) -> Report {
                         admit_at(&mut report, decided_ms - T0_MS, &mut last_admission_after_revoke_ms);
                     }
                     if let Some(grant) = lease {
-                        isolates[isolate].book.hold(key_hash, key.clone(), &grant);
+                        isolates[isolate].book.hold(key_hash, key.clone(), &grant, ask.asked);
                     }
                 }
                 schedule_give_back(&mut isolates[isolate], isolate, now_ms, &mut events);
             }
-            Event::Renewed { isolate, revoked, lease } => {
+            Event::Renewed { isolate, ask, revoked, lease } => {
                 let key = (!revoked).then(|| key.clone());
-                isolates[isolate].book.renewed(key_hash, key, lease.as_ref());
+                isolates[isolate].book.renewed(key_hash, &ask, key, lease.as_ref());
                 schedule_give_back(&mut isolates[isolate], isolate, now_ms, &mut events);
             }
             Event::GiveBackDue { isolate } => {
@@ -305,7 +310,7 @@ pub fn hot_key(p: &HotKey) -> Report {
                 iso.give_back_waiting = false;
                 for (_, give_back) in iso.book.ended(now_ms) {
                     let at = now_us + iso.round_trip_us / 2;
-                    events.push(at, Event::AtGuard(ToGuard::GiveBack { give_back }));
+                    events.push(at, Event::AtGuard(ToGuard::GiveBack { isolate, give_back }));
                 }
                 iso.book.give_back_done();
                 schedule_give_back(iso, isolate, now_ms, &mut events);
