@@ -49,7 +49,7 @@ impl Client {
     /// ```no_run
     /// # async fn run(owner: gatehouse_client::Client) -> Result<(), gatehouse_client::Error> {
     /// for hook in owner.list_webhooks().collect_all().await? {
-    ///     println!("{} {} {:?}", hook.id, hook.url, hook.events);
+    ///     println!("{} {:?} {:?}", hook.id, hook.url, hook.events);
     /// }
     /// # Ok(()) }
     /// ```

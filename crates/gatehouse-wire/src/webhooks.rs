@@ -7,7 +7,11 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Webhook {
     pub id: String,
-    pub url: String,
+    /// `url` (Gatehouse posts to `url`) or `cli` (a `gatehouse listen` pulls its deliveries).
+    #[serde(default = "url_kind")]
+    pub kind: String,
+    /// The receiver's URL; `None` for a `cli` subscription.
+    pub url: Option<String>,
     pub events: Vec<String>,
     /// `active` or `disabled`.
     pub status: String,
@@ -66,4 +70,63 @@ pub struct DeliveryAttempt {
     pub response_body: Option<String>,
     pub error: Option<String>,
     pub next_retry_at: Option<String>,
+}
+
+fn url_kind() -> String {
+    "url".into()
+}
+
+/// What `GET /public/v1/webhooks/{id}/pull` answers a listener (`gatehouse listen`): the
+/// deliveries due for its `cli` subscription, each held for it for `hold_seconds`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PulledDeliveries {
+    pub data: Vec<PulledDelivery>,
+    /// The gateway's time when it answered (RFC 3339): a listener resumes from it.
+    pub now: String,
+    pub hold_seconds: u64,
+}
+
+/// One attempt of a delivery, for a listener to forward unchanged and report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PulledDelivery {
+    pub delivery_id: String,
+    pub attempt: u32,
+    pub event: String,
+    /// The signed headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`, …).
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// The payload, byte for byte as signed.
+    pub body: String,
+}
+
+/// A listener's report of one forwarded attempt: the receiver's status code and the start of its
+/// answer, or why there was no answer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeliveryReport {
+    pub attempt: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_code: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_excerpt: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub duration_ms: u64,
+}
+
+/// What a report made of the delivery.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReportedDelivery {
+    pub delivery_id: String,
+    pub attempt: u32,
+    /// `pending` (another attempt follows at `next_attempt_at`), `delivered` or `failed`.
+    pub status: String,
+    pub next_attempt_at: Option<String>,
+}
+
+/// `POST /public/v1/webhooks/trigger`: a sample event sent to the project's subscriptions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TriggeredEvent {
+    pub event_id: String,
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub deliveries: u32,
 }

@@ -41,6 +41,9 @@ pub fn check_events(events: &[String]) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// What a `cli` subscription stores as its URL: no URL a receiver can have.
+pub const CLI_URL: &str = "cli:listen";
+
 /// A subscription. `Debug` leaves the signing secret out.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Webhook {
@@ -81,7 +84,8 @@ impl Webhook {
     pub fn view(&self, secret: Option<&str>, now_ms: i64) -> Value {
         let info = wire::Webhook {
             id: self.id.clone(),
-            url: self.url.clone(),
+            kind: if self.is_cli() { "cli" } else { "url" }.into(),
+            url: (!self.is_cli()).then(|| self.url.clone()),
             events: self.events.clone(),
             status: self.status.clone(),
             disabled_reason: self.disabled_reason.clone(),
@@ -96,6 +100,12 @@ impl Webhook {
 }
 
 impl Webhook {
+    /// A `cli` subscription (SPEC §21): no receiver URL; a listener (`gatehouse listen`) pulls its
+    /// deliveries. Stored with [`CLI_URL`] in place of a URL.
+    pub fn is_cli(&self) -> bool {
+        self.url == CLI_URL
+    }
+
     /// Until when the previous secret still signs, if a rotation's grace runs at `now_ms`.
     pub fn previous_secret_until(&self, now_ms: i64) -> Option<i64> {
         self.previous_secret.as_ref().map(|(_, until)| *until).filter(|until| *until > now_ms)
