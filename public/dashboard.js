@@ -224,7 +224,7 @@ async function loadWebhooks() {
       if (grace === null) return;
       try {
         const rotated = await send(`/public/v1/webhooks/${w.id}/rotate-secret`, { grace_seconds: Number(grace) });
-        showOnce(`New signing secret of ${w.url}`, rotated.secret,
+        showOnce(`New signing secret of ${w.url ?? "gatehouse listen"}`, rotated.secret,
           `Until ${when(rotated.previous_secret_expires_at)} every delivery carries both signatures (new first).`);
       } catch (e) { showError(e); }
       await loadWebhooks().catch(showError);
@@ -246,7 +246,7 @@ async function loadWebhooks() {
         setTimeout(() => loadDeliveries(w).catch(showError), 1500);
       } catch (e) { showError(e); }
     }));
-    const tr = row(cell(w.url), cell(w.events.join(', ')), cell(w.status), cell(when(w.previous_secret_expires_at)), actions);
+    const tr = row(cell(w.url ?? "gatehouse listen (cli)"), cell(w.events.join(', ')), cell(w.status), cell(when(w.previous_secret_expires_at)), actions);
     tr.dataset.id = w.id;
     tr.dataset.status = w.status;
     return tr;
@@ -256,7 +256,7 @@ async function loadWebhooks() {
 async function loadDeliveries(w) {
   const { data } = await api(`/public/v1/webhooks/${w.id}/deliveries?limit=50`);
   $('deliveries-box').hidden = false;
-  $('deliveries-url').textContent = w.url;
+  $('deliveries-url').textContent = w.url ?? "gatehouse listen (cli)";
   $('deliveries').replaceChildren(...data.map((d) => {
     const attempts = document.createElement('ol');
     attempts.className = 'attempts';

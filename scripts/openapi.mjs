@@ -190,8 +190,9 @@ const paths = {
   '/v1/alias': { post: ingestion('Link ids (server keys only)', obj({ anonymous_id: nonBlankId, user_id: nonBlankId }, ['anonymous_id', 'user_id']), out({ anonymous_id: str, user_id: str })) },
   '/v1/replay': { post: ingestion('Store a session-replay chunk once', obj({ session_id: nonBlankId, chunk: int(0, 4294967295), data: {} }, ['session_id', 'chunk', 'data']), out({ duplicate: { type: 'boolean' } })) },
   '/public/v1/webhooks': {
-    post: mutating('Subscribe (the secret is shown only here)', obj({ url: { type: 'string', format: 'uri', description: 'https (http too when ALLOW_PRIVATE_WEBHOOK_URLS), no credentials, no special-purpose address (422 otherwise)' },
-      events: { type: 'array', minItems: 1, uniqueItems: true, items: { enum: [...eventTypes, '*'] }, description: 'known event types or "*", no repeats (422 otherwise)' } }, ['url', 'events']),
+    post: mutating('Subscribe (the secret is shown only here)', obj({ kind: { enum: ['url', 'cli'], description: '"url" (default: Gatehouse posts to url) or "cli" (no url: `gatehouse listen` pulls the deliveries)' },
+      url: { type: 'string', format: 'uri', description: 'required for kind "url", absent for "cli"; https (http too when ALLOW_PRIVATE_WEBHOOK_URLS), no credentials, no special-purpose address (422 otherwise)' },
+      events: { type: 'array', minItems: 1, uniqueItems: true, items: { enum: [...eventTypes, '*'] }, description: 'known event types or "*", no repeats (422 otherwise)' } }, ['events']),
       { 201: { schema: ref('WebhookCreated'), description: 'Created' } }),
     get: get('List subscriptions, newest first', { parameters: paging, ok: list(ref('Webhook')), codes: [400] }),
   },
@@ -208,6 +209,15 @@ const paths = {
     { 202: { schema: out({ requeued: int(0) }), description: 'Queued' } }, [404], { parameters: [pathParam('id')] }) },
   '/public/v1/webhooks/{id}/deliveries': { get: get('Deliveries with every attempt', {
     parameters: [pathParam('id'), query('status', { enum: ['pending', 'delivered', 'failed'] }, '400 otherwise'), ...paging], ok: list(ref('Delivery')), codes: [400, 404] }) },
+  '/public/v1/webhooks/trigger': { post: mutating('Send a sample event of a type (built-in or an origin\'s) to the project\'s matching subscriptions',
+    obj({ type: { type: 'string', pattern: '^[a-z0-9_.]{1,64}$', description: '1–64 characters of a-z, 0-9, _ and . (422 otherwise)' } }, ['type']),
+    { 202: { schema: out({ event_id: str, type: str, deliveries: int(0) }), description: 'Queued' } }) },
+  '/public/v1/webhooks/{id}/pull': { get: get('A listener\'s long poll on a cli subscription (`gatehouse listen`): the deliveries due, each held for it as an attempt, or none after `wait` seconds', {
+    parameters: [pathParam('id'), query('wait', int(0, 25), 'seconds to wait for a delivery, 0–25 (400 otherwise), default 25'), query('resume', { type: 'boolean' }, 'true: every pending delivery of the subscription becomes due now (400 unless true or false)')],
+    ok: out({ data: { type: 'array', items: out({ delivery_id: str, attempt: int(1), event: str, headers: { type: 'object', additionalProperties: str }, body: str }) }, now: time, hold_seconds: int(0) }), codes: [400, 404, 422] }) },
+  '/public/v1/webhooks/{id}/deliveries/{delivery_id}/report': { post: mutating('A listener reports what the receiver answered to an attempt it forwarded; the schedule goes on from it',
+    obj({ attempt: int(1), status_code: int(100, 599), response_excerpt: { type: 'string' }, error: { type: 'string' }, duration_ms: int(0) }, ['attempt', 'duration_ms']),
+    { 200: { schema: out({ delivery_id: str, attempt: int(1), status: { enum: ['pending', 'delivered', 'failed'] }, next_attempt_at: nullable(time) }) } }, [404, 409], { parameters: [pathParam('id'), pathParam('delivery_id')] }) },
   '/public/v1/webhooks/deliveries/{id}/retry': { post: mutating('Make a delivery due now (failed ones too)', null, { 202: { schema: ref('Delivery'), description: 'Queued' } }, [404], { parameters: [pathParam('id')] }) },
 };
 
@@ -215,7 +225,7 @@ const keyProps = { id: str, prefix: str, type: { enum: ['owner', 'server', 'brow
   rate_limit_per_minute: nullable(int(1)), status: { enum: ['active', 'expiring', 'expired', 'revoked'] }, created_at: time,
   expires_at: nullable(time), revoked_at: nullable(time), rolled_from: nullable(str), rolled_to: nullable(str),
   identity_id: nullable(str), limits: nullable(keyLimits) };
-const webhookProps = { id: str, url: str, events: { type: 'array', items: str }, status: { enum: ['active', 'disabled'] }, disabled_reason: nullable(str), created_at: time,
+const webhookProps = { id: str, kind: { enum: ['url', 'cli'] }, url: nullable(str), events: { type: 'array', items: str }, status: { enum: ['active', 'disabled'] }, disabled_reason: nullable(str), created_at: time,
   previous_secret_expires_at: nullable({ ...time, description: 'while a rotation\'s grace runs: until when attempts are signed with the previous secret too' }) };
 const indexed = (props) => ({ type: 'array', items: out({ index: int(0), ...props }) });
 const schemas = {

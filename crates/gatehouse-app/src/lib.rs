@@ -20,7 +20,7 @@ pub use responses::failure;
 
 pub use audit::{move_legacy_audit_rows, roll_up, roll_up_each, RollUpLimits};
 pub use dead_letters::{redrive, RedriveReport};
-pub use webhooks::{dispatch, reseal_secrets, retry, sweep, ManualRetry};
+pub use webhooks::{dispatch, jitter, reseal_secrets, retry, sweep, ManualRetry};
 #[cfg(test)]
 mod audit_load;
 mod dead_letters;

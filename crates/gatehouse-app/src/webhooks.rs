@@ -13,8 +13,8 @@ use gatehouse_core::error::ApiError;
 use gatehouse_core::json_body;
 use gatehouse_core::page::{Cursor, PageRequest};
 use gatehouse_core::ports::{
-    AttemptLease, DeliveryQueue, PortError, Ports, Recovery, SecretRotation, WebhookClient, WebhookPost,
-    WebhookStore,
+    AttemptLease, DeliveryQueue, OriginEvent, OriginEventRecord, Pause, PortError, Ports, Recovery,
+    SecretRotation, Take, WebhookClient, WebhookPost, WebhookStore,
 };
 use gatehouse_core::sealing::Keyring;
 use gatehouse_core::time;
@@ -22,6 +22,7 @@ use gatehouse_core::webhook::{
     self, check_events, check_url, judge, target_refusal, Attempt, Delivery, ReceiverOutcome, StoredSecret,
     Webhook,
 };
+use gatehouse_wire::webhooks as wire;
 
 /// Reads of a subscription whose secret another rotation changed in between, before a 503.
 const ROTATION_ATTEMPTS: usize = 3;
@@ -31,14 +32,33 @@ const SWEEP_BATCH: usize = 500;
 /// A delivery the sweep re-queued is not re-queued again for this long: its message may still be
 /// in the queue's retries (D1 refusing it), and every sweep would add a copy.
 const SWEEP_REPEAT_MS: i64 = 600_000;
+/// The error of an attempt of a `cli` subscription's delivery while no listener is connected.
+pub const NO_LISTENER: &str = "no listener connected (gatehouse listen)";
+/// The longest a listener's pull waits for a delivery (SPEC §21), in seconds.
+const MAX_PULL_WAIT_SECONDS: u64 = 25;
+/// A listener counts as connected this long after its pull's wait ends.
+const LISTENER_SLACK_MS: i64 = 5_000;
+/// Deliveries one pull hands a listener, at most.
+const PULL_BATCH: usize = 20;
+/// How often a waiting pull looks for due deliveries.
+const PULL_POLL_MS: u64 = 1_000;
 /// Queues delay a message by at most 12 hours; a later attempt is picked up by the sweep.
 const QUEUE_MAX_DELAY_SECONDS: i64 = 43_200;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CreateWebhook {
-    url: String,
+    /// `url` (the default) or `cli` (no URL: `gatehouse listen` pulls the deliveries, SPEC §21).
+    kind: Option<String>,
+    url: Option<String>,
     events: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Trigger {
+    #[serde(rename = "type")]
+    event_type: String,
 }
 
 #[derive(Deserialize)]
@@ -62,7 +82,31 @@ struct Recover {
 impl<P: Ports> Gateway<'_, P> {
     pub(super) async fn create_webhook(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let input: CreateWebhook = json_body::parse(&call.body)?;
-        check_url(&input.url, self.config.allow_private_webhook_urls, &self.config.private_webhook_origins)?;
+        let url = match (input.kind.as_deref().unwrap_or("url"), input.url) {
+            ("url", Some(url)) => {
+                check_url(
+                    &url,
+                    self.config.allow_private_webhook_urls,
+                    &self.config.private_webhook_origins,
+                )?;
+                url
+            }
+            ("url", None) => {
+                return Err(ApiError::unprocessable(
+                    r#"url is required (or "kind":"cli" for a subscription `gatehouse listen` pulls)"#,
+                )
+                .with_detail("field", "url"))
+            }
+            ("cli", None) => webhook::CLI_URL.to_owned(),
+            ("cli", Some(_)) => {
+                return Err(ApiError::unprocessable("a cli subscription has no url: its listener pulls")
+                    .with_detail("field", "url"))
+            }
+            (kind, _) => {
+                return Err(ApiError::unprocessable(format!(r#"kind {kind:?} is not "url" nor "cli""#))
+                    .with_detail("field", "kind"))
+            }
+        };
         check_events(&input.events)?;
         let id = call.ids.next("wh");
         let key = secrets_key(self.config);
@@ -70,7 +114,7 @@ impl<P: Ports> Gateway<'_, P> {
         let hook = Webhook {
             id,
             project_id: call.project_id().to_owned(),
-            url: input.url,
+            url,
             events: input.events,
             secret,
             previous_secret: None,
@@ -200,6 +244,211 @@ impl<P: Ports> Gateway<'_, P> {
         Ok(reply)
     }
 
+    /// `GET /public/v1/webhooks/{id}/pull?wait=&resume=` (SPEC §21): a listener's long poll on its
+    /// `cli` subscription. Answers as soon as deliveries are due (each taken for this listener as
+    /// an attempt, signed as a `POST` would be), or after `wait` seconds with none. While it
+    /// pulls, the listener counts as connected (until the wait ends and a few seconds more), and
+    /// nothing else attempts the subscription's deliveries; `resume=true` makes every pending
+    /// one due now (a listener back after a disconnect).
+    pub(super) async fn pull_deliveries(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let id = call.params[0];
+        let mut wait = MAX_PULL_WAIT_SECONDS;
+        let mut resume = false;
+        for (name, value) in call.query {
+            let bad = |why: &str| ApiError::bad_request(why.to_owned()).with_detail("field", name.as_str());
+            match name.as_str() {
+                "wait" => {
+                    wait = value.parse().ok().filter(|w| *w <= MAX_PULL_WAIT_SECONDS).ok_or_else(|| {
+                        bad(&format!(
+                            "wait must be a whole number of seconds from 0 to {MAX_PULL_WAIT_SECONDS}"
+                        ))
+                    })?
+                }
+                "resume" => resume = value.parse().map_err(|_| bad("resume must be true or false"))?,
+                _ => {}
+            }
+        }
+        let Some(hook) = self.store.webhook(call.project_id(), id).await.map_err(unavailable)? else {
+            return Err(ApiError::not_found("webhook").with_detail("id", id));
+        };
+        if !hook.is_cli() {
+            return Err(ApiError::unprocessable(
+                r#"Only a subscription of kind "cli" is pulled; this one is posted to its url."#,
+            )
+            .with_detail("kind", "url"));
+        }
+        let until = call.now_ms + wait as i64 * 1000 + LISTENER_SLACK_MS;
+        let resume_at = resume.then_some(call.now_ms);
+        if self.store.listen(call.project_id(), id, until, resume_at).await.map_err(unavailable)?.is_none() {
+            return Err(ApiError::not_found("webhook").with_detail("id", id));
+        }
+        let mut waited = 0;
+        loop {
+            let now = call.now_ms + waited as i64;
+            let due = self.store.due_for_listener(id, now, PULL_BATCH).await.map_err(unavailable)?;
+            let mut pulled = Vec::new();
+            for delivery_id in &due {
+                let lease = attempt_lease(self.config, delivery_id, now, true);
+                if let Take::Attempt(delivery, hook) =
+                    self.store.take_delivery(&lease).await.map_err(unavailable)?
+                {
+                    pulled.push(self.pulled(&delivery, &hook, now)?);
+                }
+            }
+            if !pulled.is_empty() || waited >= wait * 1000 {
+                let hold_seconds = (attempt_lease(self.config, id, 0, true).until_ms / 1000) as u64;
+                let answer = wire::PulledDeliveries { data: pulled, now: time::rfc3339(now), hold_seconds };
+                return Ok(Reply::ok(gatehouse_wire::to_json(&answer)));
+            }
+            self.timer.pause(PULL_POLL_MS).await;
+            waited += PULL_POLL_MS;
+        }
+    }
+
+    /// One taken delivery as a listener forwards it: the headers a `POST` of this attempt would
+    /// carry, and the payload.
+    fn pulled(
+        &self,
+        delivery: &Delivery,
+        hook: &Webhook,
+        now_ms: i64,
+    ) -> Result<wire::PulledDelivery, ApiError> {
+        let keys = hook
+            .signing_keys(&secrets_key(self.config), now_ms)
+            .ok_or_else(|| ApiError::internal("the subscription's secret cannot be read"))?;
+        let headers = webhook::headers(
+            &self.config.webhook_header_prefix,
+            &keys,
+            &delivery.id,
+            now_ms / 1000,
+            &delivery.event,
+            &delivery.request_id,
+            &delivery.payload,
+        );
+        Ok(wire::PulledDelivery {
+            delivery_id: delivery.id.clone(),
+            attempt: delivery.attempts,
+            event: delivery.event.clone(),
+            headers: headers.into_iter().map(|(k, v)| (k.to_ascii_lowercase(), v)).collect(),
+            body: delivery.payload.clone(),
+        })
+    }
+
+    /// `POST /public/v1/webhooks/{id}/deliveries/{delivery_id}/report` (SPEC §21): what the
+    /// receiver a listener forwarded an attempt to answered, recorded as that attempt; the
+    /// schedule goes on from it as after a `POST` of Gatehouse's own. A report of an attempt
+    /// recorded already answers the delivery as it is (safe to repeat).
+    pub(super) async fn report_delivery(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let (id, delivery_id) = (call.params[0], call.params[1]);
+        let report: wire::DeliveryReport = json_body::parse(&call.body)?;
+        let not_found = || ApiError::not_found("delivery").with_detail("id", delivery_id);
+        let (delivery, attempts) = self
+            .store
+            .delivery(call.project_id(), delivery_id)
+            .await
+            .map_err(unavailable)?
+            .ok_or_else(not_found)?;
+        if delivery.webhook_id != id {
+            return Err(not_found());
+        }
+        let answer = |status: &str, next: Option<i64>| {
+            Reply::ok(gatehouse_wire::to_json(&wire::ReportedDelivery {
+                delivery_id: delivery_id.to_owned(),
+                attempt: report.attempt,
+                status: status.to_owned(),
+                next_attempt_at: next.map(time::rfc3339),
+            }))
+        };
+        if attempts.iter().any(|a| a.attempt == report.attempt) {
+            let next = (delivery.status == "pending").then_some(delivery.scheduled_at);
+            return Ok(answer(&delivery.status, next));
+        }
+        if delivery.status != "pending" || delivery.attempts != report.attempt {
+            return Err(ApiError::conflict(format!(
+                "Attempt {} of this delivery is not one a listener holds (it is at attempt {}, {}).",
+                report.attempt, delivery.attempts, delivery.status
+            ))
+            .with_detail("attempt", delivery.attempts));
+        }
+        if report.status_code.is_some_and(|code| !(100..=599).contains(&code)) {
+            return Err(ApiError::unprocessable("status_code must be an HTTP status, 100–599")
+                .with_detail("field", "status_code"));
+        }
+        let outcome = match (report.status_code, report.error) {
+            (Some(status), _) => ReceiverOutcome::Answered {
+                status,
+                retry_after: None,
+                excerpt: report.response_excerpt.unwrap_or_default().chars().take(1024).collect(),
+            },
+            (None, error) => ReceiverOutcome::Unreachable(error.unwrap_or_else(|| "no answer".into())),
+        };
+        let config = self.config;
+        let step = report.attempt.saturating_sub(delivery.schedule_from);
+        let verdict = judge(step, &outcome, &config.webhook_retry_schedule, jitter(), call.now_ms);
+        let duration_ms = report.duration_ms.min(config.webhook_timeout_ms) as i64;
+        let attempt = Attempt {
+            delivery_id: delivery.id.clone(),
+            attempt: report.attempt,
+            started_at: call.now_ms - duration_ms,
+            duration_ms,
+            response_code: verdict.response_code,
+            response_excerpt: match &outcome {
+                ReceiverOutcome::Answered { excerpt, .. } => Some(excerpt.clone()),
+                ReceiverOutcome::Unreachable(_) => None,
+            },
+            error: verdict.error.clone(),
+            next_retry_at: verdict.next_attempt_ms,
+        };
+        let next_due = self
+            .store
+            .record_attempt(&attempt, verdict.status, verdict.disable_subscription)
+            .await
+            .map_err(unavailable)?;
+        if let Some(due) = next_due {
+            // Its listener pulls it when due; if none is connected then, this message attempts it
+            // (a lost send: the sweep queues it once it is overdue).
+            let delay = (due.saturating_sub(call.now_ms).saturating_add(999) / 1000)
+                .clamp(0, QUEUE_MAX_DELAY_SECONDS);
+            let _ = self.deliveries.enqueue(&[delivery.id.clone()], delay as u32).await;
+        }
+        Ok(answer(verdict.status, verdict.next_attempt_ms))
+    }
+
+    /// `POST /public/v1/webhooks/trigger` `{type}` (SPEC §21): a sample event of a built-in type or
+    /// an origin's, delivered to the project's matching subscriptions like any other.
+    pub(super) async fn trigger_event(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let input: Trigger = json_body::parse(&call.body)?;
+        if !webhook::is_event_type(&input.event_type) {
+            return Err(ApiError::unprocessable("type must be 1–64 characters of a-z, 0-9, _ and .")
+                .with_detail("field", "type"));
+        }
+        let event_id = gatehouse_core::encoding::object_id("evt", &random());
+        let created_at = time::rfc3339(call.now_ms);
+        let data = webhook::sample_data(&input.event_type, &created_at);
+        let event = OriginEvent {
+            project_id: call.project_id().to_owned(),
+            event_id: event_id.clone(),
+            event_type: input.event_type.clone(),
+            payload: webhook::payload(&event_id, &input.event_type, &created_at, data).to_string(),
+            request_id: call.request_id.to_owned(),
+            created_at: call.now_ms,
+            request: None,
+        };
+        let deliveries = match self.store.record_origin_event(&event).await.map_err(unavailable)? {
+            OriginEventRecord::Recorded(deliveries) => deliveries,
+            OriginEventRecord::NoSuchProject => return Err(ApiError::not_found("project")),
+            OriginEventRecord::Reused => return Err(ApiError::internal("a fresh event id was taken")),
+        };
+        let answer = wire::TriggeredEvent {
+            event_id,
+            event_type: input.event_type,
+            deliveries: deliveries.len() as u32,
+        };
+        let mut reply = Reply::accepted(gatehouse_wire::to_json(&answer));
+        reply.deliveries = deliveries;
+        Ok(reply)
+    }
+
     pub(super) async fn list_deliveries(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let id = call.params[0];
         if self.store.webhook(call.project_id(), id).await.map_err(unavailable)?.is_none() {
@@ -288,14 +537,15 @@ pub async fn dispatch<S: WebhookStore, Q: DeliveryQueue, C: WebhookClient>(
     jitter: f64,
 ) -> Result<(), PortError> {
     let started = now_ms();
-    let lease = AttemptLease {
-        delivery_id,
-        now_ms: started,
-        until_ms: started + config.webhook_timeout_ms as i64 + LEASE_SLACK_MS,
-        max_attempts: config.webhook_retry_schedule.len() as u32 + 1,
-    };
-    let Some((delivery, hook)) = store.take_delivery(&lease).await? else {
-        return Ok(());
+    let lease = attempt_lease(config, delivery_id, started, false);
+    let (delivery, hook) = match store.take_delivery(&lease).await? {
+        Take::Attempt(delivery, hook) => (delivery, hook),
+        Take::Nothing => return Ok(()),
+        // Its listener takes it; if the listener is gone by then, this message attempts it.
+        Take::Listening(until_ms) => {
+            let delay = ((until_ms - started) / 1000 + 1).clamp(1, QUEUE_MAX_DELAY_SECONDS);
+            return queue.enqueue(&[delivery_id.to_owned()], delay as u32).await;
+        }
     };
     let attempt_no = delivery.attempts;
     // The target again, under today's configuration: the switch may be off now, or the row may
@@ -305,6 +555,8 @@ pub async fn dispatch<S: WebhookStore, Q: DeliveryQueue, C: WebhookClient>(
     let target =
         target_refusal(&hook.url, config.allow_private_webhook_urls, &config.private_webhook_origins);
     let reply = match (target, keys) {
+        // A cli subscription's listener was not connected (SPEC §21): a failed attempt.
+        _ if hook.is_cli() => Ok(ReceiverOutcome::Unreachable(NO_LISTENER.into())),
         (Err(why), _) => Err(why),
         (Ok(_), Some(keys)) => {
             let headers = webhook::headers(
@@ -366,6 +618,23 @@ pub async fn dispatch<S: WebhookStore, Q: DeliveryQueue, C: WebhookClient>(
         queue.enqueue(&[delivery.id], delay as u32).await?;
     }
     Ok(())
+}
+
+/// A number in [-1, 1] for the retry schedule's jitter.
+pub fn jitter() -> f64 {
+    let [a, b] = random::<2>();
+    f64::from(u16::from_be_bytes([a, b])) / f64::from(u16::MAX) * 2.0 - 1.0
+}
+
+/// The lease of one attempt that starts at `now_ms` (a listener's, when `listener`).
+fn attempt_lease<'a>(config: &Config, delivery_id: &'a str, now_ms: i64, listener: bool) -> AttemptLease<'a> {
+    AttemptLease {
+        delivery_id,
+        now_ms,
+        until_ms: now_ms + config.webhook_timeout_ms as i64 + LEASE_SLACK_MS,
+        max_attempts: config.webhook_retry_schedule.len() as u32 + 1,
+        listener,
+    }
 }
 
 /// The minute cron: queues pending deliveries that are overdue and held by no attempt.
@@ -1313,5 +1582,44 @@ mod tests {
         assert_eq!(complete(next), Ok(()));
         assert_eq!(w.receiver.posts.borrow().len(), 1, "allowed now, so sent");
         assert_eq!(status_of(&w, "dlv_0").1, 2);
+    }
+
+    /// A cli subscription's delivery (SPEC §21): while its listener is connected, a queue message
+    /// leaves it to the listener and comes back once the connection would have ended; the listener
+    /// takes it; without a listener, the attempt fails on the normal schedule and sends nothing.
+    #[test]
+    fn a_cli_delivery_is_its_listeners_while_one_is_connected_and_fails_on_schedule_without() {
+        let w = quiet_world(2);
+        w.store.webhooks.borrow_mut().webhooks.get_mut("wh_0").expect("the subscription").url =
+            webhook::CLI_URL.into();
+        let until = T0 + 30_000;
+        assert!(complete(w.store.listen(PROJECT, "wh_0", until, None)).unwrap().is_some());
+        assert_eq!(
+            complete(dispatch(&w.store, &w.queue, &w.receiver, &w.config, "dlv_0", || T0, 0.0)),
+            Ok(())
+        );
+        assert_eq!(status_of(&w, "dlv_0"), ("pending".into(), 0, None), "left to the listener");
+        assert!(w.queue.receive(0).is_none(), "not before the listener's connection would end");
+        w.clock.set(until + 1_000);
+        let message = w.queue.receive(0).expect("queued again for when the listener is gone");
+        assert_eq!(message.delivery_id, "dlv_0");
+        w.clock.set(T0);
+        // The listener takes it as attempt 1 (due, oldest first).
+        let due = complete(w.store.due_for_listener("wh_0", T0, 10)).unwrap();
+        assert_eq!(due, ["dlv_0", "dlv_1"]);
+        let lease = attempt_lease(&w.config, "dlv_0", T0, true);
+        assert!(
+            matches!(complete(w.store.take_delivery(&lease)), Ok(Take::Attempt(d, _)) if d.attempts == 1)
+        );
+        // The listener is gone: the other delivery is attempted, fails, and is scheduled again.
+        let later = until + 1;
+        assert_eq!(
+            complete(dispatch(&w.store, &w.queue, &w.receiver, &w.config, "dlv_1", || later, 0.0)),
+            Ok(())
+        );
+        assert_eq!(status_of(&w, "dlv_1"), ("pending".into(), 1, Some(NO_LISTENER.into())));
+        assert!(w.receiver.posts.borrow().is_empty(), "a cli subscription is never posted to");
+        // Another project's listener cannot claim the subscription.
+        assert!(complete(w.store.listen("prj_other", "wh_0", until, None)).unwrap().is_none());
     }
 }

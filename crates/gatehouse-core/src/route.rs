@@ -58,6 +58,11 @@ pub enum RouteId {
     RecoverDeliveries,
     ListDeliveries,
     RetryDelivery,
+    /// A listener's long poll on a `cli` subscription, and its report of an attempt (SPEC §21).
+    PullDeliveries,
+    ReportDelivery,
+    /// A sample event to the project's subscriptions (SPEC §21).
+    TriggerEvent,
     ListDeadLetters,
     RedriveDeadLetters,
     /// An origin's event for a project's subscribers (SPEC §15).
@@ -205,6 +210,7 @@ pub const ROUTES: &[Route] = &[
     route(RouteId::GetArchive, "GET", "/public/v1/logs/archives/{date}", OWNER),
     route(RouteId::GetLog, "GET", "/public/v1/logs/{request_id}", OWNER),
     route(RouteId::CreateWebhook, "POST", "/public/v1/webhooks", OWNER),
+    route(RouteId::TriggerEvent, "POST", "/public/v1/webhooks/trigger", OWNER),
     with_query(route(RouteId::ListWebhooks, "GET", "/public/v1/webhooks", OWNER), PAGE),
     route(RouteId::DeleteWebhook, "DELETE", "/public/v1/webhooks/{id}", OWNER),
     route(RouteId::UpdateWebhook, "PATCH", "/public/v1/webhooks/{id}", OWNER),
@@ -215,6 +221,11 @@ pub const ROUTES: &[Route] = &[
         &["status", "limit", "cursor"],
     ),
     route(RouteId::RetryDelivery, "POST", "/public/v1/webhooks/deliveries/{id}/retry", OWNER),
+    with_query(
+        route(RouteId::PullDeliveries, "GET", "/public/v1/webhooks/{id}/pull", OWNER),
+        &["wait", "resume"],
+    ),
+    route(RouteId::ReportDelivery, "POST", "/public/v1/webhooks/{id}/deliveries/{delivery_id}/report", OWNER),
     route(RouteId::CreateContact, "POST", "/public/v1/contacts", RESOURCES),
     with_query(route(RouteId::ListContacts, "GET", "/public/v1/contacts", RESOURCES), PAGE),
     route(RouteId::BulkContacts, "POST", "/public/v1/contacts/bulk", RESOURCES),

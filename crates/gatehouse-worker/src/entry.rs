@@ -206,12 +206,6 @@ async fn fetch(req: web_sys::Request, env: Env, ctx: Context) -> Result<web_sys:
     http::response(api)
 }
 
-/// A number in [-1, 1] for the retry schedule's jitter.
-fn jitter() -> f64 {
-    let [a, b] = app::random::<2>();
-    f64::from(u16::from_be_bytes([a, b])) / f64::from(u16::MAX) * 2.0 - 1.0
-}
-
 /// Every queue and dead-letter queue: `app::queues::consume` decides per message, this acks or
 /// retries each as told (all at once when every message is acked).
 #[event(queue)]
@@ -235,7 +229,7 @@ async fn queue(batch: MessageBatch<String>, env: Env, _ctx: Context) -> Result<(
         .collect();
     let dispatch = |id: String| {
         let (store, deliveries) = (&store, &deliveries);
-        async move { app::dispatch(store, deliveries, &FetchClient, config, &id, now_ms, jitter()).await }
+        async move { app::dispatch(store, deliveries, &FetchClient, config, &id, now_ms, app::jitter()).await }
     };
     let dispositions =
         app::queues::consume(&store, &store, &name, &incoming, dispatch, config.queue_retry, now_ms()).await;

@@ -13,7 +13,7 @@ use super::FakeStore;
 use crate::sim::{Fault, Faults};
 use gatehouse_core::page::PageRequest;
 use gatehouse_core::ports::{
-    AttemptLease, DeliveryQueue, OriginEvent, OriginEventRecord, PortError, Recovery, SecretRotation,
+    AttemptLease, DeliveryQueue, OriginEvent, OriginEventRecord, PortError, Recovery, SecretRotation, Take,
     WebhookClient, WebhookPost, WebhookStore,
 };
 use gatehouse_core::webhook::{
@@ -44,6 +44,8 @@ pub struct WebhookTables {
     pub retries_beside_attempts: u32,
     /// The request fingerprint of each origin event named by an `Idempotency-Key`, by (project, event id).
     pub origin_events: BTreeMap<(String, String), String>,
+    /// Until when the listener of each `cli` subscription counts as connected.
+    pub listeners: BTreeMap<String, i64>,
     /// Broken promises seen as they happened (a number handed out twice, an unknown one recorded).
     pub violations: Vec<String>,
 }
@@ -264,14 +266,20 @@ impl WebhookStore for FakeStore {
         .await
     }
 
-    async fn take_delivery(
-        &self,
-        lease: &AttemptLease<'_>,
-    ) -> Result<Option<(Delivery, Webhook)>, PortError> {
-        let AttemptLease { delivery_id: id, now_ms, until_ms, max_attempts } = *lease;
+    async fn take_delivery(&self, lease: &AttemptLease<'_>) -> Result<Take, PortError> {
+        let AttemptLease { delivery_id: id, now_ms, until_ms, max_attempts, listener } = *lease;
         self.tables("webhooks.take", |t| {
-            let row = t.deliveries.get(id).filter(|r| takeable(r, now_ms))?.clone();
+            let Some(row) = t.deliveries.get(id).filter(|r| takeable(r, now_ms)).cloned() else {
+                return Take::Nothing;
+            };
             let d = &row.delivery;
+            let Some(hook) = t.webhooks.get(&d.webhook_id).cloned() else { return Take::Nothing };
+            match t.listeners.get(&hook.id) {
+                Some(&until) if hook.is_cli() && !listener && until > now_ms => {
+                    return Take::Listening(until)
+                }
+                _ => {}
+            }
             if let (Some(locked), Some(started)) = (row.locked_until, row.attempt_started_at) {
                 if d.attempts > 0 {
                     let key = (id.to_owned(), d.attempts);
@@ -288,7 +296,6 @@ impl WebhookStore for FakeStore {
                 }
             }
             let interrupted_last = row.locked_until.is_some() && d.attempts - d.schedule_from >= max_attempts;
-            let hook = t.webhooks.get(&d.webhook_id).cloned()?;
             let row = t.deliveries.get_mut(id).expect("read above");
             if interrupted_last {
                 row.delivery.status = "failed".into();
@@ -296,7 +303,7 @@ impl WebhookStore for FakeStore {
                 row.delivery.updated_at = now_ms;
                 row.locked_until = None;
                 row.retry_requested = false;
-                return None;
+                return Take::Nothing;
             }
             if hook.status != "active" {
                 row.delivery.status = "failed".into();
@@ -304,7 +311,7 @@ impl WebhookStore for FakeStore {
                 row.delivery.updated_at = now_ms;
                 row.locked_until = None;
                 row.retry_requested = false;
-                return None;
+                return Take::Nothing;
             }
             row.delivery.attempts += 1;
             row.locked_until = Some(until_ms);
@@ -314,7 +321,52 @@ impl WebhookStore for FakeStore {
             if !t.taken.insert((id.to_owned(), delivery.attempts)) {
                 t.violations.push(format!("attempt {} of {id} handed out twice", delivery.attempts));
             }
-            Some((delivery, hook))
+            Take::Attempt(delivery, hook)
+        })
+        .await
+    }
+
+    async fn listen(
+        &self,
+        project_id: &str,
+        id: &str,
+        until_ms: i64,
+        resume_at: Option<i64>,
+    ) -> Result<Option<Webhook>, PortError> {
+        self.tables("webhooks.listen", |t| {
+            let hook = t.webhooks.get(id).filter(|h| h.project_id == project_id && h.is_cli())?;
+            let hook = hook.clone();
+            if hook.status == "deleted" {
+                return None;
+            }
+            t.listeners.insert(id.to_owned(), until_ms);
+            if let Some(now) = resume_at {
+                for row in t.deliveries.values_mut() {
+                    let d = &mut row.delivery;
+                    if d.webhook_id == id && d.status == "pending" && d.scheduled_at > now {
+                        d.scheduled_at = now;
+                    }
+                }
+            }
+            Some(hook)
+        })
+        .await
+    }
+
+    async fn due_for_listener(
+        &self,
+        webhook_id: &str,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<String>, PortError> {
+        self.tables("webhooks.due_for_listener", |t| {
+            let mut due: Vec<&DeliveryRow> = t
+                .deliveries
+                .values()
+                .filter(|r| r.delivery.webhook_id == webhook_id && takeable(r, now_ms))
+                .collect();
+            due.sort_by_key(|r| (r.delivery.created_at, r.delivery.id.clone()));
+            due.into_iter().take(limit).map(|r| r.delivery.id.clone()).collect()
         })
         .await
     }

@@ -34,6 +34,20 @@ pub struct AttemptLease<'a> {
     pub now_ms: i64,
     pub until_ms: i64,
     pub max_attempts: u32,
+    /// Taken by the listener of the delivery's `cli` subscription (SPEC §21). Any other take
+    /// leaves a `cli` delivery alone while its listener is connected.
+    pub listener: bool,
+}
+
+/// What [`WebhookStore::take_delivery`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Take {
+    /// The delivery, held for this attempt (its number allocated), and its subscription.
+    Attempt(Delivery, Webhook),
+    /// Not due, not pending, or held by another attempt: nothing to do.
+    Nothing,
+    /// A `cli` subscription's delivery, left to its listener, connected until then (Unix ms).
+    Listening(i64),
 }
 
 /// Subscriptions, deliveries and attempts in D1.
@@ -80,8 +94,27 @@ pub trait WebhookStore {
     /// (`subscription deleted` / `subscription disabled`) instead of taken. When that interrupted
     /// attempt was the schedule's last (`max_attempts` since `schedule_from`), the delivery fails
     /// instead of taking another (SPEC §19: none past the last attempt).
-    async fn take_delivery(&self, lease: &AttemptLease<'_>)
-        -> Result<Option<(Delivery, Webhook)>, PortError>;
+    /// A `cli` subscription's delivery is taken only by its listener while one is connected
+    /// ([`Take::Listening`] for any other take).
+    async fn take_delivery(&self, lease: &AttemptLease<'_>) -> Result<Take, PortError>;
+    /// A listener of the `cli` subscription pulls (SPEC §21): it counts as connected until
+    /// `until_ms`; with `resume_at`, every pending delivery of the subscription due later becomes
+    /// due then. Answers the subscription (`None`: none such, deleted, or not of kind `cli`).
+    async fn listen(
+        &self,
+        project_id: &str,
+        id: &str,
+        until_ms: i64,
+        resume_at: Option<i64>,
+    ) -> Result<Option<Webhook>, PortError>;
+    /// Up to `limit` pending deliveries of the subscription due at `now_ms` and held by no
+    /// attempt, oldest first.
+    async fn due_for_listener(
+        &self,
+        webhook_id: &str,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<String>, PortError>;
     /// Records the attempt and its outcome in one batch (and on 410 disables the subscription and
     /// fails its pending deliveries). Safe to repeat. The delivery changes only while this attempt
     /// still holds it and it is pending: a subscription deleted meanwhile keeps it `failed`, a

@@ -41,6 +41,31 @@ pub fn check_events(events: &[String]) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The `data` of a sample event of `event_type` (`POST /public/v1/webhooks/trigger`, SPEC §21): the
+/// shape a real event of a built-in type carries, with ids and values that say it is a sample;
+/// for an origin's type, `{"sample": true}`.
+pub fn sample_data(event_type: &str, created_at: &str) -> Value {
+    match event_type {
+        "contact.created" => serde_json::json!({
+            "id": "ct_sample", "name": "Sample Contact", "phone": "+15550100000",
+            "email": "sample@example.com", "external_id": null, "created_at": created_at,
+        }),
+        "message.created" => serde_json::json!({
+            "id": "msg_sample", "contact_id": "ct_sample", "text": "A sample message",
+            "status": "queued", "created_at": created_at,
+        }),
+        "scenario.run.started" => serde_json::json!({
+            "run_id": "run_sample", "scenario_id": "scn_sample", "contact_id": "ct_sample",
+            "variables": {}, "status": "started",
+        }),
+        "release_marker.created" => serde_json::json!({
+            "id": "rm_sample", "project_id": "prj_sample", "version": "v0.0.0-sample", "ts": created_at,
+            "environment": "sample", "commit": null, "created_at": created_at,
+        }),
+        _ => serde_json::json!({ "sample": true }),
+    }
+}
+
 /// What a `cli` subscription stores as its URL: no URL a receiver can have.
 pub const CLI_URL: &str = "cli:listen";
 

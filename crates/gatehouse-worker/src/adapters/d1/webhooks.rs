@@ -7,9 +7,10 @@ use crate::adapters::deadline::within;
 use gatehouse_core::page::PageRequest;
 use gatehouse_core::platform::deadline;
 use gatehouse_core::ports::{
-    AttemptLease, Meter, OriginEvent, OriginEventRecord, PortError, Recovery, SecretRotation, WebhookStore,
+    AttemptLease, Meter, OriginEvent, OriginEventRecord, PortError, Recovery, SecretRotation, Take,
+    WebhookStore,
 };
-use gatehouse_core::webhook::{Attempt, Delivery, StoredSecret, Webhook, INTERRUPTED_ATTEMPT};
+use gatehouse_core::webhook::{Attempt, Delivery, StoredSecret, Webhook, CLI_URL, INTERRUPTED_ATTEMPT};
 
 const WEBHOOK_COLUMNS: &str = "id, project_id, url, events, secret, status, disabled_reason, created_at,
   previous_secret, previous_secret_until";
@@ -238,15 +239,29 @@ impl WebhookStore for D1Store {
         Ok(self.batch(vec![update]).await? == [1])
     }
 
-    async fn take_delivery(
-        &self,
-        lease: &AttemptLease<'_>,
-    ) -> Result<Option<(Delivery, Webhook)>, PortError> {
-        let AttemptLease { delivery_id: id, now_ms, until_ms, max_attempts } = *lease;
-        const TAKEABLE: &str = "id = ?1 AND status = 'pending' AND scheduled_at <= ?2
+    async fn take_delivery(&self, lease: &AttemptLease<'_>) -> Result<Take, PortError> {
+        let AttemptLease { delivery_id: id, now_ms, until_ms, max_attempts, listener } = *lease;
+        const DUE: &str = "id = ?1 AND status = 'pending' AND scheduled_at <= ?2
             AND (locked_until IS NULL OR locked_until < ?2)";
+        // A cli subscription's delivery is its listener's while one is connected (SPEC §21).
+        let listening = format!(
+            "(SELECT w.listener_until FROM webhooks w WHERE w.id = webhook_id AND w.url = '{CLI_URL}')"
+        );
+        #[allow(non_snake_case)]
+        let TAKEABLE = match listener {
+            true => DUE.to_owned(),
+            false => format!("{DUE} AND COALESCE({listening}, 0) <= ?2"),
+        };
         let args = [text(id), int(now_ms), int(until_ms)];
         let statements = vec![
+            // Left to a connected listener: until when.
+            self.statement(
+                &format!(
+                    "SELECT {listening} AS listener_until FROM webhook_deliveries
+                     WHERE {DUE} AND ?3 = 0 AND COALESCE({listening}, 0) > ?2"
+                ),
+                &[text(id), int(now_ms), int(listener.into())],
+            )?,
             // An earlier attempt whose lease ran out unrecorded: its number gets a row saying so.
             self.statement(
                 &format!(
@@ -299,13 +314,69 @@ impl WebhookStore for D1Store {
         Meter::count(&self.meter.d1_queries);
         let batch = async { self.db.batch(statements).await.map_err(PortError::from_display) };
         let results = within(deadline::D1_MS, "D1 batch", batch).await?;
-        let taken: Vec<Delivery> = results[3].results().map_err(PortError::from_display)?;
-        let Some(delivery) = taken.into_iter().next() else { return Ok(None) };
-        let hooks: Vec<WebhookRecord> = results[4].results().map_err(PortError::from_display)?;
+        #[derive(serde::Deserialize)]
+        struct Listening {
+            listener_until: i64,
+        }
+        let listening: Vec<Listening> = results[0].results().map_err(PortError::from_display)?;
+        if let Some(l) = listening.into_iter().next() {
+            return Ok(Take::Listening(l.listener_until));
+        }
+        let taken: Vec<Delivery> = results[4].results().map_err(PortError::from_display)?;
+        let Some(delivery) = taken.into_iter().next() else { return Ok(Take::Nothing) };
+        let hooks: Vec<WebhookRecord> = results[5].results().map_err(PortError::from_display)?;
         match hooks.into_iter().next() {
-            Some(hook) => Ok(Some((delivery, hook.into_webhook()?))),
+            Some(hook) => Ok(Take::Attempt(delivery, hook.into_webhook()?)),
             None => Err(PortError(format!("delivery {id} has no subscription"))),
         }
+    }
+
+    async fn listen(
+        &self,
+        project_id: &str,
+        id: &str,
+        until_ms: i64,
+        resume_at: Option<i64>,
+    ) -> Result<Option<Webhook>, PortError> {
+        let mut statements = vec![self.statement(
+            &format!(
+                "UPDATE webhooks SET listener_until = ?3
+                 WHERE id = ?1 AND project_id = ?2 AND status <> 'deleted' AND url = '{CLI_URL}'
+                 RETURNING {WEBHOOK_COLUMNS}"
+            ),
+            &[text(id), text(project_id), int(until_ms)],
+        )?];
+        if let Some(now) = resume_at {
+            // Only the subscription's (the update above answers none of another project's).
+            statements.push(self.statement(
+                &format!(
+                    "UPDATE webhook_deliveries SET scheduled_at = ?2
+                     WHERE webhook_id = ?1 AND status = 'pending' AND scheduled_at > ?2
+                       AND EXISTS (SELECT 1 FROM webhooks w WHERE w.id = ?1 AND w.project_id = ?3
+                                   AND w.url = '{CLI_URL}')"
+                ),
+                &[text(id), int(now), text(project_id)],
+            )?);
+        }
+        let results = self.results(statements).await?;
+        let hooks: Vec<WebhookRecord> = results[0].results().map_err(PortError::from_display)?;
+        hooks.into_iter().next().map(WebhookRecord::into_webhook).transpose()
+    }
+
+    async fn due_for_listener(
+        &self,
+        webhook_id: &str,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<String>, PortError> {
+        let due = self.statement(
+            "SELECT id FROM webhook_deliveries
+             WHERE webhook_id = ?1 AND status = 'pending' AND scheduled_at <= ?2
+               AND (locked_until IS NULL OR locked_until < ?2)
+             ORDER BY created_at, id LIMIT ?3",
+            &[text(webhook_id), int(now_ms), int(limit as i64)],
+        )?;
+        result_ids(&self.results(vec![due]).await?[0])
     }
 
     async fn record_attempt(
