@@ -66,6 +66,7 @@ pub use resources::{
     NewReleaseMarker, Quota, RateLimit, ReleaseMarker, Scenario, ScenarioRun,
 };
 pub use webhooks::{
-    CreatedWebhook, DeletedWebhook, Delivery, DeliveryAttempt, VerifyError, Webhook, WebhookVerifier,
-    TIMESTAMP_TOLERANCE,
+    CreatedWebhook, DeletedWebhook, Delivery, DeliveryAttempt, DeliveryReport, PulledDeliveries,
+    PulledDelivery, Recovered, ReportedDelivery, TriggeredEvent, VerifyError, Webhook, WebhookVerifier,
+    MAX_PULL_WAIT, TIMESTAMP_TOLERANCE,
 };
