@@ -24,6 +24,9 @@
 //! * **Lists** ([`Pages`]) follow cursors; the **audit log** can be tailed ([`Client::tail_logs`]).
 //! * **Webhook verification** ([`WebhookVerifier`]): Standard Webhooks, several signatures during
 //!   a secret rotation, ±5 minutes, constant-time comparison.
+//! * **Webhook listeners**: a `cli` subscription's deliveries are pulled by a long poll
+//!   ([`Client::pull_deliveries`]) and each outcome reported ([`Client::report_delivery`]), as
+//!   `gatehouse listen` does to forward them to a local URL.
 //!
 //! ```no_run
 //! use gatehouse_client::{Actor, Client, Event, NewContact};
