@@ -156,7 +156,7 @@ fn csv(bytes: &[u8]) -> Result<Vec<Row>, Failure> {
     Ok(rows)
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

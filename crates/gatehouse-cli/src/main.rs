@@ -3,6 +3,7 @@
 //! 1 API or network error (the error as JSON on stderr), 2 usage error.
 
 mod import;
+mod listen;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -63,6 +64,34 @@ enum Command {
     /// Webhooks.
     #[command(subcommand)]
     Webhooks(WebhooksCommand),
+    /// Forward webhook deliveries to a URL of yours (e.g. on localhost) until interrupted (owner key).
+    ///
+    /// One line per delivery on stdout. The deliveries come through a cli subscription, kept in a
+    /// state file with how far the run got: a later run with the same gateway and events resumes
+    /// where this one stopped, and deliveries that failed in between are sent again.
+    Listen {
+        /// Where each delivery is posted, body and signature headers unchanged, e.g.
+        /// http://localhost:3000/webhooks.
+        #[arg(long, value_name = "URL")]
+        forward_to: String,
+        /// Event types, comma-separated (default: all).
+        #[arg(long, value_delimiter = ',', value_name = "T1,T2")]
+        events: Vec<String>,
+        /// The state file (default: $XDG_STATE_HOME/gatehouse/listen-<hash>.json, else under
+        /// ~/.local/state).
+        #[arg(long, value_name = "FILE")]
+        state: Option<PathBuf>,
+        /// Seconds each pull waits for a delivery (0–25).
+        #[arg(long, hide = true, default_value_t = 25, value_parser = clap::value_parser!(u64).range(0..=25))]
+        wait: u64,
+    },
+    /// Send a sample event of a type (e.g. contact.created) to the project's subscriptions that
+    /// take it (owner key).
+    Trigger {
+        /// A built-in type or any type your origins send, e.g. contact.created.
+        #[arg(value_name = "TYPE")]
+        event_type: String,
+    },
     /// Send one event (server or browser key).
     Track {
         /// The event name, e.g. "Order Completed".
@@ -257,6 +286,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         None => return Err(Failure::Usage("no API key: pass --key or set GATEHOUSE_KEY".into())),
     }
     let client = builder.build()?;
+    let gateway = cli.url;
     match cli.command {
         Command::Me => print_json(&client.me().await?),
         Command::Request { method, path, data, idempotency_key } => {
@@ -294,6 +324,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Webhooks(WebhooksCommand::Enable { id }) => print_json(&client.enable_webhook(&id).await?),
         Command::Contacts(ContactsCommand::Import { file }) => import::run(&client, &file).await?,
+        Command::Listen { forward_to, events, state, wait } => {
+            listen::run(&client, listen::Options { gateway, forward_to, events, state, wait }).await?
+        }
+        Command::Trigger { event_type } => print_json(&client.trigger_event(&event_type).await?),
         Command::Logs(LogsCommand::Tail { filters, interval }) => {
             let mut tail = client.tail_logs(filters.into(), Duration::from_secs(interval.max(1)));
             loop {

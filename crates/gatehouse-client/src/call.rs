@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::future::{Future, IntoFuture};
 use std::marker::PhantomData;
 use std::pin::Pin;
+use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -36,6 +37,21 @@ impl<T> Call<T> {
     /// automatic one: the same key for the same operation, e.g. the id of a CI job or of a chunk.
     pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
         self.request.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// How long each attempt of this call may take, connecting included, instead of the client's
+    /// timeout ([`ClientBuilder::timeout`](crate::ClientBuilder::timeout)).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.request.timeout = Some(timeout);
+        self
+    }
+
+    /// Attempts for this call, the first included (at least 1), instead of the client's
+    /// ([`ClientBuilder::max_attempts`](crate::ClientBuilder::max_attempts)): e.g. 1 for a caller
+    /// that handles a lost connection itself.
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.request.max_attempts = Some(attempts.max(1));
         self
     }
 

@@ -244,7 +244,7 @@ impl Client {
             )
         })?;
         let key = key_id(api_key);
-        let max_attempts = self.shared.max_attempts;
+        let max_attempts = request.max_attempts.unwrap_or(self.shared.max_attempts);
         let url = self.url(request);
         let mut attempt = 0;
         loop {
@@ -341,6 +341,9 @@ impl Client {
         if let Some(key) = &request.idempotency_key {
             builder = builder.header("Idempotency-Key", key);
         }
+        if let Some(timeout) = request.timeout {
+            builder = builder.timeout(timeout);
+        }
         if let Some(body) = &request.body {
             builder = builder.header(CONTENT_TYPE, "application/json").body(body.clone());
         }
@@ -377,6 +380,10 @@ pub(crate) struct Request {
     pub(crate) idempotency_key: Option<String>,
     /// Safe to repeat for another reason than a key (every item carries an `event_id`).
     repeatable: bool,
+    /// This call's timeout per attempt, when not the client's.
+    pub(crate) timeout: Option<Duration>,
+    /// This call's attempts, when not the client's.
+    pub(crate) max_attempts: Option<u32>,
 }
 
 impl Request {
@@ -391,6 +398,8 @@ impl Request {
             body: None,
             idempotency_key: mutating.then(|| uuid::Uuid::new_v4().to_string()),
             repeatable: false,
+            timeout: None,
+            max_attempts: None,
         }
     }
 
@@ -422,6 +431,12 @@ impl Request {
     /// Marks a request whose repeat cannot do the work twice without a key (`/v1/track`).
     pub(crate) fn repeatable(mut self) -> Request {
         self.repeatable = true;
+        self
+    }
+
+    /// Gives one attempt `timeout` instead of the client's (a long poll waits longer than that).
+    pub(crate) fn timeout(mut self, timeout: Duration) -> Request {
+        self.timeout = Some(timeout);
         self
     }
 

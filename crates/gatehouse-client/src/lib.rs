@@ -24,6 +24,9 @@
 //! * **Lists** ([`Pages`]) follow cursors; the **audit log** can be tailed ([`Client::tail_logs`]).
 //! * **Webhook verification** ([`WebhookVerifier`]): Standard Webhooks, several signatures during
 //!   a secret rotation, ±5 minutes, constant-time comparison.
+//! * **Webhook listeners**: a `cli` subscription's deliveries are pulled by a long poll
+//!   ([`Client::pull_deliveries`]) and each outcome reported ([`Client::report_delivery`]), as
+//!   `gatehouse listen` does to forward them to a local URL.
 //!
 //! ```no_run
 //! use gatehouse_client::{Actor, Client, Event, NewContact};
@@ -66,6 +69,7 @@ pub use resources::{
     NewReleaseMarker, Quota, RateLimit, ReleaseMarker, Scenario, ScenarioRun,
 };
 pub use webhooks::{
-    CreatedWebhook, DeletedWebhook, Delivery, DeliveryAttempt, VerifyError, Webhook, WebhookVerifier,
-    TIMESTAMP_TOLERANCE,
+    CreatedWebhook, DeletedWebhook, Delivery, DeliveryAttempt, DeliveryReport, PulledDeliveries,
+    PulledDelivery, Recovered, ReportedDelivery, TriggeredEvent, VerifyError, Webhook, WebhookVerifier,
+    MAX_PULL_WAIT, TIMESTAMP_TOLERANCE,
 };
