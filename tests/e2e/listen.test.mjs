@@ -104,7 +104,10 @@ test('without a listener a cli delivery fails on the normal schedule; a trigger 
   }, 30_000);
   assert.equal(delivery.attempts.length, 6, 'the whole schedule: 1 + 5 retries');
   assert.ok(delivery.attempts.every((a) => a.error === NO_LISTENER && a.response_code === null), JSON.stringify(delivery.attempts));
-  assert.deepEqual(JSON.parse(JSON.stringify(delivery.payload.data)), { sample: true });
+  assert.deepEqual(delivery.payload.data, { sample: true });
+  // A listener that connects now gets it: failed only for want of a listener, it is pending again.
+  const resumed = await call('GET', `/public/v1/webhooks/${hook.id}/pull?wait=5&resume=true`, { key: owner.key });
+  assert.deepEqual(resumed.body.data.map((d) => [d.delivery_id, d.attempt]), [[delivery.id, 7]]);
 });
 
 /** Starts `gatehouse listen`; answers {lines (its stdout lines so far), stderr(), kill()}. */

@@ -32,8 +32,6 @@ const SWEEP_BATCH: usize = 500;
 /// A delivery the sweep re-queued is not re-queued again for this long: its message may still be
 /// in the queue's retries (D1 refusing it), and every sweep would add a copy.
 const SWEEP_REPEAT_MS: i64 = 600_000;
-/// The error of an attempt of a `cli` subscription's delivery while no listener is connected.
-pub const NO_LISTENER: &str = "no listener connected (gatehouse listen)";
 /// The longest a listener's pull waits for a delivery (SPEC §21), in seconds.
 const MAX_PULL_WAIT_SECONDS: u64 = 25;
 /// A listener counts as connected this long after its pull's wait ends.
@@ -248,8 +246,9 @@ impl<P: Ports> Gateway<'_, P> {
     /// `cli` subscription. Answers as soon as deliveries are due (each taken for this listener as
     /// an attempt, signed as a `POST` would be), or after `wait` seconds with none. While it
     /// pulls, the listener counts as connected (until the wait ends and a few seconds more), and
-    /// nothing else attempts the subscription's deliveries; `resume=true` makes every pending
-    /// one due now (a listener back after a disconnect).
+    /// nothing else attempts the subscription's deliveries; `resume=true` (a listener back after
+    /// a disconnect) makes every pending one due now, and every one that failed only for want of
+    /// a listener pending again, its schedule starting over.
     pub(super) async fn pull_deliveries(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let id = call.params[0];
         let mut wait = MAX_PULL_WAIT_SECONDS;
@@ -556,7 +555,7 @@ pub async fn dispatch<S: WebhookStore, Q: DeliveryQueue, C: WebhookClient>(
         target_refusal(&hook.url, config.allow_private_webhook_urls, &config.private_webhook_origins);
     let reply = match (target, keys) {
         // A cli subscription's listener was not connected (SPEC §21): a failed attempt.
-        _ if hook.is_cli() => Ok(ReceiverOutcome::Unreachable(NO_LISTENER.into())),
+        _ if hook.is_cli() => Ok(ReceiverOutcome::Unreachable(webhook::NO_LISTENER.into())),
         (Err(why), _) => Err(why),
         (Ok(_), Some(keys)) => {
             let headers = webhook::headers(
@@ -1617,7 +1616,7 @@ mod tests {
             complete(dispatch(&w.store, &w.queue, &w.receiver, &w.config, "dlv_1", || later, 0.0)),
             Ok(())
         );
-        assert_eq!(status_of(&w, "dlv_1"), ("pending".into(), 1, Some(NO_LISTENER.into())));
+        assert_eq!(status_of(&w, "dlv_1"), ("pending".into(), 1, Some(webhook::NO_LISTENER.into())));
         assert!(w.receiver.posts.borrow().is_empty(), "a cli subscription is never posted to");
         // Another project's listener cannot claim the subscription.
         assert!(complete(w.store.listen("prj_other", "wh_0", until, None)).unwrap().is_none());

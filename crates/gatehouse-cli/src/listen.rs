@@ -30,6 +30,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 pub struct Options {
     /// The gateway's URL, as the client was built with.
     pub gateway: String,
+    /// The API key in use (only its hash names the default state file: one per project's key).
+    pub key: String,
     pub forward_to: String,
     /// Event types as given (`*` for all).
     pub events: Vec<String>,
@@ -66,6 +68,7 @@ pub async fn run(client: &Client, options: Options) -> Result<(), Failure> {
         Some(path) => path,
         None => default_state_path(
             &gateway,
+            &options.key,
             &events,
             std::env::var("XDG_STATE_HOME").ok().as_deref(),
             std::env::var("HOME").ok().as_deref(),
@@ -371,10 +374,12 @@ fn describe_events(events: &[String]) -> String {
 
 /// The state file when `--state` is not given: `$XDG_STATE_HOME/gatehouse/listen-<hash>.json`
 /// (when set to an absolute path), else `$HOME/.local/state/gatehouse/listen-<hash>.json`;
-/// `<hash>` is the first 16 hex digits of the SHA-256 of the gateway's URL, a newline and the
-/// events joined by commas, so each gateway and set of events has its own subscription.
+/// `<hash>` is the first 16 hex digits of the SHA-256 of the gateway's URL, the API key and the
+/// events joined by commas (one per line), so each gateway, key (project) and set of events has its
+/// own subscription.
 pub fn default_state_path(
     gateway: &str,
+    key: &str,
     events: &[String],
     xdg_state_home: Option<&str>,
     home: Option<&str>,
@@ -384,7 +389,7 @@ pub fn default_state_path(
         (None, Some(home)) if !home.is_empty() => Path::new(home).join(".local/state"),
         _ => return None,
     };
-    let digest = hex(&Sha256::digest(format!("{gateway}\n{}", events.join(","))));
+    let digest = hex(&Sha256::digest(format!("{gateway}\n{key}\n{}", events.join(","))));
     Some(base.join("gatehouse").join(format!("listen-{}.json", &digest[..16])))
 }
 
@@ -449,26 +454,33 @@ mod tests {
     #[test]
     fn the_state_file_is_under_xdg_state_home_else_home_and_named_by_gateway_and_events() {
         let all = events(&["*"]);
-        // SHA-256 of "http://127.0.0.1:8787\n*" starts e1de9a1a7d9d9dd7.
+        // SHA-256 of "http://127.0.0.1:8787\ngh_o_k\n*" starts with the name's digits.
         assert_eq!(
-            default_state_path("http://127.0.0.1:8787", &all, Some("/xdg"), Some("/home/ada")),
-            Some(PathBuf::from("/xdg/gatehouse/listen-e1de9a1a7d9d9dd7.json"))
+            default_state_path("http://127.0.0.1:8787", "gh_o_k", &all, Some("/xdg"), Some("/home/ada")),
+            Some(PathBuf::from("/xdg/gatehouse/listen-fdf36922a35fade6.json"))
         );
         assert_eq!(
-            default_state_path("http://127.0.0.1:8787", &all, None, Some("/home/ada")),
-            Some(PathBuf::from("/home/ada/.local/state/gatehouse/listen-e1de9a1a7d9d9dd7.json"))
+            default_state_path("http://127.0.0.1:8787", "gh_o_k", &all, None, Some("/home/ada")),
+            Some(PathBuf::from("/home/ada/.local/state/gatehouse/listen-fdf36922a35fade6.json"))
         );
         // A relative XDG_STATE_HOME is ignored, as the XDG spec says.
         assert_eq!(
-            default_state_path("http://127.0.0.1:8787", &all, Some("state"), Some("/home/ada")),
-            Some(PathBuf::from("/home/ada/.local/state/gatehouse/listen-e1de9a1a7d9d9dd7.json"))
+            default_state_path("http://127.0.0.1:8787", "gh_o_k", &all, Some("state"), Some("/home/ada")),
+            Some(PathBuf::from("/home/ada/.local/state/gatehouse/listen-fdf36922a35fade6.json"))
         );
-        assert_eq!(default_state_path("http://127.0.0.1:8787", &all, Some(""), None), None);
-        let other_events =
-            default_state_path("http://127.0.0.1:8787", &events(&["contact.created"]), None, Some("/h"));
-        let other_gateway = default_state_path("https://api.example.com", &all, None, Some("/h"));
-        let mine = default_state_path("http://127.0.0.1:8787", &all, None, Some("/h"));
+        assert_eq!(default_state_path("http://127.0.0.1:8787", "gh_o_k", &all, Some(""), None), None);
+        let other_events = default_state_path(
+            "http://127.0.0.1:8787",
+            "gh_o_k",
+            &events(&["contact.created"]),
+            None,
+            Some("/h"),
+        );
+        let other_gateway = default_state_path("https://api.example.com", "gh_o_k", &all, None, Some("/h"));
+        let mine = default_state_path("http://127.0.0.1:8787", "gh_o_k", &all, None, Some("/h"));
+        let other_key = default_state_path("http://127.0.0.1:8787", "gh_o_j", &all, None, Some("/h"));
         assert!(other_events != mine && other_gateway != mine && other_events != other_gateway);
+        assert!(other_key != mine);
     }
 
     #[test]

@@ -281,10 +281,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 eprintln!("gatehouse: warning: {notice}");
             }
         });
-    match cli.key {
-        Some(key) => builder = builder.api_key(key),
-        None => return Err(Failure::Usage("no API key: pass --key or set GATEHOUSE_KEY".into())),
-    }
+    let key = cli.key.ok_or_else(|| Failure::Usage("no API key: pass --key or set GATEHOUSE_KEY".into()))?;
+    builder = builder.api_key(key.clone());
     let client = builder.build()?;
     let gateway = cli.url;
     match cli.command {
@@ -325,7 +323,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Webhooks(WebhooksCommand::Enable { id }) => print_json(&client.enable_webhook(&id).await?),
         Command::Contacts(ContactsCommand::Import { file }) => import::run(&client, &file).await?,
         Command::Listen { forward_to, events, state, wait } => {
-            listen::run(&client, listen::Options { gateway, forward_to, events, state, wait }).await?
+            listen::run(&client, listen::Options { gateway, key, forward_to, events, state, wait }).await?
         }
         Command::Trigger { event_type } => print_json(&client.trigger_event(&event_type).await?),
         Command::Logs(LogsCommand::Tail { filters, interval }) => {

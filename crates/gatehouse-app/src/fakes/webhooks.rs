@@ -17,7 +17,8 @@ use gatehouse_core::ports::{
     WebhookClient, WebhookPost, WebhookStore,
 };
 use gatehouse_core::webhook::{
-    Attempt, Delivery, ReceiverOutcome, StoredSecret, Webhook, INTERRUPTED_ATTEMPT, RESPONSE_EXCERPT_BYTES,
+    self, Attempt, Delivery, ReceiverOutcome, StoredSecret, Webhook, INTERRUPTED_ATTEMPT,
+    RESPONSE_EXCERPT_BYTES,
 };
 
 /// A delivery row with the columns the port does not show.
@@ -343,8 +344,18 @@ impl WebhookStore for FakeStore {
             if let Some(now) = resume_at {
                 for row in t.deliveries.values_mut() {
                     let d = &mut row.delivery;
-                    if d.webhook_id == id && d.status == "pending" && d.scheduled_at > now {
+                    if d.webhook_id != id {
+                        continue;
+                    }
+                    if d.status == "pending" && d.scheduled_at > now {
                         d.scheduled_at = now;
+                    }
+                    if d.status == "failed" && d.last_error.as_deref() == Some(webhook::NO_LISTENER) {
+                        d.status = "pending".into();
+                        d.scheduled_at = now;
+                        d.schedule_from = d.attempts;
+                        d.updated_at = now;
+                        row.retry_requested = false;
                     }
                 }
             }

@@ -99,7 +99,9 @@ pub trait WebhookStore {
     async fn take_delivery(&self, lease: &AttemptLease<'_>) -> Result<Take, PortError>;
     /// A listener of the `cli` subscription pulls (SPEC §21): it counts as connected until
     /// `until_ms`; with `resume_at`, every pending delivery of the subscription due later becomes
-    /// due then. Answers the subscription (`None`: none such, deleted, or not of kind `cli`).
+    /// due then, and every failed one whose last attempt found no listener
+    /// ([`crate::webhook::NO_LISTENER`]) becomes pending and due then, its schedule starting over
+    /// (as a recovery). Answers the subscription (`None`: none such, deleted, or not of kind `cli`).
     async fn listen(
         &self,
         project_id: &str,

@@ -66,6 +66,9 @@ pub fn sample_data(event_type: &str, created_at: &str) -> Value {
     }
 }
 
+/// The error of an attempt of a `cli` subscription's delivery while no listener is connected.
+pub const NO_LISTENER: &str = "no listener connected (gatehouse listen)";
+
 /// What a `cli` subscription stores as its URL: no URL a receiver can have.
 pub const CLI_URL: &str = "cli:listen";
 

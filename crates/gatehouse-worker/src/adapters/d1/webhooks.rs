@@ -10,7 +10,9 @@ use gatehouse_core::ports::{
     AttemptLease, Meter, OriginEvent, OriginEventRecord, PortError, Recovery, SecretRotation, Take,
     WebhookStore,
 };
-use gatehouse_core::webhook::{Attempt, Delivery, StoredSecret, Webhook, CLI_URL, INTERRUPTED_ATTEMPT};
+use gatehouse_core::webhook::{
+    Attempt, Delivery, StoredSecret, Webhook, CLI_URL, INTERRUPTED_ATTEMPT, NO_LISTENER,
+};
 
 const WEBHOOK_COLUMNS: &str = "id, project_id, url, events, secret, status, disabled_reason, created_at,
   previous_secret, previous_secret_until";
@@ -356,6 +358,17 @@ impl WebhookStore for D1Store {
                                    AND w.url = '{CLI_URL}')"
                 ),
                 &[text(id), int(now), text(project_id)],
+            )?);
+            // Failed only for want of a listener: pending again, as a recovery makes them.
+            statements.push(self.statement(
+                &format!(
+                    "UPDATE webhook_deliveries SET status = 'pending', scheduled_at = ?2, schedule_from = attempts,
+                       retry_requested = 0, swept_at = NULL, updated_at = ?2
+                     WHERE webhook_id = ?1 AND project_id = ?3 AND status = 'failed' AND last_error = ?4
+                       AND EXISTS (SELECT 1 FROM webhooks w WHERE w.id = ?1 AND w.project_id = ?3
+                                   AND w.url = '{CLI_URL}')"
+                ),
+                &[text(id), int(now), text(project_id), text(NO_LISTENER)],
             )?);
         }
         let results = self.results(statements).await?;
