@@ -408,7 +408,7 @@ impl<P: Ports> Gateway<'_, P> {
             // (a lost send: the sweep queues it once it is overdue).
             let delay = (due.saturating_sub(call.now_ms).saturating_add(999) / 1000)
                 .clamp(0, QUEUE_MAX_DELAY_SECONDS);
-            let _ = self.deliveries.enqueue(&[delivery.id.clone()], delay as u32).await;
+            let _ = self.deliveries.enqueue(std::slice::from_ref(&delivery.id), delay as u32).await;
         }
         Ok(answer(verdict.status, verdict.next_attempt_ms))
     }

@@ -41,6 +41,7 @@ pub struct AttemptLease<'a> {
 
 /// What [`WebhookStore::take_delivery`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant)] // one per take, matched at once
 pub enum Take {
     /// The delivery, held for this attempt (its number allocated), and its subscription.
     Attempt(Delivery, Webhook),
