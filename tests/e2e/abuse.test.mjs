@@ -142,8 +142,10 @@ test('a 48 MiB chunked body is cut at the 1 MiB limit (413), or not read without
   await sleep(500);
   const growth = (await rss(runtime.pid)) - before;
   t.diagnostic(`workerd RSS ${(before / MiB).toFixed(1)} MiB, grew ${(growth / MiB).toFixed(1)} MiB; sent ${withKey.sent} bytes before the 413`);
-  // Buffering one such body whole grew workerd by more than 100 MiB (SPEC §13 finding).
-  assert.ok(growth < 24 * MiB, `workerd grew by ${(growth / MiB).toFixed(1)} MiB for two 48 MiB bodies`);
+  // Buffering one such body whole grew workerd by more than 100 MiB (SPEC §13 finding). Reading
+  // none of it grows it by 15–20 MiB alone and once by 31 MiB late in a full run (the isolate's
+  // heap and the runtime's own buffers): under 40 MiB still rules out holding even one body.
+  assert.ok(growth < 40 * MiB, `workerd grew by ${(growth / MiB).toFixed(1)} MiB for two 48 MiB bodies`);
 
   // A declared Content-Length over the limit is refused before the body is read.
   const declared = await fetch(`http://127.0.0.1:${runtime.port}/public/v1/contacts`, {
