@@ -143,7 +143,7 @@ test('a 48 MiB chunked body is cut at the 1 MiB limit (413), or not read without
   const growth = (await rss(runtime.pid)) - before;
   t.diagnostic(`workerd RSS ${(before / MiB).toFixed(1)} MiB, grew ${(growth / MiB).toFixed(1)} MiB; sent ${withKey.sent} bytes before the 413`);
   // Buffering one such body whole grew workerd by more than 100 MiB (SPEC §13 finding). Reading
-  // none of it grows it by 15–20 MiB alone and once by 31 MiB late in a full run (the isolate's
+  // none of it grows it by 15–20 MiB when the file runs alone and once by 31 MiB in a full run (the isolate's
   // heap and the runtime's own buffers): under 40 MiB still rules out holding even one body.
   assert.ok(growth < 40 * MiB, `workerd grew by ${(growth / MiB).toFixed(1)} MiB for two 48 MiB bodies`);
 
