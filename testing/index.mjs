@@ -297,6 +297,7 @@ export class Gatehouse {
       PRIVATE_WEBHOOK_ORIGINS: sink,
       KEY_PEPPER: secret(),
       WEBHOOK_SECRETS_KEY: secret(),
+      AUDIT_SIGNING_KEY: secret(),
       ADMIN_TOKEN: this.adminToken,
       EVENTS_SECRET: secret(),
       ...(plans ? { PLANS: JSON.stringify(plans) } : {}),

@@ -334,6 +334,7 @@ mod tests {
             id: "prj_other".into(),
             name: "o".into(),
             plan: "trial".into(),
+            created_at: 0,
         });
         store.identities.borrow_mut().push(Identity {
             id: "idt_other".into(),

@@ -20,10 +20,12 @@ pub use responses::failure;
 
 pub use audit::{move_legacy_audit_rows, roll_up, roll_up_each, RollUpLimits};
 pub use dead_letters::{redrive, RedriveReport};
+pub use digests::{make_digests, DigestReport};
 pub use webhooks::{dispatch, jitter, reseal_secrets, retry, sweep, ManualRetry};
 #[cfg(test)]
 mod audit_load;
 mod dead_letters;
+mod digests;
 #[cfg(any(test, feature = "testing"))]
 pub mod fakes;
 mod identities;
@@ -151,6 +153,11 @@ impl Reply {
     }
     pub fn accepted(body: Value) -> Self {
         Reply { status: 202, body: Payload::Json(body), log: None, deliveries: Vec::new(), after: None }
+    }
+    /// A download.
+    pub fn file(content_type: &'static str, bytes: Vec<u8>) -> Self {
+        let body = Payload::File { content_type, bytes };
+        Reply { status: 200, body, log: None, deliveries: Vec::new(), after: None }
     }
 }
 

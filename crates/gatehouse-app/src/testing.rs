@@ -59,7 +59,12 @@ pub fn fake_gateway(
 ) -> (Gateway<'static, FakePorts>, Clock, Vec<String>) {
     let clock: Clock = Rc::new(Cell::new(now_ms));
     let store = FakeStore::new(faults.clone());
-    let project = FakeProject { id: project_id.into(), name: project_id.into(), plan: DEFAULT_PLAN.into() };
+    let project = FakeProject {
+        id: project_id.into(),
+        name: project_id.into(),
+        plan: DEFAULT_PLAN.into(),
+        created_at: now_ms,
+    };
     store.directory.projects.borrow_mut().push(project);
     let mut secrets = Vec::new();
     for &key_type in types {

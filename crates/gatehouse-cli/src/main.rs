@@ -2,6 +2,7 @@
 //! every command gets the SDK's idempotency keys, retries and pacing. Exit status: 0 success,
 //! 1 API or network error (the error as JSON on stderr), 2 usage error.
 
+mod audit_verify;
 mod import;
 mod listen;
 
@@ -171,6 +172,20 @@ enum LogsCommand {
         #[arg(long)]
         cursor: Option<String>,
     },
+    /// Check the archive against its signed, chained digests: exit 0 when intact, 1 naming the
+    /// first break (a changed, missing or added object, a missing or re-signed digest, rows not as
+    /// listed).
+    Verify {
+        /// RFC 3339: the first period to check.
+        #[arg(long)]
+        from: String,
+        /// RFC 3339: objects whose first row is before this are accounted for.
+        #[arg(long)]
+        to: String,
+        /// The Ed25519 public key (base64) to verify under; default: the one the gateway shows.
+        #[arg(long)]
+        public_key: Option<String>,
+    },
 }
 
 #[derive(Args)]
@@ -331,6 +346,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             loop {
                 println!("{}", log_line(&tail.next().await?));
             }
+        }
+        Command::Logs(LogsCommand::Verify { from, to, public_key }) => {
+            audit_verify::run(&client, &from, &to, public_key.as_deref()).await?
         }
         Command::Logs(LogsCommand::List {
             filters,

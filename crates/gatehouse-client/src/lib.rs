@@ -46,6 +46,7 @@
 
 mod call;
 mod client;
+pub mod digests;
 mod error;
 mod events;
 mod logs;

@@ -49,6 +49,11 @@ pub struct Config {
     /// `WEBHOOK_SECRETS_KEY`: seals webhook signing secrets in D1; not the pepper (SPEC §19).
     pub webhook_secrets_key: String,
     pub webhook_secrets_key_previous: Option<String>,
+    /// `AUDIT_SIGNING_KEY` (SPEC §22): the secret the audit digests' Ed25519 key derives from;
+    /// without it no digest is signed.
+    pub audit_signing_key: Option<String>,
+    /// `AUDIT_DIGEST_SECONDS`: the period of one digest (default 3600; at least 60).
+    pub audit_digest_seconds: u32,
     pub admin_token: String,
     /// Proxied routes (SPEC §15), longest prefix first.
     pub upstreams: Vec<Upstream>,
@@ -102,6 +107,8 @@ impl std::fmt::Debug for Config {
             .field("key_pepper", &"[redacted]")
             .field("key_pepper_previous", &self.key_pepper_previous.as_ref().map(|_| "[redacted]"))
             .field("webhook_secrets_key", &"[redacted]")
+            .field("audit_signing_key", &self.audit_signing_key.as_ref().map(|_| "[redacted]"))
+            .field("audit_digest_seconds", &self.audit_digest_seconds)
             .field(
                 "webhook_secrets_key_previous",
                 &self.webhook_secrets_key_previous.as_ref().map(|_| "[redacted]"),
@@ -316,6 +323,8 @@ impl Config {
             key_pepper_previous,
             webhook_secrets_key,
             webhook_secrets_key_previous,
+            audit_signing_key: optional_secret("AUDIT_SIGNING_KEY")?,
+            audit_digest_seconds: number("AUDIT_DIGEST_SECONDS", 3_600)?.clamp(60, 86_400) as u32,
             admin_token: secret("ADMIN_TOKEN")?,
         })
     }

@@ -10,6 +10,7 @@ pub mod audit;
 pub mod body;
 pub mod canonical_json;
 pub mod config;
+pub mod digest;
 pub mod encoding;
 pub mod error;
 pub mod events;

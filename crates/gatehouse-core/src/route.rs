@@ -58,6 +58,11 @@ pub enum RouteId {
     RecoverDeliveries,
     ListDeliveries,
     RetryDelivery,
+    /// The audit digests (SPEC §22).
+    AuditPublicKey,
+    ListAuditDigests,
+    ListAuditObjects,
+    AuditFile,
     /// A listener's long poll on a `cli` subscription, and its report of an attempt (SPEC §21).
     PullDeliveries,
     ReportDelivery,
@@ -209,6 +214,10 @@ pub const ROUTES: &[Route] = &[
     route(RouteId::ListArchives, "GET", "/public/v1/logs/archives", OWNER),
     route(RouteId::GetArchive, "GET", "/public/v1/logs/archives/{date}", OWNER),
     route(RouteId::GetLog, "GET", "/public/v1/logs/{request_id}", OWNER),
+    route(RouteId::AuditPublicKey, "GET", "/public/v1/audit/public-key", OWNER),
+    with_query(route(RouteId::ListAuditDigests, "GET", "/public/v1/audit/digests", OWNER), &["from", "to"]),
+    with_query(route(RouteId::ListAuditObjects, "GET", "/public/v1/audit/objects", OWNER), &["from", "to"]),
+    with_query(route(RouteId::AuditFile, "GET", "/public/v1/audit/file", OWNER), &["key"]),
     route(RouteId::CreateWebhook, "POST", "/public/v1/webhooks", OWNER),
     route(RouteId::TriggerEvent, "POST", "/public/v1/webhooks/trigger", OWNER),
     with_query(route(RouteId::ListWebhooks, "GET", "/public/v1/webhooks", OWNER), PAGE),

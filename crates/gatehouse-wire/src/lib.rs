@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+pub mod digests;
 pub mod identities;
 pub mod keys;
 pub mod logs;

@@ -313,11 +313,24 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
             false => String::new(),
         })
     };
+    let digests = async {
+        let Some(secret) = config.audit_signing_key.as_deref() else { return Ok(String::new()) };
+        let archive = R2Archive::new(env.bucket(archive::BINDING).map_err(port_error)?);
+        let signer = gatehouse_core::digest::AuditSigner::from_secret(secret);
+        let cutoff = gatehouse_core::archive::hot_cutoff(now_ms(), config.audit_hot_seconds);
+        let period = i64::from(config.audit_digest_seconds) * 1000;
+        let r = app::make_digests(&store, &archive, &signer, period, cutoff, now_ms).await?;
+        Ok(match r.digests > 0 || r.waiting > 0 {
+            true => format!(r#""digests":{},"objects":{},"waiting":{}"#, r.digests, r.objects, r.waiting),
+            false => String::new(),
+        })
+    };
     let jobs: Vec<app::cron::Job<'_>> = vec![
         ("webhook_sweep", Box::pin(sweep)),
         ("webhook_secrets", Box::pin(reseal)),
         ("audit_legacy", Box::pin(legacy_rows)),
         ("audit_roll_up", Box::pin(roll_up)),
+        ("audit_digests", Box::pin(digests)),
     ];
     for (job, outcome) in app::cron::run_jobs(&store, &holder, now_ms, jobs).await {
         match outcome {

@@ -12,7 +12,10 @@ use crate::sim::Faults;
 use gatehouse_core::audit::{packed_for_d1, AuditRow, DayCount, EndpointCount, LogFilter};
 use gatehouse_core::page::{Cursor, PageRequest};
 use gatehouse_core::platform::fits_d1_value;
-use gatehouse_core::ports::{Archive, ArchiveObject, ArchivedSlice, AuditStore, PortError, RowRange};
+use gatehouse_core::ports::{
+    Archive, ArchiveObject, ArchivedSlice, AuditStore, DigestRecord, DigestStore, PortError, RowRange,
+    UndigestedObject,
+};
 use gatehouse_core::tiers::{ObjectSummary, SUMMARIES_PER_PAGE};
 use gatehouse_core::time::utc_date;
 
@@ -28,6 +31,11 @@ pub struct AuditTables {
     pub daily: RefCell<DailyCounts>,
     /// This many coming slice deletes fail before their effect.
     pub refuse_deletes: Cell<u32>,
+    /// `audit_digests` by (project, period start), and each object's `digest_period`.
+    pub digests: RefCell<BTreeMap<(String, i64), DigestRecord>>,
+    pub digested: RefCell<BTreeMap<String, i64>>,
+    /// `projects.digest_next`.
+    pub digest_next: RefCell<BTreeMap<String, i64>>,
 }
 
 impl AuditTables {
@@ -308,6 +316,14 @@ impl Archive for FakeArchive {
             .await
     }
 
+    async fn put_digest(&self, key: &str, json: &[u8]) -> Result<(), PortError> {
+        super::over_limit("r2 key", key.len(), gatehouse_core::platform::R2_MAX_KEY_BYTES)?;
+        self.faults
+            .run("r2 put digest", || self.objects.borrow_mut().insert(key.to_owned(), json.to_vec()))
+            .await?;
+        Ok(())
+    }
+
     async fn put_recording_segment(&self, key: &str, json: &[u8]) -> Result<(), PortError> {
         super::over_limit("r2 key", key.len(), gatehouse_core::platform::R2_MAX_KEY_BYTES)?;
         self.faults
@@ -336,5 +352,125 @@ impl Archive for FakeArchive {
 
     async fn read_ndjson(&self, key: &str) -> Result<Option<Vec<u8>>, PortError> {
         self.faults.run("r2 read", || self.objects.borrow().get(key).cloned()).await
+    }
+}
+
+impl DigestStore for FakeStore {
+    async fn projects_due_for_digest(
+        &self,
+        period_ms: i64,
+        cutoff_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<(String, i64)>, PortError> {
+        self.faults
+            .run("d1 projects due for digest", || {
+                let next = self.audit.digest_next.borrow();
+                let mut due: Vec<(String, i64)> = self
+                    .directory
+                    .projects
+                    .borrow()
+                    .iter()
+                    .map(|p| {
+                        let start = next.get(&p.id).copied();
+                        (
+                            p.id.clone(),
+                            start.unwrap_or(gatehouse_core::digest::period_start(p.created_at, period_ms)),
+                        )
+                    })
+                    .filter(|(_, start)| start + period_ms <= cutoff_ms)
+                    .collect();
+                due.sort_by_key(|(id, start)| (*start, id.clone()));
+                due.truncate(limit);
+                due
+            })
+            .await
+    }
+
+    async fn hot_rows_before(&self, project_id: &str, before_ms: i64) -> Result<bool, PortError> {
+        self.faults
+            .run("d1 hot rows before", || {
+                self.audit
+                    .rows
+                    .borrow()
+                    .values()
+                    .any(|r| r.project_id.as_deref() == Some(project_id) && r.ts < before_ms)
+            })
+            .await
+    }
+
+    async fn last_digest(&self, project_id: &str) -> Result<Option<DigestRecord>, PortError> {
+        self.faults
+            .run("d1 last digest", || {
+                let digests = self.audit.digests.borrow();
+                digests.iter().filter(|((p, _), _)| p == project_id).map(|(_, d)| d.clone()).next_back()
+            })
+            .await
+    }
+
+    async fn undigested_objects(
+        &self,
+        project_id: &str,
+        before_ms: i64,
+    ) -> Result<Vec<UndigestedObject>, PortError> {
+        self.faults
+            .run("d1 undigested objects", || {
+                let digested = self.audit.digested.borrow();
+                self.audit
+                    .objects
+                    .borrow()
+                    .values()
+                    .filter(|o| o.project_id.as_deref() == Some(project_id) && o.first_ts < before_ms)
+                    .filter(|o| !digested.contains_key(&o.key))
+                    .map(|o| UndigestedObject {
+                        key: o.key.clone(),
+                        rows: u64::from(o.rows),
+                        first_id: o.first_id.clone(),
+                        last_id: o.last_id.clone(),
+                    })
+                    .collect()
+            })
+            .await
+    }
+
+    async fn record_digest(
+        &self,
+        project_id: &str,
+        digest: &DigestRecord,
+        objects: &[String],
+        _made_at: i64,
+        next_start: i64,
+    ) -> Result<(), PortError> {
+        self.faults
+            .run("d1 record digest", || {
+                self.audit
+                    .digests
+                    .borrow_mut()
+                    .insert((project_id.to_owned(), digest.period_start), digest.clone());
+                let mut digested = self.audit.digested.borrow_mut();
+                for key in objects {
+                    digested.entry(key.clone()).or_insert(digest.period_start);
+                }
+            })
+            .await?;
+        self.faults
+            .run("d1 digest next", || {
+                self.audit.digest_next.borrow_mut().insert(project_id.to_owned(), next_start);
+            })
+            .await
+    }
+
+    async fn digests(
+        &self,
+        project_id: &str,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<DigestRecord>, PortError> {
+        self.faults
+            .run("d1 digests", || {
+                let digests = self.audit.digests.borrow();
+                let range = (project_id.to_owned(), from_ms)..(project_id.to_owned(), to_ms);
+                digests.range(range).map(|(_, d)| d.clone()).collect()
+            })
+            .await
     }
 }

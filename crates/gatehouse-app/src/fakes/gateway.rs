@@ -594,6 +594,7 @@ pub struct FakeProject {
     pub id: String,
     pub name: String,
     pub plan: String,
+    pub created_at: i64,
 }
 
 impl DirectoryTables {
@@ -646,6 +647,7 @@ impl Directory for FakeStore {
                         id: project_id.to_owned(),
                         name: name.to_owned(),
                         plan: owner_key.plan.clone(),
+                        created_at: owner_key.created_at,
                     };
                     projects.push(project);
                 }

@@ -91,9 +91,73 @@ pub trait Archive {
     async fn put(&self, key: &str, ndjson: &[u8]) -> Result<(), PortError>;
     /// Writes a session-recording segment's JSON as it is, replacing any object of that key.
     async fn put_recording_segment(&self, key: &str, json: &[u8]) -> Result<(), PortError>;
+    /// Writes an audit digest's file as it is (JSON), replacing any object of that key.
+    async fn put_digest(&self, key: &str, json: &[u8]) -> Result<(), PortError>;
     /// Every object whose key starts with `prefix`, in key order.
     async fn list(&self, prefix: &str) -> Result<Vec<ArchiveObject>, PortError>;
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, PortError>;
     /// An audit object's NDJSON, decompressed.
     async fn read_ndjson(&self, key: &str) -> Result<Option<Vec<u8>>, PortError>;
+}
+
+/// A digest written (SPEC §22), as the project's audit database keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct DigestRecord {
+    pub period_start: i64,
+    pub key: String,
+    /// Hex SHA-256 of the digest file's bytes.
+    pub sha256: String,
+    pub objects: u32,
+}
+
+/// An archive object no digest lists yet.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct UndigestedObject {
+    pub key: String,
+    pub rows: u64,
+    pub first_id: String,
+    pub last_id: String,
+}
+
+/// The audit digests' bookkeeping (SPEC §22): which project's next period is due (the main
+/// database), and per project (its audit database) the digests written and the objects no digest
+/// lists yet.
+pub trait DigestStore {
+    /// Projects whose next digest period (`period_ms` long, from the period of their creation)
+    /// ends by `cutoff_ms`: their ids and that period's start, the most overdue first.
+    async fn projects_due_for_digest(
+        &self,
+        period_ms: i64,
+        cutoff_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<(String, i64)>, PortError>;
+    /// Whether rows of the project older than `before_ms` are still in the hot tier (the roll-up
+    /// is behind: their objects are not final).
+    async fn hot_rows_before(&self, project_id: &str, before_ms: i64) -> Result<bool, PortError>;
+    /// The project's latest digest.
+    async fn last_digest(&self, project_id: &str) -> Result<Option<DigestRecord>, PortError>;
+    /// The project's objects whose first row is older than `before_ms` and that no digest lists,
+    /// by key.
+    async fn undigested_objects(
+        &self,
+        project_id: &str,
+        before_ms: i64,
+    ) -> Result<Vec<UndigestedObject>, PortError>;
+    /// Records the digest and marks `objects` listed by it, in one batch of the project's audit
+    /// database (again: the same); then `next_start` as the project's next period.
+    async fn record_digest(
+        &self,
+        project_id: &str,
+        digest: &DigestRecord,
+        objects: &[String],
+        made_at: i64,
+        next_start: i64,
+    ) -> Result<(), PortError>;
+    /// The project's digests of periods starting in `[from_ms, to_ms)`, oldest first.
+    async fn digests(
+        &self,
+        project_id: &str,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<DigestRecord>, PortError>;
 }

@@ -51,6 +51,10 @@ impl Archive for R2Archive {
             .await
     }
 
+    async fn put_digest(&self, key: &str, json: &[u8]) -> Result<(), PortError> {
+        self.put_recording_segment(key, json).await
+    }
+
     async fn put_recording_segment(&self, key: &str, json: &[u8]) -> Result<(), PortError> {
         let metadata = HttpMetadata { content_type: Some("application/json".into()), ..Default::default() };
         let put = self.bucket.put(key, json.to_vec()).http_metadata(metadata).execute();

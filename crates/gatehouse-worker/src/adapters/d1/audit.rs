@@ -96,7 +96,7 @@ impl D1Store {
     }
 
     /// Where the audit log of `project` (`None`: requests of no project) is kept.
-    async fn log_of(&self, project: Option<&str>) -> Result<&D1Store, PortError> {
+    pub(super) async fn log_of(&self, project: Option<&str>) -> Result<&D1Store, PortError> {
         match (&self.audit, project) {
             (AuditLogs::Own, _) => Ok(self),
             (AuditLogs::Placed(logs), None) => Self::audit_log(logs, 0),

@@ -5,6 +5,7 @@
 
 mod audit;
 mod dead_letters;
+mod digests;
 mod events;
 mod keys;
 mod resources;

@@ -1,0 +1,361 @@
+//! Checking a project's audit archive against its signed, chained digests (SPEC §22): the work
+//! of `gatehouse logs verify`, on bytes already fetched, so it can be tested without a gateway.
+//!
+//! Given a run of consecutive digests (oldest first, each with its stored bytes), the public key
+//! and a way to read an archive object's stored bytes, [`verify`] answers the first break it
+//! finds, in the order a reader would want to hear it: a digest that is missing or does not
+//! verify, a broken link, then each listed object (missing, changed, its rows not as listed), and
+//! last any archive object no digest lists.
+
+use base64::Engine as _;
+use ed25519_dalek::{Signature, Verifier, VerifyingKey};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeSet;
+use std::fmt;
+use std::io::Read;
+
+pub use gatehouse_wire::digests::{
+    ArchivedObject, ArchivedObjects, AuditDigest, AuditPublicKey, DigestList, DigestedObject, ListedDigest,
+    PreviousDigest,
+};
+
+impl crate::Client {
+    /// `GET /public/v1/audit/public-key`: the key the project's digests verify under. Pin it
+    /// (`gatehouse logs verify --public-key`) rather than trust the gateway you are checking.
+    pub fn audit_public_key(&self) -> crate::Call<AuditPublicKey> {
+        self.call(crate::client::Request::get("/public/v1/audit/public-key"))
+    }
+
+    /// `GET /public/v1/audit/digests?from&to`: the digests of periods starting in `[from, to)`
+    /// (RFC 3339), oldest first.
+    pub fn audit_digests(&self, from: &str, to: &str) -> crate::Call<DigestList> {
+        self.call(crate::client::Request::get("/public/v1/audit/digests").query("from", from).query("to", to))
+    }
+
+    /// `GET /public/v1/audit/objects?from&to`: the archive objects whose first row is in the range.
+    pub fn audit_objects(&self, from: &str, to: &str) -> crate::Call<ArchivedObjects> {
+        self.call(crate::client::Request::get("/public/v1/audit/objects").query("from", from).query("to", to))
+    }
+
+    /// `GET /public/v1/audit/file?key=`: an archive object or digest, its bytes as stored.
+    pub fn audit_file(&self, key: &str) -> crate::Call<Vec<u8>> {
+        let mut call: crate::Call<Vec<u8>> =
+            self.call(crate::client::Request::get("/public/v1/audit/file").query("key", key));
+        call.decode = |bytes| Ok(bytes.to_vec());
+        call
+    }
+}
+
+/// The first thing found wrong, naming what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Break {
+    /// No digest where one must be (a period in the range, or the one a link names).
+    MissingDigest { key: String },
+    /// Not a digest (not JSON of the format, or a field added).
+    Unreadable { key: String, why: String },
+    /// Signed by another key than the one given, or the signature does not verify.
+    BadSignature { key: String },
+    /// Its link names another digest, or another SHA-256 than the previous digest's bytes have.
+    BrokenLink { key: String, expected: String, found: String },
+    /// A listed object is not in the archive.
+    MissingObject { key: String },
+    /// A listed object's bytes are not the ones the digest pinned.
+    ChangedObject { key: String },
+    /// A listed object's rows are not as listed: their number, first or last id, or their order.
+    Rows { key: String, why: String },
+    /// An archive object in the range that no digest lists (added), or one listed twice.
+    Unlisted { key: String },
+}
+
+impl fmt::Display for Break {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Break::MissingDigest { key } => write!(f, "digest {key} is missing"),
+            Break::Unreadable { key, why } => write!(f, "digest {key} is not a digest: {why}"),
+            Break::BadSignature { key } => {
+                write!(f, "digest {key}: the signature does not verify under the public key")
+            }
+            Break::BrokenLink { key, expected, found } => {
+                write!(f, "digest {key}: it links to {found}, but the previous digest is {expected}")
+            }
+            Break::MissingObject { key } => write!(f, "object {key} is listed by a digest but missing"),
+            Break::ChangedObject { key } => {
+                write!(f, "object {key} was changed: its SHA-256 is not the digest's")
+            }
+            Break::Rows { key, why } => write!(f, "object {key}: {why}"),
+            Break::Unlisted { key } => write!(f, "object {key} is listed by no digest"),
+        }
+    }
+}
+
+/// What an intact run covered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Verified {
+    pub digests: usize,
+    pub objects: usize,
+    pub rows: u64,
+}
+
+/// The public key from its base64 (as `GET /public/v1/audit/public-key` shows it).
+pub fn public_key(base64: &str) -> Option<VerifyingKey> {
+    let bytes: [u8; 32] = base64::engine::general_purpose::STANDARD.decode(base64).ok()?.try_into().ok()?;
+    VerifyingKey::from_bytes(&bytes).ok()
+}
+
+/// Checks `digests` (consecutive, oldest first: `(key, Some(bytes))`, `None` for one not found),
+/// the digest before the first (`before`: its key and bytes, when the run does not start at the
+/// project's first digest), every object they list (read with `object`: its stored bytes, `None`
+/// when missing) and that every key of `archived` (the archive's objects in the range) is listed
+/// exactly once.
+pub fn verify(
+    key: &VerifyingKey,
+    before: Option<(&str, &[u8])>,
+    digests: &[(String, Option<Vec<u8>>)],
+    mut object: impl FnMut(&str) -> Option<Vec<u8>>,
+    archived: &[String],
+) -> Result<Verified, Break> {
+    let mut verified = Verified::default();
+    let mut previous: Option<(String, String)> =
+        before.map(|(k, bytes)| (k.to_owned(), hex(&Sha256::digest(bytes))));
+    let mut listed = BTreeSet::new();
+    let mut read = Vec::new();
+    for (digest_key, bytes) in digests {
+        let bytes = bytes.as_deref().ok_or_else(|| Break::MissingDigest { key: digest_key.clone() })?;
+        let digest: AuditDigest = serde_json::from_slice(bytes)
+            .map_err(|e| Break::Unreadable { key: digest_key.clone(), why: e.to_string() })?;
+        check_signature(key, digest_key, &digest)?;
+        match (&previous, &digest.previous) {
+            (Some((k, sha)), Some(link)) if &link.key == k && &link.sha256 == sha => {}
+            (None, None) => {}
+            (Some((k, sha)), link) => {
+                let found = link.as_ref().map_or("no digest".into(), |l| format!("{} ({})", l.key, l.sha256));
+                return Err(Break::BrokenLink {
+                    key: digest_key.clone(),
+                    expected: format!("{k} ({sha})"),
+                    found,
+                });
+            }
+            // The run starts at a digest that links to one before it: that one must be given.
+            (None, Some(link)) => return Err(Break::MissingDigest { key: link.key.clone() }),
+        }
+        previous = Some((digest_key.clone(), hex(&Sha256::digest(bytes))));
+        for o in &digest.objects {
+            if !listed.insert(o.key.clone()) {
+                return Err(Break::Unlisted { key: o.key.clone() });
+            }
+            read.push(o.clone());
+        }
+        verified.digests += 1;
+    }
+    for o in &read {
+        let bytes = object(&o.key).ok_or_else(|| Break::MissingObject { key: o.key.clone() })?;
+        if hex(&Sha256::digest(&bytes)) != o.sha256 {
+            return Err(Break::ChangedObject { key: o.key.clone() });
+        }
+        verified.rows += check_rows(o, &bytes)?;
+        verified.objects += 1;
+    }
+    if let Some(extra) = archived.iter().find(|k| !listed.contains(*k)) {
+        return Err(Break::Unlisted { key: extra.clone() });
+    }
+    Ok(verified)
+}
+
+fn check_signature(key: &VerifyingKey, digest_key: &str, digest: &AuditDigest) -> Result<(), Break> {
+    let bad = || Break::BadSignature { key: digest_key.to_owned() };
+    if public_key(&digest.public_key) != Some(*key) {
+        return Err(bad());
+    }
+    let signature = digest.signature.as_deref().ok_or_else(bad)?;
+    let signature: [u8; 64] = base64::engine::general_purpose::STANDARD
+        .decode(signature)
+        .ok()
+        .and_then(|s| s.try_into().ok())
+        .ok_or_else(bad)?;
+    key.verify(&digest.signed_bytes(), &Signature::from_bytes(&signature)).map_err(|_| bad())
+}
+
+/// The object's rows (gzip NDJSON, one JSON object with `ts` and `request_id` per line): as many
+/// as listed, the listed first and last, in order of `(ts, request_id)`. Answers their number.
+fn check_rows(o: &DigestedObject, gzip: &[u8]) -> Result<u64, Break> {
+    let rows_wrong = |why: String| Break::Rows { key: o.key.clone(), why };
+    let mut text = String::new();
+    flate2::read::MultiGzDecoder::new(gzip)
+        .read_to_string(&mut text)
+        .map_err(|e| rows_wrong(format!("not gzip NDJSON: {e}")))?;
+    let mut ids = Vec::new();
+    let mut last: Option<(i64, String)> = None;
+    for (n, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {
+        let row: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| rows_wrong(format!("row {} is not JSON: {e}", n + 1)))?;
+        let id = row["request_id"].as_str().unwrap_or_default().to_owned();
+        let ts = row["ts"].as_i64().unwrap_or_default();
+        if last.as_ref().is_some_and(|(t, i)| (ts, &id) <= (*t, i)) {
+            return Err(rows_wrong(format!("row {} ({id}) is out of order", n + 1)));
+        }
+        last = Some((ts, id.clone()));
+        ids.push(id);
+    }
+    if ids.len() as u64 != o.rows {
+        return Err(rows_wrong(format!("{} rows, the digest lists {}", ids.len(), o.rows)));
+    }
+    if ids.first() != Some(&o.first_request_id) || ids.last() != Some(&o.last_request_id) {
+        return Err(rows_wrong("its first or last row is not the digest's".into()));
+    }
+    Ok(o.rows)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ed25519_dalek::{Signer, SigningKey};
+    use std::collections::BTreeMap;
+    use std::io::Write;
+
+    const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+
+    fn gzip(rows: &[(i64, &str)]) -> Vec<u8> {
+        let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        for (ts, id) in rows {
+            writeln!(z, r#"{{"request_id":"{id}","ts":{ts},"status":200}}"#).unwrap();
+        }
+        z.finish().unwrap()
+    }
+
+    /// A project's archive: two periods, one object each, and their signed, chained digests.
+    struct Archive {
+        key: SigningKey,
+        objects: BTreeMap<String, Vec<u8>>,
+        digests: Vec<(String, Option<Vec<u8>>)>,
+    }
+
+    fn signed(key: &SigningKey, mut d: AuditDigest) -> Vec<u8> {
+        d.public_key = B64.encode(key.verifying_key().as_bytes());
+        d.signature = Some(B64.encode(key.sign(&d.signed_bytes()).to_bytes()));
+        serde_json::to_vec(&d).unwrap()
+    }
+
+    fn digest(period: usize, objects: Vec<DigestedObject>, previous: Option<(&str, &[u8])>) -> AuditDigest {
+        AuditDigest {
+            version: 1,
+            project_id: "prj_1".into(),
+            period_start: format!("2026-12-02T1{period}:00:00.000Z"),
+            period_end: format!("2026-12-02T1{}:00:00.000Z", period + 1),
+            objects,
+            previous: previous
+                .map(|(k, b)| PreviousDigest { key: k.into(), sha256: hex(&Sha256::digest(b)) }),
+            algorithm: "ed25519".into(),
+            public_key: String::new(),
+            signature: None,
+        }
+    }
+
+    fn listed(key: &str, bytes: &[u8], rows: &[(i64, &str)]) -> DigestedObject {
+        DigestedObject {
+            key: key.into(),
+            sha256: hex(&Sha256::digest(bytes)),
+            rows: rows.len() as u64,
+            first_request_id: rows[0].1.into(),
+            last_request_id: rows[rows.len() - 1].1.into(),
+        }
+    }
+
+    fn archive() -> Archive {
+        let key = SigningKey::from_bytes(&[7; 32]);
+        let rows_a = [(1, "r1"), (2, "r2"), (3, "r3")];
+        let rows_b = [(10, "r4"), (11, "r5")];
+        let (a, b) = (gzip(&rows_a), gzip(&rows_b));
+        let d0 = signed(&key, digest(0, vec![listed("audit/prj_1/a", &a, &rows_a)], None));
+        // Period 1 had no traffic: an empty digest.
+        let d1 = signed(&key, digest(1, vec![], Some(("d0", &d0))));
+        let d2 = signed(&key, digest(2, vec![listed("audit/prj_1/b", &b, &rows_b)], Some(("d1", &d1))));
+        Archive {
+            key,
+            objects: [("audit/prj_1/a".to_owned(), a), ("audit/prj_1/b".to_owned(), b)].into(),
+            digests: vec![("d0".into(), Some(d0)), ("d1".into(), Some(d1)), ("d2".into(), Some(d2))],
+        }
+    }
+
+    fn check(a: &Archive) -> Result<Verified, Break> {
+        let keys: Vec<String> = a.objects.keys().cloned().collect();
+        verify(&a.key.verifying_key(), None, &a.digests, |k| a.objects.get(k).cloned(), &keys)
+    }
+
+    #[test]
+    fn an_intact_archive_verifies() {
+        assert_eq!(check(&archive()), Ok(Verified { digests: 3, objects: 2, rows: 5 }));
+        let a = archive();
+        let pk = public_key(&B64.encode(a.key.verifying_key().as_bytes())).unwrap();
+        assert_eq!(pk, a.key.verifying_key());
+    }
+
+    /// What a writer of the bucket without the signing key can do, each caught and named.
+    #[test]
+    fn every_change_without_the_signing_key_is_named() {
+        // One byte of an object flipped.
+        let mut a = archive();
+        let bytes = a.objects.get_mut("audit/prj_1/a").unwrap();
+        let at = bytes.len() / 2;
+        bytes[at] ^= 1;
+        assert_eq!(check(&a), Err(Break::ChangedObject { key: "audit/prj_1/a".into() }));
+        // A row removed and the object written again (not re-signed).
+        let mut a = archive();
+        a.objects.insert("audit/prj_1/a".into(), gzip(&[(1, "r1"), (3, "r3")]));
+        assert_eq!(check(&a), Err(Break::ChangedObject { key: "audit/prj_1/a".into() }));
+        // An object deleted; one added.
+        let mut a = archive();
+        a.objects.remove("audit/prj_1/b");
+        let keys = vec!["audit/prj_1/a".to_owned()];
+        let found = verify(&a.key.verifying_key(), None, &a.digests, |k| a.objects.get(k).cloned(), &keys);
+        assert_eq!(found, Err(Break::MissingObject { key: "audit/prj_1/b".into() }));
+        let mut a = archive();
+        a.objects.insert("audit/prj_1/c".into(), gzip(&[(20, "r9")]));
+        assert_eq!(check(&a), Err(Break::Unlisted { key: "audit/prj_1/c".into() }));
+        // A digest deleted (even the empty one of a quiet period).
+        let mut a = archive();
+        a.digests[1].1 = None;
+        assert_eq!(check(&a), Err(Break::MissingDigest { key: "d1".into() }));
+        // A digest changed (a row count), or replaced by one signed with another key.
+        let mut a = archive();
+        let text = String::from_utf8(a.digests[0].1.clone().unwrap()).unwrap();
+        a.digests[0].1 = Some(text.replace(r#""rows":3"#, r#""rows":2"#).into_bytes());
+        assert_eq!(check(&a), Err(Break::BadSignature { key: "d0".into() }));
+        let mut a = archive();
+        let forger = SigningKey::from_bytes(&[9; 32]);
+        let d1: AuditDigest = serde_json::from_slice(a.digests[1].1.as_ref().unwrap()).unwrap();
+        a.digests[1].1 = Some(signed(&forger, d1));
+        assert_eq!(check(&a), Err(Break::BadSignature { key: "d1".into() }));
+        // Digests reordered: the links do not match.
+        let mut a = archive();
+        a.digests.swap(1, 2);
+        assert!(matches!(check(&a), Err(Break::BrokenLink { key, .. }) if key == "d2"));
+        // A run that starts after the first digest needs the one before it.
+        let a = archive();
+        let keys = vec!["audit/prj_1/b".to_owned()];
+        let later = &a.digests[1..];
+        let found = verify(&a.key.verifying_key(), None, later, |k| a.objects.get(k).cloned(), &keys);
+        assert_eq!(found, Err(Break::MissingDigest { key: "d0".into() }));
+        let d0 = a.digests[0].1.clone().unwrap();
+        let found =
+            verify(&a.key.verifying_key(), Some(("d0", &d0)), later, |k| a.objects.get(k).cloned(), &keys);
+        assert_eq!(found, Ok(Verified { digests: 2, objects: 1, rows: 2 }));
+    }
+
+    /// Rows as the digest's signer saw them but out of order (a fault of the writer, not a
+    /// forgery): named too.
+    #[test]
+    fn rows_out_of_order_or_miscounted_are_named() {
+        let key = SigningKey::from_bytes(&[7; 32]);
+        let rows = [(2, "r2"), (1, "r1")];
+        let bytes = gzip(&rows);
+        let d = signed(&key, digest(0, vec![listed("o", &bytes, &rows)], None));
+        let objects: BTreeMap<String, Vec<u8>> = [("o".to_owned(), bytes)].into();
+        let found =
+            verify(&key.verifying_key(), None, &[("d".into(), Some(d))], |k| objects.get(k).cloned(), &[]);
+        assert!(matches!(found, Err(Break::Rows { why, .. }) if why.contains("out of order")));
+    }
+}
