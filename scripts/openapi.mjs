@@ -165,6 +165,16 @@ const paths = {
   '/public/v1/logs/archives/{date}': { get: get('Download one archived day (gzip NDJSON)', {
     parameters: [{ ...pathParam('date', 'YYYY-MM-DD (400 otherwise); a day that does not exist (2026-02-31) is a 422'), schema: { type: 'string', format: 'date', pattern: '^[0-9]{4}-[0-9]{2}-[0-9]{2}$' } }],
     content: { 'application/gzip': { schema: { type: 'string', format: 'binary' } } }, codes: [400, 404, 422] }) },
+  '/public/v1/audit/public-key': { get: get('The Ed25519 public key the project\'s audit digests verify under (404 when no AUDIT_SIGNING_KEY is set)', { ok: out({ algorithm: { const: 'ed25519' }, public_key: str }), codes: [404] }) },
+  '/public/v1/audit/digests': { get: get('The signed, chained digests of the archive, oldest first, of periods starting in [from, to) (default: the last 7 days)', {
+    parameters: [query('from', time, 'RFC 3339 (400 otherwise)'), query('to', time, 'RFC 3339, not before from (400 otherwise)')],
+    ok: out({ data: { type: 'array', items: out({ period_start: time, period_end: time, key: str, sha256: str, objects: int(0) }) }, more: { type: 'boolean' } }), codes: [400] }) },
+  '/public/v1/audit/objects': { get: get('The archive objects whose first row is in [from, to)', {
+    parameters: [query('from', time, 'RFC 3339 (400 otherwise)'), query('to', time, 'RFC 3339, not before from (400 otherwise)')],
+    ok: out({ data: { type: 'array', items: out({ key: str, size: int(0) }) } }), codes: [400] }) },
+  '/public/v1/audit/file': { get: get('An archive object or digest of the project, its bytes as stored', {
+    parameters: [query('key', str, 'a key under audit/{project}/ (400 otherwise)')],
+    content: { 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } }, codes: [400, 404] }) },
   '/public/v1/logs/{request_id}': { get: get('One request of the log', { parameters: [pathParam('request_id')], ok: ref('AuditRow'), codes: [404] }) },
   '/public/v1/contacts': {
     post: mutating('Create a contact (emits contact.created)', contactIn, { 201: { schema: ref('Contact'), description: 'Created' } }),
