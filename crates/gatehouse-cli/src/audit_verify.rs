@@ -26,9 +26,17 @@ pub async fn run(client: &Client, from: &str, to: &str, public_key: Option<&str>
     let key = digests::public_key(&key)
         .ok_or_else(|| Failure::Usage("--public-key is not a base64 Ed25519 public key".into()))?;
     let now = humantime::format_rfc3339_millis(SystemTime::now() + Duration::from_secs(1)).to_string();
-    let listed = client.audit_digests(from, &now).await?;
+    let mut listed = Vec::new();
+    loop {
+        let start = listed.last().map_or(from.to_owned(), |d: &digests::ListedDigest| d.period_end.clone());
+        let page = client.audit_digests(&start, &now).await?;
+        listed.extend(page.data);
+        if !page.more {
+            break;
+        }
+    }
     let mut files = Vec::new();
-    for d in &listed.data {
+    for d in &listed {
         files.push((d.key.clone(), client.audit_file(&d.key).await.ok()));
     }
     // The digest the first one links to (its file must be there with the hash linked).
@@ -62,7 +70,7 @@ pub async fn run(client: &Client, from: &str, to: &str, public_key: Option<&str>
         client.audit_objects(from, to).await?.data.into_iter().map(|o| o.key).collect();
     match digests::verify(&key, before, &files, |k| objects.get(k).cloned(), &archived) {
         Ok(v) => {
-            let last = listed.data.last().map_or("-", |d| d.period_end.as_str());
+            let last = listed.last().map_or("-", |d| d.period_end.as_str());
             println!(
                 "intact: {} digests, {} objects, {} rows (digests from {from} to {last}; the hot tier's rows are covered from their roll-up on)",
                 v.digests, v.objects, v.rows
