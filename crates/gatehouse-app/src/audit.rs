@@ -299,12 +299,12 @@ pub async fn roll_up<S: AuditStore, A: Archive>(
                     serde_json::to_writer(&mut ndjson, row).map_err(PortError::from_display)?;
                     ndjson.push(b'\n');
                 }
-                archive.put(&key, &ndjson).await?;
+                let sha256 = archive.put(&key, &ndjson).await?;
                 report.objects += 1;
                 if !day_starts.contains(&start) {
                     day_starts.push(start);
                 }
-                Some(ObjectSummary::of(&key, &fresh))
+                Some(ObjectSummary { sha256: Some(sha256), ..ObjectSummary::of(&key, &fresh) })
             }
             None => None,
         };

@@ -35,10 +35,12 @@ pub struct DigestReport {
     pub objects: usize,
     /// Projects whose roll-up is behind (rows older than the cutoff still hot): none made.
     pub waiting: usize,
+    /// Projects whose digest failed this run (tried again the next), and why.
+    pub failed: Vec<String>,
 }
 
 /// Writes the due digests of `period_ms` whose periods end by `cutoff_ms` (the roll-up's), the
-/// most overdue first, at most [`DIGESTS_PER_RUN`] and for about [`TIME_BOX_MS`].
+/// most overdue first, at most `DIGESTS_PER_RUN` and for about `TIME_BOX_MS`.
 pub async fn make_digests<S: DigestStore, A: Archive>(
     store: &S,
     archive: &A,
@@ -50,30 +52,61 @@ pub async fn make_digests<S: DigestStore, A: Archive>(
     let started = now_ms();
     let mut report = DigestReport::default();
     for (project, next) in store.projects_due_for_digest(period_ms, cutoff_ms, DIGESTS_PER_RUN).await? {
-        if store.hot_rows_before(&project, cutoff_ms).await? {
-            report.waiting += 1;
-            continue;
+        // One project's failure (D1 or R2 out of reach a moment) holds up no other.
+        let run = Run { store, archive, signer, period_ms, cutoff_ms, started, now_ms: &now_ms };
+        if let Err(e) = run.project(&project, next, &mut report).await {
+            report.failed.push(format!("{project}: {}", e.0));
         }
-        let mut previous = store.last_digest(&project).await?;
+    }
+    Ok(report)
+}
+
+struct Run<'a, S, A, N> {
+    store: &'a S,
+    archive: &'a A,
+    signer: &'a AuditSigner,
+    period_ms: i64,
+    cutoff_ms: i64,
+    started: i64,
+    now_ms: &'a N,
+}
+
+impl<S: DigestStore, A: Archive, N: Fn() -> i64> Run<'_, S, A, N> {
+    /// The project's due digests from `next` on, as far as the run's budget goes.
+    async fn project(&self, project: &str, next: i64, report: &mut DigestReport) -> Result<(), PortError> {
+        let (period_ms, now_ms) = (self.period_ms, self.now_ms);
+        if self.store.hot_rows_before(project, self.cutoff_ms).await? {
+            report.waiting += 1;
+            return Ok(());
+        }
+        let mut previous = self.store.last_digest(project).await?;
         // A digest recorded whose next period was not (a run stopped in between): go on after it.
         let mut start = match &previous {
             Some(p) if p.period_start >= next => p.period_start + period_ms,
             _ => next,
         };
-        while start + period_ms <= cutoff_ms
+        while start + period_ms <= self.cutoff_ms
             && report.digests < DIGESTS_PER_RUN
-            && now_ms() - started < TIME_BOX_MS
+            && now_ms() - self.started < TIME_BOX_MS
         {
-            let made =
-                make_one(store, archive, signer, &project, start, period_ms, previous.as_ref(), now_ms())
-                    .await?;
+            let made = make_one(
+                self.store,
+                self.archive,
+                self.signer,
+                project,
+                start,
+                period_ms,
+                previous.as_ref(),
+                now_ms(),
+            )
+            .await?;
             report.digests += 1;
             report.objects += made.objects as usize;
             previous = Some(made);
             start += period_ms;
         }
+        Ok(())
     }
-    Ok(report)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -91,12 +124,16 @@ async fn make_one<S: DigestStore, A: Archive>(
     let objects = store.undigested_objects(project, end).await?;
     let mut listed = Vec::with_capacity(objects.len());
     for o in &objects {
-        let bytes = archive.get(&o.key).await?.ok_or_else(|| {
-            PortError(format!("archive object {} is listed in D1 but missing in R2", o.key))
-        })?;
+        // The hash the roll-up stored it with: what the bucket holds now may have been changed.
+        let sha256 = match &o.sha256 {
+            Some(sha256) => sha256.clone(),
+            None => sha256_hex(&archive.get(&o.key).await?.ok_or_else(|| {
+                PortError(format!("archive object {} is listed in D1 but missing in R2", o.key))
+            })?),
+        };
         listed.push(DigestedObject {
             key: o.key.clone(),
-            sha256: sha256_hex(&bytes),
+            sha256,
             rows: o.rows,
             first_request_id: o.first_id.clone(),
             last_request_id: o.last_id.clone(),
@@ -137,14 +174,16 @@ impl<P: Ports> Gateway<'_, P> {
         Ok(Reply::ok(gatehouse_wire::to_json(&key)))
     }
 
-    /// `GET /public/v1/audit/digests?from&to`: the project's digests of periods starting in
+    /// `GET /public/v1/audit/digests?from&to`: the project's digests of the periods that overlap
     /// `[from, to)` (default: the last 7 days), oldest first, with the period they close.
     pub(super) async fn list_audit_digests(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let (from, to) = time_range(call)?;
-        let mut digests = self.store.digests(call.project_id(), from, to).await.map_err(unavailable)?;
+        let period = i64::from(self.config.audit_digest_seconds) * 1000;
+        // From the digest of the period that holds `from`.
+        let first = from.saturating_sub(period - 1);
+        let mut digests = self.store.digests(call.project_id(), first, to).await.map_err(unavailable)?;
         let more = digests.len() > DIGESTS_PER_PAGE;
         digests.truncate(DIGESTS_PER_PAGE);
-        let period = i64::from(self.config.audit_digest_seconds) * 1000;
         let data = digests
             .into_iter()
             .map(|d| ListedDigest {
@@ -158,18 +197,25 @@ impl<P: Ports> Gateway<'_, P> {
         Ok(Reply::ok(gatehouse_wire::to_json(&DigestList { data, more })))
     }
 
-    /// `GET /public/v1/audit/objects?from&to`: the project's archive objects whose first row is
-    /// in `[from, to)`, by key (what a verifier checks every digest accounts for).
+    /// `GET /public/v1/audit/objects?from&to`: the project's archive objects of the days the range
+    /// touches that a verifier must find listed by a digest: every slice whose first row is in
+    /// `[from, to)`, and any object there whose name is not a slice of its day's folder (a
+    /// whole-day object of the old layout, or a name no roll-up writes) — the day's download
+    /// serves those too.
     pub(super) async fn list_audit_objects(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let (from, to) = time_range(call)?;
         let prefix = project_prefix(Some(call.project_id()));
         let mut keys = Vec::new();
         let mut day = period_start(from, 86_400_000);
         while day < to {
-            let day_prefix = format!("{prefix}{}/", gatehouse_core::time::utc_date(day));
-            for o in self.archive.list(&day_prefix).await.map_err(unavailable)? {
-                let first = gatehouse_core::archive::slice_start(&day_prefix, &o.key);
-                if first.is_some_and(|c| (from..to).contains(&c.ts)) {
+            let date = gatehouse_core::time::utc_date(day);
+            let folder = format!("{prefix}{date}/");
+            for o in self.archive.list(&format!("{prefix}{date}")).await.map_err(unavailable)? {
+                let wanted = match gatehouse_core::archive::slice_start(&folder, &o.key) {
+                    Some(c) => (from..to).contains(&c.ts) || gatehouse_core::time::utc_date(c.ts) != date,
+                    None => true,
+                };
+                if wanted {
                     keys.push(ArchivedObject { key: o.key, size: o.size });
                 }
             }
@@ -378,11 +424,64 @@ mod tests {
         complete(store.insert_audit_rows(&[row("r1", T0 + 10)])).unwrap();
         let cutoff = T0 + 2 * HOUR;
         let report = complete(make_digests(&store, &bucket, &signer, HOUR, cutoff, || cutoff)).unwrap();
-        assert_eq!(report, DigestReport { digests: 0, objects: 0, waiting: 1 });
+        assert_eq!(report, DigestReport { digests: 0, objects: 0, waiting: 1, failed: vec![] });
         let limits = RollUpLimits { rows_per_slice: 10, slices_per_run: 10, time_box_ms: i64::MAX };
         complete(roll_up(&store, &bucket, cutoff, limits, || cutoff)).unwrap();
         let report = complete(make_digests(&store, &bucket, &signer, HOUR, cutoff, || cutoff)).unwrap();
-        assert_eq!(report, DigestReport { digests: 2, objects: 1, waiting: 0 });
+        assert_eq!(report, DigestReport { digests: 2, objects: 1, waiting: 0, failed: vec![] });
         assert_eq!(check_chain(&store, &bucket, &signer, true), Ok(2));
+    }
+
+    fn project(store: &FakeStore, id: &str) {
+        let p = FakeProject { id: id.into(), name: id.into(), plan: "trial".into(), created_at: T0 };
+        store.directory.projects.borrow_mut().push(p);
+    }
+
+    /// Found by the review: bytes changed in R2 between the roll-up and the digest are never
+    /// signed (the digest pins the hash the roll-up stored).
+    #[test]
+    fn an_object_changed_before_its_digest_is_not_signed() {
+        let faults = Rc::new(Faults::new(0, 0.0));
+        let (store, bucket) = (FakeStore::new(faults.clone()), FakeArchive::new(faults));
+        project(&store, "prj_a");
+        let signer = AuditSigner::from_secret("audit-signing-key-0123");
+        complete(store.insert_audit_rows(&[row("r1", T0 + 10), row("r2", T0 + 20), row("r3", T0 + 30)]))
+            .unwrap();
+        let cutoff = T0 + HOUR;
+        let limits = RollUpLimits { rows_per_slice: 10, slices_per_run: 10, time_box_ms: i64::MAX };
+        complete(roll_up(&store, &bucket, cutoff, limits, || cutoff)).unwrap();
+        let key = bucket.objects.borrow().keys().next().unwrap().clone();
+        let written = bucket.objects.borrow()[&key].clone();
+        let forged =
+            String::from_utf8(written.clone()).unwrap().replace(r#""status":200"#, r#""status":201"#);
+        assert_ne!(forged.as_bytes(), written.as_slice());
+        bucket.objects.borrow_mut().insert(key.clone(), forged.into_bytes()); // same rows, ids, order
+        complete(make_digests(&store, &bucket, &signer, HOUR, cutoff, || cutoff)).unwrap();
+        let record = store.audit.digests.borrow().values().next().cloned().expect("a digest");
+        let digest: AuditDigest = serde_json::from_slice(&bucket.objects.borrow()[&record.key]).unwrap();
+        assert_eq!(digest.objects[0].sha256, sha256_hex(&written), "the digest signed the forged bytes");
+    }
+
+    /// Found by the review: an object gone from R2 holds up neither its own chain nor another
+    /// project's.
+    #[test]
+    fn a_missing_object_stalls_no_chain() {
+        let faults = Rc::new(Faults::new(0, 0.0));
+        let (store, bucket) = (FakeStore::new(faults.clone()), FakeArchive::new(faults));
+        project(&store, "prj_a");
+        project(&store, "prj_b");
+        let signer = AuditSigner::from_secret("audit-signing-key-0123");
+        let mut b = row("r2", T0 + 20);
+        b.project_id = Some("prj_b".into());
+        complete(store.insert_audit_rows(&[row("r1", T0 + 10), b])).unwrap();
+        let cutoff = T0 + HOUR;
+        let limits = RollUpLimits { rows_per_slice: 10, slices_per_run: 10, time_box_ms: i64::MAX };
+        complete(roll_up(&store, &bucket, cutoff, limits, || cutoff)).unwrap();
+        let gone = bucket.objects.borrow().keys().find(|k| k.starts_with("audit/prj_a/")).cloned().unwrap();
+        bucket.objects.borrow_mut().remove(&gone);
+        complete(make_digests(&store, &bucket, &signer, HOUR, cutoff, || cutoff)).unwrap();
+        let digests = store.audit.digests.borrow();
+        assert!(digests.contains_key(&("prj_b".to_owned(), T0)), "prj_b starved by prj_a's missing object");
+        assert!(digests.contains_key(&("prj_a".to_owned(), T0)), "prj_a's chain stopped");
     }
 }

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use gatehouse_client::digests::{self, AuditDigest};
-use gatehouse_client::Client;
+use gatehouse_client::digests::{self, AuditDigest, Scope};
+use gatehouse_client::{Client, Error};
 
 use crate::Failure;
 
@@ -25,6 +25,15 @@ pub async fn run(client: &Client, from: &str, to: &str, public_key: Option<&str>
     };
     let key = digests::public_key(&key)
         .ok_or_else(|| Failure::Usage("--public-key is not a base64 Ed25519 public key".into()))?;
+    let time = |name: &str, value: &str| {
+        humantime::parse_rfc3339_weak(value)
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as i64)
+            .ok_or_else(|| Failure::Usage(format!("--{name} is not an RFC 3339 time: {value}")))
+    };
+    let project_id = client.me().await?.project_id;
+    let scope = Scope { project_id: &project_id, from_ms: time("from", from)?, to_ms: time("to", to)? };
     let now = humantime::format_rfc3339_millis(SystemTime::now() + Duration::from_secs(1)).to_string();
     let mut listed = Vec::new();
     loop {
@@ -37,7 +46,7 @@ pub async fn run(client: &Client, from: &str, to: &str, public_key: Option<&str>
     }
     let mut files = Vec::new();
     for d in &listed {
-        files.push((d.key.clone(), client.audit_file(&d.key).await.ok()));
+        files.push((d.key.clone(), fetch(client, &d.key).await?));
     }
     // The digest the first one links to (its file must be there with the hash linked).
     let first_link = files
@@ -46,7 +55,7 @@ pub async fn run(client: &Client, from: &str, to: &str, public_key: Option<&str>
         .and_then(|b| serde_json::from_slice::<AuditDigest>(b).ok())
         .and_then(|d| d.previous);
     let before = match &first_link {
-        Some(link) => Some((link.key.clone(), client.audit_file(&link.key).await.ok())),
+        Some(link) => Some((link.key.clone(), fetch(client, &link.key).await?)),
         None => None,
     };
     let before = match &before {
@@ -61,14 +70,14 @@ pub async fn run(client: &Client, from: &str, to: &str, public_key: Option<&str>
             continue;
         };
         for o in digest.objects {
-            if let Ok(bytes) = client.audit_file(&o.key).await {
+            if let Some(bytes) = fetch(client, &o.key).await? {
                 objects.insert(o.key, bytes);
             }
         }
     }
     let archived: Vec<String> =
         client.audit_objects(from, to).await?.data.into_iter().map(|o| o.key).collect();
-    match digests::verify(&key, before, &files, |k| objects.get(k).cloned(), &archived) {
+    match digests::verify(&key, &scope, before, &files, |k| objects.get(k).cloned(), &archived) {
         Ok(v) => {
             let last = listed.last().map_or("-", |d| d.period_end.as_str());
             println!(
@@ -78,6 +87,16 @@ pub async fn run(client: &Client, from: &str, to: &str, public_key: Option<&str>
             Ok(())
         }
         Err(b) => broken(&b),
+    }
+}
+
+/// A file's bytes; `None` when the archive has none of that key (a 404). Any other failure (the
+/// gateway out of reach, a rate limit) is an error of the run, not a break of the archive.
+async fn fetch(client: &Client, key: &str) -> Result<Option<Vec<u8>>, Failure> {
+    match client.audit_file(key).await {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(Error::Api(e)) if e.status == 404 => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 

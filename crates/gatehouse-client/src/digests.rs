@@ -65,6 +65,10 @@ pub enum Break {
     Rows { key: String, why: String },
     /// An archive object in the range that no digest lists (added), or one listed twice.
     Unlisted { key: String },
+    /// A digest file that is not the one its key names: another project's, another period's.
+    Misplaced { key: String, why: String },
+    /// The digests do not cover the range asked (none yet, or they begin after or end before it).
+    NotCovered { why: String },
 }
 
 impl fmt::Display for Break {
@@ -84,6 +88,8 @@ impl fmt::Display for Break {
             }
             Break::Rows { key, why } => write!(f, "object {key}: {why}"),
             Break::Unlisted { key } => write!(f, "object {key} is listed by no digest"),
+            Break::Misplaced { key, why } => write!(f, "digest {key} is not the digest of its key: {why}"),
+            Break::NotCovered { why } => write!(f, "the range is not covered: {why}"),
         }
     }
 }
@@ -102,13 +108,23 @@ pub fn public_key(base64: &str) -> Option<VerifyingKey> {
     VerifyingKey::from_bytes(&bytes).ok()
 }
 
-/// Checks `digests` (consecutive, oldest first: `(key, Some(bytes))`, `None` for one not found),
-/// the digest before the first (`before`: its key and bytes, when the run does not start at the
-/// project's first digest), every object they list (read with `object`: its stored bytes, `None`
-/// when missing) and that every key of `archived` (the archive's objects in the range) is listed
-/// exactly once.
+/// What a run of digests must be: the project's, covering `[from_ms, to_ms)` without a gap.
+#[derive(Debug, Clone, Copy)]
+pub struct Scope<'a> {
+    pub project_id: &'a str,
+    pub from_ms: i64,
+    pub to_ms: i64,
+}
+
+/// Checks `digests` (consecutive, oldest first: `(key, Some(bytes))`, `None` for one not found):
+/// each is the project's digest of the period its key names, in the form it was signed in, the
+/// periods follow one another and cover `scope`'s range; the digest before the first (`before`:
+/// its key and bytes, when the run does not start at the project's first digest), every object
+/// they list (read with `object`: its stored bytes, `None` when missing) and that every key of
+/// `archived` (the archive's objects in the range) is listed exactly once.
 pub fn verify(
     key: &VerifyingKey,
+    scope: &Scope<'_>,
     before: Option<(&str, &[u8])>,
     digests: &[(String, Option<Vec<u8>>)],
     mut object: impl FnMut(&str) -> Option<Vec<u8>>,
@@ -119,11 +135,39 @@ pub fn verify(
         before.map(|(k, bytes)| (k.to_owned(), hex(&Sha256::digest(bytes))));
     let mut listed = BTreeSet::new();
     let mut read = Vec::new();
+    let mut covered: Option<(i64, i64)> = None;
     for (digest_key, bytes) in digests {
         let bytes = bytes.as_deref().ok_or_else(|| Break::MissingDigest { key: digest_key.clone() })?;
         let digest: AuditDigest = serde_json::from_slice(bytes)
             .map_err(|e| Break::Unreadable { key: digest_key.clone(), why: e.to_string() })?;
+        let mut canonical = serde_json::to_vec(&digest)
+            .map_err(|e| Break::Unreadable { key: digest_key.clone(), why: e.to_string() })?;
+        canonical.push(b'\n');
+        if canonical != bytes {
+            let why = "its bytes are not the form it was signed in".to_owned();
+            return Err(Break::Unreadable { key: digest_key.clone(), why });
+        }
         check_signature(key, digest_key, &digest)?;
+        let misplaced = |why: String| Break::Misplaced { key: digest_key.clone(), why };
+        if digest.project_id != scope.project_id {
+            return Err(misplaced(format!("it is project {}'s", digest.project_id)));
+        }
+        if *digest_key != format!("audit/{}/digest/{}.json", digest.project_id, digest.period_start) {
+            return Err(misplaced(format!("it is the digest of the period from {}", digest.period_start)));
+        }
+        let (start, end) = match (ms(&digest.period_start), ms(&digest.period_end)) {
+            (Some(start), Some(end)) if start < end => (start, end),
+            _ => return Err(misplaced("its period is not a period".into())),
+        };
+        covered = match covered {
+            None => Some((start, end)),
+            Some((first, last)) if last == start => Some((first, end)),
+            Some((_, last)) => {
+                return Err(Break::MissingDigest {
+                    key: format!("the digest of the period from {}", rfc3339(last)),
+                })
+            }
+        };
         match (&previous, &digest.previous) {
             (Some((k, sha)), Some(link)) if &link.key == k && &link.sha256 == sha => {}
             (None, None) => {}
@@ -155,10 +199,32 @@ pub fn verify(
         verified.rows += check_rows(o, &bytes)?;
         verified.objects += 1;
     }
+    match covered {
+        None => return Err(Break::NotCovered { why: "no digest was found for it".into() }),
+        Some((first, _)) if first > scope.from_ms => {
+            return Err(Break::NotCovered { why: format!("the digests begin at {}", rfc3339(first)) })
+        }
+        Some((_, last)) if last < scope.to_ms => {
+            let why = format!("the digests end at {} (later periods are not digested yet)", rfc3339(last));
+            return Err(Break::NotCovered { why });
+        }
+        Some(_) => {}
+    }
     if let Some(extra) = archived.iter().find(|k| !listed.contains(*k)) {
         return Err(Break::Unlisted { key: extra.clone() });
     }
     Ok(verified)
+}
+
+/// Unix ms of an RFC 3339 time.
+fn ms(time: &str) -> Option<i64> {
+    let t = humantime::parse_rfc3339(time).ok()?;
+    Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as i64)
+}
+
+fn rfc3339(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(t).to_string()
 }
 
 fn check_signature(key: &VerifyingKey, digest_key: &str, digest: &AuditDigest) -> Result<(), Break> {
@@ -236,7 +302,9 @@ mod tests {
     fn signed(key: &SigningKey, mut d: AuditDigest) -> Vec<u8> {
         d.public_key = B64.encode(key.verifying_key().as_bytes());
         d.signature = Some(B64.encode(key.sign(&d.signed_bytes()).to_bytes()));
-        serde_json::to_vec(&d).unwrap()
+        let mut file = serde_json::to_vec(&d).unwrap();
+        file.push(b'\n');
+        file
     }
 
     fn digest(period: usize, objects: Vec<DigestedObject>, previous: Option<(&str, &[u8])>) -> AuditDigest {
@@ -264,6 +332,15 @@ mod tests {
         }
     }
 
+    /// The key of the digest of period `p` (hour 1p of the day).
+    fn k(p: usize) -> String {
+        format!("audit/prj_1/digest/2026-12-02T1{p}:00:00.000Z.json")
+    }
+
+    /// Hours 10 to 13 of the day.
+    const SCOPE: Scope<'static> =
+        Scope { project_id: "prj_1", from_ms: 1_796_205_600_000, to_ms: 1_796_216_400_000 };
+
     fn archive() -> Archive {
         let key = SigningKey::from_bytes(&[7; 32]);
         let rows_a = [(1, "r1"), (2, "r2"), (3, "r3")];
@@ -271,18 +348,18 @@ mod tests {
         let (a, b) = (gzip(&rows_a), gzip(&rows_b));
         let d0 = signed(&key, digest(0, vec![listed("audit/prj_1/a", &a, &rows_a)], None));
         // Period 1 had no traffic: an empty digest.
-        let d1 = signed(&key, digest(1, vec![], Some(("d0", &d0))));
-        let d2 = signed(&key, digest(2, vec![listed("audit/prj_1/b", &b, &rows_b)], Some(("d1", &d1))));
+        let d1 = signed(&key, digest(1, vec![], Some((&k(0), &d0))));
+        let d2 = signed(&key, digest(2, vec![listed("audit/prj_1/b", &b, &rows_b)], Some((&k(1), &d1))));
         Archive {
             key,
             objects: [("audit/prj_1/a".to_owned(), a), ("audit/prj_1/b".to_owned(), b)].into(),
-            digests: vec![("d0".into(), Some(d0)), ("d1".into(), Some(d1)), ("d2".into(), Some(d2))],
+            digests: vec![(k(0), Some(d0)), (k(1), Some(d1)), (k(2), Some(d2))],
         }
     }
 
     fn check(a: &Archive) -> Result<Verified, Break> {
         let keys: Vec<String> = a.objects.keys().cloned().collect();
-        verify(&a.key.verifying_key(), None, &a.digests, |k| a.objects.get(k).cloned(), &keys)
+        verify(&a.key.verifying_key(), &SCOPE, None, &a.digests, |k| a.objects.get(k).cloned(), &keys)
     }
 
     #[test]
@@ -310,7 +387,8 @@ mod tests {
         let mut a = archive();
         a.objects.remove("audit/prj_1/b");
         let keys = vec!["audit/prj_1/a".to_owned()];
-        let found = verify(&a.key.verifying_key(), None, &a.digests, |k| a.objects.get(k).cloned(), &keys);
+        let found =
+            verify(&a.key.verifying_key(), &SCOPE, None, &a.digests, |k| a.objects.get(k).cloned(), &keys);
         assert_eq!(found, Err(Break::MissingObject { key: "audit/prj_1/b".into() }));
         let mut a = archive();
         a.objects.insert("audit/prj_1/c".into(), gzip(&[(20, "r9")]));
@@ -318,30 +396,37 @@ mod tests {
         // A digest deleted (even the empty one of a quiet period).
         let mut a = archive();
         a.digests[1].1 = None;
-        assert_eq!(check(&a), Err(Break::MissingDigest { key: "d1".into() }));
+        assert_eq!(check(&a), Err(Break::MissingDigest { key: k(1) }));
         // A digest changed (a row count), or replaced by one signed with another key.
         let mut a = archive();
         let text = String::from_utf8(a.digests[0].1.clone().unwrap()).unwrap();
         a.digests[0].1 = Some(text.replace(r#""rows":3"#, r#""rows":2"#).into_bytes());
-        assert_eq!(check(&a), Err(Break::BadSignature { key: "d0".into() }));
+        assert_eq!(check(&a), Err(Break::BadSignature { key: k(0) }));
         let mut a = archive();
         let forger = SigningKey::from_bytes(&[9; 32]);
         let d1: AuditDigest = serde_json::from_slice(a.digests[1].1.as_ref().unwrap()).unwrap();
         a.digests[1].1 = Some(signed(&forger, d1));
-        assert_eq!(check(&a), Err(Break::BadSignature { key: "d1".into() }));
+        assert_eq!(check(&a), Err(Break::BadSignature { key: k(1) }));
         // Digests reordered: the links do not match.
         let mut a = archive();
         a.digests.swap(1, 2);
-        assert!(matches!(check(&a), Err(Break::BrokenLink { key, .. }) if key == "d2"));
+        assert!(check(&a).is_err(), "swapped digests");
         // A run that starts after the first digest needs the one before it.
         let a = archive();
         let keys = vec!["audit/prj_1/b".to_owned()];
         let later = &a.digests[1..];
-        let found = verify(&a.key.verifying_key(), None, later, |k| a.objects.get(k).cloned(), &keys);
-        assert_eq!(found, Err(Break::MissingDigest { key: "d0".into() }));
+        let scope = Scope { from_ms: SCOPE.from_ms + 3_600_000, ..SCOPE };
+        let found = verify(&a.key.verifying_key(), &scope, None, later, |k| a.objects.get(k).cloned(), &keys);
+        assert_eq!(found, Err(Break::MissingDigest { key: k(0) }));
         let d0 = a.digests[0].1.clone().unwrap();
-        let found =
-            verify(&a.key.verifying_key(), Some(("d0", &d0)), later, |k| a.objects.get(k).cloned(), &keys);
+        let found = verify(
+            &a.key.verifying_key(),
+            &scope,
+            Some((&k(0), &d0)),
+            later,
+            |k| a.objects.get(k).cloned(),
+            &keys,
+        );
         assert_eq!(found, Ok(Verified { digests: 2, objects: 1, rows: 2 }));
     }
 
@@ -354,8 +439,59 @@ mod tests {
         let bytes = gzip(&rows);
         let d = signed(&key, digest(0, vec![listed("o", &bytes, &rows)], None));
         let objects: BTreeMap<String, Vec<u8>> = [("o".to_owned(), bytes)].into();
+        let scope = Scope { to_ms: SCOPE.from_ms + 3_600_000, ..SCOPE };
         let found =
-            verify(&key.verifying_key(), None, &[("d".into(), Some(d))], |k| objects.get(k).cloned(), &[]);
+            verify(&key.verifying_key(), &scope, None, &[(k(0), Some(d))], |k| objects.get(k).cloned(), &[]);
         assert!(matches!(found, Err(Break::Rows { why, .. }) if why.contains("out of order")));
+    }
+
+    /// Found by the review: a run that skips a period (its digest gone; the next links over it).
+    #[test]
+    fn a_period_without_a_digest_inside_the_run_is_named() {
+        let key = SigningKey::from_bytes(&[7; 32]);
+        let d0 = signed(&key, digest(0, vec![], None));
+        let d2 = signed(&key, digest(2, vec![], Some((&k(0), &d0))));
+        let run = vec![(k(0), Some(d0)), (k(2), Some(d2))];
+        let found = verify(&key.verifying_key(), &SCOPE, None, &run, |_| None, &[]);
+        assert!(matches!(found, Err(Break::MissingDigest { .. })), "{found:?}");
+    }
+
+    /// Found by the review: nothing verified is not intact, nor a run that ends before the range.
+    #[test]
+    fn a_run_that_does_not_cover_the_range_is_not_intact() {
+        let key = SigningKey::from_bytes(&[7; 32]);
+        let found = verify(&key.verifying_key(), &SCOPE, None, &[], |_| None, &[]);
+        assert!(matches!(found, Err(Break::NotCovered { .. })), "{found:?}");
+        let mut a = archive();
+        a.digests.pop();
+        a.objects.remove("audit/prj_1/b");
+        assert!(matches!(check(&a), Err(Break::NotCovered { .. })), "the last period's digest dropped");
+    }
+
+    /// Found by the review: a digest file is bound to the project and period its key names.
+    #[test]
+    fn a_digest_file_is_bound_to_the_project_and_period_of_its_key() {
+        let key = SigningKey::from_bytes(&[7; 32]);
+        let d0 = signed(&key, digest(0, vec![], None));
+        let d1 = signed(&key, digest(1, vec![], Some((&k(0), &d0))));
+        let scope = Scope { from_ms: SCOPE.from_ms + 7_200_000, ..SCOPE };
+        // The newest digest (period 2) replaced by period 1's file.
+        let found =
+            verify(&key.verifying_key(), &scope, Some((&k(0), &d0)), &[(k(2), Some(d1))], |_| None, &[]);
+        assert!(matches!(found, Err(Break::Misplaced { .. })), "{found:?}");
+        // Another project's first digest (one signing key per deployment) at this project's key.
+        let mut other = digest(2, vec![], None);
+        other.project_id = "prj_2".into();
+        let found =
+            verify(&key.verifying_key(), &scope, None, &[(k(2), Some(signed(&key, other)))], |_| None, &[]);
+        assert!(matches!(found, Err(Break::Misplaced { .. })), "{found:?}");
+    }
+
+    /// Found by the review: the newest digest's bytes changed (same fields) is a change.
+    #[test]
+    fn a_digest_file_in_another_encoding_is_named() {
+        let mut a = archive();
+        a.digests[2].1.as_mut().unwrap().insert(1, b' ');
+        assert!(matches!(check(&a), Err(Break::Unreadable { .. })));
     }
 }

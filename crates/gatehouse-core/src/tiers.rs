@@ -42,6 +42,11 @@ pub struct ObjectSummary {
     pub key_ids: Option<Vec<String>>,
     /// Whether any row carries an idempotency key.
     pub idempotent: bool,
+    /// Hex SHA-256 of the object's bytes as the roll-up stored them (SPEC §22: its digest pins
+    /// these, not what the bucket holds when the digest is made). `None` for objects written
+    /// before digests existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 impl ObjectSummary {
@@ -70,6 +75,7 @@ impl ObjectSummary {
             methods: methods.into_iter().collect(),
             key_ids: (keys.len() <= SUMMARY_KEYS_MAX).then(|| keys.into_iter().collect()),
             idempotent: rows.iter().any(|r| r.idempotency_key.is_some()),
+            sha256: None,
         }
     }
 

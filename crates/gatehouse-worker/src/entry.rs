@@ -320,8 +320,14 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
         let cutoff = gatehouse_core::archive::hot_cutoff(now_ms(), config.audit_hot_seconds);
         let period = i64::from(config.audit_digest_seconds) * 1000;
         let r = app::make_digests(&store, &archive, &signer, period, cutoff, now_ms).await?;
-        Ok(match r.digests > 0 || r.waiting > 0 {
-            true => format!(r#""digests":{},"objects":{},"waiting":{}"#, r.digests, r.objects, r.waiting),
+        Ok(match r.digests > 0 || r.waiting > 0 || !r.failed.is_empty() {
+            true => format!(
+                r#""digests":{},"objects":{},"waiting":{},"failed":{}"#,
+                r.digests,
+                r.objects,
+                r.waiting,
+                serde_json::to_string(&r.failed).unwrap_or_default()
+            ),
             false => String::new(),
         })
     };

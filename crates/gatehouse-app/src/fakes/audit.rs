@@ -302,7 +302,7 @@ fn ndjson_ids(ndjson: &[u8]) -> Vec<String> {
 }
 
 impl Archive for FakeArchive {
-    async fn put(&self, key: &str, ndjson: &[u8]) -> Result<(), PortError> {
+    async fn put(&self, key: &str, ndjson: &[u8]) -> Result<String, PortError> {
         super::over_limit("r2 key", key.len(), gatehouse_core::platform::R2_MAX_KEY_BYTES)?;
         if self.refuse_puts.get() {
             return Err(PortError("r2 put: refused".into()));
@@ -313,7 +313,8 @@ impl Archive for FakeArchive {
                 self.objects.borrow_mut().insert(key.to_owned(), ndjson.to_vec());
                 self.ids.borrow_mut().insert(key.to_owned(), ids);
             })
-            .await
+            .await?;
+        Ok(gatehouse_core::digest::sha256_hex(ndjson))
     }
 
     async fn put_digest(&self, key: &str, json: &[u8]) -> Result<(), PortError> {
@@ -423,6 +424,7 @@ impl DigestStore for FakeStore {
                     .filter(|o| !digested.contains_key(&o.key))
                     .map(|o| UndigestedObject {
                         key: o.key.clone(),
+                        sha256: o.sha256.clone(),
                         rows: u64::from(o.rows),
                         first_id: o.first_id.clone(),
                         last_id: o.last_id.clone(),

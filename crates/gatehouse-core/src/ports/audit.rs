@@ -87,8 +87,8 @@ pub struct ArchiveObject {
 /// day (see `core::archive`) — and session-recording segment (`core::events::recording_object_key`).
 pub trait Archive {
     /// Writes the object whole, replacing any object of that key: the NDJSON lines as one gzip
-    /// member. Never a read-modify-write.
-    async fn put(&self, key: &str, ndjson: &[u8]) -> Result<(), PortError>;
+    /// member. Never a read-modify-write. Answers the hex SHA-256 of the bytes stored.
+    async fn put(&self, key: &str, ndjson: &[u8]) -> Result<String, PortError>;
     /// Writes a session-recording segment's JSON as it is, replacing any object of that key.
     async fn put_recording_segment(&self, key: &str, json: &[u8]) -> Result<(), PortError>;
     /// Writes an audit digest's file as it is (JSON), replacing any object of that key.
@@ -114,6 +114,8 @@ pub struct DigestRecord {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 pub struct UndigestedObject {
     pub key: String,
+    /// The SHA-256 the roll-up stored it with (`None`: written before digests existed).
+    pub sha256: Option<String>,
     pub rows: u64,
     pub first_id: String,
     pub last_id: String,

@@ -43,12 +43,14 @@ fn js_error(e: JsValue) -> PortError {
 }
 
 impl Archive for R2Archive {
-    async fn put(&self, key: &str, ndjson: &[u8]) -> Result<(), PortError> {
+    async fn put(&self, key: &str, ndjson: &[u8]) -> Result<String, PortError> {
         let member = js_sys::Uint8Array::new(&gzip(ndjson).await.map_err(js_error)?).to_vec();
+        let sha256 = gatehouse_core::digest::sha256_hex(&member);
         let metadata = HttpMetadata { content_type: Some("application/gzip".into()), ..Default::default() };
         let put = self.bucket.put(key, member).http_metadata(metadata).execute();
         within(deadline::R2_MS, "R2 put", async { put.await.map(drop).map_err(PortError::from_display) })
-            .await
+            .await?;
+        Ok(sha256)
     }
 
     async fn put_digest(&self, key: &str, json: &[u8]) -> Result<(), PortError> {

@@ -58,7 +58,7 @@ impl DigestStore for D1Store {
     ) -> Result<Vec<UndigestedObject>, PortError> {
         let log = self.log_of(Some(project_id)).await?;
         log.rows(
-            "SELECT key, rows, first_id, last_id FROM audit_objects
+            "SELECT key, json_extract(summary, '$.sha256') AS sha256, rows, first_id, last_id FROM audit_objects
              WHERE project_id = ?1 AND digest_period IS NULL AND first_ts < ?2 ORDER BY key",
             &[text(project_id), int(before_ms)],
         )
