@@ -169,8 +169,8 @@ const paths = {
   '/public/v1/audit/digests': { get: get('The signed, chained digests of the archive, oldest first, of periods starting in [from, to) (default: the last 7 days)', {
     parameters: [query('from', time, 'RFC 3339 (400 otherwise)'), query('to', time, 'RFC 3339, not before from (400 otherwise)')],
     ok: out({ data: { type: 'array', items: out({ period_start: time, period_end: time, key: str, sha256: str, objects: int(0) }) }, more: { type: 'boolean' } }), codes: [400] }) },
-  '/public/v1/audit/objects': { get: get('The archive objects whose first row is in [from, to)', {
-    parameters: [query('from', time, 'RFC 3339 (400 otherwise)'), query('to', time, 'RFC 3339, not before from (400 otherwise)')],
+  '/public/v1/audit/objects': { get: get('The archive objects whose first row is in [from, to), and any odd name in those days\' folders', {
+    parameters: [query('from', time, 'RFC 3339 (400 otherwise)'), query('to', time, 'RFC 3339, not before from and at most 31 days after it (400 otherwise)')],
     ok: out({ data: { type: 'array', items: out({ key: str, size: int(0) }) } }), codes: [400] }) },
   '/public/v1/audit/file': { get: get('An archive object or digest of the project, its bytes as stored', {
     parameters: [query('key', str, 'a key under audit/{project}/ (400 otherwise)')],

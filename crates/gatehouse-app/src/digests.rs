@@ -25,6 +25,8 @@ use gatehouse_wire::digests::{
 pub const DIGESTS_PER_RUN: usize = 60;
 /// A run stops starting digests after this long (each reads its objects from R2).
 const TIME_BOX_MS: i64 = 20_000;
+/// The longest range one listing of archive objects covers, in days.
+pub const OBJECTS_RANGE_DAYS: i64 = 31;
 /// Digests one listing answers at most.
 const DIGESTS_PER_PAGE: usize = 1_000;
 
@@ -181,7 +183,11 @@ impl<P: Ports> Gateway<'_, P> {
         let period = i64::from(self.config.audit_digest_seconds) * 1000;
         // From the digest of the period that holds `from`.
         let first = from.saturating_sub(period - 1);
-        let mut digests = self.store.digests(call.project_id(), first, to).await.map_err(unavailable)?;
+        let mut digests = self
+            .store
+            .digests(call.project_id(), first, to, DIGESTS_PER_PAGE + 1)
+            .await
+            .map_err(unavailable)?;
         let more = digests.len() > DIGESTS_PER_PAGE;
         digests.truncate(DIGESTS_PER_PAGE);
         let data = digests
@@ -204,6 +210,13 @@ impl<P: Ports> Gateway<'_, P> {
     /// serves those too.
     pub(super) async fn list_audit_objects(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let (from, to) = time_range(call)?;
+        // One R2 listing per day: a call covers at most a month (a verifier asks month by month).
+        if to - from > OBJECTS_RANGE_DAYS * 86_400_000 {
+            return Err(ApiError::bad_request(format!(
+                "from and to are at most {OBJECTS_RANGE_DAYS} days apart"
+            ))
+            .with_detail("field", "to"));
+        }
         let prefix = project_prefix(Some(call.project_id()));
         let mut keys = Vec::new();
         let mut day = period_start(from, 86_400_000);

@@ -75,8 +75,15 @@ pub async fn run(client: &Client, from: &str, to: &str, public_key: Option<&str>
             }
         }
     }
-    let archived: Vec<String> =
-        client.audit_objects(from, to).await?.data.into_iter().map(|o| o.key).collect();
+    // The archive's objects of the range, a month at a time (the most one listing covers).
+    let mut archived = Vec::new();
+    let mut start = scope.from_ms;
+    while start < scope.to_ms {
+        let end = (start + 31 * 86_400_000).min(scope.to_ms);
+        let (a, b) = (rfc3339(start), rfc3339(end));
+        archived.extend(client.audit_objects(&a, &b).await?.data.into_iter().map(|o| o.key));
+        start = end;
+    }
     match digests::verify(&key, &scope, before, &files, |k| objects.get(k).cloned(), &archived) {
         Ok(v) => {
             let last = listed.last().map_or("-", |d| d.period_end.as_str());
@@ -98,6 +105,11 @@ async fn fetch(client: &Client, key: &str) -> Result<Option<Vec<u8>>, Failure> {
         Err(Error::Api(e)) if e.status == 404 => Ok(None),
         Err(e) => Err(e.into()),
     }
+}
+
+fn rfc3339(ms: i64) -> String {
+    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64))
+        .to_string()
 }
 
 fn broken(b: &digests::Break) -> Result<(), Failure> {

@@ -466,12 +466,13 @@ impl DigestStore for FakeStore {
         project_id: &str,
         from_ms: i64,
         to_ms: i64,
+        limit: usize,
     ) -> Result<Vec<DigestRecord>, PortError> {
         self.faults
             .run("d1 digests", || {
                 let digests = self.audit.digests.borrow();
                 let range = (project_id.to_owned(), from_ms)..(project_id.to_owned(), to_ms);
-                digests.range(range).map(|(_, d)| d.clone()).collect()
+                digests.range(range).take(limit).map(|(_, d)| d.clone()).collect()
             })
             .await
     }

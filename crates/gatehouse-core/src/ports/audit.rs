@@ -155,11 +155,12 @@ pub trait DigestStore {
         made_at: i64,
         next_start: i64,
     ) -> Result<(), PortError>;
-    /// The project's digests of periods starting in `[from_ms, to_ms)`, oldest first.
+    /// The project's digests of periods starting in `[from_ms, to_ms)`, oldest first, at most `limit`.
     async fn digests(
         &self,
         project_id: &str,
         from_ms: i64,
         to_ms: i64,
+        limit: usize,
     ) -> Result<Vec<DigestRecord>, PortError>;
 }

@@ -108,12 +108,13 @@ impl DigestStore for D1Store {
         project_id: &str,
         from_ms: i64,
         to_ms: i64,
+        limit: usize,
     ) -> Result<Vec<DigestRecord>, PortError> {
         let log = self.log_of(Some(project_id)).await?;
         log.rows(
             "SELECT period_start, key, sha256, objects FROM audit_digests
-             WHERE project_id = ?1 AND period_start >= ?2 AND period_start < ?3 ORDER BY period_start",
-            &[text(project_id), int(from_ms), int(to_ms)],
+             WHERE project_id = ?1 AND period_start >= ?2 AND period_start < ?3 ORDER BY period_start LIMIT ?4",
+            &[text(project_id), int(from_ms), int(to_ms), int(limit as i64)],
         )
         .await
     }
