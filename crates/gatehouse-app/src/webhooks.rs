@@ -19,8 +19,8 @@ use gatehouse_core::ports::{
 use gatehouse_core::sealing::Keyring;
 use gatehouse_core::time;
 use gatehouse_core::webhook::{
-    self, check_events, check_url, judge, target_refusal, Attempt, Delivery, ReceiverOutcome, StoredSecret,
-    Webhook,
+    self, check_events, check_url, judge, target_refusal, Attempt, Delivery, Judgement, ReceiverOutcome,
+    StoredSecret, Webhook,
 };
 use gatehouse_wire::webhooks as wire;
 
@@ -267,19 +267,17 @@ impl<P: Ports> Gateway<'_, P> {
                 _ => {}
             }
         }
-        let Some(hook) = self.store.webhook(call.project_id(), id).await.map_err(unavailable)? else {
-            return Err(ApiError::not_found("webhook").with_detail("id", id));
-        };
-        if !hook.is_cli() {
-            return Err(ApiError::unprocessable(
-                r#"Only a subscription of kind "cli" is pulled; this one is posted to its url."#,
-            )
-            .with_detail("kind", "url"));
-        }
         let until = call.now_ms + wait as i64 * 1000 + LISTENER_SLACK_MS;
         let resume_at = resume.then_some(call.now_ms);
         if self.store.listen(call.project_id(), id, until, resume_at).await.map_err(unavailable)?.is_none() {
-            return Err(ApiError::not_found("webhook").with_detail("id", id));
+            // No cli subscription of the project by that id: none at all, or one posted to a url.
+            return Err(match self.store.webhook(call.project_id(), id).await.map_err(unavailable)? {
+                Some(_) => ApiError::unprocessable(
+                    r#"Only a subscription of kind "cli" is pulled; this one is posted to its url."#,
+                )
+                .with_detail("kind", "url"),
+                None => ApiError::not_found("webhook").with_detail("id", id),
+            });
         }
         let mut waited = 0;
         loop {
@@ -295,7 +293,7 @@ impl<P: Ports> Gateway<'_, P> {
                 }
             }
             if !pulled.is_empty() || waited >= wait * 1000 {
-                let hold_seconds = (attempt_lease(self.config, id, 0, true).until_ms / 1000) as u64;
+                let hold_seconds = (attempt_hold_ms(self.config) / 1000) as u64;
                 let answer = wire::PulledDeliveries { data: pulled, now: time::rfc3339(now), hold_seconds };
                 return Ok(Reply::ok(gatehouse_wire::to_json(&answer)));
             }
@@ -315,15 +313,7 @@ impl<P: Ports> Gateway<'_, P> {
         let keys = hook
             .signing_keys(&secrets_key(self.config), now_ms)
             .ok_or_else(|| ApiError::internal("the subscription's secret cannot be read"))?;
-        let headers = webhook::headers(
-            &self.config.webhook_header_prefix,
-            &keys,
-            &delivery.id,
-            now_ms / 1000,
-            &delivery.event,
-            &delivery.request_id,
-            &delivery.payload,
-        );
+        let headers = attempt_headers(self.config, &keys, delivery, now_ms);
         Ok(wire::PulledDelivery {
             delivery_id: delivery.id.clone(),
             attempt: delivery.attempts,
@@ -385,19 +375,9 @@ impl<P: Ports> Gateway<'_, P> {
         let step = report.attempt.saturating_sub(delivery.schedule_from);
         let verdict = judge(step, &outcome, &config.webhook_retry_schedule, jitter(), call.now_ms);
         let duration_ms = report.duration_ms.min(config.webhook_timeout_ms) as i64;
-        let attempt = Attempt {
-            delivery_id: delivery.id.clone(),
-            attempt: report.attempt,
-            started_at: call.now_ms - duration_ms,
-            duration_ms,
-            response_code: verdict.response_code,
-            response_excerpt: match &outcome {
-                ReceiverOutcome::Answered { excerpt, .. } => Some(excerpt.clone()),
-                ReceiverOutcome::Unreachable(_) => None,
-            },
-            error: verdict.error.clone(),
-            next_retry_at: verdict.next_attempt_ms,
-        };
+        let started = call.now_ms - duration_ms;
+        let attempt =
+            attempt_of(&delivery.id, report.attempt, started, call.now_ms, &verdict, Some(&outcome));
         let next_due = self
             .store
             .record_attempt(&attempt, verdict.status, verdict.disable_subscription)
@@ -406,9 +386,8 @@ impl<P: Ports> Gateway<'_, P> {
         if let Some(due) = next_due {
             // Its listener pulls it when due; if none is connected then, this message attempts it
             // (a lost send: the sweep queues it once it is overdue).
-            let delay = (due.saturating_sub(call.now_ms).saturating_add(999) / 1000)
-                .clamp(0, QUEUE_MAX_DELAY_SECONDS);
-            let _ = self.deliveries.enqueue(std::slice::from_ref(&delivery.id), delay as u32).await;
+            let delay = queue_delay(due, call.now_ms);
+            let _ = self.deliveries.enqueue(std::slice::from_ref(&delivery.id), delay).await;
         }
         Ok(answer(verdict.status, verdict.next_attempt_ms))
     }
@@ -558,15 +537,7 @@ pub async fn dispatch<S: WebhookStore, Q: DeliveryQueue, C: WebhookClient>(
         _ if hook.is_cli() => Ok(ReceiverOutcome::Unreachable(webhook::NO_LISTENER.into())),
         (Err(why), _) => Err(why),
         (Ok(_), Some(keys)) => {
-            let headers = webhook::headers(
-                &config.webhook_header_prefix,
-                &keys,
-                &delivery.id,
-                started / 1000,
-                &delivery.event,
-                &delivery.request_id,
-                &delivery.payload,
-            );
+            let headers = attempt_headers(config, &keys, &delivery, started);
             let attempt = WebhookPost {
                 url: &hook.url,
                 headers: &headers,
@@ -589,19 +560,7 @@ pub async fn dispatch<S: WebhookStore, Q: DeliveryQueue, C: WebhookClient>(
         ),
         Err(why) => webhook::refused(why),
     };
-    let attempt = Attempt {
-        delivery_id: delivery.id.clone(),
-        attempt: attempt_no,
-        started_at: started,
-        duration_ms: finished - started,
-        response_code: verdict.response_code,
-        response_excerpt: match &reply {
-            Ok(ReceiverOutcome::Answered { excerpt, .. }) => Some(excerpt.clone()),
-            Ok(ReceiverOutcome::Unreachable(_)) | Err(_) => None,
-        },
-        error: verdict.error.clone(),
-        next_retry_at: verdict.next_attempt_ms,
-    };
+    let attempt = attempt_of(&delivery.id, attempt_no, started, finished, &verdict, reply.as_ref().ok());
     let mut tries = 1;
     let next_due = loop {
         match store.record_attempt(&attempt, verdict.status, verdict.disable_subscription).await {
@@ -611,12 +570,59 @@ pub async fn dispatch<S: WebhookStore, Q: DeliveryQueue, C: WebhookClient>(
         }
     };
     if let Some(due) = next_due {
-        let delay =
-            (due.saturating_sub(now_ms()).saturating_add(999) / 1000).clamp(0, QUEUE_MAX_DELAY_SECONDS);
         // A lost message is found by the sweep once the delivery is overdue.
-        queue.enqueue(&[delivery.id], delay as u32).await?;
+        queue.enqueue(&[delivery.id], queue_delay(due, now_ms())).await?;
     }
     Ok(())
+}
+
+/// The headers an attempt of `delivery` at `now_ms` carries, signed with `keys`: posted by
+/// Gatehouse, or forwarded by a listener (SPEC §21).
+fn attempt_headers(
+    config: &Config,
+    keys: &[Vec<u8>],
+    delivery: &Delivery,
+    now_ms: i64,
+) -> Vec<(String, String)> {
+    webhook::headers(
+        &config.webhook_header_prefix,
+        keys,
+        &delivery.id,
+        now_ms / 1000,
+        &delivery.event,
+        &delivery.request_id,
+        &delivery.payload,
+    )
+}
+
+/// An attempt as recorded: its outcome judged, and the start of the receiver's answer if any.
+fn attempt_of(
+    delivery_id: &str,
+    attempt: u32,
+    started_at: i64,
+    finished_at: i64,
+    verdict: &Judgement,
+    outcome: Option<&ReceiverOutcome>,
+) -> Attempt {
+    Attempt {
+        delivery_id: delivery_id.to_owned(),
+        attempt,
+        started_at,
+        duration_ms: finished_at - started_at,
+        response_code: verdict.response_code,
+        response_excerpt: match outcome {
+            Some(ReceiverOutcome::Answered { excerpt, .. }) => Some(excerpt.clone()),
+            _ => None,
+        },
+        error: verdict.error.clone(),
+        next_retry_at: verdict.next_attempt_ms,
+    }
+}
+
+/// The queue delay, in whole seconds, of a message due at `due_ms` sent at `now_ms` (Queues
+/// delay a message 12 hours at most; a later one is the sweep's).
+fn queue_delay(due_ms: i64, now_ms: i64) -> u32 {
+    (due_ms.saturating_sub(now_ms).saturating_add(999) / 1000).clamp(0, QUEUE_MAX_DELAY_SECONDS) as u32
 }
 
 /// A number in [-1, 1] for the retry schedule's jitter.
@@ -630,10 +636,15 @@ fn attempt_lease<'a>(config: &Config, delivery_id: &'a str, now_ms: i64, listene
     AttemptLease {
         delivery_id,
         now_ms,
-        until_ms: now_ms + config.webhook_timeout_ms as i64 + LEASE_SLACK_MS,
+        until_ms: now_ms + attempt_hold_ms(config),
         max_attempts: config.webhook_retry_schedule.len() as u32 + 1,
         listener,
     }
+}
+
+/// How long one attempt holds its delivery: its timeout and some slack (a listener's as long).
+fn attempt_hold_ms(config: &Config) -> i64 {
+    config.webhook_timeout_ms as i64 + LEASE_SLACK_MS
 }
 
 /// The minute cron: queues pending deliveries that are overdue and held by no attempt.
