@@ -140,26 +140,42 @@ impl<P: Ports> Gateway<'_, P> {
             }
             None => object_id("evt", &random()),
         };
-        let body = payload(&event_id, &input.event_type, &rfc3339(call.now_ms), input.data).to_string();
+        let deliveries =
+            self.record_event(call, project_id, &event_id, &input.event_type, input.data, request).await?;
+        let mut reply = Reply::accepted(json!({ "event_id": event_id, "deliveries": deliveries.len() }));
+        reply.deliveries = deliveries;
+        Ok(reply)
+    }
+
+    /// Writes one delivery of event `event_id` of `event_type` (`{id, type, created_at, data}`)
+    /// per matching active subscription of the project, through the webhook engine: an origin's
+    /// event, or a sample one (`POST /public/v1/webhooks/trigger`). `request`: the fingerprint of
+    /// the request whose `Idempotency-Key` named the event id. Answers the deliveries to queue.
+    pub(super) async fn record_event(
+        &self,
+        call: &Call<'_>,
+        project_id: &str,
+        event_id: &str,
+        event_type: &str,
+        data: Value,
+        request: Option<String>,
+    ) -> Result<Vec<String>, ApiError> {
         let event = OriginEvent {
             project_id: project_id.to_owned(),
-            event_id: event_id.clone(),
-            event_type: input.event_type,
-            payload: body,
+            event_id: event_id.to_owned(),
+            event_type: event_type.to_owned(),
+            payload: payload(event_id, event_type, &rfc3339(call.now_ms), data).to_string(),
             request_id: call.request_id.to_owned(),
             created_at: call.now_ms,
             request,
         };
-        let deliveries = match self.store.record_origin_event(&event).await.map_err(unavailable)? {
-            OriginEventRecord::Recorded(deliveries) => deliveries,
-            OriginEventRecord::NoSuchProject => return Err(ApiError::not_found("project")),
+        match self.store.record_origin_event(&event).await.map_err(unavailable)? {
+            OriginEventRecord::Recorded(deliveries) => Ok(deliveries),
+            OriginEventRecord::NoSuchProject => Err(ApiError::not_found("project")),
             // The key named another request: 409 as on every route (SPEC §5), not the first event.
             OriginEventRecord::Reused => {
-                return Err(idempotency::refusal(&ClaimDecision::Reused).expect("reused is refused"))
+                Err(idempotency::refusal(&ClaimDecision::Reused).expect("reused is refused"))
             }
-        };
-        let mut reply = Reply::accepted(json!({ "event_id": event_id, "deliveries": deliveries.len() }));
-        reply.deliveries = deliveries;
-        Ok(reply)
+        }
     }
 }

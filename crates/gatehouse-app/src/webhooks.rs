@@ -13,8 +13,8 @@ use gatehouse_core::error::ApiError;
 use gatehouse_core::json_body;
 use gatehouse_core::page::{Cursor, PageRequest};
 use gatehouse_core::ports::{
-    AttemptLease, DeliveryQueue, OriginEvent, OriginEventRecord, Pause, PortError, Ports, Recovery,
-    SecretRotation, Take, WebhookClient, WebhookPost, WebhookStore,
+    AttemptLease, DeliveryQueue, Pause, PortError, Ports, Recovery, SecretRotation, Take, WebhookClient,
+    WebhookPost, WebhookStore,
 };
 use gatehouse_core::sealing::Keyring;
 use gatehouse_core::time;
@@ -401,22 +401,9 @@ impl<P: Ports> Gateway<'_, P> {
                 .with_detail("field", "type"));
         }
         let event_id = gatehouse_core::encoding::object_id("evt", &random());
-        let created_at = time::rfc3339(call.now_ms);
-        let data = webhook::sample_data(&input.event_type, &created_at);
-        let event = OriginEvent {
-            project_id: call.project_id().to_owned(),
-            event_id: event_id.clone(),
-            event_type: input.event_type.clone(),
-            payload: webhook::payload(&event_id, &input.event_type, &created_at, data).to_string(),
-            request_id: call.request_id.to_owned(),
-            created_at: call.now_ms,
-            request: None,
-        };
-        let deliveries = match self.store.record_origin_event(&event).await.map_err(unavailable)? {
-            OriginEventRecord::Recorded(deliveries) => deliveries,
-            OriginEventRecord::NoSuchProject => return Err(ApiError::not_found("project")),
-            OriginEventRecord::Reused => return Err(ApiError::internal("a fresh event id was taken")),
-        };
+        let data = webhook::sample_data(&input.event_type, &time::rfc3339(call.now_ms));
+        let deliveries =
+            self.record_event(call, call.project_id(), &event_id, &input.event_type, data, None).await?;
         let answer = wire::TriggeredEvent {
             event_id,
             event_type: input.event_type,
