@@ -282,6 +282,16 @@ impl KeyLease {
     }
 }
 
+/// Adds `credits` granted at `counted_ms` to what a lease granted at `granted_ms` carries, in each
+/// window the two grants were counted in alike.
+fn carry(carried: &mut [u32; 4], granted_ms: i64, counted_ms: i64, credits: u32) {
+    for (c, w) in carried.iter_mut().zip(Window::ALL) {
+        if w.start(granted_ms) == w.start(counted_ms) {
+            *c = c.saturating_add(credits);
+        }
+    }
+}
+
 /// Unused credits of a lease this isolate dropped, owed back to the key's guard until a call that
 /// carried them is answered (a credit given back twice counts once).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -404,8 +414,7 @@ impl LeaseBook {
     /// Every give-back still owed goes with it (one already on its way too: counted once), so the
     /// guard's answer counts none of them as used. `answered` when the call ends.
     pub fn ask(&mut self, key_hash: &str, now_ms: i64, cost: u32) -> LeaseAsk {
-        let last = self.leases.get(key_hash).map(|l| l.held.clone());
-        self.drop_lease(key_hash);
+        let last = self.drop_lease(key_hash);
         let rate = self.rates.get_mut(key_hash).map_or(0, |r| r.per_second(now_ms));
         let want = Held::want(last.as_ref(), now_ms, cost).max(rate).min(MAX_WANT);
         self.refused.remove(key_hash);
@@ -523,7 +532,7 @@ impl LeaseBook {
         self.answered(key_hash, ask, true);
         match (key, grant) {
             (Some(key), Some(grant)) => self.hold(key_hash, key, grant, ask.asked),
-            (None, _) => self.drop_lease(key_hash),
+            (None, _) => drop(self.drop_lease(key_hash)),
             (Some(_), None) => {}
         }
     }
@@ -555,11 +564,8 @@ impl LeaseBook {
         let granted_ms = grant.usage.now_ms;
         if let Some(later) = self.leases.get_mut(key_hash).filter(|l| l.held.usage.now_ms > granted_ms) {
             // Answered out of order: the lease held was granted after this one, counting it as used.
-            for (c, w) in later.carried.iter_mut().zip(Window::ALL) {
-                if w.start(later.held.usage.now_ms) == w.start(granted_ms) {
-                    *c = c.saturating_add(grant.credits);
-                }
-            }
+            let later_ms = later.held.usage.now_ms;
+            carry(&mut later.carried, later_ms, granted_ms, grant.credits);
             let back = GiveBack { grant_id: grant.grant_id.clone(), unused: grant.credits, part: None };
             self.owe(key_hash, back, granted_ms);
             return;
@@ -571,11 +577,7 @@ impl LeaseBook {
         }
         let mut carried = [0u32; 4];
         for o in self.owed.get(key_hash).into_iter().flatten().filter(|o| o.seq > asked) {
-            for (c, w) in carried.iter_mut().zip(Window::ALL) {
-                if w.start(o.granted_ms) == w.start(granted_ms) {
-                    *c = c.saturating_add(o.back.unused);
-                }
-            }
+            carry(&mut carried, granted_ms, o.granted_ms, o.back.unused);
         }
         if self.leases.len() >= LEASE_BOOK_KEYS {
             let first = self.leases.iter().min_by_key(|(_, l)| l.held.until_ms).map(|(k, _)| k.clone());
@@ -586,13 +588,13 @@ impl LeaseBook {
         self.leases.insert(key_hash.to_owned(), KeyLease { key, held: Held::from_grant(grant), carried });
     }
 
-    /// Drops the key's lease; its unused credits are owed back.
-    pub fn drop_lease(&mut self, key_hash: &str) {
-        if let Some(lease) = self.leases.remove(key_hash) {
-            if let Some(back) = lease.held.give_back() {
-                self.owe(key_hash, back, lease.held.usage.now_ms);
-            }
+    /// Drops the key's lease; its unused credits are owed back. Answers what it held.
+    pub fn drop_lease(&mut self, key_hash: &str) -> Option<Held> {
+        let held = self.leases.remove(key_hash)?.held;
+        if let Some(back) = held.give_back() {
+            self.owe(key_hash, back, held.usage.now_ms);
         }
+        Some(held)
     }
 
     fn owe(&mut self, key_hash: &str, back: GiveBack, granted_ms: i64) {
