@@ -26,10 +26,7 @@ pub async fn run(client: &Client, from: &str, to: &str, public_key: Option<&str>
     let key = digests::public_key(&key)
         .ok_or_else(|| Failure::Usage("--public-key is not a base64 Ed25519 public key".into()))?;
     let time = |name: &str, value: &str| {
-        humantime::parse_rfc3339_weak(value)
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|d| d.as_millis() as i64)
+        digests::unix_ms(value)
             .ok_or_else(|| Failure::Usage(format!("--{name} is not an RFC 3339 time: {value}")))
     };
     let project_id = client.me().await?.project_id;
@@ -80,7 +77,7 @@ pub async fn run(client: &Client, from: &str, to: &str, public_key: Option<&str>
     let mut start = scope.from_ms;
     while start < scope.to_ms {
         let end = (start + 31 * 86_400_000).min(scope.to_ms);
-        let (a, b) = (rfc3339(start), rfc3339(end));
+        let (a, b) = (digests::rfc3339(start), digests::rfc3339(end));
         archived.extend(client.audit_objects(&a, &b).await?.data.into_iter().map(|o| o.key));
         start = end;
     }
@@ -105,11 +102,6 @@ async fn fetch(client: &Client, key: &str) -> Result<Option<Vec<u8>>, Failure> {
         Err(Error::Api(e)) if e.status == 404 => Ok(None),
         Err(e) => Err(e.into()),
     }
-}
-
-fn rfc3339(ms: i64) -> String {
-    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64))
-        .to_string()
 }
 
 fn broken(b: &digests::Break) -> Result<(), Failure> {

@@ -155,7 +155,7 @@ pub fn verify(
         if *digest_key != format!("audit/{}/digest/{}.json", digest.project_id, digest.period_start) {
             return Err(misplaced(format!("it is the digest of the period from {}", digest.period_start)));
         }
-        let (start, end) = match (ms(&digest.period_start), ms(&digest.period_end)) {
+        let (start, end) = match (unix_ms(&digest.period_start), unix_ms(&digest.period_end)) {
             (Some(start), Some(end)) if start < end => (start, end),
             _ => return Err(misplaced("its period is not a period".into())),
         };
@@ -216,13 +216,14 @@ pub fn verify(
     Ok(verified)
 }
 
-/// Unix ms of an RFC 3339 time.
-fn ms(time: &str) -> Option<i64> {
-    let t = humantime::parse_rfc3339(time).ok()?;
+/// Unix ms of an RFC 3339 time (as digests write it, or with fewer digits or none of a second).
+pub fn unix_ms(time: &str) -> Option<i64> {
+    let t = humantime::parse_rfc3339_weak(time).ok()?;
     Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as i64)
 }
 
-fn rfc3339(ms: i64) -> String {
+/// RFC 3339 with milliseconds, as digests and the audit routes write times.
+pub fn rfc3339(ms: i64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
     humantime::format_rfc3339_millis(t).to_string()
 }
