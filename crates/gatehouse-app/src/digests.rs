@@ -53,9 +53,9 @@ pub async fn make_digests<S: DigestStore, A: Archive>(
 ) -> Result<DigestReport, PortError> {
     let started = now_ms();
     let mut report = DigestReport::default();
+    let run = Run { store, archive, signer, period_ms, cutoff_ms, started, now_ms: &now_ms };
     for (project, next) in store.projects_due_for_digest(period_ms, cutoff_ms, DIGESTS_PER_RUN).await? {
         // One project's failure (D1 or R2 out of reach a moment) holds up no other.
-        let run = Run { store, archive, signer, period_ms, cutoff_ms, started, now_ms: &now_ms };
         if let Err(e) = run.project(&project, next, &mut report).await {
             report.failed.push(format!("{project}: {}", e.0));
         }
@@ -91,17 +91,7 @@ impl<S: DigestStore, A: Archive, N: Fn() -> i64> Run<'_, S, A, N> {
             && report.digests < DIGESTS_PER_RUN
             && now_ms() - self.started < TIME_BOX_MS
         {
-            let made = make_one(
-                self.store,
-                self.archive,
-                self.signer,
-                project,
-                start,
-                period_ms,
-                previous.as_ref(),
-                now_ms(),
-            )
-            .await?;
+            let made = self.make_one(project, start, previous.as_ref(), now_ms()).await?;
             report.digests += 1;
             report.objects += made.objects as usize;
             previous = Some(made);
@@ -109,57 +99,60 @@ impl<S: DigestStore, A: Archive, N: Fn() -> i64> Run<'_, S, A, N> {
         }
         Ok(())
     }
-}
 
-#[allow(clippy::too_many_arguments)]
-async fn make_one<S: DigestStore, A: Archive>(
-    store: &S,
-    archive: &A,
-    signer: &AuditSigner,
-    project: &str,
-    start: i64,
-    period_ms: i64,
-    previous: Option<&DigestRecord>,
-    now_ms: i64,
-) -> Result<DigestRecord, PortError> {
-    let end = start + period_ms;
-    let objects = store.undigested_objects(project, end).await?;
-    let mut listed = Vec::with_capacity(objects.len());
-    for o in &objects {
-        // The hash the roll-up stored it with: what the bucket holds now may have been changed.
-        let sha256 = match &o.sha256 {
-            Some(sha256) => sha256.clone(),
-            None => sha256_hex(&archive.get(&o.key).await?.ok_or_else(|| {
-                PortError(format!("archive object {} is listed in D1 but missing in R2", o.key))
-            })?),
+    /// The digest of the project's period from `start`, after `previous`: written to R2, then
+    /// recorded with the objects it lists.
+    async fn make_one(
+        &self,
+        project: &str,
+        start: i64,
+        previous: Option<&DigestRecord>,
+        now_ms: i64,
+    ) -> Result<DigestRecord, PortError> {
+        let (store, archive) = (self.store, self.archive);
+        let end = start + self.period_ms;
+        let objects = store.undigested_objects(project, end).await?;
+        let mut listed = Vec::with_capacity(objects.len());
+        for o in &objects {
+            // The hash the roll-up stored it with: what the bucket holds now may have been changed.
+            let sha256 = match &o.sha256 {
+                Some(sha256) => sha256.clone(),
+                None => sha256_hex(&archive.get(&o.key).await?.ok_or_else(|| {
+                    PortError(format!("archive object {} is listed in D1 but missing in R2", o.key))
+                })?),
+            };
+            listed.push(DigestedObject {
+                key: o.key.clone(),
+                sha256,
+                rows: o.rows,
+                first_request_id: o.first_id.clone(),
+                last_request_id: o.last_id.clone(),
+            });
+        }
+        let digest = AuditDigest {
+            version: VERSION,
+            project_id: project.to_owned(),
+            period_start: rfc3339(start),
+            period_end: rfc3339(end),
+            objects: listed,
+            previous: previous.map(|p| PreviousDigest { key: p.key.clone(), sha256: p.sha256.clone() }),
+            algorithm: String::new(),
+            public_key: String::new(),
+            signature: None,
         };
-        listed.push(DigestedObject {
-            key: o.key.clone(),
-            sha256,
-            rows: o.rows,
-            first_request_id: o.first_id.clone(),
-            last_request_id: o.last_id.clone(),
-        });
+        let (_, file) = self.signer.sign(digest);
+        let key = digest_key(project, start);
+        archive.put_digest(&key, &file).await?;
+        let record = DigestRecord {
+            period_start: start,
+            key,
+            sha256: sha256_hex(&file),
+            objects: objects.len() as u32,
+        };
+        let keys: Vec<String> = objects.into_iter().map(|o| o.key).collect();
+        store.record_digest(project, &record, &keys, now_ms, end).await?;
+        Ok(record)
     }
-    let digest = AuditDigest {
-        version: VERSION,
-        project_id: project.to_owned(),
-        period_start: rfc3339(start),
-        period_end: rfc3339(end),
-        objects: listed,
-        previous: previous.map(|p| PreviousDigest { key: p.key.clone(), sha256: p.sha256.clone() }),
-        algorithm: String::new(),
-        public_key: String::new(),
-        signature: None,
-    };
-    let (_, file) = signer.sign(digest);
-    let key = digest_key(project, start);
-    archive.put_digest(&key, &file).await?;
-    let record =
-        DigestRecord { period_start: start, key, sha256: sha256_hex(&file), objects: objects.len() as u32 };
-    let keys: Vec<String> = objects.into_iter().map(|o| o.key).collect();
-    store.record_digest(project, &record, &keys, now_ms, end).await?;
-    Ok(record)
 }
 
 impl<P: Ports> Gateway<'_, P> {
