@@ -31,6 +31,18 @@ pub struct DeliveryRow {
     pub swept_at: Option<i64>,
 }
 
+impl DeliveryRow {
+    /// A recovery (SPEC §17): pending and due at `now_ms`, its schedule starting over.
+    fn recover(&mut self, now_ms: i64) {
+        let d = &mut self.delivery;
+        d.status = "pending".into();
+        d.scheduled_at = now_ms;
+        d.schedule_from = d.attempts;
+        d.updated_at = now_ms;
+        self.retry_requested = false;
+    }
+}
+
 /// The webhook tables of [`FakeStore`].
 #[derive(Debug, Default)]
 pub struct WebhookTables {
@@ -196,12 +208,8 @@ impl WebhookStore for FakeStore {
                     && d.status == "failed"
                     && d.created_at >= since_ms
                 {
-                    d.status = "pending".into();
-                    d.scheduled_at = now_ms;
-                    d.schedule_from = d.attempts;
-                    d.updated_at = now_ms;
-                    row.retry_requested = false;
                     ids.push(d.id.clone());
+                    row.recover(now_ms);
                 }
             }
             ids
@@ -351,11 +359,7 @@ impl WebhookStore for FakeStore {
                         d.scheduled_at = now;
                     }
                     if d.status == "failed" && d.last_error.as_deref() == Some(webhook::NO_LISTENER) {
-                        d.status = "pending".into();
-                        d.scheduled_at = now;
-                        d.schedule_from = d.attempts;
-                        d.updated_at = now;
-                        row.retry_requested = false;
+                        row.recover(now);
                     }
                 }
             }

@@ -20,6 +20,15 @@ const DELIVERY_COLUMNS: &str =
     "id, project_id, webhook_id, event_id, event, payload, request_id, status, attempts, schedule_from,
   scheduled_at, last_response_code, last_error, created_at, updated_at";
 
+/// What a recovery (SPEC §17) sets: pending and due at `at` (a parameter), its schedule starting
+/// over.
+fn recovered(at: &str) -> String {
+    format!(
+        "status = 'pending', scheduled_at = {at}, schedule_from = attempts, retry_requested = 0,
+         swept_at = NULL, updated_at = {at}"
+    )
+}
+
 /// A subscription as SQLite returns it (`events` is JSON text).
 #[derive(serde::Deserialize)]
 struct WebhookRecord {
@@ -177,10 +186,12 @@ impl WebhookStore for D1Store {
     async fn recover_deliveries(&self, recovery: &Recovery<'_>) -> Result<Vec<String>, PortError> {
         let Recovery { project_id, webhook_id, since_ms, now_ms } = *recovery;
         self.ids(
-            "UPDATE webhook_deliveries SET status = 'pending', scheduled_at = ?4, schedule_from = attempts,
-               retry_requested = 0, swept_at = NULL, updated_at = ?4
-             WHERE webhook_id = ?1 AND project_id = ?2 AND status = 'failed' AND created_at >= ?3
-             RETURNING id",
+            &format!(
+                "UPDATE webhook_deliveries SET {}
+                 WHERE webhook_id = ?1 AND project_id = ?2 AND status = 'failed' AND created_at >= ?3
+                 RETURNING id",
+                recovered("?4")
+            ),
             &[text(webhook_id), text(project_id), int(since_ms), int(now_ms)],
         )
         .await
@@ -362,11 +373,11 @@ impl WebhookStore for D1Store {
             // Failed only for want of a listener: pending again, as a recovery makes them.
             statements.push(self.statement(
                 &format!(
-                    "UPDATE webhook_deliveries SET status = 'pending', scheduled_at = ?2, schedule_from = attempts,
-                       retry_requested = 0, swept_at = NULL, updated_at = ?2
+                    "UPDATE webhook_deliveries SET {}
                      WHERE webhook_id = ?1 AND project_id = ?3 AND status = 'failed' AND last_error = ?4
                        AND EXISTS (SELECT 1 FROM webhooks w WHERE w.id = ?1 AND w.project_id = ?3
-                                   AND w.url = '{CLI_URL}')"
+                                   AND w.url = '{CLI_URL}')",
+                    recovered("?2")
                 ),
                 &[text(id), int(now), text(project_id), text(NO_LISTENER)],
             )?);
