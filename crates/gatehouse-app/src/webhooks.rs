@@ -367,7 +367,7 @@ impl<P: Ports> Gateway<'_, P> {
             (Some(status), _) => ReceiverOutcome::Answered {
                 status,
                 retry_after: None,
-                excerpt: report.response_excerpt.unwrap_or_default().chars().take(1024).collect(),
+                excerpt: webhook::response_excerpt(report.response_excerpt.unwrap_or_default().as_bytes()),
             },
             (None, error) => ReceiverOutcome::Unreachable(error.unwrap_or_else(|| "no answer".into())),
         };
