@@ -231,6 +231,9 @@ pub async fn roll_up_each<S: AuditStore, A: Archive>(
     }))
 }
 
+/// The most archive objects whose spans may overlap at one row (each is read to find copies).
+const COVERING_MAX: usize = 16;
+
 /// Moves every row older than `cutoff` from D1 (the hot tier) to R2 objects (the cold tier), slice
 /// by slice, oldest first, until none is left or the run has used `limits.slices_per_run`. Per
 /// slice: read it, drop the copies of rows an object holds already, write its object whole, then
@@ -280,14 +283,22 @@ pub async fn roll_up<S: AuditStore, A: Archive>(
         else {
             continue;
         };
-        // Only the object whose span holds the slice's first row can hold rows of the slice
-        // (slices end before the next object's first row): rows it has are copies.
-        let held: HashSet<String> = match store.object_covering(project, &first).await? {
-            Some(earlier) => {
-                read_object(archive, &earlier.key).await?.into_iter().map(|r| r.request_id).collect()
-            }
-            None => HashSet::new(),
-        };
+        // Only objects whose span holds the slice's first row can hold rows of the slice (slices
+        // end before the next object's first row): rows they have are copies. Spans overlap when
+        // a late row was archived inside an older object's span, so every such object counts —
+        // one missed would take a copy for a new row and write its object again without the rows
+        // it held.
+        let covering = store.objects_covering(project, &first, COVERING_MAX + 1).await?;
+        if covering.len() > COVERING_MAX {
+            return Err(PortError(format!(
+                "more than {COVERING_MAX} archive objects overlap at {}: the roll-up stops here",
+                first.id
+            )));
+        }
+        let mut held = HashSet::new();
+        for earlier in &covering {
+            held.extend(read_object(archive, &earlier.key).await?.into_iter().map(|r| r.request_id));
+        }
         let (copies, fresh): (Vec<AuditRow>, Vec<AuditRow>) =
             rows.iter().cloned().partition(|r| held.contains(&r.request_id));
         let summary = match fresh.first() {

@@ -125,6 +125,7 @@ impl<P: Ports> Gateway<'_, P> {
                             Ok(decision) => Some(decision),
                             Err(e) => {
                                 trace.key = Some(key);
+                                trace.accepted = true;
                                 trace.unanswered_claim = Some(ClaimHolder::Object(object));
                                 return Err((Some(usage), unavailable(e)));
                             }
@@ -148,6 +149,7 @@ impl<P: Ports> Gateway<'_, P> {
             Ok(Authorization::Admitted(admission)) => {
                 self.memory.borrow_mut().remember_recent_key(&key_hash, now_ms);
                 trace.key = Some(admission.key.clone());
+                trace.accepted = true;
                 *admission
             }
             Ok(Authorization::Denied(refused)) => {

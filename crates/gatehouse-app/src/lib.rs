@@ -21,6 +21,7 @@ pub use responses::failure;
 pub use audit::{move_legacy_audit_rows, roll_up, roll_up_each, RollUpLimits};
 pub use dead_letters::{redrive, RedriveReport};
 pub use digests::{make_digests, DigestReport};
+pub use usage::{export_usage, UsageReport};
 pub use webhooks::{dispatch, jitter, reseal_secrets, retry, sweep, ManualRetry};
 #[cfg(test)]
 mod audit_load;
@@ -42,6 +43,7 @@ pub mod sim;
 mod simulation;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+mod usage;
 mod webhooks;
 
 use std::cell::RefCell;

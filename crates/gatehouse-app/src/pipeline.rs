@@ -41,6 +41,9 @@ pub(super) struct Trace {
     /// Refused from the isolate's memory of an address over its anonymous limit: no audit row,
     /// so a flood cannot make unlimited D1 writes (docs/api/rate-limits.md, "Abuse").
     pub(super) unaudited: bool,
+    /// The key was accepted (its guard or lease admitted it, or refused it only by a limit):
+    /// the request may bill (SPEC §22).
+    pub(super) accepted: bool,
 }
 
 /// An admitted caller: the key (none on public and admin routes), its usage, its claim, and the
@@ -100,7 +103,10 @@ impl<P: Ports> Gateway<'_, P> {
         audit.route = trace.route.map(|r| r.template.to_owned());
         // SPEC §8: a release marker's replay answers 200 where the original said 201.
         let replays_created_as_ok = trace.route.is_some_and(|r| r.id == RouteId::DeployMarker);
+        // SPEC §22: a request bills when its key was accepted and its plan bills the status.
+        let bills_under = trace.key.as_ref().filter(|_| trace.accepted).map(|k| k.plan.clone());
         if let Some(key) = trace.key {
+            audit.identity_id = key.identity.map(|i| i.id);
             audit.project_id = Some(key.project_id);
             audit.key_id = Some(key.id);
             audit.key_prefix = Some(key.prefix);
@@ -118,6 +124,7 @@ impl<P: Ports> Gateway<'_, P> {
         let head = audit.method == "HEAD";
         let mut response = respond(request_id, served.usage, served.answer, replays_created_as_ok, audit);
         response.audited = !trace.unaudited;
+        response.audit.billable = bills_under.is_some_and(|plan| self.config.bills(&plan, response.status));
         if head {
             // The runtime sends a HEAD answer without its body.
             response.audit.response_bytes = 0;
@@ -463,6 +470,8 @@ impl<P: Ports> Gateway<'_, P> {
             RouteId::ListAuditDigests => self.list_audit_digests(call).await,
             RouteId::ListAuditObjects => self.list_audit_objects(call).await,
             RouteId::AuditFile => self.audit_file(call).await,
+            RouteId::Usage => self.usage(call).await,
+            RouteId::ReconcileUsage => self.reconcile_usage(call).await,
             RouteId::PullDeliveries => self.pull_deliveries(call).await,
             RouteId::ReportDelivery => self.report_delivery(call).await,
             RouteId::TriggerEvent => self.trigger_event(call).await,

@@ -128,6 +128,10 @@ impl<P: Ports> Gateway<'_, P> {
             return Err(ApiError::unprocessable("type must be 1–64 characters of a-z, 0-9, _ and .")
                 .with_detail("field", "type"));
         }
+        if input.event_type.starts_with(gatehouse_core::usage::RESERVED_EVENT_PREFIX) {
+            return Err(ApiError::unprocessable("types starting usage. are the gateway's own (SPEC §22)")
+                .with_detail("field", "type"));
+        }
         let request = call.idempotency_key.as_ref().map(|_| {
             idempotency::fingerprint("POST", &format!("/admin/v1/projects/{project_id}/events"), &call.body)
         });

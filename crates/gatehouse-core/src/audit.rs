@@ -43,6 +43,12 @@ pub struct AuditRow {
     pub original_request_id: Option<String>,
     pub rate_limit_remaining: Option<u32>,
     pub error_code: Option<String>,
+    /// The identity the key belonged to when it was accepted (SPEC §20).
+    #[serde(default)]
+    pub identity_id: Option<String>,
+    /// Whether the request bills (SPEC §22): a key was accepted and its plan bills the status.
+    #[serde(default, deserialize_with = "flag")]
+    pub billable: bool,
 }
 
 /// A boolean as JSON writes it (`true`) or as SQLite returns it (`1`).
@@ -118,6 +124,8 @@ impl AuditRow {
             original_request_id: None,
             rate_limit_remaining: None,
             error_code: None,
+            identity_id: None,
+            billable: false,
         }
     }
 

@@ -8,6 +8,7 @@ use crate::queue::RetryPolicy;
 use crate::rate_limit::{LimitSpec, Limits};
 use crate::sealing::Keyring;
 use crate::upstream::{parse_upstreams, Upstream};
+use crate::usage::Billable;
 
 /// A plan in `PLANS` (SPEC §1, §20): each key's windows (any of `per_second`, `per_minute`,
 /// `per_hour`, `per_day`; at least one) and the project's `monthly_quota` (left out: none).
@@ -54,6 +55,12 @@ pub struct Config {
     pub audit_signing_key: Option<String>,
     /// `AUDIT_DIGEST_SECONDS`: the period of one digest (default 3600; at least 60).
     pub audit_digest_seconds: u32,
+    /// `USAGE_PERIOD_SECONDS` (SPEC §22): the period usage is counted and exported by (default
+    /// 3600; whole minutes dividing an hour).
+    pub usage_period_seconds: u32,
+    /// Which statuses bill, per plan (`PLANS.<plan>.billable`); a plan without it bills every
+    /// authenticated request no limit refused.
+    pub billable: BTreeMap<String, Billable>,
     pub admin_token: String,
     /// Proxied routes (SPEC §15), longest prefix first.
     pub upstreams: Vec<Upstream>,
@@ -109,6 +116,8 @@ impl std::fmt::Debug for Config {
             .field("webhook_secrets_key", &"[redacted]")
             .field("audit_signing_key", &self.audit_signing_key.as_ref().map(|_| "[redacted]"))
             .field("audit_digest_seconds", &self.audit_digest_seconds)
+            .field("usage_period_seconds", &self.usage_period_seconds)
+            .field("billable", &self.billable)
             .field(
                 "webhook_secrets_key_previous",
                 &self.webhook_secrets_key_previous.as_ref().map(|_| "[redacted]"),
@@ -157,8 +166,18 @@ impl Config {
         };
 
         let plans_json = get("PLANS").unwrap_or_else(|| DEFAULT_PLANS.to_owned());
-        let plans: BTreeMap<String, Plan> =
-            serde_json::from_str(&plans_json).map_err(|e| ConfigError(format!("PLANS is not valid: {e}")))?;
+        let invalid = |e: String| ConfigError(format!("PLANS is not valid: {e}"));
+        let raw: BTreeMap<String, serde_json::Map<String, serde_json::Value>> =
+            serde_json::from_str(&plans_json).map_err(|e| invalid(e.to_string()))?;
+        // `billable` (SPEC §22) sits beside the limits; the rest is the plan's limits.
+        let (mut plans, mut billable) = (BTreeMap::new(), BTreeMap::new());
+        for (name, mut fields) in raw {
+            if let Some(list) = fields.remove("billable") {
+                billable.insert(name.clone(), Billable::parse(&list).map_err(|e| invalid(format!("{name:?} {e}")))?);
+            }
+            let plan: Plan = serde_json::from_value(fields.into()).map_err(|e| invalid(format!("{name:?} {e}")))?;
+            plans.insert(name, plan);
+        }
         if !plans.contains_key(DEFAULT_PLAN) {
             return Err(ConfigError(format!("PLANS must define the {DEFAULT_PLAN:?} plan")));
         }
@@ -172,6 +191,15 @@ impl Config {
                 )));
             }
         }
+
+        let usage_period_seconds = match number("USAGE_PERIOD_SECONDS", 3_600)? {
+            n if crate::usage::valid_period_seconds(n) => n as u32,
+            n => {
+                return Err(ConfigError(format!(
+                    "USAGE_PERIOD_SECONDS={n} must be whole minutes that divide an hour (60, 300, 900, 3600, …)"
+                )))
+            }
+        };
 
         let max = crate::audit::MAX_AUDIT_DATABASES;
         let audit_databases = match number("AUDIT_DATABASES", 1)? {
@@ -325,6 +353,8 @@ impl Config {
             webhook_secrets_key_previous,
             audit_signing_key: optional_secret("AUDIT_SIGNING_KEY")?,
             audit_digest_seconds: number("AUDIT_DIGEST_SECONDS", 3_600)?.clamp(60, 86_400) as u32,
+            usage_period_seconds,
+            billable,
             admin_token: secret("ADMIN_TOKEN")?,
         })
     }
@@ -345,6 +375,18 @@ impl Config {
             .chain(self.webhook_secrets_key_previous.as_deref())
             .collect();
         Keyring::for_webhook_secrets(&keys, &self.peppers())
+    }
+
+    /// Whether an authenticated request of a key on `plan` that was answered `status` bills
+    /// (SPEC §22); a plan `PLANS` no longer has bills as trial does.
+    pub fn bills(&self, plan: &str, status: u16) -> bool {
+        let name = if self.plans.contains_key(plan) { plan } else { DEFAULT_PLAN };
+        self.billable.get(name).map_or_else(|| Billable::default().bills(status), |b| b.bills(status))
+    }
+
+    /// The usage period in milliseconds.
+    pub fn usage_period_ms(&self) -> i64 {
+        i64::from(self.usage_period_seconds) * 1000
     }
 
     pub fn plan(&self, name: &str) -> Option<&Plan> {

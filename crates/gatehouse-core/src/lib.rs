@@ -32,4 +32,5 @@ pub mod tagged;
 pub mod tiers;
 pub mod time;
 pub mod upstream;
+pub mod usage;
 pub mod webhook;

@@ -63,6 +63,9 @@ pub enum RouteId {
     ListAuditDigests,
     ListAuditObjects,
     AuditFile,
+    /// Usage for billing (SPEC §22).
+    Usage,
+    ReconcileUsage,
     /// A listener's long poll on a `cli` subscription, and its report of an attempt (SPEC §21).
     PullDeliveries,
     ReportDelivery,
@@ -183,6 +186,10 @@ pub const ROUTES: &[Route] = &[
         &["queue", "limit", "cursor"],
     ),
     route(RouteId::RedriveDeadLetters, "POST", "/admin/v1/dead-letters/redrive", Access::Admin),
+    with_query(
+        route(RouteId::ReconcileUsage, "GET", "/admin/v1/usage/reconcile", Access::Admin),
+        &["hour", "project_id"],
+    ),
     origin_events(),
     route(RouteId::Me, "GET", "/public/v1/me", Access::Key(Scope::SelfInfo)),
     route(RouteId::CreateKey, "POST", "/public/v1/keys", OWNER),
@@ -214,6 +221,10 @@ pub const ROUTES: &[Route] = &[
     route(RouteId::ListArchives, "GET", "/public/v1/logs/archives", OWNER),
     route(RouteId::GetArchive, "GET", "/public/v1/logs/archives/{date}", OWNER),
     route(RouteId::GetLog, "GET", "/public/v1/logs/{request_id}", OWNER),
+    with_query(
+        route(RouteId::Usage, "GET", "/public/v1/usage", OWNER),
+        &["from", "to", "group_by", "limit", "cursor"],
+    ),
     route(RouteId::AuditPublicKey, "GET", "/public/v1/audit/public-key", OWNER),
     with_query(route(RouteId::ListAuditDigests, "GET", "/public/v1/audit/digests", OWNER), &["from", "to"]),
     with_query(route(RouteId::ListAuditObjects, "GET", "/public/v1/audit/objects", OWNER), &["from", "to"]),

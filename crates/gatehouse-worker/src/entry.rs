@@ -116,7 +116,8 @@ fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gate
         config,
         guard: GuardClient::new(b.guard, meter.clone()),
         store: D1Store::new(b.db.clone().unchecked_into(), meter.clone())
-            .with_audit_logs(b.audit_dbs.into_iter().map(JsCast::unchecked_into).collect()),
+            .with_audit_logs(b.audit_dbs.into_iter().map(JsCast::unchecked_into).collect())
+            .with_usage_period(config.usage_period_ms()),
         responses: KvResponses::new(b.kv, config.idempotency_ttl_seconds, meter.clone()),
         ledger: LedgerClient::new(b.ledger, meter.clone()),
         events: QueueSink::new(b.events.clone()),
@@ -139,7 +140,9 @@ fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gate
 
 /// The D1 store: keys and resources in `DB`, the audit log in `AUDIT_DB`, `AUDIT_DB_1`, …
 fn store(env: &Env, config: &Config, meter: &Rc<Meter>) -> Result<D1Store> {
-    Ok(D1Store::new(env.d1("DB")?, meter.clone()).with_audit_logs(audit_dbs(env, config)))
+    Ok(D1Store::new(env.d1("DB")?, meter.clone())
+        .with_audit_logs(audit_dbs(env, config))
+        .with_usage_period(config.usage_period_ms()))
 }
 
 /// The audit log's databases (SPEC §20), in order, as far as they are bound: a project recorded
@@ -255,11 +258,12 @@ async fn queue(batch: MessageBatch<String>, env: Env, _ctx: Context) -> Result<(
     Ok(())
 }
 
-/// Every minute, four jobs, each under its own lease and each on its own (SPEC §19): one that
+/// Every minute, six jobs, each under its own lease and each on its own (SPEC §19): one that
 /// fails, or whose lease another run holds, never skips the others. The webhook sweep; re-sealing
 /// of webhook secrets (plaintext, `v1` or under a previous key); rows an older version kept in
 /// `DB` move to `AUDIT_DB`; the audit log's roll-up (rows older than `AUDIT_HOT_SECONDS` move to R2
-/// hour objects, then leave D1), time-boxed by its limits.
+/// hour objects, then leave D1), time-boxed by its limits; the signed audit digests; the usage
+/// export of closed periods (SPEC §22).
 #[event(scheduled)]
 async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     if let Err(e) = clock::follow(&env).await {
@@ -331,12 +335,28 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
             false => String::new(),
         })
     };
+    let usage = async {
+        let archive = R2Archive::new(env.bucket(archive::BINDING).map_err(port_error)?);
+        let queue = WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING).map_err(port_error)?);
+        let run_id = || gatehouse_core::encoding::hex(&app::random::<16>());
+        let r = app::export_usage(&store, &archive, &queue, config.usage_period_ms(), now_ms, run_id).await?;
+        Ok(match r.runs > 0 || !r.failed.is_empty() {
+            true => format!(
+                r#""usage_runs":{},"records":{},"failed":{}"#,
+                r.runs,
+                r.records,
+                serde_json::to_string(&r.failed).unwrap_or_default()
+            ),
+            false => String::new(),
+        })
+    };
     let jobs: Vec<app::cron::Job<'_>> = vec![
         ("webhook_sweep", Box::pin(sweep)),
         ("webhook_secrets", Box::pin(reseal)),
         ("audit_legacy", Box::pin(legacy_rows)),
         ("audit_roll_up", Box::pin(roll_up)),
         ("audit_digests", Box::pin(digests)),
+        ("usage_export", Box::pin(usage)),
     ];
     for (job, outcome) in app::cron::run_jobs(&store, &holder, now_ms, jobs).await {
         match outcome {

@@ -36,6 +36,10 @@ pub struct AuditTables {
     pub digested: RefCell<BTreeMap<String, i64>>,
     /// `projects.digest_next`.
     pub digest_next: RefCell<BTreeMap<String, i64>>,
+    /// `usage_counts`, `usage_runs` and `usage_records` (SPEC §22), and the period the counts are
+    /// kept by (0: an hour).
+    pub usage: RefCell<super::usage::UsageTables>,
+    pub usage_period_ms: Cell<i64>,
 }
 
 impl AuditTables {
@@ -47,8 +51,9 @@ impl AuditTables {
         }
     }
 
-    /// Adds rows to the daily aggregates (`sign` 1) or takes them out (`-1`).
+    /// Adds rows to the daily aggregates and the usage counts (`sign` 1) or takes them out (`-1`).
     fn count(&self, rows: &[AuditRow], sign: i64) {
+        self.usage.borrow_mut().count(rows, sign, self.usage_period());
         let mut daily = self.daily.borrow_mut();
         for r in rows {
             let (Some(project), Some(key)) = (&r.project_id, &r.key_id) else { continue };
@@ -58,6 +63,13 @@ impl AuditTables {
             c.0 += sign;
             c.1 += sign * i64::from((400..500).contains(&r.status));
             c.2 += sign * i64::from(r.status >= 500);
+        }
+    }
+
+    pub fn usage_period(&self) -> i64 {
+        match self.usage_period_ms.get() {
+            0 => 3_600_000,
+            ms => ms,
         }
     }
 
@@ -134,23 +146,29 @@ impl AuditStore for FakeStore {
             .await
     }
 
-    async fn object_covering(
+    async fn objects_covering(
         &self,
         project_id: Option<&str>,
         at_: &Cursor,
-    ) -> Result<Option<ObjectSummary>, PortError> {
+        limit: usize,
+    ) -> Result<Vec<ObjectSummary>, PortError> {
         self.faults
-            .run("d1 object covering", || {
-                self.audit
+            .run("d1 objects covering", || {
+                let mut covering: Vec<ObjectSummary> = self
+                    .audit
                     .objects
                     .borrow()
                     .values()
-                    .find(|o| {
+                    .filter(|o| {
                         o.project_id.as_deref() == project_id
                             && at(&o.first()) <= at(at_)
                             && at(at_) <= at(&o.last())
                     })
                     .cloned()
+                    .collect();
+                covering.sort_by(|a, b| (a.last_ts, &a.last_id).cmp(&(b.last_ts, &b.last_id)));
+                covering.truncate(limit);
+                covering
             })
             .await
     }
@@ -264,6 +282,8 @@ pub struct FakeArchive {
     pub ids: RefCell<BTreeMap<String, Vec<String>>>,
     /// Session-recording segments, apart from the audit objects.
     pub recording_segments: RefCell<BTreeMap<String, Vec<u8>>>,
+    /// Usage exports (`usage/…`), apart from the audit objects.
+    pub usage_objects: RefCell<BTreeMap<String, Vec<u8>>>,
     /// Puts fail before their effect while this is set.
     pub refuse_puts: Cell<bool>,
 }
@@ -275,6 +295,7 @@ impl FakeArchive {
             objects: RefCell::default(),
             ids: RefCell::default(),
             recording_segments: RefCell::default(),
+            usage_objects: RefCell::default(),
             refuse_puts: Cell::new(false),
         }
     }
@@ -321,6 +342,17 @@ impl Archive for FakeArchive {
         super::over_limit("r2 key", key.len(), gatehouse_core::platform::R2_MAX_KEY_BYTES)?;
         self.faults
             .run("r2 put digest", || self.objects.borrow_mut().insert(key.to_owned(), json.to_vec()))
+            .await?;
+        Ok(())
+    }
+
+    async fn put_usage(&self, key: &str, ndjson: &[u8]) -> Result<(), PortError> {
+        super::over_limit("r2 key", key.len(), gatehouse_core::platform::R2_MAX_KEY_BYTES)?;
+        if self.refuse_puts.get() {
+            return Err(PortError("r2 put: refused".into()));
+        }
+        self.faults
+            .run("r2 put usage", || self.usage_objects.borrow_mut().insert(key.to_owned(), ndjson.to_vec()))
             .await?;
         Ok(())
     }

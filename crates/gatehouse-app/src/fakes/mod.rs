@@ -15,6 +15,7 @@ pub mod gateway;
 pub mod ingest;
 pub mod origin;
 pub mod queue;
+pub mod usage;
 pub mod webhooks;
 
 /// What the platform answers a write over one of its limits (`core::platform`): the fakes refuse

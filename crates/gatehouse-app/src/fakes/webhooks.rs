@@ -446,7 +446,7 @@ impl WebhookStore for FakeStore {
                 .webhooks
                 .values()
                 .filter(|w| w.project_id == event.project_id && w.status == "active")
-                .filter(|w| w.events.iter().any(|e| e == "*" || *e == event.event_type))
+                .filter(|w| gatehouse_core::webhook::subscribes(&w.events, &event.event_type))
                 .cloned()
                 .collect();
             for hook in matching {

@@ -4,6 +4,7 @@ use super::PortError;
 use crate::audit::{AuditRow, DayCount, EndpointCount, LogFilter};
 use crate::page::{Cursor, PageRequest};
 use crate::tiers::ObjectSummary;
+use crate::usage::{UsageGroup, UsageQuery, UsageRun};
 
 /// The audit queue (`AUDIT_QUEUE`): rows leave the hot path here.
 pub trait AuditSink {
@@ -13,8 +14,9 @@ pub trait AuditSink {
 /// The audit log's database (`AUDIT_DB`, SPEC §18): the hot tier's rows, the summaries of the
 /// cold tier's objects, and the per-key daily aggregates.
 pub trait AuditStore {
-    /// Inserts each row once per `request_id` and adds it to the daily aggregates in the same
-    /// transaction (a retried batch changes nothing).
+    /// Inserts each row once per `request_id` and adds it to the daily aggregates and, when it
+    /// bills, to the usage counts of its period (SPEC §22) in the same transaction (a retried
+    /// batch changes nothing).
     async fn insert_audit_rows(&self, rows: &[AuditRow]) -> Result<(), PortError>;
     /// One snapshot of the log for a page: the project's hot rows matching the filter, newest
     /// first, after the page's cursor (at most `page.fetch_len()`), and the summaries of the cold
@@ -26,12 +28,14 @@ pub trait AuditStore {
         filter: &LogFilter,
         page: &PageRequest,
     ) -> Result<(Vec<AuditRow>, Vec<ObjectSummary>), PortError>;
-    /// The summary of the project's object whose span holds `at`, if one does.
-    async fn object_covering(
+    /// The summaries of the project's objects whose span holds `at`, at most `limit`: more than
+    /// one when a row that arrived late was archived inside an older object's span.
+    async fn objects_covering(
         &self,
         project_id: Option<&str>,
         at: &Cursor,
-    ) -> Result<Option<ObjectSummary>, PortError>;
+        limit: usize,
+    ) -> Result<Vec<ObjectSummary>, PortError>;
     /// Per UTC day since `since_ms`, and the top endpoints, of one key: from the aggregates.
     async fn key_stats(
         &self,
@@ -47,7 +51,8 @@ pub trait AuditStore {
     /// Clears a slice the roll-up archived, in one transaction, only if exactly `count` rows are
     /// still between `first` and `last` (both inclusive) — a row that arrived since keeps them
     /// all: inserts (or replaces) the summary of the object written, takes the rows that were
-    /// copies of rows already rolled up out of the aggregates, and deletes the slice's rows.
+    /// copies of rows already rolled up out of the aggregates (the usage counts too), and deletes
+    /// the slice's rows.
     /// Answers how many rows went: `count` or 0.
     async fn clear_slice(&self, slice: &ArchivedSlice<'_>) -> Result<usize, PortError>;
 }
@@ -93,6 +98,8 @@ pub trait Archive {
     async fn put_recording_segment(&self, key: &str, json: &[u8]) -> Result<(), PortError>;
     /// Writes an audit digest's file as it is (JSON), replacing any object of that key.
     async fn put_digest(&self, key: &str, json: &[u8]) -> Result<(), PortError>;
+    /// Writes a usage export's NDJSON as it is (SPEC §22), replacing any object of that key.
+    async fn put_usage(&self, key: &str, ndjson: &[u8]) -> Result<(), PortError>;
     /// Every object whose key starts with `prefix`, in key order.
     async fn list(&self, prefix: &str) -> Result<Vec<ArchiveObject>, PortError>;
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, PortError>;
@@ -163,4 +170,51 @@ pub trait DigestStore {
         to_ms: i64,
         limit: usize,
     ) -> Result<Vec<DigestRecord>, PortError>;
+}
+
+/// Usage for billing (SPEC §22), in the audit databases beside the rows it counts: the counts the
+/// row inserts keep (see [`AuditStore::insert_audit_rows`]), and the export's runs.
+pub trait UsageStore {
+    /// Up to `limit` periods (project, start) to export, oldest first: those that ended by
+    /// `ended_by_ms` (periods `period_ms` long) with counts not exported yet, and those with a run
+    /// taken but not sent.
+    async fn usage_due(&self, period_ms: i64, ended_by_ms: i64, limit: usize) -> Result<Vec<(String, i64)>, PortError>;
+    /// The period's run taken but not sent, if any.
+    async fn unsent_usage_run(&self, project_id: &str, period_start: i64) -> Result<Option<UsageRun>, PortError>;
+    /// Takes the period's next run in one transaction, unless a run of it is still unsent or
+    /// nothing changed: records per subject the difference between the counts and what earlier
+    /// runs exported, and marks the counts exported. `run_id` names this attempt.
+    async fn take_usage_run(
+        &self,
+        project_id: &str,
+        period_start: i64,
+        period_ms: i64,
+        run_id: &str,
+        made_at: i64,
+    ) -> Result<Option<UsageRun>, PortError>;
+    /// Marks the run sent (its object written and its event recorded).
+    async fn usage_run_sent(&self, project_id: &str, period_start: i64, seq: u32, sent_at: i64) -> Result<(), PortError>;
+    /// The project's counts of `query`'s range, grouped: a page of groups (at most
+    /// `query.limit + 1`) and the range's total.
+    async fn usage(&self, project_id: &str, query: &UsageQuery) -> Result<(Vec<UsageGroup>, i64), PortError>;
+    /// One period of one project (`None`: every project) in one snapshot per audit database:
+    /// what the sent runs exported, what is counted but not exported, the billable rows still hot,
+    /// and the archive objects (keys) whose span overlaps the period — their billable rows of the
+    /// period are the rest of the audited count.
+    async fn usage_snapshot(
+        &self,
+        project_id: Option<&str>,
+        period_start: i64,
+        period_ms: i64,
+    ) -> Result<UsageSnapshot, PortError>;
+}
+
+/// What [`UsageStore::usage_snapshot`] answers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UsageSnapshot {
+    pub exported: i64,
+    pub pending: i64,
+    pub hot_billable: i64,
+    /// The keys of the archive objects whose span overlaps the period.
+    pub objects: Vec<String>,
 }

@@ -42,7 +42,7 @@ impl PortError {
 /// The set of port implementations a `gatehouse_app::Gateway` runs over.
 pub trait Ports {
     type Guard: KeyGuard;
-    type Store: Directory + Resources + EventStore + AuditStore + WebhookStore + DigestStore;
+    type Store: Directory + Resources + EventStore + AuditStore + WebhookStore + DigestStore + UsageStore;
     type Responses: ResponseStore;
     type Ledger: EventLedger;
     type Events: EventSink;

@@ -10,8 +10,21 @@ use crate::error::ApiError;
 use crate::sealing::Keyring;
 
 /// The event types the gateway emits.
-pub const EVENT_TYPES: [&str; 4] =
-    ["contact.created", "message.created", "scenario.run.started", "release_marker.created"];
+pub const EVENT_TYPES: [&str; 6] = [
+    "contact.created",
+    "message.created",
+    "scenario.run.started",
+    "release_marker.created",
+    "usage.hourly",
+    "usage.adjustment",
+];
+
+/// Whether a subscription to `events` takes an event of `event_type`: one it names, or any but
+/// the gateway's own usage events for `"*"` (SPEC §22: billing events are delivered only where
+/// asked for, so a `"*"` receiver is not sent a new kind of event it never expected).
+pub fn subscribes(events: &[String], event_type: &str) -> bool {
+    events.iter().any(|e| e == event_type || (e == "*" && !event_type.starts_with(crate::usage::RESERVED_EVENT_PREFIX)))
+}
 
 /// The grammar of an event type, the built-in ones and an origin's (SPEC §15): `[a-z0-9_.]{1,64}`.
 pub fn is_event_type(s: &str) -> bool {
@@ -61,6 +74,14 @@ pub fn sample_data(event_type: &str, created_at: &str) -> Value {
         "release_marker.created" => serde_json::json!({
             "id": "rm_sample", "project_id": "prj_sample", "version": "v0.0.0-sample", "ts": created_at,
             "environment": "sample", "commit": null, "created_at": created_at,
+        }),
+        "usage.hourly" | "usage.adjustment" => serde_json::json!({
+            "project_id": "prj_sample", "meter": "requests", "period_start": created_at,
+            "period_end": created_at, "sequence": u32::from(event_type == "usage.adjustment"),
+            "object": "usage/prj_sample/sample.ndjson", "value": 1,
+            "records": [{"id": "sample", "subject": "keys/key_sample", "key_id": "key_sample",
+                         "identity_id": null, "value": 1, "total": 1}],
+            "records_complete": true,
         }),
         _ => serde_json::json!({ "sample": true }),
     }

@@ -36,6 +36,14 @@ impl R2Archive {
     pub fn new(bucket: Bucket) -> Self {
         Self { bucket }
     }
+
+    /// Writes `bytes` as they are under `key`, replacing any object there.
+    async fn put_as(&self, key: &str, bytes: &[u8], content_type: &str) -> Result<(), PortError> {
+        let metadata = HttpMetadata { content_type: Some(content_type.into()), ..Default::default() };
+        let put = self.bucket.put(key, bytes.to_vec()).http_metadata(metadata).execute();
+        within(deadline::R2_MS, "R2 put", async { put.await.map(drop).map_err(PortError::from_display) })
+            .await
+    }
 }
 
 fn js_error(e: JsValue) -> PortError {
@@ -54,14 +62,15 @@ impl Archive for R2Archive {
     }
 
     async fn put_digest(&self, key: &str, json: &[u8]) -> Result<(), PortError> {
-        self.put_recording_segment(key, json).await
+        self.put_as(key, json, "application/json").await
     }
 
     async fn put_recording_segment(&self, key: &str, json: &[u8]) -> Result<(), PortError> {
-        let metadata = HttpMetadata { content_type: Some("application/json".into()), ..Default::default() };
-        let put = self.bucket.put(key, json.to_vec()).http_metadata(metadata).execute();
-        within(deadline::R2_MS, "R2 put", async { put.await.map(drop).map_err(PortError::from_display) })
-            .await
+        self.put_as(key, json, "application/json").await
+    }
+
+    async fn put_usage(&self, key: &str, ndjson: &[u8]) -> Result<(), PortError> {
+        self.put_as(key, ndjson, "application/x-ndjson").await
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<ArchiveObject>, PortError> {

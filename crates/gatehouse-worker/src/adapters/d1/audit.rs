@@ -16,7 +16,7 @@ use gatehouse_core::tiers::ObjectSummary;
 
 const AUDIT_COLUMNS: &str = "ts, request_id, project_id, key_id, key_prefix, method, path, route, status,
   response_bytes, response_time_ms, ip, user_agent, idempotency_key, replayed, original_request_id,
-  rate_limit_remaining, error_code";
+  rate_limit_remaining, error_code, identity_id, billable";
 
 /// The `path` glob of [`gatehouse_core::audit::PathGlob`] without `LIKE` or `GLOB`, whose patterns D1
 /// caps at 50 bytes: ?5 the prefix (NULL: no filter), ?14 the suffix (NULL: the glob has no `*`,
@@ -123,6 +123,17 @@ impl D1Store {
                client_errors = client_errors + excluded.client_errors,
                server_errors = server_errors + excluded.server_errors",
             &[],
+        )?);
+        // The billable ones join their period's usage counts (SPEC §22).
+        statements.push(self.statement(
+            "INSERT INTO usage_counts (project_id, period_start, key_id, identity_id, route, requests)
+             SELECT project_id, ts - ts % ?1, key_id, coalesce(identity_id, ''), method || ' ' || coalesce(route, path),
+                    count(*)
+             FROM audit_log WHERE counted = 0 AND billable = 1 AND project_id IS NOT NULL AND key_id IS NOT NULL
+             GROUP BY 1, 2, 3, 4, 5
+             ON CONFLICT (project_id, period_start, key_id, identity_id, route) DO UPDATE SET
+               requests = requests + excluded.requests",
+            &[int(self.usage_period_ms)],
         )?);
         statements.push(self.statement("UPDATE audit_log SET counted = 1 WHERE counted = 0", &[])?);
         self.batch(statements).await.map(drop)
@@ -256,22 +267,23 @@ impl AuditStore for D1Store {
         Ok((rows, objects))
     }
 
-    async fn object_covering(
+    async fn objects_covering(
         &self,
         project_id: Option<&str>,
         at: &Cursor,
-    ) -> Result<Option<ObjectSummary>, PortError> {
+        limit: usize,
+    ) -> Result<Vec<ObjectSummary>, PortError> {
         let rows = self
             .log_of(project_id)
             .await?
             .rows(
                 "SELECT summary FROM audit_objects
                  WHERE project_id IS ?1 AND (last_ts, last_id) >= (?2, ?3) AND (first_ts, first_id) <= (?2, ?3)
-                 ORDER BY last_ts, last_id LIMIT 1",
-                &[opt_text(project_id), int(at.ts), text(&at.id)],
+                 ORDER BY last_ts, last_id LIMIT ?4",
+                &[opt_text(project_id), int(at.ts), text(&at.id), int(limit as i64)],
             )
             .await?;
-        Ok(summaries(rows)?.into_iter().next())
+        summaries(rows)
     }
 
     async fn key_stats(
@@ -382,6 +394,26 @@ impl AuditStore for D1Store {
                      ON CONFLICT (key) DO UPDATE SET first_ts = excluded.first_ts, first_id = excluded.first_id,
                        last_ts = excluded.last_ts, last_id = excluded.last_id, rows = excluded.rows,
                        summary = excluded.summary"
+                ),
+                &args,
+            )?);
+        }
+        for copy in slice.copies.iter().filter(|c| c.billable && c.key_id.is_some()) {
+            // Out of the counts of the period it was counted in: the latest that began by its time.
+            let mut args = range.to_vec();
+            args.extend([
+                opt_text(copy.key_id.as_deref()),
+                int(copy.ts),
+                text(copy.identity_id.as_deref().unwrap_or("")),
+                text(&format!("{} {}", copy.method, copy.route.as_deref().unwrap_or(&copy.path))),
+            ]);
+            let counted = "project_id IS ?1 AND key_id = ?7 AND identity_id = ?9 AND route = ?10";
+            statements.push(log.statement(
+                &format!(
+                    "UPDATE usage_counts SET requests = requests - 1
+                     WHERE {counted} AND period_start = (SELECT max(period_start) FROM usage_counts
+                       WHERE {counted} AND period_start <= ?8)
+                       AND {condition}"
                 ),
                 &args,
             )?);

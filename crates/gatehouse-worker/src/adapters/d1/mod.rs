@@ -9,6 +9,7 @@ mod digests;
 mod events;
 mod keys;
 mod resources;
+mod usage;
 mod webhooks;
 
 impl JobLeases for D1Store {
@@ -45,6 +46,8 @@ pub struct D1Store {
     db: D1Database,
     meter: Rc<Meter>,
     audit: AuditLogs,
+    /// The period usage is counted by (`USAGE_PERIOD_SECONDS`, SPEC §22), in milliseconds.
+    usage_period_ms: i64,
 }
 
 /// Where a store keeps the audit log (SPEC §18, §20).
@@ -60,7 +63,16 @@ enum AuditLogs {
 
 impl D1Store {
     pub fn new(db: D1Database, meter: Rc<Meter>) -> Self {
-        Self { db, meter, audit: AuditLogs::Own }
+        Self { db, meter, audit: AuditLogs::Own, usage_period_ms: 3_600_000 }
+    }
+
+    /// The same store counting usage by periods of `ms` (its audit databases too).
+    pub fn with_usage_period(mut self, ms: i64) -> Self {
+        self.usage_period_ms = ms;
+        if let AuditLogs::Placed(logs) = &mut self.audit {
+            logs.iter_mut().for_each(|log| log.usage_period_ms = ms);
+        }
+        self
     }
 
     /// The same store with the audit log in `audit_dbs`, the bound audit databases in order.

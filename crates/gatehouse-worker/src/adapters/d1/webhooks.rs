@@ -587,7 +587,8 @@ pub(super) fn fan_out(condition: &str) -> String {
          SELECT 'dlv_' || lower(hex(randomblob(13))), ?1, w.id, ?2, ?3, ?4, ?5, 'pending', 0, ?6, ?6, ?6
          FROM webhooks w
          WHERE w.project_id = ?1 AND w.status = 'active'
-           AND EXISTS (SELECT 1 FROM json_each(w.events) WHERE value IN ('*', ?3))
+           AND EXISTS (SELECT 1 FROM json_each(w.events)
+                       WHERE value = ?3 OR (value = '*' AND substr(?3, 1, 6) <> 'usage.'))
            AND {condition}"
     )
 }

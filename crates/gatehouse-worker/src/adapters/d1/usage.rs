@@ -1,0 +1,259 @@
+//! Usage for billing (SPEC §22): the [`UsageStore`] port over each project's audit database, where
+//! the counts are kept by the transactions that insert the rows they count.
+
+use super::{int, opt_text, text, AuditLogs, D1Store};
+use gatehouse_core::ports::{PortError, UsageSnapshot, UsageStore};
+use gatehouse_core::usage::{GroupBy, UsageGroup, UsageQuery, UsageRecord, UsageRun};
+
+/// A run's row of `usage_runs`.
+#[derive(serde::Deserialize)]
+struct RunRow {
+    seq: u32,
+    period_ms: i64,
+    made_at: i64,
+}
+
+/// ?1 project, ?2 period start: one period's rows.
+const PERIOD: &str = "project_id = ?1 AND period_start = ?2";
+
+impl D1Store {
+    /// Every audit database this store reaches (itself when it is one).
+    fn audit_logs(&self) -> Vec<&D1Store> {
+        match &self.audit {
+            AuditLogs::Own => vec![self],
+            AuditLogs::Placed(logs) => logs.iter().collect(),
+        }
+    }
+
+    /// The run's records, by subject.
+    async fn run_records(&self, project_id: &str, start: i64, row: RunRow) -> Result<UsageRun, PortError> {
+        let records: Vec<UsageRecord> = self
+            .rows(
+                &format!(
+                    "SELECT key_id, identity_id, value, total FROM usage_records WHERE {PERIOD} AND seq = ?3
+                     ORDER BY key_id, identity_id"
+                ),
+                &[text(project_id), int(start), int(row.seq.into())],
+            )
+            .await?;
+        Ok(UsageRun {
+            project_id: project_id.to_owned(),
+            period_start: start,
+            period_ms: row.period_ms,
+            seq: row.seq,
+            made_at: row.made_at,
+            records,
+        })
+    }
+}
+
+impl UsageStore for D1Store {
+    async fn usage_due(&self, period_ms: i64, ended_by_ms: i64, limit: usize) -> Result<Vec<(String, i64)>, PortError> {
+        #[derive(serde::Deserialize)]
+        struct Due {
+            project_id: String,
+            period_start: i64,
+        }
+        let mut due = Vec::new();
+        for log in self.audit_logs() {
+            let rows: Vec<Due> = log
+                .rows(
+                    "SELECT project_id, period_start FROM usage_counts
+                     WHERE requests <> exported AND period_start + ?1 <= ?2
+                     UNION
+                     SELECT project_id, period_start FROM usage_runs WHERE sent_at IS NULL
+                     ORDER BY period_start, project_id LIMIT ?3",
+                    &[int(period_ms), int(ended_by_ms), int(limit as i64)],
+                )
+                .await?;
+            due.extend(rows.into_iter().map(|d| (d.project_id, d.period_start)));
+        }
+        due.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+        due.truncate(limit);
+        Ok(due)
+    }
+
+    async fn unsent_usage_run(&self, project_id: &str, start: i64) -> Result<Option<UsageRun>, PortError> {
+        let log = self.log_of(Some(project_id)).await?;
+        let rows: Vec<RunRow> = log
+            .rows(
+                &format!("SELECT seq, period_ms, made_at FROM usage_runs WHERE {PERIOD} AND sent_at IS NULL LIMIT 1"),
+                &[text(project_id), int(start)],
+            )
+            .await?;
+        match rows.into_iter().next() {
+            Some(row) => log.run_records(project_id, start, row).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn take_usage_run(
+        &self,
+        project_id: &str,
+        start: i64,
+        period_ms: i64,
+        run_id: &str,
+        made_at: i64,
+    ) -> Result<Option<UsageRun>, PortError> {
+        let log = self.log_of(Some(project_id)).await?;
+        let args = [text(project_id), int(start), int(period_ms), text(run_id), int(made_at)];
+        // One transaction: the run (only if none of the period is unsent and a count changed),
+        // its records (per subject, what the counts hold beyond earlier runs), the counts marked
+        // exported — the last two only if this attempt's run was written.
+        let ours = "EXISTS (SELECT 1 FROM usage_runs WHERE run_id = ?4)";
+        let statements = vec![
+            log.statement(
+                &format!(
+                    "INSERT INTO usage_runs (project_id, period_start, seq, period_ms, run_id, made_at)
+                     SELECT ?1, ?2, coalesce((SELECT max(seq) + 1 FROM usage_runs WHERE {PERIOD}), 0), ?3, ?4, ?5
+                     WHERE NOT EXISTS (SELECT 1 FROM usage_runs WHERE {PERIOD} AND sent_at IS NULL)
+                       AND EXISTS (SELECT 1 FROM usage_counts WHERE {PERIOD} AND requests <> exported)"
+                ),
+                &args,
+            )?,
+            log.statement(
+                &format!(
+                    "INSERT INTO usage_records (project_id, period_start, seq, key_id, identity_id, value, total)
+                     SELECT ?1, ?2, (SELECT seq FROM usage_runs WHERE run_id = ?4), key_id, identity_id,
+                            sum(requests - exported), sum(requests)
+                     FROM usage_counts WHERE {PERIOD} AND {ours}
+                     GROUP BY key_id, identity_id HAVING sum(requests - exported) <> 0"
+                ),
+                &args[..4],
+            )?,
+            log.statement(
+                &format!("UPDATE usage_counts SET exported = requests WHERE {PERIOD} AND requests <> exported AND {ours}"),
+                &args[..4],
+            )?,
+        ];
+        log.batch(statements).await?;
+        let rows: Vec<RunRow> = log
+            .rows("SELECT seq, period_ms, made_at FROM usage_runs WHERE run_id = ?1", &[text(run_id)])
+            .await?;
+        match rows.into_iter().next() {
+            Some(row) => log.run_records(project_id, start, row).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn usage_run_sent(&self, project_id: &str, start: i64, seq: u32, sent_at: i64) -> Result<(), PortError> {
+        let log = self.log_of(Some(project_id)).await?;
+        let statement = log.statement(
+            &format!("UPDATE usage_runs SET sent_at = ?4 WHERE {PERIOD} AND seq = ?3 AND sent_at IS NULL"),
+            &[text(project_id), int(start), int(seq.into()), int(sent_at)],
+        )?;
+        log.batch(vec![statement]).await.map(drop)
+    }
+
+    async fn usage(&self, project_id: &str, query: &UsageQuery) -> Result<(Vec<UsageGroup>, i64), PortError> {
+        #[derive(serde::Deserialize)]
+        struct Total {
+            total: i64,
+        }
+        let name = match query.group_by {
+            GroupBy::Key => "key_id",
+            GroupBy::Identity => "identity_id",
+            GroupBy::Route => "route",
+            GroupBy::Day => "strftime('%Y-%m-%d', period_start / 1000, 'unixepoch')",
+            GroupBy::Hour => "strftime('%Y-%m-%dT%H:00:00Z', period_start / 1000, 'unixepoch')",
+        };
+        let range = "project_id = ?1 AND period_start >= ?2 AND period_start < ?3";
+        let args = [
+            text(project_id),
+            int(query.from_ms),
+            int(query.to_ms),
+            opt_text(query.after.as_deref()),
+            int(query.limit as i64 + 1),
+        ];
+        let log = self.log_of(Some(project_id)).await?;
+        let groups = log.statement(
+            &format!(
+                "SELECT {name} AS name, sum(requests) AS requests FROM usage_counts WHERE {range}
+                 GROUP BY 1 HAVING sum(requests) > 0 AND (?4 IS NULL OR name > ?4) ORDER BY 1 LIMIT ?5"
+            ),
+            &args,
+        )?;
+        let total = log.statement(
+            &format!("SELECT coalesce(sum(requests), 0) AS total FROM usage_counts WHERE {range}"),
+            &args[..3],
+        )?;
+        let results = log.results(vec![groups, total]).await?;
+        let groups = results[0].results().map_err(PortError::from_display)?;
+        let total: Vec<Total> = results[1].results().map_err(PortError::from_display)?;
+        Ok((groups, total.first().map_or(0, |t| t.total)))
+    }
+
+    async fn usage_snapshot(
+        &self,
+        project_id: Option<&str>,
+        start: i64,
+        period_ms: i64,
+    ) -> Result<UsageSnapshot, PortError> {
+        #[derive(serde::Deserialize)]
+        struct Sum {
+            n: i64,
+        }
+        #[derive(serde::Deserialize)]
+        struct Object {
+            key: String,
+        }
+        let logs = match project_id {
+            Some(p) => vec![self.log_of(Some(p)).await?],
+            None => self.audit_logs(),
+        };
+        // ?1 project (NULL: every one), ?2 start, ?3 end.
+        let args = [opt_text(project_id), int(start), int(start + period_ms)];
+        let ours = "(?1 IS NULL OR project_id = ?1)";
+        let mut snapshot = UsageSnapshot::default();
+        for log in logs {
+            let statements = vec![
+                log.statement(
+                    &format!(
+                        "SELECT coalesce(sum(r.value), 0) AS n FROM usage_records r JOIN usage_runs u
+                           ON (u.project_id, u.period_start, u.seq) = (r.project_id, r.period_start, r.seq)
+                         WHERE r.period_start = ?2 AND (?1 IS NULL OR r.project_id = ?1)
+                           AND u.sent_at IS NOT NULL"
+                    ),
+                    &args[..2],
+                )?,
+                log.statement(
+                    &format!(
+                        "SELECT (SELECT coalesce(sum(requests - exported), 0) FROM usage_counts
+                                 WHERE period_start = ?2 AND {ours})
+                              + (SELECT coalesce(sum(r.value), 0) FROM usage_records r JOIN usage_runs u
+                                   ON (u.project_id, u.period_start, u.seq) = (r.project_id, r.period_start, r.seq)
+                                 WHERE r.period_start = ?2 AND (?1 IS NULL OR r.project_id = ?1)
+                                   AND u.sent_at IS NULL) AS n"
+                    ),
+                    &args[..2],
+                )?,
+                log.statement(
+                    &format!(
+                        "SELECT count(*) AS n FROM audit_log
+                         WHERE ts >= ?2 AND ts < ?3 AND billable = 1 AND project_id IS NOT NULL AND {ours}"
+                    ),
+                    &args,
+                )?,
+                log.statement(
+                    &format!(
+                        "SELECT key FROM audit_objects
+                         WHERE last_ts >= ?2 AND first_ts < ?3 AND project_id IS NOT NULL AND {ours}"
+                    ),
+                    &args,
+                )?,
+            ];
+            // One batch: a roll-up commits before or after it, so no row is counted twice or missed.
+            let results = log.results(statements).await?;
+            let sum = |i: usize| -> Result<i64, PortError> {
+                let rows: Vec<Sum> = results[i].results().map_err(PortError::from_display)?;
+                Ok(rows.first().map_or(0, |s| s.n))
+            };
+            snapshot.exported += sum(0)?;
+            snapshot.pending += sum(1)?;
+            snapshot.hot_billable += sum(2)?;
+            let objects: Vec<Object> = results[3].results().map_err(PortError::from_display)?;
+            snapshot.objects.extend(objects.into_iter().map(|o| o.key));
+        }
+        Ok(snapshot)
+    }
+}
