@@ -103,8 +103,13 @@ impl<P: Ports> Gateway<'_, P> {
         audit.route = trace.route.map(|r| r.template.to_owned());
         // SPEC §8: a release marker's replay answers 200 where the original said 201.
         let replays_created_as_ok = trace.route.is_some_and(|r| r.id == RouteId::DeployMarker);
-        // SPEC §22: a request bills when its key was accepted and its plan bills the status.
-        let bills_under = trace.key.as_ref().filter(|_| trace.accepted).map(|k| k.plan.clone());
+        // SPEC §22: a request bills when its key was accepted and its plan bills the status. An
+        // owner key's calls are the project's own management, never an integrator's usage.
+        let bills_under = trace
+            .key
+            .as_ref()
+            .filter(|k| trace.accepted && k.key_type != gatehouse_core::api_key::KeyType::Owner)
+            .map(|k| k.plan.clone());
         if let Some(key) = trace.key {
             audit.identity_id = key.identity.map(|i| i.id);
             audit.project_id = Some(key.project_id);
