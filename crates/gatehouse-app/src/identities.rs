@@ -142,19 +142,10 @@ mod tests {
     use gatehouse_core::api_key::KeyType;
     use gatehouse_core::config::Config;
     use gatehouse_core::identity::Identity;
-    use gatehouse_core::ports::{Directory, PortError, RequestBody};
+    use gatehouse_core::ports::Directory;
     use gatehouse_core::rate_limit::LimitSpec;
 
-    struct Body(Option<Vec<u8>>);
-
-    impl RequestBody for Body {
-        fn declared_len(&self) -> Option<u64> {
-            self.0.as_ref().map(|b| b.len() as u64)
-        }
-        async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>, PortError> {
-            Ok(self.0.take())
-        }
-    }
+    use super::super::testing::WholeBody as Body;
 
     const T0: i64 = 1_796_000_000_000;
     const PROJECT: &str = "prj_idt";

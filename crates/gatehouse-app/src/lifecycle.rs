@@ -15,19 +15,9 @@ use crate::sim::{complete, Faults};
 use gatehouse_core::api_key::KeyType;
 use gatehouse_core::config::Config;
 use gatehouse_core::idempotency::LEASE_MS;
-use gatehouse_core::ports::{PortError, RequestBody};
 use gatehouse_core::time;
 
-struct Body(Option<Vec<u8>>);
-
-impl RequestBody for Body {
-    fn declared_len(&self) -> Option<u64> {
-        self.0.as_ref().map(|b| b.len() as u64)
-    }
-    async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>, PortError> {
-        Ok(self.0.take())
-    }
-}
+use super::testing::WholeBody as Body;
 
 const T0: i64 = 1_796_000_000_000;
 const ADMIN_TOKEN: &str = "lifecycle-admin-token";

@@ -103,6 +103,18 @@ pub fn fake_gateway(
     (gateway, clock, secrets)
 }
 
+/// A body sent whole in one chunk (`None`: no body).
+pub struct WholeBody(pub Option<Vec<u8>>);
+
+impl gatehouse_core::ports::RequestBody for WholeBody {
+    fn declared_len(&self) -> Option<u64> {
+        self.0.as_ref().map(|b| b.len() as u64)
+    }
+    async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>, gatehouse_core::ports::PortError> {
+        Ok(self.0.take())
+    }
+}
+
 /// A request as a client sends it with the API key (or token) `token`, from one documentation
 /// address, at `now_ms`.
 pub fn api_request<B>(

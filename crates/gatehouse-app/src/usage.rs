@@ -65,7 +65,9 @@ pub async fn export_usage<S: UsageStore + WebhookStore, A: Archive, Q: DeliveryQ
                 report.records += run.records.len();
             }
             Ok(None) => {}
-            Err(e) => report.failed.push(format!("{project} {}: {}", gatehouse_core::time::rfc3339(start), e.0)),
+            Err(e) => {
+                report.failed.push(format!("{project} {}: {}", gatehouse_core::time::rfc3339(start), e.0))
+            }
         }
     }
     Ok(report)
@@ -261,7 +263,8 @@ mod tests {
     fn truth(rows: &BTreeMap<String, AuditRow>) -> Truth {
         let mut t = Truth::new();
         for r in rows.values().filter(|r| r.billable) {
-            let subject = gatehouse_core::usage::subject(r.key_id.as_deref().unwrap(), r.identity_id.as_deref());
+            let subject =
+                gatehouse_core::usage::subject(r.key_id.as_deref().unwrap(), r.identity_id.as_deref());
             *t.entry((r.project_id.clone().unwrap(), period_start(r.ts, MINUTE), subject)).or_default() += 1;
         }
         t
@@ -324,7 +327,11 @@ mod tests {
         let faults = Rc::new(Faults::new(seed, 0.0));
         let clock = Rc::new(Cell::new(T0));
         let (store, bucket, queue) = setup(&faults, &clock);
-        let limits = RollUpLimits { rows_per_slice: 1 + faults.below(4) as usize, slices_per_run: 4, time_box_ms: i64::MAX };
+        let limits = RollUpLimits {
+            rows_per_slice: 1 + faults.below(4) as usize,
+            slices_per_run: 4,
+            time_box_ms: i64::MAX,
+        };
         let mut all: BTreeMap<String, AuditRow> = BTreeMap::new();
         let mut sent: Vec<Vec<AuditRow>> = Vec::new();
         let mut waiting: Vec<Vec<AuditRow>> = Vec::new();
@@ -393,7 +400,8 @@ mod tests {
         for project in ["prj_a", "prj_b"] {
             for p in 0..PERIODS {
                 let start = T0 + p * MINUTE;
-                let r = complete(reconcile(&store, &bucket, Some(project), start, MINUTE)).map_err(|e| e.message)?;
+                let r = complete(reconcile(&store, &bucket, Some(project), start, MINUTE))
+                    .map_err(|e| e.message)?;
                 let expected: i64 =
                     truth.iter().filter(|((q, s, _), _)| q == project && *s == start).map(|(_, v)| v).sum();
                 if r.audited - r.exported != 0 || r.pending != 0 || r.exported != expected {
@@ -422,6 +430,82 @@ mod tests {
             }
         }
         Ok(())
+    }
+
+    fn config(plans: &'static str) -> gatehouse_core::config::Config {
+        gatehouse_core::config::Config::from_lookup(|name| match name {
+            "KEY_PEPPER" => Some("usage-pepper-0123456".into()),
+            "WEBHOOK_SECRETS_KEY" => Some("usage-webhook-secrets".into()),
+            "ADMIN_TOKEN" => Some("usage-admin-token-01".into()),
+            "PLANS" => Some(plans.into()),
+            "USAGE_PERIOD_SECONDS" => Some("60".into()),
+            _ => None,
+        })
+        .expect("the test configuration is valid")
+    }
+
+    /// Each request's audit row as the gateway wrote it: whether it bills.
+    fn billed(config: &'static gatehouse_core::config::Config) -> (Vec<(u16, bool)>, Vec<AuditRow>) {
+        use crate::testing::{api_request, fake_gateway, WholeBody};
+        use gatehouse_core::api_key::KeyType;
+        let faults = Rc::new(Faults::new(1, 0.0));
+        let (gateway, clock, secrets) =
+            fake_gateway(config, &faults, T0, "prj_u", &[KeyType::Owner, KeyType::Server], 0.0);
+        let (owner, server) = (&secrets[0], &secrets[1]);
+        let calls = [
+            (server.as_str(), "/public/v1/me"),
+            (server, "/public/v1/me"),
+            (server, "/public/v1/contacts/ct_missing"),
+            (server, "/public/v1/me"), // the window's 4th: 429
+            (owner, "/public/v1/keys"),
+            ("gh_s_unknownunknownunknownunknown0000", "/public/v1/me"),
+        ];
+        let mut rows = Vec::new();
+        for (token, path) in calls {
+            let request = api_request("GET", path, token, None, WholeBody(None), clock.get());
+            rows.push(complete(gateway.handle(request)).audit);
+        }
+        (rows.iter().map(|r| (r.status, r.billable)).collect(), rows)
+    }
+
+    #[test]
+    fn an_accepted_non_owner_request_bills_by_its_plan_and_usage_counts_it() {
+        static DEFAULT: std::sync::OnceLock<gatehouse_core::config::Config> = std::sync::OnceLock::new();
+        let default = DEFAULT.get_or_init(|| config(r#"{"trial":{"per_minute":3}}"#));
+        let (flags, rows) = billed(default);
+        // Every status but a limit's 429; never an owner's call nor an unknown key's.
+        assert_eq!(flags, [(200, true), (200, true), (404, true), (429, false), (200, false), (401, false)]);
+        static TWO_XX: std::sync::OnceLock<gatehouse_core::config::Config> = std::sync::OnceLock::new();
+        let two_xx = TWO_XX.get_or_init(|| config(r#"{"trial":{"per_minute":3,"billable":["2xx"]}}"#));
+        assert_eq!(
+            billed(two_xx).0,
+            [(200, true), (200, true), (404, false), (429, false), (200, false), (401, false)]
+        );
+
+        // The rows counted, as the audit consumer inserts them (twice: a redelivery counts nothing).
+        let faults = Rc::new(Faults::new(1, 0.0));
+        let clock = Rc::new(Cell::new(T0));
+        let (store, ..) = setup(&faults, &clock);
+        let mut rows = rows;
+        rows.iter_mut().for_each(|r| r.project_id = r.project_id.as_ref().map(|_| "prj_a".to_owned()));
+        complete(store.insert_audit_rows(&rows)).unwrap();
+        complete(store.insert_audit_rows(&rows)).unwrap();
+        let query = |group_by: &str| {
+            let q = [
+                ("group_by".to_owned(), group_by.to_owned()),
+                ("from".to_owned(), "2026-11-29T00:00:00Z".to_owned()),
+            ];
+            UsageQuery::parse(&q, T0 + 3_600_000).unwrap()
+        };
+        let (groups, total) = complete(store.usage("prj_a", &query("route"))).unwrap();
+        assert_eq!(total, 3);
+        let routes: Vec<(&str, i64)> = groups.iter().map(|g| (g.name.as_str(), g.requests)).collect();
+        assert_eq!(routes, [("GET /public/v1/contacts/{id}", 1), ("GET /public/v1/me", 2)]);
+        let server_key = rows[0].key_id.clone().unwrap();
+        let (groups, _) = complete(store.usage("prj_a", &query("key"))).unwrap();
+        assert_eq!(groups, [gatehouse_core::usage::UsageGroup { name: server_key, requests: 3 }]);
+        let (groups, _) = complete(store.usage("prj_a", &query("hour"))).unwrap();
+        assert_eq!(groups[0].name, "2026-11-29T00:00:00Z");
     }
 
     #[test]

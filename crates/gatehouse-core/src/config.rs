@@ -173,9 +173,13 @@ impl Config {
         let (mut plans, mut billable) = (BTreeMap::new(), BTreeMap::new());
         for (name, mut fields) in raw {
             if let Some(list) = fields.remove("billable") {
-                billable.insert(name.clone(), Billable::parse(&list).map_err(|e| invalid(format!("{name:?} {e}")))?);
+                billable.insert(
+                    name.clone(),
+                    Billable::parse(&list).map_err(|e| invalid(format!("{name:?} {e}")))?,
+                );
             }
-            let plan: Plan = serde_json::from_value(fields.into()).map_err(|e| invalid(format!("{name:?} {e}")))?;
+            let plan: Plan =
+                serde_json::from_value(fields.into()).map_err(|e| invalid(format!("{name:?} {e}")))?;
             plans.insert(name, plan);
         }
         if !plans.contains_key(DEFAULT_PLAN) {
@@ -196,8 +200,8 @@ impl Config {
             n if crate::usage::valid_period_seconds(n) => n as u32,
             n => {
                 return Err(ConfigError(format!(
-                    "USAGE_PERIOD_SECONDS={n} must be whole minutes that divide an hour (60, 300, 900, 3600, …)"
-                )))
+                "USAGE_PERIOD_SECONDS={n} must be whole minutes that divide an hour (60, 300, 900, 3600, …)"
+            )))
             }
         };
 
@@ -532,6 +536,34 @@ mod tests {
         vars.pop();
         vars.push(("UPSTREAMS", r#"[{"prefix":"/shop/","origin":"http://127.0.0.1:9000","cost":4}]"#));
         assert!(with(&vars).is_ok());
+    }
+
+    #[test]
+    fn a_plan_may_say_which_statuses_bill_and_the_usage_period_divides_an_hour() {
+        let mut vars = SECRETS.to_vec();
+        vars.push((
+            "PLANS",
+            r#"{"trial":{"per_minute":30},"metered":{"per_minute":9,"billable":["2xx","404"]}}"#,
+        ));
+        let c = with(&vars).unwrap();
+        assert_eq!(c.plans["metered"], LimitSpec { per_minute: Some(9), ..Default::default() });
+        assert!(c.bills("metered", 201) && c.bills("metered", 404) && !c.bills("metered", 400));
+        assert!(c.bills("trial", 400) && !c.bills("trial", 429), "no list: every status but 429");
+        assert!(c.bills("gone", 500), "a plan no longer in PLANS bills as trial does");
+        assert_eq!(c.usage_period_ms(), 3_600_000);
+        vars.pop();
+        vars.push(("PLANS", r#"{"trial":{"per_minute":30,"billable":["2XX"]}}"#));
+        let e = with(&vars).unwrap_err().0;
+        assert!(e.contains("PLANS") && e.contains("billable"), "{e}");
+        vars.pop();
+        vars.push(("PLANS", r#"{"trial":{"per_minute":30,"billabel":["2xx"]}}"#));
+        assert!(with(&vars).unwrap_err().0.contains("billabel"), "any other field is refused");
+        vars.pop();
+        for (period, ok) in [("60", true), ("900", true), ("45", false), ("7200", false), ("420", false)] {
+            vars.push(("USAGE_PERIOD_SECONDS", period));
+            assert_eq!(with(&vars).is_ok(), ok, "{period}");
+            vars.pop();
+        }
     }
 
     #[test]

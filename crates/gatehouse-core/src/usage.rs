@@ -79,7 +79,7 @@ impl Billable {
 /// Whether `USAGE_PERIOD_SECONDS` may be `seconds`: whole minutes that divide an hour, so hours
 /// and days are sums of periods.
 pub fn valid_period_seconds(seconds: u64) -> bool {
-    seconds >= 60 && seconds % 60 == 0 && 3600 % seconds == 0
+    seconds >= 60 && seconds.is_multiple_of(60) && 3600_u64.is_multiple_of(seconds)
 }
 
 /// The start of the period holding `ts_ms`.
@@ -169,7 +169,8 @@ impl UsageRun {
 
     /// The run's webhook event id: the same on every try of the run, so it is delivered once.
     pub fn event_id(&self) -> String {
-        let digest = sha256_hex(format!("{}\n{}\n{}", self.project_id, self.period_start, self.seq).as_bytes());
+        let digest =
+            sha256_hex(format!("{}\n{}\n{}", self.project_id, self.period_start, self.seq).as_bytes());
         format!("evt_usage_{}", &digest[..32])
     }
 
@@ -307,8 +308,10 @@ impl UsageQuery {
             match get(name) {
                 None => Ok(default),
                 Some(v) => parse_rfc3339_checked(v).map_err(|_| {
-                    ApiError::bad_request(format!("{name} must be an RFC 3339 time, e.g. 2026-12-01T00:00:00Z"))
-                        .with_detail("field", name.to_owned())
+                    ApiError::bad_request(format!(
+                        "{name} must be an RFC 3339 time, e.g. 2026-12-01T00:00:00Z"
+                    ))
+                    .with_detail("field", name.to_owned())
                 }),
             }
         };
@@ -318,15 +321,21 @@ impl UsageQuery {
             return Err(ApiError::bad_request("from must be before to").with_detail("field", "from"));
         }
         if to_ms - from_ms > RANGE_DAYS_MAX * 86_400_000 {
-            return Err(ApiError::bad_request(format!("from and to may be at most {RANGE_DAYS_MAX} days apart"))
-                .with_detail("field", "to"));
+            return Err(ApiError::bad_request(format!(
+                "from and to may be at most {RANGE_DAYS_MAX} days apart"
+            ))
+            .with_detail("field", "to"));
         }
         let group_by = match get("group_by") {
             None => GroupBy::Key,
-            Some(g) => GroupBy::ALL.iter().find(|(name, _)| *name == g).map(|(_, g)| *g).ok_or_else(|| {
-                ApiError::bad_request(format!("group_by must be one of key, identity, route, day, hour (got {g:?})"))
+            Some(g) => {
+                GroupBy::ALL.iter().find(|(name, _)| *name == g).map(|(_, g)| *g).ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "group_by must be one of key, identity, route, day, hour (got {g:?})"
+                    ))
                     .with_detail("field", "group_by")
-            })?,
+                })?
+            }
         };
         let page = PageRequest::from_query(query, 100, 1000)?;
         let (limit, after) = (page.limit, page.after.map(|c| c.id));
@@ -344,9 +353,8 @@ impl UsageQuery {
             GroupBy::Day => "day",
             GroupBy::Hour => "hour",
         };
-        let next_cursor = has_more
-            .then(|| groups.last().map(|g| Cursor { ts: 0, id: g.name.clone() }.encode()))
-            .flatten();
+        let next_cursor =
+            has_more.then(|| groups.last().map(|g| Cursor { ts: 0, id: g.name.clone() }.encode())).flatten();
         let data: Vec<Value> = groups
             .into_iter()
             .map(|g| {
@@ -439,7 +447,12 @@ mod tests {
             made_at: 1_764_687_900_000,
             records: vec![
                 UsageRecord { key_id: "key_a".into(), identity_id: None, value: 3, total: 3 },
-                UsageRecord { key_id: "key_b".into(), identity_id: Some("idn_1".into()), value: -1, total: 4 },
+                UsageRecord {
+                    key_id: "key_b".into(),
+                    identity_id: Some("idn_1".into()),
+                    value: -1,
+                    total: 4,
+                },
             ],
         }
     }
@@ -478,7 +491,8 @@ mod tests {
     }
 
     fn q(pairs: &[(&str, &str)]) -> Result<UsageQuery, ApiError> {
-        let query: Vec<(String, String)> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let query: Vec<(String, String)> =
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         UsageQuery::parse(&query, 1_764_684_000_000)
     }
 
@@ -510,7 +524,10 @@ mod tests {
         ];
         let v = query.view(groups, 7, 60);
         assert_eq!(v["data"], json!([{"identity_id": null, "requests": 2}]));
-        assert_eq!((v["has_more"].clone(), v["next_cursor"].clone(), v["total"].clone()), (json!(true), json!(Cursor { ts: 0, id: String::new() }.encode()), json!(7)));
+        assert_eq!(
+            (v["has_more"].clone(), v["next_cursor"].clone(), v["total"].clone()),
+            (json!(true), json!(Cursor { ts: 0, id: String::new() }.encode()), json!(7))
+        );
         let next = q(&[("group_by", "identity"), ("cursor", v["next_cursor"].as_str().unwrap())]).unwrap();
         assert_eq!(next.after.as_deref(), Some(""));
     }

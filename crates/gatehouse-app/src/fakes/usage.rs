@@ -63,7 +63,12 @@ impl UsageTables {
 }
 
 impl UsageStore for FakeStore {
-    async fn usage_due(&self, period_ms: i64, ended_by_ms: i64, limit: usize) -> Result<Vec<(String, i64)>, PortError> {
+    async fn usage_due(
+        &self,
+        period_ms: i64,
+        ended_by_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<(String, i64)>, PortError> {
         self.faults
             .run("d1 usage due", || {
                 let usage = self.audit.usage.borrow();
@@ -74,7 +79,13 @@ impl UsageStore for FakeStore {
                         requests != exported && start + period_ms <= ended_by_ms
                     })
                     .map(|((p, start, ..), _)| (p.clone(), *start))
-                    .chain(usage.runs.iter().filter(|(_, r)| r.sent_at.is_none()).map(|((p, s, _), _)| (p.clone(), *s)))
+                    .chain(
+                        usage
+                            .runs
+                            .iter()
+                            .filter(|(_, r)| r.sent_at.is_none())
+                            .map(|((p, s, _), _)| (p.clone(), *s)),
+                    )
                     .collect();
                 due.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
                 due.dedup();
@@ -120,7 +131,8 @@ impl UsageStore for FakeStore {
                 }
                 let seq = runs.iter().map(|(seq, _)| seq + 1).max().unwrap_or(0);
                 let mut subjects: BTreeMap<(String, String), (i64, i64)> = BTreeMap::new();
-                for ((_, _, key, identity, _), (requests, exported)) in usage.period_counts(project_id, start) {
+                for ((_, _, key, identity, _), (requests, exported)) in usage.period_counts(project_id, start)
+                {
                     let s = subjects.entry((key.clone(), identity.clone())).or_default();
                     s.0 += requests - exported;
                     s.1 += requests;
@@ -140,7 +152,8 @@ impl UsageStore for FakeStore {
                         *exported = *requests;
                     }
                 }
-                let stored = StoredRun { run_id: run_id.to_owned(), period_ms, made_at, sent_at: None, records };
+                let stored =
+                    StoredRun { run_id: run_id.to_owned(), period_ms, made_at, sent_at: None, records };
                 let run = usage.run(project_id, start, seq, &stored);
                 usage.runs.insert((project_id.to_owned(), start, seq), stored);
                 Some(run)
@@ -148,10 +161,18 @@ impl UsageStore for FakeStore {
             .await
     }
 
-    async fn usage_run_sent(&self, project_id: &str, start: i64, seq: u32, sent_at: i64) -> Result<(), PortError> {
+    async fn usage_run_sent(
+        &self,
+        project_id: &str,
+        start: i64,
+        seq: u32,
+        sent_at: i64,
+    ) -> Result<(), PortError> {
         self.faults
             .run("d1 usage run sent", || {
-                if let Some(run) = self.audit.usage.borrow_mut().runs.get_mut(&(project_id.to_owned(), start, seq)) {
+                if let Some(run) =
+                    self.audit.usage.borrow_mut().runs.get_mut(&(project_id.to_owned(), start, seq))
+                {
                     run.sent_at.get_or_insert(sent_at);
                 }
             })
@@ -229,7 +250,9 @@ impl UsageStore for FakeStore {
                     .objects
                     .borrow()
                     .values()
-                    .filter(|o| o.project_id.as_deref().is_some_and(ours) && o.first_ts < end && o.last_ts >= start)
+                    .filter(|o| {
+                        o.project_id.as_deref().is_some_and(ours) && o.first_ts < end && o.last_ts >= start
+                    })
                     .map(|o| o.key.clone())
                     .collect();
                 snapshot

@@ -178,9 +178,18 @@ pub trait UsageStore {
     /// Up to `limit` periods (project, start) to export, oldest first: those that ended by
     /// `ended_by_ms` (periods `period_ms` long) with counts not exported yet, and those with a run
     /// taken but not sent.
-    async fn usage_due(&self, period_ms: i64, ended_by_ms: i64, limit: usize) -> Result<Vec<(String, i64)>, PortError>;
+    async fn usage_due(
+        &self,
+        period_ms: i64,
+        ended_by_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<(String, i64)>, PortError>;
     /// The period's run taken but not sent, if any.
-    async fn unsent_usage_run(&self, project_id: &str, period_start: i64) -> Result<Option<UsageRun>, PortError>;
+    async fn unsent_usage_run(
+        &self,
+        project_id: &str,
+        period_start: i64,
+    ) -> Result<Option<UsageRun>, PortError>;
     /// Takes the period's next run in one transaction, unless a run of it is still unsent or
     /// nothing changed: records per subject the difference between the counts and what earlier
     /// runs exported, and marks the counts exported. `run_id` names this attempt.
@@ -193,7 +202,13 @@ pub trait UsageStore {
         made_at: i64,
     ) -> Result<Option<UsageRun>, PortError>;
     /// Marks the run sent (its object written and its event recorded).
-    async fn usage_run_sent(&self, project_id: &str, period_start: i64, seq: u32, sent_at: i64) -> Result<(), PortError>;
+    async fn usage_run_sent(
+        &self,
+        project_id: &str,
+        period_start: i64,
+        seq: u32,
+        sent_at: i64,
+    ) -> Result<(), PortError>;
     /// The project's counts of `query`'s range, grouped: a page of groups (at most
     /// `query.limit + 1`) and the range's total.
     async fn usage(&self, project_id: &str, query: &UsageQuery) -> Result<(Vec<UsageGroup>, i64), PortError>;

@@ -23,7 +23,9 @@ pub const EVENT_TYPES: [&str; 6] = [
 /// the gateway's own usage events for `"*"` (SPEC §22: billing events are delivered only where
 /// asked for, so a `"*"` receiver is not sent a new kind of event it never expected).
 pub fn subscribes(events: &[String], event_type: &str) -> bool {
-    events.iter().any(|e| e == event_type || (e == "*" && !event_type.starts_with(crate::usage::RESERVED_EVENT_PREFIX)))
+    events.iter().any(|e| {
+        e == event_type || (e == "*" && !event_type.starts_with(crate::usage::RESERVED_EVENT_PREFIX))
+    })
 }
 
 /// The grammar of an event type, the built-in ones and an origin's (SPEC §15): `[a-z0-9_.]{1,64}`.

@@ -13,6 +13,12 @@ struct RunRow {
     made_at: i64,
 }
 
+/// What the runs of period ?2 (of project ?1; NULL: every project) exported, to be narrowed by
+/// the runs' state.
+const RUN_VALUES: &str = "SELECT coalesce(sum(r.value), 0) FROM usage_records r JOIN usage_runs u
+      ON (u.project_id, u.period_start, u.seq) = (r.project_id, r.period_start, r.seq)
+    WHERE r.period_start = ?2 AND (?1 IS NULL OR r.project_id = ?1)";
+
 /// ?1 project, ?2 period start: one period's rows.
 const PERIOD: &str = "project_id = ?1 AND period_start = ?2";
 
@@ -48,7 +54,12 @@ impl D1Store {
 }
 
 impl UsageStore for D1Store {
-    async fn usage_due(&self, period_ms: i64, ended_by_ms: i64, limit: usize) -> Result<Vec<(String, i64)>, PortError> {
+    async fn usage_due(
+        &self,
+        period_ms: i64,
+        ended_by_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<(String, i64)>, PortError> {
         #[derive(serde::Deserialize)]
         struct Due {
             project_id: String,
@@ -136,7 +147,13 @@ impl UsageStore for D1Store {
         }
     }
 
-    async fn usage_run_sent(&self, project_id: &str, start: i64, seq: u32, sent_at: i64) -> Result<(), PortError> {
+    async fn usage_run_sent(
+        &self,
+        project_id: &str,
+        start: i64,
+        seq: u32,
+        sent_at: i64,
+    ) -> Result<(), PortError> {
         let log = self.log_of(Some(project_id)).await?;
         let statement = log.statement(
             &format!("UPDATE usage_runs SET sent_at = ?4 WHERE {PERIOD} AND seq = ?3 AND sent_at IS NULL"),
@@ -207,23 +224,12 @@ impl UsageStore for D1Store {
         let mut snapshot = UsageSnapshot::default();
         for log in logs {
             let statements = vec![
-                log.statement(
-                    &format!(
-                        "SELECT coalesce(sum(r.value), 0) AS n FROM usage_records r JOIN usage_runs u
-                           ON (u.project_id, u.period_start, u.seq) = (r.project_id, r.period_start, r.seq)
-                         WHERE r.period_start = ?2 AND (?1 IS NULL OR r.project_id = ?1)
-                           AND u.sent_at IS NOT NULL"
-                    ),
-                    &args[..2],
-                )?,
+                log.statement(&format!("SELECT ({RUN_VALUES} AND u.sent_at IS NOT NULL) AS n"), &args[..2])?,
                 log.statement(
                     &format!(
                         "SELECT (SELECT coalesce(sum(requests - exported), 0) FROM usage_counts
                                  WHERE period_start = ?2 AND {ours})
-                              + (SELECT coalesce(sum(r.value), 0) FROM usage_records r JOIN usage_runs u
-                                   ON (u.project_id, u.period_start, u.seq) = (r.project_id, r.period_start, r.seq)
-                                 WHERE r.period_start = ?2 AND (?1 IS NULL OR r.project_id = ?1)
-                                   AND u.sent_at IS NULL) AS n"
+                              + ({RUN_VALUES} AND u.sent_at IS NULL) AS n"
                     ),
                     &args[..2],
                 )?,
