@@ -129,7 +129,9 @@ impl<P: Ports> Gateway<'_, P> {
         let head = audit.method == "HEAD";
         let mut response = respond(request_id, served.usage, served.answer, replays_created_as_ok, audit);
         response.audited = !trace.unaudited;
-        response.audit.billable = bills_under.is_some_and(|plan| self.config.bills(&plan, response.status));
+        // A replay answers a retry of a request that billed already: it never bills again.
+        response.audit.billable = !response.audit.replayed
+            && bills_under.is_some_and(|plan| self.config.bills(&plan, response.status));
         if head {
             // The runtime sends a HEAD answer without its body.
             response.audit.response_bytes = 0;

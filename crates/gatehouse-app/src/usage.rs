@@ -453,17 +453,22 @@ mod tests {
             fake_gateway(config, &faults, T0, "prj_u", &[KeyType::Owner, KeyType::Server], 0.0);
         let (owner, server) = (&secrets[0], &secrets[1]);
         let calls = [
-            (server.as_str(), "/public/v1/me"),
-            (server, "/public/v1/me"),
-            (server, "/public/v1/contacts/ct_missing"),
-            (server, "/public/v1/me"), // the window's 4th: 429
-            (owner, "/public/v1/keys"),
-            ("gh_s_unknownunknownunknownunknown0000", "/public/v1/me"),
+            (server.as_str(), "GET", "/public/v1/me", None),
+            (server, "POST", "/public/v1/contacts", Some("retry-1")),
+            (server, "POST", "/public/v1/contacts", Some("retry-1")), // a replay
+            (server, "GET", "/public/v1/contacts/ct_missing", None),
+            (server, "GET", "/public/v1/me", None), // the window's 5th: 429
+            (owner, "GET", "/public/v1/keys", None),
+            ("gh_s_unknownunknownunknownunknown0000", "GET", "/public/v1/me", None),
         ];
         let mut rows = Vec::new();
-        for (token, path) in calls {
-            let request = api_request("GET", path, token, None, WholeBody(None), clock.get());
-            rows.push(complete(gateway.handle(request)).audit);
+        for (token, method, path, idem) in calls {
+            let body = (method == "POST").then(|| br#"{"name":"Ada"}"#.to_vec());
+            let request = api_request(method, path, token, idem, WholeBody(body), clock.get());
+            let mut response = complete(gateway.handle(request));
+            let after = response.after_response();
+            complete(gateway.finish(after, |_| async {}));
+            rows.push(response.audit);
         }
         (rows.iter().map(|r| (r.status, r.billable)).collect(), rows)
     }
@@ -471,15 +476,18 @@ mod tests {
     #[test]
     fn an_accepted_non_owner_request_bills_by_its_plan_and_usage_counts_it() {
         static DEFAULT: std::sync::OnceLock<gatehouse_core::config::Config> = std::sync::OnceLock::new();
-        let default = DEFAULT.get_or_init(|| config(r#"{"trial":{"per_minute":3}}"#));
+        let default = DEFAULT.get_or_init(|| config(r#"{"trial":{"per_minute":4}}"#));
         let (flags, rows) = billed(default);
-        // Every status but a limit's 429; never an owner's call nor an unknown key's.
-        assert_eq!(flags, [(200, true), (200, true), (404, true), (429, false), (200, false), (401, false)]);
+        // Every status but a limit's 429; never a replay, an owner's call nor an unknown key's.
+        assert_eq!(
+            flags,
+            [(200, true), (201, true), (201, false), (404, true), (429, false), (200, false), (401, false)]
+        );
         static TWO_XX: std::sync::OnceLock<gatehouse_core::config::Config> = std::sync::OnceLock::new();
-        let two_xx = TWO_XX.get_or_init(|| config(r#"{"trial":{"per_minute":3,"billable":["2xx"]}}"#));
+        let two_xx = TWO_XX.get_or_init(|| config(r#"{"trial":{"per_minute":4,"billable":["2xx"]}}"#));
         assert_eq!(
             billed(two_xx).0,
-            [(200, true), (200, true), (404, false), (429, false), (200, false), (401, false)]
+            [(200, true), (201, true), (201, false), (404, false), (429, false), (200, false), (401, false)]
         );
 
         // The rows counted, as the audit consumer inserts them (twice: a redelivery counts nothing).
@@ -500,7 +508,10 @@ mod tests {
         let (groups, total) = complete(store.usage("prj_a", &query("route"))).unwrap();
         assert_eq!(total, 3);
         let routes: Vec<(&str, i64)> = groups.iter().map(|g| (g.name.as_str(), g.requests)).collect();
-        assert_eq!(routes, [("GET /public/v1/contacts/{id}", 1), ("GET /public/v1/me", 2)]);
+        assert_eq!(
+            routes,
+            [("GET /public/v1/contacts/{id}", 1), ("GET /public/v1/me", 1), ("POST /public/v1/contacts", 1)]
+        );
         let server_key = rows[0].key_id.clone().unwrap();
         let (groups, _) = complete(store.usage("prj_a", &query("key"))).unwrap();
         assert_eq!(groups, [gatehouse_core::usage::UsageGroup { name: server_key, requests: 3 }]);
