@@ -12,6 +12,9 @@ use super::time::{parse_date, parse_rfc3339_checked, rfc3339, TimeError};
 /// Query parameters whose names contain one of these (case-insensitive) have their values
 /// replaced by `REDACTED` before the path is stored.
 const SECRET_NAME_PARTS: [&str; 6] = ["key", "token", "secret", "password", "signature", "auth"];
+/// Names that contain such a part but are Gatehouse's own filters, never secrets: kept, so a log
+/// filter by `key_id` stays readable (an `Idempotency-Key` is kept in its own column anyway).
+const NOT_SECRET_NAMES: [&str; 4] = ["key_id", "key_prefix", "key_type", "idempotency_key"];
 pub const USER_AGENT_MAX: usize = 256;
 /// The longest `path` glob of the log filter, in characters (SPEC §13).
 pub const PATH_GLOB_MAX: usize = 200;
@@ -203,6 +206,9 @@ fn secret_name(raw: &str) -> bool {
     let mut name = raw.to_owned();
     for _ in 0..4 {
         let lower = name.to_lowercase();
+        if NOT_SECRET_NAMES.contains(&lower.as_str()) {
+            return false;
+        }
         if SECRET_NAME_PARTS.iter().any(|part| lower.contains(part)) {
             return true;
         }
@@ -569,6 +575,17 @@ mod tests {
         assert_eq!(redacted_path("/x", Some("pass%2577ord=p")), "/x?pass%2577ord=REDACTED", "encoded twice");
         assert_eq!(redacted_path("/x", Some("x-auth+header=h")), "/x?x-auth+header=REDACTED");
         assert_eq!(redacted_path("/x", Some("sign%61ture=s&t%6Fken")), "/x?sign%61ture=REDACTED&t%6Fken");
+    }
+
+    #[test]
+    fn gatehouse_filters_named_like_keys_stay_readable_and_nothing_else_does() {
+        assert_eq!(
+            redacted_path("/public/v1/logs", Some("key_id=key_1&idempotency_key=k&KEY_PREFIX=gh_s_ab")),
+            "/public/v1/logs?key_id=key_1&idempotency_key=k&KEY_PREFIX=gh_s_ab"
+        );
+        for secret in ["key_id_secret=s", "api_key_id%26token=s", "key_idx=s", "my_key_id=s", "key=s"] {
+            assert!(redacted_path("/x", Some(secret)).ends_with("=REDACTED"), "{secret}");
+        }
         // Names that are not secret stay untouched, undecodable bytes included.
         assert_eq!(redacted_path("/x", Some("q=%74oken&n%FF=1&%=2")), "/x?q=%74oken&n%FF=1&%=2");
     }
