@@ -45,6 +45,8 @@ test('a trial key counts down 29…0, then the 31st request is 429 with Retry-Af
   assert.equal(h.remaining, 0);
   assert.equal(h.reset, first.reset);
   assert.equal(h.rate, `"minute";r=0;t=${retryAfter}`);
+  // The details say the same as the headers, for a caller whose client kept only the error.
+  assert.deepEqual(e.details, { window: 'minute', limit: 30, remaining: 0, reset: first.reset });
 
   // A refused request does not consume: still refused, still 0 left, same window.
   assert.equal((await call('GET', '/public/v1/me', { key: key.key })).status, 429);

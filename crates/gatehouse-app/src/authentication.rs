@@ -187,7 +187,12 @@ impl<P: Ports> Gateway<'_, P> {
                     format!("Rate limit of {} requests per {} exceeded.", usage.limit(), usage.window_name()),
                 )
                 .with_retry_after(usage.seconds_to_reset())
-                .with_detail("window", usage.window_name()),
+                // The refusing window, as the headers say it: after the SDK gives up, the caller
+                // still knows when to come back.
+                .with_detail("window", usage.window_name())
+                .with_detail("limit", usage.limit())
+                .with_detail("remaining", usage.remaining())
+                .with_detail("reset", usage.reset_ms() / 1000),
             ),
             Verdict::QuotaExceeded => {
                 let code = if key.plan == gatehouse_core::config::DEFAULT_PLAN {
