@@ -55,6 +55,24 @@ impl<T> Call<T> {
         self
     }
 
+    /// The longest this call may take, every attempt and wait included. A retry or a pacing wait
+    /// that would end after it is not made: the call answers the last error at once. Each
+    /// attempt's timeout is cut to what is left.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.request.deadline = Some(deadline);
+        self
+    }
+
+    /// Whether this call waits while the last answer for its key said the window is used up
+    /// (default: the client's, [`ClientBuilder::pacing`](crate::ClientBuilder::pacing)). A call
+    /// allowed one attempt ([`Call::max_attempts`]) or whose [`Call::deadline`] ends before the
+    /// window does never waits: it is sent, and a 429 comes back as the error, with its
+    /// [`ApiError::retry_after`](crate::ApiError::retry_after) and rate-limit state.
+    pub fn pacing(mut self, pacing: bool) -> Self {
+        self.request.pacing = Some(pacing);
+        self
+    }
+
     /// The `Idempotency-Key` this call will send, if any.
     pub fn current_idempotency_key(&self) -> Option<&str> {
         self.request.idempotency_key.as_deref()

@@ -5,7 +5,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use reqwest::header::{HeaderMap, ACCEPT, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
 use reqwest::{Method, Url};
@@ -13,11 +13,12 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::call::Call;
-use crate::error::{ApiError, Error};
+use crate::error::{ApiError, Error, RateLimitState};
 use crate::events::EventBuffer;
 use crate::pacing::{key_id, RateWindows};
 use crate::retry::{
-    parse_retry_after, retry_delay, should_retry, Failure, OsRandom, RandomSource, DEFAULT_MAX_ATTEMPTS,
+    parse_retry_after, retry_delay, should_retry, Clock, Failure, OsRandom, RandomSource, SystemClock,
+    DEFAULT_MAX_ATTEMPTS,
 };
 
 /// Where `gatehouse` and the builder point when told nothing else: `wrangler dev`'s address.
@@ -45,6 +46,8 @@ pub struct ClientBuilder {
     observer: Observer,
     event_buffer: Option<PathBuf>,
     random: Arc<dyn RandomSource>,
+    clock: Arc<dyn Clock>,
+    pacing: bool,
 }
 
 impl ClientBuilder {
@@ -82,6 +85,21 @@ impl ClientBuilder {
         self
     }
 
+    /// Whether calls wait while the last answer for their key said its window is used up (default
+    /// true): see [`Call::pacing`](crate::Call::pacing). Off, a call is sent at once and a 429 is
+    /// handled as any other answer.
+    pub fn pacing(mut self, pacing: bool) -> Self {
+        self.pacing = pacing;
+        self
+    }
+
+    /// The clock the client reads (default: the system's): when a window resets, what a
+    /// `Retry-After` date means. Waits still take real time.
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
     /// The random source of the jitter (default: the operating system's).
     pub fn random_source(mut self, random: impl RandomSource + 'static) -> Self {
         self.random = Arc::new(random);
@@ -104,6 +122,9 @@ impl ClientBuilder {
                 http,
                 base,
                 max_attempts: self.max_attempts,
+                timeout: self.timeout,
+                pacing: self.pacing,
+                clock: self.clock,
                 windows: RateWindows::default(),
                 observer: self.observer,
                 random: self.random,
@@ -134,6 +155,9 @@ struct Shared {
     http: reqwest::Client,
     base: Url,
     max_attempts: u32,
+    timeout: Duration,
+    pacing: bool,
+    clock: Arc<dyn Clock>,
     windows: RateWindows,
     observer: Observer,
     random: Arc<dyn RandomSource>,
@@ -165,6 +189,8 @@ impl Client {
             }),
             event_buffer: None,
             random: Arc::new(OsRandom),
+            clock: Arc::new(SystemClock),
+            pacing: true,
         }
     }
 
@@ -245,14 +271,23 @@ impl Client {
         })?;
         let key = key_id(api_key);
         let max_attempts = request.max_attempts.unwrap_or(self.shared.max_attempts);
+        let deadline = request.deadline.map(|d| Instant::now() + d);
+        // Whether a wait of `wait` from now ends before the call's deadline.
+        let fits = |wait: Duration| deadline.is_none_or(|end| Instant::now() + wait < end);
         let url = self.url(request);
         let mut attempt = 0;
         loop {
             attempt += 1;
-            if let Some(wait) = self.shared.windows.wait(&key, SystemTime::now()) {
+            let paced = request.pacing.unwrap_or(self.shared.pacing);
+            if let Some(wait) = self.shared.windows.wait(&key, self.shared.clock.now()).filter(|_| paced) {
                 let wait = wait.mul_f64(1.0 + 0.1 * self.random());
-                self.notify(Notice::Paced { wait });
-                tokio::time::sleep(wait).await;
+                // Waiting belongs to the call's budget: a call allowed one attempt, or whose
+                // deadline ends first, is sent now and gets the server's answer (a 429 with
+                // `Retry-After` while the window is still used up) instead of being held.
+                if max_attempts > 1 && fits(wait) {
+                    self.notify(Notice::Paced { wait });
+                    tokio::time::sleep(wait).await;
+                }
             }
             self.notify(Notice::Attempt {
                 method: request.method.to_string(),
@@ -262,7 +297,12 @@ impl Client {
                 idempotency_key: request.idempotency_key.clone(),
             });
             let started = Instant::now();
-            let (error, retry_after) = match self.send_once(request, url.clone(), api_key).await {
+            let timeout = deadline.map(|end| {
+                let left = end.saturating_duration_since(Instant::now());
+                left.min(request.timeout.unwrap_or(self.shared.timeout))
+            });
+            let sent = self.send_once(request, url.clone(), api_key, timeout.or(request.timeout)).await;
+            let (error, retry_after) = match sent {
                 Ok(answer) => {
                     self.shared.windows.observe(
                         &key,
@@ -287,10 +327,16 @@ impl Client {
                     });
                     match error {
                         None => return Ok(answer),
-                        Some(error) => {
-                            let retry_after = answer
+                        Some(mut error) => {
+                            error.retry_after = answer
                                 .header("retry-after")
-                                .and_then(|v| parse_retry_after(v, SystemTime::now()));
+                                .and_then(|v| parse_retry_after(v, self.shared.clock.now()));
+                            error.rate_limit = RateLimitState::from_headers(
+                                answer.header("x-ratelimit-limit"),
+                                answer.header("x-ratelimit-remaining"),
+                                answer.header("x-ratelimit-reset"),
+                            );
+                            let retry_after = error.retry_after;
                             (Error::Api(error), retry_after)
                         }
                     }
@@ -310,10 +356,10 @@ impl Client {
                 Error::Network { timeout: true, .. } => Failure::Timeout,
                 _ => Failure::Network,
             };
-            if attempt >= max_attempts || !should_retry(failure, request.idempotent()) {
+            let wait = retry_delay(attempt, retry_after, self.random());
+            if attempt >= max_attempts || !should_retry(failure, request.idempotent()) || !fits(wait) {
                 return Err(error);
             }
-            let wait = retry_delay(attempt, retry_after, self.random());
             self.notify(Notice::Retry { wait, retry_after });
             tokio::time::sleep(wait).await;
         }
@@ -330,7 +376,13 @@ impl Client {
         url
     }
 
-    async fn send_once(&self, request: &Request, url: Url, api_key: &str) -> Result<Answer, Error> {
+    async fn send_once(
+        &self,
+        request: &Request,
+        url: Url,
+        api_key: &str,
+        timeout: Option<Duration>,
+    ) -> Result<Answer, Error> {
         let mut builder = self
             .shared
             .http
@@ -341,7 +393,7 @@ impl Client {
         if let Some(key) = &request.idempotency_key {
             builder = builder.header("Idempotency-Key", key);
         }
-        if let Some(timeout) = request.timeout {
+        if let Some(timeout) = timeout {
             builder = builder.timeout(timeout);
         }
         if let Some(body) = &request.body {
@@ -384,6 +436,10 @@ pub(crate) struct Request {
     pub(crate) timeout: Option<Duration>,
     /// This call's attempts, when not the client's.
     pub(crate) max_attempts: Option<u32>,
+    /// How long the whole call may take, waits and every attempt included.
+    pub(crate) deadline: Option<Duration>,
+    /// Whether this call waits out a used-up window, when not the client's choice.
+    pub(crate) pacing: Option<bool>,
 }
 
 impl Request {
@@ -400,6 +456,8 @@ impl Request {
             repeatable: false,
             timeout: None,
             max_attempts: None,
+            deadline: None,
+            pacing: None,
         }
     }
 

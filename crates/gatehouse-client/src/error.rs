@@ -2,6 +2,7 @@
 //! usable answer.
 
 use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -19,8 +20,41 @@ pub struct ApiError {
     pub request_id: Option<String>,
     /// Whether the server says a retry may succeed.
     pub retryable: bool,
-    /// Extra facts, e.g. `{"header":"Idempotency-Key"}` or `{"resets_at":"…"}`.
+    /// Extra facts, e.g. `{"header":"Idempotency-Key"}`, `{"resets_at":"…"}`, or for a 429 of a
+    /// window `{"window","limit","remaining","reset"}`.
     pub details: Value,
+    /// The answer's `Retry-After`: how long the server asks the caller to wait before trying again.
+    pub retry_after: Option<Duration>,
+    /// The key's rate window as the answer's `X-RateLimit-*` headers gave it (none on a 401).
+    pub rate_limit: Option<RateLimitState>,
+}
+
+/// A key's rate window as an answer's headers gave it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimitState {
+    /// `X-RateLimit-Limit`.
+    pub limit: u64,
+    /// `X-RateLimit-Remaining`.
+    pub remaining: u64,
+    /// `X-RateLimit-Reset`: the window's end, in Unix seconds.
+    pub reset: u64,
+}
+
+impl RateLimitState {
+    /// From the three headers; `None` unless all are there and numeric.
+    pub(crate) fn from_headers(
+        limit: Option<&str>,
+        remaining: Option<&str>,
+        reset: Option<&str>,
+    ) -> Option<Self> {
+        let number = |v: Option<&str>| v.and_then(|v| v.trim().parse().ok());
+        Some(RateLimitState { limit: number(limit)?, remaining: number(remaining)?, reset: number(reset)? })
+    }
+
+    /// When the window ends.
+    pub fn reset_at(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(self.reset)
+    }
 }
 
 #[derive(Deserialize)]
@@ -52,6 +86,8 @@ impl ApiError {
                 request_id: error.request_id.or(header_request_id),
                 retryable: error.retryable,
                 details: error.details,
+                retry_after: None,
+                rate_limit: None,
             },
             Err(_) => ApiError {
                 status,
@@ -60,6 +96,8 @@ impl ApiError {
                 request_id: header_request_id,
                 retryable: false,
                 details: Value::Object(Default::default()),
+                retry_after: None,
+                rate_limit: None,
             },
         }
     }

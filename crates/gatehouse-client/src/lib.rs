@@ -59,7 +59,7 @@ mod webhooks;
 
 pub use call::{Call, Page, Pages, Reply};
 pub use client::{Client, ClientBuilder, Notice, DEFAULT_URL};
-pub use error::{ApiError, Error};
+pub use error::{ApiError, Error, RateLimitState};
 pub use events::{
     Actor, Event, Identified, Linked, RejectedEvent, ReplayChunkStored, TrackOutcome, MAX_BATCH,
     MAX_BUFFERED_AGE,

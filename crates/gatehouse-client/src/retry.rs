@@ -53,6 +53,22 @@ pub trait RandomSource: Send + Sync {
     fn unit(&self) -> f64;
 }
 
+/// The time the SDK reads: when a key's window resets, what a `Retry-After` date means. The
+/// default is the system clock; a test injects its own (waits still take real time).
+pub trait Clock: Send + Sync {
+    fn now(&self) -> SystemTime;
+}
+
+/// The operating system's clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
+    }
+}
+
 /// Random numbers from the operating system (`getrandom`).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct OsRandom;

@@ -190,6 +190,77 @@ async fn no_remaining_requests_hold_every_task_until_the_reset() {
     assert_eq!(notices.lock().unwrap().iter().filter(|n| matches!(n, Notice::Paced { .. })).count(), 3);
 }
 
+/// A 429 of a used-up window, as the gateway answers it.
+fn limited(reset: u64) -> Answer {
+    Answer::error(429, "RATE_LIMIT_EXCEEDED", true)
+        .header("retry-after", 30)
+        .header("x-ratelimit-limit", 30)
+        .header("x-ratelimit-remaining", 0)
+        .header("x-ratelimit-reset", reset)
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
+}
+
+#[tokio::test]
+async fn a_call_allowed_one_attempt_is_not_held_by_pacing_and_its_429_says_when_to_come_back() {
+    let reset = unix_now() + 30;
+    let server = FakeServer::start(vec![me(0, reset), limited(reset)]).await;
+    let (client, notices) = client(&server.url());
+    client.me().await.unwrap();
+    let started = std::time::Instant::now();
+    let Err(Error::Api(e)) = client.me().max_attempts(1).await else { panic!("a 429 was expected") };
+    assert!(started.elapsed() < Duration::from_secs(2), "held {:?}", started.elapsed());
+    assert_eq!((e.status, e.code.as_str()), (429, "RATE_LIMIT_EXCEEDED"));
+    assert_eq!(e.retry_after, Some(Duration::from_secs(30)));
+    let state = e.rate_limit.expect("the rate-limit headers");
+    assert_eq!((state.limit, state.remaining, state.reset), (30, 0, reset));
+    assert_eq!(server.received().len(), 2);
+    assert!(!notices.lock().unwrap().iter().any(|n| matches!(n, Notice::Paced { .. })));
+}
+
+#[tokio::test]
+async fn a_deadline_shorter_than_the_window_fails_fast_and_bounds_the_retries() {
+    let reset = unix_now() + 30;
+    let server = FakeServer::start(vec![me(0, reset), limited(reset), limited(reset)]).await;
+    let (client, _) = client(&server.url());
+    client.me().await.unwrap();
+    let started = std::time::Instant::now();
+    let answer = client.me().deadline(Duration::from_secs(2)).await;
+    assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+    assert_eq!(answer.unwrap_err().status(), Some(429), "not waited out: Retry-After is past the deadline");
+    assert_eq!(server.received().len(), 2, "no retry that could not end in time");
+}
+
+#[tokio::test]
+async fn pacing_can_be_switched_off_and_reads_the_injected_clock() {
+    struct Later(SystemTime);
+    impl gatehouse_client::retry::Clock for Later {
+        fn now(&self) -> SystemTime {
+            self.0
+        }
+    }
+    let reset = unix_now() + 30;
+    let server = FakeServer::start(vec![me(0, reset), me(0, reset), me(0, reset), me(29, reset + 60)]).await;
+    let (client, notices) = client(&server.url());
+    client.me().await.unwrap();
+    let started = std::time::Instant::now();
+    client.me().pacing(false).await.unwrap();
+    let off = Client::builder(server.url()).api_key("gh_s_test").pacing(false).build().unwrap();
+    off.me().await.unwrap();
+    // A clock past the reset: the used-up window is over, nothing to wait for.
+    let later = Client::builder(server.url())
+        .api_key("gh_s_test")
+        .clock(Later(UNIX_EPOCH + Duration::from_secs(reset + 1)))
+        .build()
+        .unwrap();
+    later.me().await.unwrap();
+    later.me().await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2), "held {:?}", started.elapsed());
+    assert!(!notices.lock().unwrap().iter().any(|n| matches!(n, Notice::Paced { .. })));
+}
+
 #[tokio::test]
 async fn events_that_cannot_be_delivered_are_buffered_and_flushed_with_the_same_id() {
     let dir = std::env::temp_dir().join(format!("gatehouse-events-{}", uuid::Uuid::new_v4()));
