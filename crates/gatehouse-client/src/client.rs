@@ -337,7 +337,7 @@ impl Client {
                                 answer.header("x-ratelimit-reset"),
                             );
                             let retry_after = error.retry_after;
-                            (Error::Api(error), retry_after)
+                            (Error::Api(Box::new(error)), retry_after)
                         }
                     }
                 }

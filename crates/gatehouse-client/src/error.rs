@@ -107,7 +107,7 @@ impl ApiError {
 #[derive(Debug)]
 pub enum Error {
     /// The API answered with an error status (after any retries it allowed).
-    Api(ApiError),
+    Api(Box<ApiError>),
     /// No answer: the connection failed or broke off, or the timeout passed (`timeout`).
     Network { message: String, timeout: bool },
     /// A success answer the SDK could not read as the documented type.
@@ -221,7 +221,7 @@ mod tests {
         let e = ApiError::from_answer(502, Some("h".into()), b"<html>Bad Gateway</html>");
         assert_eq!((e.code.as_str(), e.request_id.as_deref()), ("HTTP_502", Some("h")));
         assert_eq!(e.message, "<html>Bad Gateway</html>");
-        let json = Error::Api(e).to_json();
+        let json = Error::Api(Box::new(e)).to_json();
         assert_eq!(json["error"]["status"], 502);
         assert_eq!(json["error"]["retryable"], false);
     }
