@@ -144,7 +144,9 @@ fn csv(bytes: &[u8]) -> Result<Vec<Row>, Failure> {
     let mut rows = Vec::new();
     for record in reader.records() {
         let record = record.map_err(usage)?;
-        let line = record.position().map_or(0, |p| p.line());
+        // The line the record starts on, from its byte offset: the csv crate's own line count is
+        // one short for CRLF files (Excel's and Python's default).
+        let line = record.position().map_or(0, |p| line_at(bytes, p.byte()));
         let contact: Map<String, Value> = header
             .iter()
             .zip(record.iter())
@@ -154,6 +156,16 @@ fn csv(bytes: &[u8]) -> Result<Vec<Row>, Failure> {
         rows.push(Row { line, contact: Value::Object(contact) });
     }
     Ok(rows)
+}
+
+/// The 1-based line of the record at byte offset `at`: one more than the line feeds before its
+/// first character (with CRLF the offset the reader gives is the `\n` that ends the line before).
+fn line_at(bytes: &[u8], at: u64) -> u64 {
+    let mut start = usize::try_from(at).map_or(bytes.len(), |at| at.min(bytes.len()));
+    while bytes.get(start).is_some_and(|b| matches!(b, b'\r' | b'\n')) {
+        start += 1;
+    }
+    bytes[..start].iter().filter(|&&b| b == b'\n').count() as u64 + 1
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
@@ -173,6 +185,17 @@ mod tests {
         assert_eq!((rows[0].line, rows[1].line), (2, 3));
         assert_eq!(rows[0].contact, serde_json::json!({"name": "Ada", "email": "ada@example.com"}));
         assert_eq!(rows[1].contact, serde_json::json!({"name": "Lovelace, A.", "phone": "+44 20 7946 0000"}));
+    }
+
+    #[test]
+    fn crlf_files_report_the_same_lines_as_lf_files() {
+        let lf = b"name,email\nAda,ada@example.com\n\"Grace\nHopper\",g@example.com\nLin,\n";
+        let crlf = b"name,email\r\nAda,ada@example.com\r\n\"Grace\r\nHopper\",g@example.com\r\nLin,\r\n";
+        for bytes in [&lf[..], &crlf[..]] {
+            let rows = csv(bytes).ok().unwrap();
+            let lines: Vec<u64> = rows.iter().map(|r| r.line).collect();
+            assert_eq!(lines, [2, 3, 5], "{:?}", String::from_utf8_lossy(bytes));
+        }
     }
 
     #[test]
