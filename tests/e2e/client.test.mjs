@@ -205,6 +205,56 @@ test('webhooks verify: a real delivery from the engine verifies; a changed body 
   }
 });
 
+test('keys create / update with every field, contacts list / get, webhooks create / list / test / deliveries / resend / delete', async () => {
+  const hooks = await receiver();
+  try {
+    const { owner, server } = await businessProject();
+    const ok = (args, key = owner.key) => {
+      const out = gatehouse(args, { key });
+      assert.equal(out.status, 0, `${args.join(' ')}: ${out.stderr}`);
+      return out.stdout;
+    };
+    const identity = (await call('POST', '/public/v1/identities', { key: owner.key, body: { external_id: 'cli-customer' } })).body;
+    const key = JSON.parse(ok(['keys', 'create', '--type', 'server', '--name', 'worker', '--rate-limit-per-minute', '60',
+      '--identity-id', identity.id, '--limits', '{"per_second":5}']));
+    assert.deepEqual([key.rate_limit_per_minute, key.identity_id, key.limits.per_second], [60, identity.id, 5]);
+    const updated = JSON.parse(ok(['keys', 'update', key.id, '--name', 'renamed', '--clear', 'rate_limit_per_minute', '--clear', 'identity_id']));
+    assert.deepEqual([updated.name, updated.rate_limit_per_minute, updated.identity_id], ['renamed', null, null]);
+    assert.equal(gatehouse(['keys', 'update', key.id], { key: owner.key }).status, 2, 'nothing to change');
+    assert.equal(gatehouse(['keys', 'update', key.id, '--clear', 'plan'], { key: owner.key }).status, 2);
+    assert.equal(gatehouse(['keys', 'update', key.id, '--name', 'x', '--clear', 'name'], { key: owner.key }).status, 2);
+    assert.equal(gatehouse(['keys', 'create', '--type', 'server', '--limits', '{oops'], { key: owner.key }).status, 2);
+
+    const made = [];
+    for (const name of ['Ada', 'Grace']) made.push((await call('POST', '/public/v1/contacts', { key: server.key, body: { name } })).body);
+    const listed = jsonLines(ok(['contacts', 'list'], server.key));
+    assert.deepEqual(listed.map((c) => c.name).sort(), ['Ada', 'Grace']);
+    assert.equal(JSON.parse(ok(['contacts', 'get', made[0].id], server.key)).name, 'Ada');
+
+    const hook = JSON.parse(ok(['webhooks', 'create', '--url', `${hooks.url}/cli-hook`, '--events', 'contact.created,message.created']));
+    assert.match(hook.secret, /^whsec_/);
+    assert.deepEqual(hook.events, ['contact.created', 'message.created']);
+    assert.ok(jsonLines(ok(['webhooks', 'list'])).some((h) => h.id === hook.id && h.secret === undefined));
+    const triggered = JSON.parse(ok(['webhooks', 'test', 'contact.created']));
+    assert.ok(triggered.event_id, JSON.stringify(triggered));
+    assert.ok(await hooks.waitFor('/cli-hook', 1, 30_000), 'the test event arrived');
+    assert.equal(JSON.parse(hooks.requestsTo('/cli-hook')[0].body).data.id, 'ct_sample');
+    let delivered;
+    await eventually(async () => {
+      delivered = jsonLines(ok(['webhooks', 'deliveries', hook.id, '--status', 'delivered']));
+      return delivered.length === 1;
+    }, 30_000);
+    assert.equal(delivered.length, 1, 'one delivered delivery');
+    ok(['webhooks', 'resend', delivered[0].id]);
+    assert.ok(await hooks.waitFor('/cli-hook', 2, 30_000), 'resent once more');
+    assert.equal(hooks.requestsTo('/cli-hook')[1].headers['webhook-id'], hooks.requestsTo('/cli-hook')[0].headers['webhook-id'], 'the same event id');
+    ok(['webhooks', 'delete', hook.id]);
+    assert.ok(!jsonLines(ok(['webhooks', 'list'])).some((h) => h.id === hook.id));
+  } finally {
+    await hooks.close();
+  }
+});
+
 test('track: one event, accepted once under its event_id', async () => {
   const { server } = await businessProject();
   const sent = gatehouse(['track', 'Signed Up', '--user-id', 'user-cli', '--properties', '{"plan":"trial"}'], { key: server.key });

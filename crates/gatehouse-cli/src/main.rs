@@ -1,6 +1,7 @@
 //! `gatehouse`, the command line of the Gatehouse API (SPEC §14), built on `gatehouse-client`:
 //! every command gets the SDK's idempotency keys, retries and pacing. Exit status: 0 success,
-//! 1 API or network error (the error as JSON on stderr), 2 usage error.
+//! 1 API or network error (the error as JSON on stderr) or a partial failure (an import with
+//! refused rows, a verification that found a break), 2 usage error.
 
 mod audit_verify;
 mod import;
@@ -13,7 +14,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use gatehouse_client::{
-    Actor, Client, Error, Event, LogEntry, LogFilter, NewKey, Notice, WebhookVerifier, DEFAULT_URL,
+    Actor, Client, Error, Event, KeyChanges, Limits, LogEntry, LogFilter, NewKey, Notice, WebhookVerifier,
+    DEFAULT_URL,
 };
 use serde::Serialize;
 
@@ -119,6 +121,34 @@ enum KeysCommand {
         /// RFC 3339, in the future: the key is refused from then on.
         #[arg(long)]
         expires_at: Option<String>,
+        /// A per-minute limit below the plan's.
+        #[arg(long)]
+        rate_limit_per_minute: Option<u64>,
+        /// The identity whose limits and quota the key shares.
+        #[arg(long)]
+        identity_id: Option<String>,
+        /// The key's own windows as JSON, e.g. '{"per_second":5,"per_minute":100}'.
+        #[arg(long)]
+        limits: Option<String>,
+    },
+    /// Change a key: the fields given; --clear FIELD removes one (name, rate_limit_per_minute,
+    /// expires_at, identity_id, limits).
+    Update {
+        id: String,
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        rate_limit_per_minute: Option<u64>,
+        /// RFC 3339, in the future.
+        #[arg(long)]
+        expires_at: Option<String>,
+        #[arg(long)]
+        identity_id: Option<String>,
+        /// JSON, e.g. '{"per_minute":100}'.
+        #[arg(long)]
+        limits: Option<String>,
+        #[arg(long, value_name = "FIELD")]
+        clear: Vec<String>,
     },
     /// Every key of the project, one JSON line each.
     List,
@@ -139,6 +169,10 @@ enum ContactsCommand {
     /// Import a CSV (header row: name, phone, email, external_id) or NDJSON file in bulk calls of
     /// 100; re-running the same file creates nothing twice.
     Import { file: PathBuf },
+    /// Every contact, one JSON line each, newest first.
+    List,
+    /// One contact.
+    Get { id: String },
 }
 
 #[derive(Subcommand)]
@@ -243,6 +277,30 @@ enum WebhooksCommand {
     },
     /// Re-enable a subscription disabled by a 410 Gone.
     Enable { id: String },
+    /// Subscribe a URL to event types; the signing secret is printed this once.
+    Create {
+        #[arg(long)]
+        url: String,
+        /// Comma-separated event types, or * (every type but the usage events).
+        #[arg(long, value_delimiter = ',', required = true)]
+        events: Vec<String>,
+    },
+    /// Every subscription, one JSON line each.
+    List,
+    /// A subscription's deliveries, one JSON line each, newest first.
+    Deliveries {
+        id: String,
+        /// pending, delivered or failed.
+        #[arg(long)]
+        status: Option<String>,
+    },
+    /// Attempt a delivery again now: a failed one, or a delivered one sent once more (resend).
+    #[command(alias = "resend")]
+    Retry { delivery_id: String },
+    /// Send a sample event of a type to the project's subscriptions.
+    Test { event_type: String },
+    /// Delete a subscription (its pending deliveries fail).
+    Delete { id: String },
 }
 
 /// How a command failed.
@@ -315,11 +373,33 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 let _ = stdout.write_all(b"\n");
             }
         }
-        Command::Keys(KeysCommand::Create { key_type, name, expires_at }) => {
+        Command::Keys(KeysCommand::Create {
+            key_type,
+            name,
+            expires_at,
+            rate_limit_per_minute,
+            identity_id,
+            limits,
+        }) => {
             let mut key = NewKey::new(key_type);
             key.name = name;
             key.expires_at = expires_at;
+            key.rate_limit_per_minute = rate_limit_per_minute;
+            key.identity_id = identity_id;
+            key.limits = limits.as_deref().map(parse_limits).transpose()?;
             print_json(&client.create_key(&key).await?);
+        }
+        Command::Keys(KeysCommand::Update {
+            id,
+            name,
+            rate_limit_per_minute,
+            expires_at,
+            identity_id,
+            limits,
+            clear,
+        }) => {
+            let changes = key_changes(name, rate_limit_per_minute, expires_at, identity_id, limits, &clear)?;
+            print_json(&client.update_key(&id, &changes).await?)
         }
         Command::Keys(KeysCommand::List) => {
             let mut keys = client.list_keys();
@@ -337,6 +417,36 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Webhooks(WebhooksCommand::Enable { id }) => print_json(&client.enable_webhook(&id).await?),
         Command::Contacts(ContactsCommand::Import { file }) => import::run(&client, &file).await?,
+        Command::Contacts(ContactsCommand::List) => {
+            let mut contacts = client.list_contacts();
+            while let Some(contact) = contacts.try_next().await? {
+                print_line(&contact);
+            }
+        }
+        Command::Contacts(ContactsCommand::Get { id }) => print_json(&client.get_contact(&id).await?),
+        Command::Webhooks(WebhooksCommand::Create { url, events }) => {
+            let events: Vec<&str> = events.iter().map(String::as_str).collect();
+            print_json(&client.create_webhook(&url, &events).await?)
+        }
+        Command::Webhooks(WebhooksCommand::List) => {
+            let mut hooks = client.list_webhooks();
+            while let Some(hook) = hooks.try_next().await? {
+                print_line(&hook);
+            }
+        }
+        Command::Webhooks(WebhooksCommand::Deliveries { id, status }) => {
+            let mut deliveries = client.list_deliveries(&id, status.as_deref());
+            while let Some(delivery) = deliveries.try_next().await? {
+                print_line(&delivery);
+            }
+        }
+        Command::Webhooks(WebhooksCommand::Retry { delivery_id }) => {
+            print_json(&client.retry_delivery(&delivery_id).await?)
+        }
+        Command::Webhooks(WebhooksCommand::Test { event_type }) => {
+            print_json(&client.trigger_event(&event_type).await?)
+        }
+        Command::Webhooks(WebhooksCommand::Delete { id }) => print_json(&client.delete_webhook(&id).await?),
         Command::Listen { forward_to, events, state, wait } => {
             listen::run(&client, listen::Options { gateway, key, forward_to, events, state, wait }).await?
         }
@@ -426,6 +536,70 @@ fn verify(
 }
 
 /// `--data`: JSON as given, or `@FILE`; it must parse as JSON.
+/// `--limits` as the API takes them.
+fn parse_limits(json: &str) -> Result<Limits, Failure> {
+    serde_json::from_str(json).map_err(|e| {
+        Failure::Usage(format!(
+            "--limits is not a JSON object of per_second, per_minute, per_hour, per_day, monthly_quota: {e}"
+        ))
+    })
+}
+
+/// `keys update`'s options as the changes to send; a field both set and cleared is refused.
+fn key_changes(
+    name: Option<String>,
+    rate_limit_per_minute: Option<u64>,
+    expires_at: Option<String>,
+    identity_id: Option<String>,
+    limits: Option<String>,
+    clear: &[String],
+) -> Result<KeyChanges, Failure> {
+    let mut changes = KeyChanges::new();
+    let set = [
+        ("name", name.is_some()),
+        ("rate_limit_per_minute", rate_limit_per_minute.is_some()),
+        ("expires_at", expires_at.is_some()),
+        ("identity_id", identity_id.is_some()),
+        ("limits", limits.is_some()),
+    ];
+    for field in clear {
+        changes = match field.as_str() {
+            "name" => changes.clear_name(),
+            "rate_limit_per_minute" => changes.clear_rate_limit_per_minute(),
+            "expires_at" => changes.clear_expires_at(),
+            "identity_id" => changes.clear_identity_id(),
+            "limits" => changes.clear_limits(),
+            other => {
+                return Err(Failure::Usage(format!(
+                "--clear {other}: not a field (name, rate_limit_per_minute, expires_at, identity_id, limits)"
+            )))
+            }
+        };
+        if set.iter().any(|(f, given)| f == field && *given) {
+            return Err(Failure::Usage(format!("--{} is both set and cleared", field.replace('_', "-"))));
+        }
+    }
+    if let Some(name) = name {
+        changes = changes.name(name);
+    }
+    if let Some(limit) = rate_limit_per_minute {
+        changes = changes.rate_limit_per_minute(limit);
+    }
+    if let Some(at) = expires_at {
+        changes = changes.expires_at(at);
+    }
+    if let Some(id) = identity_id {
+        changes = changes.identity_id(id);
+    }
+    if let Some(limits) = limits {
+        changes = changes.limits(parse_limits(&limits)?);
+    }
+    if clear.is_empty() && set.iter().all(|(_, given)| !given) {
+        return Err(Failure::Usage("nothing to change: give a field, or --clear one".into()));
+    }
+    Ok(changes)
+}
+
 fn read_data(data: String) -> Result<Vec<u8>, Failure> {
     let bytes = match data.strip_prefix('@') {
         Some(path) => std::fs::read(path).map_err(|e| Failure::Usage(format!("cannot read {path}: {e}")))?,

@@ -83,6 +83,11 @@ impl<T> Call<T> {
         let answer = self.client.execute(&self.request).await?;
         let request_id = answer.header("x-request-id").map(str::to_owned);
         let replayed = answer.header("idempotency-replayed") == Some("true");
+        let rate_limit = crate::error::RateLimitState::from_headers(
+            answer.header("x-ratelimit-limit"),
+            answer.header("x-ratelimit-remaining"),
+            answer.header("x-ratelimit-reset"),
+        );
         let value = (self.decode)(&answer.body).map_err(|e| Error::Decode {
             status: answer.status,
             request_id: request_id.clone(),
@@ -94,6 +99,7 @@ impl<T> Call<T> {
             request_id,
             replayed,
             idempotency_key: self.request.idempotency_key,
+            rate_limit,
         })
     }
 }
@@ -118,6 +124,8 @@ pub struct Reply<T> {
     /// was done by an earlier call with the same key, not by this one.
     pub replayed: bool,
     pub idempotency_key: Option<String>,
+    /// The key's rate window after this call, from the `X-RateLimit-*` headers.
+    pub rate_limit: Option<crate::error::RateLimitState>,
 }
 
 /// One page of a list: `{"data":[…], "next_cursor": …}`.

@@ -103,7 +103,9 @@ impl Client {
     }
 
     /// Follows the log from now on: [`LogTail::next`] answers each new row once, oldest first,
-    /// polling every `interval`. The tail's own requests are left out.
+    /// polling every `interval` or more slowly: a poll leaves the key at least two thirds of what
+    /// its window has left (the pause is at least the time to the window's reset divided by a
+    /// third of the requests remaining). The tail's own requests are left out.
     ///
     /// ```no_run
     /// # async fn run(owner: gatehouse_client::Client) -> Result<(), gatehouse_client::Error> {
@@ -125,6 +127,7 @@ impl Client {
             seen: HashMap::new(),
             ready: VecDeque::new(),
             first_poll: true,
+            pause: interval,
         }
     }
 }
@@ -145,6 +148,8 @@ pub struct LogTail {
     seen: HashMap<String, SystemTime>,
     ready: VecDeque<LogEntry>,
     first_poll: bool,
+    /// The wait before the next poll: `interval`, or longer while the key's window runs low.
+    pause: Duration,
 }
 
 impl LogTail {
@@ -155,7 +160,7 @@ impl LogTail {
                 return Ok(row);
             }
             if !self.first_poll {
-                tokio::time::sleep(self.interval).await;
+                tokio::time::sleep(self.pause).await;
             }
             self.first_poll = false;
             self.poll().await?;
@@ -172,6 +177,7 @@ impl LogTail {
         let mut cursor: Option<String> = None;
         loop {
             let reply = self.client.log_page(&filter, cursor.as_deref()).reply().await?;
+            self.pause = pause(self.interval, reply.rate_limit, SystemTime::now());
             if let Some(id) = reply.request_id {
                 self.seen.insert(id, SystemTime::now());
             }
@@ -196,6 +202,15 @@ impl LogTail {
     }
 }
 
+/// The wait before a tail's next poll: `interval`, or the time to the window's reset divided by a
+/// third of the requests it has left, when that is longer (the tail takes at most a third).
+fn pause(interval: Duration, window: Option<crate::RateLimitState>, now: SystemTime) -> Duration {
+    let Some(window) = window else { return interval };
+    let to_reset = window.reset_at().duration_since(now).unwrap_or_default();
+    let share = (window.remaining / 3).max(1);
+    interval.max(to_reset / u32::try_from(share).unwrap_or(u32::MAX))
+}
+
 fn unix_ms(time: SystemTime) -> u128 {
     time.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis()
 }
@@ -216,5 +231,21 @@ mod tests {
         let query: Vec<(&str, &str)> =
             request.query_pairs().iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
         assert_eq!(query, [("status", "4xx"), ("path", "/public/v1/contacts*"), ("limit", "50")]);
+    }
+
+    #[test]
+    fn a_tail_takes_at_most_a_third_of_what_its_window_has_left() {
+        let at = |unix: u64| UNIX_EPOCH + Duration::from_secs(unix);
+        let window = |limit, remaining, reset| Some(crate::RateLimitState { limit, remaining, reset });
+        let three = Duration::from_secs(3);
+        assert_eq!(pause(three, None, at(1_000)), three);
+        // Trial, 30 a minute, the window just begun: 60 s / 9 ≈ 6.7 s, so 9 polls of its 29.
+        assert_eq!(pause(three, window(30, 29, 1_060), at(1_000)), Duration::from_secs(60) / 9);
+        // Two requests left, 40 s to go: one poll before the reset.
+        assert_eq!(pause(three, window(30, 2, 1_040), at(1_000)), Duration::from_secs(40));
+        // Business, 2000 a minute: the interval asked for.
+        assert_eq!(pause(three, window(2000, 1_990, 1_060), at(1_000)), three);
+        // A reset already past: the interval.
+        assert_eq!(pause(three, window(30, 0, 990), at(1_000)), three);
     }
 }

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use gatehouse_wire::identities::Limits;
 pub use gatehouse_wire::keys::{CreatedKey, Key};
 pub use gatehouse_wire::resources::{Contact, Message, ReleaseMarker, Scenario};
 
@@ -56,11 +57,39 @@ pub struct NewKey {
     /// RFC 3339, in the future: the key is refused from then on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
+    /// The identity whose limits and quota the key shares (SPEC §20).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity_id: Option<String>,
+    /// The key's own windows, each at most its plan's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Limits>,
 }
 
 impl NewKey {
     pub fn new(key_type: impl Into<String>) -> NewKey {
-        NewKey { key_type: key_type.into(), name: None, rate_limit_per_minute: None, expires_at: None }
+        NewKey {
+            key_type: key_type.into(),
+            name: None,
+            rate_limit_per_minute: None,
+            expires_at: None,
+            identity_id: None,
+            limits: None,
+        }
+    }
+
+    pub fn rate_limit_per_minute(mut self, limit: u64) -> NewKey {
+        self.rate_limit_per_minute = Some(limit);
+        self
+    }
+
+    pub fn identity_id(mut self, id: impl Into<String>) -> NewKey {
+        self.identity_id = Some(id.into());
+        self
+    }
+
+    pub fn limits(mut self, limits: Limits) -> NewKey {
+        self.limits = Some(limits);
+        self
     }
 
     pub fn expires_at(mut self, rfc3339: impl Into<String>) -> NewKey {
@@ -70,6 +99,88 @@ impl NewKey {
 
     pub fn name(mut self, name: impl Into<String>) -> NewKey {
         self.name = Some(name.into());
+        self
+    }
+}
+
+/// `PATCH /public/v1/keys/{id}`: what to change. A field left unset stays as it is; `clear_…`
+/// removes it.
+///
+/// ```
+/// use gatehouse_client::KeyChanges;
+/// let changes = KeyChanges::new().name("billing").rate_limit_per_minute(60).clear_expires_at();
+/// assert_eq!(
+///     serde_json::to_value(&changes).unwrap(),
+///     serde_json::json!({"name": "billing", "rate_limit_per_minute": 60, "expires_at": null})
+/// );
+/// ```
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct KeyChanges {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<Option<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rate_limit_per_minute: Option<Option<u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expires_at: Option<Option<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    identity_id: Option<Option<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limits: Option<Option<Limits>>,
+}
+
+impl KeyChanges {
+    pub fn new() -> KeyChanges {
+        KeyChanges::default()
+    }
+
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(Some(name.into()));
+        self
+    }
+
+    pub fn clear_name(mut self) -> Self {
+        self.name = Some(None);
+        self
+    }
+
+    pub fn rate_limit_per_minute(mut self, limit: u64) -> Self {
+        self.rate_limit_per_minute = Some(Some(limit));
+        self
+    }
+
+    pub fn clear_rate_limit_per_minute(mut self) -> Self {
+        self.rate_limit_per_minute = Some(None);
+        self
+    }
+
+    /// RFC 3339, in the future.
+    pub fn expires_at(mut self, rfc3339: impl Into<String>) -> Self {
+        self.expires_at = Some(Some(rfc3339.into()));
+        self
+    }
+
+    pub fn clear_expires_at(mut self) -> Self {
+        self.expires_at = Some(None);
+        self
+    }
+
+    pub fn identity_id(mut self, id: impl Into<String>) -> Self {
+        self.identity_id = Some(Some(id.into()));
+        self
+    }
+
+    pub fn clear_identity_id(mut self) -> Self {
+        self.identity_id = Some(None);
+        self
+    }
+
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = Some(Some(limits));
+        self
+    }
+
+    pub fn clear_limits(mut self) -> Self {
+        self.limits = Some(None);
         self
     }
 }
@@ -189,6 +300,18 @@ impl Client {
     /// ```
     pub fn list_keys(&self) -> Pages<Key> {
         Pages::new(self, Request::get("/public/v1/keys").query("limit", 100))
+    }
+
+    /// `PATCH /public/v1/keys/{id}` (owner key): changes what `changes` names; answers the key.
+    ///
+    /// ```no_run
+    /// # async fn run(owner: gatehouse_client::Client) -> Result<(), gatehouse_client::Error> {
+    /// use gatehouse_client::KeyChanges;
+    /// let key = owner.update_key("key_01jdx…", &KeyChanges::new().rate_limit_per_minute(60)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn update_key(&self, id: &str, changes: &KeyChanges) -> Call<Key> {
+        self.call(Request::patch(format!("/public/v1/keys/{}", segment(id)), changes))
     }
 
     /// `DELETE /public/v1/keys/{id}` (owner key): revokes at once; answers the revoked key.
