@@ -18,6 +18,8 @@ CREATE TABLE usage_counts (
   PRIMARY KEY (project_id, period_start, key_id, identity_id, route)
 ) STRICT, WITHOUT ROWID;
 CREATE INDEX usage_unexported ON usage_counts (period_start, project_id) WHERE requests <> exported;
+-- Counts older than AUDIT_RETENTION_DAYS are pruned by period.
+CREATE INDEX usage_counts_by_period ON usage_counts (period_start);
 
 -- Each run of the export: a period's first (seq 0) and its adjustments. A run is taken in one
 -- transaction with its records (the differences since the last run, per subject) and is sent
@@ -43,6 +45,7 @@ CREATE TABLE usage_records (
   identity_id   TEXT NOT NULL,
   value         INTEGER NOT NULL,          -- what the run adds (either sign in an adjustment)
   total         INTEGER NOT NULL,          -- the subject's count after the run
+  previous_seq  INTEGER,                   -- the run whose record of the subject this one replaces
   PRIMARY KEY (project_id, period_start, seq, key_id, identity_id)
 ) STRICT, WITHOUT ROWID;
 CREATE INDEX usage_records_by_period ON usage_records (period_start);

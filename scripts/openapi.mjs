@@ -89,7 +89,7 @@ const identityLimitsIn = nullable({ ...identityLimits, description: 'each field 
 const keyLimitsIn = nullable({ ...keyLimits, description: 'the key\'s own windows, each at most its plan\'s (403 above: an owner may lower, not raise); a window its plan does not limit, or monthly_quota (a key has no quota of its own), is a 422 naming the field; {} or null: the plan\'s' });
 const identityIdIn = nullable({ ...str, description: 'an identity of this project (422 with details.field "identity_id" otherwise); its keys share its limits. null: none' });
 const metaIn = nullable({ type: 'object', description: 'any JSON object, at most 4 KiB as compact JSON (422 beyond); null: none' });
-const eventTypes = ['contact.created', 'message.created', 'scenario.run.started', 'release_marker.created'];
+const eventTypes = ['contact.created', 'message.created', 'scenario.run.started', 'release_marker.created', 'usage.hourly', 'usage.adjustment'];
 
 const paths = {
   '/health': { get: { summary: 'Liveness; no credentials, no storage', security: [], responses: responses(false, { 200: { schema: out({ status: { const: 'ok' } }) } }, []) } },
@@ -174,12 +174,15 @@ const paths = {
     content: { 'application/gzip': { schema: { type: 'string', format: 'binary' } } }, codes: [400, 404, 422] }) },
   '/public/v1/audit/public-key': { get: get('The Ed25519 public key the project\'s audit digests verify under (404 when no AUDIT_SIGNING_KEY is set)', { ok: out({ algorithm: { const: 'ed25519' }, public_key: str }), codes: [404] }) },
   '/public/v1/usage': { get: get('Billable requests of the periods starting in [from, to), grouped (SPEC §22)', {
-    parameters: [query('from', time, 'RFC 3339 (default: 30 days before to; 400 otherwise)'), query('to', time, 'RFC 3339 (default: now), after from and at most 400 days after it (400 otherwise)'),
+    parameters: [query('from', time, 'RFC 3339 (default: 30 days before to; 400 otherwise)'), query('to', time, 'RFC 3339 (default: now), after from and at most 31 days after it (400 otherwise)'),
       query('group_by', { enum: ['key', 'identity', 'route', 'day', 'hour'] }, 'default key (400 otherwise)'),
       query('limit', int(1, 1000), '1–1000 groups (400 otherwise), default 100'), query('cursor', str, 'next_cursor of the previous page (400 for one this API did not return)')],
     ok: out({ from: time, to: time, group_by: str, meter: { const: 'requests' }, period_seconds: int(60, 3600), total: { ...int(0), description: 'every billable request of the range' },
       data: { type: 'array', items: { type: 'object', description: 'the group (key_id, identity_id — null for keys of no identity —, route as "METHOD template", day YYYY-MM-DD or hour) and its requests', properties: { requests: int(1) } } },
       has_more: { type: 'boolean' }, next_cursor: nullable(str) }), codes: [400] }) },
+  '/public/v1/usage/file': { get: get('One usage export of the project (CloudEvents, one per line), as written', {
+    parameters: [query('key', str, 'a key under usage/{project}/, as an event\'s data.object names it (400 otherwise)')],
+    content: { 'application/x-ndjson': { schema: { type: 'string' } } }, codes: [400, 404] }) },
   '/public/v1/audit/digests': { get: get('The signed, chained digests of the archive, oldest first, of periods starting in [from, to) (default: the last 7 days)', {
     parameters: [query('from', time, 'RFC 3339 (400 otherwise)'), query('to', time, 'RFC 3339, not before from (400 otherwise)')],
     ok: out({ data: { type: 'array', items: out({ period_start: time, period_end: time, key: str, sha256: str, objects: int(0) }) }, more: { type: 'boolean' } }), codes: [400] }) },
@@ -288,6 +291,38 @@ const schemas = {
   DeadLetter: out({ id: str, queue: str, body: { type: 'string', description: 'the message body as sent' }, first_failed_at: time, dead_at: time, last_error: nullable(str),
     attempts: int(0), status: { enum: ['dead', 'redriven'] }, redriven_at: nullable(time) }),
 };
+// Webhooks (OpenAPI 3.1 `webhooks`): what a subscriber's URL receives for each event type — a POST
+// of {id, type, created_at, data}, signed the Standard Webhooks way. tests/e2e/webhook_payloads
+// validates real deliveries of every type against these schemas.
+const usageRecord = out({ id: { type: 'string', pattern: '^[0-9a-f]{32}$', description: "the record's CloudEvents id: Stripe's identifier" }, subject: str, key_id: str, identity_id: nullable(str),
+  value: { ...int(), description: 'what this run adds (either sign in an adjustment)' }, total: int(0),
+  replaces: nullable({ type: 'string', pattern: '^[0-9a-f]{32}$', description: "the id of the subject's record this one replaces (null: the subject's first)" }) });
+const usageData = out({ project_id: str, meter: { const: 'requests' }, period_start: time, period_end: time, sequence: { ...int(0), description: '0: the period; 1, 2, …: its adjustments' },
+  object: { ...str, description: 'the R2 key of the run\'s CloudEvents (usage/{project}/{period}.ndjson)' }, value: int(), records: { type: 'array', maxItems: 100, items: usageRecord },
+  records_complete: { type: 'boolean', description: 'false: more than 100 records, read the object' } });
+const eventPayloads = {
+  'contact.created': ['A contact was created', ref('Contact')],
+  'message.created': ['A message was queued', ref('Message')],
+  'scenario.run.started': ['A scenario run started', out({ run_id: str, scenario_id: str, contact_id: str, variables: { type: 'object' }, status: { const: 'started' } })],
+  'release_marker.created': ['A deploy was recorded', ref('ReleaseMarker')],
+  'usage.hourly': ['A usage period was exported (only to subscriptions that name it; "*" does not)', usageData],
+  'usage.adjustment': ['Rows arrived after their period was exported: the difference (only to subscriptions that name it)', usageData],
+};
+const webhookHeader = (name, description, schema = str) => ({ name, in: 'header', required: true, description, schema });
+const webhooks = Object.fromEntries(Object.entries(eventPayloads).map(([type, [summary, data]]) => [type, { post: {
+  summary,
+  parameters: [
+    webhookHeader('webhook-id', "the delivery's id: the same on every attempt (de-duplicate on it)"),
+    webhookHeader('webhook-timestamp', 'Unix seconds of this attempt', { type: 'string', pattern: '^[0-9]+$' }),
+    webhookHeader('webhook-signature', 'v1,<base64 HMAC-SHA256(secret, id.timestamp.body)>, space-separated (two during a secret rotation)', { type: 'string', pattern: '^v1,[A-Za-z0-9+/=]+( v1,[A-Za-z0-9+/=]+)*$' }),
+    webhookHeader('X-Gatehouse-Event', 'the event type', { const: type }),
+    webhookHeader('X-Gatehouse-Request-Id', 'the request that caused the event'),
+    webhookHeader('X-Gatehouse-Signature', 'sha256=<hex HMAC-SHA256(secret, body)>', { type: 'string', pattern: '^sha256=[0-9a-f]{64}$' }),
+  ],
+  requestBody: { required: true, content: json(out({ id: str, type: { const: type }, created_at: time, data })) },
+  responses: { '2XX': { description: 'delivered' }, 410: { description: 'Gone: the subscription is disabled' }, default: { description: 'anything else (or no answer within WEBHOOK_TIMEOUT_MS): retried on the schedule' } },
+} }]));
+
 // Proxy mode: the routes under UPSTREAMS prefixes are the provider's, so they are not paths here;
 // this extension describes what the gateway adds to every one of them.
 const proxyContract = {
@@ -336,6 +371,7 @@ const doc = {
   servers: [{ url: '/' }],
   security: [{ apiKey: [] }],
   paths,
+  webhooks,
   'x-gatehouse-proxy': proxyContract,
   components: {
     securitySchemes: {

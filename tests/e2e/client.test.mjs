@@ -216,8 +216,8 @@ test('keys create / update with every field, contacts list / get, webhooks creat
     };
     const identity = (await call('POST', '/public/v1/identities', { key: owner.key, body: { external_id: 'cli-customer' } })).body;
     const key = JSON.parse(ok(['keys', 'create', '--type', 'server', '--name', 'worker', '--rate-limit-per-minute', '60',
-      '--identity-id', identity.id, '--limits', '{"per_second":5}']));
-    assert.deepEqual([key.rate_limit_per_minute, key.identity_id, key.limits.per_second], [60, identity.id, 5]);
+      '--identity-id', identity.id, '--limits', '{"per_minute":50}']));
+    assert.deepEqual([key.rate_limit_per_minute, key.identity_id, key.limits.per_minute], [60, identity.id, 50]);
     const updated = JSON.parse(ok(['keys', 'update', key.id, '--name', 'renamed', '--clear', 'rate_limit_per_minute', '--clear', 'identity_id']));
     assert.deepEqual([updated.name, updated.rate_limit_per_minute, updated.identity_id], ['renamed', null, null]);
     assert.equal(gatehouse(['keys', 'update', key.id], { key: owner.key }).status, 2, 'nothing to change');

@@ -12,6 +12,7 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ADMIN_TOKEN, BASE, SCHEDULED, assertError, auditDbOf, call, createKey, createProject, d1, eventually, receiver, sleep } from './harness.mjs';
+import { deliveryViolations } from './schema.mjs';
 
 const PERIOD = 60_000;
 const iso = (ms) => new Date(ms).toISOString().replace('.000Z', 'Z');
@@ -98,6 +99,12 @@ test('usage counts the billable requests, exports each closed period once as Clo
   assert.equal(hourly.data.value, 7);
   assert.equal(hourly.data.object, objectKey);
   assert.deepEqual(hourly.data.records.map((r) => r.id).sort(), records.map((r) => r.id).sort(), 'same identifiers as the object');
+  assert.deepEqual(deliveryViolations(hooks.requestsTo(usagePath)[0]), [], 'as public/openapi.json describes it');
+  // The object is readable through the API too (an event carries at most 100 records).
+  const file = await fetch(`${BASE}/public/v1/usage/file?key=${encodeURIComponent(objectKey)}`, { headers: { authorization: `Bearer ${owner.key}` } });
+  assert.equal(file.status, 200);
+  assert.equal(await file.text(), object);
+  assertError(await call('GET', `/public/v1/usage/file?key=${encodeURIComponent(`usage/prj_other/${iso(period)}.ndjson`)}`, { key: owner.key }), 400, 'VALIDATION_ERROR');
 
   const reconcile = async () => (await call('GET', `/admin/v1/usage/reconcile?hour=${iso(period)}&project_id=${projectId}`, { headers: admin })).body;
   assert.deepEqual(await reconcile(), { hour: new Date(period).toISOString(), period_seconds: 60, project_id: projectId, exported: 7, audited: 7, difference: 0, pending: 0 });
@@ -121,9 +128,10 @@ test('usage counts the billable requests, exports each closed period once as Clo
   assert.ok(adjustment, `${adjustmentKey} written`);
   const [fix] = adjustment.trim().split('\n').map((l) => JSON.parse(l));
   assert.deepEqual([fix.type, fix.data.key_id, fix.data.value, fix.data.total], ['dev.gatehouse.usage.adjustment', b.id, 1, 4]);
-  assert.equal(fix.data.adjusts, records.find((r) => r.data.key_id === b.id).id);
+  assert.equal(fix.data.replaces, records.find((r) => r.data.key_id === b.id).id, 'it replaces the first record of its subject');
   assert.ok(await hooks.waitFor(usagePath, 2, 30_000), 'usage.adjustment delivered');
   assert.equal(JSON.parse(hooks.requestsTo(usagePath)[1].body).type, 'usage.adjustment');
+  assert.deepEqual(deliveryViolations(hooks.requestsTo(usagePath)[1]), []);
   assert.deepEqual(await reconcile(), { hour: new Date(period).toISOString(), period_seconds: 60, project_id: projectId, exported: 8, audited: 8, difference: 0, pending: 0 });
 
   // Running the export again changes nothing: no second object, no second event.

@@ -125,7 +125,6 @@ impl<P: Ports> Gateway<'_, P> {
                             Ok(decision) => Some(decision),
                             Err(e) => {
                                 trace.key = Some(key);
-                                trace.accepted = true;
                                 trace.unanswered_claim = Some(ClaimHolder::Object(object));
                                 return Err((Some(usage), unavailable(e)));
                             }
@@ -149,7 +148,6 @@ impl<P: Ports> Gateway<'_, P> {
             Ok(Authorization::Admitted(admission)) => {
                 self.memory.borrow_mut().remember_recent_key(&key_hash, now_ms);
                 trace.key = Some(admission.key.clone());
-                trace.accepted = true;
                 *admission
             }
             Ok(Authorization::Denied(refused)) => {
@@ -179,6 +177,9 @@ impl<P: Ports> Gateway<'_, P> {
                 .with_detail("key_type", key.key_type.as_str());
             return Err((Some(usage), e));
         }
+        // Accepted: from here on the request may bill (SPEC §22) — a refusal for the key's type
+        // above took nothing of any window, so it never does.
+        trace.accepted = true;
         let refusal = match verdict {
             Verdict::Allowed => None,
             Verdict::RateLimited => Some(

@@ -233,15 +233,27 @@ impl<P: Ports> Gateway<'_, P> {
     /// `GET /public/v1/audit/file?key=`: one archive object or digest of the project, its bytes as
     /// stored (a verifier hashes them).
     pub(super) async fn audit_file(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
-        let key = call.query.iter().find(|(k, _)| k == "key").map(|(_, v)| v.as_str()).unwrap_or_default();
         let prefix = project_prefix(Some(call.project_id()));
-        if !key.starts_with(&prefix) || key.contains("..") {
+        self.project_object(call, &prefix, "audit object", "application/octet-stream").await
+    }
+
+    /// The bucket's object `?key=`, which must be under `prefix` (the calling project's), its
+    /// bytes as stored; 404 naming `what` when there is none.
+    pub(super) async fn project_object(
+        &self,
+        call: &Call<'_>,
+        prefix: &str,
+        what: &str,
+        content_type: &'static str,
+    ) -> Result<Reply, ApiError> {
+        let key = call.query.iter().find(|(k, _)| k == "key").map(|(_, v)| v.as_str()).unwrap_or_default();
+        if !key.starts_with(prefix) || key.contains("..") {
             return Err(ApiError::bad_request(format!("key must name an object under {prefix}"))
                 .with_detail("field", "key"));
         }
         match self.archive.get(key).await.map_err(unavailable)? {
-            Some(bytes) => Ok(Reply::file("application/octet-stream", bytes)),
-            None => Err(ApiError::not_found("audit object").with_detail("key", key)),
+            Some(bytes) => Ok(Reply::file(content_type, bytes)),
+            None => Err(ApiError::not_found(what).with_detail("key", key)),
         }
     }
 }

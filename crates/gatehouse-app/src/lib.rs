@@ -21,7 +21,7 @@ pub use responses::failure;
 pub use audit::{move_legacy_audit_rows, roll_up, roll_up_each, RollUpLimits};
 pub use dead_letters::{redrive, RedriveReport};
 pub use digests::{make_digests, DigestReport};
-pub use usage::{export_usage, UsageReport};
+pub use usage::{export_usage, UsagePeriods, UsageReport};
 pub use webhooks::{dispatch, jitter, reseal_secrets, retry, sweep, ManualRetry};
 #[cfg(test)]
 mod audit_load;

@@ -129,9 +129,12 @@ impl<P: Ports> Gateway<'_, P> {
         let head = audit.method == "HEAD";
         let mut response = respond(request_id, served.usage, served.answer, replays_created_as_ok, audit);
         response.audited = !trace.unaudited;
-        // A replay answers a retry of a request that billed already: it never bills again.
-        response.audit.billable = !response.audit.replayed
-            && bills_under.is_some_and(|plan| self.config.bills(&plan, response.status));
+        // Never billed: a replay or an idempotency conflict (answers about a request that billed
+        // already) and the gateway's own failures.
+        let never = response.audit.replayed
+            || gatehouse_core::usage::never_bills(response.audit.error_code.as_deref());
+        response.audit.billable =
+            !never && bills_under.is_some_and(|plan| self.config.bills(&plan, response.status));
         if head {
             // The runtime sends a HEAD answer without its body.
             response.audit.response_bytes = 0;
@@ -478,6 +481,7 @@ impl<P: Ports> Gateway<'_, P> {
             RouteId::ListAuditObjects => self.list_audit_objects(call).await,
             RouteId::AuditFile => self.audit_file(call).await,
             RouteId::Usage => self.usage(call).await,
+            RouteId::UsageFile => self.usage_file(call).await,
             RouteId::ReconcileUsage => self.reconcile_usage(call).await,
             RouteId::PullDeliveries => self.pull_deliveries(call).await,
             RouteId::ReportDelivery => self.report_delivery(call).await,

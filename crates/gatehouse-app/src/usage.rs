@@ -16,9 +16,20 @@ use gatehouse_core::ports::{
 };
 use gatehouse_core::time::parse_rfc3339_checked;
 use gatehouse_core::usage::{
-    grace_ms, period_start, Reconciliation, UsageQuery, UsageRun, EXPORT_TIME_BOX_MS, RUNS_PER_EXPORT,
+    grace_ms, period_start, Reconciliation, UsageQuery, UsageRun, EXPORT_TIME_BOX_MS, RECONCILE_OBJECTS_MAX,
+    RUNS_PER_EXPORT,
 };
 use gatehouse_core::webhook::payload;
+
+/// The usage period and how long its counts are kept (`AUDIT_RETENTION_DAYS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UsagePeriods {
+    pub period_ms: i64,
+    pub keep_ms: i64,
+}
+
+/// Rows of each usage table one export prunes at most.
+const PRUNE_PER_RUN: usize = 5_000;
 
 /// What one export did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -26,6 +37,8 @@ pub struct UsageReport {
     /// Runs sent (objects written and events recorded).
     pub runs: usize,
     pub records: usize,
+    /// Usage rows past the retention deleted.
+    pub pruned: usize,
     /// Periods whose run failed this time (tried again the next), and why.
     pub failed: Vec<String>,
 }
@@ -37,13 +50,18 @@ pub async fn export_usage<S: UsageStore + WebhookStore, A: Archive, Q: DeliveryQ
     store: &S,
     archive: &A,
     queue: &Q,
-    period_ms: i64,
+    periods: UsagePeriods,
     now_ms: impl Fn() -> i64,
     mut run_id: impl FnMut() -> String,
 ) -> Result<UsageReport, PortError> {
     let started = now_ms();
+    let period_ms = periods.period_ms;
     let mut report = UsageReport::default();
-    let due = store.usage_due(period_ms, started - grace_ms(period_ms), RUNS_PER_EXPORT).await?;
+    // Counts older than the log's retention go (their objects stay in R2), and their periods are
+    // never exported again: a row that late never makes a run that would reuse a name.
+    let keep_from = started - periods.keep_ms;
+    report.pruned = store.prune_usage(keep_from, PRUNE_PER_RUN).await?;
+    let due = store.usage_due(period_ms, keep_from, started - grace_ms(period_ms), RUNS_PER_EXPORT).await?;
     for (project, start) in due {
         if now_ms() - started > EXPORT_TIME_BOX_MS {
             break;
@@ -115,6 +133,13 @@ impl<P: Ports> Gateway<'_, P> {
         Ok(Reply::ok(query.view(groups, total, self.config.usage_period_seconds)))
     }
 
+    /// `GET /public/v1/usage/file?key=usage/{project}/…`: one of the project's usage exports, its
+    /// bytes as written (the records an event leaves out past the first 100).
+    pub(super) async fn usage_file(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let prefix = format!("usage/{}/", call.project_id());
+        self.project_object(call, &prefix, "usage object", "application/x-ndjson").await
+    }
+
     /// `GET /admin/v1/usage/reconcile?hour=<period start>[&project_id=]`: the period's export
     /// against its audit rows, counted row by row — the hot ones in D1 and the archived ones read
     /// back from R2.
@@ -153,8 +178,7 @@ pub async fn reconcile<S: UsageStore, A: Archive>(
     let snapshot = store.usage_snapshot(project, start, period_ms).await.map_err(unavailable)?;
     if snapshot.objects.len() > RECONCILE_OBJECTS_MAX {
         return Err(ApiError::unprocessable(format!(
-            "the period's archived rows are in {} objects, more than {RECONCILE_OBJECTS_MAX} read at once: name a project_id",
-            snapshot.objects.len()
+            "the period's archived rows are in more than {RECONCILE_OBJECTS_MAX} objects, more than one call reads: name a project_id"
         ))
         .with_detail("field", "project_id"));
     }
@@ -169,9 +193,6 @@ pub async fn reconcile<S: UsageStore, A: Archive>(
         pending: snapshot.pending,
     })
 }
-
-/// Archive objects one reconciliation reads at most.
-const RECONCILE_OBJECTS_MAX: usize = 200;
 
 /// The billable rows of an archived object's NDJSON whose time is in `[from, to)`.
 fn billable_rows(ndjson: &[u8], from: i64, to: i64) -> i64 {
@@ -200,6 +221,8 @@ mod tests {
     use gatehouse_core::webhook::{StoredSecret, Webhook};
 
     const MINUTE: i64 = 60_000;
+    /// One-minute periods, kept far longer than a schedule.
+    const KEPT: UsagePeriods = UsagePeriods { period_ms: MINUTE, keep_ms: 90 * 86_400_000 };
     const T0: i64 = 1_795_910_400_000; // a UTC midnight
     const PERIODS: i64 = 8;
     /// Seeds that once broke a promise, replayed on every run.
@@ -278,6 +301,7 @@ mod tests {
         let mut sums = Truth::new();
         let mut ids = BTreeSet::new();
         let mut named = BTreeSet::new();
+        let mut last_seq: BTreeMap<(String, i64, String), u32> = BTreeMap::new();
         for ((project, start, seq), stored) in &usage.runs {
             let run = UsageRun {
                 project_id: project.clone(),
@@ -305,7 +329,27 @@ mod tests {
                     return Err(format!("record id {} twice", run.record_id(record)));
                 }
                 let subject = gatehouse_core::usage::subject(&record.key_id, record.identity_id.as_deref());
-                *sums.entry((project.clone(), *start, subject)).or_default() += record.value;
+                let slot = (project.clone(), *start, subject);
+                // The Stripe recipe replaces the subject's last record by this one's total: it must
+                // name that record, and its total must be what the values add up to.
+                if record.previous_seq != last_seq.get(&slot).copied() {
+                    return Err(format!(
+                        "{} replaces run {:?}, not {:?}",
+                        run.object_key(),
+                        record.previous_seq,
+                        last_seq.get(&slot)
+                    ));
+                }
+                last_seq.insert(slot.clone(), *seq);
+                let sum = sums.entry(slot).or_default();
+                *sum += record.value;
+                if *sum != record.total {
+                    return Err(format!(
+                        "{}: total {} but the values add up to {sum}",
+                        run.object_key(),
+                        record.total
+                    ));
+                }
             }
         }
         if let Some(stray) = objects.keys().find(|k| !named.contains(*k)) {
@@ -373,7 +417,7 @@ mod tests {
                     runs += 1;
                     format!("run{runs}")
                 };
-                let _ = drive(export_usage(&store, &bucket, &queue, MINUTE, || now, run_id), &faults, crash);
+                let _ = drive(export_usage(&store, &bucket, &queue, KEPT, || now, run_id), &faults, crash);
             }
             exported(&store, &bucket, false)?;
             faults.set_failure_rate(0.0);
@@ -390,7 +434,7 @@ mod tests {
                 runs += 1;
                 format!("run{runs}")
             };
-            complete(export_usage(&store, &bucket, &queue, MINUTE, || end, run_id)).map_err(|e| e.0)?;
+            complete(export_usage(&store, &bucket, &queue, KEPT, || end, run_id)).map_err(|e| e.0)?;
         }
         let truth = truth(&all);
         let objects = exported(&store, &bucket, true)?;
@@ -432,6 +476,39 @@ mod tests {
         Ok(())
     }
 
+    /// Counts, runs and records older than the retention are pruned, and a row that late for a
+    /// pruned period never makes a run again (its name would be the first run's).
+    #[test]
+    fn usage_past_the_retention_is_pruned_and_never_exported_again() {
+        let faults = Rc::new(Faults::new(1, 0.0));
+        let clock = Rc::new(Cell::new(T0));
+        let (store, bucket, queue) = setup(&faults, &clock);
+        let keep = UsagePeriods { period_ms: MINUTE, keep_ms: 10 * MINUTE };
+        let mut n = 0;
+        let mut export = |at: i64| {
+            let run_id = || {
+                n += 1;
+                format!("run{n}")
+            };
+            complete(export_usage(&store, &bucket, &queue, keep, || at, run_id)).unwrap()
+        };
+        let billable = |id: &str| {
+            let mut r = AuditRow::new(id.into(), T0 + 1_000, "GET".into(), "/public/v1/me".into());
+            (r.project_id, r.key_id, r.status, r.billable) =
+                (Some("prj_a".into()), Some("key_1".into()), 200, true);
+            r
+        };
+        complete(store.insert_audit_rows(&[billable("r1")])).unwrap();
+        assert_eq!(export(T0 + 2 * MINUTE).runs, 1);
+        let report = export(T0 + 60 * MINUTE);
+        assert_eq!((report.runs, report.pruned), (0, 3), "a count, a run and its record");
+        assert!(store.audit.usage.borrow().runs.is_empty());
+        complete(store.insert_audit_rows(&[billable("r2")])).unwrap();
+        let report = export(T0 + 61 * MINUTE);
+        assert_eq!((report.runs, report.pruned), (0, 1), "the late count is pruned, not exported");
+        assert_eq!(bucket.usage_objects.borrow().len(), 1, "the first run's object stays as written");
+    }
+
     fn config(plans: &'static str) -> gatehouse_core::config::Config {
         gatehouse_core::config::Config::from_lookup(|name| match name {
             "KEY_PEPPER" => Some("usage-pepper-0123456".into()),
@@ -449,8 +526,14 @@ mod tests {
         use crate::testing::{api_request, fake_gateway, WholeBody};
         use gatehouse_core::api_key::KeyType;
         let faults = Rc::new(Faults::new(1, 0.0));
-        let (gateway, clock, secrets) =
-            fake_gateway(config, &faults, T0, "prj_u", &[KeyType::Owner, KeyType::Server], 0.0);
+        let (gateway, clock, secrets) = fake_gateway(
+            config,
+            &faults,
+            T0,
+            "prj_u",
+            &[KeyType::Owner, KeyType::Server, KeyType::Browser],
+            0.0,
+        );
         let (owner, server) = (&secrets[0], &secrets[1]);
         let calls = [
             (server.as_str(), "GET", "/public/v1/me", None),
@@ -459,6 +542,7 @@ mod tests {
             (server, "GET", "/public/v1/contacts/ct_missing", None),
             (server, "GET", "/public/v1/me", None), // the window's 5th: 429
             (owner, "GET", "/public/v1/keys", None),
+            (&secrets[2], "GET", "/public/v1/contacts/ct_1", None), // a browser key may not: 403
             ("gh_s_unknownunknownunknownunknown0000", "GET", "/public/v1/me", None),
         ];
         let mut rows = Vec::new();
@@ -478,16 +562,35 @@ mod tests {
         static DEFAULT: std::sync::OnceLock<gatehouse_core::config::Config> = std::sync::OnceLock::new();
         let default = DEFAULT.get_or_init(|| config(r#"{"trial":{"per_minute":4}}"#));
         let (flags, rows) = billed(default);
-        // Every status but a limit's 429; never a replay, an owner's call nor an unknown key's.
+        // Every status but a limit's 429; never a replay, an owner's call, a key refused for its type
+        // (no window counted it) nor an unknown key's.
         assert_eq!(
             flags,
-            [(200, true), (201, true), (201, false), (404, true), (429, false), (200, false), (401, false)]
+            [
+                (200, true),
+                (201, true),
+                (201, false),
+                (404, true),
+                (429, false),
+                (200, false),
+                (403, false),
+                (401, false)
+            ]
         );
         static TWO_XX: std::sync::OnceLock<gatehouse_core::config::Config> = std::sync::OnceLock::new();
         let two_xx = TWO_XX.get_or_init(|| config(r#"{"trial":{"per_minute":4,"billable":["2xx"]}}"#));
         assert_eq!(
             billed(two_xx).0,
-            [(200, true), (201, true), (201, false), (404, false), (429, false), (200, false), (401, false)]
+            [
+                (200, true),
+                (201, true),
+                (201, false),
+                (404, false),
+                (429, false),
+                (200, false),
+                (403, false),
+                (401, false)
+            ]
         );
 
         // The rows counted, as the audit consumer inserts them (twice: a redelivery counts nothing).

@@ -65,6 +65,7 @@ pub enum RouteId {
     AuditFile,
     /// Usage for billing (SPEC §22).
     Usage,
+    UsageFile,
     ReconcileUsage,
     /// A listener's long poll on a `cli` subscription, and its report of an attempt (SPEC §21).
     PullDeliveries,
@@ -225,6 +226,7 @@ pub const ROUTES: &[Route] = &[
         route(RouteId::Usage, "GET", "/public/v1/usage", OWNER),
         &["from", "to", "group_by", "limit", "cursor"],
     ),
+    with_query(route(RouteId::UsageFile, "GET", "/public/v1/usage/file", OWNER), &["key"]),
     route(RouteId::AuditPublicKey, "GET", "/public/v1/audit/public-key", OWNER),
     with_query(route(RouteId::ListAuditDigests, "GET", "/public/v1/audit/digests", OWNER), &["from", "to"]),
     with_query(route(RouteId::ListAuditObjects, "GET", "/public/v1/audit/objects", OWNER), &["from", "to"]),

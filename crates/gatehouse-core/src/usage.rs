@@ -29,8 +29,10 @@ pub const EVENT_RECORDS_MAX: usize = 100;
 /// Runs one export writes at most, and how long it goes on starting them.
 pub const RUNS_PER_EXPORT: usize = 100;
 pub const EXPORT_TIME_BOX_MS: i64 = 10_000;
+/// Archive objects one reconciliation reads at most (more: it asks for a `project_id`).
+pub const RECONCILE_OBJECTS_MAX: usize = 200;
 /// The longest range `GET /public/v1/usage` sums over, in days.
-pub const RANGE_DAYS_MAX: i64 = 400;
+pub const RANGE_DAYS_MAX: i64 = 31;
 
 /// Which statuses of an authenticated request bill under a plan (`PLANS.<plan>.billable`: a list
 /// of `"2xx"`-style classes and exact codes). A request no key was accepted for never bills.
@@ -67,13 +69,27 @@ impl Billable {
         Ok(Billable(Some(ranges)))
     }
 
-    /// Whether an authenticated request answered `status` bills.
+    /// Whether an authenticated request answered `status` bills. A limit's refusal (429) bills
+    /// only when the plan lists `"429"` itself: the class `"4xx"` leaves it out.
     pub fn bills(&self, status: u16) -> bool {
         match &self.0 {
             None => status != 429,
-            Some(ranges) => ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&status)),
+            Some(ranges) => ranges
+                .iter()
+                .any(|&(lo, hi)| (lo..=hi).contains(&status) && (status != 429 || (lo, hi) == (429, 429))),
         }
     }
+}
+
+/// Whether an answer with this error code never bills, whatever the plan says: an answer about an
+/// earlier request with the same `Idempotency-Key` (it billed, or will) and the gateway's own
+/// failures (nothing was served; a retry bills once it is).
+pub fn never_bills(error_code: Option<&str>) -> bool {
+    use crate::error::ErrorCode::*;
+    let Some(code) = error_code else { return false };
+    [IdempotencyKeyInUse, IdempotencyResponseNotStored, Internal, ServiceUnavailable]
+        .iter()
+        .any(|c| c.as_str() == code)
 }
 
 /// Whether `USAGE_PERIOD_SECONDS` may be `seconds`: whole minutes that divide an hour, so hours
@@ -105,6 +121,10 @@ pub struct UsageRecord {
     pub value: i64,
     /// The subject's count for the period after this run.
     pub total: i64,
+    /// The run of this period that last had a record of the subject (`None`: none did): this
+    /// record replaces that one.
+    #[serde(default)]
+    pub previous_seq: Option<u32>,
 }
 
 fn empty_is_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
@@ -177,14 +197,24 @@ impl UsageRun {
     /// The record's CloudEvents `id` (Stripe's `identifier`): a hash of project, subject, meter,
     /// period and run.
     pub fn record_id(&self, record: &UsageRecord) -> String {
+        self.record_id_at(record, self.seq)
+    }
+
+    /// The id of the subject's record in run `seq` of this period.
+    fn record_id_at(&self, record: &UsageRecord, seq: u32) -> String {
         let subject = subject(&record.key_id, record.identity_id.as_deref());
-        let text = format!("{}\n{subject}\n{METER}\n{}\n{}", self.project_id, self.period_start, self.seq);
+        let text = format!("{}\n{subject}\n{METER}\n{}\n{seq}", self.project_id, self.period_start);
         sha256_hex(text.as_bytes())[..32].to_owned()
+    }
+
+    /// The id of the record this one replaces (the subject's record of an earlier run), if any.
+    pub fn replaced_id(&self, record: &UsageRecord) -> Option<String> {
+        record.previous_seq.map(|seq| self.record_id_at(record, seq))
     }
 
     /// A record as a CloudEvent.
     pub fn cloud_event(&self, record: &UsageRecord) -> Value {
-        let mut data = json!({
+        let data = json!({
             "project_id": self.project_id,
             "meter": METER,
             "period_start": rfc3339(self.period_start),
@@ -194,12 +224,8 @@ impl UsageRun {
             "value": record.value,
             "total": record.total,
             "sequence": self.seq,
+            "replaces": self.replaced_id(record),
         });
-        if self.seq > 0 {
-            // The record this one corrects: the period's first of the subject.
-            let first = UsageRun { seq: 0, ..self.clone() };
-            data["adjusts"] = Value::String(first.record_id(record));
-        }
         json!({
             "specversion": "1.0",
             "id": self.record_id(record),
@@ -237,6 +263,7 @@ impl UsageRun {
                     "identity_id": r.identity_id,
                     "value": r.value,
                     "total": r.total,
+                    "replaces": self.replaced_id(r),
                 })
             })
             .collect();
@@ -427,6 +454,9 @@ mod tests {
             assert!(Billable::parse(&bad).is_err(), "{bad}");
         }
         assert!(!Billable::parse(&json!([])).unwrap().bills(200), "an empty list bills nothing");
+        let four = Billable::parse(&json!(["4xx"])).unwrap();
+        assert!(four.bills(404) && !four.bills(429), "a class leaves a limit's refusal out");
+        assert!(Billable::parse(&json!(["4xx", "429"])).unwrap().bills(429), "named, it bills");
     }
 
     #[test]
@@ -446,12 +476,19 @@ mod tests {
             seq,
             made_at: 1_764_687_900_000,
             records: vec![
-                UsageRecord { key_id: "key_a".into(), identity_id: None, value: 3, total: 3 },
+                UsageRecord {
+                    key_id: "key_a".into(),
+                    identity_id: None,
+                    value: 3,
+                    total: 3,
+                    previous_seq: None,
+                },
                 UsageRecord {
                     key_id: "key_b".into(),
                     identity_id: Some("idn_1".into()),
                     value: -1,
                     total: 4,
+                    previous_seq: Some(0),
                 },
             ],
         }
@@ -484,7 +521,8 @@ mod tests {
         assert_eq!(lines[1]["specversion"], "1.0");
         assert_eq!(lines[1]["subject"], "identities/idn_1/keys/key_b");
         assert_eq!(lines[1]["data"]["value"], -1);
-        assert_eq!(lines[1]["data"]["adjusts"], run(0).record_id(&r.records[1]));
+        assert_eq!(lines[1]["data"]["replaces"], run(0).record_id(&r.records[1]));
+        assert_eq!(lines[0]["data"]["replaces"], Value::Null);
         assert_eq!(lines[0]["time"], "2025-12-02T15:00:00.000Z");
         assert_eq!(r.event_type(), ADJUSTMENT_EVENT);
         assert_eq!(r.event_data()["value"], 2);
@@ -500,6 +538,10 @@ mod tests {
     fn a_query_is_bounded_and_its_errors_name_the_field() {
         let d = q(&[]).unwrap();
         assert_eq!((d.group_by, d.limit, d.to_ms - d.from_ms), (GroupBy::Key, 100, 30 * 86_400_000));
+        assert!(never_bills(Some("SERVICE_UNAVAILABLE")) && never_bills(Some("IDEMPOTENCY_KEY_IN_USE")));
+        assert!(
+            !never_bills(Some("NOT_FOUND")) && !never_bills(Some("UPSTREAM_TIMEOUT")) && !never_bills(None)
+        );
         assert_eq!(q(&[("group_by", "hour")]).unwrap().group_by, GroupBy::Hour);
         for (bad, field) in [
             (vec![("group_by", "week")], "group_by"),

@@ -339,12 +339,17 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
         let archive = R2Archive::new(env.bucket(archive::BINDING).map_err(port_error)?);
         let queue = WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING).map_err(port_error)?);
         let run_id = || gatehouse_core::encoding::hex(&app::random::<16>());
-        let r = app::export_usage(&store, &archive, &queue, config.usage_period_ms(), now_ms, run_id).await?;
-        Ok(match r.runs > 0 || !r.failed.is_empty() {
+        let periods = app::UsagePeriods {
+            period_ms: config.usage_period_ms(),
+            keep_ms: i64::from(config.audit_retention_days) * 86_400_000,
+        };
+        let r = app::export_usage(&store, &archive, &queue, periods, now_ms, run_id).await?;
+        Ok(match r.runs > 0 || r.pruned > 0 || !r.failed.is_empty() {
             true => format!(
-                r#""usage_runs":{},"records":{},"failed":{}"#,
+                r#""usage_runs":{},"records":{},"pruned":{},"failed":{}"#,
                 r.runs,
                 r.records,
+                r.pruned,
                 serde_json::to_string(&r.failed).unwrap_or_default()
             ),
             false => String::new(),

@@ -66,6 +66,7 @@ impl UsageStore for FakeStore {
     async fn usage_due(
         &self,
         period_ms: i64,
+        from_ms: i64,
         ended_by_ms: i64,
         limit: usize,
     ) -> Result<Vec<(String, i64)>, PortError> {
@@ -87,10 +88,29 @@ impl UsageStore for FakeStore {
                             .map(|((p, s, _), _)| (p.clone(), *s)),
                     )
                     .collect();
+                due.retain(|(_, start)| *start >= from_ms);
                 due.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
                 due.dedup();
                 due.truncate(limit);
                 due
+            })
+            .await
+    }
+
+    async fn prune_usage(&self, before_ms: i64, limit: usize) -> Result<usize, PortError> {
+        self.faults
+            .run("d1 prune usage", || {
+                let mut usage = self.audit.usage.borrow_mut();
+                let old_counts: Vec<Slot> =
+                    usage.counts.keys().filter(|(_, s, ..)| *s < before_ms).take(limit).cloned().collect();
+                let old_runs: Vec<(String, i64, u32)> =
+                    usage.runs.keys().filter(|(_, s, _)| *s < before_ms).take(limit).cloned().collect();
+                for slot in &old_counts {
+                    usage.counts.remove(slot);
+                }
+                let records: usize =
+                    old_runs.iter().map(|k| usage.runs.remove(k).map_or(0, |r| r.records.len())).sum();
+                old_counts.len() + old_runs.len() + records
             })
             .await
     }
@@ -140,11 +160,22 @@ impl UsageStore for FakeStore {
                 let records = subjects
                     .into_iter()
                     .filter(|(_, (value, _))| *value != 0)
-                    .map(|((key_id, identity), (value, total))| UsageRecord {
-                        key_id,
-                        identity_id: Some(identity).filter(|i| !i.is_empty()),
-                        value,
-                        total,
+                    .map(|((key_id, identity), (value, total))| {
+                        let identity_id = Some(identity).filter(|i| !i.is_empty());
+                        // The latest earlier run with a record of the subject.
+                        let previous_seq = usage
+                            .runs
+                            .iter()
+                            .filter(|((p, s, _), r)| {
+                                p == project_id
+                                    && *s == start
+                                    && r.records
+                                        .iter()
+                                        .any(|x| x.key_id == key_id && x.identity_id == identity_id)
+                            })
+                            .map(|((_, _, seq), _)| *seq)
+                            .max();
+                        UsageRecord { key_id, identity_id, value, total, previous_seq }
                     })
                     .collect();
                 for (slot, (requests, exported)) in usage.counts.iter_mut() {

@@ -177,10 +177,11 @@ pub trait DigestStore {
 pub trait UsageStore {
     /// Up to `limit` periods (project, start) to export, oldest first: those that ended by
     /// `ended_by_ms` (periods `period_ms` long) with counts not exported yet, and those with a run
-    /// taken but not sent.
+    /// taken but not sent; none that started before `from_ms` (they are pruned).
     async fn usage_due(
         &self,
         period_ms: i64,
+        from_ms: i64,
         ended_by_ms: i64,
         limit: usize,
     ) -> Result<Vec<(String, i64)>, PortError>;
@@ -209,6 +210,9 @@ pub trait UsageStore {
         seq: u32,
         sent_at: i64,
     ) -> Result<(), PortError>;
+    /// Deletes at most `limit` rows of each usage table (counts, runs, records) of periods that
+    /// started before `before_ms`, in every audit database; answers how many went.
+    async fn prune_usage(&self, before_ms: i64, limit: usize) -> Result<usize, PortError>;
     /// The project's counts of `query`'s range, grouped: a page of groups (at most
     /// `query.limit + 1`) and the range's total.
     async fn usage(&self, project_id: &str, query: &UsageQuery) -> Result<(Vec<UsageGroup>, i64), PortError>;

@@ -77,12 +77,11 @@ pub fn sample_data(event_type: &str, created_at: &str) -> Value {
             "id": "rm_sample", "project_id": "prj_sample", "version": "v0.0.0-sample", "ts": created_at,
             "environment": "sample", "commit": null, "created_at": created_at,
         }),
+        // No records and a value of 0: a billing receiver that takes a sample for real bills nothing.
         "usage.hourly" | "usage.adjustment" => serde_json::json!({
             "project_id": "prj_sample", "meter": "requests", "period_start": created_at,
             "period_end": created_at, "sequence": u32::from(event_type == "usage.adjustment"),
-            "object": "usage/prj_sample/sample.ndjson", "value": 1,
-            "records": [{"id": "sample", "subject": "keys/key_sample", "key_id": "key_sample",
-                         "identity_id": null, "value": 1, "total": 1}],
+            "object": "usage/prj_sample/sample.ndjson", "value": 0, "records": [],
             "records_complete": true,
         }),
         _ => serde_json::json!({ "sample": true }),

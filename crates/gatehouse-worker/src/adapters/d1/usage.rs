@@ -3,7 +3,7 @@
 
 use super::{int, opt_text, text, AuditLogs, D1Store};
 use gatehouse_core::ports::{PortError, UsageSnapshot, UsageStore};
-use gatehouse_core::usage::{GroupBy, UsageGroup, UsageQuery, UsageRecord, UsageRun};
+use gatehouse_core::usage::{GroupBy, UsageGroup, UsageQuery, UsageRecord, UsageRun, RECONCILE_OBJECTS_MAX};
 
 /// A run's row of `usage_runs`.
 #[derive(serde::Deserialize)]
@@ -36,7 +36,7 @@ impl D1Store {
         let records: Vec<UsageRecord> = self
             .rows(
                 &format!(
-                    "SELECT key_id, identity_id, value, total FROM usage_records WHERE {PERIOD} AND seq = ?3
+                    "SELECT key_id, identity_id, value, total, previous_seq FROM usage_records WHERE {PERIOD} AND seq = ?3
                      ORDER BY key_id, identity_id"
                 ),
                 &[text(project_id), int(start), int(row.seq.into())],
@@ -57,6 +57,7 @@ impl UsageStore for D1Store {
     async fn usage_due(
         &self,
         period_ms: i64,
+        from_ms: i64,
         ended_by_ms: i64,
         limit: usize,
     ) -> Result<Vec<(String, i64)>, PortError> {
@@ -70,11 +71,11 @@ impl UsageStore for D1Store {
             let rows: Vec<Due> = log
                 .rows(
                     "SELECT project_id, period_start FROM usage_counts
-                     WHERE requests <> exported AND period_start + ?1 <= ?2
+                     WHERE requests <> exported AND period_start + ?1 <= ?2 AND period_start >= ?4
                      UNION
-                     SELECT project_id, period_start FROM usage_runs WHERE sent_at IS NULL
+                     SELECT project_id, period_start FROM usage_runs WHERE sent_at IS NULL AND period_start >= ?4
                      ORDER BY period_start, project_id LIMIT ?3",
-                    &[int(period_ms), int(ended_by_ms), int(limit as i64)],
+                    &[int(period_ms), int(ended_by_ms), int(limit as i64), int(from_ms)],
                 )
                 .await?;
             due.extend(rows.into_iter().map(|d| (d.project_id, d.period_start)));
@@ -82,6 +83,31 @@ impl UsageStore for D1Store {
         due.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
         due.truncate(limit);
         Ok(due)
+    }
+
+    async fn prune_usage(&self, before_ms: i64, limit: usize) -> Result<usize, PortError> {
+        let mut pruned = 0;
+        for log in self.audit_logs() {
+            let args = [int(before_ms), int(limit as i64)];
+            let statements = [
+                ("usage_counts", "project_id, period_start, key_id, identity_id, route"),
+                ("usage_records", "project_id, period_start, seq, key_id, identity_id"),
+                ("usage_runs", "project_id, period_start, seq"),
+            ]
+            .iter()
+            .map(|(table, key)| {
+                log.statement(
+                    &format!(
+                        "DELETE FROM {table} WHERE ({key}) IN
+                           (SELECT {key} FROM {table} WHERE period_start < ?1 LIMIT ?2)"
+                    ),
+                    &args,
+                )
+            })
+            .collect::<Result<Vec<_>, PortError>>()?;
+            pruned += log.batch(statements).await?.iter().sum::<usize>();
+        }
+        Ok(pruned)
     }
 
     async fn unsent_usage_run(&self, project_id: &str, start: i64) -> Result<Option<UsageRun>, PortError> {
@@ -110,7 +136,8 @@ impl UsageStore for D1Store {
         let args = [text(project_id), int(start), int(period_ms), text(run_id), int(made_at)];
         // One transaction: the run (only if none of the period is unsent and a count changed),
         // its records (per subject, what the counts hold beyond earlier runs), the counts marked
-        // exported — the last two only if this attempt's run was written.
+        // exported — the last two only if this attempt's run was written. A record names the run
+        // whose record of its subject it replaces.
         let ours = "EXISTS (SELECT 1 FROM usage_runs WHERE run_id = ?4)";
         let statements = vec![
             log.statement(
@@ -123,13 +150,14 @@ impl UsageStore for D1Store {
                 &args,
             )?,
             log.statement(
-                &format!(
-                    "INSERT INTO usage_records (project_id, period_start, seq, key_id, identity_id, value, total)
-                     SELECT ?1, ?2, (SELECT seq FROM usage_runs WHERE run_id = ?4), key_id, identity_id,
-                            sum(requests - exported), sum(requests)
-                     FROM usage_counts WHERE {PERIOD} AND {ours}
-                     GROUP BY key_id, identity_id HAVING sum(requests - exported) <> 0"
-                ),
+                "INSERT INTO usage_records (project_id, period_start, seq, key_id, identity_id, value, total, previous_seq)
+                 SELECT ?1, ?2, r.seq, c.key_id, c.identity_id, sum(c.requests - c.exported), sum(c.requests),
+                        (SELECT max(p.seq) FROM usage_records p
+                         WHERE p.project_id = ?1 AND p.period_start = ?2 AND p.key_id = c.key_id
+                           AND p.identity_id = c.identity_id AND p.seq < r.seq)
+                 FROM usage_counts c JOIN usage_runs r ON r.run_id = ?4
+                 WHERE c.project_id = ?1 AND c.period_start = ?2
+                 GROUP BY c.key_id, c.identity_id HAVING sum(c.requests - c.exported) <> 0",
                 &args[..4],
             )?,
             log.statement(
@@ -243,7 +271,9 @@ impl UsageStore for D1Store {
                 log.statement(
                     &format!(
                         "SELECT key FROM audit_objects
-                         WHERE last_ts >= ?2 AND first_ts < ?3 AND project_id IS NOT NULL AND {ours}"
+                         WHERE last_ts >= ?2 AND first_ts < ?3 AND project_id IS NOT NULL AND {ours}
+                         LIMIT {}",
+                        RECONCILE_OBJECTS_MAX + 1
                     ),
                     &args,
                 )?,
