@@ -231,7 +231,7 @@ test('keys create / update with every field, contacts list / get, webhooks creat
     assert.deepEqual(listed.map((c) => c.name).sort(), ['Ada', 'Grace']);
     assert.equal(JSON.parse(ok(['contacts', 'get', made[0].id], server.key)).name, 'Ada');
 
-    const hook = JSON.parse(ok(['webhooks', 'create', '--url', `${hooks.url}/cli-hook`, '--events', 'contact.created,message.created']));
+    const hook = JSON.parse(ok(['webhooks', 'create', `${hooks.url}/cli-hook`, '--events', 'contact.created,message.created']));
     assert.match(hook.secret, /^whsec_/);
     assert.deepEqual(hook.events, ['contact.created', 'message.created']);
     assert.ok(jsonLines(ok(['webhooks', 'list'])).some((h) => h.id === hook.id && h.secret === undefined));

@@ -279,8 +279,8 @@ enum WebhooksCommand {
     Enable { id: String },
     /// Subscribe a URL to event types; the signing secret is printed this once.
     Create {
-        #[arg(long)]
-        url: String,
+        /// The receiver's URL (https; the gateway's own is --url).
+        endpoint: String,
         /// Comma-separated event types, or * (every type but the usage events).
         #[arg(long, value_delimiter = ',', required = true)]
         events: Vec<String>,
@@ -424,9 +424,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
         }
         Command::Contacts(ContactsCommand::Get { id }) => print_json(&client.get_contact(&id).await?),
-        Command::Webhooks(WebhooksCommand::Create { url, events }) => {
+        Command::Webhooks(WebhooksCommand::Create { endpoint, events }) => {
             let events: Vec<&str> = events.iter().map(String::as_str).collect();
-            print_json(&client.create_webhook(&url, &events).await?)
+            print_json(&client.create_webhook(&endpoint, &events).await?)
         }
         Command::Webhooks(WebhooksCommand::List) => {
             let mut hooks = client.list_webhooks();
