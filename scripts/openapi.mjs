@@ -136,6 +136,8 @@ const paths = {
       { 201: { schema: ref('KeyCreated'), description: 'Created' } }),
     get: get('List the project\'s keys', { parameters: paging, ok: list(ref('Key')), codes: [400] }),
   },
+  '/public/v1/keys/last-used': { get: get('The last day each key was used in the last 31 days (UTC), from the daily aggregates: one call for every key', {
+    ok: out({ since: { type: 'string', format: 'date' }, data: { type: 'array', items: out({ key_id: str, last_used_on: { type: 'string', format: 'date' } }) } }) }) },
   '/public/v1/keys/{id}': {
     patch: mutating('Change the name, lower the limits, set the expiry or the identity (applies at once)', obj({ name: nullable({ type: 'string', maxLength: 200, description: 'trimmed; blank or null clears it (400 beyond 200 characters)' }), plan: samePlan, rate_limit_per_minute: rateOverride,
       expires_at: nullable(futureTime('; null: never. Not for a rolled or expired key (422)')), identity_id: identityIdIn, limits: keyLimitsIn }),

@@ -67,6 +67,17 @@ impl<P: Ports> Gateway<'_, P> {
         Ok(Reply::ok(stats_view(key_id, days, call.now_ms, &counted, &endpoints)))
     }
 
+    /// `GET /public/v1/keys/last-used`: the last day each key of the project was used in the last
+    /// 31 days, in one call from the daily aggregates (the dashboard's "Last use" column).
+    pub(super) async fn keys_last_used(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let today_start = call.now_ms - call.now_ms.rem_euclid(86_400_000);
+        let since = today_start - 30 * 86_400_000;
+        let used = self.store.keys_last_used(call.project_id(), since).await.map_err(unavailable)?;
+        let data: Vec<_> =
+            used.into_iter().map(|(key_id, day)| json!({ "key_id": key_id, "last_used_on": day })).collect();
+        Ok(Reply::ok(json!({ "since": gatehouse_core::time::utc_date(since), "data": data })))
+    }
+
     /// The project's archived days, oldest first: each day's objects counted and sized together.
     pub(super) async fn list_archives(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let prefix = archive::project_prefix(Some(call.project_id()));

@@ -466,6 +466,7 @@ impl<P: Ports> Gateway<'_, P> {
             RouteId::ListLogs => self.list_logs(call).await,
             RouteId::GetLog => self.get_log(call).await,
             RouteId::KeyStats => self.key_stats(call).await,
+            RouteId::KeysLastUsed => self.keys_last_used(call).await,
             RouteId::ListArchives => self.list_archives(call).await,
             RouteId::GetArchive => self.get_archive(call).await,
             RouteId::CreateWebhook => self.create_webhook(call).await,

@@ -214,6 +214,26 @@ impl AuditStore for FakeStore {
             .await
     }
 
+    async fn keys_last_used(
+        &self,
+        project_id: &str,
+        since_ms: i64,
+    ) -> Result<Vec<(String, String)>, PortError> {
+        self.faults
+            .run("d1 keys last used", || {
+                let since = utc_date(since_ms);
+                let mut last: BTreeMap<String, String> = BTreeMap::new();
+                for ((p, key, day, ..), (total, ..)) in self.audit.daily.borrow().iter() {
+                    if p == project_id && *day >= since && *total > 0 {
+                        let d = last.entry(key.clone()).or_default();
+                        *d = d.clone().max(day.clone());
+                    }
+                }
+                last.into_iter().collect()
+            })
+            .await
+    }
+
     async fn oldest_expired(&self, before_ms: i64) -> Result<Option<(Option<String>, Cursor)>, PortError> {
         self.faults
             .run("d1 oldest expired row", || {

@@ -43,6 +43,13 @@ pub trait AuditStore {
         key_id: &str,
         since_ms: i64,
     ) -> Result<(Vec<DayCount>, Vec<EndpointCount>), PortError>;
+    /// The last UTC day (`YYYY-MM-DD`) since `since_ms` on which each key of the project made a
+    /// request: from the daily aggregates, one row per key.
+    async fn keys_last_used(
+        &self,
+        project_id: &str,
+        since_ms: i64,
+    ) -> Result<Vec<(String, String)>, PortError>;
     /// The oldest row (by `(ts, request_id)`) older than `before_ms`: its project (`None`: no
     /// project) and position. The roll-up moves rows from here.
     async fn oldest_expired(&self, before_ms: i64) -> Result<Option<(Option<String>, Cursor)>, PortError>;

@@ -318,6 +318,28 @@ impl AuditStore for D1Store {
         ))
     }
 
+    async fn keys_last_used(
+        &self,
+        project_id: &str,
+        since_ms: i64,
+    ) -> Result<Vec<(String, String)>, PortError> {
+        #[derive(serde::Deserialize)]
+        struct LastUsed {
+            key_id: String,
+            day: String,
+        }
+        let rows: Vec<LastUsed> = self
+            .log_of(Some(project_id))
+            .await?
+            .rows(
+                "SELECT key_id, max(day) AS day FROM audit_daily
+                 WHERE project_id = ?1 AND day >= date(?2 / 1000, 'unixepoch') AND total > 0 GROUP BY key_id",
+                &[text(project_id), int(since_ms)],
+            )
+            .await?;
+        Ok(rows.into_iter().map(|r| (r.key_id, r.day)).collect())
+    }
+
     async fn oldest_expired(&self, before_ms: i64) -> Result<Option<(Option<String>, Cursor)>, PortError> {
         #[derive(serde::Deserialize)]
         struct Oldest {
