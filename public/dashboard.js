@@ -101,13 +101,28 @@ for (const name of tabs) {
 }
 
 // ---- API keys ------------------------------------------------------------------------------
+/** An <input type=datetime-local> value as RFC 3339 (local time, as the owner typed it). */
+const isoOf = (local) => (local ? new Date(local).toISOString() : null);
+/** RFC 3339 as an <input type=datetime-local> value, in local time. */
+function localOf(iso) {
+  if (!iso) return '';
+  const d = new Date(iso);
+  return new Date(d.getTime() - d.getTimezoneOffset() * 60_000).toISOString().slice(0, 16);
+}
+
 async function loadKeys() {
-  const { data } = await api('/public/v1/keys?limit=200');
-  const lastUse = await Promise.all(data.map((k) =>
-    api(`/public/v1/logs?key_id=${encodeURIComponent(k.id)}&limit=1`).then((r) => r.data[0]?.ts).catch(() => null)));
-  $('keys').replaceChildren(...data.map((k, i) => {
+  // Two calls, whatever the number of keys: the list, and every key's last day of use from the
+  // daily aggregates (never a log query per key).
+  const [{ data }, used] = await Promise.all([api('/public/v1/keys?limit=200'), api('/public/v1/keys/last-used')]);
+  const lastUse = new Map(used.data.map((u) => [u.key_id, u.last_used_on]));
+  const keyFilter = $('log-key');
+  const chosen = keyFilter.value;
+  keyFilter.replaceChildren(new Option('any', ''), ...data.map((k) => new Option(`${k.prefix}… ${k.name ?? ''}`, k.id)));
+  keyFilter.value = chosen;
+  $('keys').replaceChildren(...data.map((k) => {
     const actions = cell('');
     actions.append(button('Stats', () => loadStats(k).catch(showError)));
+    if (k.status === 'active' || k.status === 'expiring') actions.append(' ', button('Edit', () => editKey(k)));
     if ((k.status === 'active' || k.status === 'expiring') && !k.rolled_to) {
       actions.append(' ', button('Roll', async () => {
         const grace = prompt(`Roll ${k.prefix}…: a new key replaces it. Seconds the old key keeps working (0–86400):`, '3600');
@@ -128,12 +143,56 @@ async function loadKeys() {
       }));
     }
     const tr = row(cell(k.prefix), cell(k.type), cell(k.name), cell(k.plan), cell(k.rate_limit_per_minute ?? 'plan'),
-      cell(k.status), cell(when(k.expires_at)), cell(when(lastUse[i])), actions);
+      cell(k.status), cell(when(k.expires_at)), cell(lastUse.get(k.id) ?? '—'), actions);
     tr.dataset.prefix = k.prefix;
     tr.dataset.status = k.status;
     return tr;
   }));
 }
+
+$('new-key').addEventListener('submit', async (event) => {
+  event.preventDefault();
+  const form = new FormData($('new-key'));
+  const body = { type: form.get('type') };
+  if (form.get('name')) body.name = form.get('name');
+  if (form.get('rate_limit_per_minute')) body.rate_limit_per_minute = Number(form.get('rate_limit_per_minute'));
+  if (form.get('expires_at')) body.expires_at = isoOf(form.get('expires_at'));
+  try {
+    const created = await send('/public/v1/keys', body);
+    showOnce(`New ${created.type} key ${created.prefix}…`, created.key, 'It is not shown again: the gateway keeps only its hash.');
+    $('new-key').reset();
+    showError(null);
+  } catch (e) { showError(e); }
+  await loadKeys().catch(showError);
+});
+
+let editing = null;
+function editKey(k) {
+  editing = k;
+  const form = $('edit-key');
+  $('edit-prefix').textContent = `${k.prefix}…`;
+  form.elements.name.value = k.name ?? '';
+  form.elements.rate_limit_per_minute.value = k.rate_limit_per_minute ?? '';
+  form.elements.expires_at.value = localOf(k.expires_at);
+  form.hidden = false;
+  form.elements.name.focus();
+}
+$('edit-cancel').addEventListener('click', () => { $('edit-key').hidden = true; editing = null; });
+$('edit-key').addEventListener('submit', async (event) => {
+  event.preventDefault();
+  const form = $('edit-key').elements;
+  const changes = {
+    name: form.name.value.trim() || null,
+    rate_limit_per_minute: form.rate_limit_per_minute.value ? Number(form.rate_limit_per_minute.value) : null,
+    expires_at: isoOf(form.expires_at.value),
+  };
+  try {
+    await send(`/public/v1/keys/${editing.id}`, changes, 'PATCH');
+    $('edit-key').hidden = true;
+    showError(null);
+  } catch (e) { showError(e); }
+  await loadKeys().catch(showError);
+});
 
 async function loadStats(k) {
   const stats = await api(`/public/v1/keys/${k.id}/stats?days=30`);
@@ -171,26 +230,60 @@ $('log-filters').addEventListener('submit', (event) => {
 $('log-more').addEventListener('click', () => loadLog(false).catch(showError));
 $('detail-close').addEventListener('click', () => $('log-detail').close());
 
-async function loadLog(fresh) {
+/** The log query of the filter form; its time range becomes `from`. */
+function logParams() {
   const params = new URLSearchParams();
-  for (const [name, value] of new FormData($('log-filters'))) if (value) params.set(name, value);
+  for (const [name, value] of new FormData($('log-filters'))) {
+    if (!value) continue;
+    if (name === 'range') params.set('from', new Date(Date.now() - Number(value) * 1000).toISOString());
+    else params.set(name, value);
+  }
   params.set('limit', '50');
+  return params;
+}
+
+let shown = new Set();
+async function loadLog(fresh) {
+  const params = logParams();
   if (!fresh && logCursor) params.set('cursor', logCursor);
   const page = await api(`/public/v1/logs?${params}`);
   logCursor = page.next_cursor;
-  const rows = page.data.map((r) => {
+  if (fresh) shown = new Set();
+  const rows = logRows(page.data);
+  if (fresh) $('log').replaceChildren(...rows); else $('log').append(...rows);
+  $('log-more').hidden = !logCursor;
+}
+
+/** Live tail: one request per interval, for rows from the newest shown on (each shown once). */
+let live = null;
+$('log-live').addEventListener('change', () => {
+  clearInterval(live);
+  live = $('log-live').checked ? setInterval(() => tailLog().catch(showError), 5000) : null;
+});
+async function tailLog() {
+  if ($('panel-log').hidden) return;
+  const newest = $('log').querySelector('tr')?.dataset.ts;
+  const params = logParams();
+  if (newest) params.set('from', newest);
+  const page = await api(`/public/v1/logs?${params}`);
+  const rows = logRows(page.data);
+  $('log').prepend(...rows);
+}
+
+function logRows(data) {
+  return data.filter((r) => !shown.has(r.request_id)).map((r) => {
+    shown.add(r.request_id);
     const tr = row(cell(when(r.ts)), cell(r.method), cell(r.path), cell(r.status, statusClass(r.status)),
       cell(r.key_prefix), cell(r.response_time_ms));
     tr.className = 'clickable';
     tr.tabIndex = 0;
     tr.dataset.requestId = r.request_id;
     tr.dataset.status = r.status;
+    tr.dataset.ts = r.ts;
     tr.addEventListener('click', () => showDetail(r));
     tr.addEventListener('keydown', (e) => { if (e.key === 'Enter') showDetail(r); });
     return tr;
   });
-  if (fresh) $('log').replaceChildren(...rows); else $('log').append(...rows);
-  $('log-more').hidden = !logCursor;
 }
 
 function showDetail(r) {
@@ -214,11 +307,44 @@ function showDetail(r) {
 }
 
 // ---- webhooks ------------------------------------------------------------------------------
+$('new-webhook').addEventListener('submit', async (event) => {
+  event.preventDefault();
+  const form = new FormData($('new-webhook'));
+  try {
+    const created = await send('/public/v1/webhooks', { url: form.get('url'), events: form.getAll('events') });
+    showOnce(`Signing secret of ${created.url}`, created.secret, 'Verify every delivery with it; it is not shown again.');
+    $('new-webhook').reset();
+    showError(null);
+  } catch (e) { showError(e); }
+  await loadWebhooks().catch(showError);
+});
+$('test-event').addEventListener('submit', async (event) => {
+  event.preventDefault();
+  const type = new FormData($('test-event')).get('type');
+  try {
+    const sent = await send('/public/v1/webhooks/trigger', { type });
+    $('webhook-note').textContent = `Sample ${sent.type} sent: ${sent.deliveries} ${sent.deliveries === 1 ? 'delivery' : 'deliveries'}.`;
+    showError(null);
+  } catch (e) { showError(e); }
+});
+
 async function loadWebhooks() {
   const { data } = await api('/public/v1/webhooks');
   $('webhooks').replaceChildren(...data.map((w) => {
     const actions = cell('');
     actions.append(button('Deliveries', () => loadDeliveries(w).catch(showError)));
+    // Two steps instead of a confirm() box: the first click asks, the second deletes.
+    const remove = button('Delete', async () => {
+      if (remove.dataset.armed !== 'true') {
+        remove.dataset.armed = 'true';
+        remove.textContent = 'Confirm delete';
+        return;
+      }
+      await api(`/public/v1/webhooks/${w.id}`, { method: 'DELETE' }).catch(showError);
+      $('deliveries-box').hidden = true;
+      await loadWebhooks().catch(showError);
+    });
+    actions.append(' ', remove);
     actions.append(' ', button('Rotate secret', async () => {
       const grace = prompt('Seconds the old secret keeps signing beside the new one (0–604800):', '86400');
       if (grace === null) return;
@@ -263,19 +389,32 @@ async function loadDeliveries(w) {
     for (const a of d.attempts) {
       const li = document.createElement('li');
       li.textContent = `${when(a.started_at)} — ${a.response_code ?? 'no answer'} in ${a.duration_ms} ms${a.error ? ` — ${a.error}` : ''}`;
+      if (a.response_body) {
+        const body = document.createElement('code');
+        body.className = 'response-body';
+        body.textContent = ` ${a.response_body.slice(0, 200)}`;
+        li.append(body);
+      }
       attempts.append(li);
     }
+    const payload = document.createElement('details');
+    payload.className = 'payload';
+    const summary = document.createElement('summary');
+    summary.textContent = 'Payload';
+    const pre = document.createElement('pre');
+    pre.textContent = JSON.stringify(d.payload, null, 2);
+    payload.append(summary, pre);
     const attemptsCell = cell('');
-    attemptsCell.append(attempts);
+    attemptsCell.append(attempts, payload);
     const actions = cell('');
-    if (d.status !== 'delivered') {
-      actions.append(button('Retry now', async () => {
-        await api(`/public/v1/webhooks/deliveries/${d.id}/retry`, { method: 'POST' }).catch(showError);
-        setTimeout(() => loadDeliveries(w).catch(showError), 1500);
-      }));
-    }
+    // A failed or pending delivery is tried again now; a delivered one is sent once more.
+    actions.append(button(d.status === 'delivered' ? 'Resend' : 'Retry now', async () => {
+      await api(`/public/v1/webhooks/deliveries/${d.id}/retry`, { method: 'POST' }).catch(showError);
+      setTimeout(() => loadDeliveries(w).catch(showError), 1500);
+    }));
     const tr = row(cell(d.id), cell(d.event), cell(d.status), attemptsCell, cell(when(d.scheduled_at)), actions);
     tr.dataset.status = d.status;
+    tr.dataset.attempts = String(d.attempts.length);
     return tr;
   }));
 }

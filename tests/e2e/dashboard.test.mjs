@@ -4,7 +4,8 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { chromium } from 'playwright-core';
-import { BASE, call, createKey, createProject, eventually, listAll, receiver } from './harness.mjs';
+import { spawn } from 'node:child_process';
+import { ADMIN_TOKEN, BASE, buildCli, call, createKey, createProject, eventually, listAll, receiver, sleep } from './harness.mjs';
 
 const SHOTS = `${process.env.GATEHOUSE_STATE ?? '/tmp'}/screenshots`;
 let browser;
@@ -184,6 +185,144 @@ test('lifecycles from the dashboard: roll a key (the new one shown once), rotate
     await page.close();
   } finally {
     await gate.close();
+  }
+});
+
+/** Every API call the page makes, by path, with its status. */
+function calls(page) {
+  const seen = [];
+  page.on('response', (r) => {
+    const url = new URL(r.url());
+    seen.push({ path: url.pathname, query: url.search, status: r.status() });
+  });
+  return seen;
+}
+
+async function signIn(page, key) {
+  await page.goto(`${BASE}/dashboard`);
+  await page.fill('#owner-key', key);
+  await page.click('#login button[type=submit]');
+  await page.waitForSelector('#app:not([hidden])');
+}
+
+test('keys created and edited from forms, last use in one call, the log by key and time and live, endpoints added, tested, resent and deleted', { timeout: 180_000 }, async () => {
+  const { owner } = await createProject('Dashboard forms', { plan: 'business' });
+  const server = await createKey(owner.key, 'server', { name: 'backend' });
+  await call('GET', '/public/v1/me', { key: server.key });
+  await eventually(async () => (await call('GET', '/public/v1/keys/last-used', { key: owner.key })).body.data?.some((u) => u.key_id === server.id), 20_000);
+
+  const page = await watched(await browser.newPage({ viewport: { width: 1280, height: 1000 } }));
+  const seen = calls(page);
+  await signIn(page, owner.key);
+  await page.waitForSelector(`#keys tr[data-prefix="${server.prefix}"]`);
+  // "Last use" for every key in one call: no log query per key.
+  assert.equal(seen.filter((c) => c.path === '/public/v1/keys/last-used').length, 1);
+  assert.equal(seen.filter((c) => c.path === '/public/v1/logs').length, 0, JSON.stringify(seen));
+  const today = new Date().toISOString().slice(0, 10);
+  assert.equal(await page.textContent(`#keys tr[data-prefix="${server.prefix}"] td:nth-child(8)`), today);
+  assert.deepEqual(seen.filter((c) => c.path.startsWith('/favicon')).map((c) => c.status), [200], 'the icon loads');
+
+  // Create a key from the form: shown once, and it works.
+  await page.selectOption('#new-key select[name=type]', 'server');
+  await page.fill('#new-key input[name=name]', 'from the page');
+  await page.fill('#new-key input[name=rate_limit_per_minute]', '20');
+  await page.click('#new-key button[type=submit]');
+  await page.waitForSelector('#shown-once:not([hidden])');
+  const secret = await page.textContent('#shown-secret');
+  assert.match(secret, /^gh_s_/);
+  assert.equal((await call('GET', '/public/v1/me', { key: secret })).status, 200);
+  const made = (await listAll('/public/v1/keys', owner.key)).find((k) => k.name === 'from the page');
+  assert.equal(made.rate_limit_per_minute, 20);
+  await page.click('#shown-dismiss');
+  // Edit it: a new name and limit.
+  await page.waitForSelector(`#keys tr[data-prefix="${made.prefix}"]`);
+  await page.click(`#keys tr[data-prefix="${made.prefix}"] button:text("Edit")`);
+  await page.fill('#edit-key input[name=name]', 'renamed');
+  await page.fill('#edit-key input[name=rate_limit_per_minute]', '15');
+  await page.click('#edit-key button[type=submit]');
+  await page.waitForFunction((prefix) => document.querySelector(`#keys tr[data-prefix="${prefix}"] td:nth-child(5)`)?.textContent === '15', made.prefix);
+  assert.equal(await page.textContent(`#keys tr[data-prefix="${made.prefix}"] td:nth-child(3)`), 'renamed');
+  await page.screenshot({ path: `${SHOTS}/keys-forms.png`, fullPage: true });
+
+  // The log by key and time range, then live: a new request appears without a reload.
+  await page.click('#tab-log');
+  await page.waitForSelector('#log tr');
+  await page.selectOption('#log-filters select[name=key_id]', server.id);
+  await page.selectOption('#log-filters select[name=range]', '3600');
+  await page.click('#log-filters button[type=submit]');
+  await page.waitForFunction((prefix) => {
+    const rows = [...document.querySelectorAll('#log tr')];
+    return rows.length > 0 && rows.every((r) => r.children[4].textContent === prefix);
+  }, server.prefix);
+  await page.check('#log-live');
+  const fresh = await call('GET', '/public/v1/contacts?limit=1', { key: server.key });
+  const id = fresh.headers.get('x-request-id');
+  await page.waitForSelector(`#log tr[data-request-id="${id}"]`, { timeout: 30_000 });
+  assert.equal(await page.$$eval(`#log tr[data-request-id="${id}"]`, (r) => r.length), 1, 'shown once');
+  await page.uncheck('#log-live');
+  await page.screenshot({ path: `${SHOTS}/log-live.png`, fullPage: true });
+
+  // Webhooks: add an endpoint (its secret shown once), send a test event, resend it, delete.
+  await page.click('#tab-webhooks');
+  await page.fill('#new-webhook input[name=url]', `${hooks.url}/page-hook`);
+  await page.uncheck('#new-webhook input[value="*"]');
+  await page.check('#new-webhook input[value="contact.created"]');
+  await page.click('#new-webhook button[type=submit]');
+  await page.waitForSelector('#shown-once:not([hidden])');
+  assert.match(await page.textContent('#shown-secret'), /^whsec_/);
+  await page.click('#shown-dismiss');
+  const endpoint = (await listAll('/public/v1/webhooks', owner.key)).find((w) => w.url === `${hooks.url}/page-hook`);
+  assert.deepEqual(endpoint.events, ['contact.created']);
+  receiverHealthy = true;
+  await page.selectOption('#test-event select[name=type]', 'contact.created');
+  await page.click('#test-event button[type=submit]');
+  await page.waitForFunction(() => /Sample contact.created sent: 1 delivery/.test(document.querySelector('#webhook-note').textContent));
+  assert.ok(await hooks.waitFor('/page-hook', 1, 30_000), 'the test event arrived');
+  await page.click(`#webhooks tr[data-id="${endpoint.id}"] button:text("Deliveries")`);
+  await eventually(async () => {
+    await page.click(`#webhooks tr[data-id="${endpoint.id}"] button:text("Deliveries")`);
+    return page.$('#deliveries tr[data-status=delivered]');
+  }, 20_000);
+  assert.match(await page.textContent('#deliveries details.payload pre'), /ct_sample/);
+  await page.click('#deliveries tr[data-status=delivered] button:text("Resend")');
+  assert.ok(await hooks.waitFor('/page-hook', 2, 30_000), 'resent');
+  await page.screenshot({ path: `${SHOTS}/webhooks-forms.png`, fullPage: true });
+  await page.click(`#webhooks tr[data-id="${endpoint.id}"] button:text("Delete")`);
+  await page.click(`#webhooks tr[data-id="${endpoint.id}"] button:text("Confirm delete")`);
+  await page.waitForFunction((wid) => !document.querySelector(`#webhooks tr[data-id="${wid}"]`), endpoint.id);
+  assert.ok(!(await listAll('/public/v1/webhooks', owner.key)).some((w) => w.id === endpoint.id));
+  await page.close();
+});
+
+test('40 keys on trial while gatehouse logs tail runs: the keys tab loads again and again without a 429', { timeout: 180_000 }, async () => {
+  const gatehouse = buildCli();
+  const { projectId, owner } = await createProject('Dashboard budget');
+  const admin = { authorization: `Bearer ${ADMIN_TOKEN}` };
+  for (let i = 0; i < 40; i++) {
+    const made = await call('POST', `/admin/v1/projects/${projectId}/keys`, { headers: admin, body: { type: 'server', name: `k${i}` } });
+    assert.equal(made.status, 201, made.text);
+  }
+  const tail = spawn(gatehouse.bin, ['logs', 'tail'], { env: { ...process.env, GATEHOUSE_URL: BASE, GATEHOUSE_KEY: owner.key } });
+  let tailErrors = '';
+  tail.stderr.on('data', (chunk) => { tailErrors += chunk; });
+  try {
+    const page = await watched(await browser.newPage({ viewport: { width: 1280, height: 900 } }));
+    const seen = calls(page);
+    await signIn(page, owner.key);
+    for (let load = 0; load < 3; load++) {
+      await page.waitForFunction(() => document.querySelectorAll('#keys tr').length === 41);
+      await sleep(10_000);
+      await page.reload();
+    }
+    await page.waitForFunction(() => document.querySelectorAll('#keys tr').length === 41);
+    const refused = seen.filter((c) => c.status === 429);
+    assert.deepEqual(refused, [], 'the page got no 429');
+    const apiCalls = seen.filter((c) => c.path.startsWith('/public/'));
+    assert.ok(apiCalls.length <= 4 * 3, `three calls a load, not one per key: ${apiCalls.length}`);
+    assert.doesNotMatch(tailErrors, /RATE_LIMIT_EXCEEDED/, 'nor did the tail');
+    await page.close();
+  } finally {
+    tail.kill('SIGINT');
   }
 });
 
