@@ -87,8 +87,8 @@ async function start() {
 }
 
 // ---- tabs ----------------------------------------------------------------------------------
-const tabs = ['keys', 'log', 'webhooks'];
-const loaders = { keys: loadKeys, log: () => loadLog(true), webhooks: loadWebhooks };
+const tabs = ['keys', 'log', 'webhooks', 'overview'];
+const loaders = { keys: loadKeys, log: () => loadLog(true), webhooks: loadWebhooks, overview: loadOverview };
 for (const name of tabs) {
   $(`tab-${name}`).addEventListener('click', () => {
     for (const other of tabs) {
@@ -201,24 +201,58 @@ async function loadStats(k) {
   $('stats-total').textContent = String(stats.total);
   $('stats-errors').textContent = `${(stats.error_share * 100).toFixed(1)} %`;
   $('stats-endpoints').replaceChildren(...stats.top_endpoints.map((e) =>
-    row(cell(e.method), cell(e.route), cell(e.total), cell(e.errors))));
-  const labels = stats.daily.map((d) => d.date.slice(5));
-  const ok = stats.daily.map((d) => d.total - d['4xx'] - d['5xx']);
+    row(cell(e.method), cell(e.route), cell(e.total), cell(e.errors), cell(e.p95_ms))));
+  chart = traffic($('stats-chart'), stats, chart, ['p95_ms']);
+}
+
+/**
+ * A stacked bar chart of requests per day (OK, 4xx, 5xx) with response-time percentiles as lines
+ * on a second axis, from a stats answer; replaces `previous`.
+ */
+function traffic(canvas, stats, previous, percentiles) {
+  const colours = { p50_ms: '#57606a', p95_ms: '#8250df', p99_ms: '#bf3989' };
   const data = {
-    labels,
+    labels: stats.daily.map((d) => d.date.slice(5)),
     datasets: [
-      { label: 'OK', data: ok, backgroundColor: '#2da44e' },
-      { label: '4xx', data: stats.daily.map((d) => d['4xx']), backgroundColor: '#d4a72c' },
-      { label: '5xx', data: stats.daily.map((d) => d['5xx']), backgroundColor: '#cf222e' },
+      { label: 'OK', data: stats.daily.map((d) => d.total - d['4xx'] - d['5xx']), backgroundColor: '#2da44e', stack: 'requests' },
+      { label: '4xx', data: stats.daily.map((d) => d['4xx']), backgroundColor: '#d4a72c', stack: 'requests' },
+      { label: '5xx', data: stats.daily.map((d) => d['5xx']), backgroundColor: '#cf222e', stack: 'requests' },
+      ...percentiles.map((p) => ({
+        type: 'line', label: `${p.slice(0, 3)} ms`, data: stats.daily.map((d) => d[p]), borderColor: colours[p],
+        backgroundColor: colours[p], yAxisID: 'ms', spanGaps: true,
+      })),
     ],
   };
-  chart?.destroy();
-  chart = new Chart($('stats-chart'), {
+  previous?.destroy();
+  const made = new Chart(canvas, {
     type: 'bar',
     data,
-    options: { animation: false, maintainAspectRatio: false, scales: { x: { stacked: true }, y: { stacked: true, beginAtZero: true } } },
+    options: {
+      animation: false, maintainAspectRatio: false,
+      scales: {
+        x: { stacked: true },
+        y: { stacked: true, beginAtZero: true, title: { display: true, text: 'requests' } },
+        ms: { position: 'right', type: 'logarithmic', title: { display: true, text: 'ms' }, grid: { drawOnChartArea: false } },
+      },
+    },
   });
-  $('stats-chart').dataset.total = String(stats.total);
+  canvas.dataset.total = String(stats.total);
+  return made;
+}
+
+// ---- overview ------------------------------------------------------------------------------
+let overviewChart;
+$('overview-range').addEventListener('change', () => loadOverview().catch(showError));
+async function loadOverview() {
+  const days = new FormData($('overview-range')).get('days');
+  const stats = await api(`/public/v1/stats?days=${days}`);
+  $('overview-total').textContent = String(stats.total);
+  $('overview-errors').textContent = `${(stats.error_share * 100).toFixed(1)} %`;
+  const ms = (v) => (v === null ? '—' : String(v));
+  $('overview-latency').textContent = `${ms(stats.latency.p50_ms)} / ${ms(stats.latency.p95_ms)} / ${ms(stats.latency.p99_ms)} ms`;
+  $('overview-endpoints').replaceChildren(...stats.top_endpoints.map((e) =>
+    row(cell(e.method), cell(e.route), cell(e.total), cell(e.errors), cell(e.p50_ms), cell(e.p95_ms), cell(e.p99_ms))));
+  overviewChart = traffic($('overview-chart'), stats, overviewChart, ['p50_ms', 'p95_ms', 'p99_ms']);
 }
 
 // ---- request log ---------------------------------------------------------------------------

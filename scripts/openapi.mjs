@@ -147,7 +147,9 @@ const paths = {
   '/public/v1/keys/{id}/roll': { post: mutating('Roll a key: a new key (the secret is shown only here) with the same type, name and limit; the old one works until the grace ends, then is refused (401, details.reason "rolled")',
     obj({ grace_seconds: grace(86400, 3600, 'how long the old key keeps working') }),
     { 201: { schema: ref('KeyCreated'), description: 'Created' } }, [404], { parameters: [pathParam('id')] }) },
-  '/public/v1/keys/{id}/stats': { get: get('Daily counts, top endpoints and error share of a key', {
+  '/public/v1/stats': { get: get('The project overview: every key together — daily counts, 4xx, 5xx and p50/p95/p99 response times, top endpoints, error share (from the daily aggregates)', {
+    parameters: [query('days', int(1, 90), '1–90 (400 otherwise), default 30')], ok: ref('ProjectStats'), codes: [400] }) },
+  '/public/v1/keys/{id}/stats': { get: get('Daily counts, response-time percentiles, top endpoints and error share of a key', {
     parameters: [pathParam('id'), query('days', int(1, 90), '1–90 (400 otherwise), default 30')], ok: ref('KeyStats'), codes: [400, 404] }) },
   '/public/v1/identities': {
     post: mutating('Create an identity: keys that belong to it share its limits and quota', obj({ external_id: { type: 'string', minLength: 1, maxLength: 255, description: 'your id for this customer, kept as sent; 1–255 characters (400 otherwise), unique in the project (409 CONFLICT otherwise)' },
@@ -257,6 +259,12 @@ const keyProps = { id: str, prefix: str, type: { enum: ['owner', 'server', 'brow
 const webhookProps = { id: str, kind: { enum: ['url', 'cli'] }, url: nullable(str), events: { type: 'array', items: str }, status: { enum: ['active', 'disabled'] }, disabled_reason: nullable(str), created_at: time,
   previous_secret_expires_at: nullable({ ...time, description: 'while a rotation\'s grace runs: until when attempts are signed with the previous secret too' }) };
 const indexed = (props) => ({ type: 'array', items: out({ index: int(0), ...props }) });
+// Response-time percentiles from the aggregates' buckets: the bucket's upper bound in ms (10, 25,
+// 50, 100, 250, 500, 1000, 2500, 5000; 10000 for 5 s and more), null without requests.
+const percentiles = { p50_ms: nullable(int(10, 10000)), p95_ms: nullable(int(10, 10000)), p99_ms: nullable(int(10, 10000)) };
+const statsProps = { days: int(1, 90), total: int(0), error_share: { type: 'number', minimum: 0, maximum: 1 }, latency: out(percentiles),
+  daily: { type: 'array', items: out({ date: { type: 'string', format: 'date' }, total: int(0), '4xx': int(0), '5xx': int(0), ...percentiles }) },
+  top_endpoints: { type: 'array', items: out({ method: str, route: nullable(str), total: int(0), errors: int(0), ...percentiles }) } };
 const schemas = {
   Error: out({ error: obj({ code: str, message: str, request_id: { type: 'string', format: 'uuid' }, retryable: { type: 'boolean' }, details: { type: 'object' } }, ['code', 'message', 'request_id', 'retryable', 'details']) }),
   ProjectCreated: out({ project_id: str, name: str, plan: str, owner_key: out({ id: str, key: str, prefix: str }) }),
@@ -267,9 +275,8 @@ const schemas = {
     rate_limit: out({ window: { enum: ['second', 'minute', 'hour', 'day'], description: 'the window closest to refusing (the headers advertise it)' }, limit: int(0), remaining: int(0), reset: time,
       windows: { type: 'array', description: 'every window the key\'s plan and own limits set (SPEC §20)', items: out({ window: { enum: ['second', 'minute', 'hour', 'day'] }, limit: int(0), remaining: int(0), reset: time }) } }),
     quota: out({ used: int(0), limit: nullable(int(0)), resets_at: time }) }),
-  KeyStats: out({ key_id: str, days: int(1, 90), total: int(0), error_share: { type: 'number', minimum: 0, maximum: 1 },
-    daily: { type: 'array', items: out({ date: { type: 'string', format: 'date' }, total: int(0), '4xx': int(0), '5xx': int(0) }) },
-    top_endpoints: { type: 'array', items: out({ method: str, route: nullable(str), total: int(0), errors: int(0) }) } }),
+  KeyStats: out({ key_id: str, ...statsProps }),
+  ProjectStats: out(statsProps),
   AuditRow: out({ ts: time, request_id: str, key_id: nullable(str), key_prefix: nullable(str), method: str, path: str, route: nullable(str),
     status: int(100, 599), response_bytes: int(0), response_time_ms: int(0), ip: nullable(str), user_agent: nullable(str),
     idempotency_key: nullable(str), replayed: { type: 'boolean' }, original_request_id: nullable(str), rate_limit_remaining: nullable(int(0)), error_code: nullable(str) }),

@@ -291,6 +291,19 @@ test('keys created and edited from forms, last use in one call, the log by key a
   await page.click(`#webhooks tr[data-id="${endpoint.id}"] button:text("Confirm delete")`);
   await page.waitForFunction((wid) => !document.querySelector(`#webhooks tr[data-id="${wid}"]`), endpoint.id);
   assert.ok(!(await listAll('/public/v1/webhooks', owner.key)).some((w) => w.id === endpoint.id));
+
+  // The project overview: every key together, with response-time percentiles from the aggregates.
+  const overview = (await call('GET', '/public/v1/stats?days=7', { key: owner.key })).body;
+  const latest = overview.daily.at(-1);
+  assert.ok(overview.total >= 3, JSON.stringify(overview));
+  assert.ok(latest.p50_ms >= 10 && latest.p50_ms <= latest.p95_ms && latest.p95_ms <= latest.p99_ms, JSON.stringify(latest));
+  assert.ok(overview.top_endpoints.some((e) => e.route === '/public/v1/me' && e.p95_ms >= 10), JSON.stringify(overview.top_endpoints));
+  await page.click('#tab-overview');
+  await page.waitForSelector('#overview-chart[data-total]');
+  assert.ok(Number(await page.getAttribute('#overview-chart', 'data-total')) >= overview.total);
+  assert.match(await page.textContent('#overview-latency'), /^\d+ \/ \d+ \/ \d+ ms$/);
+  assert.match(await page.textContent('#overview-endpoints'), /\/public\/v1\/me/);
+  await page.screenshot({ path: `${SHOTS}/overview.png`, fullPage: true });
   await page.close();
 });
 

@@ -63,8 +63,20 @@ impl<P: Ports> Gateway<'_, P> {
         let today_start = call.now_ms - call.now_ms.rem_euclid(86_400_000);
         let since = today_start - i64::from(days - 1) * 86_400_000;
         let (counted, endpoints) =
-            self.store.key_stats(call.project_id(), key_id, since).await.map_err(unavailable)?;
-        Ok(Reply::ok(stats_view(key_id, days, call.now_ms, &counted, &endpoints)))
+            self.store.stats(call.project_id(), Some(key_id), since).await.map_err(unavailable)?;
+        Ok(Reply::ok(stats_view(Some(key_id), days, call.now_ms, &counted, &endpoints)))
+    }
+
+    /// `GET /public/v1/stats?days=`: the project's overview, every key together — per UTC day
+    /// requests, 4xx, 5xx and p50/p95/p99 response times, and the top endpoints, from the daily
+    /// aggregates (never a scan of the rows).
+    pub(super) async fn project_stats(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
+        let days = stats_days(call.query)?;
+        let today_start = call.now_ms - call.now_ms.rem_euclid(86_400_000);
+        let since = today_start - i64::from(days - 1) * 86_400_000;
+        let (counted, endpoints) =
+            self.store.stats(call.project_id(), None, since).await.map_err(unavailable)?;
+        Ok(Reply::ok(stats_view(None, days, call.now_ms, &counted, &endpoints)))
     }
 
     /// `GET /public/v1/keys/last-used`: the last day each key of the project was used in the last
@@ -664,7 +676,7 @@ mod tests {
         let report = roll(&store, &bucket, SMALL).unwrap();
         assert_eq!((report.rolled, report.copies), (1, 2));
         assert_eq!(scan(&store, &bucket, "prj_1", 2).unwrap(), ["r3", "r2", "r1b", "r1", "r0"]);
-        let (days, _) = complete(store.key_stats("prj_1", "key_1", day)).unwrap();
+        let (days, _) = complete(store.stats("prj_1", Some("key_1"), day)).unwrap();
         assert_eq!(days.iter().map(|d| d.total).sum::<u64>(), 5, "each row counted once");
     }
 

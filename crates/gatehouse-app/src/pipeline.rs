@@ -467,6 +467,7 @@ impl<P: Ports> Gateway<'_, P> {
             RouteId::GetLog => self.get_log(call).await,
             RouteId::KeyStats => self.key_stats(call).await,
             RouteId::KeysLastUsed => self.keys_last_used(call).await,
+            RouteId::ProjectStats => self.project_stats(call).await,
             RouteId::ListArchives => self.list_archives(call).await,
             RouteId::GetArchive => self.get_archive(call).await,
             RouteId::CreateWebhook => self.create_webhook(call).await,

@@ -425,6 +425,98 @@ pub struct DayCount {
     pub total: u64,
     pub client_errors: u64,
     pub server_errors: u64,
+    /// The day's requests by response time (rows counted before the buckets existed are in none).
+    #[serde(flatten)]
+    pub latency: LatencyBuckets,
+}
+
+/// The upper bounds (exclusive, ms) of the response-time buckets the aggregates keep; the last
+/// bucket holds everything from 5 s on.
+pub const LATENCY_BOUNDS_MS: [u64; 9] = [10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000];
+
+/// Requests per response-time bucket, as the aggregates' columns `l0` … `l9` hold them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub struct LatencyBuckets {
+    #[serde(default)]
+    pub l0: u64,
+    #[serde(default)]
+    pub l1: u64,
+    #[serde(default)]
+    pub l2: u64,
+    #[serde(default)]
+    pub l3: u64,
+    #[serde(default)]
+    pub l4: u64,
+    #[serde(default)]
+    pub l5: u64,
+    #[serde(default)]
+    pub l6: u64,
+    #[serde(default)]
+    pub l7: u64,
+    #[serde(default)]
+    pub l8: u64,
+    #[serde(default)]
+    pub l9: u64,
+}
+
+impl LatencyBuckets {
+    /// The bucket of a response time.
+    pub fn bucket(ms: i64) -> usize {
+        let ms = ms.max(0) as u64;
+        LATENCY_BOUNDS_MS.iter().position(|&bound| ms < bound).unwrap_or(LATENCY_BOUNDS_MS.len())
+    }
+
+    pub fn counts(&self) -> [u64; 10] {
+        [self.l0, self.l1, self.l2, self.l3, self.l4, self.l5, self.l6, self.l7, self.l8, self.l9]
+    }
+
+    pub fn from_counts(c: [u64; 10]) -> Self {
+        let [l0, l1, l2, l3, l4, l5, l6, l7, l8, l9] = c;
+        LatencyBuckets { l0, l1, l2, l3, l4, l5, l6, l7, l8, l9 }
+    }
+
+    /// The buckets of both.
+    pub fn plus(&self, other: &Self) -> Self {
+        let (a, b) = (self.counts(), other.counts());
+        Self::from_counts(std::array::from_fn(|i| a[i] + b[i]))
+    }
+
+    /// The `p`-th percentile (0–100) as the upper bound of the bucket that holds it, in ms (the
+    /// last bucket, 5 s and more, answers 10,000); `None` without any request.
+    pub fn percentile(&self, p: u64) -> Option<u64> {
+        let counts = self.counts();
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = (total * p).div_ceil(100).max(1);
+        let mut seen = 0;
+        for (i, c) in counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return Some(LATENCY_BOUNDS_MS.get(i).copied().unwrap_or(10_000));
+            }
+        }
+        None
+    }
+
+    /// `"p50_ms"`, `"p95_ms"`, `"p99_ms"` (each `null` without requests).
+    pub fn view(&self) -> Value {
+        json!({ "p50_ms": self.percentile(50), "p95_ms": self.percentile(95), "p99_ms": self.percentile(99) })
+    }
+}
+
+/// The SQL of the bucket columns for the aggregates: `sum(<ms> < 10) AS l0, …` over `ms` (a
+/// column or expression).
+pub fn latency_sums(ms: &str) -> String {
+    let lows = std::iter::once(0).chain(LATENCY_BOUNDS_MS);
+    let highs = LATENCY_BOUNDS_MS.iter().map(|h| format!(" AND {ms} < {h}")).chain([String::new()]);
+    lows.zip(highs).map(|(low, high)| format!("sum({ms} >= {low}{high})")).collect::<Vec<_>>().join(", ")
+}
+
+/// Each bucket column `l0` … `l9` through `each` (e.g. `|c| format!("sum({c}) AS {c}")`), joined.
+pub fn latency_columns(each: impl Fn(&str) -> String) -> String {
+    (0..=LATENCY_BOUNDS_MS.len()).map(|i| each(&format!("l{i}"))).collect::<Vec<_>>().join(", ")
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -433,6 +525,8 @@ pub struct EndpointCount {
     pub route: String,
     pub total: u64,
     pub errors: u64,
+    #[serde(flatten)]
+    pub latency: LatencyBuckets,
 }
 
 /// `days` of `GET /public/v1/keys/{id}/stats`: 1 to 90, default 30.
@@ -447,42 +541,76 @@ pub fn stats_days(query: &[(String, String)]) -> Result<u32, ApiError> {
 
 /// The statistics body: every day of the period (zeros included, oldest first), the top endpoints
 /// and the error share.
+/// The statistics of a key (`key_id`) or, without one, of the whole project: per UTC day the
+/// requests, 4xx, 5xx and p50/p95/p99 response times, the top endpoints, and the range's totals.
 pub fn stats_view(
-    key_id: &str,
+    key_id: Option<&str>,
     days: u32,
     today_ms: i64,
     counted: &[DayCount],
     endpoints: &[EndpointCount],
 ) -> Value {
+    let with = |mut a: Value, b: Value| {
+        if let (Some(a), Value::Object(b)) = (a.as_object_mut(), b) {
+            a.extend(b);
+        }
+        a
+    };
     let daily: Vec<Value> = (0..days)
         .rev()
         .map(|back| {
             let day = super::time::utc_date(today_ms - i64::from(back) * 86_400_000);
             let c = counted.iter().find(|c| c.day == day);
-            json!({
+            let counts = json!({
                 "date": day,
                 "total": c.map_or(0, |c| c.total),
                 "4xx": c.map_or(0, |c| c.client_errors),
                 "5xx": c.map_or(0, |c| c.server_errors),
-            })
+            });
+            with(counts, c.map(|c| c.latency).unwrap_or_default().view())
         })
         .collect();
     let total: u64 = counted.iter().map(|c| c.total).sum();
     let errors: u64 = counted.iter().map(|c| c.client_errors + c.server_errors).sum();
-    json!({
-        "key_id": key_id,
+    let latency = counted.iter().fold(LatencyBuckets::default(), |sum, c| sum.plus(&c.latency));
+    let mut view = json!({
         "days": days,
         "total": total,
         "error_share": if total == 0 { 0.0 } else { errors as f64 / total as f64 },
+        "latency": latency.view(),
         "daily": daily,
-        "top_endpoints": endpoints.iter().map(|e| json!({
+        "top_endpoints": endpoints.iter().map(|e| with(json!({
             "method": e.method, "route": e.route, "total": e.total, "errors": e.errors,
-        })).collect::<Vec<_>>(),
-    })
+        }), e.latency.view())).collect::<Vec<_>>(),
+    });
+    if let Some(key_id) = key_id {
+        view["key_id"] = Value::String(key_id.to_owned());
+    }
+    view
 }
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn response_times_fall_in_buckets_whose_bounds_answer_the_percentiles() {
+        assert_eq!(
+            [0, 9, 10, 24, 99, 100, 4_999, 5_000, 90_000].map(LatencyBuckets::bucket),
+            [0, 0, 1, 1, 3, 4, 8, 9, 9]
+        );
+        assert_eq!(LatencyBuckets::default().percentile(50), None);
+        // 90 fast (< 10 ms), 9 at 100–250 ms, 1 over 5 s.
+        let b = LatencyBuckets { l0: 90, l4: 9, l9: 1, ..Default::default() };
+        assert_eq!(
+            (b.percentile(50), b.percentile(95), b.percentile(99), b.percentile(100)),
+            (Some(10), Some(250), Some(250), Some(10_000))
+        );
+        assert_eq!(b.plus(&b).counts().iter().sum::<u64>(), 200);
+        assert_eq!(latency_sums("ms").split("), ").count(), 10, "one sum per bucket: {}", latency_sums("ms"));
+        assert!(latency_sums("ms").starts_with("sum(ms >= 0 AND ms < 10), sum(ms >= 10 AND ms < 25)"));
+        assert!(latency_sums("ms").ends_with("sum(ms >= 5000)"));
+        assert_eq!(latency_columns(str::to_owned), "l0, l1, l2, l3, l4, l5, l6, l7, l8, l9");
+    }
 
     #[test]
     fn projects_spread_evenly_over_the_audit_databases_and_stay_where_they_were_put() {
@@ -678,8 +806,17 @@ mod tests {
     #[test]
     fn stats_fill_every_day_and_compute_the_error_share() {
         let today = 1_795_942_112_123; // 2026-11-29
-        let counted = [DayCount { day: "2026-11-28".into(), total: 10, client_errors: 2, server_errors: 1 }];
-        let v = stats_view("key_1", 3, today, &counted, &[]);
+        let latency = LatencyBuckets { l1: 9, l6: 1, ..Default::default() };
+        let counted =
+            [DayCount { day: "2026-11-28".into(), total: 10, client_errors: 2, server_errors: 1, latency }];
+        let v = stats_view(Some("key_1"), 3, today, &counted, &[]);
+        assert_eq!(
+            (v["key_id"].as_str(), v["daily"][1]["p50_ms"].as_u64(), v["daily"][1]["p99_ms"].as_u64()),
+            (Some("key_1"), Some(25), Some(1_000))
+        );
+        assert_eq!(v["daily"][0]["p95_ms"], Value::Null, "a day without requests has no percentile");
+        assert_eq!(v["latency"]["p95_ms"], 1_000);
+        assert!(stats_view(None, 3, today, &counted, &[]).get("key_id").is_none(), "a project's");
         let days: Vec<&str> =
             v["daily"].as_array().unwrap().iter().map(|d| d["date"].as_str().unwrap()).collect();
         assert_eq!(days, ["2026-11-27", "2026-11-28", "2026-11-29"]);

@@ -9,7 +9,7 @@ use std::rc::Rc;
 
 use super::FakeStore;
 use crate::sim::Faults;
-use gatehouse_core::audit::{packed_for_d1, AuditRow, DayCount, EndpointCount, LogFilter};
+use gatehouse_core::audit::{packed_for_d1, AuditRow, DayCount, EndpointCount, LatencyBuckets, LogFilter};
 use gatehouse_core::page::{Cursor, PageRequest};
 use gatehouse_core::platform::fits_d1_value;
 use gatehouse_core::ports::{
@@ -19,8 +19,9 @@ use gatehouse_core::ports::{
 use gatehouse_core::tiers::{ObjectSummary, SUMMARIES_PER_PAGE};
 use gatehouse_core::time::utc_date;
 
-/// A key's daily aggregate: (project, key, day, method, route) → (total, 4xx, 5xx).
-pub type DailyCounts = BTreeMap<(String, String, String, String, String), (i64, i64, i64)>;
+/// A key's daily aggregate: (project, key, day, method, route) → (total, 4xx, 5xx, requests per
+/// response-time bucket).
+pub type DailyCounts = BTreeMap<(String, String, String, String, String), (i64, i64, i64, [i64; 10])>;
 
 /// `audit_log` keyed by `request_id` like the table's primary key, the summaries of
 /// `audit_objects` by object key, and `audit_daily`.
@@ -63,6 +64,7 @@ impl AuditTables {
             c.0 += sign;
             c.1 += sign * i64::from((400..500).contains(&r.status));
             c.2 += sign * i64::from(r.status >= 500);
+            c.3[LatencyBuckets::bucket(r.response_time_ms)] += sign;
         }
     }
 
@@ -173,38 +175,44 @@ impl AuditStore for FakeStore {
             .await
     }
 
-    async fn key_stats(
+    async fn stats(
         &self,
         project_id: &str,
-        key_id: &str,
+        key_id: Option<&str>,
         since_ms: i64,
     ) -> Result<(Vec<DayCount>, Vec<EndpointCount>), PortError> {
         self.faults
-            .run("d1 key stats", || {
+            .run("d1 stats", || {
                 let since = utc_date(since_ms);
                 let mut days: BTreeMap<String, DayCount> = BTreeMap::new();
                 let mut endpoints: BTreeMap<(String, String), EndpointCount> = BTreeMap::new();
-                for ((p, k, day, method, route), (total, c4, c5)) in self.audit.daily.borrow().iter() {
-                    if p != project_id || k != key_id || *day < since {
+                for ((p, k, day, method, route), (total, c4, c5, buckets)) in self.audit.daily.borrow().iter()
+                {
+                    if p != project_id || key_id.is_some_and(|key| key != k) || *day < since {
                         continue;
                     }
+                    let latency = LatencyBuckets::from_counts(buckets.map(|b| b as u64));
                     let d = days.entry(day.clone()).or_insert(DayCount {
                         day: day.clone(),
                         total: 0,
                         client_errors: 0,
                         server_errors: 0,
+                        latency: LatencyBuckets::default(),
                     });
                     d.total += *total as u64;
                     d.client_errors += *c4 as u64;
                     d.server_errors += *c5 as u64;
+                    d.latency = d.latency.plus(&latency);
                     let e = endpoints.entry((method.clone(), route.clone())).or_insert(EndpointCount {
                         method: method.clone(),
                         route: route.clone(),
                         total: 0,
                         errors: 0,
+                        latency: LatencyBuckets::default(),
                     });
                     e.total += *total as u64;
                     e.errors += (*c4 + *c5) as u64;
+                    e.latency = e.latency.plus(&latency);
                 }
                 let mut top: Vec<EndpointCount> = endpoints.into_values().collect();
                 top.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.route.cmp(&b.route)));

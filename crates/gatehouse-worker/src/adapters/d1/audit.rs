@@ -9,7 +9,10 @@ use wasm_bindgen::JsValue;
 use worker::D1PreparedStatement;
 
 use super::{after, int, opt_int, opt_text, text, AuditLogs, D1Store};
-use gatehouse_core::audit::{audit_binding, packed_for_d1, AuditRow, DayCount, EndpointCount, LogFilter};
+use gatehouse_core::audit::{
+    audit_binding, latency_columns, latency_sums, packed_for_d1, AuditRow, DayCount, EndpointCount,
+    LatencyBuckets, LogFilter,
+};
 use gatehouse_core::page::{Cursor, PageRequest};
 use gatehouse_core::ports::{ArchivedSlice, AuditStore, PortError, RowRange};
 use gatehouse_core::tiers::ObjectSummary;
@@ -113,15 +116,22 @@ impl D1Store {
         // The rows this batch inserted are the uncounted ones (a copy already stored was ignored):
         // they join the aggregates and are marked counted, in the same transaction.
         statements.push(self.statement(
-            "INSERT INTO audit_daily (project_id, key_id, day, method, route, total, client_errors, server_errors)
-             SELECT project_id, key_id, date(ts / 1000, 'unixepoch'), method, coalesce(route, path), count(*),
-                    sum(status BETWEEN 400 AND 499), sum(status >= 500)
-             FROM audit_log WHERE counted = 0 AND project_id IS NOT NULL AND key_id IS NOT NULL
-             GROUP BY 1, 2, 3, 4, 5
-             ON CONFLICT (project_id, key_id, day, method, route) DO UPDATE SET
-               total = total + excluded.total,
-               client_errors = client_errors + excluded.client_errors,
-               server_errors = server_errors + excluded.server_errors",
+            &format!(
+                "INSERT INTO audit_daily (project_id, key_id, day, method, route, total, client_errors, server_errors,
+                                          {columns})
+                 SELECT project_id, key_id, date(ts / 1000, 'unixepoch'), method, coalesce(route, path), count(*),
+                        sum(status BETWEEN 400 AND 499), sum(status >= 500), {sums}
+                 FROM audit_log WHERE counted = 0 AND project_id IS NOT NULL AND key_id IS NOT NULL
+                 GROUP BY 1, 2, 3, 4, 5
+                 ON CONFLICT (project_id, key_id, day, method, route) DO UPDATE SET
+                   total = total + excluded.total,
+                   client_errors = client_errors + excluded.client_errors,
+                   server_errors = server_errors + excluded.server_errors,
+                   {added}",
+                columns = latency_columns(str::to_owned),
+                sums = latency_sums("response_time_ms"),
+                added = latency_columns(|c| format!("{c} = {c} + excluded.{c}")),
+            ),
             &[],
         )?);
         // The billable ones join their period's usage counts (SPEC §22).
@@ -286,26 +296,28 @@ impl AuditStore for D1Store {
         summaries(rows)
     }
 
-    async fn key_stats(
+    async fn stats(
         &self,
         project_id: &str,
-        key_id: &str,
+        key_id: Option<&str>,
         since_ms: i64,
     ) -> Result<(Vec<DayCount>, Vec<EndpointCount>), PortError> {
-        const SINCE: &str = "project_id = ?1 AND key_id = ?2 AND day >= date(?3 / 1000, 'unixepoch')";
-        let args = [text(project_id), text(key_id), int(since_ms)];
+        const SINCE: &str =
+            "project_id = ?1 AND (?2 IS NULL OR key_id = ?2) AND day >= date(?3 / 1000, 'unixepoch')";
+        let args = [text(project_id), opt_text(key_id), int(since_ms)];
+        let buckets = latency_columns(|c| format!("sum({c}) AS {c}"));
         let log = self.log_of(Some(project_id)).await?;
         let days = log.statement(
             &format!(
                 "SELECT day, sum(total) AS total, sum(client_errors) AS client_errors,
-                        sum(server_errors) AS server_errors
+                        sum(server_errors) AS server_errors, {buckets}
                  FROM audit_daily WHERE {SINCE} GROUP BY day ORDER BY day"
             ),
             &args,
         )?;
         let endpoints = log.statement(
             &format!(
-                "SELECT method, route, sum(total) AS total, sum(client_errors + server_errors) AS errors
+                "SELECT method, route, sum(total) AS total, sum(client_errors + server_errors) AS errors, {buckets}
                  FROM audit_daily WHERE {SINCE}
                  GROUP BY method, route ORDER BY total DESC, route LIMIT 10"
             ),
@@ -449,10 +461,12 @@ impl AuditStore for D1Store {
                 text(copy.route.as_deref().unwrap_or(&copy.path)),
                 int(copy.status.into()),
             ]);
+            let bucket = LatencyBuckets::bucket(copy.response_time_ms);
             statements.push(log.statement(
                 &format!(
                     "UPDATE audit_daily SET total = total - 1,
-                       client_errors = client_errors - (?11 BETWEEN 400 AND 499), server_errors = server_errors - (?11 >= 500)
+                       client_errors = client_errors - (?11 BETWEEN 400 AND 499), server_errors = server_errors - (?11 >= 500),
+                       l{bucket} = l{bucket} - 1
                      WHERE project_id IS ?1 AND key_id = ?7 AND day = date(?8 / 1000, 'unixepoch') AND method = ?9
                        AND route = ?10 AND {condition}"
                 ),
