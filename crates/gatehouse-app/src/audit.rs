@@ -678,6 +678,37 @@ mod tests {
         assert_eq!(scan(&store, &bucket, "prj_1", 2).unwrap(), ["r3", "r2", "r1b", "r1", "r0"]);
         let (days, _) = complete(store.stats("prj_1", Some("key_1"), day)).unwrap();
         assert_eq!(days.iter().map(|d| d.total).sum::<u64>(), 5, "each row counted once");
+        let buckets: u64 = days.iter().map(|d| d.latency.counts().iter().sum::<u64>()).sum();
+        assert_eq!(buckets, 5, "and in one response-time bucket once");
+    }
+
+    /// The aggregates keep each row's response time in its bucket: a key's and the project's
+    /// percentiles come from them.
+    #[test]
+    fn statistics_give_percentiles_per_day_and_endpoint_for_a_key_and_the_project() {
+        let (store, _) = fakes();
+        let day = NOW - 2 * DAY_MS;
+        let rows: Vec<AuditRow> = (0..20)
+            .map(|i| {
+                let mut r = row(Some("prj_1"), &format!("r{i:02}"), day + i);
+                r.response_time_ms = if i < 18 { 7 } else { 300 };
+                if i % 2 == 1 {
+                    r.key_id = Some("key_2".into());
+                }
+                r
+            })
+            .collect();
+        complete(store.insert_audit_rows(&rows)).unwrap();
+        let (days, endpoints) = complete(store.stats("prj_1", None, day)).unwrap();
+        assert_eq!(days[0].total, 20);
+        assert_eq!((days[0].latency.percentile(50), days[0].latency.percentile(95)), (Some(10), Some(500)));
+        assert_eq!(endpoints[0].latency.percentile(90), Some(10));
+        let (mine, _) = complete(store.stats("prj_1", Some("key_1"), day)).unwrap();
+        // key_1: nine fast, one slow (r18).
+        assert_eq!(
+            (mine[0].total, mine[0].latency.percentile(90), mine[0].latency.percentile(99)),
+            (10, Some(10), Some(500))
+        );
     }
 
     /// No row is lost (each is in D1 or in an indexed object), none is in two indexed objects,
