@@ -170,8 +170,12 @@ test('key statistics count the rows, split 4xx/5xx by day and group endpoints by
   assert.equal(stats.body.total, 7);
   assert.equal(stats.body.error_share, 1 / 7);
   const top = stats.body.top_endpoints;
-  assert.deepEqual(top[0], { method: 'GET', route: '/public/v1/contacts/{id}', total: 4, errors: 1 });
-  assert.deepEqual(top[1], { method: 'POST', route: '/public/v1/contacts', total: 3, errors: 0 });
+  const counts = ({ method, route, total, errors }) => ({ method, route, total, errors });
+  assert.deepEqual(counts(top[0]), { method: 'GET', route: '/public/v1/contacts/{id}', total: 4, errors: 1 });
+  assert.deepEqual(counts(top[1]), { method: 'POST', route: '/public/v1/contacts', total: 3, errors: 0 });
+  // Response times from the aggregates' buckets: a bucket's upper bound, in order.
+  assert.ok(top[0].p50_ms >= 10 && top[0].p50_ms <= top[0].p95_ms && top[0].p95_ms <= top[0].p99_ms, JSON.stringify(top[0]));
+  assert.ok(today.p99_ms >= today.p50_ms && stats.body.latency.p95_ms >= 10, JSON.stringify(stats.body));
   assertError(await call('GET', '/public/v1/keys/key_other/stats', { key: owner.key }), 404, 'NOT_FOUND');
   assertError(await call('GET', `/public/v1/keys/${server.id}/stats?days=0`, { key: owner.key }), 400, 'VALIDATION_ERROR');
 });
