@@ -49,6 +49,48 @@ $('shown-dismiss').addEventListener('click', () => {
   $('shown-once').hidden = true;
 });
 
+/**
+ * Asks for one value in the page's own form (never a `prompt()` box): resolves with what was
+ * entered, or null when cancelled. `type` is an <input> type; a datetime-local answers RFC 3339.
+ */
+function ask(label, { type = 'number', value = '', min, max } = {}) {
+  const form = $('ask');
+  const input = $('ask-input');
+  $('ask-label').textContent = label;
+  input.type = type;
+  input.value = value;
+  if (min !== undefined) input.min = String(min); else input.removeAttribute('min');
+  if (max !== undefined) input.max = String(max); else input.removeAttribute('max');
+  form.hidden = false;
+  input.focus();
+  return new Promise((resolve) => {
+    const done = (answer) => {
+      form.hidden = true;
+      form.onsubmit = null;
+      $('ask-cancel').onclick = null;
+      resolve(answer);
+    };
+    form.onsubmit = (event) => {
+      event.preventDefault();
+      done(type === 'datetime-local' ? isoOf(input.value) : input.value);
+    };
+    $('ask-cancel').onclick = () => done(null);
+  });
+}
+
+/** A button that acts on its second click only (the first asks to confirm), instead of confirm(). */
+function confirming(label, confirmLabel, onConfirm) {
+  const b = button(label, async () => {
+    if (b.dataset.armed !== 'true') {
+      b.dataset.armed = 'true';
+      b.textContent = confirmLabel;
+      return;
+    }
+    await onConfirm();
+  });
+  return b;
+}
+
 /** A JSON POST (or PATCH) to the API. */
 const send = (path, body, method = 'POST') =>
   api(path, { method, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
@@ -125,7 +167,7 @@ async function loadKeys() {
     if (k.status === 'active' || k.status === 'expiring') actions.append(' ', button('Edit', () => editKey(k)));
     if ((k.status === 'active' || k.status === 'expiring') && !k.rolled_to) {
       actions.append(' ', button('Roll', async () => {
-        const grace = prompt(`Roll ${k.prefix}…: a new key replaces it. Seconds the old key keeps working (0–86400):`, '3600');
+        const grace = await ask(`Roll ${k.prefix}…: seconds the old key keeps working (0–86400)`, { value: '3600', min: 0, max: 86400 });
         if (grace === null) return;
         try {
           const rolled = await send(`/public/v1/keys/${k.id}/roll`, { grace_seconds: Number(grace) });
@@ -136,8 +178,7 @@ async function loadKeys() {
       }));
     }
     if (k.status === 'active' || k.status === 'expiring') {
-      actions.append(' ', button('Revoke', async () => {
-        if (!confirm(`Revoke ${k.prefix}…? Requests with it fail at once.`)) return;
+      actions.append(' ', confirming('Revoke', 'Confirm revoke (fails at once)', async () => {
         await api(`/public/v1/keys/${k.id}`, { method: 'DELETE' }).catch(showError);
         await loadKeys().catch(showError);
       }));
@@ -367,20 +408,14 @@ async function loadWebhooks() {
   $('webhooks').replaceChildren(...data.map((w) => {
     const actions = cell('');
     actions.append(button('Deliveries', () => loadDeliveries(w).catch(showError)));
-    // Two steps instead of a confirm() box: the first click asks, the second deletes.
-    const remove = button('Delete', async () => {
-      if (remove.dataset.armed !== 'true') {
-        remove.dataset.armed = 'true';
-        remove.textContent = 'Confirm delete';
-        return;
-      }
+    const remove = confirming('Delete', 'Confirm delete', async () => {
       await api(`/public/v1/webhooks/${w.id}`, { method: 'DELETE' }).catch(showError);
       $('deliveries-box').hidden = true;
       await loadWebhooks().catch(showError);
     });
     actions.append(' ', remove);
     actions.append(' ', button('Rotate secret', async () => {
-      const grace = prompt('Seconds the old secret keeps signing beside the new one (0–604800):', '86400');
+      const grace = await ask('Seconds the old secret keeps signing beside the new one (0–604800)', { value: '86400', min: 0, max: 604800 });
       if (grace === null) return;
       try {
         const rotated = await send(`/public/v1/webhooks/${w.id}/rotate-secret`, { grace_seconds: Number(grace) });
@@ -396,8 +431,9 @@ async function loadWebhooks() {
       }));
     }
     actions.append(' ', button('Recover', async () => {
-      const since = prompt('Re-queue every failed delivery created since (RFC 3339):',
-        new Date(Date.now() - 86_400_000).toISOString());
+      const since = await ask('Queue again every failed delivery created since', {
+        type: 'datetime-local', value: localOf(new Date(Date.now() - 86_400_000).toISOString()),
+      });
       if (since === null) return;
       try {
         const { requeued } = await send(`/public/v1/webhooks/${w.id}/recover`, { since });

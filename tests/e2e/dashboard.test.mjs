@@ -147,16 +147,21 @@ test('lifecycles from the dashboard: roll a key (the new one shown once), rotate
     await eventually(async () => (await listAll(`/public/v1/webhooks/${hook.id}/deliveries?status=failed`, owner.key)).length === 1, 20_000);
 
     const page = await watched(await browser.newPage({ viewport: { width: 1280, height: 900 } }));
-    const answers = [];
-    page.on('dialog', (dialog) => dialog.accept(answers.shift()));
+    page.on('dialog', (dialog) => assert.fail(`the page opened a ${dialog.type()} box: ${dialog.message()}`));
+    /** Answers the page's own question form. */
+    const answer = async (value) => {
+      await page.waitForSelector('#ask:not([hidden])');
+      await page.fill('#ask-input', value);
+      await page.click('#ask button[type=submit]');
+    };
     await page.goto(`${BASE}/dashboard`);
     await page.fill('#owner-key', owner.key);
     await page.click('#login button[type=submit]');
     await page.waitForSelector(`#keys tr[data-prefix="${server.prefix}"]`);
 
     // Roll with a minute of grace: the new key is shown once and works; the old one is expiring.
-    answers.push('60');
     await page.click(`#keys tr[data-prefix="${server.prefix}"] button:text("Roll")`);
+    await answer('60');
     await page.waitForSelector('#shown-once:not([hidden])');
     const newKey = (await page.textContent('#shown-secret')).trim();
     assert.match(newKey, /^gh_s_/);
@@ -170,15 +175,20 @@ test('lifecycles from the dashboard: roll a key (the new one shown once), rotate
     // Webhooks: rotate (the new secret shown once), re-enable, recover.
     await page.click('#tab-webhooks');
     await page.waitForSelector(`#webhooks tr[data-id="${hook.id}"][data-status=disabled]`);
-    answers.push('3600');
     await page.click(`#webhooks tr[data-id="${hook.id}"] button:text("Rotate secret")`);
+    await answer('3600');
     await page.waitForSelector('#shown-once:not([hidden])');
     assert.match(await page.textContent('#shown-secret'), /^whsec_/);
     gone = false;
     await page.click(`#webhooks tr[data-id="${hook.id}"] button:text("Re-enable")`);
     await page.waitForSelector(`#webhooks tr[data-id="${hook.id}"][data-status=active]`);
-    answers.push(new Date(Date.now() - 3_600_000).toISOString());
     await page.click(`#webhooks tr[data-id="${hook.id}"] button:text("Recover")`);
+    // An hour ago, as the browser's local time the form takes.
+    const hourAgo = await page.evaluate(() => {
+      const d = new Date(Date.now() - 3_600_000);
+      return new Date(d.getTime() - d.getTimezoneOffset() * 60_000).toISOString().slice(0, 16);
+    });
+    await answer(hourAgo);
     await page.waitForFunction(() => /1 failed delivery queued again/.test(document.querySelector('#webhook-note').textContent));
     await page.waitForSelector('#deliveries tr[data-status=delivered]', { timeout: 15_000 });
     await page.screenshot({ path: `${SHOTS}/webhook-recovered.png`, fullPage: true });
