@@ -60,7 +60,11 @@ pub async fn export_usage<S: UsageStore + WebhookStore, A: Archive, Q: DeliveryQ
     // Counts older than the log's retention go (their objects stay in R2), and their periods are
     // never exported again: a row that late never makes a run that would reuse a name.
     let keep_from = started - periods.keep_ms;
-    report.pruned = store.prune_usage(keep_from, PRUNE_PER_RUN).await?;
+    // Pruning is housekeeping: when it fails, the exports still run (it is tried again next minute).
+    match store.prune_usage(keep_from, PRUNE_PER_RUN).await {
+        Ok(pruned) => report.pruned = pruned,
+        Err(e) => report.failed.push(format!("pruning: {}", e.0)),
+    }
     let due = store.usage_due(period_ms, keep_from, started - grace_ms(period_ms), RUNS_PER_EXPORT).await?;
     for (project, start) in due {
         if now_ms() - started > EXPORT_TIME_BOX_MS {
