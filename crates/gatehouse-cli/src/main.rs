@@ -381,7 +381,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             identity_id,
             limits,
         }) => {
-            let mut key = NewKey::new(key_type);
+            let mut key = NewKey::new(key_type.parse().map_err(Failure::Usage)?);
             key.name = name;
             key.expires_at = expires_at;
             key.rate_limit_per_minute = rate_limit_per_minute;
@@ -435,7 +435,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
         }
         Command::Webhooks(WebhooksCommand::Deliveries { id, status }) => {
-            let mut deliveries = client.list_deliveries(&id, status.as_deref());
+            let status = status.map(|s| s.parse()).transpose().map_err(Failure::Usage)?;
+            let mut deliveries = client.list_deliveries(&id, status);
             while let Some(delivery) = deliveries.try_next().await? {
                 print_line(&delivery);
             }

@@ -203,7 +203,8 @@ impl Client {
     ///
     /// ```no_run
     /// # async fn run(owner: gatehouse_client::Client) -> Result<(), gatehouse_client::Error> {
-    /// let server_key = owner.create_key(&gatehouse_client::NewKey::new("server")).await?;
+    /// use gatehouse_client::{KeyType, NewKey};
+    /// let server_key = owner.create_key(&NewKey::new(KeyType::Server)).await?;
     /// let server = owner.with_key(server_key.key);
     /// # Ok(()) }
     /// ```

@@ -43,12 +43,55 @@ pub struct Quota {
     pub resets_at: String,
 }
 
+/// The type of an API key: what it may call (see the API's key types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyType {
+    /// Manages the project: keys, logs, webhooks, usage.
+    Owner,
+    /// A backend's key: the resources and ingestion.
+    Server,
+    /// Publishable: ingestion from web pages only.
+    Browser,
+    /// Records deploys (release markers).
+    Cicd,
+}
+
+impl KeyType {
+    pub const ALL: [KeyType; 4] = [KeyType::Owner, KeyType::Server, KeyType::Browser, KeyType::Cicd];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyType::Owner => "owner",
+            KeyType::Server => "server",
+            KeyType::Browser => "browser",
+            KeyType::Cicd => "cicd",
+        }
+    }
+}
+
+impl std::fmt::Display for KeyType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for KeyType {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        KeyType::ALL
+            .into_iter()
+            .find(|t| t.as_str() == s)
+            .ok_or_else(|| format!("{s:?} is not a key type (owner, server, browser or cicd)"))
+    }
+}
+
 /// `POST /public/v1/keys`.
 #[derive(Debug, Clone, Serialize)]
 pub struct NewKey {
-    /// `owner`, `server`, `browser` or `cicd`.
     #[serde(rename = "type")]
-    pub key_type: String,
+    pub key_type: KeyType,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// A per-minute limit below the project plan's.
@@ -66,9 +109,9 @@ pub struct NewKey {
 }
 
 impl NewKey {
-    pub fn new(key_type: impl Into<String>) -> NewKey {
+    pub fn new(key_type: KeyType) -> NewKey {
         NewKey {
-            key_type: key_type.into(),
+            key_type,
             name: None,
             rate_limit_per_minute: None,
             expires_at: None,
@@ -185,7 +228,8 @@ impl KeyChanges {
     }
 }
 
-/// A contact to create; at least one field is needed.
+/// A contact to create; at least one field is needed. Built like every request of the SDK:
+/// `NewContact::new().name("Ada").email("ada@example.com")` (the fields are public too).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct NewContact {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -199,11 +243,43 @@ pub struct NewContact {
     pub external_id: Option<String>,
 }
 
-/// A message to create.
+impl NewContact {
+    pub fn new() -> NewContact {
+        NewContact::default()
+    }
+
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    pub fn phone(mut self, phone: impl Into<String>) -> Self {
+        self.phone = Some(phone.into());
+        self
+    }
+
+    pub fn email(mut self, email: impl Into<String>) -> Self {
+        self.email = Some(email.into());
+        self
+    }
+
+    pub fn external_id(mut self, id: impl Into<String>) -> Self {
+        self.external_id = Some(id.into());
+        self
+    }
+}
+
+/// A message to create: `NewMessage::new(contact_id, text)`.
 #[derive(Debug, Clone, Serialize)]
 pub struct NewMessage {
     pub contact_id: String,
     pub text: String,
+}
+
+impl NewMessage {
+    pub fn new(contact_id: impl Into<String>, text: impl Into<String>) -> NewMessage {
+        NewMessage { contact_id: contact_id.into(), text: text.into() }
+    }
 }
 
 /// The answer of a bulk call: each item succeeded or failed on its own.
@@ -281,7 +357,8 @@ impl Client {
     /// ```no_run
     /// # async fn run(owner: gatehouse_client::Client) -> Result<(), gatehouse_client::Error> {
     /// use gatehouse_client::NewKey;
-    /// let created = owner.create_key(&NewKey::new("server").name("billing worker")).await?;
+    /// use gatehouse_client::KeyType;
+    /// let created = owner.create_key(&NewKey::new(KeyType::Server).name("billing worker")).await?;
     /// println!("store this now: {}", created.key);
     /// # Ok(()) }
     /// ```

@@ -40,6 +40,55 @@ pub struct DeletedWebhook {
     pub status: String,
 }
 
+/// The state of a delivery (`Delivery::status` says it as text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeliveryStatus {
+    /// Not delivered yet: an attempt is due or under way.
+    Pending,
+    Delivered,
+    /// Every attempt of the schedule failed (or the subscription was deleted or gone).
+    Failed,
+}
+
+impl DeliveryStatus {
+    pub const ALL: [DeliveryStatus; 3] =
+        [DeliveryStatus::Pending, DeliveryStatus::Delivered, DeliveryStatus::Failed];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryStatus::Pending => "pending",
+            DeliveryStatus::Delivered => "delivered",
+            DeliveryStatus::Failed => "failed",
+        }
+    }
+}
+
+impl std::str::FromStr for DeliveryStatus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        DeliveryStatus::ALL
+            .into_iter()
+            .find(|d| d.as_str() == s)
+            .ok_or_else(|| format!("{s:?} is not a delivery status (pending, delivered or failed)"))
+    }
+}
+
+/// The event types the gateway itself sends (an origin in proxy mode may send others), for
+/// `create_webhook` and `trigger_event`.
+pub mod event_types {
+    pub const CONTACT_CREATED: &str = "contact.created";
+    pub const MESSAGE_CREATED: &str = "message.created";
+    pub const SCENARIO_RUN_STARTED: &str = "scenario.run.started";
+    pub const RELEASE_MARKER_CREATED: &str = "release_marker.created";
+    /// A usage period exported (delivered only to subscriptions that name it).
+    pub const USAGE_HOURLY: &str = "usage.hourly";
+    /// A usage period's adjustment (delivered only to subscriptions that name it).
+    pub const USAGE_ADJUSTMENT: &str = "usage.adjustment";
+    /// Every type but the usage events.
+    pub const ALL: &str = "*";
+}
+
 impl Client {
     /// `POST /public/v1/webhooks` (owner key): subscribe `url` to event types (or `["*"]`).
     ///
@@ -166,19 +215,20 @@ impl Client {
         self.call(Request::delete(format!("/public/v1/webhooks/{}", segment(id))))
     }
 
-    /// `GET /public/v1/webhooks/{id}/deliveries`, optionally only `pending`, `delivered` or `failed`.
+    /// `GET /public/v1/webhooks/{id}/deliveries`, optionally only those in one state.
     ///
     /// ```no_run
     /// # async fn run(owner: gatehouse_client::Client) -> Result<(), gatehouse_client::Error> {
-    /// for delivery in owner.list_deliveries("wh_01jdx…", Some("failed")).collect_all().await? {
+    /// use gatehouse_client::DeliveryStatus;
+    /// for delivery in owner.list_deliveries("wh_01jdx…", Some(DeliveryStatus::Failed)).collect_all().await? {
     ///     println!("{} {} {:?}", delivery.id, delivery.attempt, delivery.last_error);
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn list_deliveries(&self, webhook_id: &str, status: Option<&str>) -> Pages<Delivery> {
+    pub fn list_deliveries(&self, webhook_id: &str, status: Option<DeliveryStatus>) -> Pages<Delivery> {
         let mut request = Request::get(format!("/public/v1/webhooks/{}/deliveries", segment(webhook_id)));
         if let Some(status) = status {
-            request = request.query("status", status);
+            request = request.query("status", status.as_str());
         }
         Pages::new(self, request)
     }

@@ -13,8 +13,8 @@ mod support;
 use std::time::{Duration, SystemTime};
 
 use gatehouse_client::{
-    Actor, Client, Error, Event, LogFilter, NewContact, NewKey, NewMessage, NewReleaseMarker, VerifyError,
-    WebhookVerifier,
+    Actor, Client, DeliveryStatus, Error, Event, KeyType, LogFilter, NewContact, NewKey, NewMessage,
+    NewReleaseMarker, VerifyError, WebhookVerifier,
 };
 use serde_json::{json, Value};
 use support::{Answer, FakeServer};
@@ -38,7 +38,8 @@ async fn project() -> (Client, String) {
 
 /// A new key of `key_type`: a client acting with it, and the key.
 async fn key(owner: &Client, key_type: &str) -> (Client, String) {
-    let created = owner.create_key(&NewKey::new(key_type).name(format!("live {key_type}"))).await.unwrap();
+    let kind = key_type.parse::<KeyType>().unwrap();
+    let created = owner.create_key(&NewKey::new(kind).name(format!("live {key_type}"))).await.unwrap();
     (owner.with_key(&created.key), created.key)
 }
 
@@ -119,7 +120,7 @@ async fn creates_lists_and_replays_resources() {
     assert_eq!((created.status, repeated.status, repeated.replayed), (201, 200, true));
     assert_eq!(created.value.id, repeated.value.id);
 
-    let browser = owner.create_key(&NewKey::new("browser")).await.unwrap();
+    let browser = owner.create_key(&NewKey::new(KeyType::Browser)).await.unwrap();
     let keys = owner.list_keys().collect_all().await.unwrap();
     assert!(keys.iter().any(|k| k.id == browser.info.id && k.status == "active"));
     assert_eq!(owner.revoke_key(&browser.info.id).await.unwrap().status, "revoked");
@@ -251,7 +252,11 @@ async fn a_real_delivery_verifies_with_the_subscription_secret() {
 
     let end = SystemTime::now() + Duration::from_secs(20);
     loop {
-        let delivered = owner.list_deliveries(&hook.info.id, Some("delivered")).collect_all().await.unwrap();
+        let delivered = owner
+            .list_deliveries(&hook.info.id, Some(DeliveryStatus::Delivered))
+            .collect_all()
+            .await
+            .unwrap();
         if let Some(d) = delivered.first() {
             assert_eq!((d.id.as_str(), d.last_response_code), (id, Some(200)));
             break;
