@@ -148,7 +148,9 @@ const paths = {
     obj({ grace_seconds: grace(86400, 3600, 'how long the old key keeps working') }),
     { 201: { schema: ref('KeyCreated'), description: 'Created' } }, [404], { parameters: [pathParam('id')] }) },
   '/public/v1/stats': { get: get('The project overview: every key together — daily counts, 4xx, 5xx and p50/p95/p99 response times, top endpoints, error share (from the daily aggregates)', {
-    parameters: [query('days', int(1, 90), '1–90 (400 otherwise), default 30')], ok: ref('ProjectStats'), codes: [400] }) },
+    parameters: [query('days', int(1, 90), '1–90 (400 otherwise), default 30'),
+      query('endpoint', { type: 'string', pattern: '^[A-Z]+ /', description: 'one endpoint only: a method and a route, as top_endpoints name them (400 otherwise)' })],
+    ok: ref('ProjectStats'), codes: [400] }) },
   '/public/v1/keys/{id}/stats': { get: get('Daily counts, response-time percentiles, top endpoints and error share of a key', {
     parameters: [pathParam('id'), query('days', int(1, 90), '1–90 (400 otherwise), default 30')], ok: ref('KeyStats'), codes: [400, 404] }) },
   '/public/v1/identities': {
@@ -276,7 +278,7 @@ const schemas = {
       windows: { type: 'array', description: 'every window the key\'s plan and own limits set (SPEC §20)', items: out({ window: { enum: ['second', 'minute', 'hour', 'day'] }, limit: int(0), remaining: int(0), reset: time }) } }),
     quota: out({ used: int(0), limit: nullable(int(0)), resets_at: time }) }),
   KeyStats: out({ key_id: str, ...statsProps }),
-  ProjectStats: out(statsProps),
+  ProjectStats: out({ ...statsProps, endpoint: nullable(str) }),
   AuditRow: out({ ts: time, request_id: str, key_id: nullable(str), key_prefix: nullable(str), method: str, path: str, route: nullable(str),
     status: int(100, 599), response_bytes: int(0), response_time_ms: int(0), ip: nullable(str), user_agent: nullable(str),
     idempotency_key: nullable(str), replayed: { type: 'boolean' }, original_request_id: nullable(str), rate_limit_remaining: nullable(int(0)), error_code: nullable(str) }),

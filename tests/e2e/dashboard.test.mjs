@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { chromium } from 'playwright-core';
 import { spawn } from 'node:child_process';
-import { ADMIN_TOKEN, BASE, buildCli, call, createKey, createProject, eventually, listAll, receiver, sleep } from './harness.mjs';
+import { ADMIN_TOKEN, BASE, assertError, buildCli, call, createKey, createProject, eventually, listAll, receiver, sleep } from './harness.mjs';
 
 const SHOTS = `${process.env.GATEHOUSE_STATE ?? '/tmp'}/screenshots`;
 let browser;
@@ -316,6 +316,14 @@ test('keys created and edited from forms, last use in one call, the log by key a
   assert.ok(Number(await page.getAttribute('#overview-chart', 'data-total')) >= overview.total);
   assert.match(await page.textContent('#overview-latency'), /^\d+ \/ \d+ \/ \d+ ms$/);
   assert.match(await page.textContent('#overview-endpoints'), /\/public\/v1\/me/);
+  // One endpoint over time: the chart and the figures of GET /public/v1/me alone.
+  const me = (await call('GET', `/public/v1/stats?days=7&endpoint=${encodeURIComponent('GET /public/v1/me')}`, { key: owner.key })).body;
+  assert.equal(me.endpoint, 'GET /public/v1/me');
+  assert.deepEqual(me.top_endpoints.map((e) => `${e.method} ${e.route}`), ['GET /public/v1/me']);
+  assertError(await call('GET', '/public/v1/stats?endpoint=nonsense', { key: owner.key }), 400, 'VALIDATION_ERROR');
+  await page.click('#overview-endpoints tr[data-endpoint="GET /public/v1/me"]');
+  await page.waitForFunction(() => document.querySelector('#overview-endpoint').textContent === 'GET /public/v1/me');
+  assert.ok(Number(await page.getAttribute('#overview-chart', 'data-total')) >= me.total);
   await page.screenshot({ path: `${SHOTS}/overview.png`, fullPage: true });
   await page.close();
 });

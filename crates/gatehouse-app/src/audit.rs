@@ -63,20 +63,34 @@ impl<P: Ports> Gateway<'_, P> {
         let today_start = call.now_ms - call.now_ms.rem_euclid(86_400_000);
         let since = today_start - i64::from(days - 1) * 86_400_000;
         let (counted, endpoints) =
-            self.store.stats(call.project_id(), Some(key_id), since).await.map_err(unavailable)?;
+            self.store.stats(call.project_id(), Some(key_id), None, since).await.map_err(unavailable)?;
         Ok(Reply::ok(stats_view(Some(key_id), days, call.now_ms, &counted, &endpoints)))
     }
 
-    /// `GET /public/v1/stats?days=`: the project's overview, every key together — per UTC day
-    /// requests, 4xx, 5xx and p50/p95/p99 response times, and the top endpoints, from the daily
-    /// aggregates (never a scan of the rows).
+    /// `GET /public/v1/stats?days=&endpoint=`: the project's overview, every key together — per
+    /// UTC day requests, 4xx, 5xx and p50/p95/p99 response times, and the top endpoints, from the
+    /// daily aggregates (never a scan of the rows); with `endpoint=METHOD route` (as the top
+    /// endpoints name them) the same for that endpoint alone.
     pub(super) async fn project_stats(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let days = stats_days(call.query)?;
+        let endpoint = match call.query.iter().find(|(k, _)| k == "endpoint").map(|(_, v)| v.as_str()) {
+            None => None,
+            Some(e) => Some(
+                e.split_once(' ').filter(|(m, r)| !m.is_empty() && r.starts_with('/')).ok_or_else(|| {
+                    ApiError::bad_request(
+                        "endpoint must be a method and a route, e.g. \"GET /public/v1/contacts/{id}\"",
+                    )
+                    .with_detail("field", "endpoint")
+                })?,
+            ),
+        };
         let today_start = call.now_ms - call.now_ms.rem_euclid(86_400_000);
         let since = today_start - i64::from(days - 1) * 86_400_000;
         let (counted, endpoints) =
-            self.store.stats(call.project_id(), None, since).await.map_err(unavailable)?;
-        Ok(Reply::ok(stats_view(None, days, call.now_ms, &counted, &endpoints)))
+            self.store.stats(call.project_id(), None, endpoint, since).await.map_err(unavailable)?;
+        let mut view = stats_view(None, days, call.now_ms, &counted, &endpoints);
+        view["endpoint"] = endpoint.map(|(m, r)| format!("{m} {r}")).into();
+        Ok(Reply::ok(view))
     }
 
     /// `GET /public/v1/keys/last-used`: the last day each key of the project was used in the last
@@ -676,7 +690,7 @@ mod tests {
         let report = roll(&store, &bucket, SMALL).unwrap();
         assert_eq!((report.rolled, report.copies), (1, 2));
         assert_eq!(scan(&store, &bucket, "prj_1", 2).unwrap(), ["r3", "r2", "r1b", "r1", "r0"]);
-        let (days, _) = complete(store.stats("prj_1", Some("key_1"), day)).unwrap();
+        let (days, _) = complete(store.stats("prj_1", Some("key_1"), None, day)).unwrap();
         assert_eq!(days.iter().map(|d| d.total).sum::<u64>(), 5, "each row counted once");
         let buckets: u64 = days.iter().map(|d| d.latency.counts().iter().sum::<u64>()).sum();
         assert_eq!(buckets, 5, "and in one response-time bucket once");
@@ -699,11 +713,15 @@ mod tests {
             })
             .collect();
         complete(store.insert_audit_rows(&rows)).unwrap();
-        let (days, endpoints) = complete(store.stats("prj_1", None, day)).unwrap();
+        let (days, endpoints) = complete(store.stats("prj_1", None, None, day)).unwrap();
         assert_eq!(days[0].total, 20);
         assert_eq!((days[0].latency.percentile(50), days[0].latency.percentile(95)), (Some(10), Some(500)));
         assert_eq!(endpoints[0].latency.percentile(90), Some(10));
-        let (mine, _) = complete(store.stats("prj_1", Some("key_1"), day)).unwrap();
+        let (mine, _) = complete(store.stats("prj_1", Some("key_1"), None, day)).unwrap();
+        let (one, _) = complete(store.stats("prj_1", None, Some(("GET", "/public/v1/me")), day)).unwrap();
+        assert_eq!(one[0].total, 20, "every row is GET /public/v1/me");
+        let (none, _) = complete(store.stats("prj_1", None, Some(("POST", "/public/v1/me")), day)).unwrap();
+        assert!(none.is_empty(), "another endpoint has none");
         // key_1: nine fast, one slow (r18).
         assert_eq!(
             (mine[0].total, mine[0].latency.percentile(90), mine[0].latency.percentile(99)),

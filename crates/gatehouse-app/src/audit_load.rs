@@ -186,7 +186,7 @@ fn check(store: &FakeStore, archive: &FakeArchive, total: u64, ts_of: impl Fn(u6
     for project in PROJECTS {
         for k in 0..KEYS_PER_PROJECT {
             let key = format!("key_{project}_{k}");
-            let (days, _) = complete(store.stats(project, Some(&key), START)).unwrap();
+            let (days, _) = complete(store.stats(project, Some(&key), None, START)).unwrap();
             for d in days {
                 assert_eq!(
                     raw[&(key.clone(), d.day.clone())],

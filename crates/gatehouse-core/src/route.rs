@@ -198,7 +198,7 @@ pub const ROUTES: &[Route] = &[
     route(RouteId::CreateKey, "POST", "/public/v1/keys", OWNER),
     with_query(route(RouteId::ListKeys, "GET", "/public/v1/keys", OWNER), PAGE),
     route(RouteId::KeysLastUsed, "GET", "/public/v1/keys/last-used", OWNER),
-    with_query(route(RouteId::ProjectStats, "GET", "/public/v1/stats", OWNER), &["days"]),
+    with_query(route(RouteId::ProjectStats, "GET", "/public/v1/stats", OWNER), &["days", "endpoint"]),
     route(RouteId::UpdateKey, "PATCH", "/public/v1/keys/{id}", OWNER),
     route(RouteId::RevokeKey, "DELETE", "/public/v1/keys/{id}", OWNER),
     route(RouteId::RollKey, "POST", "/public/v1/keys/{id}/roll", OWNER),

@@ -179,6 +179,7 @@ impl AuditStore for FakeStore {
         &self,
         project_id: &str,
         key_id: Option<&str>,
+        endpoint: Option<(&str, &str)>,
         since_ms: i64,
     ) -> Result<(Vec<DayCount>, Vec<EndpointCount>), PortError> {
         self.faults
@@ -188,7 +189,9 @@ impl AuditStore for FakeStore {
                 let mut endpoints: BTreeMap<(String, String), EndpointCount> = BTreeMap::new();
                 for ((p, k, day, method, route), (total, c4, c5, buckets)) in self.audit.daily.borrow().iter()
                 {
-                    if p != project_id || key_id.is_some_and(|key| key != k) || *day < since {
+                    let other_endpoint = endpoint.is_some_and(|(m, r)| m != method || r != route);
+                    if p != project_id || key_id.is_some_and(|key| key != k) || other_endpoint || *day < since
+                    {
                         continue;
                     }
                     let latency = LatencyBuckets::from_counts(buckets.map(|b| b as u64));

@@ -37,11 +37,13 @@ pub trait AuditStore {
         limit: usize,
     ) -> Result<Vec<ObjectSummary>, PortError>;
     /// Per UTC day since `since_ms`, and the top endpoints, of one key (`None`: of every key of
-    /// the project): from the aggregates, response-time buckets included.
+    /// the project) and one endpoint (`(method, route)`; `None`: every one): from the aggregates,
+    /// response-time buckets included.
     async fn stats(
         &self,
         project_id: &str,
         key_id: Option<&str>,
+        endpoint: Option<(&str, &str)>,
         since_ms: i64,
     ) -> Result<(Vec<DayCount>, Vec<EndpointCount>), PortError>;
     /// The last UTC day (`YYYY-MM-DD`) since `since_ms` on which each key of the project made a

@@ -300,11 +300,19 @@ impl AuditStore for D1Store {
         &self,
         project_id: &str,
         key_id: Option<&str>,
+        endpoint: Option<(&str, &str)>,
         since_ms: i64,
     ) -> Result<(Vec<DayCount>, Vec<EndpointCount>), PortError> {
         const SINCE: &str =
-            "project_id = ?1 AND (?2 IS NULL OR key_id = ?2) AND day >= date(?3 / 1000, 'unixepoch')";
-        let args = [text(project_id), opt_text(key_id), int(since_ms)];
+            "project_id = ?1 AND (?2 IS NULL OR key_id = ?2) AND day >= date(?3 / 1000, 'unixepoch')
+            AND (?4 IS NULL OR (method = ?4 AND route = ?5))";
+        let args = [
+            text(project_id),
+            opt_text(key_id),
+            int(since_ms),
+            opt_text(endpoint.map(|(m, _)| m)),
+            opt_text(endpoint.map(|(_, r)| r)),
+        ];
         let buckets = latency_columns(|c| format!("sum({c}) AS {c}"));
         let log = self.log_of(Some(project_id)).await?;
         let days = log.statement(
