@@ -1,9 +1,11 @@
 //! Usage for billing (SPEC §22): the [`UsageStore`] port over each project's audit database, where
 //! the counts are kept by the transactions that insert the rows they count.
 
+use wasm_bindgen::JsValue;
+
 use super::{int, opt_text, text, AuditLogs, D1Store};
 use gatehouse_core::ports::{PortError, UsageSnapshot, UsageStore};
-use gatehouse_core::usage::{GroupBy, UsageGroup, UsageQuery, UsageRecord, UsageRun, RECONCILE_OBJECTS_MAX};
+use gatehouse_core::usage::{GroupBy, UsageGroup, UsageQuery, UsageRun, RECONCILE_OBJECTS_MAX};
 
 /// A run's row of `usage_runs`.
 #[derive(serde::Deserialize)]
@@ -31,25 +33,38 @@ impl D1Store {
         }
     }
 
-    /// The run's records, by subject.
-    async fn run_records(&self, project_id: &str, start: i64, row: RunRow) -> Result<UsageRun, PortError> {
-        let records: Vec<UsageRecord> = self
-            .rows(
-                &format!(
-                    "SELECT key_id, identity_id, value, total, previous_seq FROM usage_records WHERE {PERIOD} AND seq = ?3
-                     ORDER BY key_id, identity_id"
-                ),
-                &[text(project_id), int(start), int(row.seq.into())],
-            )
-            .await?;
-        Ok(UsageRun {
+    /// A run and its records in one batch: `which` is the condition on `usage_runs` that names it
+    /// (bound as `args`, ?1 the project and ?2 the period start).
+    async fn read_run(
+        &self,
+        project_id: &str,
+        start: i64,
+        which: &str,
+        args: &[JsValue],
+    ) -> Result<Option<UsageRun>, PortError> {
+        let run = self.statement(
+            &format!("SELECT seq, period_ms, made_at FROM usage_runs WHERE {which} LIMIT 1"),
+            args,
+        )?;
+        let records = self.statement(
+            &format!(
+                "SELECT key_id, identity_id, value, total, previous_seq FROM usage_records
+                 WHERE {PERIOD} AND seq = (SELECT seq FROM usage_runs WHERE {which} LIMIT 1)
+                 ORDER BY key_id, identity_id"
+            ),
+            args,
+        )?;
+        let results = self.results(vec![run, records]).await?;
+        let runs: Vec<RunRow> = results[0].results().map_err(PortError::from_display)?;
+        let Some(row) = runs.into_iter().next() else { return Ok(None) };
+        Ok(Some(UsageRun {
             project_id: project_id.to_owned(),
             period_start: start,
             period_ms: row.period_ms,
             seq: row.seq,
             made_at: row.made_at,
-            records,
-        })
+            records: results[1].results().map_err(PortError::from_display)?,
+        }))
     }
 }
 
@@ -112,16 +127,8 @@ impl UsageStore for D1Store {
 
     async fn unsent_usage_run(&self, project_id: &str, start: i64) -> Result<Option<UsageRun>, PortError> {
         let log = self.log_of(Some(project_id)).await?;
-        let rows: Vec<RunRow> = log
-            .rows(
-                &format!("SELECT seq, period_ms, made_at FROM usage_runs WHERE {PERIOD} AND sent_at IS NULL LIMIT 1"),
-                &[text(project_id), int(start)],
-            )
-            .await?;
-        match rows.into_iter().next() {
-            Some(row) => log.run_records(project_id, start, row).await.map(Some),
-            None => Ok(None),
-        }
+        let unsent = format!("{PERIOD} AND sent_at IS NULL");
+        log.read_run(project_id, start, &unsent, &[text(project_id), int(start)]).await
     }
 
     async fn take_usage_run(
@@ -166,13 +173,8 @@ impl UsageStore for D1Store {
             )?,
         ];
         log.batch(statements).await?;
-        let rows: Vec<RunRow> = log
-            .rows("SELECT seq, period_ms, made_at FROM usage_runs WHERE run_id = ?1", &[text(run_id)])
-            .await?;
-        match rows.into_iter().next() {
-            Some(row) => log.run_records(project_id, start, row).await.map(Some),
-            None => Ok(None),
-        }
+        let ours = format!("{PERIOD} AND run_id = ?3");
+        log.read_run(project_id, start, &ours, &[text(project_id), int(start), text(run_id)]).await
     }
 
     async fn usage_run_sent(
