@@ -60,8 +60,7 @@ impl<P: Ports> Gateway<'_, P> {
         if self.store.find_key(call.project_id(), key_id).await.map_err(unavailable)?.is_none() {
             return Err(ApiError::not_found("API key").with_detail("id", key_id));
         }
-        let today_start = call.now_ms - call.now_ms.rem_euclid(86_400_000);
-        let since = today_start - i64::from(days - 1) * 86_400_000;
+        let since = first_day(call.now_ms, days);
         let (counted, endpoints) =
             self.store.stats(call.project_id(), Some(key_id), None, since).await.map_err(unavailable)?;
         Ok(Reply::ok(stats_view(Some(key_id), days, call.now_ms, &counted, &endpoints)))
@@ -84,8 +83,7 @@ impl<P: Ports> Gateway<'_, P> {
                 })?,
             ),
         };
-        let today_start = call.now_ms - call.now_ms.rem_euclid(86_400_000);
-        let since = today_start - i64::from(days - 1) * 86_400_000;
+        let since = first_day(call.now_ms, days);
         let (counted, endpoints) =
             self.store.stats(call.project_id(), None, endpoint, since).await.map_err(unavailable)?;
         let mut view = stats_view(None, days, call.now_ms, &counted, &endpoints);
@@ -96,8 +94,7 @@ impl<P: Ports> Gateway<'_, P> {
     /// `GET /public/v1/keys/last-used`: the last day each key of the project was used in the last
     /// 31 days, in one call from the daily aggregates (the dashboard's "Last use" column).
     pub(super) async fn keys_last_used(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
-        let today_start = call.now_ms - call.now_ms.rem_euclid(86_400_000);
-        let since = today_start - 30 * 86_400_000;
+        let since = first_day(call.now_ms, 31);
         let used = self.store.keys_last_used(call.project_id(), since).await.map_err(unavailable)?;
         let data: Vec<_> =
             used.into_iter().map(|(key_id, day)| json!({ "key_id": key_id, "last_used_on": day })).collect();
@@ -266,6 +263,11 @@ pub async fn roll_up_each<S: AuditStore, A: Archive>(
         rewritten: sum.rewritten + r.rewritten,
         done: sum.done && r.done,
     }))
+}
+
+/// The start (Unix ms) of the first UTC day of the `days` days that end today.
+fn first_day(now_ms: i64, days: u32) -> i64 {
+    now_ms - now_ms.rem_euclid(86_400_000) - i64::from(days.max(1) - 1) * 86_400_000
 }
 
 /// The most archive objects whose spans may overlap at one row (each is read to find copies).

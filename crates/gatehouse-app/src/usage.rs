@@ -332,8 +332,7 @@ mod tests {
                 if !ids.insert(run.record_id(record)) {
                     return Err(format!("record id {} twice", run.record_id(record)));
                 }
-                let subject = gatehouse_core::usage::subject(&record.key_id, record.identity_id.as_deref());
-                let slot = (project.clone(), *start, subject);
+                let slot = (project.clone(), *start, record.subject());
                 // The Stripe recipe replaces the subject's last record by this one's total: it must
                 // name that record, and its total must be what the values add up to.
                 if record.previous_seq != last_seq.get(&slot).copied() {

@@ -127,6 +127,13 @@ pub struct UsageRecord {
     pub previous_seq: Option<u32>,
 }
 
+impl UsageRecord {
+    /// Its CloudEvents subject.
+    pub fn subject(&self) -> String {
+        subject(&self.key_id, self.identity_id.as_deref())
+    }
+}
+
 fn empty_is_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     let s: Option<String> = serde::Deserialize::deserialize(d)?;
     Ok(s.filter(|s| !s.is_empty()))
@@ -202,8 +209,8 @@ impl UsageRun {
 
     /// The id of the subject's record in run `seq` of this period.
     fn record_id_at(&self, record: &UsageRecord, seq: u32) -> String {
-        let subject = subject(&record.key_id, record.identity_id.as_deref());
-        let text = format!("{}\n{subject}\n{METER}\n{}\n{seq}", self.project_id, self.period_start);
+        let text =
+            format!("{}\n{}\n{METER}\n{}\n{seq}", self.project_id, record.subject(), self.period_start);
         sha256_hex(text.as_bytes())[..32].to_owned()
     }
 
@@ -231,7 +238,7 @@ impl UsageRun {
             "id": self.record_id(record),
             "source": format!("gatehouse/projects/{}", self.project_id),
             "type": if self.seq == 0 { "dev.gatehouse.usage.period" } else { "dev.gatehouse.usage.adjustment" },
-            "subject": subject(&record.key_id, record.identity_id.as_deref()),
+            "subject": record.subject(),
             "time": rfc3339(self.period_end()),
             "datacontenttype": "application/json",
             "data": data,
@@ -258,7 +265,7 @@ impl UsageRun {
             .map(|r| {
                 json!({
                     "id": self.record_id(r),
-                    "subject": subject(&r.key_id, r.identity_id.as_deref()),
+                    "subject": r.subject(),
                     "key_id": r.key_id,
                     "identity_id": r.identity_id,
                     "value": r.value,

@@ -15,7 +15,6 @@ type Slot = (String, i64, String, String, String);
 /// A run as `usage_runs` and its `usage_records` hold it.
 #[derive(Debug, Clone)]
 pub struct StoredRun {
-    pub run_id: String,
     pub period_ms: i64,
     pub made_at: i64,
     pub sent_at: Option<i64>,
@@ -133,7 +132,7 @@ impl UsageStore for FakeStore {
         project_id: &str,
         start: i64,
         period_ms: i64,
-        run_id: &str,
+        _run_id: &str, // D1 needs it to tell its own insert; here the take is one step
         made_at: i64,
     ) -> Result<Option<UsageRun>, PortError> {
         self.faults
@@ -183,8 +182,7 @@ impl UsageStore for FakeStore {
                         *exported = *requests;
                     }
                 }
-                let stored =
-                    StoredRun { run_id: run_id.to_owned(), period_ms, made_at, sent_at: None, records };
+                let stored = StoredRun { period_ms, made_at, sent_at: None, records };
                 let run = usage.run(project_id, start, seq, &stored);
                 usage.runs.insert((project_id.to_owned(), start, seq), stored);
                 Some(run)
