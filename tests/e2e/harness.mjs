@@ -148,10 +148,17 @@ export async function listAll(path, key) {
  * resources) unless `database` names an audit database (`AUDIT_DB`, `AUDIT_DB_1`: see `auditDbOf`).
  */
 export async function d1(sql, database = 'DB') {
-  const out = spawnSync('npx', ['wrangler', 'd1', 'execute', database, '--local', '--persist-to',
-    process.env.GATEHOUSE_STATE, '--json', '--command', sql], { encoding: 'utf8' });
-  if (out.status !== 0) throw new Error(`d1 execute failed: ${out.stderr}${out.stdout}`);
-  return JSON.parse(out.stdout)[0].results;
+  // This is a second process on the gateway's local SQLite file: while the gateway writes, SQLite
+  // answers SQLITE_BUSY (no such contention exists on D1 itself), so that one error is retried.
+  for (let attempt = 1; ; attempt++) {
+    const out = spawnSync('npx', ['wrangler', 'd1', 'execute', database, '--local', '--persist-to',
+      process.env.GATEHOUSE_STATE, '--json', '--command', sql], { encoding: 'utf8' });
+    if (out.status === 0) return JSON.parse(out.stdout)[0].results;
+    if (attempt >= 5 || !/SQLITE_BUSY|database is locked/.test(out.stderr + out.stdout)) {
+      throw new Error(`d1 execute failed: ${out.stderr}${out.stdout}`);
+    }
+    await sleep(250 * attempt);
+  }
 }
 
 /** The binding of the audit database that holds a project's rows (SPEC §20: `projects.audit_db`). */
