@@ -4,9 +4,15 @@ const $ = (id) => document.getElementById(id);
 let key = sessionStorage.getItem(STORAGE);
 let chart;
 
-/** A call to the API; throws an Error with the API's message on a non-2xx answer. */
+/**
+ * A call to the API; throws an Error with the API's message on a non-2xx answer. Every read the
+ * dashboard makes is counted under its own budget (Gatehouse-Budget: dashboard), never in the owner
+ * key's API window; its changes (POST, PATCH, DELETE) count in the window like any other call.
+ */
 async function api(path, options = {}) {
-  const res = await fetch(path, { ...options, headers: { authorization: `Bearer ${key}`, ...(options.headers ?? {}) } });
+  const budget = (options.method ?? 'GET') === 'GET' ? { 'gatehouse-budget': 'dashboard' } : {};
+  const headers = { authorization: `Bearer ${key}`, ...budget, ...(options.headers ?? {}) };
+  const res = await fetch(path, { ...options, headers });
   const body = await res.json().catch(() => ({}));
   if (!res.ok) {
     const e = new Error(body.error?.message ?? `HTTP ${res.status}`);
@@ -332,6 +338,8 @@ function logParams() {
     if (name === 'range') params.set('from', new Date(Date.now() - Number(value) * 1000).toISOString());
     else params.set(name, value);
   }
+  // The dashboard's own reads stay out of the log unless asked for.
+  if (!$('log-dashboard').checked) params.set('dashboard', 'false');
   params.set('limit', '50');
   return params;
 }

@@ -172,7 +172,8 @@ const paths = {
       query('path', { type: 'string', maxLength: 200 }, 'glob over the path with its query: * matches any run of characters, everything else itself (case-sensitive); at most 200 characters (422 beyond)'),
       query('request_id', str), query('key_id', str), query('idempotency_key', str),
       query('from', timeBound, 'RFC 3339, YYYY-MM-DD (the day\'s first ms) or Unix ms (400 otherwise); a date or time that does not exist (2026-02-31) is a 422'),
-      query('to', timeBound, 'RFC 3339, YYYY-MM-DD (the day\'s last ms) or Unix ms; not before from (422)'), ...paging],
+      query('to', timeBound, 'RFC 3339, YYYY-MM-DD (the day\'s last ms) or Unix ms; not before from (422)'),
+      query('dashboard', { enum: ['true', 'false'] }, 'true: only the dashboard\'s reads (Gatehouse-Budget); false: all but them (400 otherwise)'), ...paging],
     ok: list(ref('AuditRow')), codes: [400, 422] }) },
   '/public/v1/logs/archives': { get: get('Archived days of the log', { ok: list(ref('Archive')) }) },
   '/public/v1/logs/archives/{date}': { get: get('Download one archived day (gzip NDJSON)', {
@@ -281,7 +282,8 @@ const schemas = {
   ProjectStats: out({ ...statsProps, endpoint: nullable(str) }),
   AuditRow: out({ ts: time, request_id: str, key_id: nullable(str), key_prefix: nullable(str), method: str, path: str, route: nullable(str),
     status: int(100, 599), response_bytes: int(0), response_time_ms: int(0), ip: nullable(str), user_agent: nullable(str),
-    idempotency_key: nullable(str), replayed: { type: 'boolean' }, original_request_id: nullable(str), rate_limit_remaining: nullable(int(0)), error_code: nullable(str) }),
+    idempotency_key: nullable(str), replayed: { type: 'boolean' }, original_request_id: nullable(str), rate_limit_remaining: nullable(int(0)), error_code: nullable(str),
+    dashboard: { type: 'boolean', description: 'read under the dashboard budget (Gatehouse-Budget: dashboard)' } }),
   Archive: out({ date: { type: 'string', format: 'date' }, objects: { ...int(1), description: 'gzip objects (chunks of up to 5,000 rows) the day is stored in' }, size: { ...int(0), description: 'bytes, all objects of the day' }, uploaded_at: time }),
   Contact: out({ id: str, name: nullable(str), phone: nullable(str), email: nullable(str), external_id: nullable(str), created_at: time }),
   Message: out({ id: str, contact_id: str, text: str, status: { const: 'queued' }, created_at: time }),
@@ -376,6 +378,18 @@ const headerSchemas = {
   'RateLimit': { schema: { type: 'string', pattern: '^"minute";r=[0-9]+;t=[0-9]+$', example: '"minute";r=29;t=55' } },
   'Retry-After': { description: 'whole seconds to wait', schema: { type: 'integer', minimum: 1 } },
 };
+// The dashboard's reads (gatehouse_core::budget): each takes the Gatehouse-Budget header, which
+// only an owner key may send (403 otherwise, /me included).
+const DASHBOARD_READS = ['/public/v1/me', '/public/v1/keys', '/public/v1/keys/last-used', '/public/v1/stats', '/public/v1/keys/{id}/stats',
+  '/public/v1/identities', '/public/v1/identities/{id}', '/public/v1/logs', '/public/v1/logs/{request_id}', '/public/v1/usage',
+  '/public/v1/webhooks', '/public/v1/webhooks/{id}/deliveries'];
+for (const path of DASHBOARD_READS) {
+  const op = paths[path].get;
+  op.parameters = [{ $ref: '#/components/parameters/GatehouseBudget' }, ...(op.parameters ?? [])];
+  op.responses['403'] ??= { $ref: '#/components/responses/E403' };
+  op.responses = Object.fromEntries(Object.entries(op.responses).sort(([a], [b]) => a.localeCompare(b)));
+}
+
 const doc = {
   openapi: '3.1.0',
   info: { title: 'Gatehouse', version: '1.0.0', description: 'Public-API edge gateway. Errors follow one schema; every response carries X-Request-Id; authenticated ones carry the rate-limit headers. HEAD is served wherever GET is (same status and headers, no body; it counts against the rate limit and is audited like a GET). A method a path does not serve is a 405 with Allow; an unknown path is a 404. A query parameter an operation does not list is a 400 VALIDATION_ERROR naming it (details.field), as an unknown body field is; a JSON body naming a key twice in one object is a 400 too. Checked against the server by scripts/conformance (Schemathesis).' },
@@ -390,7 +404,9 @@ const doc = {
       adminToken: { type: 'http', scheme: 'bearer', description: 'ADMIN_TOKEN' },
       originSecret: { type: 'http', scheme: 'bearer', description: 'EVENTS_SECRET (proxy mode: the origin sends events with it; ORIGIN_SECRET only signs forwarded requests)' },
     },
-    parameters: { IdempotencyKey: { name: 'Idempotency-Key', in: 'header', required: false, description: '1–255 visible ASCII characters, no comma (422 otherwise; an sf-string "…" is unquoted first); replays the first 2xx for 24 h', schema: { type: 'string', minLength: 1, maxLength: 255, pattern: '^[!#-+\\--~][!-+\\--~]*$' } } },
+    parameters: {
+      GatehouseBudget: { name: 'Gatehouse-Budget', in: 'header', required: false, description: 'dashboard: count this read under the owner key\'s dashboard budget (DASHBOARD_READS_PER_MINUTE, default 120 a minute) instead of its API windows and quota; owner keys only (403 otherwise); only on the dashboard\'s reads, any other value or route is a 400', schema: { enum: ['dashboard'] } },
+      IdempotencyKey: { name: 'Idempotency-Key', in: 'header', required: false, description: '1–255 visible ASCII characters, no comma (422 otherwise; an sf-string "…" is unquoted first); replays the first 2xx for 24 h', schema: { type: 'string', minLength: 1, maxLength: 255, pattern: '^[!#-+\\--~][!-+\\--~]*$' } } },
     headers: Object.fromEntries(Object.entries(headerSchemas).flatMap(([name, h]) => [[name, { ...h, required: true }], [`${name}-optional`, h]])),
     responses: Object.fromEntries(Object.entries(codes).map(([c, d]) => [`E${c}`, { description: d, headers: errorHeaders(c), content: json(ref('Error')) }])),
     schemas,

@@ -7,6 +7,8 @@ import { chromium } from 'playwright-core';
 import { spawn } from 'node:child_process';
 import { ADMIN_TOKEN, BASE, assertError, buildCli, call, createKey, createProject, eventually, listAll, receiver, sleep } from './harness.mjs';
 
+/** DASHBOARD_READS_PER_MINUTE as scripts/test sets it (the default). */
+const DASHBOARD_READS_PER_MINUTE = 120;
 const SHOTS = `${process.env.GATEHOUSE_STATE ?? '/tmp'}/screenshots`;
 let browser;
 let hooks;
@@ -203,7 +205,10 @@ function calls(page) {
   const seen = [];
   page.on('response', (r) => {
     const url = new URL(r.url());
-    seen.push({ path: url.pathname, query: url.search, status: r.status() });
+    seen.push({
+      path: url.pathname, query: url.search, status: r.status(), method: r.request().method(),
+      budget: r.request().headers()['gatehouse-budget'], limit: r.headers()['x-ratelimit-limit'],
+    });
   });
   return seen;
 }
@@ -354,10 +359,49 @@ test('40 keys on trial while gatehouse logs tail runs: the keys tab loads again 
     const apiCalls = seen.filter((c) => c.path.startsWith('/public/'));
     assert.ok(apiCalls.length <= 4 * 3, `three calls a load, not one per key: ${apiCalls.length}`);
     assert.doesNotMatch(tailErrors, /RATE_LIMIT_EXCEEDED/, 'nor did the tail');
+    // Every read of the page was counted under the dashboard budget (its limit, not trial's 30).
+    for (const c of apiCalls) {
+      assert.equal(c.method, 'GET', `the page only read: ${JSON.stringify(c)}`);
+      assert.equal(c.budget, 'dashboard', JSON.stringify(c));
+      assert.equal(c.limit, String(DASHBOARD_READS_PER_MINUTE), JSON.stringify(c));
+    }
+    // The owner key's log shows them only when asked: by default the tail's polls alone.
+    await eventually(async () => (await listAll(`/public/v1/logs?key_id=${owner.id}&dashboard=true`, owner.key)).length >= apiCalls.length, 20_000);
+    const own = await listAll(`/public/v1/logs?key_id=${owner.id}&dashboard=false`, owner.key);
+    assert.ok(own.length > 0 && own.every((r) => !r.dashboard && !r.path.startsWith('/public/v1/keys')), JSON.stringify(own.slice(0, 3)));
+    const pageReads = await listAll(`/public/v1/logs?key_id=${owner.id}&dashboard=true`, owner.key);
+    assert.ok(pageReads.every((r) => r.dashboard && r.method === 'GET'));
     await page.close();
   } finally {
     tail.kill('SIGINT');
   }
+});
+
+test('the dashboard budget: its own window beside the owner key\'s, owner keys only, the dashboard\'s reads only', async () => {
+  const { owner } = await createProject('Dashboard window');
+  const server = await createKey(owner.key, 'server');
+  const budget = { 'gatehouse-budget': 'dashboard' };
+  // The owner key's trial window (30 a minute) used up by API calls …
+  let last;
+  for (let i = 0; i < 31 && last?.status !== 429; i++) last = await call('GET', '/public/v1/keys', { key: owner.key });
+  assertError(last, 429, 'RATE_LIMIT_EXCEEDED');
+  // … the dashboard still reads, in its own window.
+  const read = await call('GET', '/public/v1/keys', { key: owner.key, headers: budget });
+  assert.equal(read.status, 200, read.text);
+  assert.equal(read.headers.get('x-ratelimit-limit'), String(DASHBOARD_READS_PER_MINUTE));
+  assert.equal(Number(read.headers.get('x-ratelimit-remaining')), DASHBOARD_READS_PER_MINUTE - 1);
+  assert.equal((await call('GET', '/public/v1/me', { key: owner.key, headers: { 'Gatehouse-Budget': 'Dashboard' } })).status, 200);
+  // Not for other key types, not for changes or resources, not with another value.
+  const refused = await call('GET', '/public/v1/me', { key: server.key, headers: budget });
+  assertError(refused, 403, 'FORBIDDEN');
+  assert.match(refused.body.error.message, /Only an owner key/);
+  assertError(await call('GET', '/public/v1/contacts', { key: server.key, headers: budget }), 400, 'VALIDATION_ERROR');
+  assertError(await call('GET', '/public/v1/logs', { key: owner.key, headers: { 'gatehouse-budget': 'api' } }), 429, 'RATE_LIMIT_EXCEEDED');
+  const fresh = await createProject('Dashboard window 2');
+  const change = await call('POST', '/public/v1/keys', { key: fresh.owner.key, headers: budget, body: { type: 'server' } });
+  assertError(change, 400, 'VALIDATION_ERROR');
+  assert.equal(change.body.error.details.header, 'Gatehouse-Budget');
+  assert.equal((await listAll('/public/v1/keys', fresh.owner.key)).length, 1, 'the refused change made no key');
 });
 
 test('the API description is served at /openapi.json', async () => {

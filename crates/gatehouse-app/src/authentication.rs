@@ -36,9 +36,12 @@ pub(super) enum Credentials {
 
 impl<P: Ports> Gateway<'_, P> {
     /// What can be decided before the body is read and without the key's guard.
+    /// `dashboard`: the request is one of the dashboard's reads under its budget
+    /// ([`gatehouse_core::budget`]), decided under [`Scope::DashboardRead`].
     pub(super) async fn screen(
         &self,
         route: &Route,
+        dashboard: bool,
         authorization: &Option<String>,
         client_ip: Option<&str>,
         now_ms: i64,
@@ -73,6 +76,7 @@ impl<P: Ports> Gateway<'_, P> {
                     }
                 };
             }
+            Access::Key(_) if dashboard => Scope::DashboardRead,
             Access::Key(scope) => scope,
         };
         let Some(token) = token.filter(|t| api_key::is_well_formed(t)) else {
@@ -101,13 +105,15 @@ impl<P: Ports> Gateway<'_, P> {
         // A hot key (SPEC §20): admitted from this isolate's lease of its credits, or refused by
         // a refusal lease, with no round trip to its guard. A request with an Idempotency-Key
         // takes its claim from the one object that holds it, spread over the key's claim objects.
-        let mut leased = self.leases.borrow_mut().admit(&key_hash, scope, now_ms);
+        // A dashboard read is counted by the guard in its own window, never from a lease.
+        let leasing = self.config.lease_above_per_second.filter(|_| !scope.is_dashboard_read());
+        let mut leased = leasing.and_then(|_| self.leases.borrow_mut().admit(&key_hash, scope, now_ms));
         // Another request of this isolate is asking the key's guard for a lease: wait for it (a
         // little) instead of asking too, so a burst at a hot key makes one call, not one each.
         let mut waited = 0;
         while leased.is_none()
             && waited < LEASE_WAIT_MS
-            && self.config.lease_above_per_second.is_some_and(|above| {
+            && leasing.is_some_and(|above| {
                 self.leases.borrow_mut().should_wait(&key_hash, now_ms + waited as i64, above)
             })
         {
@@ -173,7 +179,13 @@ impl<P: Ports> Gateway<'_, P> {
         if !key.key_type.allows(scope) {
             // Decided by the guard before it counted: no part of the window or the quota and no
             // claim was taken for it (a guard of the previous version counted it; it is 403 all the same).
-            let e = ApiError::forbidden(format!("A {} key may not call this route.", key.key_type.as_str()))
+            let message = match scope {
+                Scope::DashboardRead => {
+                    "Only an owner key reads under the dashboard budget (Gatehouse-Budget)."
+                }
+                _ => "A {type} key may not call this route.",
+            };
+            let e = ApiError::forbidden(message.replace("{type}", key.key_type.as_str()))
                 .with_detail("key_type", key.key_type.as_str());
             return Err((Some(usage), e));
         }
@@ -185,7 +197,18 @@ impl<P: Ports> Gateway<'_, P> {
             Verdict::RateLimited => Some(
                 ApiError::new(
                     ErrorCode::RateLimitExceeded,
-                    format!("Rate limit of {} requests per {} exceeded.", usage.limit(), usage.window_name()),
+                    match scope {
+                        Scope::DashboardRead => format!(
+                            "The dashboard budget of {} reads per {} is used up.",
+                            usage.limit(),
+                            usage.window_name()
+                        ),
+                        _ => format!(
+                            "Rate limit of {} requests per {} exceeded.",
+                            usage.limit(),
+                            usage.window_name()
+                        ),
+                    },
                 )
                 .with_retry_after(usage.seconds_to_reset())
                 // The refusing window, as the headers say it: after the SDK gives up, the caller
@@ -254,6 +277,7 @@ impl<P: Ports> Gateway<'_, P> {
         let lease = self
             .config
             .lease_above_per_second
+            .filter(|_| !scope.is_dashboard_read())
             .map(|_| self.leases.borrow_mut().ask(&key_hash, now_ms, scope.cost()));
         let answer = self.guard.authorize(&key_hash, scope, claim, lease.as_ref()).await;
         if let Some(ask) = &lease {

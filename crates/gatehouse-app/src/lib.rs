@@ -25,6 +25,8 @@ pub use usage::{export_usage, UsagePeriods, UsageReport};
 pub use webhooks::{dispatch, jitter, reseal_secrets, retry, sweep, ManualRetry};
 #[cfg(test)]
 mod audit_load;
+#[cfg(test)]
+mod dashboard_budget;
 mod dead_letters;
 mod digests;
 #[cfg(any(test, feature = "testing"))]

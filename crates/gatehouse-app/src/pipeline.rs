@@ -9,6 +9,7 @@ use super::{random, unavailable, ApiRequest, ApiResponse, Call, Gateway, Ids, Re
 use gatehouse_core::api_key::{bearer_token, KeyRecord};
 use gatehouse_core::audit::{clip_user_agent, redacted_path, AuditRow};
 use gatehouse_core::body::CappedBody;
+use gatehouse_core::budget;
 use gatehouse_core::encoding::uuid_v7;
 use gatehouse_core::error::{ApiError, ErrorCode};
 use gatehouse_core::idempotency::{self, ClaimDecision, Entry, KeptResponse, StoredResponse};
@@ -44,6 +45,8 @@ pub(super) struct Trace {
     /// The key was accepted (its guard or lease admitted it, or refused it only by a limit):
     /// the request may bill (SPEC §22).
     pub(super) accepted: bool,
+    /// Read under the dashboard budget (`Gatehouse-Budget: dashboard`): its audit row says so.
+    pub(super) dashboard: bool,
 }
 
 /// An admitted caller: the key (none on public and admin routes), its usage, its claim, and the
@@ -117,6 +120,7 @@ impl<P: Ports> Gateway<'_, P> {
             audit.key_prefix = Some(key.prefix);
         }
         audit.idempotency_key = trace.idempotency_key;
+        audit.dashboard = trace.dashboard;
         audit.rate_limit_remaining = served.usage.map(|u| u.remaining());
         match &served.answer {
             Ok(Answer::Replay(stored)) => {
@@ -204,8 +208,16 @@ impl<P: Ports> Gateway<'_, P> {
             },
         };
         trace.route = Some(route);
+        // The dashboard's reads may be counted under its own budget; a header that cannot apply is
+        // answered only after authentication (SPEC §3 order), like a bad Idempotency-Key.
+        let budget_header =
+            req.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(budget::HEADER)).map(|(_, v)| v.as_str());
+        let dashboard = budget::dashboard_read(budget_header, route);
+        trace.dashboard = matches!(dashboard, Ok(true));
         // Refusals that need neither the body nor the key's guard come first: their body is never read.
-        let credentials = match self.screen(route, &req.authorization, client_ip, req.now_ms, trace).await {
+        let screened =
+            self.screen(route, trace.dashboard, &req.authorization, client_ip, req.now_ms, trace).await;
+        let credentials = match screened {
             Ok(credentials) => credentials,
             Err(e) => return Served::early(None, e),
         };
@@ -304,7 +316,7 @@ impl<P: Ports> Gateway<'_, P> {
             (body, claim, caller)
         };
         let usage = caller.usage;
-        if let Err(e) = idempotency_key {
+        if let Err(e) = idempotency_key.and(dashboard) {
             return Served::early(usage, e);
         }
         if let (Access::Admin, Some(c)) = (route.access, &claim) {

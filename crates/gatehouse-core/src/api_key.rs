@@ -36,12 +36,21 @@ pub enum Scope {
     ReleaseMarkers,
     /// Anything any valid key may read about itself (`/me`).
     SelfInfo,
+    /// One of the dashboard's reads under its own budget (`Gatehouse-Budget: dashboard`,
+    /// [`crate::budget`]): owner keys only, counted in the key's dashboard window and nowhere else.
+    DashboardRead,
     /// A proxied route of `UPSTREAMS` (SPEC §15): the key types it admits, and how many units of
     /// the window (and of the monthly quota) one request costs.
     Upstream { key_types: KeyTypes, cost: u32 },
 }
 
 impl Scope {
+    /// Whether it is counted under the dashboard budget instead of the key's credits (no lease of
+    /// the key's credits admits it, and none is asked for with it).
+    pub fn is_dashboard_read(self) -> bool {
+        self == Scope::DashboardRead
+    }
+
     /// Units of the rate window and the monthly quota one admitted request takes (SPEC §4, §15).
     pub fn cost(self) -> u32 {
         match self {
@@ -104,7 +113,7 @@ impl KeyType {
         use KeyType::*;
         match scope {
             Scope::SelfInfo => true,
-            Scope::ManageProject => self == Owner,
+            Scope::ManageProject | Scope::DashboardRead => self == Owner,
             Scope::Resources => matches!(self, Owner | Server),
             Scope::Ingest => matches!(self, Server | Browser),
             Scope::Alias => self == Server,
@@ -335,6 +344,7 @@ mod tests {
         assert!(!Browser.allows(Scope::Alias) && Server.allows(Scope::Alias));
         assert!(Cicd.allows(Scope::ReleaseMarkers) && !Owner.allows(Scope::ReleaseMarkers));
         assert!(KeyType::ALL.iter().all(|t| t.allows(Scope::SelfInfo)));
+        assert!(KeyType::ALL.iter().all(|&t| t.allows(Scope::DashboardRead) == (t == Owner)));
         let upstream = Scope::Upstream { key_types: KeyTypes::of(&[Server, Cicd]), cost: 3 };
         assert!(Server.allows(upstream) && Cicd.allows(upstream));
         assert!(!Owner.allows(upstream) && !Browser.allows(upstream));

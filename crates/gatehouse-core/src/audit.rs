@@ -52,6 +52,9 @@ pub struct AuditRow {
     /// Whether the request bills (SPEC §22): a key was accepted and its plan bills the status.
     #[serde(default, deserialize_with = "flag")]
     pub billable: bool,
+    /// Read under the dashboard budget (`Gatehouse-Budget: dashboard`, [`crate::budget`]).
+    #[serde(default, deserialize_with = "flag")]
+    pub dashboard: bool,
 }
 
 /// A boolean as JSON writes it (`true`) or as SQLite returns it (`1`).
@@ -129,6 +132,7 @@ impl AuditRow {
             error_code: None,
             identity_id: None,
             billable: false,
+            dashboard: false,
         }
     }
 
@@ -151,6 +155,7 @@ impl AuditRow {
             original_request_id: self.original_request_id.clone(),
             rate_limit_remaining: self.rate_limit_remaining.map(i64::from),
             error_code: self.error_code.clone(),
+            dashboard: self.dashboard,
         };
         gatehouse_wire::to_json(&row)
     }
@@ -265,6 +270,8 @@ pub struct LogFilter {
     pub idempotency_key: Option<String>,
     pub from_ms: Option<i64>,
     pub to_ms: Option<i64>,
+    /// `dashboard=true`: only the dashboard's reads (`Gatehouse-Budget`); `false`: all but them.
+    pub dashboard: Option<bool>,
 }
 
 fn bad(field: &str, message: impl Into<String>) -> ApiError {
@@ -395,6 +402,13 @@ impl LogFilter {
                 "idempotency_key" => f.idempotency_key = Some(value.to_owned()),
                 "from" => f.from_ms = Some(time_bound("from", value, false)?),
                 "to" => f.to_ms = Some(time_bound("to", value, true)?),
+                "dashboard" => {
+                    f.dashboard = Some(match value {
+                        "true" => true,
+                        "false" => false,
+                        _ => return Err(bad("dashboard", "dashboard must be true or false")),
+                    })
+                }
                 _ => {}
             }
         }

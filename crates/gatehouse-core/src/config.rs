@@ -81,6 +81,9 @@ pub struct Config {
     /// Reserve calls a second above which an event-ledger shard splits
     /// (`LEDGER_SPLIT_ABOVE_PER_SECOND`, SPEC §20; `0`: every call splits, to the deepest level).
     pub ledger_split_above_per_second: u32,
+    /// `DASHBOARD_READS_PER_MINUTE`: what an owner key may read a minute under the dashboard
+    /// budget ([`crate::budget`]), apart from its API windows (default 120).
+    pub dashboard_reads_per_minute: u32,
 }
 
 /// A key's guard serves a few hundred calls a second (docs/operations/capacity.md): from 100 a
@@ -130,6 +133,7 @@ impl std::fmt::Debug for Config {
             .field("log_every_request", &self.log_every_request)
             .field("lease_above_per_second", &self.lease_above_per_second)
             .field("ledger_split_above_per_second", &self.ledger_split_above_per_second)
+            .field("dashboard_reads_per_minute", &self.dashboard_reads_per_minute)
             .finish()
     }
 }
@@ -271,6 +275,16 @@ impl Config {
             })?),
         };
 
+        let dashboard_reads_per_minute =
+            match number("DASHBOARD_READS_PER_MINUTE", crate::budget::DEFAULT_READS_PER_MINUTE.into())? {
+                n @ 1..=100_000 => n as u32,
+                n => {
+                    return Err(ConfigError(format!(
+                        "DASHBOARD_READS_PER_MINUTE={n} must be between 1 and 100000"
+                    )))
+                }
+            };
+
         let upstreams = parse_upstreams(get("UPSTREAMS").as_deref().unwrap_or("[]")).map_err(ConfigError)?;
         let origin_secret = match get("ORIGIN_SECRET").filter(|s| !s.is_empty()) {
             Some(_) => Some(secret("ORIGIN_SECRET")?),
@@ -318,6 +332,7 @@ impl Config {
         }
 
         Ok(Config {
+            dashboard_reads_per_minute,
             log_every_request,
             lease_above_per_second,
             ledger_split_above_per_second: number(

@@ -8,6 +8,7 @@ pub mod api_key;
 pub mod archive;
 pub mod audit;
 pub mod body;
+pub mod budget;
 pub mod canonical_json;
 pub mod config;
 pub mod digest;

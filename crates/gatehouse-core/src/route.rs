@@ -219,6 +219,7 @@ pub const ROUTES: &[Route] = &[
             "idempotency_key",
             "from",
             "to",
+            "dashboard",
             "limit",
             "cursor",
         ],

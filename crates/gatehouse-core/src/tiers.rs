@@ -124,6 +124,7 @@ impl LogFilter {
             && self.idempotency_key.as_ref().is_none_or(|k| row.idempotency_key.as_ref() == Some(k))
             && self.from_ms.is_none_or(|f| row.ts >= f)
             && self.to_ms.is_none_or(|t| row.ts <= t)
+            && self.dashboard.is_none_or(|d| row.dashboard == d)
     }
 }
 

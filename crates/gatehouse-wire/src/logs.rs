@@ -25,4 +25,7 @@ pub struct LogEntry {
     pub original_request_id: Option<String>,
     pub rate_limit_remaining: Option<i64>,
     pub error_code: Option<String>,
+    /// One of the owner dashboard's reads, counted under its own budget (`Gatehouse-Budget`).
+    #[serde(default)]
+    pub dashboard: bool,
 }

@@ -24,7 +24,9 @@ use gatehouse_core::ports::{
     IdentityInsert, KeyChanges, KeyGuard, KeyUpdate, PlanChange, PortError, Resources, ResponseStore,
     Revocation, RunStart,
 };
-use gatehouse_core::rate_limit::{decide_request, Counters, LimitSpec, Usage, Verdict, AUTH_FAILURE_LIMITS};
+use gatehouse_core::rate_limit::{
+    decide_request, Counters, LimitSpec, Limits, Usage, Verdict, AUTH_FAILURE_LIMITS,
+};
 use gatehouse_core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
 use gatehouse_core::webhook::OutgoingEvent;
 
@@ -374,7 +376,14 @@ impl KeyGuard for FakeGuard {
                 match self.record(key_hash) {
                     Some(key) if key.refusal(self.clock.get()).is_none() => {
                         let permitted = key.key_type.allows(scope);
-                        let (verdict, usage, lease) = self.admit(&key, scope.cost(), permitted, lease);
+                        let (verdict, usage, lease) = if scope.is_dashboard_read() {
+                            let limits = Limits::per_minute(self.config.dashboard_reads_per_minute);
+                            let budget = format!("dashboard:{key_hash}");
+                            let (verdict, usage) = self.count(&budget, limits, 1, permitted);
+                            (verdict, usage, None)
+                        } else {
+                            self.admit(&key, scope.cost(), permitted, lease)
+                        };
                         // The guard takes it, or the key's claim object that holds it (SPEC §20).
                         let claim = claim
                             .filter(|_| verdict == Verdict::Allowed && permitted)

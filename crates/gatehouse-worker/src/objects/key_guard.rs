@@ -82,6 +82,8 @@ pub struct KeyGuardObject {
     /// The load of the record from D1 in flight, if any.
     loading: SingleFlight<std::result::Result<Option<KeyRecord>, String>>,
     counters: Cell<Option<Counters>>,
+    /// The dashboard budget's counters (`budget_counters`), once read.
+    dashboard_counters: Cell<Option<Counters>>,
     /// Per level above the key, once read from storage.
     leases: RefCell<BTreeMap<String, LevelLease>>,
     /// Requests from isolates in the current second: a hot key leases (SPEC §20).
@@ -109,7 +111,7 @@ struct ClaimRow {
 }
 
 /// The guard's tables, created together on its first write.
-const TABLES: [&str; 7] = [
+const TABLES: [&str; 8] = [
     // Every window's count and the month's, as JSON (`Counters`). The first version kept one
     // minute window in `counters`; it is read once when this table has no row yet.
     "CREATE TABLE IF NOT EXISTS limit_counters (
@@ -134,6 +136,8 @@ const TABLES: [&str; 7] = [
        grant_id TEXT PRIMARY KEY, grant TEXT NOT NULL, returned TEXT NOT NULL,
        keep_until_ms INTEGER NOT NULL, drawn TEXT)",
     "CREATE INDEX IF NOT EXISTS lease_grants_by_expiry ON lease_grants (keep_until_ms)",
+    // The counters of a budget apart from the key's windows: the dashboard's (`Counters` as JSON).
+    "CREATE TABLE IF NOT EXISTS budget_counters (budget TEXT PRIMARY KEY, state TEXT NOT NULL)",
 ];
 
 /// An exchange with a level's authority in flight, shared by the requests that wait for it.
@@ -168,6 +172,7 @@ impl DurableObject for KeyGuardObject {
             key: RefCell::new(None),
             loading: SingleFlight::default(),
             counters: Cell::new(None),
+            dashboard_counters: Cell::new(None),
             leases: RefCell::default(),
             exchanges: RefCell::default(),
             leases_out: RefCell::default(),
@@ -337,7 +342,8 @@ impl KeyGuardObject {
             .map(|t| t.name)
             .collect();
         if !names.iter().any(|n| {
-            ["limit_counters", "counters", "idempotency_claims", "applied", "claims"].contains(&n.as_str())
+            ["limit_counters", "counters", "idempotency_claims", "applied", "claims", "budget_counters"]
+                .contains(&n.as_str())
         }) {
             self.tables.set(Some(false));
             return Ok(false);
@@ -388,8 +394,12 @@ impl KeyGuardObject {
                         self.set_alarm_by(now_ms() + OWED_GIVE_BACK_MS).await?;
                     }
                 }
-                let (verdict, usage, lease) =
-                    self.admit(&key, c.scope.cost(), permitted, c.lease.as_ref()).await?;
+                let (verdict, usage, lease) = if c.scope.is_dashboard_read() {
+                    let (verdict, usage) = self.count_dashboard_read(permitted)?;
+                    (verdict, usage, None)
+                } else {
+                    self.admit(&key, c.scope.cost(), permitted, c.lease.as_ref()).await?
+                };
                 let claim = match c.claim {
                     Some(claim) if verdict == Verdict::Allowed && permitted => {
                         // Taken here, or by the key's claim object that holds it (SPEC §20).
@@ -497,6 +507,37 @@ impl KeyGuardObject {
         self.epoch.set(self.epoch.get() + 1);
         self.key.replace(Some((key, until)));
         Ok(Done {})
+    }
+
+    /// One of the dashboard's reads, in the key's dashboard window only (`DASHBOARD_READS_PER_MINUTE`),
+    /// counted only when `permitted`: read, decide and write without yielding.
+    fn count_dashboard_read(&self, permitted: bool) -> Result<(Verdict, Usage)> {
+        #[derive(Deserialize)]
+        struct State {
+            state: String,
+        }
+        let prev = match self.dashboard_counters.get() {
+            Some(c) => c,
+            None if self.has_tables()? => {
+                let sql = "SELECT state FROM budget_counters WHERE budget = 'dashboard'";
+                match self.sql.exec(sql, None)?.to_array::<State>()?.pop() {
+                    Some(row) => serde_json::from_str(&row.state).map_err(rust_error)?,
+                    None => Counters::default(),
+                }
+            }
+            None => Counters::default(),
+        };
+        let limits = Limits::per_minute(self.config()?.dashboard_reads_per_minute);
+        let (verdict, usage, taken) = decide_request(prev, now_ms(), limits, 1, permitted);
+        if let Some(next) = taken {
+            self.create_tables()?;
+            self.sql.exec(
+                "INSERT OR REPLACE INTO budget_counters (budget, state) VALUES ('dashboard', ?)",
+                vec![serde_json::to_string(&next).map_err(rust_error)?.into()],
+            )?;
+            self.dashboard_counters.set(Some(next));
+        }
+        Ok((verdict, usage))
     }
 
     /// One request of `cost` units against `limits`, counted only when `permitted`
