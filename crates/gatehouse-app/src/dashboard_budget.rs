@@ -56,7 +56,7 @@ impl World {
         let body =
             Body(Some(if method == "POST" { br#"{"key_type":"server"}"#.to_vec() } else { Vec::new() }));
         let mut request = api_request(method, path, token, None, body, self.clock.get());
-        request.headers.extend(budget.map(|b| ("Gatehouse-Budget".to_owned(), b.to_owned())));
+        request.budget = budget.map(str::to_owned);
         complete(async {
             let mut response = self.gateway.handle(request).await;
             let after = response.after_response();

@@ -79,6 +79,8 @@ pub struct ApiRequest<B> {
     pub idempotency_key: Option<String>,
     /// `CF-Connecting-IP`: failed authentications are limited per client address.
     pub client_ip: Option<String>,
+    /// `Gatehouse-Budget`: the dashboard's reads ask for its budget (`gatehouse_core::budget`).
+    pub budget: Option<String>,
     /// Every header as received (a proxied request forwards most of them, SPEC §15).
     pub headers: Vec<(String, String)>,
     pub body: B,

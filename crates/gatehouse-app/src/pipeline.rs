@@ -210,9 +210,7 @@ impl<P: Ports> Gateway<'_, P> {
         trace.route = Some(route);
         // The dashboard's reads may be counted under its own budget; a header that cannot apply is
         // answered only after authentication (SPEC §3 order), like a bad Idempotency-Key.
-        let budget_header =
-            req.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(budget::HEADER)).map(|(_, v)| v.as_str());
-        let dashboard = budget::dashboard_read(budget_header, route);
+        let dashboard = budget::dashboard_read(req.budget.as_deref(), route);
         trace.dashboard = matches!(dashboard, Ok(true));
         // Refusals that need neither the body nor the key's guard come first: their body is never read.
         let screened =

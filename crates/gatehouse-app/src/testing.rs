@@ -134,6 +134,7 @@ pub fn api_request<B>(
         authorization: Some(format!("Bearer {token}")),
         idempotency_key: idempotency_key.map(str::to_owned),
         client_ip: Some("192.0.2.1".into()),
+        budget: None,
         headers: Vec::new(),
         body,
         now_ms,

@@ -10,8 +10,6 @@
 use crate::error::ApiError;
 use crate::route::{Access, Route, RouteId};
 
-/// The request header that asks for the dashboard budget, lowercase.
-pub const HEADER: &str = "gatehouse-budget";
 /// The one value it takes.
 pub const DASHBOARD: &str = "dashboard";
 /// Reads a minute an owner key makes under the dashboard budget by default

@@ -11,7 +11,7 @@ use crate::adapters::origin::{streamed, AnswerRest};
 use gatehouse_app::{ApiRequest, ApiResponse};
 
 #[wasm_bindgen(inline_js = r#"
-const READ = ["content-length", "user-agent", "authorization", "idempotency-key", "cf-connecting-ip"];
+const READ = ["content-length", "user-agent", "authorization", "idempotency-key", "cf-connecting-ip", "gatehouse-budget"];
 export function requestHead(req) {
   let head = req.method + "\n" + req.url;
   for (const name of READ) {
@@ -61,6 +61,7 @@ pub struct RequestHead {
     authorization: Option<String>,
     idempotency_key: Option<String>,
     client_ip: Option<String>,
+    budget: Option<String>,
 }
 
 impl RequestHead {
@@ -77,6 +78,7 @@ impl RequestHead {
             authorization: header(),
             idempotency_key: header(),
             client_ip: header(),
+            budget: header(),
         }
     }
 }
@@ -112,6 +114,7 @@ pub fn api_request(
         authorization: head.authorization,
         idempotency_key: head.idempotency_key,
         client_ip: head.client_ip,
+        budget: head.budget,
         headers,
         path,
         body,
