@@ -402,6 +402,15 @@ test('the dashboard budget: its own window beside the owner key\'s, owner keys o
   assertError(change, 400, 'VALIDATION_ERROR');
   assert.equal(change.body.error.details.header, 'Gatehouse-Budget');
   assert.equal((await listAll('/public/v1/keys', fresh.owner.key)).length, 1, 'the refused change made no key');
+  // The statistics count those two API calls, never the dashboard's reads.
+  const look = (path) => call('GET', path, { key: fresh.owner.key, headers: budget });
+  for (let i = 0; i < 3; i++) assert.equal((await look('/public/v1/keys/last-used')).status, 200);
+  await eventually(async () => (await look('/public/v1/logs?dashboard=false')).body.data.length === 2, 20_000);
+  await eventually(async () => (await look('/public/v1/logs?dashboard=true')).body.data
+    .filter((r) => r.route === '/public/v1/keys/last-used').length === 3, 20_000);
+  const stats = (await look('/public/v1/stats?days=1')).body;
+  assert.equal(stats.total, 2, JSON.stringify(stats));
+  assert.deepEqual(stats.top_endpoints.map((e) => `${e.method} ${e.route}`).sort(), ['GET /public/v1/keys', 'POST /public/v1/keys']);
 });
 
 test('the API description is served at /openapi.json', async () => {

@@ -232,11 +232,15 @@ struct TailFilters {
     path: Option<String>,
     #[arg(long)]
     method: Option<String>,
+    /// Show the owner dashboard's own reads too (left out by default).
+    #[arg(long)]
+    dashboard_reads: bool,
 }
 
 impl From<TailFilters> for LogFilter {
     fn from(f: TailFilters) -> LogFilter {
-        LogFilter { status: f.status, path: f.path, method: f.method, ..LogFilter::default() }
+        let dashboard = (!f.dashboard_reads).then_some(false);
+        LogFilter { status: f.status, path: f.path, method: f.method, dashboard, ..LogFilter::default() }
     }
 }
 

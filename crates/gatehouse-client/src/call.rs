@@ -83,11 +83,7 @@ impl<T> Call<T> {
         let answer = self.client.execute(&self.request).await?;
         let request_id = answer.header("x-request-id").map(str::to_owned);
         let replayed = answer.header("idempotency-replayed") == Some("true");
-        let rate_limit = crate::error::RateLimitState::from_headers(
-            answer.header("x-ratelimit-limit"),
-            answer.header("x-ratelimit-remaining"),
-            answer.header("x-ratelimit-reset"),
-        );
+        let rate_limit = answer.rate_limit();
         let value = (self.decode)(&answer.body).map_err(|e| Error::Decode {
             status: answer.status,
             request_id: request_id.clone(),

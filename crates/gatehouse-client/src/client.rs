@@ -332,11 +332,7 @@ impl Client {
                             error.retry_after = answer
                                 .header("retry-after")
                                 .and_then(|v| parse_retry_after(v, self.shared.clock.now()));
-                            error.rate_limit = RateLimitState::from_headers(
-                                answer.header("x-ratelimit-limit"),
-                                answer.header("x-ratelimit-remaining"),
-                                answer.header("x-ratelimit-reset"),
-                            );
+                            error.rate_limit = answer.rate_limit();
                             let retry_after = error.retry_after;
                             (Error::Api(Box::new(error)), retry_after)
                         }
@@ -519,6 +515,15 @@ pub(crate) struct Answer {
 impl Answer {
     pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The key's window as the `X-RateLimit-*` headers give it (`None` unless all three are there).
+    pub(crate) fn rate_limit(&self) -> Option<RateLimitState> {
+        RateLimitState::from_headers(
+            self.header("x-ratelimit-limit"),
+            self.header("x-ratelimit-remaining"),
+            self.header("x-ratelimit-reset"),
+        )
     }
 }
 

@@ -66,11 +66,11 @@ pub use events::{
 };
 pub use logs::{LogEntry, LogFilter, LogTail};
 pub use resources::{
-    BulkItem, BulkOutcome, Contact, CreatedKey, Key, KeyChanges, KeyType, Limits, Me, Message, NewContact,
+    BulkItem, BulkOutcome, Contact, CreatedKey, Key, KeyChanges, KeyStatus, KeyType, Limits, Me, Message, NewContact,
     NewKey, NewMessage, NewReleaseMarker, Quota, RateLimit, ReleaseMarker, Scenario, ScenarioRun,
 };
 pub use webhooks::{
     event_types, CreatedWebhook, DeletedWebhook, Delivery, DeliveryAttempt, DeliveryReport, DeliveryStatus,
     PulledDeliveries, PulledDelivery, Recovered, ReportedDelivery, TriggeredEvent, VerifyError, Webhook,
-    WebhookVerifier, MAX_PULL_WAIT, TIMESTAMP_TOLERANCE,
+    WebhookStatus, WebhookVerifier, MAX_PULL_WAIT, TIMESTAMP_TOLERANCE,
 };

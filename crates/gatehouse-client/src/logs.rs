@@ -25,6 +25,8 @@ pub struct LogFilter {
     /// RFC 3339, `YYYY-MM-DD` or Unix milliseconds.
     pub from: Option<String>,
     pub to: Option<String>,
+    /// `Some(false)`: leave out the owner dashboard's own reads; `Some(true)`: only them.
+    pub dashboard: Option<bool>,
     /// Rows per page (at most 200).
     pub limit: Option<u32>,
 }
@@ -46,6 +48,9 @@ impl LogFilter {
             if let Some(value) = value {
                 request = request.query(name, value);
             }
+        }
+        if let Some(dashboard) = self.dashboard {
+            request = request.query("dashboard", dashboard);
         }
         if let Some(limit) = self.limit {
             request = request.query("limit", limit);

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use gatehouse_wire::identities::Limits;
-pub use gatehouse_wire::keys::{CreatedKey, Key};
+pub use gatehouse_wire::keys::{CreatedKey, Key, KeyStatus, KeyType};
 pub use gatehouse_wire::resources::{Contact, Message, ReleaseMarker, Scenario};
 
 use crate::call::{Call, Pages};
@@ -18,7 +18,7 @@ pub struct Me {
     pub key_id: String,
     pub prefix: String,
     #[serde(rename = "type")]
-    pub key_type: String,
+    pub key_type: KeyType,
     pub project_id: String,
     pub plan: String,
     /// When this key stops working (RFC 3339), if it expires.
@@ -41,50 +41,6 @@ pub struct Quota {
     pub used: u64,
     pub limit: u64,
     pub resets_at: String,
-}
-
-/// The type of an API key: what it may call (see the API's key types).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum KeyType {
-    /// Manages the project: keys, logs, webhooks, usage.
-    Owner,
-    /// A backend's key: the resources and ingestion.
-    Server,
-    /// Publishable: ingestion from web pages only.
-    Browser,
-    /// Records deploys (release markers).
-    Cicd,
-}
-
-impl KeyType {
-    pub const ALL: [KeyType; 4] = [KeyType::Owner, KeyType::Server, KeyType::Browser, KeyType::Cicd];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            KeyType::Owner => "owner",
-            KeyType::Server => "server",
-            KeyType::Browser => "browser",
-            KeyType::Cicd => "cicd",
-        }
-    }
-}
-
-impl std::fmt::Display for KeyType {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for KeyType {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        KeyType::ALL
-            .into_iter()
-            .find(|t| t.as_str() == s)
-            .ok_or_else(|| format!("{s:?} is not a key type (owner, server, browser or cicd)"))
-    }
 }
 
 /// `POST /public/v1/keys`.

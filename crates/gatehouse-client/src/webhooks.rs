@@ -5,8 +5,8 @@ use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use gatehouse_wire::webhooks::{
-    CreatedWebhook, Delivery, DeliveryAttempt, DeliveryReport, PulledDeliveries, PulledDelivery,
-    ReportedDelivery, TriggeredEvent, Webhook,
+    CreatedWebhook, Delivery, DeliveryAttempt, DeliveryReport, DeliveryStatus, PulledDeliveries, PulledDelivery,
+    ReportedDelivery, TriggeredEvent, Webhook, WebhookStatus,
 };
 
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -38,40 +38,6 @@ const PULL_TIMEOUT_MARGIN: Duration = Duration::from_secs(15);
 pub struct DeletedWebhook {
     pub id: String,
     pub status: String,
-}
-
-/// The state of a delivery (`Delivery::status` says it as text).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DeliveryStatus {
-    /// Not delivered yet: an attempt is due or under way.
-    Pending,
-    Delivered,
-    /// Every attempt of the schedule failed (or the subscription was deleted or gone).
-    Failed,
-}
-
-impl DeliveryStatus {
-    pub const ALL: [DeliveryStatus; 3] =
-        [DeliveryStatus::Pending, DeliveryStatus::Delivered, DeliveryStatus::Failed];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeliveryStatus::Pending => "pending",
-            DeliveryStatus::Delivered => "delivered",
-            DeliveryStatus::Failed => "failed",
-        }
-    }
-}
-
-impl std::str::FromStr for DeliveryStatus {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        DeliveryStatus::ALL
-            .into_iter()
-            .find(|d| d.as_str() == s)
-            .ok_or_else(|| format!("{s:?} is not a delivery status (pending, delivered or failed)"))
-    }
 }
 
 /// The event types the gateway itself sends (an origin in proxy mode may send others), for

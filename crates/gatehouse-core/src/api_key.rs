@@ -2,6 +2,7 @@
 //! and the peppered hash that is the only form we store (SPEC §2).
 
 use hmac::{Hmac, Mac};
+use gatehouse_wire::keys::KeyStatus;
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
@@ -76,6 +77,18 @@ impl KeyTypes {
 
     pub fn is_empty(self) -> bool {
         self.0 == 0
+    }
+}
+
+/// The type as the API names it.
+impl From<KeyType> for gatehouse_wire::keys::KeyType {
+    fn from(t: KeyType) -> Self {
+        match t {
+            KeyType::Owner => Self::Owner,
+            KeyType::Server => Self::Server,
+            KeyType::Browser => Self::Browser,
+            KeyType::Cicd => Self::Cicd,
+        }
     }
 }
 
@@ -480,12 +493,12 @@ impl KeyRecord {
 
     /// `active` | `expiring` (an `expires_at` ahead, a roll's grace included) | `expired` (a
     /// rolled key past its grace too) | `revoked`.
-    pub fn status(&self, now_ms: i64) -> &'static str {
+    pub fn status(&self, now_ms: i64) -> KeyStatus {
         match (self.refusal(now_ms), self.expires_at) {
-            (Some(RefusalReason::Revoked), _) => "revoked",
-            (Some(_), _) => "expired",
-            (None, Some(_)) => "expiring",
-            (None, None) => "active",
+            (Some(RefusalReason::Revoked), _) => KeyStatus::Revoked,
+            (Some(_), _) => KeyStatus::Expired,
+            (None, Some(_)) => KeyStatus::Expiring,
+            (None, None) => KeyStatus::Active,
         }
     }
 
@@ -534,11 +547,11 @@ impl KeyRecord {
         let key = gatehouse_wire::keys::Key {
             id: self.id.clone(),
             prefix: self.prefix.clone(),
-            key_type: self.key_type.as_str().to_owned(),
+            key_type: self.key_type.into(),
             name: self.name.clone(),
             plan: self.plan.clone(),
             rate_limit_per_minute: self.rate_limit_per_minute.map(u64::from),
-            status: self.status(now_ms).to_owned(),
+            status: self.status(now_ms),
             created_at: rfc3339(self.created_at),
             expires_at: self.expires_at.map(rfc3339),
             revoked_at: self.revoked_at.map(rfc3339),

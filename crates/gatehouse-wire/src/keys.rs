@@ -2,20 +2,42 @@
 
 use serde::{Deserialize, Serialize};
 
+names! {
+    /// The type of an API key: what it may call.
+    KeyType, "key type" {
+        /// Manages the project: keys, logs, webhooks, usage.
+        Owner = "owner",
+        /// A backend's key: the resources and ingestion.
+        Server = "server",
+        /// Publishable: ingestion from web pages only.
+        Browser = "browser",
+        /// Records deploys (release markers).
+        Cicd = "cicd",
+    }
+}
+
+names! {
+    /// Whether a key works, as the API shows it.
+    KeyStatus, "key status" {
+        Active = "active",
+        /// Works until its `expires_at` (a roll's grace included).
+        Expiring = "expiring",
+        Expired = "expired",
+        Revoked = "revoked",
+    }
+}
+
 /// An API key as lists show it (never the secret, never its hash).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Key {
     pub id: String,
     pub prefix: String,
-    /// `owner`, `server`, `browser` or `cicd`.
     #[serde(rename = "type")]
-    pub key_type: String,
+    pub key_type: KeyType,
     pub name: Option<String>,
     pub plan: String,
     pub rate_limit_per_minute: Option<u64>,
-    /// `active`, `expiring` (an `expires_at` ahead, a roll's grace included), `expired` or
-    /// `revoked`.
-    pub status: String,
+    pub status: KeyStatus,
     pub created_at: String,
     #[serde(default)]
     pub expires_at: Option<String>,
@@ -42,4 +64,23 @@ pub struct CreatedKey {
     pub key: String,
     #[serde(flatten)]
     pub info: Key,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_read_and_write_as_the_api_says_them_and_unknown_ones_read_as_unknown() {
+        for &t in KeyType::ALL {
+            let json = serde_json::to_string(&t).unwrap();
+            assert_eq!(json, format!("\"{t}\""));
+            assert_eq!(serde_json::from_str::<KeyType>(&json).unwrap(), t);
+            assert_eq!(t.as_str().parse::<KeyType>(), Ok(t));
+        }
+        assert_eq!(serde_json::from_str::<KeyStatus>("\"paused\"").unwrap(), KeyStatus::Unknown);
+        assert_eq!("paused".parse::<KeyStatus>().unwrap_err(), "\"paused\" is not a key status (active, expiring, expired, revoked)");
+        assert_eq!(KeyStatus::parse("unknown"), None, "unknown is never a name the API sends");
+        assert!(KeyStatus::Revoked == "revoked" && KeyStatus::Revoked != "active");
+    }
 }

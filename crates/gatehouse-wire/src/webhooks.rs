@@ -3,6 +3,26 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+names! {
+    /// Whether a subscription receives events.
+    WebhookStatus, "subscription status" {
+        Active = "active",
+        /// Receives nothing until re-enabled (`disabled_reason` says why).
+        Disabled = "disabled",
+    }
+}
+
+names! {
+    /// The state of a delivery.
+    DeliveryStatus, "delivery status" {
+        /// Not delivered yet: an attempt is due or under way.
+        Pending = "pending",
+        Delivered = "delivered",
+        /// Every attempt of the schedule failed (or the subscription was deleted or gone).
+        Failed = "failed",
+    }
+}
+
 /// A subscription as lists show it (never the secret).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Webhook {
@@ -13,8 +33,7 @@ pub struct Webhook {
     /// The receiver's URL; `None` for a `cli` subscription.
     pub url: Option<String>,
     pub events: Vec<String>,
-    /// `active` or `disabled`.
-    pub status: String,
+    pub status: WebhookStatus,
     #[serde(default)]
     pub disabled_reason: Option<String>,
     pub created_at: String,
@@ -43,8 +62,7 @@ pub struct Delivery {
     pub event: String,
     #[serde(default)]
     pub request_id: String,
-    /// `pending`, `delivered` or `failed`.
-    pub status: String,
+    pub status: DeliveryStatus,
     /// Attempts made.
     pub attempt: u32,
     /// When the next attempt is due, while `pending`.

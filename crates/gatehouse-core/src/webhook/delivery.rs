@@ -127,7 +127,8 @@ impl Delivery {
             event_id: self.event_id.clone(),
             event: self.event.clone(),
             request_id: self.request_id.clone(),
-            status: self.status.clone(),
+            // D1 holds only the three names (a CHECK constraint).
+            status: wire::DeliveryStatus::parse(&self.status).unwrap_or(wire::DeliveryStatus::Unknown),
             attempt: self.attempts,
             scheduled_at: (self.status == "pending").then(|| rfc3339(self.scheduled_at)),
             last_response_code: self.last_response_code,

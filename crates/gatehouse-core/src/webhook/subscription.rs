@@ -137,7 +137,8 @@ impl Webhook {
             kind: if self.is_cli() { "cli" } else { "url" }.into(),
             url: (!self.is_cli()).then(|| self.url.clone()),
             events: self.events.clone(),
-            status: self.status.clone(),
+            // D1 holds active, disabled or deleted (a CHECK constraint); a deleted one is never shown.
+            status: wire::WebhookStatus::parse(&self.status).unwrap_or(wire::WebhookStatus::Unknown),
             disabled_reason: self.disabled_reason.clone(),
             created_at: crate::time::rfc3339(self.created_at),
             previous_secret_expires_at: self.previous_secret_until(now_ms).map(crate::time::rfc3339),
