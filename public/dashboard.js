@@ -5,12 +5,12 @@ let key = sessionStorage.getItem(STORAGE);
 let chart;
 
 /**
- * A call to the API; throws an Error with the API's message on a non-2xx answer. Every read the
- * dashboard makes is counted under its own budget (Gatehouse-Budget: dashboard), never in the owner
- * key's API window; its changes (POST, PATCH, DELETE) count in the window like any other call.
+ * A call to the API; throws an Error with the API's message on a non-2xx answer. A read (no
+ * `method`) is counted under the dashboard's own budget (Gatehouse-Budget: dashboard), never in the
+ * owner key's API window; a change (POST, PATCH, DELETE) counts in the window like any other call.
  */
 async function api(path, options = {}) {
-  const budget = (options.method ?? 'GET') === 'GET' ? { 'gatehouse-budget': 'dashboard' } : {};
+  const budget = options.method === undefined ? { 'gatehouse-budget': 'dashboard' } : {};
   const headers = { authorization: `Bearer ${key}`, ...budget, ...(options.headers ?? {}) };
   const res = await fetch(path, { ...options, headers });
   const body = await res.json().catch(() => ({}));
@@ -122,12 +122,20 @@ $('login').addEventListener('submit', async (event) => {
 });
 $('logout').addEventListener('click', () => {
   sessionStorage.removeItem(STORAGE);
+  sessionStorage.removeItem(`${STORAGE}.me`);
   location.reload();
 });
 
+/**
+ * Signs in: `/me` once per session (it describes the key's API window and quota, so it is asked
+ * under them; kept in sessionStorage beside the key, a reload does not ask again), then the key list
+ * under the dashboard budget — an owner-only read, refused for other key types.
+ */
 async function start() {
-  const me = await api('/public/v1/me');
-  await loadKeys(); // an owner-only call: fails for other key types
+  const kept = sessionStorage.getItem(`${STORAGE}.me`);
+  const me = kept ? JSON.parse(kept) : await api('/public/v1/me', { method: 'GET' }).then(({ project_id, prefix }) => ({ project_id, prefix }));
+  await loadKeys();
+  sessionStorage.setItem(`${STORAGE}.me`, JSON.stringify(me));
   $('project').textContent = `Project ${me.project_id} · key ${me.prefix}`;
   $('login').hidden = true;
   $('app').hidden = false;
@@ -516,4 +524,4 @@ async function loadDeliveries(w) {
   }));
 }
 
-if (key) start().catch(() => { sessionStorage.removeItem(STORAGE); key = null; });
+if (key) start().catch(() => { sessionStorage.removeItem(STORAGE); sessionStorage.removeItem(`${STORAGE}.me`); key = null; });

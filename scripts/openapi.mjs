@@ -379,8 +379,8 @@ const headerSchemas = {
   'Retry-After': { description: 'whole seconds to wait', schema: { type: 'integer', minimum: 1 } },
 };
 // The dashboard's reads (gatehouse_core::budget): each takes the Gatehouse-Budget header, which
-// only an owner key may send (403 otherwise, /me included).
-const DASHBOARD_READS = ['/public/v1/me', '/public/v1/keys', '/public/v1/keys/last-used', '/public/v1/stats', '/public/v1/keys/{id}/stats',
+// only an owner key may send (403 otherwise).
+const DASHBOARD_READS = ['/public/v1/keys', '/public/v1/keys/last-used', '/public/v1/stats', '/public/v1/keys/{id}/stats',
   '/public/v1/identities', '/public/v1/identities/{id}', '/public/v1/logs', '/public/v1/logs/{request_id}', '/public/v1/usage',
   '/public/v1/webhooks', '/public/v1/webhooks/{id}/deliveries'];
 for (const path of DASHBOARD_READS) {

@@ -192,6 +192,7 @@ impl<P: Ports> Gateway<'_, P> {
         // Accepted: from here on the request may bill (SPEC §22) — a refusal for the key's type
         // above took nothing of any window, so it never does.
         trace.accepted = true;
+        trace.dashboard = scope.is_dashboard_read();
         let refusal = match verdict {
             Verdict::Allowed => None,
             Verdict::RateLimited => Some(

@@ -53,9 +53,20 @@ impl World {
     }
 
     fn send(&self, method: &str, path: &str, token: &str, budget: Option<&str>) -> ApiResponse {
-        let body =
-            Body(Some(if method == "POST" { br#"{"key_type":"server"}"#.to_vec() } else { Vec::new() }));
-        let mut request = api_request(method, path, token, None, body, self.clock.get());
+        self.send_idempotent(method, path, token, budget, None)
+    }
+
+    /// One request (a POST creates a server key) and the work after its response.
+    fn send_idempotent(
+        &self,
+        method: &str,
+        path: &str,
+        token: &str,
+        budget: Option<&str>,
+        idempotency_key: Option<&str>,
+    ) -> ApiResponse {
+        let body = Body(Some(if method == "POST" { br#"{"type":"server"}"#.to_vec() } else { Vec::new() }));
+        let mut request = api_request(method, path, token, idempotency_key, body, self.clock.get());
         request.budget = budget.map(str::to_owned);
         complete(async {
             let mut response = self.gateway.handle(request).await;
@@ -114,7 +125,7 @@ fn dashboard_reads_and_api_requests_never_take_from_each_other() {
         assert_eq!(w.send("GET", "/public/v1/me", &w.owner, None).status, 200);
     }
     assert_eq!(w.send("GET", "/public/v1/me", &w.owner, None).status, 429);
-    for path in ["/public/v1/me", "/public/v1/keys/last-used", "/public/v1/stats", "/public/v1/webhooks"] {
+    for path in ["/public/v1/keys", "/public/v1/keys/last-used", "/public/v1/stats", "/public/v1/webhooks"] {
         assert_eq!(w.dashboard(path, &w.owner).status, 200, "{path}");
     }
     assert_eq!(w.dashboard("/public/v1/logs", &w.owner).status, 429);
@@ -123,9 +134,12 @@ fn dashboard_reads_and_api_requests_never_take_from_each_other() {
 #[test]
 fn only_an_owner_key_reads_under_the_dashboard_budget_and_only_the_dashboards_reads() {
     let w = World::new();
-    let refused = w.dashboard("/public/v1/me", &w.server);
+    let refused = w.dashboard("/public/v1/keys", &w.server);
     assert_eq!(refused.status, 403);
     assert!(error(&refused)["message"].as_str().is_some_and(|m| m.contains("Only an owner key")));
+    // Its row is not marked as a dashboard read: the budget counted nothing, and the owner's
+    // default log view (dashboard=false) must show the refusal.
+    assert!(!refused.audit.dashboard && refused.audit.key_id.is_some());
     // A refusal for the key type takes nothing: the server key's window is whole.
     let me = w.send("GET", "/public/v1/me", &w.server, None);
     assert_eq!(header(&me, "x-ratelimit-remaining"), Some("4"));
@@ -145,6 +159,20 @@ fn only_an_owner_key_reads_under_the_dashboard_budget_and_only_the_dashboards_re
     assert_eq!(w.gateway.store.directory.keys.borrow().len(), keys_before);
     let me = w.send("GET", "/public/v1/me", &w.owner, None);
     assert_eq!(header(&me, "x-ratelimit-remaining"), Some("1"), "the three 400s and this call counted");
+    // /me describes the key's API window and quota: never under the budget.
+    w.clock.set(T0 + 60_000);
+    assert_eq!(w.dashboard("/public/v1/me", &w.owner).status, 400);
     // A server key's resource call with the header is refused too: it never gets a second window.
     assert_eq!(w.send("GET", "/public/v1/contacts", &w.server, Some("dashboard")).status, 400);
+}
+
+#[test]
+fn a_change_refused_for_the_header_takes_no_idempotency_claim() {
+    let w = World::new();
+    let send = |budget| w.send_idempotent("POST", "/public/v1/keys", &w.owner, budget, Some("make-1"));
+    assert_eq!(send(Some("dashboard")).status, 400);
+    // The retry without the header executes: its key was never in use.
+    let made = send(None);
+    assert_eq!(made.status, 201, "{}", String::from_utf8_lossy(&made.body));
+    assert_eq!(send(None).status, 201, "and replays");
 }

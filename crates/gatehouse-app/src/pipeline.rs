@@ -45,7 +45,9 @@ pub(super) struct Trace {
     /// The key was accepted (its guard or lease admitted it, or refused it only by a limit):
     /// the request may bill (SPEC §22).
     pub(super) accepted: bool,
-    /// Read under the dashboard budget (`Gatehouse-Budget: dashboard`): its audit row says so.
+    /// Admitted, or refused by its window, under the dashboard budget (an owner key's read with
+    /// `Gatehouse-Budget: dashboard`): its audit row says so. Never set for a request the budget
+    /// did not count (a 401, a 403 for another key type, a 503).
     pub(super) dashboard: bool,
 }
 
@@ -211,10 +213,10 @@ impl<P: Ports> Gateway<'_, P> {
         // The dashboard's reads may be counted under its own budget; a header that cannot apply is
         // answered only after authentication (SPEC §3 order), like a bad Idempotency-Key.
         let dashboard = budget::dashboard_read(req.budget.as_deref(), route);
-        trace.dashboard = matches!(dashboard, Ok(true));
         // Refusals that need neither the body nor the key's guard come first: their body is never read.
+        let asks_budget = matches!(dashboard, Ok(true));
         let screened =
-            self.screen(route, trace.dashboard, &req.authorization, client_ip, req.now_ms, trace).await;
+            self.screen(route, asks_budget, &req.authorization, client_ip, req.now_ms, trace).await;
         let credentials = match screened {
             Ok(credentials) => credentials,
             Err(e) => return Served::early(None, e),
@@ -232,7 +234,9 @@ impl<P: Ports> Gateway<'_, P> {
             Some(q) if upstream.is_some() => format!("{}?{q}", req.path),
             _ => req.path.clone(),
         };
-        let idempotency = trace.idempotency_key.clone();
+        // A request refused for its Gatehouse-Budget header takes no claim (its retry without it
+        // must not find its key in use).
+        let idempotency = trace.idempotency_key.clone().filter(|_| dashboard.is_ok());
         let fingerprint = |body: &[u8]| match upstream {
             // A proxied body is opaque: its bytes and its type (SPEC §19).
             Some(_) => {

@@ -5,8 +5,8 @@ use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use gatehouse_wire::webhooks::{
-    CreatedWebhook, Delivery, DeliveryAttempt, DeliveryReport, DeliveryStatus, PulledDeliveries, PulledDelivery,
-    ReportedDelivery, TriggeredEvent, Webhook, WebhookStatus,
+    CreatedWebhook, Delivery, DeliveryAttempt, DeliveryReport, DeliveryStatus, PulledDeliveries,
+    PulledDelivery, ReportedDelivery, TriggeredEvent, Webhook, WebhookStatus,
 };
 
 use base64::engine::general_purpose::STANDARD as BASE64;

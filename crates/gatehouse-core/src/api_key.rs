@@ -1,8 +1,8 @@
 //! API keys: their four types and scopes, the secret's format, its 12-character display prefix,
 //! and the peppered hash that is the only form we store (SPEC §2).
 
-use hmac::{Hmac, Mac};
 use gatehouse_wire::keys::KeyStatus;
+use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 

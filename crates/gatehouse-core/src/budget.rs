@@ -31,8 +31,8 @@ pub fn dashboard_read(value: Option<&str>, route: &Route) -> Result<bool, ApiErr
     }
     if !route.id.is_dashboard_read() {
         return Err(bad_header(
-            "Gatehouse-Budget: dashboard applies only to the dashboard's reads (GET or HEAD of /me, keys, \
-             stats, identities, logs, usage, webhooks and their deliveries)."
+            "Gatehouse-Budget: dashboard applies only to the dashboard's reads (GET or HEAD of keys, stats, \
+             identities, logs, usage, webhooks and their deliveries)."
                 .to_owned(),
         ));
     }
@@ -46,12 +46,13 @@ fn bad_header(message: String) -> ApiError {
 impl RouteId {
     /// The reads the dashboard makes, which may be counted under its budget: reads of the project
     /// answered from D1 (mostly from its daily aggregates), not downloads of archives or exports,
-    /// and not the pull of webhook deliveries (a consumer's work, not a look).
+    /// not the pull of webhook deliveries (a consumer's work, not a look), and not `/me`, which
+    /// describes the key's API window and quota and so is asked under them.
     pub fn is_dashboard_read(self) -> bool {
         use RouteId::*;
         matches!(
             self,
-            Me | ListKeys
+            ListKeys
                 | KeysLastUsed
                 | ProjectStats
                 | KeyStats
@@ -80,12 +81,13 @@ mod tests {
         let logs = route("GET", "/public/v1/logs");
         assert_eq!(dashboard_read(None, &logs), Ok(false));
         assert_eq!(dashboard_read(Some("dashboard"), &logs), Ok(true));
-        assert_eq!(dashboard_read(Some(" Dashboard "), &route("HEAD", "/public/v1/me")), Ok(true));
+        assert_eq!(dashboard_read(Some(" Dashboard "), &route("HEAD", "/public/v1/keys")), Ok(true));
         assert_eq!(dashboard_read(Some("dashboard"), &route("GET", "/public/v1/keys/k1/stats")), Ok(true));
         for (method, path) in [
             ("POST", "/public/v1/keys"),
             ("DELETE", "/public/v1/keys/k1"),
             ("GET", "/public/v1/contacts"),
+            ("GET", "/public/v1/me"),
             ("GET", "/public/v1/webhooks/w1/pull"),
             ("GET", "/public/v1/logs/archives/2026-11-30"),
             ("GET", "/public/v1/usage/file"),

@@ -79,7 +79,10 @@ mod tests {
             assert_eq!(t.as_str().parse::<KeyType>(), Ok(t));
         }
         assert_eq!(serde_json::from_str::<KeyStatus>("\"paused\"").unwrap(), KeyStatus::Unknown);
-        assert_eq!("paused".parse::<KeyStatus>().unwrap_err(), "\"paused\" is not a key status (active, expiring, expired, revoked)");
+        assert_eq!(
+            "paused".parse::<KeyStatus>().unwrap_err(),
+            "\"paused\" is not a key status (active, expiring, expired, revoked)"
+        );
         assert_eq!(KeyStatus::parse("unknown"), None, "unknown is never a name the API sends");
         assert!(KeyStatus::Revoked == "revoked" && KeyStatus::Revoked != "active");
     }

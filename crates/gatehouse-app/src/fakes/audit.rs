@@ -58,10 +58,6 @@ impl AuditTables {
         let mut daily = self.daily.borrow_mut();
         for r in rows {
             let (Some(project), Some(key)) = (&r.project_id, &r.key_id) else { continue };
-            if r.dashboard {
-                // The dashboard's own reads stay out of the statistics.
-                continue;
-            }
             let route = r.route.clone().unwrap_or_else(|| r.path.clone());
             let slot = (project.clone(), key.clone(), utc_date(r.ts), r.method.clone(), route);
             let c = daily.entry(slot).or_default();

@@ -114,15 +114,14 @@ impl D1Store {
     async fn insert_rows(&self, rows: &[AuditRow]) -> Result<(), PortError> {
         let mut statements = self.insert_rows_statements(rows)?;
         // The rows this batch inserted are the uncounted ones (a copy already stored was ignored):
-        // they join the aggregates (all but the dashboard's own reads, which stay out of the
-        // statistics) and are marked counted, in the same transaction.
+        // they join the aggregates and are marked counted, in the same transaction.
         statements.push(self.statement(
             &format!(
                 "INSERT INTO audit_daily (project_id, key_id, day, method, route, total, client_errors, server_errors,
                                           {columns})
                  SELECT project_id, key_id, date(ts / 1000, 'unixepoch'), method, coalesce(route, path), count(*),
                         sum(status BETWEEN 400 AND 499), sum(status >= 500), {sums}
-                 FROM audit_log WHERE counted = 0 AND project_id IS NOT NULL AND key_id IS NOT NULL AND dashboard = 0
+                 FROM audit_log WHERE counted = 0 AND project_id IS NOT NULL AND key_id IS NOT NULL
                  GROUP BY 1, 2, 3, 4, 5
                  ON CONFLICT (project_id, key_id, day, method, route) DO UPDATE SET
                    total = total + excluded.total,
@@ -463,8 +462,7 @@ impl AuditStore for D1Store {
                 &args,
             )?);
         }
-        // The dashboard's own reads were never in the daily aggregates.
-        for copy in slice.copies.iter().filter(|c| c.key_id.is_some() && !c.dashboard) {
+        for copy in slice.copies.iter().filter(|c| c.key_id.is_some()) {
             let mut args = range.to_vec();
             args.extend([
                 opt_text(copy.key_id.as_deref()),
