@@ -512,32 +512,42 @@ impl KeyGuardObject {
     /// One of the dashboard's reads, in the key's dashboard window only (`DASHBOARD_READS_PER_MINUTE`),
     /// counted only when `permitted`: read, decide and write without yielding.
     fn count_dashboard_read(&self, permitted: bool) -> Result<(Verdict, Usage)> {
-        #[derive(Deserialize)]
-        struct State {
-            state: String,
-        }
         let prev = match self.dashboard_counters.get() {
             Some(c) => c,
-            None if self.has_tables()? => {
-                let sql = "SELECT state FROM budget_counters WHERE budget = 'dashboard'";
-                match self.sql.exec(sql, None)?.to_array::<State>()?.pop() {
-                    Some(row) => serde_json::from_str(&row.state).map_err(rust_error)?,
-                    None => Counters::default(),
-                }
-            }
+            None if self.has_tables()? => self
+                .stored_state("SELECT state FROM budget_counters WHERE budget = 'dashboard'")?
+                .unwrap_or_default(),
             None => Counters::default(),
         };
         let limits = Limits::per_minute(self.config()?.dashboard_reads_per_minute);
         let (verdict, usage, taken) = decide_request(prev, now_ms(), limits, 1, permitted);
         if let Some(next) = taken {
-            self.create_tables()?;
-            self.sql.exec(
+            self.keep_state(
                 "INSERT OR REPLACE INTO budget_counters (budget, state) VALUES ('dashboard', ?)",
-                vec![serde_json::to_string(&next).map_err(rust_error)?.into()],
+                next,
             )?;
             self.dashboard_counters.set(Some(next));
         }
         Ok((verdict, usage))
+    }
+
+    /// Counters kept as JSON in the `state` of the one row `query` reads, if there is one.
+    fn stored_state(&self, query: &str) -> Result<Option<Counters>> {
+        #[derive(Deserialize)]
+        struct State {
+            state: String,
+        }
+        match self.sql.exec(query, None)?.to_array::<State>()?.pop() {
+            Some(row) => serde_json::from_str(&row.state).map(Some).map_err(rust_error),
+            None => Ok(None),
+        }
+    }
+
+    /// Keeps counters as JSON by `statement` (its one parameter), the tables made first.
+    fn keep_state(&self, statement: &str, next: Counters) -> Result<()> {
+        self.create_tables()?;
+        self.sql.exec(statement, vec![serde_json::to_string(&next).map_err(rust_error)?.into()])?;
+        Ok(())
     }
 
     /// One request of `cost` units against `limits`, counted only when `permitted`
@@ -978,24 +988,15 @@ impl KeyGuardObject {
     }
 
     fn keep_counters(&self, next: Counters) -> Result<()> {
-        self.create_tables()?;
-        self.sql.exec(
-            "INSERT OR REPLACE INTO limit_counters (id, state) VALUES (1, ?)",
-            vec![serde_json::to_string(&next).map_err(rust_error)?.into()],
-        )?;
+        self.keep_state("INSERT OR REPLACE INTO limit_counters (id, state) VALUES (1, ?)", next)?;
         self.counters.set(Some(next));
         Ok(())
     }
 
     /// The counters in storage: `limit_counters`, else the first version's one minute window.
     fn stored_counters(&self) -> Result<Counters> {
-        #[derive(Deserialize)]
-        struct State {
-            state: String,
-        }
-        if let Some(row) = self.sql.exec("SELECT state FROM limit_counters", None)?.to_array::<State>()?.pop()
-        {
-            return serde_json::from_str(&row.state).map_err(rust_error);
+        if let Some(counters) = self.stored_state("SELECT state FROM limit_counters")? {
+            return Ok(counters);
         }
         #[derive(Deserialize)]
         struct FirstVersion {
