@@ -181,12 +181,11 @@ impl<P: Ports> Gateway<'_, P> {
             // claim was taken for it (a guard of the previous version counted it; it is 403 all the same).
             let message = match scope {
                 Scope::DashboardRead => {
-                    "Only an owner key reads under the dashboard budget (Gatehouse-Budget)."
+                    "Only an owner key reads under the dashboard budget (Gatehouse-Budget).".to_owned()
                 }
-                _ => "A {type} key may not call this route.",
+                _ => format!("A {} key may not call this route.", key.key_type.as_str()),
             };
-            let e = ApiError::forbidden(message.replace("{type}", key.key_type.as_str()))
-                .with_detail("key_type", key.key_type.as_str());
+            let e = ApiError::forbidden(message).with_detail("key_type", key.key_type.as_str());
             return Err((Some(usage), e));
         }
         // Accepted: from here on the request may bill (SPEC §22) — a refusal for the key's type
