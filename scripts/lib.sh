@@ -5,7 +5,8 @@ TOOLS="$ROOT/.tools"
 source "$ROOT/scripts/tools.env"
 export PATH="$TOOLS/bin:$HOME/.cargo/bin:$ROOT/node_modules/.bin:$PATH"
 
-step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+# Each step says when it starts, in seconds since its script did: where a long run spends its time.
+step() { printf '\n\033[1m==> %s\033[0m  [%ds]\n' "$*" "$SECONDS"; }
 note() { printf '    %s\n' "$*"; }
 die() { printf '\033[31merror:\033[0m %s\n' "$*" >&2; exit 1; }
 
