@@ -417,6 +417,11 @@ impl Config {
         self.plan(name).or_else(|| self.plan(DEFAULT_PLAN)).expect("PLANS has trial")
     }
 
+    /// The one window of an owner key's dashboard budget ([`crate::budget`]).
+    pub fn dashboard_limits(&self) -> Limits {
+        Limits::per_minute(self.dashboard_reads_per_minute)
+    }
+
     /// The key's own limits: its plan's windows, each lowered by the key's (`limits`, and
     /// `rate_limit_per_minute` for the minute). An override is never above the plan (SPEC §13),
     /// also after the project moved to a smaller plan. No quota: the quota is the project's.

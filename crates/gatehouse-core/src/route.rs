@@ -546,6 +546,28 @@ mod tests {
         }
     }
 
+    /// The `Gatehouse-Budget` header is documented on exactly the routes that take it.
+    #[test]
+    fn the_api_description_documents_the_budget_header_where_the_router_takes_it() {
+        let doc: serde_json::Value =
+            serde_json::from_str(include_str!("../../../public/openapi.json")).unwrap();
+        for r in ROUTES {
+            let op = &doc["paths"][r.template][r.method.to_lowercase()];
+            let documented = op["parameters"]
+                .as_array()
+                .is_some_and(|ps| ps.iter().any(|p| p["$ref"] == "#/components/parameters/GatehouseBudget"));
+            assert_eq!(documented, r.id.is_dashboard_read(), "{} {}", r.method, r.template);
+            if documented {
+                assert!(
+                    op["responses"]["403"].is_object(),
+                    "{} {}: 403 for other key types",
+                    r.method,
+                    r.template
+                );
+            }
+        }
+    }
+
     /// An unknown query parameter is refused as an unknown body field is (it was ignored, so
     /// `GET /public/v1/contacts?email=x` listed every contact: fails on main before this commit).
     #[test]

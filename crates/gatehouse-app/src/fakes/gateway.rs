@@ -24,9 +24,7 @@ use gatehouse_core::ports::{
     IdentityInsert, KeyChanges, KeyGuard, KeyUpdate, PlanChange, PortError, Resources, ResponseStore,
     Revocation, RunStart,
 };
-use gatehouse_core::rate_limit::{
-    decide_request, Counters, LimitSpec, Limits, Usage, Verdict, AUTH_FAILURE_LIMITS,
-};
+use gatehouse_core::rate_limit::{decide_request, Counters, LimitSpec, Usage, Verdict, AUTH_FAILURE_LIMITS};
 use gatehouse_core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
 use gatehouse_core::webhook::OutgoingEvent;
 
@@ -377,9 +375,9 @@ impl KeyGuard for FakeGuard {
                     Some(key) if key.refusal(self.clock.get()).is_none() => {
                         let permitted = key.key_type.allows(scope);
                         let (verdict, usage, lease) = if scope.is_dashboard_read() {
-                            let limits = Limits::per_minute(self.config.dashboard_reads_per_minute);
                             let budget = format!("dashboard:{key_hash}");
-                            let (verdict, usage) = self.count(&budget, limits, 1, permitted);
+                            let (verdict, usage) =
+                                self.count(&budget, self.config.dashboard_limits(), 1, permitted);
                             (verdict, usage, None)
                         } else {
                             self.admit(&key, scope.cost(), permitted, lease)

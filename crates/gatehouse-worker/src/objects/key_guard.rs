@@ -519,8 +519,8 @@ impl KeyGuardObject {
                 .unwrap_or_default(),
             None => Counters::default(),
         };
-        let limits = Limits::per_minute(self.config()?.dashboard_reads_per_minute);
-        let (verdict, usage, taken) = decide_request(prev, now_ms(), limits, 1, permitted);
+        let (verdict, usage, taken) =
+            decide_request(prev, now_ms(), self.config()?.dashboard_limits(), 1, permitted);
         if let Some(next) = taken {
             self.keep_state(
                 "INSERT OR REPLACE INTO budget_counters (budget, state) VALUES ('dashboard', ?)",
