@@ -161,6 +161,36 @@ export async function d1(sql, database = 'DB') {
   }
 }
 
+/**
+ * What `sql` selects in every KeyGuard object of a gateway's local state (one SQLite file each),
+ * read-only with Python's sqlite3 (Node 20 has no SQLite of its own): `[{ object, rows }]`, for
+ * the objects that have the tables the query names. Counts what the objects keep (SPEC §23).
+ */
+export function guardRows(stateDir, sql) {
+  const script = `
+import json, os, sqlite3, sys
+root, sql = sys.argv[1], sys.argv[2]
+out = []
+for name in sorted(os.listdir(root)):
+    if not name.endswith('.sqlite') or name == 'metadata.sqlite':
+        continue
+    db = sqlite3.connect('file:' + os.path.join(root, name) + '?mode=ro', uri=True, timeout=5)
+    db.row_factory = sqlite3.Row
+    try:
+        out.append({'object': name, 'rows': [dict(r) for r in db.execute(sql)]})
+    except sqlite3.OperationalError as e:
+        if 'no such table' not in str(e):
+            raise
+    finally:
+        db.close()
+print(json.dumps(out))
+`;
+  const out = spawnSync('python3', ['-c', script, join(stateDir, 'v3/do/gatehouse-KeyGuardObject'), sql],
+    { encoding: 'utf8' });
+  if (out.status !== 0) throw new Error(`reading the objects' storage failed: ${out.stderr}`);
+  return JSON.parse(out.stdout);
+}
+
 /** The binding of the audit database that holds a project's rows (SPEC §20: `projects.audit_db`). */
 export async function auditDbOf(projectId) {
   const [row] = await d1(`SELECT audit_db FROM projects WHERE id = '${projectId}'`);

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { mkdtemp, readdir, readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { assertError, call, createKey, createProject, freshWindow, sleep, startGateway } from './harness.mjs';
+import { assertError, call, createKey, createProject, freshWindow, guardRows, sleep, startGateway } from './harness.mjs';
 
 let gateway;
 let state;
@@ -131,8 +131,8 @@ test("a leasing key's idempotent requests take their claims in its claim objects
     created.push(res.body.id);
   }
   // Shard 0 of a key's claims is its guard; every other shard its Idempotency-Keys reach is an
-  // object of its own (CLAIM_SHARDS is 8 by default, and the key was made with it).
-  const shards = new Set(keys.map((k) => Number(fnv1a(k) % 8n)).filter((s) => s !== 0));
+  // object of its own (CLAIM_SHARDS is 32 by default, and the key was made with it).
+  const shards = new Set(keys.map((k) => Number(fnv1a(k) % 32n)).filter((s) => s !== 0));
   assert.ok(shards.size >= 4, `the test's keys reach ${shards.size} claim objects`);
   const deadline = Date.now() + 10_000;
   while ((await guardObjects()) - before < shards.size && Date.now() < deadline) await sleep(100);
@@ -147,4 +147,65 @@ test("a leasing key's idempotent requests take their claims in its claim objects
   const list = await call('GET', '/public/v1/contacts?limit=100', { key: key.key, base: gateway.base });
   assert.equal(list.status, 200, list.text);
   assert.equal(list.body.data.length, keys.length, 'nothing executed twice');
+});
+
+test('a hot key driven for 80 s: its lease rows stop growing after the first minute, and its claim bodies leave once the response store has them (replays still answer)', async () => {
+  const base = gateway.base;
+  const { owner } = await createProject('long-running hot key', { plan: 'business', base });
+  const key = await createKey(owner.key, 'server', {}, { base });
+  // 200 idempotent creates, 10 at a time.
+  const idems = Array.from({ length: 200 }, (_, i) => `keep-${i}-${crypto.randomUUID()}`);
+  const post = (idem) => call('POST', '/public/v1/contacts', {
+    key: key.key, base, body: { name: idem }, headers: { 'Idempotency-Key': idem },
+  });
+  const created = new Map();
+  for (let i = 0; i < idems.length; i += 10) {
+    const batch = await Promise.all(idems.slice(i, i + 10).map(post));
+    batch.forEach((res, j) => {
+      assert.equal(res.status, 201, res.text);
+      created.set(idems[i + j], res.body.id);
+    });
+  }
+  const inList = `(${idems.map((k) => `'${k}'`).join(',')})`;
+  const count = (sql) => guardRows(state, sql).reduce((n, o) => n + o.rows[0].n, 0);
+  const bodies = () => count(`SELECT COUNT(*) AS n FROM claim_bodies WHERE idempotency_key IN ${inList}`);
+  const claims = () => count(`SELECT COUNT(*) AS n FROM idempotency_claims WHERE idempotency_key IN ${inList}`);
+  assert.equal(claims(), 200, 'a claim per key');
+  assert.ok(bodies() > 0, 'bodies are kept while the response store may not show them');
+  // Drive the key: 4 clients, one request each at a time, for 80 s; count its lease rows every 5 s.
+  const leaseRows = () => count('SELECT COUNT(*) AS n FROM isolate_leases');
+  const start = Date.now();
+  const samples = [];
+  let driving = true;
+  const client = async () => {
+    while (driving) {
+      assert.equal((await me(key.key)).status, 200);
+      await sleep(150);
+    }
+  };
+  const clients = Array.from({ length: 4 }, client);
+  while (Date.now() - start < 80_000) {
+    await sleep(5_000);
+    samples.push([Math.round((Date.now() - start) / 1000), leaseRows()]);
+  }
+  driving = false;
+  await Promise.all(clients);
+  const at = (s) => samples.filter(([t]) => t >= s).map(([, n]) => n);
+  const early = Math.max(...at(65).slice(0, 1), 1);
+  const last = samples.at(-1)[1];
+  assert.ok(samples.find(([t]) => t >= 20)[1] > 0, `leases were made: ${JSON.stringify(samples)}`);
+  assert.ok(last <= early * 1.25, `lease rows stop growing after the first minute: ${JSON.stringify(samples)}`);
+  // Nothing is kept more than one purge interval (10 s) past its keeping.
+  const stale = count(`SELECT COUNT(*) AS n FROM isolate_leases WHERE keep_until_ms < ${Date.now() - 15_000}`);
+  assert.equal(stale, 0, 'no lease row past its keeping');
+  // The response store has had a minute to show every response: the objects keep no body, and
+  // every claim still stands (for its TTL), so a retry replays its first answer.
+  assert.equal(bodies(), 0, 'no response body left in the claim objects');
+  assert.equal(claims(), 200);
+  for (const idem of idems.slice(0, 20)) {
+    const again = await post(idem);
+    assert.equal(again.status, 201, again.text);
+    assert.equal(again.headers.get('idempotent-replayed'), '1');
+    assert.equal(again.body.id, created.get(idem));
+  }
 });

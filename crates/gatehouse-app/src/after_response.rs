@@ -161,9 +161,12 @@ impl<P: Ports> Gateway<'_, P> {
     ) -> Result<(), PortError> {
         match settlement {
             Settlement::Complete { object, api_key_id, claim, response } => {
-                let mine = retrying(&pause, || self.guard.complete_claim(&object, &claim, &response)).await?;
-                if !mine {
-                    // The lease ran out and another request holds the claim: its response counts.
+                let completed =
+                    retrying(&pause, || self.guard.complete_claim(&object, &api_key_id, &claim, &response))
+                        .await?;
+                if !completed.completed || completed.stored {
+                    // Another request holds the claim (the lease ran out): its response counts. Or
+                    // the claim's object wrote the store itself.
                     return Ok(());
                 }
                 retrying(&pause, || {

@@ -92,6 +92,17 @@ impl Faults {
         self.next_u64() % n
     }
 
+    /// Whether a call one fake makes inside its own effect fails (the claim object's write of the
+    /// response store): no yield, no effect on failure.
+    pub fn inner_call_fails(&self, what: &str) -> bool {
+        let rate = self.failure_rate.get();
+        let fails = rate > 0.0 && self.chance(rate);
+        if fails {
+            self.trace.borrow_mut().push(format!("{what}: FailBefore"));
+        }
+        fails
+    }
+
     /// How the next call named `what` goes (after one yield, where the flow may be stopped).
     pub async fn call(&self, what: &str) -> Fault {
         YieldOnce(false).await;

@@ -8,7 +8,7 @@ use super::keys::NewKey;
 use super::outbox::{Coalesced, Pause};
 use super::{ApiRequest, Gateway};
 use crate::fakes::audit::FakeArchive;
-use crate::fakes::gateway::{Clock, FakeAuditQueue, FakeGuard, FakeProject, FakeResponses};
+use crate::fakes::gateway::{Clock, FakeAuditQueue, FakeGuard, FakeProject, FakeResponses, KvEntries};
 use crate::fakes::ingest::{FakeEventQueue, FakeLedger};
 use crate::fakes::origin::FakeOrigin;
 use crate::fakes::queue::{FakeDeadLetters, FakeRedrive};
@@ -72,10 +72,17 @@ pub fn fake_gateway(
         store.directory.keys.borrow_mut().push(key.record);
         secrets.push(key.secret);
     }
+    let kv = Rc::new(KvEntries::default());
     let gateway = Gateway {
         config,
-        guard: FakeGuard::new(faults.clone(), clock.clone(), config, store.directory.keys.clone()),
-        responses: FakeResponses { faults: faults.clone(), entries: RefCell::default(), miss_rate },
+        guard: FakeGuard::new(
+            faults.clone(),
+            clock.clone(),
+            config,
+            store.directory.keys.clone(),
+            kv.clone(),
+        ),
+        responses: FakeResponses { faults: faults.clone(), clock: clock.clone(), entries: kv, miss_rate },
         ledger: FakeLedger {
             faults: faults.clone(),
             clock: clock.clone(),

@@ -27,6 +27,7 @@ pub mod ports;
 pub mod queue;
 pub mod rate_limit;
 pub mod resources;
+pub mod retention;
 pub mod route;
 pub mod sealing;
 pub mod tagged;

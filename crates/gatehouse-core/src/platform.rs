@@ -43,13 +43,22 @@ pub const R2_WRITES_PER_KEY_PER_SECOND: u32 = 1;
 pub const DO_MAX_VALUE_BYTES: usize = 2_000_000;
 /// Durable Objects: the soft limit of requests per second one object serves.
 pub const DO_REQUESTS_PER_SECOND: u32 = 1_000;
+/// Durable Objects: the storage of one object (SQLite backend), in bytes (10 GB). Past it every
+/// write fails, so each kind of object states its own budget far below it (SPEC §23,
+/// `retention::ObjectKind::budget_bytes`).
+pub const DO_MAX_OBJECT_BYTES: u64 = 10_000_000_000;
 
 /// Workers: memory of one isolate, in bytes (128 MB).
 pub const WORKER_MEMORY_BYTES: usize = 128 * 1024 * 1024;
 /// Workers: simultaneous open outbound connections per invocation.
 pub const WORKER_MAX_OPEN_CONNECTIONS: usize = 6;
-/// Workers: subrequests per invocation (Workers Paid; 50 on Free).
+/// Workers: subrequests per invocation. Workers Paid allows 10,000 by default (set lower or higher
+/// with `[limits] subrequests` in wrangler.toml; Free: 50). Gatehouse states 1,000 in its
+/// `[limits]` and sizes every invocation's work against that.
 pub const WORKER_MAX_SUBREQUESTS: usize = 1_000;
+/// Workers Paid's default subrequests per invocation (2026), for the record: the code never
+/// counts on more than `WORKER_MAX_SUBREQUESTS`, which `wrangler.toml` sets.
+pub const WORKER_DEFAULT_SUBREQUESTS: usize = 10_000;
 
 /// How long the code waits for one call to a binding before it treats it as failed (SPEC §19:
 /// every wait has a deadline; a call that never settles must not hold anything). A write that

@@ -53,6 +53,10 @@ impl HotKey {
     pub fn quick() -> Self {
         HotKey { duration_ms: 63_000, revoke_at_ms: 60_500, ..Self::full() }
     }
+
+    pub fn duration_seconds(&self) -> f64 {
+        self.duration_ms as f64 / 1000.0
+    }
 }
 
 /// What travels to the key's guard.
@@ -126,7 +130,11 @@ struct Isolate {
 /// What one run measured.
 pub struct Report {
     admitted_per_window: Vec<u64>,
-    over_limit_admissions: u64,
+    pub over_limit_admissions: u64,
+    /// Leases the guard made to isolates, and the largest such row as the guard stores it
+    /// (`isolate_leases`): the soak model's rate and size of that table.
+    pub leases_made: u64,
+    pub lease_row_bytes: u64,
     max_object_calls_per_second: u64,
     revocation_seconds: f64,
     added_ms: Vec<f64>,
@@ -194,6 +202,8 @@ pub fn hot_key(p: &HotKey) -> Report {
         revocation_seconds: 0.0,
         added_ms: Vec::new(),
         requests: 0,
+        leases_made: 0,
+        lease_row_bytes: 0,
     };
     let mut arrived_us: Vec<i64> = Vec::new();
     let mut last_admission_after_revoke_ms = p.revoke_at_ms;
@@ -326,8 +336,22 @@ pub fn hot_key(p: &HotKey) -> Report {
         eprintln!("calls per second: {seconds:?}");
     }
     report.revocation_seconds = (last_admission_after_revoke_ms - p.revoke_at_ms) as f64 / 1000.0;
-    let _ = guard.grants;
+    report.leases_made = guard.leases.len() as u64;
+    report.lease_row_bytes = guard.leases.values().map(lease_row_bytes).max().unwrap_or_default();
     report
+}
+
+/// A lease row as `isolate_leases` keeps it: grant id, grant, returned, drawn, keep-until.
+fn lease_row_bytes((grant, drawn, returned): &(Grant, Drawn, Returned)) -> u64 {
+    let len = |text: serde_json::Result<String>| text.map_or(0, |s| s.len());
+    let values = [
+        grant.grant_id.len(),
+        len(serde_json::to_string(grant)),
+        len(serde_json::to_string(returned)),
+        len(serde_json::to_string(drawn)),
+        8,
+    ];
+    gatehouse_core::retention::row_bytes(&values)
 }
 
 /// An isolate's after-response work waits for its first lease to end, then gives back.

@@ -12,6 +12,8 @@ use gatehouse_core::ports::{JobLeases, Lease, PortError};
 
 pub mod audit;
 pub mod gateway;
+pub mod guard;
+mod guard_storage;
 pub mod ingest;
 pub mod origin;
 pub mod queue;

@@ -175,11 +175,15 @@ pub struct AuthFailures {
     pub usage: Usage,
 }
 
-/// The claimed request succeeded: the claim is completed and its response kept until the TTL ends.
+/// The claimed request succeeded: the claim is completed. With `api_key_id`, the claim's object
+/// writes the response to the response store itself and keeps its own copy only until the store
+/// shows it (SPEC §23); without (an older worker), it keeps the copy until the TTL ends.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompleteClaim {
     pub claim: ClaimRequest,
     pub response: KeptResponse,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_id: Option<String>,
 }
 
 /// The claimed request failed: forget the claim.
@@ -238,6 +242,9 @@ pub struct Ping {}
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Completed {
     pub completed: bool,
+    /// The object wrote the response to the response store (else the caller writes it).
+    #[serde(default)]
+    pub stored: bool,
 }
 
 /// The answer of commands that only act.

@@ -86,15 +86,18 @@ pub trait KeyGuard {
     /// claim of a key `authorize` admitted without one a moment before: its body is read only
     /// after its key is authenticated (SPEC §19 "Memory"), and the fingerprint needs the body.
     async fn take_claim(&self, principal: &str, claim: &ClaimRequest) -> Result<ClaimDecision, PortError>;
-    /// The claimed operation succeeded: the claim is completed, and the guard keeps the response
-    /// (sealed: the guard never sees it in clear) until the key expires. Safe to repeat. `false`: the claim is no longer this request's (its
-    /// lease ran out and another request took it), so its response must not be stored.
+    /// The claimed operation succeeded: the claim is completed; its object writes the response
+    /// (sealed: the guard never sees it in clear) to the response store under `api_key_id` and
+    /// keeps its own copy only until the store shows it. Safe to repeat. `completed: false`: the
+    /// claim is no longer this request's (its lease ran out and another request took it), so its
+    /// response must not be stored; `stored: false`: the caller writes the store itself.
     async fn complete_claim(
         &self,
         key_hash: &str,
+        api_key_id: &str,
         claim: &ClaimRequest,
         response: &KeptResponse,
-    ) -> Result<bool, PortError>;
+    ) -> Result<crate::guard::protocol::Completed, PortError>;
     /// The claimed operation failed: forget the claim, so a retry executes again. Safe to repeat.
     async fn release_claim(&self, holder: &ClaimHolder, claim: &ClaimRequest) -> Result<(), PortError>;
     /// The response of a completed claim, as the guard keeps it (the response store missed).

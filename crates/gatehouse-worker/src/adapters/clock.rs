@@ -36,6 +36,11 @@ pub fn real_ms(at: i64) -> i64 {
     at - OFFSET_MS.get()
 }
 
+/// `at` of the real clock on this one (an alarm the runtime reports).
+pub fn clock_ms(real: i64) -> i64 {
+    real + OFFSET_MS.get()
+}
+
 /// Reads the kit's clock as an event begins; nothing without a kit.
 pub async fn follow(env: &Env) -> Result<(), PortError> {
     let Some(kit) = KIT.with(|k| k.get_or_init(|| env.service(BINDING).ok().map(Rc::new)).clone()) else {

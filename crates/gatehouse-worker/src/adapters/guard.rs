@@ -7,8 +7,9 @@ use worker::ObjectNamespace;
 use super::durable;
 use gatehouse_core::api_key::{KeyRecord, RefusalReason, Scope};
 use gatehouse_core::guard::protocol::{
-    client_guard_name, Apply, Ask, Authorize, Authorized, CompleteClaim, Decided, Denied, GiveBackLeases,
-    HeldResponse, Ping, RecordAuthFailure, ReleaseClaim, RenewLease, TakeClaim, HEALTH_OBJECT,
+    client_guard_name, Apply, Ask, Authorize, Authorized, CompleteClaim, Completed, Decided, Denied,
+    GiveBackLeases, HeldResponse, Ping, RecordAuthFailure, ReleaseClaim, RenewLease, TakeClaim,
+    HEALTH_OBJECT,
 };
 use gatehouse_core::idempotency::{ClaimDecision, KeptResponse};
 use gatehouse_core::lease::{GiveBack, Grant, LeaseAsk};
@@ -79,11 +80,16 @@ impl KeyGuard for GuardClient {
     async fn complete_claim(
         &self,
         key_hash: &str,
+        api_key_id: &str,
         claim: &ClaimRequest,
         response: &KeptResponse,
-    ) -> Result<bool, PortError> {
-        let command = CompleteClaim { claim: claim.clone(), response: response.clone() };
-        Ok(self.ask(key_hash, command).await?.completed)
+    ) -> Result<Completed, PortError> {
+        let command = CompleteClaim {
+            claim: claim.clone(),
+            response: response.clone(),
+            api_key_id: Some(api_key_id.to_owned()),
+        };
+        self.ask(key_hash, command).await
     }
 
     async fn release_claim(&self, holder: &ClaimHolder, claim: &ClaimRequest) -> Result<(), PortError> {

@@ -1,0 +1,85 @@
+//! A level's authority (`project:…`, `identity:…`, SPEC §20): it counts the level's windows and
+//! quota in its counters ([`super::admission`]) and grants credits of them to keys' guards. Each
+//! grant of credits is kept (`lease_grants`) so that a retried exchange gets the same answer and a
+//! credit given back twice counts once — until its holder can no longer give back or retry
+//! (`retention::grant_kept_until`), then purged. A grant of no credits is not kept.
+
+use serde::Deserialize;
+use worker::Result;
+
+use super::{from_json, rust_error, KeyGuardObject, Purged};
+use crate::adapters::clock::now_ms;
+use gatehouse_core::lease::{accept_give_back, grant, Exchange, Grant, Returned};
+use gatehouse_core::retention::grant_kept_until;
+
+pub(super) const TABLES: &[&str] = &[
+    // `drawn` is NULL for a level's grant; rows of an older version with `drawn` set were a key's
+    // leases to isolates (now `isolate_leases`) and are purged by their `keep_until_ms`.
+    "CREATE TABLE IF NOT EXISTS lease_grants (
+       grant_id TEXT PRIMARY KEY, grant TEXT NOT NULL, returned TEXT NOT NULL,
+       keep_until_ms INTEGER NOT NULL, drawn TEXT)",
+    "CREATE INDEX IF NOT EXISTS lease_grants_by_expiry ON lease_grants (keep_until_ms)",
+];
+
+impl KeyGuardObject {
+    /// Gives back what the holder did not use, then grants (SPEC §20). Synchronous: exchanges are
+    /// decided one after another. The same `grant_id` again answers the same grant.
+    pub(super) fn exchange(&self, c: Exchange) -> Result<Grant> {
+        let now = now_ms();
+        self.create_tables()?;
+        let mut counters = self.current_counters()?;
+        for back in &c.give_back {
+            if let Some((grant, mut returned)) = self.level_grant(&back.grant_id)? {
+                accept_give_back(&mut counters, now, &grant, &mut returned, back);
+                self.sql.exec(
+                    "UPDATE lease_grants SET returned = ? WHERE grant_id = ?",
+                    vec![
+                        serde_json::to_string(&returned).map_err(rust_error)?.into(),
+                        back.grant_id.clone().into(),
+                    ],
+                )?;
+            }
+        }
+        if let Some((grant, _)) = self.level_grant(&c.grant_id)? {
+            self.keep_counters(counters)?;
+            return Ok(grant);
+        }
+        let (grant, next) = grant(counters, now, &c.limits, &c.grant_id, c.need, c.want);
+        self.keep_counters(next)?;
+        if let Some(keep_until) = grant_kept_until(&grant) {
+            self.sql.exec(
+                "INSERT INTO lease_grants (grant_id, grant, returned, keep_until_ms) VALUES (?, ?, '{}', ?)",
+                vec![
+                    c.grant_id.into(),
+                    serde_json::to_string(&grant).map_err(rust_error)?.into(),
+                    keep_until.into(),
+                ],
+            )?;
+            self.purge_by(keep_until);
+        }
+        Ok(grant)
+    }
+
+    /// A grant this authority made, while kept.
+    fn level_grant(&self, grant_id: &str) -> Result<Option<(Grant, Returned)>> {
+        #[derive(Deserialize)]
+        struct Row {
+            grant: String,
+            returned: String,
+        }
+        let row = self
+            .sql
+            .exec(
+                "SELECT grant, returned FROM lease_grants WHERE grant_id = ? AND drawn IS NULL",
+                vec![grant_id.into()],
+            )?
+            .to_array::<Row>()?
+            .pop();
+        let Some(row) = row else { return Ok(None) };
+        Ok(Some((from_json(&row.grant)?, from_json(&row.returned)?)))
+    }
+
+    pub(super) fn purge_grants(&self, now: i64) -> Result<Purged> {
+        self.purge_table("lease_grants", now)
+    }
+}
