@@ -29,7 +29,8 @@ use std::rc::Rc;
 use serde::Deserialize;
 use worker::wasm_bindgen::prelude::{wasm_bindgen, JsValue};
 use worker::{
-    console_log, durable_object, DurableObject, Env, Request, Response, Result, SqlStorage, State, Storage,
+    console_log, durable_object, js_sys, DurableObject, Env, Request, Response, Result, ScheduledTime,
+    SqlStorage, State, Storage,
 };
 
 use crate::adapters::clock::{self, now_ms};
@@ -261,8 +262,11 @@ impl KeyGuardObject {
             }
         };
         if current.is_none_or(|current| current > at) {
-            // The runtime runs alarms by the real time (the test kit's clock may be ahead of it).
-            self.storage.set_alarm(clock::real_ms(at)).await?;
+            // At that time, not that far from now (an `i64` is an offset to `set_alarm`: every
+            // alarm of an earlier version was set at twice the time, decades ahead). The runtime
+            // runs alarms by the real time (the test kit's clock may be ahead of it).
+            let real = js_sys::Date::new(&js_sys::Number::from(clock::real_ms(at) as f64));
+            self.storage.set_alarm(ScheduledTime::new(real)).await?;
             self.alarm_at.set(Some(Some(at)));
         }
         Ok(())
