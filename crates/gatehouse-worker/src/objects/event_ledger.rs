@@ -3,16 +3,18 @@
 //! splits; ids arrive as one JSON array parameter (`json_each`), so a 500-event batch is one
 //! statement whatever the bound-parameter limit. The decisions are `core::ledger::shards`': a
 //! reserve reads, decides and writes without yielding once its ancestors answered, so concurrent
-//! batches are decided one after another. Rows older than the window are deleted whenever ids are
-//! reserved.
+//! batches are decided one after another. Rows older than the window are deleted in bounded
+//! passes (`retention::PURGE_BATCH_ROWS`) with each reserve and check, and from the object's alarm,
+//! set by the oldest row's end, when it is called no more (SPEC §23).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
 use serde::Deserialize;
 use worker::{
-    durable_object, wasm_bindgen, DurableObject, Env, Request, Response, Result, SqlStorage, State,
+    durable_object, js_sys, wasm_bindgen, DurableObject, Env, Request, Response, Result, ScheduledTime,
+    SqlStorage, State, Storage,
 };
 
 use crate::adapters::deadline::within;
@@ -26,16 +28,23 @@ use gatehouse_core::ledger::shards::{
 };
 use gatehouse_core::platform::deadline;
 use gatehouse_core::ports::{Meter, PortError};
+use gatehouse_core::retention::{next_alarm, PURGE_BATCH_ROWS};
 
 #[durable_object]
 pub struct EventLedgerObject {
     env: Env,
     sql: SqlStorage,
+    storage: Storage,
+    /// When the alarm is set to run, once known (read from storage, or as this instance set it).
+    alarm_at: Cell<Option<Option<i64>>>,
     /// Reserve calls a second, for the split decision (lost with the isolate: it counts again).
     rate: RefCell<RequestRate>,
     /// Its checks of its parent, batched (SPEC §20: no object above ~500 calls/s).
     checks: ParentChecks<PortError>,
 }
+
+/// How many purge passes one alarm runs at most (each at most `PURGE_BATCH_ROWS` rows).
+const ALARM_PASSES: usize = 20;
 
 #[derive(Deserialize)]
 struct Row {
@@ -59,10 +68,53 @@ impl EventLedgerObject {
         rows.first().map(|r| r.at_ms)
     }
 
-    /// Deletes the rows older than the window (on reserves, and on a split shard's checks).
-    fn prune(&self, rules: ShardRules) -> Result<()> {
+    /// Deletes at most a batch of the rows older than the window (on reserves, on a split shard's
+    /// checks, and from the alarm). Answers whether it left some behind.
+    fn prune(&self, rules: ShardRules) -> Result<bool> {
         let before = rules.now_ms - rules.window_ms;
-        self.sql.exec("DELETE FROM reservations WHERE at_ms <= ?", vec![before.into()]).map(drop)
+        let deleted = self
+            .sql
+            .exec(
+                &format!(
+                    "DELETE FROM reservations WHERE rowid IN
+                       (SELECT rowid FROM reservations WHERE at_ms <= ? ORDER BY at_ms LIMIT {PURGE_BATCH_ROWS})"
+                ),
+                vec![before.into()],
+            )?
+            .rows_written();
+        Ok(deleted >= PURGE_BATCH_ROWS as usize)
+    }
+
+    /// Makes sure the alarm runs by the time the oldest row leaves the window, so a shard that is
+    /// called no more empties itself.
+    async fn wake_for_oldest(&self, window_ms: i64, now_ms: i64) -> Result<()> {
+        #[derive(Deserialize)]
+        struct Oldest {
+            at_ms: Option<i64>,
+        }
+        let oldest = self
+            .sql
+            .exec("SELECT MIN(at_ms) AS at_ms FROM reservations", None)?
+            .to_array::<Oldest>()?
+            .pop()
+            .and_then(|o| o.at_ms);
+        let Some(at) = next_alarm(now_ms, oldest.map(|at| at + window_ms)) else { return Ok(()) };
+        let current = match self.alarm_at.get() {
+            Some(known) => known,
+            None => {
+                let stored = self.storage.get_alarm().await?.map(crate::adapters::clock::clock_ms);
+                self.alarm_at.set(Some(stored));
+                stored
+            }
+        };
+        if current.is_none_or(|current| current > at) {
+            let real = crate::adapters::clock::real_ms(at) as f64;
+            self.storage
+                .set_alarm(ScheduledTime::new(js_sys::Date::new(&js_sys::Number::from(real))))
+                .await?;
+            self.alarm_at.set(Some(Some(at)));
+        }
+        Ok(())
     }
 
     fn set_split(&self, which: &str, at_ms: i64) {
@@ -135,7 +187,33 @@ impl DurableObject for EventLedgerObject {
         ] {
             sql.exec(ddl, None).expect("create the ledger's tables");
         }
-        Self { env, sql, rate: RefCell::default(), checks: ParentChecks::default() }
+        Self {
+            env,
+            sql,
+            storage: state.storage(),
+            alarm_at: Cell::new(None),
+            rate: RefCell::default(),
+            checks: ParentChecks::default(),
+        }
+    }
+
+    /// An idle shard's old rows go, a batch at a time (a few passes per alarm), then it sleeps until
+    /// its next oldest row leaves the window.
+    async fn alarm(&self) -> Result<Response> {
+        self.alarm_at.set(Some(None));
+        let config = config(&self.env).map_err(|e| worker::Error::RustError(e.to_string()))?;
+        crate::adapters::clock::follow(&self.env).await.map_err(|e| worker::Error::RustError(e.0))?;
+        let now_ms = crate::adapters::clock::now_ms();
+        let window_ms = config.event_dedup_window_seconds as i64 * 1000;
+        let rules =
+            ShardRules { level: 0, now_ms, window_ms, split_above: config.ledger_split_above_per_second };
+        for _ in 0..ALARM_PASSES {
+            if !self.prune(rules)? {
+                break;
+            }
+        }
+        self.wake_for_oldest(window_ms, now_ms).await?;
+        Response::ok("")
     }
 
     async fn fetch(&self, mut req: Request) -> Result<Response> {
@@ -183,10 +261,13 @@ impl DurableObject for EventLedgerObject {
             LedgerCommand::Reserve { owner, ids, ancestors } => {
                 let rules = rules(&ancestors);
                 self.prune(rules)?;
-                match reserve_here(self, rules, &owner, &ids, ask(ancestors)).await.map_err(fail)? {
-                    ShardAnswer::Decided(decisions) => LedgerAnswer::Reserved { decisions },
-                    ShardAnswer::Moved => LedgerAnswer::Moved,
-                }
+                let answer =
+                    match reserve_here(self, rules, &owner, &ids, ask(ancestors)).await.map_err(fail)? {
+                        ShardAnswer::Decided(decisions) => LedgerAnswer::Reserved { decisions },
+                        ShardAnswer::Moved => LedgerAnswer::Moved,
+                    };
+                self.wake_for_oldest(rules.window_ms, now_ms).await?;
+                answer
             }
             LedgerCommand::Check { ids, ancestors } => {
                 // A split shard takes no reserve, so its old rows go here.
