@@ -21,6 +21,12 @@ pub const GRANT_MS: i64 = 10_000;
 /// A key's guard's grant to an isolate (a hot key's lease) lasts at most this long: a revoked or
 /// rolled-out key is refused everywhere within it (SPEC §20).
 pub const ISOLATE_LEASE_MS: i64 = 1_000;
+/// How far an isolate's clock may be behind its key's guard's (SPEC §23): a lease to an isolate
+/// ends this long before the guard's window its credits were counted in, so an isolate whose clock
+/// lags by up to this much still stops admitting from it before that window ends — it never
+/// admits into the next one. An isolate's clock further behind admits up to its lease's credits
+/// late (docs/api/rate-limits.md says where limits are exact).
+pub const LEASE_CLOCK_MARGIN_MS: i64 = 100;
 /// The most credits of a key's tightest window that are never leased (SPEC §20).
 pub const LEASE_RESERVE: u32 = 8;
 /// The most credits a holder asks for at once.
@@ -691,8 +697,15 @@ pub fn lease_to_isolate(
     if grant.credits == 0 {
         return None;
     }
-    // Never past a grant it draws from: a level's window may be shorter than the key's.
-    grant.until_ms = held.iter().flatten().map(|h| h.until_ms).fold(grant.until_ms, i64::min);
+    // Never past a grant it draws from (a level's window may be shorter than the key's), and never
+    // within the clock margin of the end of the window it was counted in.
+    let window_end =
+        grant_end(now_ms, limits, ISOLATE_LEASE_MS + LEASE_CLOCK_MARGIN_MS) - LEASE_CLOCK_MARGIN_MS;
+    grant.until_ms = held.iter().flatten().map(|h| h.until_ms).fold(grant.until_ms.min(window_end), i64::min);
+    if grant.until_ms <= now_ms {
+        // Too close to the window's end: the guard decides the key's requests itself until it turns.
+        return None;
+    }
     let mut drawn = Vec::new();
     for (h, (level, _)) in held.iter_mut().zip(levels) {
         if let Some(h) = h {
@@ -883,6 +896,28 @@ mod tests {
 
     fn limits(per_minute: Option<u32>, quota: Option<u64>) -> LimitSpec {
         LimitSpec { per_minute, monthly_quota: quota, ..Default::default() }
+    }
+
+    #[test]
+    fn an_isolate_lease_ends_a_clock_margin_before_its_window_so_a_lagging_isolate_stays_inside_it() {
+        let limits = Limits::per_minute(1_000);
+        let minute_end = Window::Minute.start(T0) + 60_000;
+        // Half a second before the minute ends: the lease ends the margin before it.
+        let at = minute_end - 500;
+        let (lease, _, _) =
+            lease_to_isolate(Counters::default(), at, &limits, &[], &mut [], "l", 10, true).unwrap();
+        assert_eq!(lease.until_ms, minute_end - LEASE_CLOCK_MARGIN_MS);
+        // An isolate whose clock lags the margin admits while its time is before the lease's end,
+        // that is while the guard's is before `until + margin`: never past the guard's minute.
+        assert!(lease.until_ms + LEASE_CLOCK_MARGIN_MS <= minute_end);
+        // Within the margin of the minute's end no lease is made: the guard decides each request.
+        assert!(lease_to_isolate(Counters::default(), minute_end - 50, &limits, &[], &mut [], "m", 10, true)
+            .is_none());
+        // Far from a window's end the lease runs its usual second.
+        let early = Window::Minute.start(T0) + 1_000;
+        let (lease, _, _) =
+            lease_to_isolate(Counters::default(), early, &limits, &[], &mut [], "n", 10, true).unwrap();
+        assert_eq!(lease.until_ms, early + ISOLATE_LEASE_MS);
     }
 
     #[test]
