@@ -1,11 +1,11 @@
 // Seeds a demo project through the public API of a running gateway and prints its keys.
-// Keys are shown once by the API, so they are kept in STATE/demo-keys.json and printed again on
-// later runs against the same state. Usage: node scripts/seed-demo.mjs URL ADMIN_TOKEN STATE_DIR
+// Keys are shown once by the API, so they are kept in KEYS_FILE and printed again on later runs
+// against the same state. The file is outside the state folder (SPEC §13: the state holds no key
+// in plaintext, so a copy of it opens nothing), beside .dev.vars, readable by its owner only.
+// Usage: node scripts/seed-demo.mjs URL ADMIN_TOKEN KEYS_FILE
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 
-const [base, adminToken, stateDir] = process.argv.slice(2);
-const file = join(stateDir, 'demo-keys.json');
+const [base, adminToken, file] = process.argv.slice(2);
 
 async function post(path, token, body) {
   const res = await fetch(base + path, {
@@ -31,7 +31,7 @@ if (!demo || !(await stillValid(demo.keys))) {
     keys[type] = (await post('/public/v1/keys', keys.owner, { type, name: `demo ${type}` })).key;
   }
   demo = { project_id: project.project_id, keys };
-  writeFileSync(file, JSON.stringify(demo, null, 2));
+  writeFileSync(file, JSON.stringify(demo, null, 2), { mode: 0o600 });
 }
 
 // scripts/dev --demo-origin: a subscription to the demo origin's receiver for its order events.

@@ -201,10 +201,12 @@ test('an unknown-key flood from one address costs no D1 query and no Durable Obj
 
   const lines = await logLines([...first, ...flood].map((r) => r.headers.get('x-request-id')));
   // Before the limit each unknown key cost its guard (created, one D1 lookup, counted in the
-  // request's line) and the address's counter; after it, nothing at all.
-  for (const l of lines.slice(0, 21)) {
-    assert.deepEqual([l?.durable_object_calls, l?.d1_queries], [2, 1], JSON.stringify(l));
+  // request's line) and the counters of the address's /64 and /48 (SPEC §23); after it, nothing.
+  for (const l of lines.slice(0, 20)) {
+    assert.deepEqual([l?.durable_object_calls, l?.d1_queries], [3, 1], JSON.stringify(l));
   }
+  // The 21st: its /64 is over, so its /48 is not counted.
+  assert.deepEqual([lines[20]?.durable_object_calls, lines[20]?.d1_queries], [2, 1], JSON.stringify(lines[20]));
   for (const l of lines.slice(21)) {
     assert.deepEqual([l?.status, l?.durable_object_calls, l?.d1_queries, l?.kv_operations], [429, 0, 0, 0], JSON.stringify(l));
   }
@@ -252,12 +254,14 @@ test('an IPv6 client rotating inside its /64 is limited as one address', async (
   }
   for (const res of seen.slice(0, 20)) assertError(res, 401, 'INVALID_API_KEY');
   for (const res of seen.slice(20)) assertError(res, 429, 'RATE_LIMIT_EXCEEDED');
-  // 21 key guards (asked before the /64 was over) and the /64's counter, none after.
-  assert.equal(await keyGuardObjects(), objects + 22, 'objects started');
+  // 21 key guards (asked before the /64 was over) and the counters of the /64 and its /48, none after.
+  assert.equal(await keyGuardObjects(), objects + 23, 'objects started');
   const lines = await logLines(seen.map((r) => r.headers.get('x-request-id')));
-  for (const l of lines.slice(0, 21)) {
-    assert.deepEqual([l?.durable_object_calls, l?.d1_queries], [2, 1], JSON.stringify(l));
+  for (const l of lines.slice(0, 20)) {
+    assert.deepEqual([l?.durable_object_calls, l?.d1_queries], [3, 1], JSON.stringify(l));
   }
+  // The 21st: its /64 is over, so its /48 is not counted.
+  assert.deepEqual([lines[20]?.durable_object_calls, lines[20]?.d1_queries], [2, 1], JSON.stringify(lines[20]));
   for (const l of lines.slice(21)) {
     assert.deepEqual([l?.status, l?.durable_object_calls, l?.d1_queries], [429, 0, 0], JSON.stringify(l));
   }
@@ -292,8 +296,8 @@ test('the same unknown key twice within 60 s costs one D1 lookup', async () => {
   }
   const lines = await logLines(ids);
   assert.deepEqual(lines.map((l) => l?.d1_queries), [1, 0, 0], JSON.stringify(lines));
-  // Later ones only count against the address (one call to its guard), the key's guard is not asked.
-  assert.deepEqual(lines.map((l) => l?.durable_object_calls), [2, 1, 1], JSON.stringify(lines));
+  // Later ones only count against the address (its /64's and its /48's counters), the key's guard is not asked.
+  assert.deepEqual(lines.map((l) => l?.durable_object_calls), [3, 2, 2], JSON.stringify(lines));
 });
 
 test('an anonymous 404 flood from one address is 429 after the limit; a 60,000-character path is audited cut to 2 KiB', async () => {

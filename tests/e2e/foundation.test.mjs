@@ -1,7 +1,7 @@
 // SPEC §2 and §3 end to end: bootstrap, keys, authentication, scopes, request ids, error contract.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ADMIN_TOKEN, assertError, assertRequestId, call, createKey, createProject } from './harness.mjs';
+import { ADMIN_TOKEN, assertError, assertRequestId, call, createKey, createProject, eventually } from './harness.mjs';
 
 test('admin bootstrap creates a project with an owner key shown once', async () => {
   const res = await call('POST', '/admin/v1/projects', {
@@ -180,11 +180,23 @@ test('unknown routes are JSON 404, wrong methods JSON 405 with Allow', async () 
   assert.equal(archives.headers.get('allow'), 'GET, HEAD');
 });
 
-test('bodies over the 1 MiB limit are 413 PAYLOAD_TOO_LARGE', async () => {
+test('bodies over the 1 MiB limit are 413 PAYLOAD_TOO_LARGE, logged under the key that sent them', async () => {
   const { owner } = await createProject();
   const big = JSON.stringify({ type: 'server', name: 'x'.repeat(1024 * 1024 + 10) });
   const res = await call('POST', '/public/v1/keys', { key: owner.key, body: big });
   assertError(res, 413, 'PAYLOAD_TOO_LARGE');
+  // Its audit row names the key (it was logged with key_id null: the declared length was refused
+  // before the key was known); a bad key with the same body is 401 first (SPEC §3 order).
+  const id = res.headers.get('x-request-id');
+  const row = await eventually(async () => {
+    const one = await call('GET', `/public/v1/logs/${id}`, { key: owner.key });
+    return one.status === 200 && one.body;
+  });
+  assert.ok(row, 'the 413 has a log row in its project');
+  assert.equal(row.key_id, owner.id);
+  assert.equal(row.status, 413);
+  const stranger = await call('POST', '/public/v1/keys', { key: `${owner.key.slice(0, -4)}zzzz`, body: big });
+  assertError(stranger, 401, 'INVALID_API_KEY');
 });
 
 test('every response, errors included, carries a distinct UUIDv7 X-Request-Id naming its millisecond', async () => {

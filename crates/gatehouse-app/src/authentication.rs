@@ -351,18 +351,22 @@ impl<P: Ports> Gateway<'_, P> {
             trace.unaudited = true;
             return too_many_anonymous(((until - now_ms) as u64).div_ceil(1000));
         }
-        match self.guard.record_auth_failure(ip).await {
-            Ok((Verdict::RateLimited, usage)) => {
-                self.memory.borrow_mut().block(ip, usage.reset_ms(), now_ms);
-                too_many_anonymous(usage.seconds_to_reset())
-            }
-            Ok(_) => refused,
-            Err(e) => {
-                let mut refused = refused;
-                refused.internal = Some(format!("anonymous-request counter unavailable: {e}"));
-                refused
+        // Counted for the address (IPv6: its /64) and, for IPv6, its /48 too (SPEC §23).
+        for (group, per_minute) in gatehouse_core::abuse::failure_groups(ip) {
+            match self.guard.record_auth_failure(&group, per_minute).await {
+                Ok((Verdict::RateLimited, usage)) => {
+                    self.memory.borrow_mut().block(&group, usage.reset_ms(), now_ms);
+                    return too_many_anonymous(usage.seconds_to_reset());
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    let mut refused = refused;
+                    refused.internal = Some(format!("anonymous-request counter unavailable: {e}"));
+                    return refused;
+                }
             }
         }
+        refused
     }
 }
 

@@ -225,10 +225,9 @@ impl<P: Ports> Gateway<'_, P> {
         let idempotency_key = idempotency::parse_key(req.idempotency_key.as_deref(), route.idempotency);
         trace.idempotency_key = idempotency_key.as_ref().ok().cloned().flatten();
         let reading = BodyReading::of(route, upstream.is_some(), trace.idempotency_key.is_some());
-        // A declared length over what the route takes is refused unread.
-        if let Err(e) = reading.admits(req.body.declared_len()) {
-            return Served::early(None, e);
-        }
+        // A declared length over what the route takes is refused unread, after authentication (its
+        // audit row names the key, a bad key is 401 first: SPEC §3 order).
+        let declared = reading.admits(req.body.declared_len());
         // The origin receives the query too: for a proxied request it is part of "the same request".
         let path_and_query = match &req.raw_query {
             Some(q) if upstream.is_some() => format!("{}?{q}", req.path),
@@ -268,10 +267,16 @@ impl<P: Ports> Gateway<'_, P> {
             ),
             Credentials::Open => (true, None),
         };
-        let (body, claim, mut caller) = if read_first {
+        let (body, claim, mut caller) = if read_first && declared.is_ok() {
             let body = match reading.read(req.body).await {
                 Ok(body) => body,
-                Err(e) => return Served::early(None, e),
+                // Too large as it streamed: answered for the key that sent it (or 401 first).
+                Err(e) => {
+                    return match self.authenticate(credentials, client_ip, None, req.now_ms, trace).await {
+                        Ok(caller) => Served::early(caller.usage, e),
+                        Err((usage, refused)) => Served::early(usage, refused),
+                    }
+                }
             };
             let claim = claim_for(&body.bytes);
             let caller =
@@ -292,6 +297,9 @@ impl<P: Ports> Gateway<'_, P> {
                 Ok(caller) => caller,
                 Err((usage, e)) => return Served::early(usage, e),
             };
+            if let Err(e) = declared {
+                return Served::early(caller.usage, e);
+            }
             let body = match reading.read(req.body).await {
                 Ok(body) => body,
                 Err(e) => return Served::early(caller.usage, e),

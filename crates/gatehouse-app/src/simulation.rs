@@ -960,13 +960,41 @@ fn an_ipv6_client_rotating_inside_its_64_is_limited_as_one_address() {
     let asked = gateway.guard.asked.borrow().clone();
     let lookups = asked.iter().filter(|name| !name.starts_with("ip:")).count();
     assert_eq!(lookups, limit + 1, "no key guard once the /64 is over its limit");
-    assert!(asked.iter().filter(|name| name.starts_with("ip:")).all(|name| name == "ip:2001:db8:77:1::/64"));
+    let groups = ["ip:2001:db8:77:1::/64", "ip:2001:db8:77::/48"];
+    assert!(asked.iter().filter(|name| name.starts_with("ip:")).all(|name| groups.contains(&name.as_str())));
     let neighbour = answer(
         &gateway,
         &faults,
         anonymous(&clock, "GET", "/public/v1/me", Some(&unknown_key(999)), "2001:db8:77:2::1"),
     );
     assert_eq!(neighbour.status, 401, "the next /64 is another client");
+}
+
+/// One client holds a whole IPv6 /48 (a common allocation): unknown keys from a new /64 each are
+/// limited by the /48's allowance (it bought 65,536 allowances of 20 before): after
+/// `NETWORK_FAILURES_PER_MINUTE` failures every /64 of it is refused from memory, with no key
+/// lookup; another /48 is not affected.
+#[test]
+fn an_ipv6_client_rotating_over_the_64s_of_its_48_is_limited_as_one_network() {
+    let faults = Rc::new(Faults::new(1, 0.0));
+    let (gateway, clock, _) = world(&faults, &[KeyType::Owner]);
+    let limit = gatehouse_core::abuse::NETWORK_FAILURES_PER_MINUTE as usize;
+    let statuses: Vec<u16> = (0..limit + 50)
+        .map(|n| {
+            let ip = format!("2001:db8:99:{:x}::1", n + 1);
+            answer(&gateway, &faults, anonymous(&clock, "GET", "/public/v1/me", Some(&unknown_key(n)), &ip))
+        })
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(statuses, [vec![401; limit], vec![429; 50]].concat());
+    let lookups = gateway.guard.asked.borrow().iter().filter(|name| !name.starts_with("ip:")).count();
+    assert_eq!(lookups, limit + 1, "no key guard once the /48 is over its allowance");
+    let elsewhere = answer(
+        &gateway,
+        &faults,
+        anonymous(&clock, "GET", "/public/v1/me", Some(&unknown_key(9_999)), "2001:db8:9a::1"),
+    );
+    assert_eq!(elsewhere.status, 401, "another /48 is another client");
 }
 
 /// A key refused for its type (403) takes nothing of the window or of the monthly quota (SPEC §4,

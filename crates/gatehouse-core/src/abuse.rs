@@ -41,6 +41,32 @@ pub fn address_group(address: &str) -> String {
     }
 }
 
+/// Failed authentications a minute from one IPv6 /48 in all (SPEC §23): a customer's /48 holds
+/// 65,536 /64s, each with its own allowance of 20, so the network is also counted as one, under
+/// this wider allowance.
+pub const NETWORK_FAILURES_PER_MINUTE: u32 = 200;
+
+/// The network an IPv6 address's failures also count in: its /48 (`2001:db8:1::/48`). None for
+/// IPv4 (and IPv4-mapped) addresses and for text that is no address.
+pub fn network_group(address: &str) -> Option<String> {
+    match address.trim().parse::<IpAddr>() {
+        Ok(IpAddr::V6(v6)) if v6.to_ipv4_mapped().is_none() => {
+            let [a, b, c, ..] = v6.segments();
+            Some(format!("{}/48", Ipv6Addr::new(a, b, c, 0, 0, 0, 0, 0)))
+        }
+        _ => None,
+    }
+}
+
+/// The groups a failed authentication from `address` counts in, each with its allowance a minute:
+/// the address (IPv6: its /64), and an IPv6 address's /48.
+pub fn failure_groups(address: &str) -> Vec<(String, u32)> {
+    let per_address = crate::rate_limit::AUTH_FAILURES_PER_MINUTE;
+    std::iter::once((address_group(address), per_address))
+        .chain(network_group(address).map(|n| (n, NETWORK_FAILURES_PER_MINUTE)))
+        .collect()
+}
+
 /// Names (addresses or key hashes) and until when (Unix ms) each is remembered.
 #[derive(Debug)]
 struct Expiring {
@@ -100,12 +126,15 @@ impl AbuseMemory {
 
     /// Until when (Unix ms) the address (its [`address_group`]) is over its limit, if it is now.
     pub fn blocked_until(&self, address: &str, now_ms: i64) -> Option<i64> {
-        self.blocked_addresses.until(&address_group(address), now_ms)
+        failure_groups(address)
+            .iter()
+            .filter_map(|(group, _)| self.blocked_addresses.until(group, now_ms))
+            .max()
     }
 
-    /// The address's guard refused it (its [`address_group`]) until `until_ms` (the end of its window).
-    pub fn block(&mut self, address: &str, until_ms: i64, now_ms: i64) {
-        self.blocked_addresses.remember(&address_group(address), until_ms, now_ms);
+    /// A group's guard refused it (one of [`failure_groups`]) until `until_ms` (the end of its window).
+    pub fn block(&mut self, group: &str, until_ms: i64, now_ms: i64) {
+        self.blocked_addresses.remember(group, until_ms, now_ms);
     }
 
     pub fn is_unknown_key(&self, key_hash: &str, now_ms: i64) -> bool {
@@ -146,7 +175,7 @@ mod tests {
     #[test]
     fn a_blocked_address_is_blocked_until_its_window_ends() {
         let mut memory = AbuseMemory::default();
-        memory.block("192.0.2.1", T0 + 60_000, T0 + 20_000);
+        memory.block(&address_group("192.0.2.1"), T0 + 60_000, T0 + 20_000);
         assert_eq!(memory.blocked_until("192.0.2.1", T0 + 59_999), Some(T0 + 60_000));
         assert_eq!(memory.blocked_until("192.0.2.1", T0 + 60_000), None);
         assert_eq!(memory.blocked_until("192.0.2.2", T0 + 30_000), None);
@@ -169,10 +198,10 @@ mod tests {
     #[test]
     fn a_blocked_ipv6_address_blocks_its_whole_64_and_nothing_beside_it() {
         let mut memory = AbuseMemory::default();
-        memory.block("2001:db8:aa:bb::1", T0 + 60_000, T0);
+        memory.block(&address_group("2001:db8:aa:bb::1"), T0 + 60_000, T0);
         assert_eq!(memory.blocked_until("2001:db8:aa:bb:1234:5678:9abc:def0", T0), Some(T0 + 60_000));
         assert_eq!(memory.blocked_until("2001:db8:aa:bc::1", T0), None);
-        memory.block("::ffff:192.0.2.9", T0 + 60_000, T0);
+        memory.block(&address_group("::ffff:192.0.2.9"), T0 + 60_000, T0);
         assert_eq!(memory.blocked_until("192.0.2.9", T0), Some(T0 + 60_000));
         assert_eq!(memory.blocked_until("192.0.2.10", T0), None);
     }
@@ -200,5 +229,27 @@ mod tests {
         assert!(!memory.is_unknown_key("a", T0 + 66_000));
         assert!(["b", "c", "d"].iter().all(|k| memory.is_unknown_key(k, T0 + 66_000)));
         assert_eq!(memory.unknown_keys.until.len(), 3);
+    }
+
+    #[test]
+    fn an_ipv6_address_counts_in_its_64_and_its_48_an_ipv4_address_in_itself() {
+        assert_eq!(
+            failure_groups("2001:db8:1:2:3:4:5:6"),
+            vec![
+                ("2001:db8:1:2::/64".to_owned(), 20),
+                ("2001:db8:1::/48".to_owned(), NETWORK_FAILURES_PER_MINUTE)
+            ]
+        );
+        assert_eq!(failure_groups("192.0.2.7"), vec![("192.0.2.7".to_owned(), 20)]);
+        assert_eq!(failure_groups("::ffff:192.0.2.7"), vec![("192.0.2.7".to_owned(), 20)]);
+        assert_eq!(network_group("not an address"), None);
+    }
+
+    #[test]
+    fn a_blocked_48_blocks_every_64_in_it() {
+        let mut memory = AbuseMemory::default();
+        memory.block("2001:db8:1::/48", T0 + 60_000, T0);
+        assert_eq!(memory.blocked_until("2001:db8:1:ffff::1", T0), Some(T0 + 60_000));
+        assert_eq!(memory.blocked_until("2001:db8:2::1", T0), None);
     }
 }

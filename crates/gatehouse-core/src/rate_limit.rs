@@ -151,7 +151,8 @@ impl Limits {
 }
 
 /// Failed authentications one client address may make per window before it gets 429 (SPEC §2).
-pub const AUTH_FAILURE_LIMITS: Limits = Limits::per_minute(20);
+pub const AUTH_FAILURES_PER_MINUTE: u32 = 20;
+pub const AUTH_FAILURE_LIMITS: Limits = Limits::per_minute(AUTH_FAILURES_PER_MINUTE);
 
 /// What one window has counted since it started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

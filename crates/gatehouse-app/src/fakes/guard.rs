@@ -17,7 +17,7 @@ use gatehouse_core::lease::{
     take_back, with_project_quota, Decision, Drawn, GiveBack, Grant, Held, LeaseAsk, RequestRate, Returned,
 };
 use gatehouse_core::ports::{Admission, Authorization, ClaimHolder, ClaimRequest, KeyGuard, PortError};
-use gatehouse_core::rate_limit::{decide_request, Counters, LimitSpec, Usage, Verdict, AUTH_FAILURE_LIMITS};
+use gatehouse_core::rate_limit::{decide_request, Counters, LimitSpec, Limits, Usage, Verdict};
 use gatehouse_core::retention::{body_until, grant_kept_until, STORE_PROPAGATION_MS};
 
 /// A claim as the guard keeps it.
@@ -570,9 +570,11 @@ impl KeyGuard for FakeGuard {
         self.faults.run("guard.ping", || ()).await
     }
 
-    async fn record_auth_failure(&self, client_ip: &str) -> Result<(Verdict, Usage), PortError> {
-        let name = client_guard_name(client_ip);
+    async fn record_auth_failure(&self, group: &str, per_minute: u32) -> Result<(Verdict, Usage), PortError> {
+        let name = client_guard_name(group);
         self.asked.borrow_mut().push(name.clone());
-        self.faults.run("guard.record_auth_failure", || self.count(&name, AUTH_FAILURE_LIMITS, 1, true)).await
+        self.faults
+            .run("guard.record_auth_failure", || self.count(&name, Limits::per_minute(per_minute), 1, true))
+            .await
     }
 }

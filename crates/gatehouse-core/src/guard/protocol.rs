@@ -164,9 +164,13 @@ pub struct Apply {
     pub undo: Option<i64>,
 }
 
-/// One failed authentication from this object's client address.
+/// One failed authentication from this object's client address or network, counted in a minute
+/// window of `per_minute` (20 when not given: an address).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RecordAuthFailure {}
+pub struct RecordAuthFailure {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_minute: Option<u32>,
+}
 
 /// Failures from the client address so far in this minute, against the allowance.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -291,7 +295,7 @@ mod tests {
             r#"{"command":"authorize","key_hash":"ab","scope":"ingest","claim":null,"lease":null}"#
         );
         let c: GuardCommand = serde_json::from_str(r#"{"command":"record_auth_failure"}"#).unwrap();
-        assert_eq!(c, GuardCommand::RecordAuthFailure(RecordAuthFailure {}));
+        assert_eq!(c, GuardCommand::RecordAuthFailure(RecordAuthFailure { per_minute: None }));
         let c: GuardCommand = serde_json::from_str(r#"{"command":"ping"}"#).unwrap();
         assert_eq!(c, GuardCommand::Ping(Ping {}));
         // Unknown commands and missing fields are refused, not defaulted.

@@ -113,7 +113,7 @@ pub trait KeyGuard {
     /// One round trip to a guard that does nothing: the deep health check.
     async fn ping(&self) -> Result<(), PortError>;
     /// Counts a failed authentication from a client address; `RateLimited` once it has too many.
-    async fn record_auth_failure(&self, client_ip: &str) -> Result<(Verdict, Usage), PortError>;
+    async fn record_auth_failure(&self, group: &str, per_minute: u32) -> Result<(Verdict, Usage), PortError>;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -116,8 +116,9 @@ impl KeyGuard for GuardClient {
         self.ask(HEALTH_OBJECT, Ping {}).await.map(drop)
     }
 
-    async fn record_auth_failure(&self, client_ip: &str) -> Result<(Verdict, Usage), PortError> {
-        let answer = self.ask(&client_guard_name(client_ip), RecordAuthFailure {}).await?;
+    async fn record_auth_failure(&self, group: &str, per_minute: u32) -> Result<(Verdict, Usage), PortError> {
+        let answer =
+            self.ask(&client_guard_name(group), RecordAuthFailure { per_minute: Some(per_minute) }).await?;
         Ok((answer.verdict, answer.usage))
     }
 }

@@ -44,7 +44,7 @@ use gatehouse_core::guard::protocol::{
 use gatehouse_core::guard::single_flight::SingleFlight;
 use gatehouse_core::lease::{Grant, RequestRate};
 use gatehouse_core::ports::Meter;
-use gatehouse_core::rate_limit::{Counters, AUTH_FAILURE_LIMITS};
+use gatehouse_core::rate_limit::{Counters, Limits, AUTH_FAILURE_LIMITS};
 use gatehouse_core::retention::{next_alarm, purge_due};
 
 #[durable_object]
@@ -189,8 +189,9 @@ impl KeyGuardObject {
         match command {
             GuardCommand::Authorize(c) => answer::<Authorize>(self.authorize(c).await?),
             GuardCommand::Apply(Apply { key, undo }) => answer::<Apply>(self.apply(key, undo)?),
-            GuardCommand::RecordAuthFailure(_) => {
-                let (verdict, usage) = self.count(AUTH_FAILURE_LIMITS, 1, true)?;
+            GuardCommand::RecordAuthFailure(c) => {
+                let limits = c.per_minute.map_or(AUTH_FAILURE_LIMITS, Limits::per_minute);
+                let (verdict, usage) = self.count(limits, 1, true)?;
                 answer::<gatehouse_core::guard::protocol::RecordAuthFailure>(AuthFailures { verdict, usage })
             }
             GuardCommand::CompleteClaim(c) => answer::<CompleteClaim>(self.complete(c).await?),
