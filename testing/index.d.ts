@@ -38,8 +38,9 @@ export interface TestClock {
   /** Gatehouse's time now. */
   now(): Date;
   /**
-   * Moves Gatehouse's time forward, runs the minute cron once at the new time and waits until
-   * every webhook delivery due by then was attempted.
+   * Moves Gatehouse's time forward and runs what falls inside, in order: it stops at each webhook
+   * attempt due on the way (retries scheduled inside the advance included), runs the minute cron
+   * there and waits for the attempts, then runs the cron once more at the new time.
    */
   advance(seconds: number): Promise<void>;
   /** Moves Gatehouse's time to `time`; never backwards (a `RangeError`). */

@@ -68,6 +68,9 @@ async function emptyTables(db) {
   if (deletes.length) await db.batch([db.prepare('PRAGMA defer_foreign_keys = on'), ...deletes]);
 }
 
+/** The most webhook attempts one `clock.advance` stops at (a schedule has 6; a test has few). */
+const MAX_STOPS = 1_000;
+
 /**
  * The clock Gatehouse reads while the kit runs it: the real time plus an offset that only moves
  * forward. The worker and its objects ask the kit for the offset as each request, batch, cron run,
@@ -84,13 +87,23 @@ class Clock {
     return new Date(Date.now() + this.offsetMs);
   }
   /**
-   * Moves Gatehouse's time `seconds` forward, runs the minute cron once at the new time (the
-   * webhook sweep, the audit roll-up) and waits until every webhook delivery due by then was
-   * attempted.
+   * Moves Gatehouse's time `seconds` forward and runs what falls inside, in order, as Stripe's
+   * test clocks do: the clock stops at each webhook attempt due on the way (a retry an attempt
+   * schedules inside the advance is attempted too), runs the minute cron there and waits for the
+   * attempts; then it runs the cron once more at the new time (the webhook sweep, the audit
+   * roll-up). At most `MAX_STOPS` stops in one advance.
    */
   async advance(seconds) {
     if (!(Number.isFinite(seconds) && seconds >= 0)) throw new RangeError('advance(seconds): seconds must be a number ≥ 0');
-    this.offsetMs += Math.round(seconds * 1000);
+    const target = Date.now() + this.offsetMs + Math.round(seconds * 1000);
+    for (let stops = 0; ; stops++) {
+      const due = await this.#kit.nextAttemptBy(target);
+      if (due === null) break;
+      if (stops >= MAX_STOPS) throw new Error(`clock.advance: more than ${MAX_STOPS} webhook attempts due in ${seconds} s`);
+      this.offsetMs = Math.max(this.offsetMs, due - Date.now());
+      await this.#kit.tick();
+    }
+    this.offsetMs = Math.max(this.offsetMs, target - Date.now());
     await this.#kit.tick();
   }
   /** Moves Gatehouse's time to `time` (a Date, an RFC 3339 string or Unix ms); never backwards. */
@@ -256,6 +269,8 @@ export class Gatehouse {
   clock;
   webhooks;
   #mf;
+  /** The options the runtime was started with (`reset` starts it again with a new key pepper). */
+  #options;
   /** `dist/config.json`: the bindings and settings of `wrangler.toml`, read once at start. */
   #base;
   #logs = [];
@@ -305,7 +320,7 @@ export class Gatehouse {
       ...Object.fromEntries(Object.entries(vars).map(([k, v]) => [k, typeof v === 'string' ? v : JSON.stringify(v)])),
     };
     const clock = this.clock;
-    this.#mf = new Miniflare({
+    this.#options = {
       host: '127.0.0.1',
       port: 0,
       modules: true,
@@ -348,9 +363,12 @@ export class Gatehouse {
           });
         }
       },
-    });
+    };
+    this.#mf = new Miniflare(this.#options);
     const url = await this.#mf.ready;
     this.url = url.origin;
+    // The same address after a restart (`reset`).
+    this.#options.port = Number(url.port);
     await Promise.all(base.d1_databases.map(async (d) => migrate(await this.#mf.getD1Database(d.binding), join(DIST, d.migrations_dir))));
     this.project = await this.#makeProject();
     this.startedInMs = Date.now() - started;
@@ -378,11 +396,15 @@ export class Gatehouse {
 
   /**
    * An empty state with a fresh project: every row of the databases, every KV entry and R2 object
-   * goes, the webhook sink forgets what it received. The clock keeps its time (it never moves
-   * back). Durable Objects keep their storage, which only the old keys reach; see README.md.
+   * goes, the webhook sink forgets what it received, and the previous test's keys are refused
+   * (401) at once: the runtime starts again with a new `KEY_PEPPER`, so no old key reaches a key
+   * guard that still holds its record. The clock keeps its time (it never moves back).
    */
   async reset() {
     const base = this.#base;
+    this.#options.bindings = { ...this.#options.bindings, KEY_PEPPER: secret() };
+    await this.#mf.setOptions(this.#options);
+    await this.#mf.ready;
     await Promise.all(base.d1_databases.map(async (d) => emptyTables(await this.#mf.getD1Database(d.binding))));
     const kv = await this.#mf.getKVNamespace(base.kv_namespaces[0].binding);
     for (let cursor; ;) {
@@ -400,6 +422,16 @@ export class Gatehouse {
     }
     this.webhooks.clear();
     this.project = await this.#makeProject();
+  }
+
+  /** When the next webhook attempt is due (Unix ms), if one is due by `at`. */
+  async nextAttemptBy(at) {
+    const db = await this.#mf.getD1Database('DB');
+    const next = await db
+      .prepare("SELECT min(scheduled_at) AS at FROM webhook_deliveries WHERE status = 'pending' AND scheduled_at <= ?")
+      .bind(at)
+      .first();
+    return next?.at ?? null;
   }
 
   /** Runs the minute cron at the clock's time and waits for the deliveries due by then. */

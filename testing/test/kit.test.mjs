@@ -113,6 +113,18 @@ test('the sink receives verified deliveries; a failed one is attempted again whe
   const delivery = listed.json.data.find((d) => d.id === retried.id);
   assert.equal(delivery.status, 'delivered');
   assert.equal(delivery.attempts.length, 2);
+
+  // One advance runs the whole schedule that falls inside it, in order (30 s, then 5 min): two
+  // failures and the third attempt delivered. One stop per advance missed the third attempt.
+  gh.webhooks.fail(2);
+  const third = await call('POST', '/public/v1/contacts', { key: gh.project.keys.server, body: { name: 'Cy' } });
+  const failedOnce = Date.now() + 10_000;
+  while (!gh.webhooks.all().some((d) => d.answered === 500 && d.data.id === third.json.id) && Date.now() < failedOnce) {
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  await gh.clock.advance(30 * 60);
+  const attempts = gh.webhooks.all().filter((d) => d.data.id === third.json.id);
+  assert.deepEqual(attempts.map((d) => [d.attempt, d.answered]), [[1, 500], [2, 500], [3, 200]]);
 });
 
 test('only the sink is a private target the kit allows: another loopback receiver is refused', async () => {

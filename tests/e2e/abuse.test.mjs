@@ -277,12 +277,13 @@ test("the guard of an unknown key stores nothing; a valid key's guard does", asy
   const refused = await Promise.all(Array.from({ length: 10 }, (_, i) =>
     call('GET', '/public/v1/me', { key: unknownKey(), headers: { 'cf-connecting-ip': address(i) } })));
   for (const res of refused) assertError(res, 401, 'INVALID_API_KEY');
-  // Ten key guards read D1 and answered "unknown": the one object with storage is the /64's counter.
-  assert.equal(await keyGuardsWithStorage(), stored + 1, 'KeyGuard objects with storage');
+  // Ten key guards read D1 and answered "unknown": the objects with storage are the counters of
+  // the /64 and of its /48.
+  assert.equal(await keyGuardsWithStorage(), stored + 2, 'KeyGuard objects with storage');
   // A valid key's guard stores its window.
   const { owner } = await createProject();
   assert.equal((await call('GET', '/public/v1/me', { key: owner.key })).status, 200);
-  assert.ok(await keyGuardsWithStorage() >= stored + 2);
+  assert.ok(await keyGuardsWithStorage() >= stored + 3);
 });
 
 test('the same unknown key twice within 60 s costs one D1 lookup', async () => {
