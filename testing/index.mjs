@@ -79,6 +79,9 @@ const MAX_STOPS = 1_000;
 class Clock {
   #kit;
   offsetMs = 0;
+  /** How many times the kit was reset: the worker reaches each Durable Object under a name of
+   * this generation, so a reset starts every object afresh. */
+  generation = 0;
   constructor(kit) {
     this.#kit = kit;
   }
@@ -269,8 +272,6 @@ export class Gatehouse {
   clock;
   webhooks;
   #mf;
-  /** The options the runtime was started with (`reset` starts it again with a new key pepper). */
-  #options;
   /** `dist/config.json`: the bindings and settings of `wrangler.toml`, read once at start. */
   #base;
   #logs = [];
@@ -312,7 +313,7 @@ export class Gatehouse {
       PRIVATE_WEBHOOK_ORIGINS: sink,
       KEY_PEPPER: secret(),
       WEBHOOK_SECRETS_KEY: secret(),
-      AUDIT_SIGNING_KEY: secret(),
+      AUDIT_SIGNING_KEY: randomBytes(32).toString('hex'),
       ADMIN_TOKEN: this.adminToken,
       EVENTS_SECRET: secret(),
       ...(plans ? { PLANS: JSON.stringify(plans) } : {}),
@@ -320,7 +321,7 @@ export class Gatehouse {
       ...Object.fromEntries(Object.entries(vars).map(([k, v]) => [k, typeof v === 'string' ? v : JSON.stringify(v)])),
     };
     const clock = this.clock;
-    this.#options = {
+    this.#mf = new Miniflare({
       host: '127.0.0.1',
       port: 0,
       modules: true,
@@ -333,7 +334,7 @@ export class Gatehouse {
       compatibilityDate: base.compatibility_date,
       compatibilityFlags: base.compatibility_flags,
       bindings,
-      serviceBindings: { TEST_CLOCK: async () => new Response(String(clock.offsetMs)) },
+      serviceBindings: { TEST_CLOCK: async () => new Response(`${clock.offsetMs} ${clock.generation}`) },
       name: base.name,
       durableObjects: Object.fromEntries(base.durable_objects.map((d) => [d.name, { className: d.class_name, useSQLite: true }])),
       kvNamespaces: Object.fromEntries(base.kv_namespaces.map((k) => [k.binding, k.id])),
@@ -363,12 +364,9 @@ export class Gatehouse {
           });
         }
       },
-    };
-    this.#mf = new Miniflare(this.#options);
+    });
     const url = await this.#mf.ready;
     this.url = url.origin;
-    // The same address after a restart (`reset`).
-    this.#options.port = Number(url.port);
     await Promise.all(base.d1_databases.map(async (d) => migrate(await this.#mf.getD1Database(d.binding), join(DIST, d.migrations_dir))));
     this.project = await this.#makeProject();
     this.startedInMs = Date.now() - started;
@@ -396,15 +394,14 @@ export class Gatehouse {
 
   /**
    * An empty state with a fresh project: every row of the databases, every KV entry and R2 object
-   * goes, the webhook sink forgets what it received, and the previous test's keys are refused
-   * (401) at once: the runtime starts again with a new `KEY_PEPPER`, so no old key reaches a key
-   * guard that still holds its record. The clock keeps its time (it never moves back).
+   * goes, the webhook sink forgets what it received, and every Durable Object starts afresh (the
+   * worker reaches them under names of a new generation), so the previous test's keys are refused
+   * (401) at once: no old key reaches a guard that still holds its record. The clock keeps its
+   * time (it never moves back).
    */
   async reset() {
     const base = this.#base;
-    this.#options.bindings = { ...this.#options.bindings, KEY_PEPPER: secret() };
-    await this.#mf.setOptions(this.#options);
-    await this.#mf.ready;
+    this.clock.generation += 1;
     await Promise.all(base.d1_databases.map(async (d) => emptyTables(await this.#mf.getD1Database(d.binding))));
     const kv = await this.#mf.getKVNamespace(base.kv_namespaces[0].binding);
     for (let cursor; ;) {

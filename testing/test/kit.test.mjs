@@ -142,12 +142,18 @@ test('only the sink is a private target the kit allows: another loopback receive
   }
 });
 
-test('reset leaves an empty state with a fresh project, and the clock keeps its time', async () => {
+test('reset leaves an empty state with a fresh project, the old keys refused at once, and the clock keeps its time', async () => {
   await call('POST', '/public/v1/contacts', { key: gh.project.keys.server, body: { name: 'Old' } });
   const old = gh.project.id;
+  const oldKey = gh.project.keys.server;
   const clockBefore = gh.clock.now().getTime();
   await gh.reset();
   assert.notEqual(gh.project.id, old);
+  // The previous test's key is 401 now (its guard still held its record: a write was a
+  // retryable 503 until the record went stale, 10 minutes of the clock).
+  const stale = await call('POST', '/public/v1/contacts', { key: oldKey, body: { name: 'Late' } });
+  assert.equal(stale.status, 401, stale.text);
+  assert.equal(stale.json.error.code, 'INVALID_API_KEY');
   assert.ok(gh.clock.now().getTime() >= clockBefore);
   assert.deepEqual(gh.webhooks.all(), []);
   const list = await call('GET', '/public/v1/contacts', { key: gh.project.keys.server });

@@ -50,8 +50,9 @@ pub struct Config {
     /// `WEBHOOK_SECRETS_KEY`: seals webhook signing secrets in D1; not the pepper (SPEC §19).
     pub webhook_secrets_key: String,
     pub webhook_secrets_key_previous: Option<String>,
-    /// `AUDIT_SIGNING_KEY` (SPEC §22): the secret the audit digests' Ed25519 key derives from;
-    /// without it no digest is signed.
+    /// `AUDIT_SIGNING_KEY` (SPEC §22, §23): 32 random bytes as 64 hex digits, which the audit
+    /// digests' Ed25519 key derives from; without it no digest is signed. The public key is
+    /// published, so a human-chosen secret could be found offline: anything else is refused.
     pub audit_signing_key: Option<String>,
     /// `AUDIT_DIGEST_SECONDS`: the period of one digest (default 3600; at least 60).
     pub audit_digest_seconds: u32,
@@ -371,7 +372,10 @@ impl Config {
             key_pepper_previous,
             webhook_secrets_key,
             webhook_secrets_key_previous,
-            audit_signing_key: optional_secret("AUDIT_SIGNING_KEY")?,
+            audit_signing_key: get("AUDIT_SIGNING_KEY")
+                .filter(|s| !s.is_empty())
+                .map(|s| random_key("AUDIT_SIGNING_KEY", s))
+                .transpose()?,
             audit_digest_seconds: number("AUDIT_DIGEST_SECONDS", 3_600)?.clamp(60, 86_400) as u32,
             usage_period_seconds,
             billable,
@@ -451,6 +455,28 @@ impl Config {
         });
         identity.into_iter().chain(project).collect()
     }
+}
+
+/// A secret that must be 32 random bytes, written as 64 hex digits (SPEC §23): `head -c 32
+/// /dev/urandom | od -An -tx1 | tr -d ' \n'` makes one, as `scripts/setup` and `scripts/deploy` do.
+/// Text written as hex (every byte printable) is refused too: it is a chosen word, not random.
+fn random_key(name: &str, value: String) -> Result<String, ConfigError> {
+    let refuse = |why: &str| {
+        Err(ConfigError(format!(
+            "{name} must be 32 random bytes written as 64 hex digits ({why}); make one with: \
+             head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'"
+        )))
+    };
+    let hex = value.trim();
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return refuse(&format!("it is {} characters", hex.chars().count()));
+    }
+    let bytes: Vec<u8> =
+        (0..32).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap_or(0)).collect();
+    if bytes.iter().all(|b| (0x20..0x7f).contains(b)) {
+        return refuse("it is text written as hex, not random bytes");
+    }
+    Ok(hex.to_ascii_lowercase())
 }
 
 #[cfg(test)]
@@ -665,5 +691,23 @@ mod tests {
         let mut own = key("pro", None);
         own.limits = Some(LimitSpec { per_second: Some(3), per_minute: Some(50), ..Default::default() });
         assert_eq!(config.limits(&own), Limits::per_minute(50));
+    }
+
+    #[test]
+    fn the_audit_signing_key_is_32_random_bytes_and_nothing_else() {
+        let with_key = |key: &str| {
+            let mut vars = SECRETS.to_vec();
+            vars.push(("AUDIT_SIGNING_KEY", key));
+            with(&vars)
+        };
+        let random = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+        assert_eq!(with_key(random).unwrap().audit_signing_key.as_deref(), Some(random));
+        for short in ["correct horse battery staple", "0123456789abcdef0123456789abcdef"] {
+            assert!(with_key(short).unwrap_err().0.contains("64 hex digits"), "{short}");
+        }
+        // Chosen text written as hex: 64 hex digits, every byte printable.
+        let chosen: String = b"password-password-password-12345".iter().map(|b| format!("{b:02x}")).collect();
+        assert!(with_key(&chosen).unwrap_err().0.contains("text written as hex"));
+        assert_eq!(with_key("").unwrap().audit_signing_key, None);
     }
 }

@@ -20,8 +20,9 @@ pub const ALGORITHM: &str = "ed25519";
 /// The digest format's version.
 pub const VERSION: u32 = 1;
 
-/// The key digests are signed with: derived from the secret `AUDIT_SIGNING_KEY` (any secret of
-/// at least 16 characters, as the other secrets), so rotating it starts a new key.
+/// The key digests are signed with: derived from the secret `AUDIT_SIGNING_KEY` (32 random bytes,
+/// `config` refuses anything else: the public key is published, so a guessable secret would let
+/// anyone sign), so rotating it starts a new key.
 pub struct AuditSigner(SigningKey);
 
 impl AuditSigner {

@@ -312,6 +312,8 @@ impl WebhookStore for FakeStore {
                 row.delivery.updated_at = now_ms;
                 row.locked_until = None;
                 row.retry_requested = false;
+                // The attempt consumed what the sweep queued: the next one may be swept when due.
+                row.swept_at = None;
                 return Take::Nothing;
             }
             if hook.status != "active" {

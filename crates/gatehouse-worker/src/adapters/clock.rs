@@ -22,6 +22,9 @@ const ASK_MS: u64 = 2_000;
 thread_local! {
     /// How far the kit's clock is ahead of the real time (0 without a kit).
     static OFFSET_MS: Cell<i64> = const { Cell::new(0) };
+    /// How many times the kit was reset (0 without a kit): each reset starts every Durable Object
+    /// afresh (`object_name`).
+    static GENERATION: Cell<u64> = const { Cell::new(0) };
     /// The kit's clock, looked up once per isolate (`None`: the real time).
     static KIT: OnceCell<Option<Rc<Fetcher>>> = const { OnceCell::new() };
 }
@@ -41,6 +44,16 @@ pub fn clock_ms(real: i64) -> i64 {
     real + OFFSET_MS.get()
 }
 
+/// The name a Durable Object is reached by: `name` itself, or under the test kit after a reset
+/// `{generation}/{name}`, so no object of an earlier test is reached again (its keys' guards
+/// would still hold their records).
+pub fn object_name(name: &str) -> std::borrow::Cow<'_, str> {
+    match GENERATION.get() {
+        0 => name.into(),
+        generation => format!("{generation}/{name}").into(),
+    }
+}
+
 /// Reads the kit's clock as an event begins; nothing without a kit.
 pub async fn follow(env: &Env) -> Result<(), PortError> {
     let Some(kit) = KIT.with(|k| k.get_or_init(|| env.service(BINDING).ok().map(Rc::new)).clone()) else {
@@ -51,7 +64,12 @@ pub async fn follow(env: &Env) -> Result<(), PortError> {
         answer.text().await.map_err(PortError::from_display)
     };
     let text = within(ASK_MS, BINDING, asked).await?;
-    let offset = text.trim().parse().map_err(|_| PortError(format!("{BINDING} answered {text:?}")))?;
+    // "{offset}" or "{offset} {generation}".
+    let mut parts = text.split_whitespace().map(str::parse::<i64>);
+    let unreadable = || PortError(format!("{BINDING} answered {text:?}"));
+    let offset = parts.next().and_then(Result::ok).ok_or_else(unreadable)?;
+    let generation = parts.next().transpose().map_err(|_| unreadable())?.unwrap_or(0);
     OFFSET_MS.set(offset);
+    GENERATION.set(generation.max(0) as u64);
     Ok(())
 }

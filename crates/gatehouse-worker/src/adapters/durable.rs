@@ -8,6 +8,7 @@ use wasm_bindgen_futures::JsFuture;
 use worker::{Method, ObjectNamespace, Request, RequestInit};
 
 use super::js_error;
+use crate::adapters::clock::object_name;
 use crate::adapters::deadline::within;
 use gatehouse_core::platform::deadline;
 use gatehouse_core::ports::{Meter, PortError};
@@ -22,7 +23,7 @@ pub async fn call<C: Serialize, A: DeserializeOwned>(
     command: &C,
 ) -> Result<A, PortError> {
     Meter::count(&meter.durable_object_calls);
-    let stub = namespace.get_by_name(name).map_err(PortError::from_display)?;
+    let stub = namespace.get_by_name(&object_name(name)).map_err(PortError::from_display)?;
     let body = serde_json::to_string(command).map_err(PortError::from_display)?;
     let mut init = RequestInit::new();
     init.with_method(Method::Post).with_body(Some(JsValue::from_str(&body)));
@@ -55,7 +56,8 @@ pub async fn ask<C: Serialize, A: DeserializeOwned>(
     command: &C,
 ) -> Result<A, PortError> {
     Meter::count(&meter.durable_object_calls);
-    let stub: AskStub = namespace.get_by_name(name).map_err(PortError::from_display)?.into_rpc();
+    let stub: AskStub =
+        namespace.get_by_name(&object_name(name)).map_err(PortError::from_display)?.into_rpc();
     let body = serde_json::to_string(command).map_err(PortError::from_display)?;
     let asked = JsFuture::from(stub.ask(&body).map_err(js_error)?);
     let answer = within(deadline::DURABLE_OBJECT_MS, name, async { asked.await.map_err(js_error) }).await?;

@@ -428,14 +428,16 @@ impl WebhookStore for D1Store {
                 ],
             )?,
             // Only while this attempt holds the delivery and it is pending (a subscription deleted
-            // meanwhile wins); a manual retry requested meanwhile makes it due now.
+            // meanwhile wins); a manual retry requested meanwhile makes it due now. The attempt
+            // consumed what a sweep queued, so the sweep may queue the next one once it is overdue
+            // (it waited 10 minutes after its last send: a retry due sooner lay in the queue).
             self.statement(
                 "UPDATE webhook_deliveries SET
                    status = CASE WHEN retry_requested = 1 AND ?2 = 'failed' THEN 'pending' ELSE ?2 END,
                    scheduled_at = CASE WHEN retry_requested = 1 AND ?2 <> 'delivered' THEN ?7
                                        ELSE coalesce(?4, scheduled_at) END,
-                   locked_until = NULL, retry_requested = 0, last_response_code = ?5, last_error = ?6,
-                   updated_at = ?7
+                   locked_until = NULL, retry_requested = 0, swept_at = NULL, last_response_code = ?5,
+                   last_error = ?6, updated_at = ?7
                  WHERE id = ?1 AND attempts = ?3 AND status = 'pending' AND locked_until IS NOT NULL",
                 &[
                     text(&a.delivery_id),
