@@ -9,11 +9,12 @@ use super::keys::patch_field;
 use super::{unavailable, Call, Gateway, Reply};
 use gatehouse_core::api_key::KeyRecord;
 use gatehouse_core::error::ApiError;
+use gatehouse_core::guard::protocol::identity_authority;
 use gatehouse_core::identity::{self, Identity, IdentityChanges};
 use gatehouse_core::json_body;
 use gatehouse_core::page::{Cursor, PageRequest};
 use gatehouse_core::platform::WORKER_MAX_SUBREQUESTS;
-use gatehouse_core::ports::{Directory, IdentityInsert, Ports};
+use gatehouse_core::ports::{Directory, IdentityInsert, KeyGuard, Ports};
 
 /// The most keys of one identity whose guards a change or a deletion tells (newest first): with
 /// the request's own calls (its guard, the D1 batch, its settlement) inside one invocation's
@@ -85,7 +86,10 @@ impl<P: Ports> Gateway<'_, P> {
         }
     }
 
-    /// Changes an identity's meta or limits (`null` clears), then tells its keys' guards.
+    /// Changes an identity's meta or limits (`null` clears): a change of limits is told to the
+    /// identity's authority first (SPEC §23: 503 when it cannot be, nothing changed), which grants
+    /// under them from then on, so no key whose record is older draws against the old limits; then
+    /// D1, then its keys' guards (their own windows follow within their record's freshness).
     pub(super) async fn update_identity(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let id = call.params[0];
         let input: UpdateIdentity = json_body::parse(&call.body)?;
@@ -98,6 +102,12 @@ impl<P: Ports> Gateway<'_, P> {
         };
         // Only its limits are in its keys' records: a change of meta alone tells no guard.
         let tell = if changes.limits.is_some() { IDENTITY_CHANGE_TELLS } else { 0 };
+        if let Some(limits) = &changes.limits {
+            // An identity without limits has no level: its authority then holds no limit.
+            let spec = limits.unwrap_or_default();
+            let authority = identity_authority(id);
+            self.guard.set_level_limits(&authority, &spec, call.now_ms).await.map_err(unavailable)?;
+        }
         let changed = self
             .store
             .update_identity(call.project_id(), id, &changes, call.now_ms, tell)
@@ -452,6 +462,42 @@ mod tests {
         let (status, cleared) = w.call("PATCH", &path, None, json!({"identity_id": null, "limits": null}));
         assert_eq!((status, &cleared["identity_id"], &cleared["limits"]), (200, &Value::Null, &Value::Null));
         assert_eq!(w.told(kid).identity, None);
+    }
+
+    /// A lowered identity limit binds at once, also a key whose guard was not told (its record
+    /// stays old for up to 10 minutes): the identity's authority is told first and grants under
+    /// its own limits (SPEC §23). It granted under the limits the asking guard sent before.
+    #[test]
+    fn a_lowered_identity_limit_binds_a_key_whose_guard_was_not_told() {
+        let w = World::new();
+        let (_, identity) = w.call(
+            "POST",
+            "/public/v1/identities",
+            None,
+            json!({"external_id": "d", "limits": {"per_minute": 10}}),
+        );
+        let idt = identity["id"].as_str().unwrap().to_owned();
+        let (_, key) = w.call("POST", "/public/v1/keys", None, json!({"type": "server", "identity_id": idt}));
+        let (kid, secret) = (key["id"].as_str().unwrap().to_owned(), key["key"].as_str().unwrap().to_owned());
+        let me = || w.call_as(&secret, "GET", "/public/v1/me", None, Value::Null).0;
+        assert_eq!((me(), me()), (200, 200));
+        // Its guard cannot be told: the change still succeeds (the guard reads D1 within 10 minutes).
+        w.gateway.guard.unreachable.borrow_mut().insert(w.key(&kid).key_hash);
+        let path = format!("/public/v1/identities/{idt}");
+        assert_eq!(w.call("PATCH", &path, None, json!({"limits": {"per_minute": 3}})).0, 200);
+        assert_eq!(
+            w.told(&kid).identity.map(|i| i.limits.per_minute),
+            Some(Some(10)),
+            "the guard kept its record"
+        );
+        let rest: Vec<u16> = (0..5).map(|_| me()).collect();
+        assert_eq!(rest, [200, 429, 429, 429, 429], "3 a minute in all, not 10");
+        // The authority cannot be told: nothing changes (503), the limits stay.
+        w.gateway.guard.unreachable.borrow_mut().insert(super::identity_authority(&idt));
+        let (status, _) = w.call("PATCH", &path, None, json!({"limits": {"per_minute": 1}}));
+        assert_eq!(status, 503);
+        let (_, shown) = w.call("GET", &path, None, Value::Null);
+        assert_eq!(shown["limits"]["per_minute"], 3);
     }
 
     /// After an identity's change its keys' guards hold its new limits; after its deletion its

@@ -329,9 +329,22 @@ fn a_plan_change_tells_every_guard_first_and_changes_nothing_when_one_cannot_be_
         "a guard told 'pro' was given its record back"
     );
 
+    // The project's authority was told the new quota first and given the old one back.
+    let authority = gatehouse_core::guard::protocol::project_authority(PROJECT);
+    let quota = || w.gateway.guard.level_limits.borrow().get(&authority).map(|(l, _)| l.monthly_quota);
+    assert_eq!(quota(), Some(w.gateway.config.project_limits("trial").monthly_quota));
+
     w.gateway.guard.unreachable.borrow_mut().clear();
     let (status, body) = w.send("PATCH", &path, ADMIN_TOKEN, r#"{"plan":"pro"}"#);
     assert_eq!((status, body["keys_told"].as_u64()), (200, Some(3)), "{body}");
+    assert_eq!(plans(), ["pro", "pro", "pro"]);
+    assert!((0..3).all(|n| told(n).as_deref() == Some("pro")));
+    assert_eq!(quota(), Some(w.gateway.config.project_limits("pro").monthly_quota));
+
+    // The authority cannot be told: 503 before any guard or D1 row changes.
+    w.gateway.guard.unreachable.borrow_mut().insert(authority.clone());
+    let (status, _) = w.send("PATCH", &path, ADMIN_TOKEN, r#"{"plan":"trial"}"#);
+    assert_eq!(status, 503);
     assert_eq!(plans(), ["pro", "pro", "pro"]);
     assert!((0..3).all(|n| told(n).as_deref() == Some("pro")));
 }

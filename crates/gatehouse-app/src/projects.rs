@@ -10,6 +10,7 @@ use gatehouse_core::api_key::KeyRecord;
 use gatehouse_core::api_key::KeyType;
 use gatehouse_core::config::DEFAULT_PLAN;
 use gatehouse_core::error::ApiError;
+use gatehouse_core::guard::protocol::project_authority;
 use gatehouse_core::json_body;
 use gatehouse_core::page::{Cursor, PageRequest};
 use gatehouse_core::platform::WORKER_MAX_OPEN_CONNECTIONS;
@@ -66,10 +67,12 @@ impl<P: Ports> Gateway<'_, P> {
         })))
     }
 
-    /// Puts a project and all its keys on another plan, guards first (SPEC §12.1): each active
-    /// key's guard is told the new plan, six at a time; if one cannot be told, those told are given
-    /// their record back and the change fails with 503, nothing changed in D1. Then one D1
-    /// transaction writes the plan (on a failure, the guards are given their record back too).
+    /// Puts a project and all its keys on another plan, guards first (SPEC §12.1): the project's
+    /// authority is told the plan's quota (SPEC §23: it grants under its own limits from then on,
+    /// so no key whose record is older draws against the old quota), then each active key's guard
+    /// is told the new plan, six at a time; if one cannot be told, those told are given their
+    /// record back and the change fails with 503, nothing changed in D1. Then one D1 transaction
+    /// writes the plan (on a failure, the guards are given their record back too).
     /// A project with more active keys than [`PLAN_CHANGE_TELLS`] has its newest ones told; the
     /// others read D1 again within their record's freshness (10 minutes), as docs/api/lifecycles.md says.
     pub(super) async fn update_project(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
@@ -82,6 +85,12 @@ impl<P: Ports> Gateway<'_, P> {
         }
         let active: Vec<&KeyRecord> =
             keys.iter().filter(|k| !k.is_revoked()).take(PLAN_CHANGE_TELLS).collect();
+        let authority = project_authority(project_id);
+        let before = self.config.project_limits(&keys[0].plan);
+        let after = self.config.project_limits(&input.plan);
+        self.guard.set_level_limits(&authority, &after, call.now_ms).await.map_err(unavailable)?;
+        // A change that fails from here gives the authority its limits back (a later version).
+        let undo = || async { self.guard.set_level_limits(&authority, &before, call.now_ms + 1).await.ok() };
         let mut told: Vec<&KeyRecord> = Vec::new();
         for wave in active.chunks(WORKER_MAX_OPEN_CONNECTIONS) {
             let changed: Vec<KeyRecord> =
@@ -90,6 +99,7 @@ impl<P: Ports> Gateway<'_, P> {
             told.extend(wave.iter().zip(&answers).filter(|(_, a)| a.is_ok()).map(|(k, _)| *k));
             if let Some(Err(e)) = answers.into_iter().find(Result::is_err) {
                 self.give_back(&told).await;
+                undo().await;
                 return Err(unavailable(e));
             }
         }
@@ -97,10 +107,12 @@ impl<P: Ports> Gateway<'_, P> {
             Ok(Some(change)) => change,
             Ok(None) => {
                 self.give_back(&told).await;
+                undo().await;
                 return Err(ApiError::not_found("project").with_detail("id", project_id));
             }
             Err(e) => {
                 self.give_back(&told).await;
+                undo().await;
                 return Err(unavailable(e));
             }
         };

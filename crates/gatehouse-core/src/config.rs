@@ -449,11 +449,14 @@ impl Config {
         use crate::guard::protocol::{identity_authority, project_authority};
         let identity = key.identity.as_ref().filter(|i| !i.limits.is_empty());
         let identity = identity.map(|i| (identity_authority(&i.id), i.limits));
-        let quota = self.plan_or_trial(&key.plan).monthly_quota;
-        let project = quota.map(|q| {
-            (project_authority(&key.project_id), LimitSpec { monthly_quota: Some(q), ..Default::default() })
-        });
+        let project = self.project_limits(&key.plan);
+        let project = project.monthly_quota.map(|_| (project_authority(&key.project_id), project));
         identity.into_iter().chain(project).collect()
+    }
+
+    /// What a project on `plan` limits at its level (its authority's limits): the monthly quota.
+    pub fn project_limits(&self, plan: &str) -> LimitSpec {
+        LimitSpec { monthly_quota: self.plan_or_trial(plan).monthly_quota, ..Default::default() }
     }
 }
 

@@ -70,7 +70,8 @@ pub struct FakeGuard {
     pub lapsed: Cell<u32>,
     /// Claims that were taken (`Execute` answers).
     pub executions: Cell<u32>,
-    /// Guards (by key hash) that cannot be told anything: `apply` fails before its effect.
+    /// Guards (by key hash) and authorities (by name) that cannot be told anything: `apply` and
+    /// `set_level_limits` fail before their effect.
     pub unreachable: RefCell<std::collections::HashSet<String>>,
     /// Claims another request (another fingerprint) took over after a release or a lapse: the
     /// first request's operation is forgotten (the forfeit of docs/operations/faults.md).
@@ -82,6 +83,8 @@ pub struct FakeGuard {
     pub responses: Rc<super::gateway::KvEntries>,
     /// Grant and lease ids made so far.
     ids: Cell<u64>,
+    /// Each level's limits as told to its authority, and their version (SPEC §23).
+    pub level_limits: RefCell<HashMap<String, (LimitSpec, i64)>>,
 }
 
 impl FakeGuard {
@@ -111,7 +114,21 @@ impl FakeGuard {
             asked: RefCell::default(),
             responses,
             ids: Cell::new(0),
+            level_limits: RefCell::default(),
         }
+    }
+
+    /// The levels above `key` and their limits: the authority's own where it was told them (a
+    /// holder learns them from its first grant; in this one world, at once).
+    fn levels(&self, key: &KeyRecord) -> Vec<(String, LimitSpec)> {
+        let told = self.level_limits.borrow();
+        let levels = self.config.levels(key).into_iter();
+        levels
+            .map(|(level, spec)| {
+                let spec = told.get(&level).map_or(spec, |(told, _)| *told);
+                (level, spec)
+            })
+            .collect()
     }
 
     /// A new grant or lease id.
@@ -160,7 +177,7 @@ impl FakeGuard {
         lease: Option<&LeaseAsk>,
     ) -> (Verdict, Usage, Option<Grant>) {
         let limits = self.config.limits(key);
-        let levels = self.config.levels(key);
+        let levels = self.levels(key);
         let hot = lease.is_some_and(|ask| self.is_hot(key, ask));
         let (verdict, usage, lease) = self.decide(key, limits, &levels, cost, permitted, lease, hot);
         match (verdict, lease) {
@@ -300,7 +317,7 @@ impl FakeGuard {
     fn take_back_leases(&self, key_hash: &str, give_back: &[GiveBack]) {
         let now = self.clock.get();
         let key = self.record(key_hash);
-        let levels = key.as_ref().map(|k| self.config.levels(k)).unwrap_or_default();
+        let levels = key.as_ref().map(|k| self.levels(k)).unwrap_or_default();
         let mut held = key.as_ref().map(|k| self.held_of(k, &levels)).unwrap_or_default();
         let mut counters = self.counters.borrow().get(key_hash).copied().unwrap_or_default();
         let mut late = Vec::new();
@@ -332,7 +349,8 @@ impl FakeGuard {
         let counters = self.counters.borrow().get(level).copied().unwrap_or_default();
         let grant_id = self.next_id("grant");
         let want = Held::want(last, now, cost);
-        let (grant, next) = grant(counters, now, spec, &grant_id, cost, want);
+        let told = self.level_limits.borrow().get(level).map(|(limits, _)| *limits);
+        let (grant, next) = grant(counters, now, &told.unwrap_or(*spec), &grant_id, cost, want);
         self.counters.borrow_mut().insert(level.to_owned(), next);
         // As the real authority: a grant of credits is kept until a give-back can still come.
         if let Some(keep_until) = grant_kept_until(&grant) {
@@ -446,7 +464,7 @@ impl KeyGuard for FakeGuard {
                     return (Some(key), None);
                 }
                 let limits = self.config.limits(&key);
-                let levels = self.config.levels(&key);
+                let levels = self.levels(&key);
                 let mut held = self.held_of(&key, &levels);
                 let counters = self.counters.borrow().get(key_hash).copied().unwrap_or_default();
                 let id = self.next_id("lease");
@@ -562,6 +580,20 @@ impl KeyGuard for FakeGuard {
                     applied.get(&key.key_hash).filter(|(_, until)| *until > now).map(|(k, _)| k.clone());
                 let key = KeyRecord::told(held.as_ref(), key.clone(), undo);
                 applied.insert(key.key_hash.clone(), (key, now + 600_000));
+            })
+            .await
+    }
+
+    async fn set_level_limits(&self, level: &str, limits: &LimitSpec, version: i64) -> Result<(), PortError> {
+        if self.unreachable.borrow().contains(level) {
+            return Err(PortError(format!("guard.set_level_limits: {level} cannot be reached")));
+        }
+        self.faults
+            .run("guard.set_level_limits", || {
+                let mut told = self.level_limits.borrow_mut();
+                if told.get(level).is_none_or(|(_, v)| *v <= version) {
+                    told.insert(level.to_owned(), (*limits, version));
+                }
             })
             .await
     }

@@ -9,7 +9,7 @@ use crate::api_key::{KeyRecord, RefusalReason, Scope};
 use crate::idempotency::{ClaimDecision, KeptResponse};
 use crate::lease::{Exchange, GiveBack, Grant, LeaseAsk};
 use crate::ports::ClaimRequest;
-use crate::rate_limit::{Usage, Verdict};
+use crate::rate_limit::{LimitSpec, Usage, Verdict};
 use crate::tagged::{deserialize_tagged, unknown, Tagged};
 
 /// The binding name of SPEC §1.
@@ -55,6 +55,7 @@ pub enum GuardCommand {
     Exchange(Exchange),
     GiveBackLeases(GiveBackLeases),
     RenewLease(RenewLease),
+    SetLimits(SetLimits),
 }
 
 /// Is this key valid, may it make one more request now, and (when the request carries an
@@ -118,6 +119,7 @@ impl Tagged for GuardCommand {
             "exchange" => Self::Exchange(Exchange::deserialize(fields)?),
             "give_back_leases" => Self::GiveBackLeases(GiveBackLeases::deserialize(fields)?),
             "renew_lease" => Self::RenewLease(RenewLease::deserialize(fields)?),
+            "set_limits" => Self::SetLimits(SetLimits::deserialize(fields)?),
             other => {
                 return Err(unknown(
                     other,
@@ -133,6 +135,7 @@ impl Tagged for GuardCommand {
                         "exchange",
                         "give_back_leases",
                         "renew_lease",
+                        "set_limits",
                     ],
                 ))
             }
@@ -188,6 +191,15 @@ pub struct CompleteClaim {
     pub response: KeptResponse,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_id: Option<String>,
+}
+
+/// A level's limits, told to its authority first when they change (SPEC §23): from then on it
+/// grants under them, whatever limits the asking holder still has; a `version` lower than the one
+/// it holds changes nothing (the change's time: a later change wins).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetLimits {
+    pub limits: LimitSpec,
+    pub version: i64,
 }
 
 /// The claimed request failed: forget the claim.
@@ -280,6 +292,7 @@ asks! {
     Exchange => Grant,
     GiveBackLeases => Done,
     RenewLease => Renewed,
+    SetLimits => Done,
 }
 
 #[cfg(test)]

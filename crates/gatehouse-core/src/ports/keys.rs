@@ -98,6 +98,10 @@ pub trait KeyGuard {
         claim: &ClaimRequest,
         response: &KeptResponse,
     ) -> Result<crate::guard::protocol::Completed, PortError>;
+    /// Tells the authority of `level` (`project:…`, `identity:…`) its limits, first when they
+    /// change (SPEC §23): it grants under them from then on. Safe to repeat; an older `version`
+    /// changes nothing.
+    async fn set_level_limits(&self, level: &str, limits: &LimitSpec, version: i64) -> Result<(), PortError>;
     /// The claimed operation failed: forget the claim, so a retry executes again. Safe to repeat.
     async fn release_claim(&self, holder: &ClaimHolder, claim: &ClaimRequest) -> Result<(), PortError>;
     /// The response of a completed claim, as the guard keeps it (the response store missed).

@@ -8,7 +8,7 @@ use super::durable;
 use gatehouse_core::api_key::{KeyRecord, RefusalReason, Scope};
 use gatehouse_core::guard::protocol::{
     client_guard_name, Apply, Ask, Authorize, Authorized, CompleteClaim, Completed, Decided, Denied,
-    GiveBackLeases, HeldResponse, Ping, RecordAuthFailure, ReleaseClaim, RenewLease, TakeClaim,
+    GiveBackLeases, HeldResponse, Ping, RecordAuthFailure, ReleaseClaim, RenewLease, SetLimits, TakeClaim,
     HEALTH_OBJECT,
 };
 use gatehouse_core::idempotency::{ClaimDecision, KeptResponse};
@@ -16,7 +16,7 @@ use gatehouse_core::lease::{GiveBack, Grant, LeaseAsk};
 use gatehouse_core::ports::{
     Admission, Authorization, ClaimHolder, ClaimRequest, KeyGuard, Meter, PortError,
 };
-use gatehouse_core::rate_limit::{Usage, Verdict};
+use gatehouse_core::rate_limit::{LimitSpec, Usage, Verdict};
 
 pub struct GuardClient {
     namespace: ObjectNamespace,
@@ -110,6 +110,10 @@ impl KeyGuard for GuardClient {
 
     async fn apply(&self, key: &KeyRecord, undo: Option<i64>) -> Result<(), PortError> {
         self.ask(&key.key_hash, Apply { key: key.clone(), undo }).await.map(drop)
+    }
+
+    async fn set_level_limits(&self, level: &str, limits: &LimitSpec, version: i64) -> Result<(), PortError> {
+        self.ask(level, SetLimits { limits: *limits, version }).await.map(drop)
     }
 
     async fn ping(&self) -> Result<(), PortError> {

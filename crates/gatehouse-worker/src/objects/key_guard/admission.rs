@@ -149,14 +149,15 @@ impl KeyGuardObject {
     ) -> Result<(Verdict, Usage, Option<Grant>)> {
         let config = self.config()?;
         let limits = config.limits(key);
-        let levels = config.levels(key);
-        let specs: Vec<LimitSpec> = levels.iter().map(|(_, spec)| *spec).collect();
         let hot = lease.is_some_and(|ask| self.is_hot(config, ask));
         let mut waited = false;
         let mut wait_until: Option<i64> = None;
         // Each round admits at least one request of this key, ends in a refusal, or waits for
-        // leases to come back; the bound is only a guard against a bug.
+        // leases to come back; the bound is only a guard against a bug. The levels' limits are read
+        // each round: an exchange may have learnt an authority's own.
         for _ in 0..256 {
+            let levels = self.levels(key)?;
+            let specs: Vec<LimitSpec> = levels.iter().map(|(_, spec)| *spec).collect();
             let mut held = self.held(&levels)?;
             let now = now_ms();
             let refused =
@@ -272,7 +273,7 @@ impl KeyGuardObject {
             return Ok(Renewed { key: Some(key), lease: None });
         }
         let limits = config.limits(&key);
-        let levels = config.levels(&key);
+        let levels = self.levels(&key)?;
         let mut held = self.held(&levels)?;
         let grant_id = gatehouse_core::encoding::hex(&gatehouse_app::random::<16>());
         let counters = self.current_counters()?;

@@ -3,13 +3,20 @@
 //! grant of credits is kept (`lease_grants`) so that a retried exchange gets the same answer and a
 //! credit given back twice counts once — until its holder can no longer give back or retry
 //! (`retention::grant_kept_until`), then purged. A grant of no credits is not kept.
+//!
+//! The level's limits are the authority's own once told (`SetLimits`, first when a plan or an
+//! identity changes: SPEC §23): it grants under them, not under the limits a holder whose record
+//! is older still sends, and the holder learns them from the grant. Until told (an object of an
+//! older version), it grants under the holder's.
 
 use serde::Deserialize;
 use worker::Result;
 
 use super::{from_json, rust_error, KeyGuardObject, Purged};
 use crate::adapters::clock::now_ms;
+use gatehouse_core::guard::protocol::{Done, SetLimits};
 use gatehouse_core::lease::{accept_give_back, grant, Exchange, Grant, Returned};
+use gatehouse_core::rate_limit::LimitSpec;
 use gatehouse_core::retention::grant_kept_until;
 
 pub(super) const TABLES: &[&str] = &[
@@ -19,6 +26,9 @@ pub(super) const TABLES: &[&str] = &[
        grant_id TEXT PRIMARY KEY, grant TEXT NOT NULL, returned TEXT NOT NULL,
        keep_until_ms INTEGER NOT NULL, drawn TEXT)",
     "CREATE INDEX IF NOT EXISTS lease_grants_by_expiry ON lease_grants (keep_until_ms)",
+    // The level's limits as last told, and the change's version (one row, rewritten in place).
+    "CREATE TABLE IF NOT EXISTS level_limits (id INTEGER PRIMARY KEY CHECK (id = 1), limits TEXT NOT NULL,
+       version INTEGER NOT NULL)",
 ];
 
 impl KeyGuardObject {
@@ -44,7 +54,8 @@ impl KeyGuardObject {
             self.keep_counters(counters)?;
             return Ok(grant);
         }
-        let (grant, next) = grant(counters, now, &c.limits, &c.grant_id, c.need, c.want);
+        let limits = self.level_limits()?.map_or(c.limits, |(limits, _)| limits);
+        let (grant, next) = grant(counters, now, &limits, &c.grant_id, c.need, c.want);
         self.keep_counters(next)?;
         if let Some(keep_until) = grant_kept_until(&grant) {
             self.sql.exec(
@@ -58,6 +69,40 @@ impl KeyGuardObject {
             self.purge_by(keep_until);
         }
         Ok(grant)
+    }
+
+    /// Holds `limits` as the level's from now on, unless a later change was told already.
+    pub(super) fn set_limits(&self, c: SetLimits) -> Result<Done> {
+        if self.level_limits()?.is_some_and(|(_, version)| version > c.version) {
+            return Ok(Done {});
+        }
+        self.create_tables()?;
+        self.sql.exec(
+            "INSERT OR REPLACE INTO level_limits (id, limits, version) VALUES (1, ?, ?)",
+            vec![serde_json::to_string(&c.limits).map_err(rust_error)?.into(), c.version.into()],
+        )?;
+        self.authority_limits.replace(Some(Some((c.limits, c.version))));
+        Ok(Done {})
+    }
+
+    /// The level's limits as told, and their version (read from storage once).
+    fn level_limits(&self) -> Result<Option<(LimitSpec, i64)>> {
+        if let Some(known) = *self.authority_limits.borrow() {
+            return Ok(known);
+        }
+        #[derive(Deserialize)]
+        struct Row {
+            limits: String,
+            version: i64,
+        }
+        let stored = match self.has_tables()? {
+            true => self.sql.exec("SELECT limits, version FROM level_limits", None)?.to_array::<Row>()?.pop(),
+            false => None,
+        };
+        let known =
+            stored.map(|row| Ok::<_, worker::Error>((from_json(&row.limits)?, row.version))).transpose()?;
+        self.authority_limits.replace(Some(known));
+        Ok(known)
     }
 
     /// A grant this authority made, while kept.

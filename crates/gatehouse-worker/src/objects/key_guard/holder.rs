@@ -88,6 +88,21 @@ impl KeyGuardObject {
         Ok(next)
     }
 
+    /// The levels above `key` and their limits: as its record says, unless the level's authority
+    /// granted under other limits since (it holds them: SPEC §23), then those.
+    pub(super) fn levels(&self, key: &KeyRecord) -> Result<Vec<(String, LimitSpec)>> {
+        let learned = self.learned_limits.borrow();
+        Ok(self
+            .config()?
+            .levels(key)
+            .into_iter()
+            .map(|(level, spec)| {
+                let spec = learned.get(&level).copied().unwrap_or(spec);
+                (level, spec)
+            })
+            .collect())
+    }
+
     /// What this guard holds of each of `levels`.
     pub(super) fn held(&self, levels: &[(String, LimitSpec)]) -> Result<Vec<Option<Held>>> {
         levels.iter().map(|(level, _)| Ok(self.lease(level)?.held)).collect()
@@ -130,6 +145,10 @@ impl KeyGuardObject {
         // Credits on their way back are not used meanwhile.
         self.keep_lease(level, LevelLease { held: None, owed: give_back.clone() })?;
         let grant = self.ask_other(level, exchange).await?;
+        // The authority's limits, which it granted under, are the level's from now on.
+        if grant.limits != limits {
+            self.learned_limits.borrow_mut().insert(level.to_owned(), grant.limits);
+        }
         // Given back now (a retry of a give-back counts once); a grant that came meanwhile is owed.
         let mut lease = self.lease(level)?;
         lease.owed.retain(|o| !give_back.contains(o));

@@ -74,7 +74,7 @@ impl KeyGuardObject {
             return Ok(false);
         }
         let levels = match key {
-            Some(key) => self.config()?.levels(key),
+            Some(key) => self.levels(key)?,
             None => Vec::new(),
         };
         let mut held = self.held(&levels)?;

@@ -39,12 +39,12 @@ use gatehouse_core::api_key::KeyRecord;
 use gatehouse_core::config::Config;
 use gatehouse_core::guard::protocol::{
     Apply, Ask, AuthFailures, Authorize, CompleteClaim, Done, GiveBackLeases, GuardCommand, HeldResponse,
-    ReleaseClaim, RenewLease, TakeClaim, BINDING,
+    ReleaseClaim, RenewLease, SetLimits, TakeClaim, BINDING,
 };
 use gatehouse_core::guard::single_flight::SingleFlight;
 use gatehouse_core::lease::{Grant, RequestRate};
 use gatehouse_core::ports::Meter;
-use gatehouse_core::rate_limit::{Counters, Limits, AUTH_FAILURE_LIMITS};
+use gatehouse_core::rate_limit::{Counters, LimitSpec, Limits, AUTH_FAILURE_LIMITS};
 use gatehouse_core::retention::{next_alarm, purge_due};
 
 #[durable_object]
@@ -74,6 +74,10 @@ pub struct KeyGuardObject {
     /// Per level, the exchange in flight: requests that need credits meanwhile wait for it.
     exchanges: RefCell<BTreeMap<String, Rc<Exchanging>>>,
     epoch: Cell<u64>,
+    /// As a level's authority: its limits as told, and their version, once read (`None`: not read).
+    authority_limits: RefCell<Option<Option<(LimitSpec, i64)>>>,
+    /// As a holder: each level's limits as its authority last granted under them (SPEC §23).
+    learned_limits: RefCell<BTreeMap<String, LimitSpec>>,
     /// When the last purge pass ran, and whether it left rows behind (a full batch).
     purged: Cell<(i64, bool)>,
     /// The earliest keep-until of a row written since the alarm was last looked at.
@@ -120,6 +124,8 @@ impl DurableObject for KeyGuardObject {
             quota_asked: RefCell::default(),
             rate: Cell::default(),
             epoch: Cell::new(0),
+            authority_limits: RefCell::new(None),
+            learned_limits: RefCell::default(),
             purged: Cell::new((0, false)),
             purge_by: Cell::new(None),
         }
@@ -225,6 +231,7 @@ impl KeyGuardObject {
                 answer::<GiveBackLeases>(Done {})
             }
             GuardCommand::TakeClaim(c) => answer::<TakeClaim>(self.claim_waiting(&c.claim).await?),
+            GuardCommand::SetLimits(c) => answer::<SetLimits>(self.set_limits(c)?),
         }
     }
 
