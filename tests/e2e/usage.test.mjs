@@ -53,27 +53,35 @@ test('usage counts the billable requests, exports each closed period once as Clo
     assert.equal((await call('GET', '/public/v1/me', { key: b.key })).status, 200);
     made[b.id]++;
   }
+  // An owner key's resource call bills like any key's (SPEC §23); its management calls (the usage
+  // reads below) are exempt on this plan.
+  const ownerMade = await call('POST', '/public/v1/contacts', { key: owner.key, body: { name: 'Owner' } });
+  assert.equal(ownerMade.status, 201, ownerMade.text);
   // Not billable on this plan (2xx only): a 404, and an unknown key's 401.
   assertError(await call('GET', '/public/v1/contacts/ct_missing', { key: a.key }), 404, 'NOT_FOUND');
   assertError(await call('GET', '/public/v1/me', { key: 'gh_live_unknownunknownunknown' }), 401, 'INVALID_API_KEY');
   assert.equal(Math.floor(Date.now() / PERIOD) * PERIOD, period, 'the requests stayed in one period');
 
-  // Usage by key equals the billable requests made (an owner key's own calls never bill).
+  // Usage by key equals the billable requests made, the owner key's create included.
   const query = `from=${iso(period)}&to=${iso(period + PERIOD)}`;
   let byKey;
   await eventually(async () => {
     byKey = (await call('GET', `/public/v1/usage?${query}&group_by=key`, { key: owner.key })).body;
-    return byKey.data?.find((g) => g.key_id === a.id)?.requests === 4 && byKey.data?.find((g) => g.key_id === b.id)?.requests === 3;
+    const n = (id) => byKey.data?.find((g) => g.key_id === id)?.requests;
+    return n(a.id) === 4 && n(b.id) === 3 && n(owner.id) === 1;
   }, 30_000);
   const count = (id) => byKey.data.find((g) => g.key_id === id)?.requests;
   assert.equal(count(a.id), made[a.id], JSON.stringify(byKey));
   assert.equal(count(b.id), made[b.id], JSON.stringify(byKey));
+  assert.equal(count(owner.id), 1, JSON.stringify(byKey));
   assert.equal(byKey.period_seconds, 60);
   const byIdentity = (await call('GET', `/public/v1/usage?${query}&group_by=identity`, { key: owner.key })).body;
   assert.equal(byIdentity.data.find((g) => g.identity_id === identity.id)?.requests, 3, JSON.stringify(byIdentity));
   const byRoute = (await call('GET', `/public/v1/usage?${query}&group_by=route`, { key: owner.key })).body;
   assert.equal(byRoute.data.find((g) => g.route === 'GET /public/v1/me')?.requests, 7, JSON.stringify(byRoute));
-  assert.ok(!byRoute.data.some((g) => g.route.includes('contacts')), 'a 404 does not bill on this plan');
+  assert.equal(byRoute.data.find((g) => g.route === 'POST /public/v1/contacts')?.requests, 1, JSON.stringify(byRoute));
+  assert.ok(!byRoute.data.some((g) => g.route.includes('{id}')), 'a 404 does not bill on this plan');
+  assert.ok(!byRoute.data.some((g) => g.route.includes('usage')), 'the owner\'s management calls are exempt on this plan');
   assertError(await call('GET', '/public/v1/usage?group_by=week', { key: owner.key }), 400, 'VALIDATION_ERROR');
 
   // The period closes (+5 s grace); the cron exports it.
@@ -84,7 +92,7 @@ test('usage counts the billable requests, exports each closed period once as Clo
   assert.ok(object, `${objectKey} written`);
   const records = object.trim().split('\n').map((l) => JSON.parse(l));
   const billed = Object.fromEntries(records.map((r) => [r.data.key_id, r.data.value]));
-  assert.deepEqual(billed, { [a.id]: 4, [b.id]: 3 });
+  assert.deepEqual(billed, { [a.id]: 4, [b.id]: 3, [owner.id]: 1 });
   for (const r of records) {
     assert.equal(r.specversion, '1.0');
     assert.match(r.id, /^[0-9a-f]{32}$/);
@@ -96,7 +104,7 @@ test('usage counts the billable requests, exports each closed period once as Clo
   assert.ok(await hooks.waitFor(usagePath, 1, 30_000), 'usage.hourly delivered');
   const hourly = JSON.parse(hooks.requestsTo(usagePath)[0].body);
   assert.equal(hourly.type, 'usage.hourly');
-  assert.equal(hourly.data.value, 7);
+  assert.equal(hourly.data.value, 8);
   assert.equal(hourly.data.object, objectKey);
   assert.deepEqual(hourly.data.records.map((r) => r.id).sort(), records.map((r) => r.id).sort(), 'same identifiers as the object');
   assert.deepEqual(deliveryViolations(hooks.requestsTo(usagePath)[0]), [], 'as public/openapi.json describes it');
@@ -107,7 +115,7 @@ test('usage counts the billable requests, exports each closed period once as Clo
   assertError(await call('GET', `/public/v1/usage/file?key=${encodeURIComponent(`usage/prj_other/${iso(period)}.ndjson`)}`, { key: owner.key }), 400, 'VALIDATION_ERROR');
 
   const reconcile = async () => (await call('GET', `/admin/v1/usage/reconcile?hour=${iso(period)}&project_id=${projectId}`, { headers: admin })).body;
-  assert.deepEqual(await reconcile(), { hour: new Date(period).toISOString(), period_seconds: 60, project_id: projectId, exported: 7, audited: 7, difference: 0, pending: 0 });
+  assert.deepEqual(await reconcile(), { hour: new Date(period).toISOString(), period_seconds: 60, project_id: projectId, exported: 8, audited: 8, difference: 0, pending: 0 });
   const everyProject = await call('GET', `/admin/v1/usage/reconcile?hour=${iso(period)}`, { headers: admin });
   assert.equal(everyProject.status, 200, everyProject.text);
   assert.equal(everyProject.body.difference, 0, everyProject.text);
@@ -132,7 +140,7 @@ test('usage counts the billable requests, exports each closed period once as Clo
   assert.ok(await hooks.waitFor(usagePath, 2, 30_000), 'usage.adjustment delivered');
   assert.equal(JSON.parse(hooks.requestsTo(usagePath)[1].body).type, 'usage.adjustment');
   assert.deepEqual(deliveryViolations(hooks.requestsTo(usagePath)[1]), []);
-  assert.deepEqual(await reconcile(), { hour: new Date(period).toISOString(), period_seconds: 60, project_id: projectId, exported: 8, audited: 8, difference: 0, pending: 0 });
+  assert.deepEqual(await reconcile(), { hour: new Date(period).toISOString(), period_seconds: 60, project_id: projectId, exported: 9, audited: 9, difference: 0, pending: 0 });
 
   // Running the export again changes nothing: no second object, no second event.
   await cron();

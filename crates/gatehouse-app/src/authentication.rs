@@ -106,7 +106,11 @@ impl<P: Ports> Gateway<'_, P> {
         // a refusal lease, with no round trip to its guard. A request with an Idempotency-Key
         // takes its claim from the one object that holds it, spread over the key's claim objects.
         // A dashboard read is counted by the guard in its own window, never from a lease.
-        let leasing = self.config.lease_above_per_second.filter(|_| !scope.is_dashboard_read());
+        // A request its plan exempts from the limits (SPEC §23) takes nothing from a lease: its
+        // guard admits it without counting.
+        trace.scope = Some(scope);
+        let exempt = self.leases.borrow().key(&key_hash).is_some_and(|k| self.config.exempts(&k.plan, scope));
+        let leasing = self.config.lease_above_per_second.filter(|_| !scope.is_dashboard_read() && !exempt);
         let mut leased = leasing.and_then(|_| self.leases.borrow_mut().admit(&key_hash, scope, now_ms));
         // Another request of this isolate is asking the key's guard for a lease: wait for it (a
         // little) instead of asking too, so a burst at a hot key makes one call, not one each.

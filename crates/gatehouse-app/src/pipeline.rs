@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use super::authentication::Credentials;
 use super::responses::{preflight, respond, CORS_HEADERS};
 use super::{random, unavailable, ApiRequest, ApiResponse, Call, Gateway, Ids, Reply, Settlement};
-use gatehouse_core::api_key::{bearer_token, KeyRecord};
+use gatehouse_core::api_key::{bearer_token, KeyRecord, Scope};
 use gatehouse_core::audit::{clip_user_agent, redacted_path, AuditRow};
 use gatehouse_core::body::CappedBody;
 use gatehouse_core::budget;
@@ -49,6 +49,8 @@ pub(super) struct Trace {
     /// `Gatehouse-Budget: dashboard`): its audit row says so. Never set for a request the budget
     /// did not count (a 401, a 403 for another key type, a 503).
     pub(super) dashboard: bool,
+    /// The scope the key was asked for (the route's class: what it counts and bills under).
+    pub(super) scope: Option<Scope>,
 }
 
 /// An admitted caller: the key (none on public and admin routes), its usage, its claim, and the
@@ -108,13 +110,13 @@ impl<P: Ports> Gateway<'_, P> {
         audit.route = trace.route.map(|r| r.template.to_owned());
         // SPEC §8: a release marker's replay answers 200 where the original said 201.
         let replays_created_as_ok = trace.route.is_some_and(|r| r.id == RouteId::DeployMarker);
-        // SPEC §22: a request bills when its key was accepted and its plan bills the status. An
-        // owner key's calls are the project's own management, never an integrator's usage.
-        let bills_under = trace
-            .key
-            .as_ref()
-            .filter(|k| trace.accepted && k.key_type != gatehouse_core::api_key::KeyType::Owner)
-            .map(|k| k.plan.clone());
+        // SPEC §22, §23: a request bills when its key was accepted and its plan bills the status,
+        // by what it calls, whatever the key's type: not a route class its plan exempts, nor a
+        // dashboard read (its own budget).
+        let exempt = |k: &KeyRecord| {
+            trace.scope.is_some_and(|s| s.is_dashboard_read() || self.config.exempts(&k.plan, s))
+        };
+        let bills_under = trace.key.as_ref().filter(|k| trace.accepted && !exempt(k)).map(|k| k.plan.clone());
         if let Some(key) = trace.key {
             audit.identity_id = key.identity.map(|i| i.id);
             audit.project_id = Some(key.project_id);

@@ -561,12 +561,13 @@ mod tests {
     }
 
     #[test]
-    fn an_accepted_non_owner_request_bills_by_its_plan_and_usage_counts_it() {
+    fn an_accepted_request_bills_by_its_plan_whatever_its_key_type_and_usage_counts_it() {
         static DEFAULT: std::sync::OnceLock<gatehouse_core::config::Config> = std::sync::OnceLock::new();
         let default = DEFAULT.get_or_init(|| config(r#"{"trial":{"per_minute":4}}"#));
         let (flags, rows) = billed(default);
-        // Every status but a limit's 429; never a replay, an owner's call, a key refused for its type
-        // (no window counted it) nor an unknown key's.
+        // Every status but a limit's 429, an owner key's calls too (SPEC §23: by what it calls, not
+        // by its key type; an owner's traffic billed nothing); never a replay, a key refused for
+        // its type (no window counted it) nor an unknown key's.
         assert_eq!(
             flags,
             [
@@ -575,7 +576,7 @@ mod tests {
                 (201, false),
                 (404, true),
                 (429, false),
-                (200, false),
+                (200, true),
                 (403, false),
                 (401, false)
             ]
@@ -590,7 +591,7 @@ mod tests {
                 (201, false),
                 (404, false),
                 (429, false),
-                (200, false),
+                (200, true),
                 (403, false),
                 (401, false)
             ]
@@ -612,17 +613,62 @@ mod tests {
             UsageQuery::parse(&q, T0 + 3_600_000).unwrap()
         };
         let (groups, total) = complete(store.usage("prj_a", &query("route"))).unwrap();
-        assert_eq!(total, 3);
+        assert_eq!(total, 4);
         let routes: Vec<(&str, i64)> = groups.iter().map(|g| (g.name.as_str(), g.requests)).collect();
         assert_eq!(
             routes,
-            [("GET /public/v1/contacts/{id}", 1), ("GET /public/v1/me", 1), ("POST /public/v1/contacts", 1)]
+            [
+                ("GET /public/v1/contacts/{id}", 1),
+                ("GET /public/v1/keys", 1),
+                ("GET /public/v1/me", 1),
+                ("POST /public/v1/contacts", 1)
+            ]
         );
-        let server_key = rows[0].key_id.clone().unwrap();
-        let (groups, _) = complete(store.usage("prj_a", &query("key"))).unwrap();
-        assert_eq!(groups, [gatehouse_core::usage::UsageGroup { name: server_key, requests: 3 }]);
+        let (server_key, owner_key) = (rows[0].key_id.clone().unwrap(), rows[5].key_id.clone().unwrap());
+        let (mut groups, _) = complete(store.usage("prj_a", &query("key"))).unwrap();
+        groups.sort_by_key(|g| g.requests);
+        let group = |name: String, requests| gatehouse_core::usage::UsageGroup { name, requests };
+        assert_eq!(groups, [group(owner_key, 1), group(server_key, 3)]);
         let (groups, _) = complete(store.usage("prj_a", &query("hour"))).unwrap();
         assert_eq!(groups[0].name, "2026-11-29T00:00:00Z");
+    }
+
+    /// A plan's `exempt` route classes (SPEC §23) count in no window and no quota and never bill,
+    /// whatever the key; the other classes do, an owner key's included.
+    #[test]
+    fn a_plans_exempt_classes_count_in_no_window_and_never_bill() {
+        use crate::testing::{api_request, fake_gateway, WholeBody};
+        use gatehouse_core::api_key::KeyType;
+        static EXEMPT: std::sync::OnceLock<gatehouse_core::config::Config> = std::sync::OnceLock::new();
+        let config =
+            EXEMPT.get_or_init(|| config(r#"{"trial":{"per_minute":2,"exempt":["self","manage"]}}"#));
+        let faults = Rc::new(Faults::new(1, 0.0));
+        let (gateway, clock, secrets) =
+            fake_gateway(config, &faults, T0, "prj_x", &[KeyType::Owner, KeyType::Server], 0.0);
+        let call = |token: &str, method: &str, path: &str| {
+            let body = (method == "POST").then(|| br#"{"name":"Ada"}"#.to_vec());
+            let request = api_request(method, path, token, None, WholeBody(body), clock.get());
+            let mut response = complete(gateway.handle(request));
+            let after = response.after_response();
+            complete(gateway.finish(after, |_| async {}));
+            (response.status, response.audit.billable)
+        };
+        let (owner, server) = (&secrets[0], &secrets[1]);
+        let me: Vec<_> = (0..4).map(|_| call(server, "GET", "/public/v1/me")).collect();
+        assert_eq!(me, [(200, false); 4], "/me is exempt: four in a window of 2, none billed");
+        let creates: Vec<_> = (0..3).map(|_| call(server, "POST", "/public/v1/contacts")).collect();
+        assert_eq!(creates, [(201, true), (201, true), (429, false)], "resources count and bill");
+        assert_eq!(call(owner, "GET", "/public/v1/keys"), (200, false), "manage is exempt");
+        assert_eq!(call(owner, "POST", "/public/v1/contacts"), (201, true), "an owner's resource call bills");
+        let unknown = r#"{"trial":{"per_minute":2,"exempt":["reads"]}}"#;
+        let refused = gatehouse_core::config::Config::from_lookup(|name| match name {
+            "KEY_PEPPER" => Some("usage-pepper-pepper".into()),
+            "WEBHOOK_SECRETS_KEY" => Some("usage-webhook-secrets".into()),
+            "ADMIN_TOKEN" => Some("usage-admin-token".into()),
+            "PLANS" => Some(unknown.into()),
+            _ => None,
+        });
+        assert!(refused.unwrap_err().0.contains("exempt names \"reads\""));
     }
 
     #[test]

@@ -52,6 +52,23 @@ impl Scope {
         self == Scope::DashboardRead
     }
 
+    /// The class of routes it is (SPEC §23): what a plan may exempt from counting and billing
+    /// (`PLANS.<plan>.exempt`), whatever the key's type.
+    pub fn class(self) -> &'static str {
+        match self {
+            Scope::ManageProject => "manage",
+            Scope::Resources => "resources",
+            Scope::Ingest | Scope::Alias => "ingest",
+            Scope::ReleaseMarkers => "releases",
+            Scope::SelfInfo => "self",
+            Scope::DashboardRead => "dashboard",
+            Scope::Upstream { .. } => "proxied",
+        }
+    }
+
+    /// The classes a plan may exempt (`dashboard` reads count and bill in neither anyway).
+    pub const CLASSES: [&'static str; 6] = ["manage", "resources", "ingest", "releases", "self", "proxied"];
+
     /// Units of the rate window and the monthly quota one admitted request takes (SPEC §4, §15).
     pub fn cost(self) -> u32 {
         match self {

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::api_key::KeyRecord;
+use crate::api_key::{KeyRecord, Scope};
 use crate::queue::RetryPolicy;
 use crate::rate_limit::{LimitSpec, Limits};
 use crate::sealing::Keyring;
@@ -59,6 +59,9 @@ pub struct Config {
     /// `USAGE_PERIOD_SECONDS` (SPEC §22): the period usage is counted and exported by (default
     /// 3600; whole minutes dividing an hour).
     pub usage_period_seconds: u32,
+    /// The route classes a plan exempts from its windows, its quota and billing
+    /// (`PLANS.<plan>.exempt`, SPEC §23; `Scope::class`): none unless named.
+    pub exempt: BTreeMap<String, Vec<String>>,
     /// Which statuses bill, per plan (`PLANS.<plan>.billable`); a plan without it bills every
     /// authenticated request no limit refused.
     pub billable: BTreeMap<String, Billable>,
@@ -123,6 +126,7 @@ impl std::fmt::Debug for Config {
             .field("audit_digest_seconds", &self.audit_digest_seconds)
             .field("usage_period_seconds", &self.usage_period_seconds)
             .field("billable", &self.billable)
+            .field("exempt", &self.exempt)
             .field(
                 "webhook_secrets_key_previous",
                 &self.webhook_secrets_key_previous.as_ref().map(|_| "[redacted]"),
@@ -176,8 +180,19 @@ impl Config {
         let raw: BTreeMap<String, serde_json::Map<String, serde_json::Value>> =
             serde_json::from_str(&plans_json).map_err(|e| invalid(e.to_string()))?;
         // `billable` (SPEC §22) sits beside the limits; the rest is the plan's limits.
-        let (mut plans, mut billable) = (BTreeMap::new(), BTreeMap::new());
+        let (mut plans, mut billable, mut exempt) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
         for (name, mut fields) in raw {
+            if let Some(list) = fields.remove("exempt") {
+                let classes: Vec<String> = serde_json::from_value(list)
+                    .map_err(|_| invalid(format!("{name:?} exempt must be a list of route classes")))?;
+                if let Some(unknown) = classes.iter().find(|c| !Scope::CLASSES.contains(&c.as_str())) {
+                    let known = Scope::CLASSES.join(", ");
+                    return Err(invalid(format!(
+                        "{name:?} exempt names {unknown:?}; the classes are {known}"
+                    )));
+                }
+                exempt.insert(name.clone(), classes);
+            }
             if let Some(list) = fields.remove("billable") {
                 billable.insert(
                     name.clone(),
@@ -379,6 +394,7 @@ impl Config {
             audit_digest_seconds: number("AUDIT_DIGEST_SECONDS", 3_600)?.clamp(60, 86_400) as u32,
             usage_period_seconds,
             billable,
+            exempt,
             admin_token: secret("ADMIN_TOKEN")?,
         })
     }
@@ -406,6 +422,23 @@ impl Config {
     pub fn bills(&self, plan: &str, status: u16) -> bool {
         let name = if self.plans.contains_key(plan) { plan } else { DEFAULT_PLAN };
         self.billable.get(name).map_or_else(|| Billable::default().bills(status), |b| b.bills(status))
+    }
+
+    /// Whether a request of `scope` by a key on `plan` is exempt from the windows, the quota and
+    /// billing (its route class is in the plan's `exempt`).
+    pub fn exempts(&self, plan: &str, scope: Scope) -> bool {
+        let name = if self.plans.contains_key(plan) { plan } else { DEFAULT_PLAN };
+        self.exempt.get(name).is_some_and(|classes| classes.iter().any(|c| c == scope.class()))
+    }
+
+    /// Units of the windows and the quota a request of `scope` takes for a key on `plan`: none
+    /// when its class is exempt.
+    pub fn cost(&self, plan: &str, scope: Scope) -> u32 {
+        if self.exempts(plan, scope) {
+            0
+        } else {
+            scope.cost()
+        }
     }
 
     /// The usage period in milliseconds.

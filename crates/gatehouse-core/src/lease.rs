@@ -415,6 +415,11 @@ impl LeaseBook {
         }
     }
 
+    /// The record of a key this isolate holds a lease of.
+    pub fn key(&self, key_hash: &str) -> Option<&crate::api_key::KeyRecord> {
+        self.leases.get(key_hash).map(|l| &l.key)
+    }
+
     /// What to send with the key's next request to its guard: a lease of what the last one
     /// showed this isolate uses, and what is owed back (the last lease is dropped with it).
     /// Every give-back still owed goes with it (one already on its way too: counted once), so the
@@ -871,6 +876,12 @@ pub fn admit(
     levels: &[LimitSpec],
     held: &mut [Option<Held>],
 ) -> Decision {
+    // A request of a class the key's plan exempts (`Config::cost` 0, SPEC §23) takes nothing and
+    // no limit refuses it; its answer shows the windows as they stand.
+    if cost == 0 {
+        let (_, usage, _) = crate::rate_limit::decide_request(prev, now_ms, limits, 1, false);
+        return Decision::Decided { verdict: Verdict::Allowed, usage, counters: None };
+    }
     let (verdict, usage, counters) = crate::rate_limit::decide_request(prev, now_ms, limits, cost, permitted);
     if counters.is_some() {
         let cost = cost.max(1);
@@ -896,6 +907,23 @@ mod tests {
 
     fn limits(per_minute: Option<u32>, quota: Option<u64>) -> LimitSpec {
         LimitSpec { per_minute, monthly_quota: quota, ..Default::default() }
+    }
+
+    #[test]
+    fn an_exempt_request_is_admitted_over_a_full_window_and_takes_nothing_anywhere() {
+        let limits = Limits::per_minute(1);
+        let (_, _, full) = crate::rate_limit::decide_request(Counters::default(), T0, limits, 1, true);
+        let full = full.unwrap();
+        let quota = [LimitSpec { monthly_quota: Some(1), ..Default::default() }];
+        let mut held = [None];
+        match admit(full, T0 + 1, limits, 0, true, &quota, &mut held) {
+            Decision::Decided { verdict, usage, counters } => {
+                assert_eq!((verdict, counters), (Verdict::Allowed, None));
+                assert_eq!(usage.remaining(), 0, "the window as it stands");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(held, [None], "no level's credit asked for or taken");
     }
 
     #[test]

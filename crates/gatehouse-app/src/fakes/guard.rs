@@ -425,7 +425,7 @@ impl KeyGuard for FakeGuard {
                                 self.count(&budget, self.config.dashboard_limits(), 1, permitted);
                             (verdict, usage, None)
                         } else {
-                            self.admit(&key, scope.cost(), permitted, lease)
+                            self.admit(&key, self.config.cost(&key.plan, scope), permitted, lease)
                         };
                         // The guard takes it, or the key's claim object that holds it (SPEC §20).
                         let claim = claim

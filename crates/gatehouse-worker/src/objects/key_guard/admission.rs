@@ -53,7 +53,8 @@ impl KeyGuardObject {
                     let (verdict, usage) = self.count_dashboard_read(permitted)?;
                     (verdict, usage, None)
                 } else {
-                    self.admit(&key, c.scope.cost(), permitted, c.lease.as_ref()).await?
+                    self.admit(&key, self.config()?.cost(&key.plan, c.scope), permitted, c.lease.as_ref())
+                        .await?
                 };
                 let claim = match c.claim {
                     Some(claim) if verdict == Verdict::Allowed && permitted => {
