@@ -103,6 +103,13 @@ impl<P: Ports> Gateway<'_, P> {
         // Only its limits are in its keys' records: a change of meta alone tells no guard.
         let tell = if changes.limits.is_some() { IDENTITY_CHANGE_TELLS } else { 0 };
         if let Some(limits) = &changes.limits {
+            // Only the caller's project's identity (another's id is 404 and tells nothing: its
+            // authority would take the caller's limits).
+            self.store
+                .identity(call.project_id(), id)
+                .await
+                .map_err(unavailable)?
+                .ok_or_else(|| not_found(id))?;
             // An identity without limits has no level: its authority then holds no limit.
             let spec = limits.unwrap_or_default();
             let authority = identity_authority(id);
@@ -496,6 +503,19 @@ mod tests {
         w.gateway.guard.unreachable.borrow_mut().insert(super::identity_authority(&idt));
         let (status, _) = w.call("PATCH", &path, None, json!({"limits": {"per_minute": 1}}));
         assert_eq!(status, 503);
+        w.gateway.guard.unreachable.borrow_mut().clear();
+        // Another project's owner naming this identity: 404, and its authority is not told
+        // (found by an adversarial review: it was told before the project was checked).
+        let stranger = other_projects_identity(&w);
+        let (status, _) = w.call(
+            "PATCH",
+            &format!("/public/v1/identities/{stranger}"),
+            None,
+            json!({"limits": {"per_minute": 1}}),
+        );
+        assert_eq!(status, 404);
+        let told = w.gateway.guard.level_limits.borrow().get(&super::identity_authority(&stranger)).cloned();
+        assert_eq!(told, None, "another project's identity's authority was told");
         let (_, shown) = w.call("GET", &path, None, Value::Null);
         assert_eq!(shown["limits"]["per_minute"], 3);
     }

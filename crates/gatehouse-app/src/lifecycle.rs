@@ -331,7 +331,7 @@ fn a_plan_change_tells_every_guard_first_and_changes_nothing_when_one_cannot_be_
 
     // The project's authority was told the new quota first and given the old one back.
     let authority = gatehouse_core::guard::protocol::project_authority(PROJECT);
-    let quota = || w.gateway.guard.level_limits.borrow().get(&authority).map(|(l, _)| l.monthly_quota);
+    let quota = || w.gateway.guard.level_limits.borrow().get(&authority).map(|(l, _, _)| l.monthly_quota);
     assert_eq!(quota(), Some(w.gateway.config.project_limits("trial").monthly_quota));
 
     w.gateway.guard.unreachable.borrow_mut().clear();

@@ -83,8 +83,9 @@ pub struct FakeGuard {
     pub responses: Rc<super::gateway::KvEntries>,
     /// Grant and lease ids made so far.
     ids: Cell<u64>,
-    /// Each level's limits as told to its authority, and their version (SPEC §23).
-    pub level_limits: RefCell<HashMap<String, (LimitSpec, i64)>>,
+    /// Each level's limits as told to its authority, their version, and until when they hold (10
+    /// minutes, as the real authority: SPEC §23).
+    pub level_limits: RefCell<HashMap<String, (LimitSpec, i64, i64)>>,
 }
 
 impl FakeGuard {
@@ -121,14 +122,23 @@ impl FakeGuard {
     /// The levels above `key` and their limits: the authority's own where it was told them (a
     /// holder learns them from its first grant; in this one world, at once).
     fn levels(&self, key: &KeyRecord) -> Vec<(String, LimitSpec)> {
-        let told = self.level_limits.borrow();
         let levels = self.config.levels(key).into_iter();
         levels
             .map(|(level, spec)| {
-                let spec = told.get(&level).map_or(spec, |(told, _)| *told);
+                let spec = self.told_limits(&level).unwrap_or(spec);
                 (level, spec)
             })
             .collect()
+    }
+
+    /// The limits `level`'s authority was told, while they hold.
+    fn told_limits(&self, level: &str) -> Option<LimitSpec> {
+        let now = self.clock.get();
+        self.level_limits
+            .borrow()
+            .get(level)
+            .filter(|(_, _, until)| *until > now)
+            .map(|(limits, _, _)| *limits)
     }
 
     /// A new grant or lease id.
@@ -349,7 +359,7 @@ impl FakeGuard {
         let counters = self.counters.borrow().get(level).copied().unwrap_or_default();
         let grant_id = self.next_id("grant");
         let want = Held::want(last, now, cost);
-        let told = self.level_limits.borrow().get(level).map(|(limits, _)| *limits);
+        let told = self.told_limits(level);
         let (grant, next) = grant(counters, now, &told.unwrap_or(*spec), &grant_id, cost, want);
         self.counters.borrow_mut().insert(level.to_owned(), next);
         // As the real authority: a grant of credits is kept until a give-back can still come.
@@ -590,9 +600,10 @@ impl KeyGuard for FakeGuard {
         }
         self.faults
             .run("guard.set_level_limits", || {
+                let now = self.clock.get();
                 let mut told = self.level_limits.borrow_mut();
-                if told.get(level).is_none_or(|(_, v)| *v <= version) {
-                    told.insert(level.to_owned(), (*limits, version));
+                if told.get(level).is_none_or(|(_, v, until)| *v <= version || *until <= now) {
+                    told.insert(level.to_owned(), (*limits, version, now + 600_000));
                 }
             })
             .await

@@ -6,8 +6,11 @@
 //!
 //! The level's limits are the authority's own once told (`SetLimits`, first when a plan or an
 //! identity changes: SPEC §23): it grants under them, not under the limits a holder whose record
-//! is older still sends, and the holder learns them from the grant. Until told (an object of an
-//! older version), it grants under the holder's.
+//! is older still sends, and the holder learns them from the grant — for [`LIMITS_TOLD_MS`], the
+//! longest a holder uses a record before reading D1 again. After that every holder holds the
+//! limits D1 has and the authority grants under theirs again (so a `PLANS` edit, or a change whose
+//! D1 write failed after the authority was told, holds for 10 minutes at most). Until told (an
+//! object of an older version), it grants under the holder's.
 
 use serde::Deserialize;
 use worker::Result;
@@ -19,6 +22,17 @@ use gatehouse_core::lease::{accept_give_back, grant, Exchange, Grant, Returned};
 use gatehouse_core::rate_limit::LimitSpec;
 use gatehouse_core::retention::grant_kept_until;
 
+/// How long told limits hold: the longest a key's guard uses its record before reading D1 again.
+const LIMITS_TOLD_MS: i64 = 600_000;
+
+/// A level's limits as its authority was told them.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ToldLimits {
+    limits: LimitSpec,
+    version: i64,
+    until_ms: i64,
+}
+
 pub(super) const TABLES: &[&str] = &[
     // `drawn` is NULL for a level's grant; rows of an older version with `drawn` set were a key's
     // leases to isolates (now `isolate_leases`) and are purged by their `keep_until_ms`.
@@ -26,9 +40,10 @@ pub(super) const TABLES: &[&str] = &[
        grant_id TEXT PRIMARY KEY, grant TEXT NOT NULL, returned TEXT NOT NULL,
        keep_until_ms INTEGER NOT NULL, drawn TEXT)",
     "CREATE INDEX IF NOT EXISTS lease_grants_by_expiry ON lease_grants (keep_until_ms)",
-    // The level's limits as last told, and the change's version (one row, rewritten in place).
+    // The level's limits as last told, the change's version, and until when they hold (one row,
+    // rewritten in place).
     "CREATE TABLE IF NOT EXISTS level_limits (id INTEGER PRIMARY KEY CHECK (id = 1), limits TEXT NOT NULL,
-       version INTEGER NOT NULL)",
+       version INTEGER NOT NULL, until_ms INTEGER NOT NULL)",
 ];
 
 impl KeyGuardObject {
@@ -54,7 +69,8 @@ impl KeyGuardObject {
             self.keep_counters(counters)?;
             return Ok(grant);
         }
-        let limits = self.level_limits()?.map_or(c.limits, |(limits, _)| limits);
+        let limits =
+            self.level_limits()?.filter(|told| told.until_ms > now).map_or(c.limits, |told| told.limits);
         let (grant, next) = grant(counters, now, &limits, &c.grant_id, c.need, c.want);
         self.keep_counters(next)?;
         if let Some(keep_until) = grant_kept_until(&grant) {
@@ -71,22 +87,29 @@ impl KeyGuardObject {
         Ok(grant)
     }
 
-    /// Holds `limits` as the level's from now on, unless a later change was told already.
+    /// Holds `limits` as the level's from now on (for [`LIMITS_TOLD_MS`]), unless a later change
+    /// was told already.
     pub(super) fn set_limits(&self, c: SetLimits) -> Result<Done> {
-        if self.level_limits()?.is_some_and(|(_, version)| version > c.version) {
+        let now = now_ms();
+        if self.level_limits()?.is_some_and(|told| told.until_ms > now && told.version > c.version) {
             return Ok(Done {});
         }
+        let told = ToldLimits { limits: c.limits, version: c.version, until_ms: now + LIMITS_TOLD_MS };
         self.create_tables()?;
         self.sql.exec(
-            "INSERT OR REPLACE INTO level_limits (id, limits, version) VALUES (1, ?, ?)",
-            vec![serde_json::to_string(&c.limits).map_err(rust_error)?.into(), c.version.into()],
+            "INSERT OR REPLACE INTO level_limits (id, limits, version, until_ms) VALUES (1, ?, ?, ?)",
+            vec![
+                serde_json::to_string(&told.limits).map_err(rust_error)?.into(),
+                told.version.into(),
+                told.until_ms.into(),
+            ],
         )?;
-        self.authority_limits.replace(Some(Some((c.limits, c.version))));
+        self.authority_limits.replace(Some(Some(told)));
         Ok(Done {})
     }
 
-    /// The level's limits as told, and their version (read from storage once).
-    fn level_limits(&self) -> Result<Option<(LimitSpec, i64)>> {
+    /// The level's limits as told (read from storage once).
+    fn level_limits(&self) -> Result<Option<ToldLimits>> {
         if let Some(known) = *self.authority_limits.borrow() {
             return Ok(known);
         }
@@ -94,13 +117,24 @@ impl KeyGuardObject {
         struct Row {
             limits: String,
             version: i64,
+            until_ms: i64,
         }
         let stored = match self.has_tables()? {
-            true => self.sql.exec("SELECT limits, version FROM level_limits", None)?.to_array::<Row>()?.pop(),
+            true => self
+                .sql
+                .exec("SELECT limits, version, until_ms FROM level_limits", None)?
+                .to_array::<Row>()?
+                .pop(),
             false => None,
         };
-        let known =
-            stored.map(|row| Ok::<_, worker::Error>((from_json(&row.limits)?, row.version))).transpose()?;
+        let known = match stored {
+            Some(row) => Some(ToldLimits {
+                limits: from_json(&row.limits)?,
+                version: row.version,
+                until_ms: row.until_ms,
+            }),
+            None => None,
+        };
         self.authority_limits.replace(Some(known));
         Ok(known)
     }

@@ -75,7 +75,7 @@ pub struct KeyGuardObject {
     exchanges: RefCell<BTreeMap<String, Rc<Exchanging>>>,
     epoch: Cell<u64>,
     /// As a level's authority: its limits as told, and their version, once read (`None`: not read).
-    authority_limits: RefCell<Option<Option<(LimitSpec, i64)>>>,
+    authority_limits: RefCell<Option<Option<authority::ToldLimits>>>,
     /// As a holder: each level's limits as its authority last granted under them (SPEC §23).
     learned_limits: RefCell<BTreeMap<String, LimitSpec>>,
     /// When the last purge pass ran, and whether it left rows behind (a full batch).
