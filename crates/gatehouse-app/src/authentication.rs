@@ -109,7 +109,7 @@ impl<P: Ports> Gateway<'_, P> {
         // A request its plan exempts from the limits (SPEC §23) takes nothing from a lease: its
         // guard admits it without counting.
         trace.scope = Some(scope);
-        let exempt = self.leases.borrow().key(&key_hash).is_some_and(|k| self.config.exempts(&k.plan, scope));
+        let exempt = self.exempt(&key_hash, scope);
         let leasing = self.config.lease_above_per_second.filter(|_| !scope.is_dashboard_read() && !exempt);
         let mut leased = leasing.and_then(|_| self.leases.borrow_mut().admit(&key_hash, scope, now_ms));
         // Another request of this isolate is asking the key's guard for a lease: wait for it (a
@@ -250,6 +250,12 @@ impl<P: Ports> Gateway<'_, P> {
         Ok(Caller { key: Some(key), key_hash: Some(key_hash), usage: Some(usage), claim, sealing })
     }
 
+    /// Whether `scope` is exempt from the limits for the key this isolate holds a lease of (its
+    /// plan's `exempt`, SPEC §23): such a request neither admits from a lease nor asks for one.
+    fn exempt(&self, key_hash: &str, scope: Scope) -> bool {
+        self.leases.borrow().key(key_hash).is_some_and(|k| self.config.exempts(&k.plan, scope))
+    }
+
     /// The hash a key's guard is asked under: the current pepper's, or `KEY_PEPPER_PREVIOUS`'s
     /// once the current one is remembered as unknown (SPEC §19: keys issued before a rotation);
     /// `None` for a key remembered as unknown under both, or one not seen lately from an address
@@ -277,11 +283,12 @@ impl<P: Ports> Gateway<'_, P> {
         now_ms: i64,
     ) -> (String, Result<Authorization, PortError>) {
         // A key's guard leases to the isolates of a hot key (SPEC §20): ask, giving back what
-        // this isolate did not use of the key's last lease.
+        // this isolate did not use of the key's last lease. A request its plan exempts asks for
+        // none (nor gives the lease it holds up).
         let lease = self
             .config
             .lease_above_per_second
-            .filter(|_| !scope.is_dashboard_read())
+            .filter(|_| !scope.is_dashboard_read() && !self.exempt(&key_hash, scope))
             .map(|_| self.leases.borrow_mut().ask(&key_hash, now_ms, scope.cost()));
         let answer = self.guard.authorize(&key_hash, scope, claim, lease.as_ref()).await;
         if let Some(ask) = &lease {

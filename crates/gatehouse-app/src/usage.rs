@@ -640,26 +640,51 @@ mod tests {
         use crate::testing::{api_request, fake_gateway, WholeBody};
         use gatehouse_core::api_key::KeyType;
         static EXEMPT: std::sync::OnceLock<gatehouse_core::config::Config> = std::sync::OnceLock::new();
-        let config =
-            EXEMPT.get_or_init(|| config(r#"{"trial":{"per_minute":2,"exempt":["self","manage"]}}"#));
-        let faults = Rc::new(Faults::new(1, 0.0));
-        let (gateway, clock, secrets) =
-            fake_gateway(config, &faults, T0, "prj_x", &[KeyType::Owner, KeyType::Server], 0.0);
-        let call = |token: &str, method: &str, path: &str| {
-            let body = (method == "POST").then(|| br#"{"name":"Ada"}"#.to_vec());
-            let request = api_request(method, path, token, None, WholeBody(body), clock.get());
-            let mut response = complete(gateway.handle(request));
-            let after = response.after_response();
-            complete(gateway.finish(after, |_| async {}));
-            (response.status, response.audit.billable)
-        };
-        let (owner, server) = (&secrets[0], &secrets[1]);
-        let me: Vec<_> = (0..4).map(|_| call(server, "GET", "/public/v1/me")).collect();
-        assert_eq!(me, [(200, false); 4], "/me is exempt: four in a window of 2, none billed");
-        let creates: Vec<_> = (0..3).map(|_| call(server, "POST", "/public/v1/contacts")).collect();
-        assert_eq!(creates, [(201, true), (201, true), (429, false)], "resources count and bill");
-        assert_eq!(call(owner, "GET", "/public/v1/keys"), (200, false), "manage is exempt");
-        assert_eq!(call(owner, "POST", "/public/v1/contacts"), (201, true), "an owner's resource call bills");
+        static LEASING: std::sync::OnceLock<gatehouse_core::config::Config> = std::sync::OnceLock::new();
+        let plans = r#"{"trial":{"per_minute":2,"exempt":["self","manage"]}}"#;
+        let exempt = EXEMPT.get_or_init(|| config(plans));
+        // Every key leases (a hot key): an exempt request neither admits from a lease nor is refused
+        // by a refusal lease (found by an adversarial review: /me was 429 and took credits).
+        let leasing = LEASING.get_or_init(|| {
+            gatehouse_core::config::Config::from_lookup(|name| match name {
+                "KEY_PEPPER" => Some("usage-pepper-0123456".into()),
+                "WEBHOOK_SECRETS_KEY" => Some("usage-webhook-secrets".into()),
+                "ADMIN_TOKEN" => Some("usage-admin-token-01".into()),
+                "PLANS" => Some(plans.into()),
+                "LEASE_ABOVE_PER_SECOND" => Some("0".into()),
+                _ => None,
+            })
+            .unwrap()
+        });
+        for config in [exempt, leasing] {
+            let faults = Rc::new(Faults::new(1, 0.0));
+            let (gateway, clock, secrets) =
+                fake_gateway(config, &faults, T0, "prj_x", &[KeyType::Owner, KeyType::Server], 0.0);
+            let call = |token: &str, method: &str, path: &str| {
+                let body = (method == "POST").then(|| br#"{"name":"Ada"}"#.to_vec());
+                let request = api_request(method, path, token, None, WholeBody(body), clock.get());
+                let mut response = complete(gateway.handle(request));
+                let after = response.after_response();
+                complete(gateway.finish(after, |_| async {}));
+                (response.status, response.audit.billable)
+            };
+            let (owner, server) = (&secrets[0], &secrets[1]);
+            let me: Vec<_> = (0..4).map(|_| call(server, "GET", "/public/v1/me")).collect();
+            assert_eq!(me, [(200, false); 4], "/me is exempt: four in a window of 2, none billed");
+            let creates: Vec<_> = (0..3).map(|_| call(server, "POST", "/public/v1/contacts")).collect();
+            assert_eq!(creates, [(201, true), (201, true), (429, false)], "resources count and bill");
+            assert_eq!(
+                call(server, "GET", "/public/v1/me"),
+                (200, false),
+                "over the window, /me still answers"
+            );
+            assert_eq!(call(owner, "GET", "/public/v1/keys"), (200, false), "manage is exempt");
+            assert_eq!(
+                call(owner, "POST", "/public/v1/contacts"),
+                (201, true),
+                "an owner's resource call bills"
+            );
+        }
         let unknown = r#"{"trial":{"per_minute":2,"exempt":["reads"]}}"#;
         let refused = gatehouse_core::config::Config::from_lookup(|name| match name {
             "KEY_PEPPER" => Some("usage-pepper-pepper".into()),

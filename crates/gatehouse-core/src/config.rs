@@ -503,16 +503,21 @@ fn random_key(name: &str, value: String) -> Result<String, ConfigError> {
              head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'"
         )))
     };
-    let hex = value.trim();
-    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return refuse(&format!("it is {} characters", hex.chars().count()));
+    // Kept as written (the signing key derives from the text: changing its case would change it).
+    if value.len() != 64 || !value.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return refuse(&format!("it is {} characters", value.chars().count()));
     }
     let bytes: Vec<u8> =
-        (0..32).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap_or(0)).collect();
+        (0..32).map(|i| u8::from_str_radix(&value[2 * i..2 * i + 2], 16).unwrap_or(0)).collect();
     if bytes.iter().all(|b| (0x20..0x7f).contains(b)) {
         return refuse("it is text written as hex, not random bytes");
     }
-    Ok(hex.to_ascii_lowercase())
+    // 32 random bytes take some 30 distinct values; a pattern (zeros, a repeated word) takes few.
+    let distinct = bytes.iter().collect::<std::collections::BTreeSet<_>>().len();
+    if distinct < 16 {
+        return refuse(&format!("it has {distinct} distinct bytes: a pattern, not random bytes"));
+    }
+    Ok(value)
 }
 
 #[cfg(test)]
@@ -744,6 +749,10 @@ mod tests {
         // Chosen text written as hex: 64 hex digits, every byte printable.
         let chosen: String = b"password-password-password-12345".iter().map(|b| format!("{b:02x}")).collect();
         assert!(with_key(&chosen).unwrap_err().0.contains("text written as hex"));
+        assert!(with_key(&"0".repeat(64)).unwrap_err().0.contains("distinct bytes"));
+        assert!(with_key(&format!("{random}\n")).unwrap_err().0.contains("65 characters"));
+        let upper = random.to_ascii_uppercase();
+        assert_eq!(with_key(&upper).unwrap().audit_signing_key, Some(upper), "kept as written");
         assert_eq!(with_key("").unwrap().audit_signing_key, None);
     }
 }

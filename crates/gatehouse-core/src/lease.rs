@@ -415,9 +415,9 @@ impl LeaseBook {
         }
     }
 
-    /// The record of a key this isolate holds a lease of.
+    /// The record of a key this isolate holds a lease or a refusal lease of.
     pub fn key(&self, key_hash: &str) -> Option<&crate::api_key::KeyRecord> {
-        self.leases.get(key_hash).map(|l| &l.key)
+        self.leases.get(key_hash).map(|l| &l.key).or_else(|| self.refused.get(key_hash).map(|(key, _)| key))
     }
 
     /// What to send with the key's next request to its guard: a lease of what the last one
@@ -706,7 +706,9 @@ pub fn lease_to_isolate(
     // within the clock margin of the end of the window it was counted in.
     let window_end =
         grant_end(now_ms, limits, ISOLATE_LEASE_MS + LEASE_CLOCK_MARGIN_MS) - LEASE_CLOCK_MARGIN_MS;
-    grant.until_ms = held.iter().flatten().map(|h| h.until_ms).fold(grant.until_ms.min(window_end), i64::min);
+    // The margin applies at a level grant's end too (its window may be a second).
+    let held_end = held.iter().flatten().map(|h| h.until_ms - LEASE_CLOCK_MARGIN_MS);
+    grant.until_ms = held_end.fold(grant.until_ms.min(window_end), i64::min);
     if grant.until_ms <= now_ms {
         // Too close to the window's end: the guard decides the key's requests itself until it turns.
         return None;
@@ -1150,8 +1152,9 @@ mod tests {
         let levels = vec![("identity:i".to_owned(), identity)];
         let key = Limits::per_minute(1_000);
         let mut authority = Counters::default();
-        // Key 1's guard at 0.900 s: a grant of the identity, a request, a lease to an isolate.
-        let t = T0 + 900;
+        // Key 1's guard at 0.800 s: a grant of the identity, a request, a lease to an isolate
+        // (which ends the clock margin before the grant: none is made within it).
+        let t = T0 + 800;
         let (g1, a) = grant(authority, t, &identity, "g1", 1, 10);
         authority = a;
         assert_eq!(g1.until_ms, T0 + 1_000);

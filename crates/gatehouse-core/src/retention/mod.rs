@@ -28,9 +28,13 @@ pub const ISOLATE_GIVE_BACK_MS: i64 = 60_000;
 /// grant id) may still arrive. A give-back later than this finds no grant and counts nothing:
 /// credits are lost (a lower admission), never doubled.
 pub const GRANT_GIVE_BACK_MS: i64 = 600_000;
-/// How long a claim's response body stays in its object after the response store took it:
-/// Workers KV may take this long to show a write everywhere.
+/// How long replays carry a completed claim's response inline: Workers KV usually shows a write
+/// everywhere within this time.
 pub const STORE_PROPAGATION_MS: i64 = 60_000;
+/// How long a claim's response body stays in its object after the response store took it: KV's
+/// propagation is "60 seconds or more" and a read that missed is cached, so the object's copy
+/// stays ten times the usual propagation for a replay whose KV read misses.
+pub const BODY_AFTER_STORE_MS: i64 = 600_000;
 
 /// Until when a guard keeps the row of a lease it made to an isolate that runs until `until_ms`.
 pub fn isolate_lease_until(until_ms: i64) -> i64 {
@@ -47,7 +51,7 @@ pub fn grant_kept_until(grant: &Grant) -> Option<i64> {
 /// When a claim's response body may leave its object: once the response store has it and has had
 /// time to show it. Before the store confirms a write, the body stays for the claim's whole TTL.
 pub fn body_until(stored_at_ms: i64) -> i64 {
-    stored_at_ms + STORE_PROPAGATION_MS
+    stored_at_ms + BODY_AFTER_STORE_MS
 }
 
 /// When an object whose oldest row to purge is due at `earliest_due` (if it has any) should wake
