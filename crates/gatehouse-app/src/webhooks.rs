@@ -247,8 +247,9 @@ impl<P: Ports> Gateway<'_, P> {
     /// an attempt, signed as a `POST` would be), or after `wait` seconds with none. While it
     /// pulls, the listener counts as connected (until the wait ends and a few seconds more), and
     /// nothing else attempts the subscription's deliveries; `resume=true` (a listener back after
-    /// a disconnect) makes every pending one due now, and every one that failed only for want of
-    /// a listener pending again, its schedule starting over.
+    /// a disconnect) makes every pending one due now, and every one that failed — for want of a
+    /// listener, a hold that ran out or the target's answer: it never reached the target — pending
+    /// again, its schedule starting over (SPEC §23).
     pub(super) async fn pull_deliveries(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let id = call.params[0];
         let mut wait = MAX_PULL_WAIT_SECONDS;
@@ -348,9 +349,39 @@ impl<P: Ports> Gateway<'_, P> {
                 next_attempt_at: next.map(time::rfc3339),
             }))
         };
-        if attempts.iter().any(|a| a.attempt == report.attempt) {
-            let next = (delivery.status == "pending").then_some(delivery.scheduled_at);
-            return Ok(answer(&delivery.status, next));
+        let next = (delivery.status == "pending").then_some(delivery.scheduled_at);
+        let late = match attempts.iter().find(|a| a.attempt == report.attempt) {
+            // Written down as interrupted when its hold ran out and the delivery was taken again:
+            // the real outcome is recorded now (below). Any other row: a repeat, which changes nothing.
+            Some(a) if a.error.as_deref() == Some(webhook::INTERRUPTED_ATTEMPT) => true,
+            Some(_) => return Ok(answer(&delivery.status, next)),
+            None => false,
+        };
+        if late {
+            if report.status_code.is_some_and(|code| !(100..=599).contains(&code)) {
+                return Err(ApiError::unprocessable("status_code must be an HTTP status, 100–599")
+                    .with_detail("field", "status_code"));
+            }
+            let duration_ms = report.duration_ms.min(self.config.webhook_timeout_ms) as i64;
+            let attempt = Attempt {
+                delivery_id: delivery.id.clone(),
+                attempt: report.attempt,
+                started_at: call.now_ms - duration_ms,
+                duration_ms,
+                response_code: report.status_code,
+                response_excerpt: report
+                    .response_excerpt
+                    .as_deref()
+                    .map(|e| webhook::response_excerpt(e.as_bytes())),
+                error: report
+                    .status_code
+                    .is_none()
+                    .then(|| report.error.clone().unwrap_or_else(|| "no answer".into())),
+                next_retry_at: None,
+            };
+            let delivered = report.status_code.is_some_and(|code| (200..300).contains(&code));
+            let status = self.store.record_late_report(&attempt, delivered).await.map_err(unavailable)?;
+            return Ok(answer(&status, next.filter(|_| status == "pending")));
         }
         if delivery.status != "pending" || delivery.attempts != report.attempt {
             return Err(ApiError::conflict(format!(
@@ -378,11 +409,10 @@ impl<P: Ports> Gateway<'_, P> {
         let started = call.now_ms - duration_ms;
         let attempt =
             attempt_of(&delivery.id, report.attempt, started, call.now_ms, &verdict, Some(&outcome));
-        let next_due = self
-            .store
-            .record_attempt(&attempt, verdict.status, verdict.disable_subscription)
-            .await
-            .map_err(unavailable)?;
+        // A 410 from a listener's local target does not disable a cli subscription (SPEC §23):
+        // the developer's server said it, not the subscription's owner; the delivery fails.
+        let next_due =
+            self.store.record_attempt(&attempt, verdict.status, false).await.map_err(unavailable)?;
         if let Some(due) = next_due {
             // Its listener pulls it when due; if none is connected then, this message attempts it
             // (a lost send: the sweep queues it once it is overdue).
@@ -1618,5 +1648,38 @@ mod tests {
         assert!(w.receiver.posts.borrow().is_empty(), "a cli subscription is never posted to");
         // Another project's listener cannot claim the subscription.
         assert!(complete(w.store.listen("prj_other", "wh_0", until, None)).unwrap().is_none());
+
+        // SPEC §23: the listener that took dlv_0 as attempt 1 never reported (killed); its hold
+        // runs out and the delivery is taken again, attempt 1 written down as interrupted.
+        let after_hold = T0 + attempt_hold_ms(&w.config) + 1;
+        let lease = attempt_lease(&w.config, "dlv_0", after_hold, true);
+        assert!(
+            matches!(complete(w.store.take_delivery(&lease)), Ok(Take::Attempt(d, _)) if d.attempts == 2)
+        );
+        // Its report arrives late: the real outcome replaces the interrupted row, and a 2xx
+        // delivers it (the target has it), though attempt 2 is out.
+        let (_, attempts) = complete(w.store.delivery(PROJECT, "dlv_0")).unwrap().unwrap();
+        assert_eq!(attempts[0].error.as_deref(), Some(INTERRUPTED_ATTEMPT));
+        let late = Attempt {
+            delivery_id: "dlv_0".into(),
+            attempt: 1,
+            started_at: after_hold,
+            duration_ms: 5,
+            response_code: Some(200),
+            response_excerpt: Some(String::new()),
+            error: None,
+            next_retry_at: None,
+        };
+        assert_eq!(complete(w.store.record_late_report(&late, true)).unwrap(), "delivered");
+        let (shown, attempts) = complete(w.store.delivery(PROJECT, "dlv_0")).unwrap().unwrap();
+        assert_eq!((shown.status.as_str(), attempts[0].response_code), ("delivered", Some(200)));
+        // A resumed listener gets back every delivery that did not reach its target, however its
+        // last attempt ended (before: only those failed for want of a listener).
+        w.store.webhooks.borrow_mut().deliveries.get_mut("dlv_1").unwrap().delivery.status = "failed".into();
+        w.store.webhooks.borrow_mut().deliveries.get_mut("dlv_1").unwrap().delivery.last_error =
+            Some(INTERRUPTED_ATTEMPT.into());
+        complete(w.store.listen(PROJECT, "wh_0", later + 60_000, Some(later))).unwrap();
+        assert_eq!(status_of(&w, "dlv_1").0, "pending", "resumed");
+        assert_eq!(status_of(&w, "dlv_0").0, "delivered", "a delivered one stays delivered");
     }
 }

@@ -17,8 +17,7 @@ use gatehouse_core::ports::{
     WebhookClient, WebhookPost, WebhookStore,
 };
 use gatehouse_core::webhook::{
-    self, Attempt, Delivery, ReceiverOutcome, StoredSecret, Webhook, INTERRUPTED_ATTEMPT,
-    RESPONSE_EXCERPT_BYTES,
+    Attempt, Delivery, ReceiverOutcome, StoredSecret, Webhook, INTERRUPTED_ATTEMPT, RESPONSE_EXCERPT_BYTES,
 };
 
 /// A delivery row with the columns the port does not show.
@@ -360,7 +359,7 @@ impl WebhookStore for FakeStore {
                     if d.status == "pending" && d.scheduled_at > now {
                         d.scheduled_at = now;
                     }
-                    if d.status == "failed" && d.last_error.as_deref() == Some(webhook::NO_LISTENER) {
+                    if d.status == "failed" {
                         row.recover(now);
                     }
                 }
@@ -428,6 +427,23 @@ impl WebhookStore for FakeStore {
             let row = &t.deliveries[id];
             (row.delivery.status == "pending" && row.locked_until.is_none())
                 .then_some(row.delivery.scheduled_at)
+        })
+        .await
+    }
+
+    async fn record_late_report(&self, a: &Attempt, delivered: bool) -> Result<String, PortError> {
+        self.tables("webhooks.record_late_report", |t| {
+            t.attempts.insert((a.delivery_id.clone(), a.attempt), a.clone());
+            let row = t.deliveries.get_mut(&a.delivery_id).expect("a reported delivery exists");
+            let d = &mut row.delivery;
+            if delivered && (d.status == "pending" || d.status == "failed") {
+                d.status = "delivered".into();
+                row.retry_requested = false;
+                d.last_response_code = a.response_code;
+                d.last_error = None;
+                d.updated_at = a.started_at + a.duration_ms;
+            }
+            d.status.clone()
         })
         .await
     }

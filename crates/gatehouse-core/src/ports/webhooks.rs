@@ -130,6 +130,11 @@ pub trait WebhookStore {
         status: &str,
         disable_subscription: bool,
     ) -> Result<Option<i64>, PortError>;
+    /// A listener's report that came after its hold ran out and the attempt was written down as
+    /// interrupted (SPEC §23): its real outcome replaces that row; a `delivered` one marks the
+    /// delivery delivered whatever attempt it is at now (the target has it). Answers the
+    /// delivery's status afterwards.
+    async fn record_late_report(&self, attempt: &Attempt, delivered: bool) -> Result<String, PortError>;
     /// Writes one delivery of the origin's event per matching active subscription of its project,
     /// once per (subscription, event id): the same event again writes nothing new. An event with
     /// a `request` fingerprint (sent with an `Idempotency-Key`, its id derived from the key) keeps

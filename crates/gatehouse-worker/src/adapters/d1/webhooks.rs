@@ -10,9 +10,7 @@ use gatehouse_core::ports::{
     AttemptLease, Meter, OriginEvent, OriginEventRecord, PortError, Recovery, SecretRotation, Take,
     WebhookStore,
 };
-use gatehouse_core::webhook::{
-    Attempt, Delivery, StoredSecret, Webhook, CLI_URL, INTERRUPTED_ATTEMPT, NO_LISTENER,
-};
+use gatehouse_core::webhook::{Attempt, Delivery, StoredSecret, Webhook, CLI_URL, INTERRUPTED_ATTEMPT};
 
 const WEBHOOK_COLUMNS: &str = "id, project_id, url, events, secret, status, disabled_reason, created_at,
   previous_secret, previous_secret_until";
@@ -370,16 +368,18 @@ impl WebhookStore for D1Store {
                 ),
                 &[text(id), int(now), text(project_id)],
             )?);
-            // Failed only for want of a listener: pending again, as a recovery makes them.
+            // Every one that did not reach the forward target, however its last attempt ended (no
+            // listener, a hold that ran out, the target's error): pending again, as a recovery
+            // makes them (SPEC §23).
             statements.push(self.statement(
                 &format!(
                     "UPDATE webhook_deliveries SET {}
-                     WHERE webhook_id = ?1 AND project_id = ?3 AND status = 'failed' AND last_error = ?4
+                     WHERE webhook_id = ?1 AND project_id = ?3 AND status = 'failed'
                        AND EXISTS (SELECT 1 FROM webhooks w WHERE w.id = ?1 AND w.project_id = ?3
                                    AND w.url = '{CLI_URL}')",
                     recovered("?2")
                 ),
-                &[text(id), int(now), text(project_id), text(NO_LISTENER)],
+                &[text(id), int(now), text(project_id)],
             )?);
         }
         let results = self.results(statements).await?;
@@ -401,6 +401,51 @@ impl WebhookStore for D1Store {
             &[text(webhook_id), int(now_ms), int(limit as i64)],
         )?;
         result_ids(&self.results(vec![due]).await?[0])
+    }
+
+    async fn record_late_report(&self, a: &Attempt, delivered: bool) -> Result<String, PortError> {
+        #[derive(serde::Deserialize)]
+        struct Status {
+            status: String,
+        }
+        let now = a.started_at + a.duration_ms;
+        let statements = vec![
+            self.statement(
+                "INSERT OR REPLACE INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms,
+                   response_code, response_excerpt, error, next_retry_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL)",
+                &[
+                    text(&a.delivery_id),
+                    int(a.attempt.into()),
+                    int(a.started_at),
+                    int(a.duration_ms),
+                    opt_int(a.response_code.map(i64::from)),
+                    opt_text(a.response_excerpt.as_deref()),
+                    opt_text(a.error.as_deref()),
+                ],
+            )?,
+            // The target has it: delivered, whatever attempt the delivery is at (one in flight
+            // records nothing over it: it needs the delivery pending).
+            self.statement(
+                "UPDATE webhook_deliveries SET status = 'delivered', retry_requested = 0,
+                   last_response_code = ?2, last_error = NULL, updated_at = ?3
+                 WHERE id = ?1 AND ?4 = 1 AND status IN ('pending', 'failed')",
+                &[
+                    text(&a.delivery_id),
+                    opt_int(a.response_code.map(i64::from)),
+                    int(now),
+                    int(i64::from(delivered)),
+                ],
+            )?,
+            self.statement("SELECT status FROM webhook_deliveries WHERE id = ?1", &[text(&a.delivery_id)])?,
+        ];
+        Meter::count(&self.meter.d1_queries);
+        let results = self.results(statements).await?;
+        let rows: Vec<Status> = results[2].results().map_err(PortError::from_display)?;
+        rows.into_iter()
+            .next()
+            .map(|r| r.status)
+            .ok_or_else(|| PortError("the reported delivery is gone".into()))
     }
 
     async fn record_attempt(
