@@ -35,6 +35,7 @@ mod identities;
 mod keys;
 #[cfg(test)]
 mod lifecycle;
+mod listener;
 mod projects;
 mod proxy;
 pub mod queues;
