@@ -9,6 +9,7 @@
 mod after_response;
 mod audit;
 mod authentication;
+mod body_reading;
 pub mod cron;
 pub mod ingest;
 pub mod outbox;
