@@ -30,6 +30,7 @@ pub mod resources;
 pub mod retention;
 pub mod route;
 pub mod sealing;
+pub mod stats;
 pub mod tagged;
 pub mod tiers;
 pub mod time;
