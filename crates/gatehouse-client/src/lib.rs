@@ -50,6 +50,7 @@ pub mod digests;
 mod error;
 mod events;
 mod logs;
+mod notice;
 mod pacing;
 mod resources;
 pub mod retry;
