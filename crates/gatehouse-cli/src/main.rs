@@ -6,6 +6,9 @@
 mod audit_verify;
 mod import;
 mod listen;
+mod output;
+
+use output::{log_line, print_json, print_line};
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -14,10 +17,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use gatehouse_client::{
-    Actor, Client, Error, Event, KeyChanges, Limits, LogEntry, LogFilter, NewKey, Notice, WebhookVerifier,
-    DEFAULT_URL,
+    Actor, Client, Error, Event, KeyChanges, Limits, LogFilter, NewKey, Notice, WebhookVerifier, DEFAULT_URL,
 };
-use serde::Serialize;
 
 #[derive(Parser)]
 #[command(name = "gatehouse", version, about = "Command line of the Gatehouse API", max_term_width = 100)]
@@ -613,33 +614,4 @@ fn read_data(data: String) -> Result<Vec<u8>, Failure> {
     serde_json::from_slice::<serde_json::Value>(&bytes)
         .map_err(|e| Failure::Usage(format!("--data is not JSON: {e}")))?;
     Ok(bytes)
-}
-
-fn print_json(value: &impl Serialize) {
-    println!("{}", serde_json::to_string_pretty(value).expect("answers serialise"));
-}
-
-fn print_line(value: &impl Serialize) {
-    println!("{}", serde_json::to_string(value).expect("answers serialise"));
-}
-
-/// One tail line: time, status, method, path, duration, key, request id, and what stands out.
-fn log_line(row: &LogEntry) -> String {
-    let mut line = format!(
-        "{}  {} {} {}  {} ms  {}  {}",
-        row.ts,
-        row.status,
-        row.method,
-        row.path,
-        row.response_time_ms,
-        row.key_prefix.as_deref().unwrap_or("-"),
-        row.request_id
-    );
-    if let Some(code) = &row.error_code {
-        line.push_str(&format!("  {code}"));
-    }
-    if row.replayed {
-        line.push_str("  replayed");
-    }
-    line
 }
