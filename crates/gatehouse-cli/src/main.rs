@@ -5,20 +5,20 @@
 
 mod audit_verify;
 mod import;
+mod input;
 mod listen;
 mod output;
 
+use input::{key_changes, parse_limits, read_data, verify};
 use output::{log_line, print_json, print_line};
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use gatehouse_client::{
-    Actor, Client, Error, Event, KeyChanges, Limits, LogFilter, NewKey, Notice, WebhookVerifier, DEFAULT_URL,
-};
+use gatehouse_client::{Actor, Client, Error, Event, LogFilter, NewKey, Notice, DEFAULT_URL};
 
 #[derive(Parser)]
 #[command(name = "gatehouse", version, about = "Command line of the Gatehouse API", max_term_width = 100)]
@@ -507,111 +507,4 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Webhooks(WebhooksCommand::Verify { .. }) => unreachable!("handled before a client is built"),
     }
     Ok(())
-}
-
-fn verify(
-    secret: &str,
-    id: &str,
-    timestamp: &str,
-    signature: &str,
-    body_file: Option<&PathBuf>,
-) -> Result<(), Failure> {
-    let body = match body_file {
-        Some(path) => {
-            std::fs::read(path).map_err(|e| Failure::Usage(format!("cannot read {}: {e}", path.display())))?
-        }
-        None => {
-            let mut body = Vec::new();
-            std::io::stdin()
-                .read_to_end(&mut body)
-                .map_err(|e| Failure::Usage(format!("cannot read stdin: {e}")))?;
-            body
-        }
-    };
-    let outcome = WebhookVerifier::new(secret).and_then(|v| v.verify(id, timestamp, signature, &body));
-    match outcome {
-        Ok(()) => {
-            println!("valid");
-            Ok(())
-        }
-        Err(reason) => {
-            eprintln!("invalid: {reason}");
-            Err(Failure::Reported)
-        }
-    }
-}
-
-/// `--data`: JSON as given, or `@FILE`; it must parse as JSON.
-/// `--limits` as the API takes them.
-fn parse_limits(json: &str) -> Result<Limits, Failure> {
-    serde_json::from_str(json).map_err(|e| {
-        Failure::Usage(format!(
-            "--limits is not a JSON object of per_second, per_minute, per_hour, per_day, monthly_quota: {e}"
-        ))
-    })
-}
-
-/// `keys update`'s options as the changes to send; a field both set and cleared is refused.
-fn key_changes(
-    name: Option<String>,
-    rate_limit_per_minute: Option<u64>,
-    expires_at: Option<String>,
-    identity_id: Option<String>,
-    limits: Option<String>,
-    clear: &[String],
-) -> Result<KeyChanges, Failure> {
-    let mut changes = KeyChanges::new();
-    let set = [
-        ("name", name.is_some()),
-        ("rate_limit_per_minute", rate_limit_per_minute.is_some()),
-        ("expires_at", expires_at.is_some()),
-        ("identity_id", identity_id.is_some()),
-        ("limits", limits.is_some()),
-    ];
-    for field in clear {
-        changes = match field.as_str() {
-            "name" => changes.clear_name(),
-            "rate_limit_per_minute" => changes.clear_rate_limit_per_minute(),
-            "expires_at" => changes.clear_expires_at(),
-            "identity_id" => changes.clear_identity_id(),
-            "limits" => changes.clear_limits(),
-            other => {
-                return Err(Failure::Usage(format!(
-                "--clear {other}: not a field (name, rate_limit_per_minute, expires_at, identity_id, limits)"
-            )))
-            }
-        };
-        if set.iter().any(|(f, given)| f == field && *given) {
-            return Err(Failure::Usage(format!("--{} is both set and cleared", field.replace('_', "-"))));
-        }
-    }
-    if let Some(name) = name {
-        changes = changes.name(name);
-    }
-    if let Some(limit) = rate_limit_per_minute {
-        changes = changes.rate_limit_per_minute(limit);
-    }
-    if let Some(at) = expires_at {
-        changes = changes.expires_at(at);
-    }
-    if let Some(id) = identity_id {
-        changes = changes.identity_id(id);
-    }
-    if let Some(limits) = limits {
-        changes = changes.limits(parse_limits(&limits)?);
-    }
-    if clear.is_empty() && set.iter().all(|(_, given)| !given) {
-        return Err(Failure::Usage("nothing to change: give a field, or --clear one".into()));
-    }
-    Ok(changes)
-}
-
-fn read_data(data: String) -> Result<Vec<u8>, Failure> {
-    let bytes = match data.strip_prefix('@') {
-        Some(path) => std::fs::read(path).map_err(|e| Failure::Usage(format!("cannot read {path}: {e}")))?,
-        None => data.into_bytes(),
-    };
-    serde_json::from_slice::<serde_json::Value>(&bytes)
-        .map_err(|e| Failure::Usage(format!("--data is not JSON: {e}")))?;
-    Ok(bytes)
 }
