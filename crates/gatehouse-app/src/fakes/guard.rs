@@ -13,12 +13,12 @@ use gatehouse_core::config::Config;
 use gatehouse_core::guard::protocol::{client_guard_name, project_authority, Completed};
 use gatehouse_core::idempotency::{decide_claim, Claim, ClaimDecision, Entry, KeptResponse, LEASE_MS};
 use gatehouse_core::lease::{
-    accept_give_back, admit, grant, lease_to_isolate, quota_to_ask, refusal_lease, refused_by_level,
-    take_back, with_project_quota, Decision, Drawn, GiveBack, Grant, Held, LeaseAsk, RequestRate, Returned,
+    accept_give_back, admit, lease_to_isolate, quota_to_ask, refusal_lease, refused_by_level, take_back,
+    with_project_quota, Decision, Drawn, GiveBack, Grant, Held, LeaseAsk, RequestRate, Returned,
 };
 use gatehouse_core::ports::{Admission, Authorization, ClaimHolder, ClaimRequest, KeyGuard, PortError};
 use gatehouse_core::rate_limit::{decide_request, Counters, LimitSpec, Limits, Usage, Verdict};
-use gatehouse_core::retention::{body_until, grant_kept_until, STORE_PROPAGATION_MS};
+use gatehouse_core::retention::{body_until, STORE_PROPAGATION_MS};
 
 /// A claim as the guard keeps it.
 #[derive(Debug, Clone)]
@@ -119,30 +119,8 @@ impl FakeGuard {
         }
     }
 
-    /// The levels above `key` and their limits: the authority's own where it was told them (a
-    /// holder learns them from its first grant; in this one world, at once).
-    fn levels(&self, key: &KeyRecord) -> Vec<(String, LimitSpec)> {
-        let levels = self.config.levels(key).into_iter();
-        levels
-            .map(|(level, spec)| {
-                let spec = self.told_limits(&level).unwrap_or(spec);
-                (level, spec)
-            })
-            .collect()
-    }
-
-    /// The limits `level`'s authority was told, while they hold.
-    fn told_limits(&self, level: &str) -> Option<LimitSpec> {
-        let now = self.clock.get();
-        self.level_limits
-            .borrow()
-            .get(level)
-            .filter(|(_, _, until)| *until > now)
-            .map(|(limits, _, _)| *limits)
-    }
-
     /// A new grant or lease id.
-    fn next_id(&self, kind: &str) -> String {
+    pub(super) fn next_id(&self, kind: &str) -> String {
         self.ids.set(self.ids.get() + 1);
         format!("{kind}-{}", self.ids.get())
     }
@@ -282,34 +260,6 @@ impl FakeGuard {
         }
     }
 
-    /// A level's authority takes back what a holder did not use of a grant, once.
-    fn take_back_grant(&self, level: &str, back: &GiveBack) {
-        let mut counters = self.counters.borrow().get(level).copied().unwrap_or_default();
-        if let Some(Kept { row: (grant, returned), .. }) = self.grants.borrow_mut().get_mut(&back.grant_id) {
-            accept_give_back(&mut counters, self.clock.get(), grant, returned, back);
-        }
-        self.counters.borrow_mut().insert(level.to_owned(), counters);
-    }
-
-    /// The keys' guards' alarms (the real guard sets one at each grant's end): grants that ended
-    /// are given back to their levels.
-    fn run_alarms(&self) {
-        let now = self.clock.get();
-        let ended: Vec<((String, String), Held)> = self
-            .held
-            .borrow()
-            .iter()
-            .filter(|(_, h)| h.until_ms <= now)
-            .map(|(k, h)| (k.clone(), h.clone()))
-            .collect();
-        for ((holder, level), held) in ended {
-            self.held.borrow_mut().remove(&(holder, level.clone()));
-            if let Some(back) = held.give_back() {
-                self.take_back_grant(&level, &back);
-            }
-        }
-    }
-
     fn held_of(&self, key: &KeyRecord, levels: &[(String, LimitSpec)]) -> Vec<Option<Held>> {
         let held = self.held.borrow();
         levels.iter().map(|(level, _)| held.get(&(key.key_hash.clone(), level.clone())).cloned()).collect()
@@ -348,26 +298,6 @@ impl FakeGuard {
         for (level, back) in late {
             self.take_back_grant(&level, &back);
         }
-    }
-
-    /// A level's authority: takes back what `last` did not use (once), then grants.
-    fn exchange(&self, level: &str, spec: &LimitSpec, last: Option<&Held>, cost: u32) -> Grant {
-        let now = self.clock.get();
-        if let Some(back) = last.and_then(Held::give_back) {
-            self.take_back_grant(level, &back);
-        }
-        let counters = self.counters.borrow().get(level).copied().unwrap_or_default();
-        let grant_id = self.next_id("grant");
-        let want = Held::want(last, now, cost);
-        let told = self.told_limits(level);
-        let (grant, next) = grant(counters, now, &told.unwrap_or(*spec), &grant_id, cost, want);
-        self.counters.borrow_mut().insert(level.to_owned(), next);
-        // As the real authority: a grant of credits is kept until a give-back can still come.
-        if let Some(keep_until) = grant_kept_until(&grant) {
-            let row = (grant.clone(), Returned::default());
-            self.grants.borrow_mut().insert(grant_id, Kept { row, object: level.to_owned(), keep_until });
-        }
-        grant
     }
 
     fn claim(&self, key_hash: &str, request: &ClaimRequest) -> ClaimDecision {

@@ -14,6 +14,7 @@ pub mod audit;
 mod delivery;
 pub mod gateway;
 pub mod guard;
+mod guard_levels;
 mod guard_storage;
 pub mod ingest;
 pub mod origin;

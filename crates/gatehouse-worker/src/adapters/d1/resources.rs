@@ -3,7 +3,7 @@
 
 use worker::D1PreparedStatement;
 
-use super::webhooks::fan_out;
+use super::webhook_rows::fan_out;
 use super::{int, opt_text, text, D1Store};
 use gatehouse_core::page::PageRequest;
 use gatehouse_core::ports::{PortError, Resources, RunStart};

@@ -1,7 +1,9 @@
 //! Subscriptions, deliveries and attempts: the [`WebhookStore`] port.
 
 use wasm_bindgen::JsValue;
+use worker::D1PreparedStatement;
 
+use super::webhook_rows::{fan_out, recovered, WebhookRecord};
 use super::{after, int, opt_int, opt_text, result_ids, text, D1Store};
 use crate::adapters::deadline::within;
 use gatehouse_core::page::PageRequest;
@@ -17,49 +19,6 @@ const WEBHOOK_COLUMNS: &str = "id, project_id, url, events, secret, status, disa
 const DELIVERY_COLUMNS: &str =
     "id, project_id, webhook_id, event_id, event, payload, request_id, status, attempts, schedule_from,
   scheduled_at, last_response_code, last_error, created_at, updated_at";
-
-/// What a recovery (SPEC §17) sets: pending and due at `at` (a parameter), its schedule starting
-/// over.
-fn recovered(at: &str) -> String {
-    format!(
-        "status = 'pending', scheduled_at = {at}, schedule_from = attempts, retry_requested = 0,
-         swept_at = NULL, updated_at = {at}"
-    )
-}
-
-/// A subscription as SQLite returns it (`events` is JSON text).
-#[derive(serde::Deserialize)]
-struct WebhookRecord {
-    id: String,
-    project_id: String,
-    url: String,
-    events: String,
-    secret: String,
-    status: String,
-    disabled_reason: Option<String>,
-    created_at: i64,
-    previous_secret: Option<String>,
-    previous_secret_until: Option<i64>,
-}
-
-impl WebhookRecord {
-    fn into_webhook(self) -> Result<Webhook, PortError> {
-        Ok(Webhook {
-            events: serde_json::from_str(&self.events).map_err(PortError::from_display)?,
-            id: self.id,
-            project_id: self.project_id,
-            url: self.url,
-            secret: StoredSecret::from_column(self.secret),
-            previous_secret: self
-                .previous_secret
-                .map(StoredSecret::from_column)
-                .zip(self.previous_secret_until),
-            status: self.status,
-            disabled_reason: self.disabled_reason,
-            created_at: self.created_at,
-        })
-    }
-}
 
 impl D1Store {
     async fn webhook_rows(&self, sql: &str, args: &[JsValue]) -> Result<Vec<Webhook>, PortError> {
@@ -78,6 +37,25 @@ impl D1Store {
             &[text(&ids)],
         )
         .await
+    }
+
+    /// The statement that writes an attempt's row (replacing an "interrupted" one of that number).
+    fn attempt_row(&self, a: &Attempt) -> Result<D1PreparedStatement, PortError> {
+        self.statement(
+            "INSERT OR REPLACE INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms,
+               response_code, response_excerpt, error, next_retry_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            &[
+                text(&a.delivery_id),
+                int(a.attempt.into()),
+                int(a.started_at),
+                int(a.duration_ms),
+                opt_int(a.response_code.map(i64::from)),
+                opt_text(a.response_excerpt.as_deref()),
+                opt_text(a.error.as_deref()),
+                opt_int(a.next_retry_at),
+            ],
+        )
     }
 }
 
@@ -410,20 +388,7 @@ impl WebhookStore for D1Store {
         }
         let now = a.started_at + a.duration_ms;
         let statements = vec![
-            self.statement(
-                "INSERT OR REPLACE INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms,
-                   response_code, response_excerpt, error, next_retry_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL)",
-                &[
-                    text(&a.delivery_id),
-                    int(a.attempt.into()),
-                    int(a.started_at),
-                    int(a.duration_ms),
-                    opt_int(a.response_code.map(i64::from)),
-                    opt_text(a.response_excerpt.as_deref()),
-                    opt_text(a.error.as_deref()),
-                ],
-            )?,
+            self.attempt_row(a)?,
             // The target has it: delivered, whatever attempt the delivery is at (one in flight
             // records nothing over it: it needs the delivery pending).
             self.statement(
@@ -457,21 +422,7 @@ impl WebhookStore for D1Store {
         let now = a.started_at + a.duration_ms;
         let mut statements = vec![
             // A real outcome replaces an "interrupted" row written after this attempt's lease ran out.
-            self.statement(
-                "INSERT OR REPLACE INTO webhook_attempts (delivery_id, attempt, started_at, duration_ms,
-                   response_code, response_excerpt, error, next_retry_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                &[
-                    text(&a.delivery_id),
-                    int(a.attempt.into()),
-                    int(a.started_at),
-                    int(a.duration_ms),
-                    opt_int(a.response_code.map(i64::from)),
-                    opt_text(a.response_excerpt.as_deref()),
-                    opt_text(a.error.as_deref()),
-                    opt_int(a.next_retry_at),
-                ],
-            )?,
+            self.attempt_row(a)?,
             // Only while this attempt holds the delivery and it is pending (a subscription deleted
             // meanwhile wins); a manual retry requested meanwhile makes it due now. The attempt
             // consumed what a sweep queued, so the sweep may queue the next one once it is overdue
@@ -622,20 +573,4 @@ impl WebhookStore for D1Store {
         )
         .await
     }
-}
-
-/// One pending delivery of an event for every active subscription of its project that takes its
-/// type, where `condition` also holds: ?1 project, ?2 event id, ?3 type, ?4 payload, ?5 request
-/// id, ?6 now. A delivery that exists already is left as it is.
-pub(super) fn fan_out(condition: &str) -> String {
-    format!(
-        "INSERT OR IGNORE INTO webhook_deliveries (id, project_id, webhook_id, event_id, event, payload,
-           request_id, status, attempts, scheduled_at, created_at, updated_at)
-         SELECT 'dlv_' || lower(hex(randomblob(13))), ?1, w.id, ?2, ?3, ?4, ?5, 'pending', 0, ?6, ?6, ?6
-         FROM webhooks w
-         WHERE w.project_id = ?1 AND w.status = 'active'
-           AND EXISTS (SELECT 1 FROM json_each(w.events)
-                       WHERE value = ?3 OR (value = '*' AND substr(?3, 1, 6) <> 'usage.'))
-           AND {condition}"
-    )
 }
