@@ -82,14 +82,6 @@ pub enum ObjectKind {
 }
 
 impl ObjectKind {
-    pub const ALL: [ObjectKind; 5] = [
-        ObjectKind::KeyGuard,
-        ObjectKind::Authority,
-        ObjectKind::ClaimShard,
-        ObjectKind::LedgerShard,
-        ObjectKind::AddressGuard,
-    ];
-
     pub fn name(self) -> &'static str {
         match self {
             ObjectKind::KeyGuard => "key_guard",
