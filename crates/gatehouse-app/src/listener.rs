@@ -139,29 +139,25 @@ impl<P: Ports> Gateway<'_, P> {
             Some(_) => return Ok(answer(&delivery.status, next)),
             None => false,
         };
+        let duration_ms = report.duration_ms.min(self.config.webhook_timeout_ms) as i64;
+        let started = call.now_ms - duration_ms;
         if late {
-            if report.status_code.is_some_and(|code| !(100..=599).contains(&code)) {
-                return Err(ApiError::unprocessable("status_code must be an HTTP status, 100–599")
-                    .with_detail("field", "status_code"));
-            }
-            let duration_ms = report.duration_ms.min(self.config.webhook_timeout_ms) as i64;
+            let outcome = reported_outcome(&report)?;
+            let (response_code, response_excerpt, error) = match outcome {
+                ReceiverOutcome::Answered { status, excerpt, .. } => (Some(status), Some(excerpt), None),
+                ReceiverOutcome::Unreachable(error) => (None, None, Some(error)),
+            };
+            let delivered = response_code.is_some_and(|code| (200..300).contains(&code));
             let attempt = Attempt {
                 delivery_id: delivery.id.clone(),
                 attempt: report.attempt,
-                started_at: call.now_ms - duration_ms,
+                started_at: started,
                 duration_ms,
-                response_code: report.status_code,
-                response_excerpt: report
-                    .response_excerpt
-                    .as_deref()
-                    .map(|e| webhook::response_excerpt(e.as_bytes())),
-                error: report
-                    .status_code
-                    .is_none()
-                    .then(|| report.error.clone().unwrap_or_else(|| "no answer".into())),
+                response_code,
+                response_excerpt,
+                error,
                 next_retry_at: None,
             };
-            let delivered = report.status_code.is_some_and(|code| (200..300).contains(&code));
             let status = self.store.record_late_report(&attempt, delivered).await.map_err(unavailable)?;
             return Ok(answer(&status, next.filter(|_| status == "pending")));
         }
@@ -172,23 +168,10 @@ impl<P: Ports> Gateway<'_, P> {
             ))
             .with_detail("attempt", delivery.attempts));
         }
-        if report.status_code.is_some_and(|code| !(100..=599).contains(&code)) {
-            return Err(ApiError::unprocessable("status_code must be an HTTP status, 100–599")
-                .with_detail("field", "status_code"));
-        }
-        let outcome = match (report.status_code, report.error) {
-            (Some(status), _) => ReceiverOutcome::Answered {
-                status,
-                retry_after: None,
-                excerpt: webhook::response_excerpt(report.response_excerpt.unwrap_or_default().as_bytes()),
-            },
-            (None, error) => ReceiverOutcome::Unreachable(error.unwrap_or_else(|| "no answer".into())),
-        };
+        let outcome = reported_outcome(&report)?;
         let config = self.config;
         let step = report.attempt.saturating_sub(delivery.schedule_from);
         let verdict = judge(step, &outcome, &config.webhook_retry_schedule, jitter(), call.now_ms);
-        let duration_ms = report.duration_ms.min(config.webhook_timeout_ms) as i64;
-        let started = call.now_ms - duration_ms;
         let attempt =
             attempt_of(&delivery.id, report.attempt, started, call.now_ms, &verdict, Some(&outcome));
         // A 410 from a listener's local target does not disable a cli subscription (SPEC §23):
@@ -202,5 +185,26 @@ impl<P: Ports> Gateway<'_, P> {
             let _ = self.deliveries.enqueue(std::slice::from_ref(&delivery.id), delay).await;
         }
         Ok(answer(verdict.status, verdict.next_attempt_ms))
+    }
+}
+
+/// What a listener reports its local target answered: a status (100–599, else 422) with an excerpt,
+/// or an error when it got no answer.
+fn reported_outcome(report: &wire::DeliveryReport) -> Result<ReceiverOutcome, ApiError> {
+    match (report.status_code, &report.error) {
+        (Some(status), _) if !(100..=599).contains(&status) => {
+            Err(ApiError::unprocessable("status_code must be an HTTP status, 100–599")
+                .with_detail("field", "status_code"))
+        }
+        (Some(status), _) => Ok(ReceiverOutcome::Answered {
+            status,
+            retry_after: None,
+            excerpt: webhook::response_excerpt(
+                report.response_excerpt.as_deref().unwrap_or_default().as_bytes(),
+            ),
+        }),
+        (None, error) => {
+            Ok(ReceiverOutcome::Unreachable(error.clone().unwrap_or_else(|| "no answer".into())))
+        }
     }
 }

@@ -420,15 +420,17 @@ impl Config {
     /// Whether an authenticated request of a key on `plan` that was answered `status` bills
     /// (SPEC §22); a plan `PLANS` no longer has bills as trial does.
     pub fn bills(&self, plan: &str, status: u16) -> bool {
-        let name = if self.plans.contains_key(plan) { plan } else { DEFAULT_PLAN };
-        self.billable.get(name).map_or_else(|| Billable::default().bills(status), |b| b.bills(status))
+        self.billable
+            .get(self.plan_name(plan))
+            .map_or_else(|| Billable::default().bills(status), |b| b.bills(status))
     }
 
     /// Whether a request of `scope` by a key on `plan` is exempt from the windows, the quota and
-    /// billing (its route class is in the plan's `exempt`).
+    /// billing (its route class is in the plan's `exempt`); a plan `PLANS` no longer has is trial.
     pub fn exempts(&self, plan: &str, scope: Scope) -> bool {
-        let name = if self.plans.contains_key(plan) { plan } else { DEFAULT_PLAN };
-        self.exempt.get(name).is_some_and(|classes| classes.iter().any(|c| c == scope.class()))
+        self.exempt
+            .get(self.plan_name(plan))
+            .is_some_and(|classes| classes.iter().any(|c| c == scope.class()))
     }
 
     /// Units of the windows and the quota a request of `scope` takes for a key on `plan`: none
@@ -451,8 +453,17 @@ impl Config {
     }
 
     /// The plan named, or the trial plan when `PLANS` no longer has it (rather than no limit).
+    /// `plan`, or the trial plan's name when `PLANS` no longer has it.
+    fn plan_name<'a>(&self, plan: &'a str) -> &'a str {
+        if self.plans.contains_key(plan) {
+            plan
+        } else {
+            DEFAULT_PLAN
+        }
+    }
+
     pub fn plan_or_trial(&self, name: &str) -> &Plan {
-        self.plan(name).or_else(|| self.plan(DEFAULT_PLAN)).expect("PLANS has trial")
+        self.plans.get(self.plan_name(name)).expect("PLANS has trial")
     }
 
     /// The one window of an owner key's dashboard budget ([`crate::budget`]).

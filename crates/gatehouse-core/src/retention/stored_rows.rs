@@ -1,7 +1,8 @@
 //! What one object keeps, counted as the platform counts it (SPEC §23): rows grouped by table and
-//! by the time they may go, with their bytes. The fakes keep one per object and refuse a write
-//! past the platform's 10 GB, as Durable Objects do; the soak model drives months of rows through
-//! it with the purge rule of [`super`] — at most [`PURGE_BATCH_ROWS`] rows of a table per pass.
+//! by the time they may go, with their bytes; a write past the platform's 10 GB is refused, as
+//! Durable Objects refuse it. The soak model drives months of rows through it with the purge rule
+//! of [`super`] — at most [`PURGE_BATCH_ROWS`] rows of a table per pass. (The fake guard counts
+//! the rows it holds itself: `fakes/guard_storage.rs` in gatehouse-app.)
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,7 @@
 //! Thin adapters: the only code that touches `worker::{Env, D1Database, Stub, …}`. Each implements
 //! a port of `gatehouse_core::ports` and converts, nothing more.
 
+pub mod alarm;
 pub mod archive;
 pub mod audit;
 pub mod body;

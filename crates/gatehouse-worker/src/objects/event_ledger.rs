@@ -7,16 +7,16 @@
 //! passes (`retention::PURGE_BATCH_ROWS`) with each reserve and check, and from the object's alarm,
 //! set by the oldest row's end, when it is called no more (SPEC §23).
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
 use serde::Deserialize;
 use worker::{
-    durable_object, js_sys, wasm_bindgen, DurableObject, Env, Request, Response, Result, ScheduledTime,
-    SqlStorage, State, Storage,
+    durable_object, wasm_bindgen, DurableObject, Env, Request, Response, Result, SqlStorage, State,
 };
 
+use crate::adapters::alarm::Alarm;
 use crate::adapters::deadline::within;
 use crate::adapters::durable;
 use crate::adapters::env::config;
@@ -34,9 +34,7 @@ use gatehouse_core::retention::{next_alarm, PURGE_BATCH_ROWS};
 pub struct EventLedgerObject {
     env: Env,
     sql: SqlStorage,
-    storage: Storage,
-    /// When the alarm is set to run, once known (read from storage, or as this instance set it).
-    alarm_at: Cell<Option<Option<i64>>>,
+    alarm: Alarm,
     /// Reserve calls a second, for the split decision (lost with the isolate: it counts again).
     rate: RefCell<RequestRate>,
     /// Its checks of its parent, batched (SPEC §20: no object above ~500 calls/s).
@@ -88,6 +86,11 @@ impl EventLedgerObject {
     /// Makes sure the alarm runs by the time the oldest row leaves the window, so a shard that is
     /// called no more empties itself.
     async fn wake_for_oldest(&self, window_ms: i64, now_ms: i64) -> Result<()> {
+        // Rows written now leave after every row an alarm already set is for: that alarm comes
+        // first and sets the next one (no query on a reserve's path while one is set).
+        if self.alarm.is_set() {
+            return Ok(());
+        }
         #[derive(Deserialize)]
         struct Oldest {
             at_ms: Option<i64>,
@@ -99,22 +102,7 @@ impl EventLedgerObject {
             .pop()
             .and_then(|o| o.at_ms);
         let Some(at) = next_alarm(now_ms, oldest.map(|at| at + window_ms)) else { return Ok(()) };
-        let current = match self.alarm_at.get() {
-            Some(known) => known,
-            None => {
-                let stored = self.storage.get_alarm().await?.map(crate::adapters::clock::clock_ms);
-                self.alarm_at.set(Some(stored));
-                stored
-            }
-        };
-        if current.is_none_or(|current| current > at) {
-            let real = crate::adapters::clock::real_ms(at) as f64;
-            self.storage
-                .set_alarm(ScheduledTime::new(js_sys::Date::new(&js_sys::Number::from(real))))
-                .await?;
-            self.alarm_at.set(Some(Some(at)));
-        }
-        Ok(())
+        self.alarm.set_by(at).await
     }
 
     fn set_split(&self, which: &str, at_ms: i64) {
@@ -190,8 +178,7 @@ impl DurableObject for EventLedgerObject {
         Self {
             env,
             sql,
-            storage: state.storage(),
-            alarm_at: Cell::new(None),
+            alarm: Alarm::new(state.storage()),
             rate: RefCell::default(),
             checks: ParentChecks::default(),
         }
@@ -200,7 +187,7 @@ impl DurableObject for EventLedgerObject {
     /// An idle shard's old rows go, a batch at a time (a few passes per alarm), then it sleeps until
     /// its next oldest row leaves the window.
     async fn alarm(&self) -> Result<Response> {
-        self.alarm_at.set(Some(None));
+        self.alarm.ran();
         let config = config(&self.env).map_err(|e| worker::Error::RustError(e.to_string()))?;
         crate::adapters::clock::follow(&self.env).await.map_err(|e| worker::Error::RustError(e.0))?;
         let now_ms = crate::adapters::clock::now_ms();

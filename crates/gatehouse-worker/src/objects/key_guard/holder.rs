@@ -156,7 +156,7 @@ impl KeyGuardObject {
         lease.held = (grant.credits > 0).then(|| Held::from_grant(&grant));
         self.keep_lease(level, lease)?;
         if grant.credits > 0 {
-            self.set_alarm_by(grant.until_ms).await?;
+            self.alarm.set_by(grant.until_ms).await?;
         }
         Ok(grant)
     }

@@ -53,7 +53,7 @@ impl KeyGuardObject {
         give_back: &[GiveBack],
     ) -> Result<()> {
         if self.take_back_leases(key, give_back)? {
-            self.set_alarm_by(now_ms() + OWED_GIVE_BACK_MS).await?;
+            self.alarm.set_by(now_ms() + OWED_GIVE_BACK_MS).await?;
         }
         Ok(())
     }

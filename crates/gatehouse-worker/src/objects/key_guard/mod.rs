@@ -28,11 +28,9 @@ use std::rc::Rc;
 
 use serde::Deserialize;
 use worker::wasm_bindgen::prelude::{wasm_bindgen, JsValue};
-use worker::{
-    console_log, durable_object, js_sys, DurableObject, Env, Request, Response, Result, ScheduledTime,
-    SqlStorage, State, Storage,
-};
+use worker::{console_log, durable_object, DurableObject, Env, Request, Response, Result, SqlStorage, State};
 
+use crate::adapters::alarm::Alarm;
 use crate::adapters::clock::{self, now_ms};
 use crate::adapters::{durable, env::config};
 use gatehouse_core::api_key::KeyRecord;
@@ -51,9 +49,7 @@ use gatehouse_core::retention::{next_alarm, purge_due};
 pub struct KeyGuardObject {
     env: Env,
     sql: SqlStorage,
-    storage: Storage,
-    /// When the alarm is set to run, once known (read from storage, or as this instance set it).
-    alarm_at: Cell<Option<Option<i64>>>,
+    alarm: Alarm,
     /// Whether the guard's tables exist, once looked up.
     tables: Cell<Option<bool>>,
     /// The record and until when it is used without reading it again.
@@ -111,8 +107,7 @@ impl DurableObject for KeyGuardObject {
         Self {
             env,
             sql: state.storage().sql(),
-            storage: state.storage(),
-            alarm_at: Cell::new(None),
+            alarm: Alarm::new(state.storage()),
             tables: Cell::new(None),
             key: RefCell::new(None),
             loading: SingleFlight::default(),
@@ -139,16 +134,16 @@ impl DurableObject for KeyGuardObject {
     /// Gives back what the grants this guard held of levels above its key did not use (SPEC §20),
     /// and purges what is past its keeping (SPEC §23) — also on an object nobody calls any more.
     async fn alarm(&self) -> Result<Response> {
-        self.alarm_at.set(Some(None));
+        self.alarm.ran();
         self.follow_clock().await?;
         let now = now_ms();
         let give_back = self.give_back_ended(now).await?;
         let purge = match self.has_tables()? {
-            true => self.purge(now)?,
+            true => next_alarm(now, self.purge(now)?),
             false => None,
         };
         if let Some(at) = [give_back, purge].into_iter().flatten().min() {
-            self.set_alarm_by(at).await?;
+            self.alarm.set_by(at).await?;
         }
         Response::ok("")
     }
@@ -185,7 +180,7 @@ impl KeyGuardObject {
         let answer = self.run(command).await?;
         if let Some(due) = self.purge_by.take() {
             if let Some(at) = next_alarm(now_ms(), Some(due)) {
-                self.set_alarm_by(at).await?;
+                self.alarm.set_by(at).await?;
             }
         }
         Ok(answer)
@@ -235,8 +230,8 @@ impl KeyGuardObject {
         }
     }
 
-    /// One bounded purge pass over every role's tables (SPEC §23). Answers when the object should
-    /// wake for the next one (the earliest keep-until still in storage), if ever.
+    /// One bounded purge pass over every role's tables (SPEC §23). Answers the earliest keep-until
+    /// still in storage, if any (what the next pass waits for).
     fn purge(&self, now: i64) -> Result<Option<i64>> {
         let passes = [
             self.purge_isolate_leases(now)?,
@@ -250,34 +245,12 @@ impl KeyGuardObject {
         if left_behind {
             console_log!(r#"{{"component":"key_guard","event":"purge_behind"}}"#);
         }
-        Ok(next_alarm(now, due))
+        Ok(due)
     }
 
     /// A row that must go by `at` was written: the alarm is set by then when the command ends.
     fn purge_by(&self, at: i64) {
         self.purge_by.set(Some(self.purge_by.get().map_or(at, |p| p.min(at))));
-    }
-
-    /// Makes sure the alarm runs at `at` at the latest (never moving an earlier one later: an
-    /// instance that does not know the alarm reads it first).
-    async fn set_alarm_by(&self, at: i64) -> Result<()> {
-        let current = match self.alarm_at.get() {
-            Some(known) => known,
-            None => {
-                let stored = self.storage.get_alarm().await?.map(clock::clock_ms);
-                self.alarm_at.set(Some(stored));
-                stored
-            }
-        };
-        if current.is_none_or(|current| current > at) {
-            // At that time, not that far from now (an `i64` is an offset to `set_alarm`: every
-            // alarm of an earlier version was set at twice the time, decades ahead). The runtime
-            // runs alarms by the real time (the test kit's clock may be ahead of it).
-            let real = js_sys::Date::new(&js_sys::Number::from(clock::real_ms(at) as f64));
-            self.storage.set_alarm(ScheduledTime::new(real)).await?;
-            self.alarm_at.set(Some(Some(at)));
-        }
-        Ok(())
     }
 
     fn config(&self) -> Result<&'static Config> {
