@@ -11,7 +11,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::rc::Rc;
 use std::time::Instant;
 
-use super::audit::{read_log_page, roll_up, RollUpLimits};
+use super::audit::read_log_page;
+use super::roll_up::{roll_up, RollUpLimits};
 use super::queues::{consume, Disposition, Incoming};
 use crate::fakes::audit::FakeArchive;
 use crate::fakes::queue::FakeDeadLetters;
@@ -98,7 +99,7 @@ fn run(total: u64) -> Load {
         consume_secs += started.elapsed().as_secs_f64();
         let started = Instant::now();
         let cutoff = hot_cutoff(hour_end, HOT_SECONDS);
-        while !complete(roll_up(&store, &archive, cutoff, RollUpLimits::PER_MINUTE, || 0))
+        while !complete(roll_up(&store, &archive, cutoff, RollUpLimits::PER_MINUTE, &crate::cron::RunBudget::unbounded(), || 0))
             .expect("no faults")
             .done
         {}

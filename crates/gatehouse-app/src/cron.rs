@@ -1,8 +1,11 @@
-//! The minute cron's jobs (SPEC §19): each takes a lease, so no two runs of one job overlap, and
-//! each runs on its own, so one failing job never skips the others. A job bounds its own time
-//! (the roll-up by [`RollUpLimits::time_box_ms`](super::RollUpLimits)); its lease outlasts that
-//! time plus the deadline of the last binding call it may be waiting on.
+//! The minute cron's jobs (SPEC §19, §23): each takes a lease, so no two runs of one job overlap,
+//! and each runs on its own, so one failing job never skips the others. The jobs share one
+//! invocation's subrequests, D1 queries and time through one [`RunBudget`]: a job takes its part
+//! before each step and stops when the budget says no, so however many tenants there are, a run
+//! stays inside the platform's limits and the next run carries on. A job's lease outlasts its time
+//! plus the deadline of the last binding call it may be waiting on.
 
+use std::cell::Cell;
 use std::future::Future;
 
 use futures_util::future::LocalBoxFuture;
@@ -12,6 +15,69 @@ use gatehouse_core::ports::{JobLeases, Lease, PortError};
 /// How long a job's lease lasts: longer than its time box plus the deadline of the call it may
 /// wait on last, shorter than the minute to the next run.
 pub const LEASE_MS: i64 = 55_000;
+
+/// What one invocation of the minute cron may still spend, shared by its jobs in turn.
+#[derive(Debug)]
+pub struct RunBudget {
+    /// Subrequests left: D1 queries, R2, Queues and Durable Object calls.
+    calls: Cell<u32>,
+    /// D1 queries left (D1 counts them on its own as well).
+    d1: Cell<u32>,
+    /// When the run starts no further step (Unix ms).
+    ends_at_ms: i64,
+}
+
+impl RunBudget {
+    /// The invocation's limits less a margin for the calls made before and around the jobs (the
+    /// test clock, the leases): 10,000 subrequests and 1,000 D1 queries on Workers Paid.
+    pub const CALLS: u32 = gatehouse_core::platform::WORKER_MAX_SUBREQUESTS as u32 - 200;
+    pub const D1_QUERIES: u32 = gatehouse_core::platform::D1_MAX_QUERIES_PER_INVOCATION as u32 - 100;
+    /// A run starts no step after this long: it ends well inside the jobs' leases ([`LEASE_MS`]),
+    /// a step's slowest call's deadline included.
+    pub const TIME_MS: i64 = 30_000;
+
+    pub fn new(calls: u32, d1: u32, ends_at_ms: i64) -> Self {
+        RunBudget { calls: Cell::new(calls), d1: Cell::new(d1), ends_at_ms }
+    }
+
+    /// The whole budget of a minute-cron invocation started at `now_ms`.
+    pub fn minute(now_ms: i64) -> Self {
+        Self::new(Self::CALLS, Self::D1_QUERIES, now_ms + Self::TIME_MS)
+    }
+
+    /// A budget that never says no (tests of a job's own logic).
+    pub fn unbounded() -> Self {
+        Self::new(u32::MAX, u32::MAX, i64::MAX)
+    }
+
+    /// Takes `d1` queries and `calls` other subrequests, if both are left and the run's time is
+    /// not up at `now_ms`; answers whether it did (nothing is taken otherwise).
+    pub fn take(&self, now_ms: i64, d1: u32, calls: u32) -> bool {
+        self.grant(now_ms, d1, calls, 1, 0) == 1
+    }
+
+    /// Takes `d1` queries and `calls` subrequests once, and `unit_calls` more for each of up to
+    /// `wanted` units: answers how many units it took (0: it took nothing at all).
+    pub fn grant(&self, now_ms: i64, d1: u32, calls: u32, wanted: usize, unit_calls: u32) -> usize {
+        let fixed = d1.saturating_add(calls);
+        if now_ms >= self.ends_at_ms || self.d1.get() < d1 || self.calls.get() < fixed {
+            return 0;
+        }
+        let spare = (self.calls.get() - fixed) / unit_calls.max(1);
+        let units = wanted.min(spare as usize);
+        if units == 0 {
+            return 0;
+        }
+        self.d1.set(self.d1.get() - d1);
+        self.calls.set(self.calls.get() - fixed - units as u32 * unit_calls);
+        units
+    }
+
+    /// Subrequests and D1 queries left.
+    pub fn left(&self) -> (u32, u32) {
+        (self.calls.get(), self.d1.get())
+    }
+}
 
 /// One job of the minute cron: its name (and its lease's) and its work, which answers what it did
 /// as log fields (empty: nothing worth a line).
@@ -67,6 +133,20 @@ mod tests {
     use super::*;
     use crate::fakes::FakeStore;
     use crate::sim::{complete, Faults};
+
+    #[test]
+    fn the_budget_grants_what_is_left_and_nothing_past_its_time() {
+        let budget = RunBudget::new(100, 10, 1_000);
+        // 3 queries, 1 call, then 10 calls a unit: 9 units fit in the 96 calls left.
+        assert_eq!(budget.grant(0, 3, 1, 50, 10), 9);
+        assert_eq!(budget.left(), (6, 7));
+        assert!(!budget.take(0, 8, 0), "more queries than are left");
+        assert_eq!(budget.left(), (6, 7), "a refusal takes nothing");
+        assert!(budget.take(0, 2, 1));
+        assert_eq!(budget.grant(0, 1, 0, 5, 10), 0, "no unit fits: nothing taken");
+        assert_eq!(budget.left(), (3, 5));
+        assert!(!budget.take(1_000, 0, 1), "the run's time is up");
+    }
 
     #[test]
     fn a_second_run_while_the_first_holds_the_lease_does_nothing_and_a_lapsed_lease_is_taken() {

@@ -375,7 +375,7 @@ mod tests {
             created_at: T0 + 1_000,
         });
         let limits = RollUpLimits {
-            rows_per_slice: 1 + faults.below(4) as usize,
+            rows_per_batch: 1 + faults.below(4) as usize,
             slices_per_run: 3,
             time_box_ms: i64::MAX,
         };
@@ -397,7 +397,7 @@ mod tests {
             faults.set_failure_rate([0.0, 0.1, 0.3][faults.below(3) as usize]);
             let crash = [0.0, 0.02, 0.1][faults.below(3) as usize];
             for _ in 0..1 + faults.below(3) {
-                let _ = drive(roll_up(&store, &bucket, cutoff, limits, || cutoff), &faults, crash);
+                let _ = drive(roll_up(&store, &bucket, cutoff, limits, &crate::cron::RunBudget::unbounded(), || cutoff), &faults, crash);
                 let _ =
                     drive(make_digests(&store, &bucket, &signer, HOUR, cutoff, || cutoff), &faults, crash);
                 check_chain(&store, &bucket, &signer, false)
@@ -407,7 +407,7 @@ mod tests {
         }
         let end = T0 + 8 * HOUR;
         for _ in 0..20 {
-            complete(roll_up(&store, &bucket, end, limits, || end)).map_err(|e| e.0)?;
+            complete(roll_up(&store, &bucket, end, limits, &crate::cron::RunBudget::unbounded(), || end)).map_err(|e| e.0)?;
             complete(make_digests(&store, &bucket, &signer, HOUR, end, || end)).map_err(|e| e.0)?;
         }
         let digests = check_chain(&store, &bucket, &signer, true)?;
@@ -443,8 +443,8 @@ mod tests {
         let cutoff = T0 + 2 * HOUR;
         let report = complete(make_digests(&store, &bucket, &signer, HOUR, cutoff, || cutoff)).unwrap();
         assert_eq!(report, DigestReport { digests: 0, objects: 0, waiting: 1, failed: vec![] });
-        let limits = RollUpLimits { rows_per_slice: 10, slices_per_run: 10, time_box_ms: i64::MAX };
-        complete(roll_up(&store, &bucket, cutoff, limits, || cutoff)).unwrap();
+        let limits = RollUpLimits { rows_per_batch: 10, slices_per_run: 10, time_box_ms: i64::MAX };
+        complete(roll_up(&store, &bucket, cutoff, limits, &crate::cron::RunBudget::unbounded(), || cutoff)).unwrap();
         let report = complete(make_digests(&store, &bucket, &signer, HOUR, cutoff, || cutoff)).unwrap();
         assert_eq!(report, DigestReport { digests: 2, objects: 1, waiting: 0, failed: vec![] });
         assert_eq!(check_chain(&store, &bucket, &signer, true), Ok(2));
@@ -466,8 +466,8 @@ mod tests {
         complete(store.insert_audit_rows(&[row("r1", T0 + 10), row("r2", T0 + 20), row("r3", T0 + 30)]))
             .unwrap();
         let cutoff = T0 + HOUR;
-        let limits = RollUpLimits { rows_per_slice: 10, slices_per_run: 10, time_box_ms: i64::MAX };
-        complete(roll_up(&store, &bucket, cutoff, limits, || cutoff)).unwrap();
+        let limits = RollUpLimits { rows_per_batch: 10, slices_per_run: 10, time_box_ms: i64::MAX };
+        complete(roll_up(&store, &bucket, cutoff, limits, &crate::cron::RunBudget::unbounded(), || cutoff)).unwrap();
         let key = bucket.objects.borrow().keys().next().unwrap().clone();
         let written = bucket.objects.borrow()[&key].clone();
         let forged =
@@ -493,8 +493,8 @@ mod tests {
         b.project_id = Some("prj_b".into());
         complete(store.insert_audit_rows(&[row("r1", T0 + 10), b])).unwrap();
         let cutoff = T0 + HOUR;
-        let limits = RollUpLimits { rows_per_slice: 10, slices_per_run: 10, time_box_ms: i64::MAX };
-        complete(roll_up(&store, &bucket, cutoff, limits, || cutoff)).unwrap();
+        let limits = RollUpLimits { rows_per_batch: 10, slices_per_run: 10, time_box_ms: i64::MAX };
+        complete(roll_up(&store, &bucket, cutoff, limits, &crate::cron::RunBudget::unbounded(), || cutoff)).unwrap();
         let gone = bucket.objects.borrow().keys().find(|k| k.starts_with("audit/prj_a/")).cloned().unwrap();
         bucket.objects.borrow_mut().remove(&gone);
         complete(make_digests(&store, &bucket, &signer, HOUR, cutoff, || cutoff)).unwrap();

@@ -13,14 +13,13 @@ use gatehouse_core::guard::protocol::identity_authority;
 use gatehouse_core::identity::{self, Identity, IdentityChanges};
 use gatehouse_core::json_body;
 use gatehouse_core::page::{Cursor, PageRequest};
-use gatehouse_core::platform::WORKER_MAX_SUBREQUESTS;
 use gatehouse_core::ports::{Directory, IdentityInsert, KeyGuard, Ports};
 
-/// The most keys of one identity whose guards a change or a deletion tells (newest first): with
-/// the request's own calls (its guard, the D1 batch, its settlement) inside one invocation's
-/// 1,000 subrequests. The others read D1 again within their record's freshness (10 minutes), as
+/// The most keys of one identity whose guards a change or a deletion tells (newest first), six at
+/// a time: a request's answer within a few seconds (the invocation's 10,000 subrequests would
+/// allow more). The others read D1 again within their record's freshness (10 minutes), as
 /// docs/api/identities.md says.
-pub const IDENTITY_CHANGE_TELLS: usize = WORKER_MAX_SUBREQUESTS - 100;
+pub const IDENTITY_CHANGE_TELLS: usize = 900;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -19,7 +19,7 @@ mod responses;
 pub use after_response::{AfterResponse, Settlement};
 pub use responses::failure;
 
-pub use audit::{move_legacy_audit_rows, roll_up, roll_up_each, RollUpLimits};
+pub use roll_up::{move_legacy_audit_rows, roll_up, roll_up_each, RollUpLimits, RollUpReport};
 pub use dead_letters::{redrive, RedriveReport};
 pub use digests::{make_digests, DigestReport};
 pub use usage::{export_usage, UsagePeriods, UsageReport};
@@ -41,6 +41,7 @@ mod projects;
 mod proxy;
 pub mod queues;
 mod resources;
+mod roll_up;
 #[cfg(any(test, feature = "testing"))]
 pub mod sim;
 #[cfg(test)]

@@ -52,6 +52,9 @@ pub struct Faults {
     failure_rate: Cell<f64>,
     /// Every faulty call, for the failure message of a seed.
     pub trace: RefCell<Vec<String>>,
+    /// Every call made (a subrequest or a D1 query on the platform), by what it was: counted so a
+    /// test can hold a job to the platform's limits per invocation.
+    pub calls: RefCell<std::collections::BTreeMap<String, u32>>,
 }
 
 impl Faults {
@@ -60,7 +63,15 @@ impl Faults {
             state: Cell::new(seed ^ 0x9E37_79B9_7F4A_7C15),
             failure_rate: Cell::new(failure_rate),
             trace: RefCell::default(),
+            calls: RefCell::default(),
         }
+    }
+
+    /// Calls made since the last time this was asked: (all, D1 queries: those named "d1…").
+    pub fn take_calls(&self) -> (u32, u32) {
+        let calls = std::mem::take(&mut *self.calls.borrow_mut());
+        let d1 = calls.iter().filter(|(k, _)| k.starts_with("d1")).map(|(_, n)| n).sum();
+        (calls.values().sum(), d1)
     }
 
     /// Calls made after this fail with probability `rate` (0 for a clean check phase).
@@ -105,6 +116,7 @@ impl Faults {
 
     /// How the next call named `what` goes (after one yield, where the flow may be stopped).
     pub async fn call(&self, what: &str) -> Fault {
+        *self.calls.borrow_mut().entry(what.to_owned()).or_default() += 1;
         YieldOnce(false).await;
         let rate = self.failure_rate.get();
         if rate <= 0.0 || !self.chance(rate) {

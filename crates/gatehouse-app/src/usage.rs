@@ -375,7 +375,7 @@ mod tests {
         let clock = Rc::new(Cell::new(T0));
         let (store, bucket, queue) = setup(&faults, &clock);
         let limits = RollUpLimits {
-            rows_per_slice: 1 + faults.below(4) as usize,
+            rows_per_batch: 1 + faults.below(4) as usize,
             slices_per_run: 4,
             time_box_ms: i64::MAX,
         };
@@ -414,7 +414,7 @@ mod tests {
             }
             waiting = still;
             let cutoff = now - 2 * MINUTE;
-            let _ = drive(roll_up(&store, &bucket, cutoff, limits, || now), &faults, crash);
+            let _ = drive(roll_up(&store, &bucket, cutoff, limits, &crate::cron::RunBudget::unbounded(), || now), &faults, crash);
             for _ in 0..1 + faults.below(2) {
                 let run_id = || {
                     runs += 1;
@@ -430,7 +430,7 @@ mod tests {
         }
         let end = T0 + (PERIODS + 2) * MINUTE;
         for _ in 0..30 {
-            complete(roll_up(&store, &bucket, end, limits, || end)).map_err(|e| e.0)?;
+            complete(roll_up(&store, &bucket, end, limits, &crate::cron::RunBudget::unbounded(), || end)).map_err(|e| e.0)?;
         }
         for _ in 0..5 {
             let run_id = || {

@@ -55,7 +55,8 @@ pub fn slice_start(day_prefix: &str, key: &str) -> Option<Cursor> {
     Some(Cursor { ts: ts.parse().ok()?, id: id.to_owned() })
 }
 
-fn position(c: &Cursor) -> (i64, &str) {
+/// A position as it sorts: by time, then by request id.
+pub fn position(c: &Cursor) -> (i64, &str) {
     (c.ts, c.id.as_str())
 }
 

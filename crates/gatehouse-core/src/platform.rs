@@ -52,13 +52,11 @@ pub const DO_MAX_OBJECT_BYTES: u64 = 10_000_000_000;
 pub const WORKER_MEMORY_BYTES: usize = 128 * 1024 * 1024;
 /// Workers: simultaneous open outbound connections per invocation.
 pub const WORKER_MAX_OPEN_CONNECTIONS: usize = 6;
-/// Workers: subrequests per invocation. Workers Paid allows 10,000 by default (set lower or higher
-/// with `[limits] subrequests` in wrangler.toml; Free: 50). Gatehouse states 1,000 in its
-/// `[limits]` and sizes every invocation's work against that.
-pub const WORKER_MAX_SUBREQUESTS: usize = 1_000;
-/// Workers Paid's default subrequests per invocation (2026), for the record: the code never
-/// counts on more than `WORKER_MAX_SUBREQUESTS`, which `wrangler.toml` sets.
-pub const WORKER_DEFAULT_SUBREQUESTS: usize = 10_000;
+/// Workers: subrequests per invocation (D1 queries, R2, KV, Queues and Durable Object calls, and
+/// `fetch`). Workers Paid allows 10,000 by default (2026; set with `[limits] subrequests` in
+/// wrangler.toml, which states this number; Free: 50). D1 counts its queries on its own as well:
+/// [`D1_MAX_QUERIES_PER_INVOCATION`].
+pub const WORKER_MAX_SUBREQUESTS: usize = 10_000;
 
 /// How long the code waits for one call to a binding before it treats it as failed (SPEC §19:
 /// every wait has a deadline; a call that never settles must not hold anything). A write that

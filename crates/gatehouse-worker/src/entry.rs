@@ -278,6 +278,8 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
         (Err(e), _) | (_, Err(e)) => return console_error!("scheduled {}: {e}", event.cron()),
     };
     let holder = gatehouse_core::encoding::hex(&app::random::<16>());
+    // One budget for every job of this invocation (SPEC §23).
+    let budget = app::cron::RunBudget::minute(now_ms());
 
     let sweep = async {
         let queue = WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING).map_err(port_error)?);
@@ -293,7 +295,7 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     };
     let limits = app::RollUpLimits::PER_MINUTE;
     let legacy_rows = async {
-        let moved = app::move_legacy_audit_rows(&legacy, &store, limits).await?;
+        let moved = app::move_legacy_audit_rows(&legacy, &store, limits, &budget, now_ms).await?;
         Ok(if moved > 0 { format!(r#""moved_rows":{moved}"#) } else { String::new() })
     };
     let roll_up = async {
@@ -303,15 +305,16 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
         // Each audit database on its own (SPEC §20).
         let stores: Vec<D1Store> =
             audit_dbs(&env, config).into_iter().map(|db| D1Store::new(db, Rc::default())).collect();
-        let r = app::roll_up_each(&stores, &archive, cutoff, limits, now_ms).await?;
-        Ok(match r.objects > 0 || r.copies > 0 || r.rewritten > 0 {
+        let r = app::roll_up_each(&stores, &archive, cutoff, limits, &budget, now_ms).await;
+        Ok(match r.objects > 0 || r.copies > 0 || r.rewritten > 0 || !r.failed.is_empty() {
             true => format!(
-                r#""rolled_rows":{},"copies":{},"objects":{},"rewritten":{},"done":{},"elapsed_ms":{}"#,
+                r#""rolled_rows":{},"copies":{},"objects":{},"rewritten":{},"done":{},"failed":{},"elapsed_ms":{}"#,
                 r.rolled,
                 r.copies,
                 r.objects,
                 r.rewritten,
                 r.done,
+                serde_json::to_string(&r.failed).unwrap_or_default(),
                 now_ms() - started
             ),
             false => String::new(),

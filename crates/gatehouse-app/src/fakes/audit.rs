@@ -13,7 +13,7 @@ use gatehouse_core::audit::{packed_for_d1, AuditRow, DayCount, EndpointCount, La
 use gatehouse_core::page::{Cursor, PageRequest};
 use gatehouse_core::platform::fits_d1_value;
 use gatehouse_core::ports::{
-    Archive, ArchiveObject, ArchivedSlice, AuditStore, DigestRecord, DigestStore, PortError, RowRange,
+    Archive, ArchiveObject, ArchivedSlice, AuditStore, DigestRecord, DigestStore, PortError,
     UndigestedObject,
 };
 use gatehouse_core::tiers::{ObjectSummary, SUMMARIES_PER_PAGE};
@@ -148,29 +148,29 @@ impl AuditStore for FakeStore {
             .await
     }
 
-    async fn objects_covering(
+    async fn objects_covering_each(
         &self,
-        project_id: Option<&str>,
-        at_: &Cursor,
+        positions: &[(Option<&str>, &Cursor)],
         limit: usize,
-    ) -> Result<Vec<ObjectSummary>, PortError> {
+    ) -> Result<Vec<Vec<ObjectSummary>>, PortError> {
         self.faults
             .run("d1 objects covering", || {
-                let mut covering: Vec<ObjectSummary> = self
-                    .audit
-                    .objects
-                    .borrow()
-                    .values()
-                    .filter(|o| {
-                        o.project_id.as_deref() == project_id
-                            && at(&o.first()) <= at(at_)
-                            && at(at_) <= at(&o.last())
-                    })
-                    .cloned()
-                    .collect();
-                covering.sort_by(|a, b| (a.last_ts, &a.last_id).cmp(&(b.last_ts, &b.last_id)));
-                covering.truncate(limit);
-                covering
+                let objects = self.audit.objects.borrow();
+                let covering = |(project_id, at_): &(Option<&str>, &Cursor)| {
+                    let mut covering: Vec<ObjectSummary> = objects
+                        .values()
+                        .filter(|o| {
+                            o.project_id.as_deref() == *project_id
+                                && at(&o.first()) <= at(at_)
+                                && at(at_) <= at(&o.last())
+                        })
+                        .cloned()
+                        .collect();
+                    covering.sort_by(|a, b| (a.last_ts, &a.last_id).cmp(&(b.last_ts, &b.last_id)));
+                    covering.truncate(limit);
+                    covering
+                };
+                positions.iter().map(covering).collect()
             })
             .await
     }
@@ -245,62 +245,49 @@ impl AuditStore for FakeStore {
             .await
     }
 
-    async fn oldest_expired(&self, before_ms: i64) -> Result<Option<(Option<String>, Cursor)>, PortError> {
+    async fn expired_rows(&self, before_ms: i64, limit: usize) -> Result<Vec<AuditRow>, PortError> {
         self.faults
-            .run("d1 oldest expired row", || {
-                self.audit
-                    .rows
-                    .borrow()
-                    .values()
-                    .filter(|r| r.ts < before_ms)
-                    .min_by(|a, b| position(a).cmp(&position(b)))
-                    .map(|r| (r.project_id.clone(), Cursor { ts: r.ts, id: r.request_id.clone() }))
+            .run("d1 expired rows", || {
+                let mut rows: Vec<AuditRow> =
+                    self.audit.rows.borrow().values().filter(|r| r.ts < before_ms).cloned().collect();
+                rows.sort_by(|a, b| position(a).cmp(&position(b)));
+                rows.truncate(limit);
+                rows
             })
             .await
     }
 
-    async fn rows_between(&self, range: &RowRange<'_>) -> Result<Vec<AuditRow>, PortError> {
-        let RowRange { project_id, from, to, limit } = *range;
-        self.faults
-            .run("d1 read a slice", || {
-                self.audit
-                    .project_rows(project_id)
-                    .into_iter()
-                    .filter(|r| position(r) >= at(from) && position(r) < at(to))
-                    .take(limit)
-                    .collect()
-            })
-            .await
-    }
-
-    async fn clear_slice(&self, slice: &ArchivedSlice<'_>) -> Result<usize, PortError> {
+    async fn clear_slices(&self, slices: &[ArchivedSlice<'_>]) -> Result<Vec<usize>, PortError> {
         if self.audit.refuse_deletes.get() > 0 {
             self.audit.refuse_deletes.set(self.audit.refuse_deletes.get() - 1);
-            return Err(PortError("d1 clear a slice: refused".into()));
+            return Err(PortError("d1 clear slices: refused".into()));
         }
-        self.faults
-            .run("d1 clear a slice", || {
-                let in_range: Vec<String> = self
-                    .audit
-                    .project_rows(slice.project_id)
-                    .into_iter()
-                    .filter(|r| position(r) >= at(slice.first) && position(r) <= at(slice.last))
-                    .map(|r| r.request_id)
-                    .collect();
-                if in_range.len() != slice.count {
-                    return 0;
-                }
-                if let Some(s) = slice.summary {
-                    self.audit.objects.borrow_mut().insert(s.key.clone(), s.clone());
-                }
-                self.audit.count(slice.copies, -1);
-                let mut table = self.audit.rows.borrow_mut();
-                in_range.iter().for_each(|id| {
-                    table.remove(id);
-                });
-                slice.count
-            })
-            .await
+        // One transaction: every slice's statements in order, each slice's under its own guard.
+        self.faults.run("d1 clear slices", || slices.iter().map(|slice| self.clear_slice(slice)).collect()).await
+    }
+}
+
+impl FakeStore {
+    fn clear_slice(&self, slice: &ArchivedSlice<'_>) -> usize {
+        let in_range: Vec<String> = self
+            .audit
+            .project_rows(slice.project_id)
+            .into_iter()
+            .filter(|r| position(r) >= at(slice.first) && position(r) <= at(slice.last))
+            .map(|r| r.request_id)
+            .collect();
+        if in_range.len() != slice.count {
+            return 0;
+        }
+        if let Some(s) = slice.summary {
+            self.audit.objects.borrow_mut().insert(s.key.clone(), s.clone());
+        }
+        self.audit.count(slice.copies, -1);
+        let mut table = self.audit.rows.borrow_mut();
+        in_range.iter().for_each(|id| {
+            table.remove(id);
+        });
+        slice.count
     }
 }
 

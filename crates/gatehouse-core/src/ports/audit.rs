@@ -28,14 +28,14 @@ pub trait AuditStore {
         filter: &LogFilter,
         page: &PageRequest,
     ) -> Result<(Vec<AuditRow>, Vec<ObjectSummary>), PortError>;
-    /// The summaries of the project's objects whose span holds `at`, at most `limit`: more than
-    /// one when a row that arrived late was archived inside an older object's span.
-    async fn objects_covering(
+    /// For each position `(project, at)`: the summaries of the project's objects whose span holds
+    /// `at`, at most `limit` of them (more than one when a row that arrived late was archived
+    /// inside an older object's span). One query for a whole batch of the roll-up.
+    async fn objects_covering_each(
         &self,
-        project_id: Option<&str>,
-        at: &Cursor,
+        positions: &[(Option<&str>, &Cursor)],
         limit: usize,
-    ) -> Result<Vec<ObjectSummary>, PortError>;
+    ) -> Result<Vec<Vec<ObjectSummary>>, PortError>;
     /// Per UTC day since `since_ms`, and the top endpoints, of one key (`None`: of every key of
     /// the project) and one endpoint (`(method, route)`; `None`: every one): from the aggregates,
     /// response-time buckets included.
@@ -53,31 +53,18 @@ pub trait AuditStore {
         project_id: &str,
         since_ms: i64,
     ) -> Result<Vec<(String, String)>, PortError>;
-    /// The oldest row (by `(ts, request_id)`) older than `before_ms`: its project (`None`: no
-    /// project) and position. The roll-up moves rows from here.
-    async fn oldest_expired(&self, before_ms: i64) -> Result<Option<(Option<String>, Cursor)>, PortError>;
-    /// The rows of `range`, in `(ts, request_id)` order.
-    async fn rows_between(&self, range: &RowRange<'_>) -> Result<Vec<AuditRow>, PortError>;
-    /// Clears a slice the roll-up archived, in one transaction, only if exactly `count` rows are
-    /// still between `first` and `last` (both inclusive) — a row that arrived since keeps them
-    /// all: inserts (or replaces) the summary of the object written, takes the rows that were
-    /// copies of rows already rolled up out of the aggregates (the usage counts too), and deletes
-    /// the slice's rows.
-    /// Answers how many rows went: `count` or 0.
-    async fn clear_slice(&self, slice: &ArchivedSlice<'_>) -> Result<usize, PortError>;
+    /// The oldest rows (by `(ts, request_id)`) older than `before_ms`, of every project, at most
+    /// `limit`: the roll-up's next batch. Each project's rows in it are that project's oldest.
+    async fn expired_rows(&self, before_ms: i64, limit: usize) -> Result<Vec<AuditRow>, PortError>;
+    /// Clears slices the roll-up archived, in one transaction; each only if exactly its `count`
+    /// rows are still between its `first` and `last` (both inclusive) — a row that arrived since
+    /// keeps them all: inserts (or replaces) the summary of the object written, takes the rows
+    /// that were copies of rows already rolled up out of the aggregates (the usage counts too),
+    /// and deletes the slice's rows. Answers, per slice, how many rows went: its `count` or 0.
+    async fn clear_slices(&self, slices: &[ArchivedSlice<'_>]) -> Result<Vec<usize>, PortError>;
 }
 
-/// The rows of one project (`None`: none) from `from` (inclusive) to `to` (exclusive), at most
-/// `limit` of them: the next slice the roll-up reads.
-#[derive(Debug, Clone, Copy)]
-pub struct RowRange<'a> {
-    pub project_id: Option<&'a str>,
-    pub from: &'a Cursor,
-    pub to: &'a Cursor,
-    pub limit: usize,
-}
-
-/// A slice of the roll-up (rows of one project and hour, as far as one object goes), as [`AuditStore::clear_slice`] clears it.
+/// A slice of the roll-up (rows of one project and hour, as far as one object goes), as [`AuditStore::clear_slices`] clears it.
 pub struct ArchivedSlice<'a> {
     pub project_id: Option<&'a str>,
     pub first: &'a Cursor,

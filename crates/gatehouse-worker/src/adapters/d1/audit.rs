@@ -14,7 +14,7 @@ use gatehouse_core::audit::{
     LatencyBuckets, LogFilter,
 };
 use gatehouse_core::page::{Cursor, PageRequest};
-use gatehouse_core::ports::{ArchivedSlice, AuditStore, PortError, RowRange};
+use gatehouse_core::ports::{ArchivedSlice, AuditStore, PortError};
 use gatehouse_core::tiers::ObjectSummary;
 
 const AUDIT_COLUMNS: &str = "ts, request_id, project_id, key_id, key_prefix, method, path, route, status,
@@ -279,23 +279,40 @@ impl AuditStore for D1Store {
         Ok((rows, objects))
     }
 
-    async fn objects_covering(
+    async fn objects_covering_each(
         &self,
-        project_id: Option<&str>,
-        at: &Cursor,
+        positions: &[(Option<&str>, &Cursor)],
         limit: usize,
-    ) -> Result<Vec<ObjectSummary>, PortError> {
-        let rows = self
-            .log_of(project_id)
+    ) -> Result<Vec<Vec<ObjectSummary>>, PortError> {
+        #[derive(serde::Deserialize)]
+        struct Covering {
+            at: usize,
+            summary: String,
+        }
+        let Some((project, _)) = positions.first() else { return Ok(Vec::new()) };
+        let at: Vec<(Option<&str>, i64, &str)> = positions.iter().map(|(p, c)| (*p, c.ts, c.id.as_str())).collect();
+        let at = serde_json::to_string(&at).map_err(PortError::from_display)?;
+        // The roll-up's positions are all of one database (it runs over each on its own).
+        let rows: Vec<Covering> = self
+            .log_of(*project)
             .await?
             .rows(
-                "SELECT summary FROM audit_objects
-                 WHERE project_id IS ?1 AND (last_ts, last_id) >= (?2, ?3) AND (first_ts, first_id) <= (?2, ?3)
-                 ORDER BY last_ts, last_id LIMIT ?4",
-                &[opt_text(project_id), int(at.ts), text(&at.id), int(limit as i64)],
+                "SELECT p.key AS at, o.summary FROM json_each(?1) p JOIN audit_objects o
+                   ON o.project_id IS json_extract(p.value, '$[0]')
+                  AND (o.last_ts, o.last_id) >= (json_extract(p.value, '$[1]'), json_extract(p.value, '$[2]'))
+                  AND (o.first_ts, o.first_id) <= (json_extract(p.value, '$[1]'), json_extract(p.value, '$[2]'))
+                 ORDER BY p.key, o.last_ts, o.last_id",
+                &[text(&at)],
             )
             .await?;
-        summaries(rows)
+        let mut covering = vec![Vec::new(); positions.len()];
+        for row in rows {
+            let summary = serde_json::from_str(&row.summary).map_err(PortError::from_display)?;
+            if let Some(found) = covering.get_mut(row.at).filter(|f| f.len() < limit) {
+                found.push(summary);
+            }
+        }
+        Ok(covering)
     }
 
     async fn stats(
@@ -362,129 +379,110 @@ impl AuditStore for D1Store {
         Ok(rows.into_iter().map(|r| (r.key_id, r.day)).collect())
     }
 
-    async fn oldest_expired(&self, before_ms: i64) -> Result<Option<(Option<String>, Cursor)>, PortError> {
-        #[derive(serde::Deserialize)]
-        struct Oldest {
-            project_id: Option<String>,
-            ts: i64,
-            request_id: String,
-        }
+    async fn expired_rows(&self, before_ms: i64, limit: usize) -> Result<Vec<AuditRow>, PortError> {
         // Rows of one database are rolled up from it, whatever their project's record says.
         if let AuditLogs::Placed(_) = self.audit {
             return Err(PortError("the roll-up runs over each audit database on its own".into()));
         }
-        let rows: Vec<Oldest> = self
-            .rows(
-                "SELECT project_id, ts, request_id FROM audit_log WHERE ts < ?1
-                 ORDER BY ts, request_id LIMIT 1",
-                &[int(before_ms)],
-            )
-            .await?;
-        Ok(rows.into_iter().next().map(|r| (r.project_id, Cursor { ts: r.ts, id: r.request_id })))
+        self.rows(
+            &format!("SELECT {AUDIT_COLUMNS} FROM audit_log WHERE ts < ?1 ORDER BY ts, request_id LIMIT ?2"),
+            &[int(before_ms), int(limit as i64)],
+        )
+        .await
     }
 
-    async fn rows_between(&self, range: &RowRange<'_>) -> Result<Vec<AuditRow>, PortError> {
-        let RowRange { project_id, from, to, limit } = *range;
-        // The plain `ts` bounds let the index start at `from` instead of the hour's first row.
-        self.log_of(project_id)
-            .await?
-            .rows(
-                &format!(
-                    "SELECT {AUDIT_COLUMNS} FROM audit_log
-                     WHERE project_id IS ?1 AND ts >= ?2 AND ts <= ?4
-                       AND (ts, request_id) >= (?2, ?3) AND (ts, request_id) < (?4, ?5)
-                     ORDER BY ts, request_id LIMIT ?6"
-                ),
-                &[
-                    opt_text(project_id),
-                    int(from.ts),
-                    text(&from.id),
-                    int(to.ts),
-                    text(&to.id),
-                    int(limit as i64),
-                ],
-            )
-            .await
-    }
-
-    async fn clear_slice(&self, slice: &ArchivedSlice<'_>) -> Result<usize, PortError> {
-        let log = self.log_of(slice.project_id).await?;
-        let range = [
-            opt_text(slice.project_id),
-            int(slice.first.ts),
-            text(&slice.first.id),
-            int(slice.last.ts),
-            text(&slice.last.id),
-            int(slice.count as i64),
-        ];
-        // Every statement holds only while the slice is as it was read (?6 rows): one
-        // transaction, evaluated in order, the delete last.
-        let condition = format!("(SELECT count(*) FROM audit_log WHERE {SLICE}) = ?6");
+    async fn clear_slices(&self, slices: &[ArchivedSlice<'_>]) -> Result<Vec<usize>, PortError> {
+        let Some(first) = slices.first() else { return Ok(Vec::new()) };
+        let log = self.log_of(first.project_id).await?;
+        // One transaction; each slice's delete is its last statement, and answers its rows.
         let mut statements = Vec::new();
-        if let Some(s) = slice.summary {
-            let json = serde_json::to_string(s).map_err(PortError::from_display)?;
-            let mut args = range.to_vec();
-            args.extend([
-                text(&s.key),
-                opt_text(s.project_id.as_deref()),
-                int(s.first_ts),
-                text(&s.first_id),
-            ]);
-            args.extend([int(s.last_ts), text(&s.last_id), int(s.rows.into()), text(&json)]);
-            statements.push(log.statement(
-                &format!(
-                    "INSERT INTO audit_objects (key, project_id, first_ts, first_id, last_ts, last_id, rows, summary)
-                     SELECT ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14 WHERE {condition}
-                     ON CONFLICT (key) DO UPDATE SET first_ts = excluded.first_ts, first_id = excluded.first_id,
-                       last_ts = excluded.last_ts, last_id = excluded.last_id, rows = excluded.rows,
-                       summary = excluded.summary"
-                ),
-                &args,
-            )?);
+        let mut deletes = Vec::with_capacity(slices.len());
+        for slice in slices {
+            statements.extend(clear_statements(log, slice)?);
+            deletes.push(statements.len() - 1);
         }
-        for copy in slice.copies.iter().filter(|c| c.billable && c.key_id.is_some()) {
-            // Out of the counts of the period it was counted in: the latest that began by its time.
-            let mut args = range.to_vec();
-            args.extend([
-                opt_text(copy.key_id.as_deref()),
-                int(copy.ts),
-                text(copy.identity_id.as_deref().unwrap_or("")),
-                text(&format!("{} {}", copy.method, copy.route.as_deref().unwrap_or(&copy.path))),
-            ]);
-            let counted = "project_id IS ?1 AND key_id = ?7 AND identity_id = ?9 AND route = ?10";
-            statements.push(log.statement(
-                &format!(
-                    "UPDATE usage_counts SET requests = requests - 1
-                     WHERE {counted} AND period_start = (SELECT max(period_start) FROM usage_counts
-                       WHERE {counted} AND period_start <= ?8)
-                       AND {condition}"
-                ),
-                &args,
-            )?);
-        }
-        for copy in slice.copies.iter().filter(|c| c.key_id.is_some()) {
-            let mut args = range.to_vec();
-            args.extend([
-                opt_text(copy.key_id.as_deref()),
-                int(copy.ts),
-                text(&copy.method),
-                text(copy.route.as_deref().unwrap_or(&copy.path)),
-                int(copy.status.into()),
-            ]);
-            let bucket = LatencyBuckets::bucket(copy.response_time_ms);
-            statements.push(log.statement(
-                &format!(
-                    "UPDATE audit_daily SET total = total - 1,
-                       client_errors = client_errors - (?11 BETWEEN 400 AND 499), server_errors = server_errors - (?11 >= 500),
-                       l{bucket} = l{bucket} - 1
-                     WHERE project_id IS ?1 AND key_id = ?7 AND day = date(?8 / 1000, 'unixepoch') AND method = ?9
-                       AND route = ?10 AND {condition}"
-                ),
-                &args,
-            )?);
-        }
-        statements
-            .push(log.statement(&format!("DELETE FROM audit_log WHERE {SLICE} AND {condition}"), &range)?);
-        Ok(log.batch(statements).await?.last().copied().unwrap_or(0))
+        let changes = log.batch(statements).await?;
+        Ok(deletes.into_iter().map(|i| changes.get(i).copied().unwrap_or(0)).collect())
     }
+}
+
+/// The statements that clear one slice (see [`AuditStore::clear_slices`]), the delete last.
+fn clear_statements(log: &D1Store, slice: &ArchivedSlice<'_>) -> Result<Vec<D1PreparedStatement>, PortError> {
+    let range = [
+        opt_text(slice.project_id),
+        int(slice.first.ts),
+        text(&slice.first.id),
+        int(slice.last.ts),
+        text(&slice.last.id),
+        int(slice.count as i64),
+    ];
+    // Every statement holds only while the slice is as it was read (?6 rows): one
+    // transaction, evaluated in order, the delete last.
+    let condition = format!("(SELECT count(*) FROM audit_log WHERE {SLICE}) = ?6");
+    let mut statements = Vec::new();
+    if let Some(s) = slice.summary {
+        let json = serde_json::to_string(s).map_err(PortError::from_display)?;
+        let mut args = range.to_vec();
+        args.extend([
+            text(&s.key),
+            opt_text(s.project_id.as_deref()),
+            int(s.first_ts),
+            text(&s.first_id),
+        ]);
+        args.extend([int(s.last_ts), text(&s.last_id), int(s.rows.into()), text(&json)]);
+        statements.push(log.statement(
+            &format!(
+                "INSERT INTO audit_objects (key, project_id, first_ts, first_id, last_ts, last_id, rows, summary)
+                 SELECT ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14 WHERE {condition}
+                 ON CONFLICT (key) DO UPDATE SET first_ts = excluded.first_ts, first_id = excluded.first_id,
+                   last_ts = excluded.last_ts, last_id = excluded.last_id, rows = excluded.rows,
+                   summary = excluded.summary"
+            ),
+            &args,
+        )?);
+    }
+    for copy in slice.copies.iter().filter(|c| c.billable && c.key_id.is_some()) {
+        // Out of the counts of the period it was counted in: the latest that began by its time.
+        let mut args = range.to_vec();
+        args.extend([
+            opt_text(copy.key_id.as_deref()),
+            int(copy.ts),
+            text(copy.identity_id.as_deref().unwrap_or("")),
+            text(&format!("{} {}", copy.method, copy.route.as_deref().unwrap_or(&copy.path))),
+        ]);
+        let counted = "project_id IS ?1 AND key_id = ?7 AND identity_id = ?9 AND route = ?10";
+        statements.push(log.statement(
+            &format!(
+                "UPDATE usage_counts SET requests = requests - 1
+                 WHERE {counted} AND period_start = (SELECT max(period_start) FROM usage_counts
+                   WHERE {counted} AND period_start <= ?8)
+                   AND {condition}"
+            ),
+            &args,
+        )?);
+    }
+    for copy in slice.copies.iter().filter(|c| c.key_id.is_some()) {
+        let mut args = range.to_vec();
+        args.extend([
+            opt_text(copy.key_id.as_deref()),
+            int(copy.ts),
+            text(&copy.method),
+            text(copy.route.as_deref().unwrap_or(&copy.path)),
+            int(copy.status.into()),
+        ]);
+        let bucket = LatencyBuckets::bucket(copy.response_time_ms);
+        statements.push(log.statement(
+            &format!(
+                "UPDATE audit_daily SET total = total - 1,
+                   client_errors = client_errors - (?11 BETWEEN 400 AND 499), server_errors = server_errors - (?11 >= 500),
+                   l{bucket} = l{bucket} - 1
+                 WHERE project_id IS ?1 AND key_id = ?7 AND day = date(?8 / 1000, 'unixepoch') AND method = ?9
+                   AND route = ?10 AND {condition}"
+            ),
+            &args,
+        )?);
+    }
+    statements
+        .push(log.statement(&format!("DELETE FROM audit_log WHERE {SLICE} AND {condition}"), &range)?);
+    Ok(statements)
 }
