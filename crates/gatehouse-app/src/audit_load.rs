@@ -12,8 +12,8 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use super::audit::read_log_page;
-use super::roll_up::{roll_up, RollUpLimits};
 use super::queues::{consume, Disposition, Incoming};
+use super::roll_up::{roll_up, RollUpLimits};
 use crate::fakes::audit::FakeArchive;
 use crate::fakes::queue::FakeDeadLetters;
 use crate::fakes::FakeStore;
@@ -99,9 +99,17 @@ fn run(total: u64) -> Load {
         consume_secs += started.elapsed().as_secs_f64();
         let started = Instant::now();
         let cutoff = hot_cutoff(hour_end, HOT_SECONDS);
-        while !complete(roll_up(&store, &archive, cutoff, RollUpLimits::PER_MINUTE, &crate::cron::RunBudget::unbounded(), || 0))
-            .expect("no faults")
-            .done
+        while !complete(roll_up(
+            &store,
+            &archive,
+            &*archive.heads,
+            cutoff,
+            RollUpLimits::PER_MINUTE,
+            &crate::cron::RunBudget::unbounded(),
+            || 0,
+        ))
+        .expect("no faults")
+        .done
         {}
         roll_up_secs += started.elapsed().as_secs_f64();
         hour_end += HOUR_MS;

@@ -19,16 +19,17 @@ mod responses;
 pub use after_response::{AfterResponse, Settlement};
 pub use responses::failure;
 
-pub use roll_up::{move_legacy_audit_rows, roll_up, roll_up_each, RollUpLimits, RollUpReport};
 pub use dead_letters::{redrive, RedriveReport};
-pub use digests::{make_digests, DigestReport};
+pub use digest_job::{DigestJob, DigestReport};
+pub use roll_up::{move_legacy_audit_rows, roll_up, roll_up_each, RollUpLimits, RollUpReport};
 pub use usage::{export_usage, UsagePeriods, UsageReport};
-pub use webhooks::{dispatch, jitter, reseal_secrets, retry, sweep, ManualRetry};
+pub use webhooks::{dispatch, jitter, reseal_secrets, retry, sweep, ManualRetry, SEAL_BATCH};
 #[cfg(test)]
 mod audit_load;
 #[cfg(test)]
 mod dashboard_budget;
 mod dead_letters;
+mod digest_job;
 mod digests;
 #[cfg(any(test, feature = "testing"))]
 pub mod fakes;

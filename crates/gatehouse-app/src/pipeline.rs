@@ -503,6 +503,8 @@ impl<P: Ports> Gateway<'_, P> {
             RouteId::ListDeliveries => self.list_deliveries(call).await,
             RouteId::RetryDelivery => self.retry_delivery(call).await,
             RouteId::AuditPublicKey => self.audit_public_key(call).await,
+            RouteId::AuditHead => self.audit_head(call).await,
+            RouteId::AuditHealth => self.audit_health(call).await,
             RouteId::ListAuditDigests => self.list_audit_digests(call).await,
             RouteId::ListAuditObjects => self.list_audit_objects(call).await,
             RouteId::AuditFile => self.audit_file(call).await,

@@ -5,8 +5,9 @@
 //! A run works in batches: one D1 query reads the oldest rows past the cutoff, of every project
 //! together; each project's rows in it are its oldest, so they start its next slice. One query
 //! finds the objects that cover each slice's first row (their rows are copies), each slice's object
-//! is written (a few at a time), and one D1 transaction clears every slice written. A batch of
-//! many small tenants costs three D1 queries and two R2 calls a tenant, so a run's throughput in
+//! is written (a few at a time) and bound to its project's chain head (`core::audit_chain`), and
+//! one D1 transaction clears every slice written. A batch of many small tenants costs three D1
+//! queries, and about three calls a tenant, so a run's throughput in
 //! tenants does not depend on how many there are (SPEC §23); the run's [`RunBudget`] and time box
 //! bound it.
 
@@ -19,9 +20,10 @@ use super::audit::read_object;
 use super::cron::RunBudget;
 use gatehouse_core::archive;
 use gatehouse_core::audit::{log_position, AuditRow};
+use gatehouse_core::audit_chain::BoundObject;
 use gatehouse_core::page::Cursor;
 use gatehouse_core::platform::WORKER_MAX_OPEN_CONNECTIONS;
-use gatehouse_core::ports::{Archive, ArchivedSlice, AuditStore, PortError};
+use gatehouse_core::ports::{Archive, ArchivedSlice, AuditHeads, AuditStore, PortError};
 use gatehouse_core::tiers::ObjectSummary;
 use gatehouse_core::time::utc_date;
 
@@ -41,8 +43,9 @@ impl RollUpLimits {
     /// 5,000 rows a batch and 20 s a run. Large slices (5,000 rows, 120–220 ms locally) reach the
     /// time box first: ~100 × 5,000 rows a minute, above the 1,000 requests/s of SPEC §18. Small
     /// tenants (one slice each) reach the slice count: 1,000 tenant-hours a minute, 60,000 an hour
-    /// (SPEC §23 asks 45,000), at three D1 queries a batch and about two R2 calls a tenant.
-    pub const PER_MINUTE: Self = RollUpLimits { rows_per_batch: 5_000, slices_per_run: 1_000, time_box_ms: 20_000 };
+    /// (SPEC §23 asks 45,000), at three D1 queries a batch and about three calls a tenant (R2 list and put, the chain head).
+    pub const PER_MINUTE: Self =
+        RollUpLimits { rows_per_batch: 5_000, slices_per_run: 1_000, time_box_ms: 20_000 };
 }
 
 /// Slices one batch clears in its one D1 transaction, at most.
@@ -50,8 +53,9 @@ const SLICES_PER_BATCH: usize = 500;
 /// A batch's D1 queries: its rows, the objects covering its slices, the clearing.
 const BATCH_QUERIES: u32 = 3;
 /// A slice's other subrequests: its day's listing (once a run per project and day), its object's
-/// put, and the read of an object that covers its first row (rare).
-const SLICE_CALLS: u32 = 3;
+/// put, its binding to the project's chain head, and the read of an object that covers its first
+/// row (rare).
+const SLICE_CALLS: u32 = 4;
 /// The most archive objects whose spans may overlap at one row (each is read to find copies).
 const COVERING_MAX: usize = 16;
 
@@ -78,9 +82,10 @@ pub struct RollUpReport {
 /// each takes its part of `limits.slices_per_run` (at least one). One database's failure stops no
 /// other (SPEC §23): answers the runs' reports summed, with the failures named; done when every
 /// run is.
-pub async fn roll_up_each<S: AuditStore, A: Archive>(
+pub async fn roll_up_each<S: AuditStore, A: Archive, H: AuditHeads>(
     stores: &[S],
     archive: &A,
+    heads: &H,
     cutoff: i64,
     limits: RollUpLimits,
     budget: &RunBudget,
@@ -88,7 +93,7 @@ pub async fn roll_up_each<S: AuditStore, A: Archive>(
 ) -> RollUpReport {
     let share =
         RollUpLimits { slices_per_run: (limits.slices_per_run / stores.len().max(1)).max(1), ..limits };
-    let runs = stores.iter().map(|store| roll_up(store, archive, cutoff, share, budget, &now_ms));
+    let runs = stores.iter().map(|store| roll_up(store, archive, heads, cutoff, share, budget, &now_ms));
     let reports = futures_util::future::join_all(runs).await;
     let mut sum = RollUpReport { done: true, ..Default::default() };
     for (i, report) in reports.into_iter().enumerate() {
@@ -132,9 +137,10 @@ struct Written {
 /// it was read). A failed write clears the other slices of its batch and stops the run (the next
 /// run picks up at the same row and rewrites the same object, see `core::archive`); no row leaves
 /// D1 before the object holding it and its summary are written.
-pub async fn roll_up<S: AuditStore, A: Archive>(
+pub async fn roll_up<S: AuditStore, A: Archive, H: AuditHeads>(
     store: &S,
     archive: &A,
+    heads: &H,
     cutoff: i64,
     limits: RollUpLimits,
     budget: &RunBudget,
@@ -183,7 +189,8 @@ pub async fn roll_up<S: AuditStore, A: Archive>(
         // A slice ends at its hour's end, the cutoff or the next object its day has.
         for slice in &mut slices {
             let first = log_position(&slice.rows[0]);
-            let end = archive::slice_end(&first, cutoff, &starts[&(slice.project.clone(), utc_date(first.ts))]);
+            let end =
+                archive::slice_end(&first, cutoff, &starts[&(slice.project.clone(), utc_date(first.ts))]);
             slice.rows.retain(|r| (r.ts, r.request_id.as_str()) < archive::position(&end));
         }
         // Only objects whose span holds a slice's first row can hold rows of the slice (slices
@@ -195,7 +202,8 @@ pub async fn roll_up<S: AuditStore, A: Archive>(
         let positions: Vec<(Option<&str>, &Cursor)> =
             slices.iter().zip(&firsts).map(|(s, f)| (s.project.as_deref(), f)).collect();
         let covering = store.objects_covering_each(&positions, COVERING_MAX + 1).await?;
-        let writes = slices.into_iter().zip(covering).map(|(slice, covering)| write(archive, slice, covering));
+        let writes =
+            slices.into_iter().zip(covering).map(|(slice, covering)| write(archive, heads, slice, covering));
         let written: Vec<Result<Written, PortError>> =
             stream::iter(writes).buffered(WORKER_MAX_OPEN_CONNECTIONS).collect().await;
         let mut failure = None;
@@ -263,9 +271,11 @@ fn by_project(rows: Vec<AuditRow>) -> Vec<Slice> {
     slices
 }
 
-/// Writes one slice's object: its rows less the copies of rows the `covering` objects hold.
-async fn write<A: Archive>(
+/// Writes one slice's object: its rows less the copies of rows the `covering` objects hold; then
+/// binds it to its project's chain head (SPEC §23), with the hash of the bytes just written.
+async fn write<A: Archive, H: AuditHeads>(
     archive: &A,
+    heads: &H,
     slice: Slice,
     covering: Vec<ObjectSummary>,
 ) -> Result<Written, PortError> {
@@ -293,7 +303,19 @@ async fn write<A: Archive>(
                 ndjson.push(b'\n');
             }
             let sha256 = archive.put(&key, &ndjson).await?;
-            Some(ObjectSummary { sha256: Some(sha256), ..ObjectSummary::of(&key, &fresh) })
+            let summary = ObjectSummary { sha256: Some(sha256.clone()), ..ObjectSummary::of(&key, &fresh) };
+            if let Some(project) = &slice.project {
+                let bound = BoundObject {
+                    key,
+                    sha256,
+                    rows: u64::from(summary.rows),
+                    first_id: summary.first_id.clone(),
+                    last_id: summary.last_id.clone(),
+                    first_ts: summary.first_ts,
+                };
+                heads.bind_objects(project, &[bound]).await?;
+            }
+            Some(summary)
         }
         None => None,
     };
@@ -350,11 +372,11 @@ mod tests {
     use super::*;
     use crate::audit::read_log_page;
     use crate::fakes::audit::FakeArchive;
-    use gatehouse_core::audit::LogFilter;
-    use gatehouse_core::page::PageRequest;
     use crate::fakes::FakeStore;
     use crate::sim::{check_seeds, complete, drive_with, Faults};
     use gatehouse_core::archive::{retention_cutoff, slice_key, DAY_MS, HOUR_MS};
+    use gatehouse_core::audit::LogFilter;
+    use gatehouse_core::page::PageRequest;
 
     const NOW: i64 = 1_795_942_112_123; // 2026-11-29T08:48Z
     /// Seeds of the roll-up simulation that once failed, each run first, every time. These broke
@@ -382,7 +404,15 @@ mod tests {
         bucket: &FakeArchive,
         limits: RollUpLimits,
     ) -> Result<RollUpReport, PortError> {
-        complete(roll_up(store, bucket, retention_cutoff(NOW, 90), limits, &RunBudget::unbounded(), || NOW))
+        complete(roll_up(
+            store,
+            bucket,
+            &*bucket.heads,
+            retention_cutoff(NOW, 90),
+            limits,
+            &RunBudget::unbounded(),
+            || NOW,
+        ))
     }
 
     const SMALL: RollUpLimits =
@@ -433,8 +463,16 @@ mod tests {
         loop {
             let budget = RunBudget::minute(NOW);
             let cutoff = retention_cutoff(NOW, 90);
-            let report =
-                complete(roll_up(&store, &bucket, cutoff, RollUpLimits::PER_MINUTE, &budget, || NOW)).unwrap();
+            let report = complete(roll_up(
+                &store,
+                &bucket,
+                &*bucket.heads,
+                cutoff,
+                RollUpLimits::PER_MINUTE,
+                &budget,
+                || NOW,
+            ))
+            .unwrap();
             runs += 1;
             let (calls, d1) = store.faults.take_calls();
             assert!(d1 <= 1_000 && calls <= 10_000, "run {runs}: {d1} D1 queries, {calls} calls");
@@ -453,10 +491,17 @@ mod tests {
         // A budget of 10 tenants' calls: the run stops there, and says it is not done.
         let (store, bucket) = fakes();
         complete(store.insert_audit_rows(&rows[..100])).unwrap();
-        let budget = RunBudget::new(3 + 10 * 3, 4, i64::MAX);
-        let report =
-            complete(roll_up(&store, &bucket, retention_cutoff(NOW, 90), RollUpLimits::PER_MINUTE, &budget, || NOW))
-                .unwrap();
+        let budget = RunBudget::new(3 + 10 * SLICE_CALLS, 4, i64::MAX);
+        let report = complete(roll_up(
+            &store,
+            &bucket,
+            &*bucket.heads,
+            retention_cutoff(NOW, 90),
+            RollUpLimits::PER_MINUTE,
+            &budget,
+            || NOW,
+        ))
+        .unwrap();
         assert_eq!((report.objects, report.done), (10, false), "{report:?}");
 
         // A clock that moves 1 s per call: a run ends at its time box, with slices left.
@@ -468,7 +513,16 @@ mod tests {
             clock.get()
         };
         let limits = RollUpLimits { time_box_ms: 20_000, rows_per_batch: 5, ..RollUpLimits::PER_MINUTE };
-        let report = complete(roll_up(&store, &bucket, retention_cutoff(NOW, 90), limits, &RunBudget::unbounded(), tick)).unwrap();
+        let report = complete(roll_up(
+            &store,
+            &bucket,
+            &*bucket.heads,
+            retention_cutoff(NOW, 90),
+            limits,
+            &RunBudget::unbounded(),
+            tick,
+        ))
+        .unwrap();
         assert!(!report.done && report.objects > 0 && report.objects < 100, "{report:?}");
     }
 
@@ -488,16 +542,40 @@ mod tests {
         let limits = RollUpLimits { slices_per_run: 4, ..SMALL };
         let cutoff = retention_cutoff(NOW, 90);
         // Two slices each: the second database is done, the first has one tenant left.
-        let report = complete(roll_up_each(&stores, &bucket, cutoff, limits, &RunBudget::unbounded(), || NOW));
+        let report = complete(roll_up_each(
+            &stores,
+            &bucket,
+            &*bucket.heads,
+            cutoff,
+            limits,
+            &RunBudget::unbounded(),
+            || NOW,
+        ));
         assert_eq!((report.objects, report.rolled, report.done), (4, 4, false), "{report:?}");
-        let report = complete(roll_up_each(&stores, &bucket, cutoff, limits, &RunBudget::unbounded(), || NOW));
+        let report = complete(roll_up_each(
+            &stores,
+            &bucket,
+            &*bucket.heads,
+            cutoff,
+            limits,
+            &RunBudget::unbounded(),
+            || NOW,
+        ));
         assert_eq!((report.objects, report.rolled, report.done), (1, 1, true), "{report:?}");
         // One database takes the whole budget.
         let (only, bucket) = fakes();
         let rows: Vec<AuditRow> =
             (0..5).map(|p| row(Some(&format!("prj_{p}")), &format!("req_{p}"), old + p)).collect();
         complete(only.insert_audit_rows(&rows)).unwrap();
-        let report = complete(roll_up_each(&[only], &bucket, cutoff, limits, &RunBudget::unbounded(), || NOW));
+        let report = complete(roll_up_each(
+            &[only],
+            &bucket,
+            &*bucket.heads,
+            cutoff,
+            limits,
+            &RunBudget::unbounded(),
+            || NOW,
+        ));
         assert_eq!((report.objects, report.done), (4, false), "{report:?}");
     }
 
@@ -512,8 +590,15 @@ mod tests {
         }
         first.audit.refuse_deletes.set(1);
         let stores = [first, second];
-        let report =
-            complete(roll_up_each(&stores, &bucket, retention_cutoff(NOW, 90), SMALL, &RunBudget::unbounded(), || NOW));
+        let report = complete(roll_up_each(
+            &stores,
+            &bucket,
+            &*bucket.heads,
+            retention_cutoff(NOW, 90),
+            SMALL,
+            &RunBudget::unbounded(),
+            || NOW,
+        ));
         assert_eq!((report.rolled, report.done, report.failed.len()), (1, false, 1), "{report:?}");
         assert!(report.failed[0].starts_with("audit database 0: d1 clear slices"), "{report:?}");
         assert!(stores[1].audit.rows.borrow().is_empty(), "the second database rolled up");
@@ -566,7 +651,10 @@ mod tests {
             row(Some("prj_1"), "new", NOW - DAY_MS),
         ]);
         let report = roll(&store, &bucket, SMALL).unwrap();
-        assert_eq!(report, RollUpReport { rolled: 5, copies: 0, objects: 4, rewritten: 0, done: true, failed: vec![] });
+        assert_eq!(
+            report,
+            RollUpReport { rolled: 5, copies: 0, objects: 4, rewritten: 0, done: true, failed: vec![] }
+        );
         let objects = indexed(&store, &bucket);
         assert_eq!(
             objects[&slice_key(Some("prj_1"), &Cursor { ts: old, id: "old-1".into() })],
@@ -590,7 +678,10 @@ mod tests {
         store.audit.seed((0..23).map(|i| row(Some("prj_1"), &format!("r{i:02}"), day + i / 3)));
         let limits = RollUpLimits { rows_per_batch: 5, slices_per_run: 2, time_box_ms: i64::MAX };
         let first = roll(&store, &bucket, limits).unwrap();
-        assert_eq!(first, RollUpReport { rolled: 10, copies: 0, objects: 2, rewritten: 0, done: false, failed: vec![] });
+        assert_eq!(
+            first,
+            RollUpReport { rolled: 10, copies: 0, objects: 2, rewritten: 0, done: false, failed: vec![] }
+        );
         while !roll(&store, &bucket, limits).unwrap().done {}
         let objects = indexed(&store, &bucket);
         assert_eq!(objects.len(), 5, "ceil(23 / 5) objects");
@@ -780,7 +871,7 @@ mod tests {
         for _ in 0..1 + faults.below(6) {
             let crash_rate = [0.0, 0.02, 0.1][faults.below(3) as usize];
             let budget = RunBudget::unbounded();
-            let flow = roll_up(&store, &bucket, cutoff, limits, &budget, || NOW);
+            let flow = roll_up(&store, &bucket, &*bucket.heads, cutoff, limits, &budget, || NOW);
             drive_with(flow, &faults, crash_rate, || {
                 if faults.chance(0.03) {
                     n += 1;
@@ -812,7 +903,18 @@ mod tests {
             *seen.borrow_mut().entry("copies of rolled-up rows").or_default() += 1;
         }
         let mut runs = 0;
-        while !complete(roll_up(&store, &bucket, cutoff, limits, &RunBudget::unbounded(), || NOW)).map_err(|e| e.0)?.done {
+        while !complete(roll_up(
+            &store,
+            &bucket,
+            &*bucket.heads,
+            cutoff,
+            limits,
+            &RunBudget::unbounded(),
+            || NOW,
+        ))
+        .map_err(|e| e.0)?
+        .done
+        {
             runs += 1;
             if runs > 1000 {
                 return Err("the roll-up never finishes".into());

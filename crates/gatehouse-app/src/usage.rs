@@ -9,6 +9,7 @@
 //! under the same key, the same event id (delivered once). Rows that arrive after their period was
 //! exported make the counts differ again, and the next run exports the difference.
 
+use super::cron::RunBudget;
 use super::{unavailable, Call, Gateway, Reply};
 use gatehouse_core::error::ApiError;
 use gatehouse_core::ports::{
@@ -27,6 +28,9 @@ pub struct UsagePeriods {
     pub period_ms: i64,
     pub keep_ms: i64,
 }
+
+/// A period's D1 queries at most (its unsent run, taking one, marking it sent, the event's rows).
+const PERIOD_QUERIES: u32 = 5;
 
 /// Rows of each usage table one export prunes at most.
 const PRUNE_PER_RUN: usize = 5_000;
@@ -51,6 +55,7 @@ pub async fn export_usage<S: UsageStore + WebhookStore, A: Archive, Q: DeliveryQ
     archive: &A,
     queue: &Q,
     periods: UsagePeriods,
+    budget: &RunBudget,
     now_ms: impl Fn() -> i64,
     mut run_id: impl FnMut() -> String,
 ) -> Result<UsageReport, PortError> {
@@ -65,9 +70,13 @@ pub async fn export_usage<S: UsageStore + WebhookStore, A: Archive, Q: DeliveryQ
         Ok(pruned) => report.pruned = pruned,
         Err(e) => report.failed.push(format!("pruning: {}", e.0)),
     }
+    if !budget.take(started, 2, 0) {
+        return Ok(report);
+    }
     let due = store.usage_due(period_ms, keep_from, started - grace_ms(period_ms), RUNS_PER_EXPORT).await?;
     for (project, start) in due {
-        if now_ms() - started > EXPORT_TIME_BOX_MS {
+        // A period: its unsent run, its run taken, its object, its event, its run marked sent.
+        if now_ms() - started > EXPORT_TIME_BOX_MS || !budget.take(now_ms(), PERIOD_QUERIES, 2) {
             break;
         }
         // One period's failure holds up no other.
@@ -414,13 +423,37 @@ mod tests {
             }
             waiting = still;
             let cutoff = now - 2 * MINUTE;
-            let _ = drive(roll_up(&store, &bucket, cutoff, limits, &crate::cron::RunBudget::unbounded(), || now), &faults, crash);
+            let _ = drive(
+                roll_up(
+                    &store,
+                    &bucket,
+                    &*bucket.heads,
+                    cutoff,
+                    limits,
+                    &crate::cron::RunBudget::unbounded(),
+                    || now,
+                ),
+                &faults,
+                crash,
+            );
             for _ in 0..1 + faults.below(2) {
                 let run_id = || {
                     runs += 1;
                     format!("run{runs}")
                 };
-                let _ = drive(export_usage(&store, &bucket, &queue, KEPT, || now, run_id), &faults, crash);
+                let _ = drive(
+                    export_usage(
+                        &store,
+                        &bucket,
+                        &queue,
+                        KEPT,
+                        &crate::cron::RunBudget::unbounded(),
+                        || now,
+                        run_id,
+                    ),
+                    &faults,
+                    crash,
+                );
             }
             exported(&store, &bucket, false)?;
             faults.set_failure_rate(0.0);
@@ -430,14 +463,32 @@ mod tests {
         }
         let end = T0 + (PERIODS + 2) * MINUTE;
         for _ in 0..30 {
-            complete(roll_up(&store, &bucket, end, limits, &crate::cron::RunBudget::unbounded(), || end)).map_err(|e| e.0)?;
+            complete(roll_up(
+                &store,
+                &bucket,
+                &*bucket.heads,
+                end,
+                limits,
+                &crate::cron::RunBudget::unbounded(),
+                || end,
+            ))
+            .map_err(|e| e.0)?;
         }
         for _ in 0..5 {
             let run_id = || {
                 runs += 1;
                 format!("run{runs}")
             };
-            complete(export_usage(&store, &bucket, &queue, KEPT, || end, run_id)).map_err(|e| e.0)?;
+            complete(export_usage(
+                &store,
+                &bucket,
+                &queue,
+                KEPT,
+                &crate::cron::RunBudget::unbounded(),
+                || end,
+                run_id,
+            ))
+            .map_err(|e| e.0)?;
         }
         let truth = truth(&all);
         let objects = exported(&store, &bucket, true)?;
@@ -493,7 +544,16 @@ mod tests {
                 n += 1;
                 format!("run{n}")
             };
-            complete(export_usage(&store, &bucket, &queue, keep, || at, run_id)).unwrap()
+            complete(export_usage(
+                &store,
+                &bucket,
+                &queue,
+                keep,
+                &crate::cron::RunBudget::unbounded(),
+                || at,
+                run_id,
+            ))
+            .unwrap()
         };
         let billable = |id: &str| {
             let mut r = AuditRow::new(id.into(), T0 + 1_000, "GET".into(), "/public/v1/me".into());

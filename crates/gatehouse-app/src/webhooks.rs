@@ -502,7 +502,7 @@ pub(super) fn secrets_key(config: &Config) -> Keyring {
 }
 
 /// Subscriptions whose secret one cron run re-seals, at most.
-const SEAL_BATCH: usize = 100;
+pub const SEAL_BATCH: usize = 100;
 
 /// The minute cron: seals, under the current `WEBHOOK_SECRETS_KEY`, the secrets that rows hold in
 /// plaintext (written before sealing), in the `v1` format (under a pepper-derived key) or under

@@ -1,8 +1,11 @@
-//! `gatehouse logs verify --from --to [--public-key]` (SPEC §22): fetches the project's digests
-//! from `from` on (later ones too: an object written late for the range is listed by a later
-//! digest), the digest the first one links to, every object they list and the archive's objects
-//! of the range, and checks them with `gatehouse_client::digests::verify`. Prints one line: what
-//! was verified, or the first break (exit 1).
+//! `gatehouse logs verify --from --to [--public-key]` (SPEC §22, §23): fetches the project's
+//! chain head (signed by the gateway now), its digests from `from` on as far as the head (later
+//! ones too: an object written late for the range is listed by a later digest), the digest the
+//! first one links to, every object they list and the archive's objects of the range, and checks
+//! them with `gatehouse_client::digests`. A listing that lacks the head's digest is a cut-off
+//! history; a range past the head's end is covered when nothing archived before its end waits to
+//! be digested (an idle project has no digest per period). Prints one line: what was verified,
+//! or the first break (exit 1).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -32,6 +35,7 @@ pub async fn run(client: &Client, from: &str, to: &str, public_key: Option<&str>
     let project_id = client.me().await?.project_id;
     let scope = Scope { project_id: &project_id, from_ms: time("from", from)?, to_ms: time("to", to)? };
     let now = humantime::format_rfc3339_millis(SystemTime::now() + Duration::from_secs(1)).to_string();
+    let head = client.audit_head().await?;
     let mut listed = Vec::new();
     loop {
         let start = listed.last().map_or(from.to_owned(), |d: &digests::ListedDigest| d.period_end.clone());
@@ -41,8 +45,13 @@ pub async fn run(client: &Client, from: &str, to: &str, public_key: Option<&str>
             break;
         }
     }
+    let (listed, to_ms) = match digests::up_to_head(&key, &head, &scope, &listed) {
+        Ok(cut) => cut,
+        Err(b) => return broken(&b),
+    };
+    let chain_scope = Scope { to_ms, ..scope };
     let mut files = Vec::new();
-    for d in &listed {
+    for d in listed {
         files.push((d.key.clone(), fetch(client, &d.key).await?));
     }
     // The digest the first one links to (its file must be there with the hash linked).
@@ -81,11 +90,15 @@ pub async fn run(client: &Client, from: &str, to: &str, public_key: Option<&str>
         archived.extend(client.audit_objects(&a, &b).await?.data.into_iter().map(|o| o.key));
         start = end;
     }
-    match digests::verify(&key, &scope, before, &files, |k| objects.get(k).cloned(), &archived) {
+    match digests::verify(&key, &chain_scope, before, &files, |k| objects.get(k).cloned(), &archived) {
         Ok(v) => {
             let last = listed.last().map_or("-", |d| d.period_end.as_str());
+            let idle = match to_ms < scope.to_ms {
+                true => format!("; nothing archived since {} waits for a digest", head.covered_to),
+                false => String::new(),
+            };
             println!(
-                "intact: {} digests, {} objects, {} rows (digests from {from} to {last}; the hot tier's rows are covered from their roll-up on)",
+                "intact: {} digests, {} objects, {} rows (digests from {from} to {last}{idle}; the hot tier's rows are covered from their roll-up on)",
                 v.digests, v.objects, v.rows
             );
             Ok(())

@@ -16,7 +16,7 @@ use std::io::Read;
 
 pub use gatehouse_wire::digests::{
     ArchivedObject, ArchivedObjects, AuditDigest, AuditPublicKey, DigestList, DigestedObject, ListedDigest,
-    PreviousDigest,
+    PreviousDigest, SignedHead,
 };
 
 impl crate::Client {
@@ -24,6 +24,12 @@ impl crate::Client {
     /// (`gatehouse logs verify --public-key`) rather than trust the gateway you are checking.
     pub fn audit_public_key(&self) -> crate::Call<AuditPublicKey> {
         self.call(crate::client::Request::get("/public/v1/audit/public-key"))
+    }
+
+    /// `GET /public/v1/audit/head`: the project's chain head, signed by the gateway now (SPEC §23):
+    /// which digest is the newest, and what is archived and not digested yet.
+    pub fn audit_head(&self) -> crate::Call<SignedHead> {
+        self.call(crate::client::Request::get("/public/v1/audit/head"))
     }
 
     /// `GET /public/v1/audit/digests?from&to`: the digests of periods starting in `[from, to)`
@@ -69,6 +75,11 @@ pub enum Break {
     Misplaced { key: String, why: String },
     /// The digests do not cover the range asked (none yet, or they begin after or end before it).
     NotCovered { why: String },
+    /// The chain head the gateway signed names a newest digest that storage does not list: the
+    /// history was cut off (digests deleted), which is not lag.
+    CutOff { head: String },
+    /// The chain head is not one the key signed for this project.
+    BadHead { why: String },
 }
 
 impl fmt::Display for Break {
@@ -90,6 +101,11 @@ impl fmt::Display for Break {
             Break::Unlisted { key } => write!(f, "object {key} is listed by no digest"),
             Break::Misplaced { key, why } => write!(f, "digest {key} is not the digest of its key: {why}"),
             Break::NotCovered { why } => write!(f, "the range is not covered: {why}"),
+            Break::CutOff { head } => write!(
+                f,
+                "the history is cut off: the newest digest the gateway signed, {head}, is not in the listing"
+            ),
+            Break::BadHead { why } => write!(f, "the chain head does not verify: {why}"),
         }
     }
 }
@@ -200,6 +216,8 @@ pub fn verify(
         verified.objects += 1;
     }
     match covered {
+        // The chain ends before the range and nothing was archived since: nothing to cover.
+        None if scope.to_ms <= scope.from_ms => {}
         None => return Err(Break::NotCovered { why: "no digest was found for it".into() }),
         Some((first, _)) if first > scope.from_ms => {
             return Err(Break::NotCovered { why: format!("the digests begin at {}", rfc3339(first)) })
@@ -214,6 +232,48 @@ pub fn verify(
         return Err(Break::Unlisted { key: extra.clone() });
     }
     Ok(verified)
+}
+
+/// What the chain head says of a run of listed digests (oldest first, from the range's start):
+/// it checks the head's signature and project, keeps the digests up to the head's (later ones
+/// are not part of the chain yet), and answers them with the range's end as far as the chain
+/// must reach: the head's end, or `scope.to_ms` when objects archived before it wait to be
+/// digested (then `verify` reports the range as not covered). A head that names a digest the
+/// listing lacks is a cut-off history.
+pub fn up_to_head<'a>(
+    key: &VerifyingKey,
+    head: &SignedHead,
+    scope: &Scope<'_>,
+    listed: &'a [ListedDigest],
+) -> Result<(&'a [ListedDigest], i64), Break> {
+    let bad = |why: &str| Break::BadHead { why: why.to_owned() };
+    if public_key(&head.public_key) != Some(*key) {
+        return Err(bad("it is signed by another key"));
+    }
+    let signature: [u8; 64] = head
+        .signature
+        .as_deref()
+        .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok())
+        .and_then(|s| s.try_into().ok())
+        .ok_or_else(|| bad("it has no signature"))?;
+    key.verify(&head.signed_bytes(), &Signature::from_bytes(&signature))
+        .map_err(|_| bad("the signature does not verify"))?;
+    if head.project_id != scope.project_id {
+        return Err(bad(&format!("it is project {}'s", head.project_id)));
+    }
+    let covered_to = unix_ms(&head.covered_to).ok_or_else(|| bad("covered_to is not a time"))?;
+    let chain = match listed.iter().position(|d| d.key == head.digest_key) {
+        Some(i) => &listed[..=i],
+        // No digest yet, or the head's digest ends before the range: nothing listed belongs.
+        None if head.sequence == 0 || covered_to <= scope.from_ms => &listed[..0],
+        None => return Err(Break::CutOff { head: head.digest_key.clone() }),
+    };
+    let waiting = head.oldest_pending.as_deref().and_then(unix_ms).is_some_and(|t| t < scope.to_ms);
+    let to = match waiting {
+        true => scope.to_ms,
+        false => scope.to_ms.min(covered_to),
+    };
+    Ok((chain, to))
 }
 
 /// Unix ms of an RFC 3339 time (as digests write it, or with fewer digits or none of a second).
@@ -314,6 +374,7 @@ mod tests {
             project_id: "prj_1".into(),
             period_start: format!("2026-12-02T1{period}:00:00.000Z"),
             period_end: format!("2026-12-02T1{}:00:00.000Z", period + 1),
+            made_at: None,
             objects,
             previous: previous
                 .map(|(k, b)| PreviousDigest { key: k.into(), sha256: hex(&Sha256::digest(b)) }),
@@ -494,5 +555,88 @@ mod tests {
         let mut a = archive();
         a.digests[2].1.as_mut().unwrap().insert(1, b' ');
         assert!(matches!(check(&a), Err(Break::Unreadable { .. })));
+    }
+
+    fn head(
+        key: &SigningKey,
+        sequence: u64,
+        digest: &str,
+        covered_to: &str,
+        oldest_pending: Option<&str>,
+    ) -> SignedHead {
+        let mut h = SignedHead {
+            project_id: "prj_1".into(),
+            as_of: "2026-12-02T15:00:00.000Z".into(),
+            sequence,
+            covered_to: covered_to.into(),
+            digest_key: digest.into(),
+            digest_sha256: String::new(),
+            pending_objects: u64::from(oldest_pending.is_some()),
+            oldest_pending: oldest_pending.map(str::to_owned),
+            algorithm: "ed25519".into(),
+            public_key: B64.encode(key.verifying_key().as_bytes()),
+            signature: None,
+        };
+        h.signature = Some(B64.encode(key.sign(&h.signed_bytes()).to_bytes()));
+        h
+    }
+
+    fn listing(keys: &[usize]) -> Vec<ListedDigest> {
+        keys.iter()
+            .map(|p| ListedDigest {
+                period_start: format!("2026-12-02T1{p}:00:00.000Z"),
+                period_end: format!("2026-12-02T1{}:00:00.000Z", p + 1),
+                key: k(*p),
+                sha256: String::new(),
+                objects: 0,
+            })
+            .collect()
+    }
+
+    /// SPEC §23: the signed head says which digest is the newest. Digests listed after it are not
+    /// the chain's yet; a listing that lacks it was cut off (main read that as lag); a range past
+    /// its end is covered when nothing archived waits, and not when something does.
+    #[test]
+    fn the_chain_head_cuts_the_listing_and_finds_a_cut_off_history() {
+        let a = archive();
+        let verifying = a.key.verifying_key();
+        let h1 = head(&a.key, 2, &k(1), "2026-12-02T12:00:00.000Z", None);
+        let all = listing(&[0, 1, 2]);
+        let (chain, to) = up_to_head(&verifying, &h1, &SCOPE, &all).unwrap();
+        assert_eq!(
+            (chain.len(), to),
+            (2, unix_ms("2026-12-02T12:00:00.000Z").unwrap()),
+            "digest 2 is past the head"
+        );
+        // The newest digests deleted (listing and all): a cut-off history, not lag.
+        let h2 = head(&a.key, 3, &k(2), "2026-12-02T13:00:00.000Z", None);
+        assert_eq!(up_to_head(&verifying, &h2, &SCOPE, &listing(&[0, 1])), Err(Break::CutOff { head: k(2) }));
+        // Idle since hour 13 with nothing waiting: a range to 14:00 is covered by the head's end.
+        let wide = Scope { to_ms: SCOPE.to_ms + 3_600_000, ..SCOPE };
+        let (chain, to) = up_to_head(&verifying, &h2, &wide, &all).unwrap();
+        assert_eq!((chain.len(), to), (3, SCOPE.to_ms));
+        let objects = |k: &str| a.objects.get(k).cloned();
+        assert_eq!(
+            verify(&verifying, &Scope { to_ms: to, ..wide }, None, &a.digests, objects, &[])
+                .map(|v| v.digests),
+            Ok(3)
+        );
+        // An object archived at 13:10 waits: the range to 14:00 is not covered yet.
+        let waiting = head(&a.key, 3, &k(2), "2026-12-02T13:00:00.000Z", Some("2026-12-02T13:10:00.000Z"));
+        let (_, to) = up_to_head(&verifying, &waiting, &wide, &all).unwrap();
+        assert_eq!(to, wide.to_ms);
+        assert!(matches!(
+            verify(&verifying, &Scope { to_ms: to, ..wide }, None, &a.digests, objects, &[]),
+            Err(Break::NotCovered { .. })
+        ));
+        // A head signed by another key, or changed after signing, or another project's.
+        let other = SigningKey::from_bytes(&[9; 32]);
+        let forged = head(&other, 3, &k(2), "2026-12-02T13:00:00.000Z", None);
+        assert!(matches!(up_to_head(&verifying, &forged, &SCOPE, &all), Err(Break::BadHead { .. })));
+        let mut changed = h1.clone();
+        changed.digest_key = k(0);
+        assert!(matches!(up_to_head(&verifying, &changed, &SCOPE, &all), Err(Break::BadHead { .. })));
+        let theirs = Scope { project_id: "prj_2", ..SCOPE };
+        assert!(matches!(up_to_head(&verifying, &h1, &theirs, &all), Err(Break::BadHead { .. })));
     }
 }

@@ -10,7 +10,7 @@
 //! (`AUDIT_SIGNING_KEY`) is outside this promise: whoever holds it can sign a new history.
 
 use ed25519_dalek::{Signer, SigningKey};
-use gatehouse_wire::digests::AuditDigest;
+use gatehouse_wire::digests::{AuditDigest, SignedHead};
 use sha2::{Digest, Sha256};
 
 use crate::encoding::{base64, hex};
@@ -52,6 +52,18 @@ impl AuditSigner {
     }
 }
 
+impl AuditSigner {
+    /// A chain head signed as `GET /public/v1/audit/head` answers it (SPEC §23).
+    pub fn sign_head(&self, mut head: SignedHead) -> SignedHead {
+        head.algorithm = ALGORITHM.into();
+        head.public_key = self.public_key();
+        head.signature = None;
+        let signature = self.0.sign(&head.signed_bytes());
+        head.signature = Some(base64(&signature.to_bytes()));
+        head
+    }
+}
+
 /// `audit/{project}/digest/{period start, RFC 3339}.json`.
 pub fn digest_key(project_id: &str, period_start_ms: i64) -> String {
     format!(
@@ -83,6 +95,7 @@ mod tests {
             project_id: "prj_1".into(),
             period_start: "2026-12-02T10:00:00.000Z".into(),
             period_end: "2026-12-02T11:00:00.000Z".into(),
+            made_at: None,
             objects: vec![DigestedObject {
                 key: "audit/prj_1/2026-12-02/1795900000000-r1.ndjson.gz".into(),
                 sha256: sha256_hex(b"object"),

@@ -7,6 +7,7 @@ pub mod abuse;
 pub mod api_key;
 pub mod archive;
 pub mod audit;
+pub mod audit_chain;
 pub mod body;
 pub mod budget;
 pub mod canonical_json;

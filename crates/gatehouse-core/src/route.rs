@@ -62,6 +62,9 @@ pub enum RouteId {
     RetryDelivery,
     /// The audit digests (SPEC §22).
     AuditPublicKey,
+    /// The chain head, signed (SPEC §23), and the digests' health across projects.
+    AuditHead,
+    AuditHealth,
     ListAuditDigests,
     ListAuditObjects,
     AuditFile,
@@ -193,6 +196,7 @@ pub const ROUTES: &[Route] = &[
         route(RouteId::ReconcileUsage, "GET", "/admin/v1/usage/reconcile", Access::Admin),
         &["hour", "project_id"],
     ),
+    route(RouteId::AuditHealth, "GET", "/admin/v1/audit/health", Access::Admin),
     origin_events(),
     route(RouteId::Me, "GET", "/public/v1/me", Access::Key(Scope::SelfInfo)),
     route(RouteId::CreateKey, "POST", "/public/v1/keys", OWNER),
@@ -233,6 +237,7 @@ pub const ROUTES: &[Route] = &[
     ),
     with_query(route(RouteId::UsageFile, "GET", "/public/v1/usage/file", OWNER), &["key"]),
     route(RouteId::AuditPublicKey, "GET", "/public/v1/audit/public-key", OWNER),
+    route(RouteId::AuditHead, "GET", "/public/v1/audit/head", OWNER),
     with_query(route(RouteId::ListAuditDigests, "GET", "/public/v1/audit/digests", OWNER), &["from", "to"]),
     with_query(route(RouteId::ListAuditObjects, "GET", "/public/v1/audit/objects", OWNER), &["from", "to"]),
     with_query(route(RouteId::AuditFile, "GET", "/public/v1/audit/file", OWNER), &["key"]),

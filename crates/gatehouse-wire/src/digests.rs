@@ -4,9 +4,10 @@
 //! A digest lists every archive object of the project that no earlier digest listed (an object
 //! written late, for an earlier period, is listed by the first digest made after it), with the
 //! SHA-256 of its stored bytes, its row count and its first and last `request_id`; it names the
-//! previous digest and that digest's SHA-256, so a removed or replaced digest breaks the chain; a
-//! period without objects still gets one (empty), so a gap cannot hide. The signature is Ed25519
-//! over the digest's JSON as written with `signature` left out: the fields below, in this order.
+//! previous digest and that digest's SHA-256, so a removed or replaced digest breaks the chain;
+//! periods without objects are covered too (one digest spans a run of them: a project that is
+//! idle costs nothing per period), so a gap cannot hide. The signature is Ed25519 over the
+//! digest's JSON as written with `signature` left out: the fields below, in this order.
 
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +21,9 @@ pub struct AuditDigest {
     /// The period it closes (RFC 3339, UTC): `[period_start, period_end)`.
     pub period_start: String,
     pub period_end: String,
+    /// When it was made (RFC 3339; digests made before SPEC §23 have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub made_at: Option<String>,
     /// The objects it covers, by key.
     pub objects: Vec<DigestedObject>,
     /// The digest of the period before (`None` only for a project's first).
@@ -100,4 +104,40 @@ pub struct ArchivedObjects {
 pub struct ArchivedObject {
     pub key: String,
     pub size: u64,
+}
+
+/// `GET /public/v1/audit/head`: the project's chain head as the gateway holds it where no D1 or R2
+/// writer can reach (SPEC §23), signed at `as_of` with the digests' key: the newest digest (none
+/// yet: `digest_key` and `digest_sha256` empty) and the objects archived since that no digest
+/// lists yet. A verifier that finds another newest digest in storage than this one has found a
+/// history cut off; one whose `oldest_pending` is older than the documented lag has found digests
+/// that stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignedHead {
+    pub project_id: String,
+    /// When the gateway read the head (RFC 3339).
+    pub as_of: String,
+    /// Digests in the chain.
+    pub sequence: u64,
+    /// The end of the newest digest's span: everything archived before is digested.
+    pub covered_to: String,
+    pub digest_key: String,
+    pub digest_sha256: String,
+    /// Objects archived and not yet digested, and the first row time of the oldest (RFC 3339).
+    pub pending_objects: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_pending: Option<String>,
+    pub algorithm: String,
+    pub public_key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+}
+
+impl SignedHead {
+    /// What the signature covers: the head's JSON as written with `signature` left out.
+    pub fn signed_bytes(&self) -> Vec<u8> {
+        let unsigned = SignedHead { signature: None, ..self.clone() };
+        serde_json::to_vec(&unsigned).expect("a head serialises")
+    }
 }

@@ -258,11 +258,12 @@ async fn queue(batch: MessageBatch<String>, env: Env, _ctx: Context) -> Result<(
     Ok(())
 }
 
-/// Every minute, six jobs, each under its own lease and each on its own (SPEC §19): one that
-/// fails, or whose lease another run holds, never skips the others. The webhook sweep; re-sealing
-/// of webhook secrets (plaintext, `v1` or under a previous key); rows an older version kept in
-/// `DB` move to `AUDIT_DB`; the audit log's roll-up (rows older than `AUDIT_HOT_SECONDS` move to R2
-/// hour objects, then leave D1), time-boxed by its limits; the signed audit digests; the usage
+/// Every minute, six jobs, each under its own lease and each on its own (SPEC §19), sharing one
+/// budget of the invocation's subrequests, D1 queries and time (SPEC §23): one that fails, or
+/// whose lease another run holds, never skips the others. The webhook sweep; re-sealing of webhook
+/// secrets (plaintext, `v1` or under a previous key); rows an older version kept in `DB` move to
+/// `AUDIT_DB`; the audit log's roll-up (rows older than `AUDIT_HOT_SECONDS` move to R2 hour objects
+/// bound to their projects' chain heads, then leave D1); the signed audit digests; the usage
 /// export of closed periods (SPEC §22).
 #[event(scheduled)]
 async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
@@ -280,13 +281,26 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     let holder = gatehouse_core::encoding::hex(&app::random::<16>());
     // One budget for every job of this invocation (SPEC §23).
     let budget = app::cron::RunBudget::minute(now_ms());
+    // The projects' chain heads (SPEC §23): the roll-up binds objects there, the digests sign from there.
+    let heads = match env.durable_object(gatehouse_core::guard::protocol::BINDING) {
+        Ok(namespace) => GuardClient::new(namespace, Rc::default()),
+        Err(e) => return console_error!("scheduled {}: {e}", event.cron()),
+    };
 
     let sweep = async {
+        // Its overdue deliveries and their queue message.
+        if !budget.take(now_ms(), 1, 1) {
+            return Ok(r#""skipped":"budget""#.to_owned());
+        }
         let queue = WebhookQueue::new(env.queue(webhook_queue::QUEUE_BINDING).map_err(port_error)?);
         let queued = app::sweep(&store, &queue, config.webhook_sweep_grace_ms, now_ms()).await?;
         Ok(if queued > 0 { format!(r#""requeued":{queued}"#) } else { String::new() })
     };
     let reseal = async {
+        // Its batch of secrets, each written on its own.
+        if !budget.take(now_ms(), 1 + app::SEAL_BATCH as u32, 0) {
+            return Ok(r#""skipped":"budget""#.to_owned());
+        }
         let (resealed, unopened) = app::reseal_secrets(&store, config).await?;
         Ok(match (resealed, unopened) {
             (0, 0) => String::new(),
@@ -305,7 +319,7 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
         // Each audit database on its own (SPEC §20).
         let stores: Vec<D1Store> =
             audit_dbs(&env, config).into_iter().map(|db| D1Store::new(db, Rc::default())).collect();
-        let r = app::roll_up_each(&stores, &archive, cutoff, limits, &budget, now_ms).await;
+        let r = app::roll_up_each(&stores, &archive, &heads, cutoff, limits, &budget, now_ms).await;
         Ok(match r.objects > 0 || r.copies > 0 || r.rewritten > 0 || !r.failed.is_empty() {
             true => format!(
                 r#""rolled_rows":{},"copies":{},"objects":{},"rewritten":{},"done":{},"failed":{},"elapsed_ms":{}"#,
@@ -324,16 +338,28 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
         let Some(secret) = config.audit_signing_key.as_deref() else { return Ok(String::new()) };
         let archive = R2Archive::new(env.bucket(archive::BINDING).map_err(port_error)?);
         let signer = gatehouse_core::digest::AuditSigner::from_secret(secret);
-        let cutoff = gatehouse_core::archive::hot_cutoff(now_ms(), config.audit_hot_seconds);
-        let period = i64::from(config.audit_digest_seconds) * 1000;
-        let r = app::make_digests(&store, &archive, &signer, period, cutoff, now_ms).await?;
-        Ok(match r.digests > 0 || r.waiting > 0 || !r.failed.is_empty() {
+        let job = app::DigestJob {
+            store: &store,
+            archive: &archive,
+            heads: &heads,
+            signer: &signer,
+            period_ms: i64::from(config.audit_digest_seconds) * 1000,
+            cutoff_ms: gatehouse_core::archive::hot_cutoff(now_ms(), config.audit_hot_seconds),
+        };
+        let r = job.run(&budget, now_ms).await?;
+        for (project, alert) in &r.alerts {
+            let line =
+                serde_json::json!({ "component": "audit_digests", "alert": alert, "project_id": project });
+            console_error!("{line}");
+        }
+        Ok(match r.digests > 0 || r.waiting > 0 || !r.failed.is_empty() || !r.alerts.is_empty() {
             true => format!(
-                r#""digests":{},"objects":{},"waiting":{},"failed":{}"#,
+                r#""digests":{},"objects":{},"waiting":{},"failed":{},"alerts":{}"#,
                 r.digests,
                 r.objects,
                 r.waiting,
-                serde_json::to_string(&r.failed).unwrap_or_default()
+                serde_json::to_string(&r.failed).unwrap_or_default(),
+                r.alerts.len()
             ),
             false => String::new(),
         })
@@ -346,7 +372,7 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
             period_ms: config.usage_period_ms(),
             keep_ms: i64::from(config.audit_retention_days) * 86_400_000,
         };
-        let r = app::export_usage(&store, &archive, &queue, periods, now_ms, run_id).await?;
+        let r = app::export_usage(&store, &archive, &queue, periods, &budget, now_ms, run_id).await?;
         Ok(match r.runs > 0 || r.pruned > 0 || !r.failed.is_empty() {
             true => format!(
                 r#""usage_runs":{},"records":{},"pruned":{},"failed":{}"#,

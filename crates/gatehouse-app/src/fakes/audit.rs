@@ -13,8 +13,8 @@ use gatehouse_core::audit::{packed_for_d1, AuditRow, DayCount, EndpointCount, La
 use gatehouse_core::page::{Cursor, PageRequest};
 use gatehouse_core::platform::fits_d1_value;
 use gatehouse_core::ports::{
-    Archive, ArchiveObject, ArchivedSlice, AuditStore, DigestRecord, DigestStore, PortError,
-    UndigestedObject,
+    Archive, ArchiveObject, ArchivedSlice, AuditStore, DigestDue, DigestHealth, DigestRecord, DigestStore,
+    DigestWritten, PortError, Settled, UndigestedObject,
 };
 use gatehouse_core::tiers::{ObjectSummary, SUMMARIES_PER_PAGE};
 use gatehouse_core::time::utc_date;
@@ -37,6 +37,10 @@ pub struct AuditTables {
     pub digested: RefCell<BTreeMap<String, i64>>,
     /// `projects.digest_next`.
     pub digest_next: RefCell<BTreeMap<String, i64>>,
+    /// `digest_due`: per project, the first row time of its oldest object no digest lists.
+    pub digest_due: RefCell<BTreeMap<String, i64>>,
+    /// `audit_alerts`: per project, when and what disagreed with its chain head.
+    pub digest_alerts: RefCell<BTreeMap<String, (i64, String)>>,
     /// `usage_counts`, `usage_runs` and `usage_records` (SPEC §22), and the period the counts are
     /// kept by (0: an hour).
     pub usage: RefCell<super::usage::UsageTables>,
@@ -263,7 +267,9 @@ impl AuditStore for FakeStore {
             return Err(PortError("d1 clear slices: refused".into()));
         }
         // One transaction: every slice's statements in order, each slice's under its own guard.
-        self.faults.run("d1 clear slices", || slices.iter().map(|slice| self.clear_slice(slice)).collect()).await
+        self.faults
+            .run("d1 clear slices", || slices.iter().map(|slice| self.clear_slice(slice)).collect())
+            .await
     }
 }
 
@@ -281,6 +287,11 @@ impl FakeStore {
         }
         if let Some(s) = slice.summary {
             self.audit.objects.borrow_mut().insert(s.key.clone(), s.clone());
+            if let Some(project) = &s.project_id {
+                let mut due = self.audit.digest_due.borrow_mut();
+                let since = due.entry(project.clone()).or_insert(s.first_ts);
+                *since = (*since).min(s.first_ts);
+            }
         }
         self.audit.count(slice.copies, -1);
         let mut table = self.audit.rows.borrow_mut();
@@ -304,11 +315,15 @@ pub struct FakeArchive {
     pub usage_objects: RefCell<BTreeMap<String, Vec<u8>>>,
     /// Puts fail before their effect while this is set.
     pub refuse_puts: Cell<bool>,
+    /// The chain heads of the projects whose objects it holds (their Durable Objects, where the
+    /// roll-up binds each object it writes): kept beside the bucket for the tests' convenience.
+    pub heads: Rc<super::audit_heads::FakeAuditHeads>,
 }
 
 impl FakeArchive {
     pub fn new(faults: Rc<Faults>) -> Self {
         FakeArchive {
+            heads: Rc::new(super::audit_heads::FakeAuditHeads::new(faults.clone())),
             faults,
             objects: RefCell::default(),
             ids: RefCell::default(),
@@ -410,41 +425,46 @@ impl DigestStore for FakeStore {
     async fn projects_due_for_digest(
         &self,
         period_ms: i64,
-        cutoff_ms: i64,
+        before_ms: i64,
         limit: usize,
-    ) -> Result<Vec<(String, i64)>, PortError> {
+    ) -> Result<Vec<DigestDue>, PortError> {
         self.faults
             .run("d1 projects due for digest", || {
-                let next = self.audit.digest_next.borrow();
-                let mut due: Vec<(String, i64)> = self
-                    .directory
-                    .projects
+                let mut due: Vec<(i64, String)> = self
+                    .audit
+                    .digest_due
                     .borrow()
                     .iter()
-                    .map(|p| {
-                        let start = next.get(&p.id).copied();
-                        (
-                            p.id.clone(),
-                            start.unwrap_or(gatehouse_core::digest::period_start(p.created_at, period_ms)),
-                        )
-                    })
-                    .filter(|(_, start)| start + period_ms <= cutoff_ms)
+                    .filter(|(_, since)| **since < before_ms)
+                    .map(|(p, since)| (*since, p.clone()))
                     .collect();
-                due.sort_by_key(|(id, start)| (*start, id.clone()));
+                due.sort();
                 due.truncate(limit);
-                due
+                let next = self.audit.digest_next.borrow();
+                let projects = self.directory.projects.borrow();
+                due.into_iter()
+                    .map(|(since, id)| {
+                        let created = projects.iter().find(|p| p.id == id).map_or(since, |p| p.created_at);
+                        let first_period = next
+                            .get(&id)
+                            .copied()
+                            .unwrap_or(gatehouse_core::digest::period_start(created, period_ms));
+                        DigestDue { project_id: id, first_period }
+                    })
+                    .collect()
             })
             .await
     }
 
-    async fn hot_rows_before(&self, project_id: &str, before_ms: i64) -> Result<bool, PortError> {
+    async fn projects_waiting(&self, projects: &[String], before_ms: i64) -> Result<Vec<String>, PortError> {
         self.faults
-            .run("d1 hot rows before", || {
-                self.audit
-                    .rows
-                    .borrow()
-                    .values()
-                    .any(|r| r.project_id.as_deref() == Some(project_id) && r.ts < before_ms)
+            .run("d1 projects waiting", || {
+                let rows = self.audit.rows.borrow();
+                projects
+                    .iter()
+                    .filter(|p| rows.values().any(|r| r.project_id.as_ref() == Some(*p) && r.ts < before_ms))
+                    .cloned()
+                    .collect()
             })
             .await
     }
@@ -478,35 +498,71 @@ impl DigestStore for FakeStore {
                         rows: u64::from(o.rows),
                         first_id: o.first_id.clone(),
                         last_id: o.last_id.clone(),
+                        first_ts: o.first_ts,
                     })
                     .collect()
             })
             .await
     }
 
-    async fn record_digest(
-        &self,
-        project_id: &str,
-        digest: &DigestRecord,
-        objects: &[String],
-        _made_at: i64,
-        next_start: i64,
-    ) -> Result<(), PortError> {
+    async fn record_digests(&self, digests: &[DigestWritten]) -> Result<(), PortError> {
         self.faults
-            .run("d1 record digest", || {
-                self.audit
-                    .digests
-                    .borrow_mut()
-                    .insert((project_id.to_owned(), digest.period_start), digest.clone());
+            .run("d1 record digests", || {
                 let mut digested = self.audit.digested.borrow_mut();
-                for key in objects {
-                    digested.entry(key.clone()).or_insert(digest.period_start);
+                let mut records = self.audit.digests.borrow_mut();
+                for d in digests {
+                    records.insert((d.project_id.clone(), d.record.period_start), d.record.clone());
+                    for key in &d.listed {
+                        digested.entry(key.clone()).or_insert(d.record.period_start);
+                    }
                 }
             })
-            .await?;
+            .await
+    }
+
+    async fn settle_digests(
+        &self,
+        settled: &[Settled],
+        alerts: &[(String, String)],
+        now_ms: i64,
+    ) -> Result<(), PortError> {
         self.faults
-            .run("d1 digest next", || {
-                self.audit.digest_next.borrow_mut().insert(project_id.to_owned(), next_start);
+            .run("d1 settle digests", || {
+                let mut due = self.audit.digest_due.borrow_mut();
+                let mut next = self.audit.digest_next.borrow_mut();
+                let mut kept = self.audit.digest_alerts.borrow_mut();
+                for s in settled {
+                    match s.oldest_pending_ts {
+                        Some(since) => due.insert(s.project_id.clone(), since),
+                        None => due.remove(&s.project_id),
+                    };
+                    let at = next.entry(s.project_id.clone()).or_insert(s.covered_to);
+                    *at = (*at).max(s.covered_to);
+                    kept.remove(&s.project_id);
+                }
+                for (project, alert) in alerts {
+                    kept.insert(project.clone(), (now_ms, alert.clone()));
+                }
+            })
+            .await
+    }
+
+    async fn digest_health(&self, before_ms: i64) -> Result<DigestHealth, PortError> {
+        self.faults
+            .run("d1 digest health", || {
+                let due = self.audit.digest_due.borrow();
+                let behind: Vec<i64> = due.values().copied().filter(|since| *since < before_ms).collect();
+                DigestHealth {
+                    projects_behind: behind.len() as u64,
+                    oldest_undigested_ts: behind.iter().copied().min(),
+                    alerts: self
+                        .audit
+                        .digest_alerts
+                        .borrow()
+                        .iter()
+                        .map(|(p, (at, what))| (p.clone(), *at, what.clone()))
+                        .collect(),
+                }
             })
             .await
     }
@@ -521,8 +577,14 @@ impl DigestStore for FakeStore {
         self.faults
             .run("d1 digests", || {
                 let digests = self.audit.digests.borrow();
-                let range = (project_id.to_owned(), from_ms)..(project_id.to_owned(), to_ms);
-                digests.range(range).take(limit).map(|(_, d)| d.clone()).collect()
+                let range = (project_id.to_owned(), i64::MIN)..(project_id.to_owned(), to_ms);
+                digests
+                    .range(range)
+                    .map(|(_, d)| d)
+                    .filter(|d| d.period_end > from_ms)
+                    .take(limit)
+                    .cloned()
+                    .collect()
             })
             .await
     }

@@ -47,6 +47,8 @@ pub struct Kept<T> {
 /// Every key's guard in one fake: what the Durable Objects keep, keyed by key hash.
 pub struct FakeGuard {
     pub faults: Rc<Faults>,
+    /// The projects' chain heads (SPEC §23): the same objects' other role.
+    pub heads: Rc<super::audit_heads::FakeAuditHeads>,
     pub clock: Clock,
     pub config: &'static Config,
     /// What `Apply` told each guard, and until when it is used (else the directory's record is
@@ -97,6 +99,7 @@ impl FakeGuard {
         responses: Rc<super::gateway::KvEntries>,
     ) -> Self {
         FakeGuard {
+            heads: Rc::new(super::audit_heads::FakeAuditHeads::new(faults.clone())),
             faults,
             clock,
             config,

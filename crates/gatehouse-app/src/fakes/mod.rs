@@ -11,6 +11,7 @@ use crate::sim::Faults;
 use gatehouse_core::ports::{JobLeases, Lease, PortError};
 
 pub mod audit;
+pub mod audit_heads;
 mod delivery;
 pub mod gateway;
 pub mod guard;

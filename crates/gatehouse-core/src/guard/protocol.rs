@@ -6,6 +6,7 @@ use serde::{de::DeserializeOwned, Deserialize, Deserializer, Serialize};
 
 use crate::abuse::address_group;
 use crate::api_key::{KeyRecord, RefusalReason, Scope};
+use crate::audit_chain::{AdoptHead, AdvanceHead, Advanced, BindObjects, HeadState, ReadHead};
 use crate::idempotency::{ClaimDecision, KeptResponse};
 use crate::lease::{Exchange, GiveBack, Grant, LeaseAsk};
 use crate::ports::ClaimRequest;
@@ -56,6 +57,10 @@ pub enum GuardCommand {
     GiveBackLeases(GiveBackLeases),
     RenewLease(RenewLease),
     SetLimits(SetLimits),
+    BindObjects(BindObjects),
+    ReadHead(ReadHead),
+    AdoptHead(AdoptHead),
+    AdvanceHead(AdvanceHead),
 }
 
 /// Is this key valid, may it make one more request now, and (when the request carries an
@@ -120,6 +125,10 @@ impl Tagged for GuardCommand {
             "give_back_leases" => Self::GiveBackLeases(GiveBackLeases::deserialize(fields)?),
             "renew_lease" => Self::RenewLease(RenewLease::deserialize(fields)?),
             "set_limits" => Self::SetLimits(SetLimits::deserialize(fields)?),
+            "bind_objects" => Self::BindObjects(BindObjects::deserialize(fields)?),
+            "read_head" => Self::ReadHead(ReadHead::deserialize(fields)?),
+            "adopt_head" => Self::AdoptHead(AdoptHead::deserialize(fields)?),
+            "advance_head" => Self::AdvanceHead(AdvanceHead::deserialize(fields)?),
             other => {
                 return Err(unknown(
                     other,
@@ -136,6 +145,10 @@ impl Tagged for GuardCommand {
                         "give_back_leases",
                         "renew_lease",
                         "set_limits",
+                        "bind_objects",
+                        "read_head",
+                        "adopt_head",
+                        "advance_head",
                     ],
                 ))
             }
@@ -293,6 +306,10 @@ asks! {
     GiveBackLeases => Done,
     RenewLease => Renewed,
     SetLimits => Done,
+    BindObjects => Done,
+    ReadHead => HeadState,
+    AdoptHead => HeadState,
+    AdvanceHead => Advanced,
 }
 
 #[cfg(test)]

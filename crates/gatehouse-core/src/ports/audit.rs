@@ -2,6 +2,7 @@
 
 use super::PortError;
 use crate::audit::{AuditRow, DayCount, EndpointCount, LogFilter};
+use crate::audit_chain::{AdoptHead, AdvanceHead, Advanced, BoundObject, HeadState};
 use crate::page::{Cursor, PageRequest};
 use crate::tiers::ObjectSummary;
 use crate::usage::{UsageGroup, UsageQuery, UsageRun};
@@ -108,10 +109,21 @@ pub trait Archive {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 pub struct DigestRecord {
     pub period_start: i64,
+    /// The end of its span (one period, or a run of periods without objects: SPEC §23).
+    pub period_end: i64,
     pub key: String,
     /// Hex SHA-256 of the digest file's bytes.
     pub sha256: String,
     pub objects: u32,
+}
+
+/// A digest to record, with the objects it lists (marked digested beside it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DigestWritten {
+    pub project_id: String,
+    pub record: DigestRecord,
+    pub listed: Vec<String>,
+    pub made_at: i64,
 }
 
 /// An archive object no digest lists yet.
@@ -123,43 +135,59 @@ pub struct UndigestedObject {
     pub rows: u64,
     pub first_id: String,
     pub last_id: String,
+    pub first_ts: i64,
 }
 
-/// The audit digests' bookkeeping (SPEC §22): which project's next period is due (the main
-/// database), and per project (its audit database) the digests written and the objects no digest
-/// lists yet.
+/// A project with archived objects no digest lists, as D1 says (`digest_due`, written by the
+/// roll-up with each object): a hint of where the digest job has work. What is signed comes from
+/// the project's chain head ([`AuditHeads`]), never from here.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct DigestDue {
+    pub project_id: String,
+    /// The start of its first period (its creation's): where a chain that never started starts.
+    pub first_period: i64,
+}
+
+/// The audit digests' bookkeeping in D1 (SPEC §22, §23): which projects have objects no digest
+/// lists (the job's hint), the digests written (what verifiers list) and which objects they list.
 pub trait DigestStore {
-    /// Projects whose next digest period (`period_ms` long, from the period of their creation)
-    /// ends by `cutoff_ms`: their ids and that period's start, the most overdue first.
+    /// Up to `limit` projects with archived objects no digest lists whose first row is older than
+    /// `before_ms`, the longest waiting first; with the start of each one's first period of
+    /// `period_ms`. Projects without such objects (idle ones) cost nothing here.
     async fn projects_due_for_digest(
         &self,
         period_ms: i64,
-        cutoff_ms: i64,
+        before_ms: i64,
         limit: usize,
-    ) -> Result<Vec<(String, i64)>, PortError>;
-    /// Whether rows of the project older than `before_ms` are still in the hot tier (the roll-up
-    /// is behind: their objects are not final).
-    async fn hot_rows_before(&self, project_id: &str, before_ms: i64) -> Result<bool, PortError>;
-    /// The project's latest digest.
+    ) -> Result<Vec<DigestDue>, PortError>;
+    /// Of `projects`, those with rows older than `before_ms` still in the hot tier (the roll-up
+    /// is behind: their objects are not final). One query per audit database.
+    async fn projects_waiting(&self, projects: &[String], before_ms: i64) -> Result<Vec<String>, PortError>;
+    /// The project's latest digest (where a chain from before SPEC §23 moves to its head).
     async fn last_digest(&self, project_id: &str) -> Result<Option<DigestRecord>, PortError>;
     /// The project's objects whose first row is older than `before_ms` and that no digest lists,
-    /// by key.
+    /// by key (what a chain from before SPEC §23 takes with it to its head, once).
     async fn undigested_objects(
         &self,
         project_id: &str,
         before_ms: i64,
     ) -> Result<Vec<UndigestedObject>, PortError>;
-    /// Records the digest and marks `objects` listed by it, in one batch of the project's audit
-    /// database (again: the same); then `next_start` as the project's next period.
-    async fn record_digest(
+    /// Records the digests (again: replaced) and marks the objects each lists, in one batch per
+    /// audit database.
+    async fn record_digests(&self, digests: &[DigestWritten]) -> Result<(), PortError>;
+    /// After the heads moved: each project's next period (`digest_next`) and when its oldest
+    /// object no digest lists begins (`None`: none is left, it has no work); keeps each alert
+    /// (project, what disagrees) and forgets those of projects settled without one.
+    async fn settle_digests(
         &self,
-        project_id: &str,
-        digest: &DigestRecord,
-        objects: &[String],
-        made_at: i64,
-        next_start: i64,
+        settled: &[Settled],
+        alerts: &[(String, String)],
+        now_ms: i64,
     ) -> Result<(), PortError>;
-    /// The project's digests of periods starting in `[from_ms, to_ms)`, oldest first, at most `limit`.
+    /// What `GET /admin/v1/audit/health` shows: how many projects have objects no digest lists
+    /// whose first row is older than `before_ms`, the oldest such row's time, and the alerts kept.
+    async fn digest_health(&self, before_ms: i64) -> Result<DigestHealth, PortError>;
+    /// The project's digests whose span overlaps `[from_ms, to_ms)`, oldest first, at most `limit`.
     async fn digests(
         &self,
         project_id: &str,
@@ -167,6 +195,32 @@ pub trait DigestStore {
         to_ms: i64,
         limit: usize,
     ) -> Result<Vec<DigestRecord>, PortError>;
+}
+
+/// Where a project's chain stands after a run (see [`DigestStore::settle_digests`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settled {
+    pub project_id: String,
+    pub covered_to: i64,
+    pub oldest_pending_ts: Option<i64>,
+}
+
+/// The digests' state across projects (see [`DigestStore::digest_health`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DigestHealth {
+    pub projects_behind: u64,
+    pub oldest_undigested_ts: Option<i64>,
+    /// (project, when, what disagrees with its chain head).
+    pub alerts: Vec<(String, i64, String)>,
+}
+
+/// A project's chain head and the objects bound to it (SPEC §23, `crate::audit_chain`), where a D1
+/// or R2 writer cannot reach: the project's Durable Object.
+pub trait AuditHeads {
+    async fn bind_objects(&self, project_id: &str, objects: &[BoundObject]) -> Result<(), PortError>;
+    async fn read_head(&self, project_id: &str, objects: usize) -> Result<HeadState, PortError>;
+    async fn adopt_head(&self, project_id: &str, adopt: &AdoptHead) -> Result<HeadState, PortError>;
+    async fn advance_head(&self, project_id: &str, advance: &AdvanceHead) -> Result<Advanced, PortError>;
 }
 
 /// Usage for billing (SPEC §22), in the audit databases beside the rows it counts: the counts the

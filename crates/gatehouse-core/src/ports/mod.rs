@@ -41,7 +41,7 @@ impl PortError {
 
 /// The set of port implementations a `gatehouse_app::Gateway` runs over.
 pub trait Ports {
-    type Guard: KeyGuard;
+    type Guard: KeyGuard + AuditHeads;
     type Store: Directory + Resources + EventStore + AuditStore + WebhookStore + DigestStore + UsageStore;
     type Responses: ResponseStore;
     type Ledger: EventLedger;

@@ -6,6 +6,9 @@ use worker::ObjectNamespace;
 
 use super::durable;
 use gatehouse_core::api_key::{KeyRecord, RefusalReason, Scope};
+use gatehouse_core::audit_chain::{
+    head_object_name, AdoptHead, AdvanceHead, Advanced, BindObjects, BoundObject, HeadState, ReadHead,
+};
 use gatehouse_core::guard::protocol::{
     client_guard_name, Apply, Ask, Authorize, Authorized, CompleteClaim, Completed, Decided, Denied,
     GiveBackLeases, HeldResponse, Ping, RecordAuthFailure, ReleaseClaim, RenewLease, SetLimits, TakeClaim,
@@ -14,7 +17,7 @@ use gatehouse_core::guard::protocol::{
 use gatehouse_core::idempotency::{ClaimDecision, KeptResponse};
 use gatehouse_core::lease::{GiveBack, Grant, LeaseAsk};
 use gatehouse_core::ports::{
-    Admission, Authorization, ClaimHolder, ClaimRequest, KeyGuard, Meter, PortError,
+    Admission, AuditHeads, Authorization, ClaimHolder, ClaimRequest, KeyGuard, Meter, PortError,
 };
 use gatehouse_core::rate_limit::{LimitSpec, Usage, Verdict};
 
@@ -124,5 +127,24 @@ impl KeyGuard for GuardClient {
         let answer =
             self.ask(&client_guard_name(group), RecordAuthFailure { per_minute: Some(per_minute) }).await?;
         Ok((answer.verdict, answer.usage))
+    }
+}
+
+/// A project's chain head (SPEC §23) lives in the same namespace, under its own name.
+impl AuditHeads for GuardClient {
+    async fn bind_objects(&self, project_id: &str, objects: &[BoundObject]) -> Result<(), PortError> {
+        self.ask(&head_object_name(project_id), BindObjects { objects: objects.to_vec() }).await.map(drop)
+    }
+
+    async fn read_head(&self, project_id: &str, objects: usize) -> Result<HeadState, PortError> {
+        self.ask(&head_object_name(project_id), ReadHead { objects }).await
+    }
+
+    async fn adopt_head(&self, project_id: &str, adopt: &AdoptHead) -> Result<HeadState, PortError> {
+        self.ask(&head_object_name(project_id), adopt.clone()).await
+    }
+
+    async fn advance_head(&self, project_id: &str, advance: &AdvanceHead) -> Result<Advanced, PortError> {
+        self.ask(&head_object_name(project_id), advance.clone()).await
     }
 }

@@ -49,7 +49,7 @@ thread_local! {
 impl D1Store {
     /// The audit databases of `projects` (SPEC §20), from the isolate's memory or in one query;
     /// a project D1 does not know (none yet, or an older version's row) is in the first.
-    async fn placed(&self, projects: &[&str]) -> Result<HashMap<String, u8>, PortError> {
+    pub(super) async fn placed(&self, projects: &[&str]) -> Result<HashMap<String, u8>, PortError> {
         #[derive(serde::Deserialize)]
         struct Placed {
             id: String,
@@ -89,7 +89,7 @@ impl D1Store {
     }
 
     /// Audit database `index` of the ones bound, or why it is not bound.
-    fn audit_log(logs: &[D1Store], index: u8) -> Result<&D1Store, PortError> {
+    pub(super) fn audit_log(logs: &[D1Store], index: u8) -> Result<&D1Store, PortError> {
         logs.get(usize::from(index)).ok_or_else(|| {
             PortError(format!(
                 "the audit log is in {}, which is not bound (bind it and set AUDIT_DATABASES to include it)",
@@ -290,7 +290,8 @@ impl AuditStore for D1Store {
             summary: String,
         }
         let Some((project, _)) = positions.first() else { return Ok(Vec::new()) };
-        let at: Vec<(Option<&str>, i64, &str)> = positions.iter().map(|(p, c)| (*p, c.ts, c.id.as_str())).collect();
+        let at: Vec<(Option<&str>, i64, &str)> =
+            positions.iter().map(|(p, c)| (*p, c.ts, c.id.as_str())).collect();
         let at = serde_json::to_string(&at).map_err(PortError::from_display)?;
         // The roll-up's positions are all of one database (it runs over each on its own).
         let rows: Vec<Covering> = self
@@ -423,12 +424,7 @@ fn clear_statements(log: &D1Store, slice: &ArchivedSlice<'_>) -> Result<Vec<D1Pr
     if let Some(s) = slice.summary {
         let json = serde_json::to_string(s).map_err(PortError::from_display)?;
         let mut args = range.to_vec();
-        args.extend([
-            text(&s.key),
-            opt_text(s.project_id.as_deref()),
-            int(s.first_ts),
-            text(&s.first_id),
-        ]);
+        args.extend([text(&s.key), opt_text(s.project_id.as_deref()), int(s.first_ts), text(&s.first_id)]);
         args.extend([int(s.last_ts), text(&s.last_id), int(s.rows.into()), text(&json)]);
         statements.push(log.statement(
             &format!(
@@ -482,7 +478,18 @@ fn clear_statements(log: &D1Store, slice: &ArchivedSlice<'_>) -> Result<Vec<D1Pr
             &args,
         )?);
     }
-    statements
-        .push(log.statement(&format!("DELETE FROM audit_log WHERE {SLICE} AND {condition}"), &range)?);
+    if let Some(s) = slice.summary.filter(|s| s.project_id.is_some()) {
+        // The project has an object no digest lists (SPEC §23): the digest job's work list.
+        let mut args = range.to_vec();
+        args.push(int(s.first_ts));
+        statements.push(log.statement(
+            &format!(
+                "INSERT INTO digest_due (project_id, since) SELECT ?1, ?7 WHERE {condition}
+                 ON CONFLICT (project_id) DO UPDATE SET since = min(since, excluded.since)"
+            ),
+            &args,
+        )?);
+    }
+    statements.push(log.statement(&format!("DELETE FROM audit_log WHERE {SLICE} AND {condition}"), &range)?);
     Ok(statements)
 }

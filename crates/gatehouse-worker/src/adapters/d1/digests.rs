@@ -1,49 +1,121 @@
-//! The audit digests' bookkeeping (SPEC §22): the [`DigestStore`] port. Which project is due is
-//! in the main database (`projects.digest_next`); a project's digests and which of its objects
-//! they list are in its audit database, beside `audit_objects`.
+//! The audit digests' bookkeeping (SPEC §22, §23): the [`DigestStore`] port. Which projects have
+//! work is read from their audit databases (`digest_due`, which the roll-up writes); a project's digests and
+//! which of its objects they list are kept there too, beside `audit_objects`; the main database
+//! keeps each project's first period (`projects.digest_next`) and the alerts (`audit_alerts`).
 
-use super::{int, text, D1Store};
-use gatehouse_core::ports::{DigestRecord, DigestStore, PortError, UndigestedObject};
+use super::{int, text, AuditLogs, D1Store};
+use gatehouse_core::ports::{
+    DigestDue, DigestHealth, DigestRecord, DigestStore, DigestWritten, PortError, Settled, UndigestedObject,
+};
+
+impl D1Store {
+    /// Every audit database bound (this one, when it keeps its own).
+    fn audit_databases(&self) -> Vec<&D1Store> {
+        match &self.audit {
+            AuditLogs::Own => vec![self],
+            AuditLogs::Placed(logs) => logs.iter().collect(),
+        }
+    }
+
+    /// `projects` by the audit database that keeps each.
+    async fn by_database<'a>(
+        &self,
+        projects: impl Iterator<Item = &'a str>,
+    ) -> Result<Vec<(&D1Store, Vec<&'a str>)>, PortError> {
+        let projects: Vec<&str> = projects.collect();
+        let placed = self.placed(&projects).await?;
+        let mut groups: Vec<(u8, Vec<&str>)> = Vec::new();
+        for p in projects {
+            let index = placed.get(p).copied().unwrap_or(0);
+            match groups.iter_mut().find(|(i, _)| *i == index) {
+                Some((_, group)) => group.push(p),
+                None => groups.push((index, vec![p])),
+            }
+        }
+        let mut out = Vec::new();
+        for (index, group) in groups {
+            let log = match &self.audit {
+                AuditLogs::Own => self,
+                AuditLogs::Placed(logs) => Self::audit_log(logs, index)?,
+            };
+            out.push((log, group));
+        }
+        Ok(out)
+    }
+}
 
 impl DigestStore for D1Store {
     async fn projects_due_for_digest(
         &self,
         period_ms: i64,
-        cutoff_ms: i64,
+        before_ms: i64,
         limit: usize,
-    ) -> Result<Vec<(String, i64)>, PortError> {
+    ) -> Result<Vec<DigestDue>, PortError> {
         #[derive(serde::Deserialize)]
-        struct Due {
-            id: String,
-            start: i64,
+        struct Behind {
+            project_id: String,
+            oldest: i64,
         }
-        let due: Vec<Due> = self
+        #[derive(serde::Deserialize)]
+        struct First {
+            id: String,
+            first_period: i64,
+        }
+        let mut behind = Vec::new();
+        for log in self.audit_databases() {
+            let found: Vec<Behind> = log
+                .rows(
+                    "SELECT project_id, since AS oldest FROM digest_due WHERE since < ?1 ORDER BY since LIMIT ?2",
+                    &[int(before_ms), int(limit as i64)],
+                )
+                .await?;
+            behind.extend(found);
+        }
+        behind.sort_by(|a, b| (a.oldest, &a.project_id).cmp(&(b.oldest, &b.project_id)));
+        behind.truncate(limit);
+        if behind.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<&str> = behind.iter().map(|b| b.project_id.as_str()).collect();
+        let firsts: Vec<First> = self
             .rows(
-                "SELECT id, coalesce(digest_next, created_at - created_at % ?1) AS start FROM projects
-                 WHERE coalesce(digest_next, created_at - created_at % ?1) + ?1 <= ?2
-                 ORDER BY start, id LIMIT ?3",
-                &[int(period_ms), int(cutoff_ms), int(limit as i64)],
+                "SELECT id, coalesce(digest_next, created_at - created_at % ?1) AS first_period FROM projects
+                 WHERE id IN (SELECT value FROM json_each(?2))",
+                &[int(period_ms), text(&serde_json::to_string(&ids).map_err(PortError::from_display)?)],
             )
             .await?;
-        Ok(due.into_iter().map(|d| (d.id, d.start)).collect())
+        Ok(behind
+            .into_iter()
+            .map(|b| {
+                let known = firsts.iter().find(|f| f.id == b.project_id).map(|f| f.first_period);
+                // A project no longer in D1: its chain starts with its oldest object's period.
+                let first_period = known.unwrap_or(b.oldest - b.oldest.rem_euclid(period_ms));
+                DigestDue { project_id: b.project_id, first_period }
+            })
+            .collect())
     }
 
-    async fn hot_rows_before(&self, project_id: &str, before_ms: i64) -> Result<bool, PortError> {
-        let log = self.log_of(Some(project_id)).await?;
-        let ids = log
-            .ids(
-                "SELECT request_id AS id FROM audit_log WHERE project_id = ?1 AND ts < ?2 LIMIT 1",
-                &[text(project_id), int(before_ms)],
-            )
-            .await?;
-        Ok(!ids.is_empty())
+    async fn projects_waiting(&self, projects: &[String], before_ms: i64) -> Result<Vec<String>, PortError> {
+        let mut waiting = Vec::new();
+        for (log, group) in self.by_database(projects.iter().map(String::as_str)).await? {
+            let ids = serde_json::to_string(&group).map_err(PortError::from_display)?;
+            waiting.extend(
+                log.ids(
+                    "SELECT p.value AS id FROM json_each(?1) p
+                     WHERE EXISTS (SELECT 1 FROM audit_log WHERE project_id = p.value AND ts < ?2)",
+                    &[text(&ids), int(before_ms)],
+                )
+                .await?,
+            );
+        }
+        Ok(waiting)
     }
 
     async fn last_digest(&self, project_id: &str) -> Result<Option<DigestRecord>, PortError> {
         let log = self.log_of(Some(project_id)).await?;
         let rows: Vec<DigestRecord> = log
             .rows(
-                "SELECT period_start, key, sha256, objects FROM audit_digests WHERE project_id = ?1
+                "SELECT period_start, period_end, key, sha256, objects FROM audit_digests WHERE project_id = ?1
                  ORDER BY period_start DESC LIMIT 1",
                 &[text(project_id)],
             )
@@ -58,49 +130,116 @@ impl DigestStore for D1Store {
     ) -> Result<Vec<UndigestedObject>, PortError> {
         let log = self.log_of(Some(project_id)).await?;
         log.rows(
-            "SELECT key, json_extract(summary, '$.sha256') AS sha256, rows, first_id, last_id FROM audit_objects
+            "SELECT key, json_extract(summary, '$.sha256') AS sha256, rows, first_id, last_id, first_ts FROM audit_objects
              WHERE project_id = ?1 AND digest_period IS NULL AND first_ts < ?2 ORDER BY key",
             &[text(project_id), int(before_ms)],
         )
         .await
     }
 
-    async fn record_digest(
+    async fn record_digests(&self, digests: &[DigestWritten]) -> Result<(), PortError> {
+        for (log, group) in self.by_database(digests.iter().map(|d| d.project_id.as_str())).await? {
+            let mut statements = Vec::new();
+            for d in digests.iter().filter(|d| group.contains(&d.project_id.as_str())) {
+                let r = &d.record;
+                statements.push(log.statement(
+                    "INSERT OR REPLACE INTO audit_digests (project_id, period_start, period_end, key, sha256, objects, made_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    &[
+                        text(&d.project_id),
+                        int(r.period_start),
+                        int(r.period_end),
+                        text(&r.key),
+                        text(&r.sha256),
+                        int(r.objects.into()),
+                        int(d.made_at),
+                    ],
+                )?);
+                let keys = serde_json::to_string(&d.listed).map_err(PortError::from_display)?;
+                statements.push(log.statement(
+                    "UPDATE audit_objects SET digest_period = ?2
+                     WHERE key IN (SELECT value FROM json_each(?1)) AND digest_period IS NULL",
+                    &[text(&keys), int(r.period_start)],
+                )?);
+            }
+            log.batch(statements).await?;
+        }
+        Ok(())
+    }
+
+    async fn settle_digests(
         &self,
-        project_id: &str,
-        digest: &DigestRecord,
-        objects: &[String],
-        made_at: i64,
-        next_start: i64,
+        settled: &[Settled],
+        alerts: &[(String, String)],
+        now_ms: i64,
     ) -> Result<(), PortError> {
-        let log = self.log_of(Some(project_id)).await?;
-        let keys = serde_json::to_string(objects).map_err(PortError::from_display)?;
-        let statements = vec![
-            log.statement(
-                "INSERT OR REPLACE INTO audit_digests (project_id, period_start, key, sha256, objects, made_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                &[
-                    text(project_id),
-                    int(digest.period_start),
-                    text(&digest.key),
-                    text(&digest.sha256),
-                    int(digest.objects.into()),
-                    int(made_at),
-                ],
-            )?,
-            log.statement(
-                "UPDATE audit_objects SET digest_period = ?2
-                 WHERE key IN (SELECT value FROM json_each(?1)) AND digest_period IS NULL",
-                &[text(&keys), int(digest.period_start)],
-            )?,
-        ];
-        log.batch(statements).await?;
-        self.batch(vec![self.statement(
-            "UPDATE projects SET digest_next = ?2 WHERE id = ?1",
-            &[text(project_id), int(next_start)],
-        )?])
-        .await
-        .map(drop)
+        for (log, group) in self.by_database(settled.iter().map(|s| s.project_id.as_str())).await? {
+            let mut statements = Vec::new();
+            for s in settled.iter().filter(|s| group.contains(&s.project_id.as_str())) {
+                statements.push(match s.oldest_pending_ts {
+                    Some(since) => log.statement(
+                        "INSERT OR REPLACE INTO digest_due (project_id, since) VALUES (?1, ?2)",
+                        &[text(&s.project_id), int(since)],
+                    )?,
+                    None => {
+                        log.statement("DELETE FROM digest_due WHERE project_id = ?1", &[text(&s.project_id)])?
+                    }
+                });
+            }
+            log.batch(statements).await?;
+        }
+        let mut statements = Vec::new();
+        for s in settled {
+            statements.push(self.statement(
+                "UPDATE projects SET digest_next = max(coalesce(digest_next, 0), ?2) WHERE id = ?1",
+                &[text(&s.project_id), int(s.covered_to)],
+            )?);
+            statements.push(
+                self.statement("DELETE FROM audit_alerts WHERE project_id = ?1", &[text(&s.project_id)])?,
+            );
+        }
+        for (project, alert) in alerts {
+            statements.push(self.statement(
+                "INSERT OR REPLACE INTO audit_alerts (project_id, at, alert) VALUES (?1, ?2, ?3)",
+                &[text(project), int(now_ms), text(alert)],
+            )?);
+        }
+        self.batch(statements).await.map(drop)
+    }
+
+    async fn digest_health(&self, before_ms: i64) -> Result<DigestHealth, PortError> {
+        #[derive(serde::Deserialize)]
+        struct Behind {
+            projects: u64,
+            oldest: Option<i64>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Alert {
+            project_id: String,
+            at: i64,
+            alert: String,
+        }
+        let mut health = DigestHealth::default();
+        for log in self.audit_databases() {
+            let rows: Vec<Behind> = log
+                .rows(
+                    "SELECT count(*) AS projects, min(since) AS oldest FROM digest_due WHERE since < ?1",
+                    &[int(before_ms)],
+                )
+                .await?;
+            for b in rows {
+                health.projects_behind += b.projects;
+                health.oldest_undigested_ts = match (health.oldest_undigested_ts, b.oldest) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+        }
+        let alerts: Vec<Alert> = self
+            .rows("SELECT project_id, at, alert FROM audit_alerts ORDER BY at DESC LIMIT 100", &[])
+            .await?;
+        health.alerts = alerts.into_iter().map(|a| (a.project_id, a.at, a.alert)).collect();
+        Ok(health)
     }
 
     async fn digests(
@@ -112,8 +251,8 @@ impl DigestStore for D1Store {
     ) -> Result<Vec<DigestRecord>, PortError> {
         let log = self.log_of(Some(project_id)).await?;
         log.rows(
-            "SELECT period_start, key, sha256, objects FROM audit_digests
-             WHERE project_id = ?1 AND period_start >= ?2 AND period_start < ?3 ORDER BY period_start LIMIT ?4",
+            "SELECT period_start, period_end, key, sha256, objects FROM audit_digests
+             WHERE project_id = ?1 AND period_end > ?2 AND period_start < ?3 ORDER BY period_start LIMIT ?4",
             &[text(project_id), int(from_ms), int(to_ms), int(limit as i64)],
         )
         .await

@@ -8,6 +8,7 @@
 //! * [`isolate_leases`]: a hot key's leases of its credits to isolates.
 //! * [`authority`]: a level's authority (`project:…`, `identity:…`): the grants it made.
 //! * [`claims`]: a claim shard (and a key's guard for its own claims): idempotency claims.
+//! * [`audit_head`]: a project's chain of audit digests (`audit:…`, SPEC §23).
 //!
 //! Reading, deciding and writing a role's rows is synchronous (no `await` in between), so
 //! concurrent commands to one object are decided strictly one after another. Tables are created
@@ -16,6 +17,7 @@
 //! bounded passes while the object is called, and from its alarm when it is not.
 
 mod admission;
+mod audit_head;
 mod authority;
 mod claims;
 mod holder;
@@ -34,6 +36,7 @@ use crate::adapters::alarm::Alarm;
 use crate::adapters::clock::{self, now_ms};
 use crate::adapters::{durable, env::config};
 use gatehouse_core::api_key::KeyRecord;
+use gatehouse_core::audit_chain::{AdoptHead, AdvanceHead, BindObjects, ReadHead};
 use gatehouse_core::config::Config;
 use gatehouse_core::guard::protocol::{
     Apply, Ask, AuthFailures, Authorize, CompleteClaim, Done, GiveBackLeases, GuardCommand, HeldResponse,
@@ -84,13 +87,14 @@ pub struct KeyGuardObject {
 type Exchanging = SingleFlight<std::result::Result<Grant, String>>;
 
 /// The tables of every role, created together on the object's first write.
-const TABLES: [&[&str]; 6] = [
+const TABLES: [&[&str]; 7] = [
     record::TABLES,
     admission::TABLES,
     holder::TABLES,
     isolate_leases::TABLES,
     authority::TABLES,
     claims::TABLES,
+    audit_head::TABLES,
 ];
 
 fn rust_error(e: impl std::fmt::Display) -> worker::Error {
@@ -227,6 +231,10 @@ impl KeyGuardObject {
             }
             GuardCommand::TakeClaim(c) => answer::<TakeClaim>(self.claim_waiting(&c.claim).await?),
             GuardCommand::SetLimits(c) => answer::<SetLimits>(self.set_limits(c)?),
+            GuardCommand::BindObjects(c) => answer::<BindObjects>(self.bind_objects(c)?),
+            GuardCommand::ReadHead(c) => answer::<ReadHead>(self.read_head(c.objects)?),
+            GuardCommand::AdoptHead(c) => answer::<AdoptHead>(self.adopt_head(c)?),
+            GuardCommand::AdvanceHead(c) => answer::<AdvanceHead>(self.advance_head(c)?),
         }
     }
 

@@ -1,0 +1,189 @@
+//! A project's chain of audit digests as the gateway keeps it where no D1 or R2 writer can reach
+//! (SPEC §23): the chain's head and the objects the roll-up wrote that no digest lists yet, in the
+//! project's own Durable Object (`audit:{project}`).
+//!
+//! What an attacker holds: write access to D1 and R2, not `AUDIT_SIGNING_KEY`. What does not
+//! suffice: the digest job signs only what the roll-up bound here in the invocation that computed
+//! the bytes (key, SHA-256, rows), never what D1 lists; a digest starts where the head ends, so no
+//! span is signed twice however `projects.digest_next` or `audit_digests` are set back; and the
+//! head, signed on request (`GET /public/v1/audit/head`), tells a verifier which digest is the
+//! newest, so deleting the newest digests reads as a cut-off history, not as lag.
+
+use serde::{Deserialize, Serialize};
+
+/// The Durable Object that holds a project's chain (the `KEY_GUARD` class, its own name).
+pub fn head_object_name(project_id: &str) -> String {
+    format!("audit:{project_id}")
+}
+
+/// An archive object as the roll-up wrote it: bound to its project's head before its rows leave D1.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BoundObject {
+    pub key: String,
+    /// Hex SHA-256 of the bytes written.
+    pub sha256: String,
+    pub rows: u64,
+    pub first_id: String,
+    pub last_id: String,
+    /// Its first row's time (Unix ms): the period that lists it.
+    pub first_ts: i64,
+}
+
+/// The chain's newest digest, as its head holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainHead {
+    /// Digests in the chain (0: none yet; the chain starts at `period_end`).
+    pub sequence: u64,
+    pub period_start: i64,
+    /// Everything archived before this is digested; the next digest starts here.
+    pub period_end: i64,
+    pub key: String,
+    pub sha256: String,
+    /// The digest file's bytes (JSON text): written to R2 again if R2 lost it.
+    pub file: String,
+    /// The objects it lists (D1 marks them digested).
+    pub listed: Vec<String>,
+}
+
+/// Binds the objects one roll-up batch wrote for the project (an object written again replaces
+/// its binding).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BindObjects {
+    pub objects: Vec<BoundObject>,
+}
+
+/// The head, and the first `objects` of the objects no digest lists yet (oldest first).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadHead {
+    pub objects: usize,
+}
+
+/// What [`ReadHead`] answers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeadState {
+    /// `None`: the chain was never started here (a project from before SPEC §23, or a new one).
+    pub head: Option<ChainHead>,
+    /// Objects bound and not listed yet, and the oldest one's first row time.
+    pub pending: u64,
+    pub oldest_pending_ts: Option<i64>,
+    pub objects: Vec<BoundObject>,
+}
+
+/// Starts the chain once (a head already there is kept): at `head` (a digest of a project from
+/// before SPEC §23, or sequence 0 at the project's first period), with the objects D1 lists as
+/// not digested yet — the one time the chain takes D1's word, as it moves here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdoptHead {
+    pub head: ChainHead,
+    pub objects: Vec<BoundObject>,
+}
+
+/// Moves the head along `digests` (in order; the last becomes the head) if it is still at
+/// sequence `after`, and they follow it and each other without a gap; the objects they list are no
+/// longer pending.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdvanceHead {
+    pub after: u64,
+    pub digests: Vec<ChainHead>,
+}
+
+/// What [`AdvanceHead`] answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "advance", rename_all = "snake_case")]
+pub enum Advanced {
+    Moved,
+    /// Another run moved it first (or it never started): nothing changed.
+    Conflict {
+        head: Option<ChainHead>,
+    },
+}
+
+/// Whether `advance` moves the head `current`: only from the head it was made after (its
+/// sequence), each digest the next sequence, starting where the one before ends (no span signed
+/// twice, none left out).
+pub fn may_advance(current: Option<&ChainHead>, advance: &AdvanceHead) -> bool {
+    let Some(mut at) = current.filter(|h| h.sequence == advance.after) else { return false };
+    for next in &advance.digests {
+        if next.sequence != at.sequence + 1
+            || next.period_start != at.period_end
+            || next.period_end <= next.period_start
+        {
+            return false;
+        }
+        at = next;
+    }
+    !advance.digests.is_empty()
+}
+
+/// The end of the digest that starts at `start`, given the first row times of the objects no
+/// digest lists (`pending`) and the end of the last closed period (`closed_end`, a period
+/// boundary): a run of periods without objects is one digest, up to the first period that has
+/// one (or to `closed_end`); a period with objects is a digest of its own. `None`: nothing is due.
+pub fn digest_end(start: i64, closed_end: i64, period_ms: i64, pending: &[i64]) -> Option<i64> {
+    if start >= closed_end {
+        return None;
+    }
+    let first_due = pending
+        .iter()
+        .copied()
+        .filter(|ts| *ts >= start && *ts < closed_end)
+        .min()
+        .map(|ts| crate::digest::period_start(ts, period_ms));
+    Some(match first_due {
+        Some(p) if p > start => p,
+        Some(_) => start + period_ms,
+        None => closed_end,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H: i64 = 3_600_000;
+
+    fn head(sequence: u64, period_start: i64, period_end: i64) -> ChainHead {
+        ChainHead {
+            sequence,
+            period_start,
+            period_end,
+            key: String::new(),
+            sha256: String::new(),
+            file: String::new(),
+            listed: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_head_moves_once_from_where_it_ends_and_never_back() {
+        let now = head(3, 2 * H, 3 * H);
+        let advance = |digests: Vec<ChainHead>| AdvanceHead { after: 3, digests };
+        let next = advance(vec![head(4, 3 * H, 4 * H), head(5, 4 * H, 9 * H)]);
+        assert!(may_advance(Some(&now), &next));
+        assert!(!may_advance(None, &next), "a chain that never started");
+        assert!(!may_advance(Some(&head(4, 3 * H, 4 * H)), &next), "another run moved it first");
+        let again = advance(vec![head(4, 2 * H, 3 * H)]);
+        assert!(!may_advance(Some(&now), &again), "the span the head holds, signed twice");
+        assert!(!may_advance(Some(&now), &advance(vec![head(4, 4 * H, 5 * H)])), "a gap");
+        let inner = advance(vec![head(4, 3 * H, 4 * H), head(5, 5 * H, 6 * H)]);
+        assert!(!may_advance(Some(&now), &inner), "a gap between two");
+        assert!(!may_advance(Some(&now), &advance(vec![head(4, 3 * H, 3 * H)])), "an empty span");
+        assert!(!may_advance(Some(&now), &advance(vec![])), "nothing");
+    }
+
+    #[test]
+    fn idle_periods_are_one_digest_and_a_period_with_objects_is_its_own() {
+        // Six idle hours, then objects in hour 6 and hour 8; hours up to 10 are closed.
+        let pending = [6 * H + 5, 8 * H + 1, 8 * H + 2];
+        assert_eq!(digest_end(0, 10 * H, H, &pending), Some(6 * H));
+        assert_eq!(digest_end(6 * H, 10 * H, H, &pending), Some(7 * H));
+        assert_eq!(digest_end(7 * H, 10 * H, H, &pending), Some(8 * H));
+        assert_eq!(digest_end(8 * H, 10 * H, H, &pending), Some(9 * H));
+        assert_eq!(digest_end(9 * H, 10 * H, H, &pending), Some(10 * H));
+        assert_eq!(digest_end(10 * H, 10 * H, H, &pending), None);
+        // A late object (of a period already digested) goes into the next digest, whatever it spans.
+        assert_eq!(digest_end(9 * H, 20 * H, H, &[2 * H]), Some(20 * H));
+        // Objects of a period not closed yet wait for it.
+        assert_eq!(digest_end(0, 5 * H, H, &[5 * H + 1]), Some(5 * H));
+    }
+}
