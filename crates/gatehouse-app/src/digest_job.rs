@@ -21,7 +21,7 @@ use gatehouse_core::audit_chain::{
 use gatehouse_core::digest::{digest_key, period_start, sha256_hex, AuditSigner, VERSION};
 use gatehouse_core::platform::WORKER_MAX_OPEN_CONNECTIONS;
 use gatehouse_core::ports::{
-    Archive, AuditHeads, DigestDue, DigestRecord, DigestStore, DigestWritten, PortError, Settled,
+    Archive, AuditHeads, ChainStart, DigestDue, DigestRecord, DigestStore, DigestWritten, PortError, Settled,
 };
 use gatehouse_core::time::rfc3339;
 use gatehouse_wire::digests::{AuditDigest, DigestedObject, PreviousDigest};
@@ -35,10 +35,11 @@ const OBJECTS_PER_READ: usize = 2_000;
 /// A run stops starting digests after this long.
 const TIME_BOX_MS: i64 = 20_000;
 /// A run's D1 queries: the projects due and their first periods, those waiting for the roll-up,
-/// the records (each per audit database, and the main database's: four databases' worth).
-const RUN_QUERIES: u32 = 12;
-/// A project's calls: its head read, its newest digest's file, its head's move.
-const PROJECT_CALLS: u32 = 3;
+/// the records, where they stand (each per audit database, and the main database's: four
+/// databases' worth).
+const RUN_QUERIES: u32 = 16;
+/// A project's calls: its head read (and started), its newest digest's file, its head's move.
+const PROJECT_CALLS: u32 = 4;
 /// A digest's calls: its file's put.
 const DIGEST_CALLS: u32 = 1;
 
@@ -107,12 +108,52 @@ impl<S: DigestStore, A: Archive, H: AuditHeads> DigestJob<'_, S, A, H> {
         let waiting: HashSet<String> =
             self.store.projects_waiting(&ids, closed_end).await?.into_iter().collect();
         report.waiting = waiting.len();
-        let ready = due.iter().filter(|d| !waiting.contains(&d.project_id));
-        let plans: Vec<Result<Planned, (String, PortError)>> = stream::iter(ready)
-            .map(|due| async {
-                self.plan(due, closed_end, budget, started, &now_ms)
-                    .await
-                    .map_err(|e| (due.project_id.clone(), e))
+        let ready: Vec<&DigestDue> = due.iter().filter(|d| !waiting.contains(&d.project_id)).collect();
+        // Each head (one call each, six at a time); the chains that never started, started from
+        // D1 (one query for all, then one call each).
+        let now = &now_ms;
+        let reads = stream::iter(ready).map(|due| async move {
+            let granted = budget.take(now(), 0, PROJECT_CALLS);
+            let state = match granted {
+                true => self.heads.read_head(&due.project_id, OBJECTS_PER_READ).await.map(Some),
+                false => Ok(None),
+            };
+            (due, state)
+        });
+        let reads: Vec<_> = reads.buffer_unordered(WORKER_MAX_OPEN_CONNECTIONS).collect().await;
+        let mut states = Vec::new();
+        let mut unstarted = Vec::new();
+        for (due, state) in reads {
+            match state {
+                Ok(Some(state)) if state.head.is_none() => unstarted.push(due),
+                Ok(Some(state)) => states.push((due, state)),
+                Ok(None) => {}
+                Err(e) => report.failed.push(format!("{}: {}", due.project_id, e.0)),
+            }
+        }
+        if !unstarted.is_empty() && budget.take(now_ms(), 2, 0) {
+            let ids: Vec<String> = unstarted.iter().map(|d| d.project_id.clone()).collect();
+            let starts = self.store.chain_starts(&ids).await?;
+            let adopted: Vec<_> = stream::iter(unstarted)
+                .map(|due| {
+                    let start =
+                        starts.iter().find(|s| s.project_id == due.project_id).cloned().unwrap_or_default();
+                    async move { (due, self.adopt(due, start).await) }
+                })
+                .buffer_unordered(WORKER_MAX_OPEN_CONNECTIONS)
+                .collect()
+                .await;
+            for (due, state) in adopted {
+                match state {
+                    Ok(state) => states.push((due, state)),
+                    Err(e) => report.failed.push(format!("{}: {}", due.project_id, e.0)),
+                }
+            }
+        }
+        let plans: Vec<Result<Planned, (String, PortError)>> = stream::iter(states)
+            .map(|(due, state)| async {
+                let plan = self.plan(&due.project_id, state, closed_end, budget, started, &now_ms).await;
+                plan.map_err(|e| (due.project_id.clone(), e))
             })
             .buffer_unordered(WORKER_MAX_OPEN_CONNECTIONS)
             .collect()
@@ -180,25 +221,18 @@ impl<S: DigestStore, A: Archive, H: AuditHeads> DigestJob<'_, S, A, H> {
         Ok(report)
     }
 
-    /// One project's digests from its head on: its head started if it never was, its newest
-    /// digest's file checked (written again if R2 lost it), then a digest signed per closed span.
+    /// One project's digests from its head on: its newest digest's file checked (written again
+    /// if R2 lost it), then a digest signed per closed span.
     async fn plan(
         &self,
-        due: &DigestDue,
+        project: &str,
+        state: HeadState,
         closed_end: i64,
         budget: &RunBudget,
         started: i64,
         now_ms: &impl Fn() -> i64,
     ) -> Result<Planned, PortError> {
-        let project = due.project_id.as_str();
         let mut plan = Planned { project: project.to_owned(), ..Default::default() };
-        if !budget.take(now_ms(), 0, PROJECT_CALLS) {
-            return Ok(plan);
-        }
-        let mut state = self.heads.read_head(project, OBJECTS_PER_READ).await?;
-        if state.head.is_none() {
-            state = self.adopt(due, budget, now_ms).await?;
-        }
         let Some(mut head) = state.head.clone() else { return Ok(plan) };
         if head.sequence > 0 {
             match self.archive.get(&head.key).await? {
@@ -247,19 +281,11 @@ impl<S: DigestStore, A: Archive, H: AuditHeads> DigestJob<'_, S, A, H> {
         Ok(plan)
     }
 
-    /// The head of a chain that never started here, from D1 this once: its last digest (a project
-    /// from before SPEC §23) or its first period, with the objects D1 lists as not digested yet.
-    async fn adopt(
-        &self,
-        due: &DigestDue,
-        budget: &RunBudget,
-        now_ms: &impl Fn() -> i64,
-    ) -> Result<HeadState, PortError> {
-        let project = due.project_id.as_str();
-        if !budget.take(now_ms(), 2, 2) {
-            return Ok(HeadState::default());
-        }
-        let head = match self.store.last_digest(project).await? {
+    /// The head of a chain that never started here, from what D1 had (`start`, this once): its
+    /// last digest (a project from before SPEC §23) or its first period, with the objects D1
+    /// lists as not digested yet.
+    async fn adopt(&self, due: &DigestDue, start: ChainStart) -> Result<HeadState, PortError> {
+        let head = match start.last {
             Some(d) => {
                 let file = self.archive.get(&d.key).await?.unwrap_or_default();
                 ChainHead {
@@ -283,7 +309,7 @@ impl<S: DigestStore, A: Archive, H: AuditHeads> DigestJob<'_, S, A, H> {
             },
         };
         let mut objects = Vec::new();
-        for o in self.store.undigested_objects(project, i64::MAX).await? {
+        for o in start.objects {
             // The hash the roll-up stored it with; for objects from before digests, their bytes'.
             let sha256 = match o.sha256 {
                 Some(sha256) => sha256,
@@ -301,7 +327,7 @@ impl<S: DigestStore, A: Archive, H: AuditHeads> DigestJob<'_, S, A, H> {
                 first_ts: o.first_ts,
             });
         }
-        self.heads.adopt_head(project, &AdoptHead { head, objects }).await
+        self.heads.adopt_head(&due.project_id, &AdoptHead { head, objects }).await
     }
 
     /// The digest of `[start, end)` after `head`, listing `objects`: signed, as the next head.
@@ -360,6 +386,7 @@ fn written(project: &str, head: &ChainHead, now_ms: i64) -> DigestWritten {
     DigestWritten {
         project_id: project.to_owned(),
         record: DigestRecord {
+            project_id: None,
             period_start: head.period_start,
             period_end: head.period_end,
             key: head.key.clone(),

@@ -13,8 +13,8 @@ use gatehouse_core::audit::{packed_for_d1, AuditRow, DayCount, EndpointCount, La
 use gatehouse_core::page::{Cursor, PageRequest};
 use gatehouse_core::platform::fits_d1_value;
 use gatehouse_core::ports::{
-    Archive, ArchiveObject, ArchivedSlice, AuditStore, DigestDue, DigestHealth, DigestRecord, DigestStore,
-    DigestWritten, PortError, Settled, UndigestedObject,
+    Archive, ArchiveObject, ArchivedSlice, AuditStore, ChainStart, DigestDue, DigestHealth, DigestRecord,
+    DigestStore, DigestWritten, PortError, Settled, UndigestedObject,
 };
 use gatehouse_core::tiers::{ObjectSummary, SUMMARIES_PER_PAGE};
 use gatehouse_core::time::utc_date;
@@ -469,36 +469,36 @@ impl DigestStore for FakeStore {
             .await
     }
 
-    async fn last_digest(&self, project_id: &str) -> Result<Option<DigestRecord>, PortError> {
+    async fn chain_starts(&self, projects: &[String]) -> Result<Vec<ChainStart>, PortError> {
         self.faults
-            .run("d1 last digest", || {
+            .run("d1 chain starts", || {
                 let digests = self.audit.digests.borrow();
-                digests.iter().filter(|((p, _), _)| p == project_id).map(|(_, d)| d.clone()).next_back()
-            })
-            .await
-    }
-
-    async fn undigested_objects(
-        &self,
-        project_id: &str,
-        before_ms: i64,
-    ) -> Result<Vec<UndigestedObject>, PortError> {
-        self.faults
-            .run("d1 undigested objects", || {
                 let digested = self.audit.digested.borrow();
-                self.audit
-                    .objects
-                    .borrow()
-                    .values()
-                    .filter(|o| o.project_id.as_deref() == Some(project_id) && o.first_ts < before_ms)
-                    .filter(|o| !digested.contains_key(&o.key))
-                    .map(|o| UndigestedObject {
-                        key: o.key.clone(),
-                        sha256: o.sha256.clone(),
-                        rows: u64::from(o.rows),
-                        first_id: o.first_id.clone(),
-                        last_id: o.last_id.clone(),
-                        first_ts: o.first_ts,
+                let objects = self.audit.objects.borrow();
+                projects
+                    .iter()
+                    .map(|project| ChainStart {
+                        project_id: project.clone(),
+                        last: digests
+                            .iter()
+                            .filter(|((p, _), _)| p == project)
+                            .map(|(_, d)| d.clone())
+                            .next_back(),
+                        objects: objects
+                            .values()
+                            .filter(|o| {
+                                o.project_id.as_ref() == Some(project) && !digested.contains_key(&o.key)
+                            })
+                            .map(|o| UndigestedObject {
+                                project_id: project.clone(),
+                                key: o.key.clone(),
+                                sha256: o.sha256.clone(),
+                                rows: u64::from(o.rows),
+                                first_id: o.first_id.clone(),
+                                last_id: o.last_id.clone(),
+                                first_ts: o.first_ts,
+                            })
+                            .collect(),
                     })
                     .collect()
             })

@@ -108,6 +108,9 @@ pub trait Archive {
 /// A digest written (SPEC §22), as the project's audit database keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 pub struct DigestRecord {
+    /// Whose (`None` where the project is implied).
+    #[serde(default)]
+    pub project_id: Option<String>,
     pub period_start: i64,
     /// The end of its span (one period, or a run of periods without objects: SPEC §23).
     pub period_end: i64,
@@ -129,6 +132,7 @@ pub struct DigestWritten {
 /// An archive object no digest lists yet.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 pub struct UndigestedObject {
+    pub project_id: String,
     pub key: String,
     /// The SHA-256 the roll-up stored it with (`None`: written before digests existed).
     pub sha256: Option<String>,
@@ -136,6 +140,14 @@ pub struct UndigestedObject {
     pub first_id: String,
     pub last_id: String,
     pub first_ts: i64,
+}
+
+/// Where a project's chain starts (see [`DigestStore::chain_starts`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChainStart {
+    pub project_id: String,
+    pub last: Option<DigestRecord>,
+    pub objects: Vec<UndigestedObject>,
 }
 
 /// A project with archived objects no digest lists, as D1 says (`digest_due`, written by the
@@ -163,15 +175,10 @@ pub trait DigestStore {
     /// Of `projects`, those with rows older than `before_ms` still in the hot tier (the roll-up
     /// is behind: their objects are not final). One query per audit database.
     async fn projects_waiting(&self, projects: &[String], before_ms: i64) -> Result<Vec<String>, PortError>;
-    /// The project's latest digest (where a chain from before SPEC §23 moves to its head).
-    async fn last_digest(&self, project_id: &str) -> Result<Option<DigestRecord>, PortError>;
-    /// The project's objects whose first row is older than `before_ms` and that no digest lists,
-    /// by key (what a chain from before SPEC §23 takes with it to its head, once).
-    async fn undigested_objects(
-        &self,
-        project_id: &str,
-        before_ms: i64,
-    ) -> Result<Vec<UndigestedObject>, PortError>;
+    /// For chains that never started in their heads (a project from before SPEC §23, or a new
+    /// one): each project's latest digest and its objects no digest lists, as D1 has them — the
+    /// one time a chain takes D1's word. One query per audit database for each.
+    async fn chain_starts(&self, projects: &[String]) -> Result<Vec<ChainStart>, PortError>;
     /// Records the digests (again: replaced) and marks the objects each lists, in one batch per
     /// audit database.
     async fn record_digests(&self, digests: &[DigestWritten]) -> Result<(), PortError>;

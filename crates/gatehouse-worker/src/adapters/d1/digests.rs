@@ -5,7 +5,8 @@
 
 use super::{int, text, AuditLogs, D1Store};
 use gatehouse_core::ports::{
-    DigestDue, DigestHealth, DigestRecord, DigestStore, DigestWritten, PortError, Settled, UndigestedObject,
+    ChainStart, DigestDue, DigestHealth, DigestRecord, DigestStore, DigestWritten, PortError, Settled,
+    UndigestedObject,
 };
 
 impl D1Store {
@@ -111,30 +112,38 @@ impl DigestStore for D1Store {
         Ok(waiting)
     }
 
-    async fn last_digest(&self, project_id: &str) -> Result<Option<DigestRecord>, PortError> {
-        let log = self.log_of(Some(project_id)).await?;
-        let rows: Vec<DigestRecord> = log
-            .rows(
-                "SELECT period_start, period_end, key, sha256, objects FROM audit_digests WHERE project_id = ?1
-                 ORDER BY period_start DESC LIMIT 1",
-                &[text(project_id)],
-            )
-            .await?;
-        Ok(rows.into_iter().next())
-    }
-
-    async fn undigested_objects(
-        &self,
-        project_id: &str,
-        before_ms: i64,
-    ) -> Result<Vec<UndigestedObject>, PortError> {
-        let log = self.log_of(Some(project_id)).await?;
-        log.rows(
-            "SELECT key, json_extract(summary, '$.sha256') AS sha256, rows, first_id, last_id, first_ts FROM audit_objects
-             WHERE project_id = ?1 AND digest_period IS NULL AND first_ts < ?2 ORDER BY key",
-            &[text(project_id), int(before_ms)],
-        )
-        .await
+    async fn chain_starts(&self, projects: &[String]) -> Result<Vec<ChainStart>, PortError> {
+        let mut starts: Vec<ChainStart> =
+            projects.iter().map(|p| ChainStart { project_id: p.clone(), ..Default::default() }).collect();
+        for (log, group) in self.by_database(projects.iter().map(String::as_str)).await? {
+            let ids = text(&serde_json::to_string(&group).map_err(PortError::from_display)?);
+            let lasts: Vec<DigestRecord> = log
+                .rows(
+                    "SELECT d.project_id, d.period_start, d.period_end, d.key, d.sha256, d.objects
+                     FROM json_each(?1) p JOIN audit_digests d ON d.project_id = p.value
+                     WHERE d.period_start = (SELECT max(period_start) FROM audit_digests WHERE project_id = p.value)",
+                    std::slice::from_ref(&ids),
+                )
+                .await?;
+            let objects: Vec<UndigestedObject> = log
+                .rows(
+                    "SELECT o.project_id, o.key, json_extract(o.summary, '$.sha256') AS sha256, o.rows, o.first_id,
+                            o.last_id, o.first_ts
+                     FROM json_each(?1) p JOIN audit_objects o ON o.project_id = p.value AND o.digest_period IS NULL
+                     ORDER BY o.first_ts",
+                    &[ids],
+                )
+                .await?;
+            for start in starts.iter_mut() {
+                start.last = lasts
+                    .iter()
+                    .find(|d| d.project_id.as_ref() == Some(&start.project_id))
+                    .cloned()
+                    .or(start.last.take());
+                start.objects.extend(objects.iter().filter(|o| o.project_id == start.project_id).cloned());
+            }
+        }
+        Ok(starts)
     }
 
     async fn record_digests(&self, digests: &[DigestWritten]) -> Result<(), PortError> {
