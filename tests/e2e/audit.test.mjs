@@ -288,7 +288,8 @@ test('3,000 small tenants roll up in a few runs, and two overlapping runs never 
   try {
     let runs = 2;
     while ((await left()) > 0) {
-      assert.ok(runs < 40, `${await left()} rows left after ${runs} runs`);
+      // SPEC §23: within 4 minute-runs (main took 17; before the time box, 75).
+      assert.ok(runs < 4, `${await left()} rows left after ${runs} runs`);
       assert.equal(await cron(), 200);
       runs += 1;
     }

@@ -77,11 +77,10 @@ pub struct RollUpReport {
     pub failed: Vec<String>,
 }
 
-/// [`roll_up`] over several audit databases (SPEC §20), each from its own `store`: the rows of a
-/// database are rolled up from it, whatever project they belong to. The runs share the budget and
-/// each takes its part of `limits.slices_per_run` (at least one). One database's failure stops no
-/// other (SPEC §23): answers the runs' reports summed, with the failures named; done when every
-/// run is.
+/// [`roll_up`] over several audit databases (SPEC §20), each from its own `store`, side by side:
+/// the rows of a database are rolled up from it, whatever project they belong to. Each may use
+/// `limits`; together they draw on the one `budget`. One database's failure stops no other (SPEC
+/// §23): answers the runs' reports summed, with the failures named; done when every run is.
 pub async fn roll_up_each<S: AuditStore, A: Archive, H: AuditHeads>(
     stores: &[S],
     archive: &A,
@@ -91,9 +90,7 @@ pub async fn roll_up_each<S: AuditStore, A: Archive, H: AuditHeads>(
     budget: &RunBudget,
     now_ms: impl Fn() -> i64,
 ) -> RollUpReport {
-    let share =
-        RollUpLimits { slices_per_run: (limits.slices_per_run / stores.len().max(1)).max(1), ..limits };
-    let runs = stores.iter().map(|store| roll_up(store, archive, heads, cutoff, share, budget, &now_ms));
+    let runs = stores.iter().map(|store| roll_up(store, archive, heads, cutoff, limits, budget, &now_ms));
     let reports = futures_util::future::join_all(runs).await;
     let mut sum = RollUpReport { done: true, ..Default::default() };
     for (i, report) in reports.into_iter().enumerate() {
@@ -152,9 +149,7 @@ pub async fn roll_up<S: AuditStore, A: Archive, H: AuditHeads>(
     let mut starts: HashMap<(Option<String>, String), Vec<Cursor>> = HashMap::new();
     let mut slices_left = limits.slices_per_run;
     while slices_left > 0 && now_ms() - started < limits.time_box_ms {
-        let wanted = slices_left.min(SLICES_PER_BATCH);
-        let granted = budget.grant(now_ms(), BATCH_QUERIES, 0, wanted, SLICE_CALLS);
-        if granted == 0 {
+        if !budget.take(now_ms(), BATCH_QUERIES, 0) {
             break;
         }
         let rows = store.expired_rows(cutoff, limits.rows_per_batch).await?;
@@ -163,7 +158,11 @@ pub async fn roll_up<S: AuditStore, A: Archive, H: AuditHeads>(
             return Ok(report);
         }
         let mut slices = by_project(rows);
-        slices.truncate(granted);
+        slices.truncate(slices_left.min(SLICES_PER_BATCH));
+        match budget.grant(now_ms(), 0, 0, slices.len(), SLICE_CALLS) {
+            0 => break,
+            granted => slices.truncate(granted),
+        }
         slices_left -= slices.len();
         // Each (project, day) new to the run: its objects' first rows, listed once.
         let unlisted: Vec<(Option<String>, String)> = slices
@@ -526,10 +525,10 @@ mod tests {
         assert!(!report.done && report.objects > 0 && report.objects < 100, "{report:?}");
     }
 
-    /// SPEC §20: two audit databases rolled up in one run share its slices, and the report sums
-    /// both; the run is done only when both are.
+    /// SPEC §20, §23: two audit databases rolled up in one run side by side, drawing on one
+    /// budget; the report sums both, and the run is done only when both are.
     #[test]
-    fn several_databases_share_one_runs_slices_and_report_together() {
+    fn several_databases_share_one_runs_budget_and_report_together() {
         let old = retention_cutoff(NOW, 90) - 3_600_000;
         let (first, bucket) = fakes();
         let (second, _) = fakes();
@@ -539,44 +538,15 @@ mod tests {
             complete(store.insert_audit_rows(&rows)).unwrap();
         }
         let stores = [first, second];
-        let limits = RollUpLimits { slices_per_run: 4, ..SMALL };
         let cutoff = retention_cutoff(NOW, 90);
-        // Two slices each: the second database is done, the first has one tenant left.
-        let report = complete(roll_up_each(
-            &stores,
-            &bucket,
-            &*bucket.heads,
-            cutoff,
-            limits,
-            &RunBudget::unbounded(),
-            || NOW,
-        ));
+        let each = |budget: &RunBudget| {
+            complete(roll_up_each(&stores, &bucket, &*bucket.heads, cutoff, SMALL, budget, || NOW))
+        };
+        // A budget of two batches' queries and four slices' calls: four slices in all.
+        let report = each(&RunBudget::new(2 * 3 + 4 * SLICE_CALLS, 2 * 3, i64::MAX));
         assert_eq!((report.objects, report.rolled, report.done), (4, 4, false), "{report:?}");
-        let report = complete(roll_up_each(
-            &stores,
-            &bucket,
-            &*bucket.heads,
-            cutoff,
-            limits,
-            &RunBudget::unbounded(),
-            || NOW,
-        ));
+        let report = each(&RunBudget::unbounded());
         assert_eq!((report.objects, report.rolled, report.done), (1, 1, true), "{report:?}");
-        // One database takes the whole budget.
-        let (only, bucket) = fakes();
-        let rows: Vec<AuditRow> =
-            (0..5).map(|p| row(Some(&format!("prj_{p}")), &format!("req_{p}"), old + p)).collect();
-        complete(only.insert_audit_rows(&rows)).unwrap();
-        let report = complete(roll_up_each(
-            &[only],
-            &bucket,
-            &*bucket.heads,
-            cutoff,
-            limits,
-            &RunBudget::unbounded(),
-            || NOW,
-        ));
-        assert_eq!((report.objects, report.done), (4, false), "{report:?}");
     }
 
     /// SPEC §23: one database that fails stops no other (main: `try_join_all` failed them all).

@@ -118,7 +118,10 @@ pub fn may_advance(current: Option<&ChainHead>, advance: &AdvanceHead) -> bool {
 /// The end of the digest that starts at `start`, given the first row times of the objects no
 /// digest lists (`pending`) and the end of the last closed period (`closed_end`, a period
 /// boundary): a run of periods without objects is one digest, up to the first period that has
-/// one (or to `closed_end`); a period with objects is a digest of its own. `None`: nothing is due.
+/// one; a period with objects is a digest of its own. Objects of periods already digested (rows
+/// that arrived late) are listed by one digest up to `closed_end` when no later period has
+/// objects. `None`: nothing is due — a project idle since its last digest has none, however many
+/// periods pass (its chain head says nothing waits).
 pub fn digest_end(start: i64, closed_end: i64, period_ms: i64, pending: &[i64]) -> Option<i64> {
     if start >= closed_end {
         return None;
@@ -129,11 +132,12 @@ pub fn digest_end(start: i64, closed_end: i64, period_ms: i64, pending: &[i64]) 
         .filter(|ts| *ts >= start && *ts < closed_end)
         .min()
         .map(|ts| crate::digest::period_start(ts, period_ms));
-    Some(match first_due {
-        Some(p) if p > start => p,
-        Some(_) => start + period_ms,
-        None => closed_end,
-    })
+    match first_due {
+        Some(p) if p > start => Some(p),
+        Some(_) => Some(start + period_ms),
+        None if pending.iter().any(|ts| *ts < start) => Some(closed_end),
+        None => None,
+    }
 }
 
 #[cfg(test)]
@@ -173,17 +177,20 @@ mod tests {
 
     #[test]
     fn idle_periods_are_one_digest_and_a_period_with_objects_is_its_own() {
-        // Six idle hours, then objects in hour 6 and hour 8; hours up to 10 are closed.
+        // Six idle hours, then objects in hour 6 and hour 8; hours up to 10 are closed. Each step
+        // sees what the digests before it left.
         let pending = [6 * H + 5, 8 * H + 1, 8 * H + 2];
         assert_eq!(digest_end(0, 10 * H, H, &pending), Some(6 * H));
         assert_eq!(digest_end(6 * H, 10 * H, H, &pending), Some(7 * H));
-        assert_eq!(digest_end(7 * H, 10 * H, H, &pending), Some(8 * H));
-        assert_eq!(digest_end(8 * H, 10 * H, H, &pending), Some(9 * H));
-        assert_eq!(digest_end(9 * H, 10 * H, H, &pending), Some(10 * H));
+        assert_eq!(digest_end(7 * H, 10 * H, H, &pending[1..]), Some(8 * H));
+        assert_eq!(digest_end(8 * H, 10 * H, H, &pending[1..]), Some(9 * H));
+        // After the last period with objects: nothing, however many periods pass.
+        assert_eq!(digest_end(9 * H, 10 * H, H, &[]), None);
+        assert_eq!(digest_end(9 * H, 1_000 * H, H, &[]), None);
         assert_eq!(digest_end(10 * H, 10 * H, H, &pending), None);
         // A late object (of a period already digested) goes into the next digest, whatever it spans.
         assert_eq!(digest_end(9 * H, 20 * H, H, &[2 * H]), Some(20 * H));
         // Objects of a period not closed yet wait for it.
-        assert_eq!(digest_end(0, 5 * H, H, &[5 * H + 1]), Some(5 * H));
+        assert_eq!(digest_end(0, 5 * H, H, &[5 * H + 1]), None);
     }
 }

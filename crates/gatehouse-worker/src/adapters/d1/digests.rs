@@ -147,28 +147,49 @@ impl DigestStore for D1Store {
     }
 
     async fn record_digests(&self, digests: &[DigestWritten]) -> Result<(), PortError> {
+        #[derive(serde::Serialize)]
+        struct Row<'a> {
+            project_id: &'a str,
+            period_start: i64,
+            period_end: i64,
+            key: &'a str,
+            sha256: &'a str,
+            objects: u32,
+            made_at: i64,
+            listed: &'a [String],
+        }
         for (log, group) in self.by_database(digests.iter().map(|d| d.project_id.as_str())).await? {
+            let rows: Vec<Row<'_>> = digests
+                .iter()
+                .filter(|d| group.contains(&d.project_id.as_str()))
+                .map(|d| Row {
+                    project_id: &d.project_id,
+                    period_start: d.record.period_start,
+                    period_end: d.record.period_end,
+                    key: &d.record.key,
+                    sha256: &d.record.sha256,
+                    objects: d.record.objects,
+                    made_at: d.made_at,
+                    listed: &d.listed,
+                })
+                .collect();
+            // A few statements over JSON for the whole lot (a statement per digest runs D1 out of
+            // memory at a few hundred digests), in parts well inside D1's 2 MB per value.
             let mut statements = Vec::new();
-            for d in digests.iter().filter(|d| group.contains(&d.project_id.as_str())) {
-                let r = &d.record;
+            for part in json_parts(&rows)? {
                 statements.push(log.statement(
                     "INSERT OR REPLACE INTO audit_digests (project_id, period_start, period_end, key, sha256, objects, made_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                    &[
-                        text(&d.project_id),
-                        int(r.period_start),
-                        int(r.period_end),
-                        text(&r.key),
-                        text(&r.sha256),
-                        int(r.objects.into()),
-                        int(d.made_at),
-                    ],
+                     SELECT value ->> '$.project_id', value ->> '$.period_start', value ->> '$.period_end',
+                            value ->> '$.key', value ->> '$.sha256', value ->> '$.objects', value ->> '$.made_at'
+                     FROM json_each(?1)",
+                    std::slice::from_ref(&part),
                 )?);
-                let keys = serde_json::to_string(&d.listed).map_err(PortError::from_display)?;
                 statements.push(log.statement(
-                    "UPDATE audit_objects SET digest_period = ?2
-                     WHERE key IN (SELECT value FROM json_each(?1)) AND digest_period IS NULL",
-                    &[text(&keys), int(r.period_start)],
+                    "UPDATE audit_objects SET digest_period = m.period
+                     FROM (SELECT l.value AS key, d.value ->> '$.period_start' AS period
+                           FROM json_each(?1) d, json_each(d.value, '$.listed') l) m
+                     WHERE audit_objects.key = m.key AND audit_objects.digest_period IS NULL",
+                    &[part],
                 )?);
             }
             log.batch(statements).await?;
@@ -182,35 +203,59 @@ impl DigestStore for D1Store {
         alerts: &[(String, String)],
         now_ms: i64,
     ) -> Result<(), PortError> {
+        #[derive(serde::Serialize)]
+        struct Row<'a> {
+            project_id: &'a str,
+            covered_to: i64,
+            since: Option<i64>,
+        }
+        let rows = |group: &[&str]| -> Vec<Row<'_>> {
+            settled
+                .iter()
+                .filter(|s| group.contains(&s.project_id.as_str()))
+                .map(|s| Row {
+                    project_id: &s.project_id,
+                    covered_to: s.covered_to,
+                    since: s.oldest_pending_ts,
+                })
+                .collect()
+        };
         for (log, group) in self.by_database(settled.iter().map(|s| s.project_id.as_str())).await? {
             let mut statements = Vec::new();
-            for s in settled.iter().filter(|s| group.contains(&s.project_id.as_str())) {
-                statements.push(match s.oldest_pending_ts {
-                    Some(since) => log.statement(
-                        "INSERT OR REPLACE INTO digest_due (project_id, since) VALUES (?1, ?2)",
-                        &[text(&s.project_id), int(since)],
-                    )?,
-                    None => {
-                        log.statement("DELETE FROM digest_due WHERE project_id = ?1", &[text(&s.project_id)])?
-                    }
-                });
+            for part in json_parts(&rows(&group))? {
+                statements.push(log.statement(
+                    "DELETE FROM digest_due WHERE project_id IN
+                       (SELECT value ->> '$.project_id' FROM json_each(?1) WHERE value ->> '$.since' IS NULL)",
+                    std::slice::from_ref(&part),
+                )?);
+                statements.push(log.statement(
+                    "INSERT OR REPLACE INTO digest_due (project_id, since)
+                     SELECT value ->> '$.project_id', value ->> '$.since' FROM json_each(?1)
+                     WHERE value ->> '$.since' IS NOT NULL",
+                    &[part],
+                )?);
             }
             log.batch(statements).await?;
         }
+        let all: Vec<&str> = settled.iter().map(|s| s.project_id.as_str()).collect();
         let mut statements = Vec::new();
-        for s in settled {
+        for part in json_parts(&rows(&all))? {
             statements.push(self.statement(
-                "UPDATE projects SET digest_next = max(coalesce(digest_next, 0), ?2) WHERE id = ?1",
-                &[text(&s.project_id), int(s.covered_to)],
+                "UPDATE projects SET digest_next = max(coalesce(digest_next, 0), m.covered_to)
+                 FROM (SELECT value ->> '$.project_id' AS id, value ->> '$.covered_to' AS covered_to FROM json_each(?1)) m
+                 WHERE projects.id = m.id",
+                std::slice::from_ref(&part),
             )?);
-            statements.push(
-                self.statement("DELETE FROM audit_alerts WHERE project_id = ?1", &[text(&s.project_id)])?,
-            );
-        }
-        for (project, alert) in alerts {
             statements.push(self.statement(
-                "INSERT OR REPLACE INTO audit_alerts (project_id, at, alert) VALUES (?1, ?2, ?3)",
-                &[text(project), int(now_ms), text(alert)],
+                "DELETE FROM audit_alerts WHERE project_id IN (SELECT value ->> '$.project_id' FROM json_each(?1))",
+                &[part],
+            )?);
+        }
+        for part in json_parts(alerts)? {
+            statements.push(self.statement(
+                "INSERT OR REPLACE INTO audit_alerts (project_id, at, alert)
+                 SELECT value ->> 0, ?2, value ->> 1 FROM json_each(?1)",
+                &[part, int(now_ms)],
             )?);
         }
         self.batch(statements).await.map(drop)
@@ -266,4 +311,13 @@ impl DigestStore for D1Store {
         )
         .await
     }
+}
+
+/// `items` as JSON arrays of at most 200 each (one statement's parameter, well inside D1's 2 MB
+/// per value: a digest's record with its listed keys is a few KB at most).
+fn json_parts<T: serde::Serialize>(items: &[T]) -> Result<Vec<wasm_bindgen::JsValue>, PortError> {
+    items
+        .chunks(200)
+        .map(|part| serde_json::to_string(part).map(|json| text(&json)).map_err(PortError::from_display))
+        .collect()
 }

@@ -3,7 +3,8 @@
 //! lists) and the objects the roll-up bound that no digest lists yet (`audit_bound`). A bound
 //! object is kept until a digest lists it (about an hour and a half with the defaults; without
 //! `AUDIT_SIGNING_KEY` until one is set: one row of about 250 bytes per archived hour); the head is
-//! one row, replaced by each digest.
+//! one row, replaced by each digest. These objects hold these two tables only (not every role's):
+//! there is one per project, and a small schema is what keeps thousands of them cheap.
 
 use serde::Deserialize;
 use worker::Result;
@@ -21,8 +22,34 @@ pub(super) const TABLES: &[&str] = &[
 ];
 
 impl KeyGuardObject {
+    /// Whether this object holds a chain (its tables exist), created first when `create`.
+    fn has_chain(&self, create: bool) -> Result<bool> {
+        if self.chain_tables.get() {
+            return Ok(true);
+        }
+        if create {
+            for ddl in TABLES {
+                self.sql.exec(ddl, None)?;
+            }
+        } else {
+            #[derive(Deserialize)]
+            struct Found {
+                found: u32,
+            }
+            let found = self
+                .sql
+                .exec("SELECT count(*) AS found FROM sqlite_master WHERE type = 'table' AND name = 'audit_head'", None)?
+                .to_array::<Found>()?;
+            if found.first().is_none_or(|f| f.found == 0) {
+                return Ok(false);
+            }
+        }
+        self.chain_tables.set(true);
+        Ok(true)
+    }
+
     pub(super) fn bind_objects(&self, c: BindObjects) -> Result<Done> {
-        self.create_tables()?;
+        self.has_chain(true)?;
         for o in &c.objects {
             self.sql.exec(
                 "INSERT OR REPLACE INTO audit_bound (key, first_ts, object) VALUES (?, ?, ?)",
@@ -37,7 +64,7 @@ impl KeyGuardObject {
     }
 
     pub(super) fn read_head(&self, objects: usize) -> Result<HeadState> {
-        if !self.has_tables()? {
+        if !self.has_chain(false)? {
             return Ok(HeadState::default());
         }
         #[derive(Deserialize)]
@@ -71,7 +98,7 @@ impl KeyGuardObject {
 
     /// Starts the chain at `c.head` with `c.objects` bound, unless it started already.
     pub(super) fn adopt_head(&self, c: AdoptHead) -> Result<HeadState> {
-        self.create_tables()?;
+        self.has_chain(true)?;
         if self.head()?.is_none() {
             self.write_head(&c.head)?;
             for o in &c.objects {
@@ -89,7 +116,7 @@ impl KeyGuardObject {
     }
 
     pub(super) fn advance_head(&self, c: AdvanceHead) -> Result<Advanced> {
-        let head = match self.has_tables()? {
+        let head = match self.has_chain(false)? {
             true => self.head()?,
             false => None,
         };

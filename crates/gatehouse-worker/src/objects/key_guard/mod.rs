@@ -81,20 +81,22 @@ pub struct KeyGuardObject {
     purged: Cell<(i64, bool)>,
     /// The earliest keep-until of a row written since the alarm was last looked at.
     purge_by: Cell<Option<i64>>,
+    /// As a project's chain of audit digests: its tables exist (looked up once).
+    chain_tables: Cell<bool>,
 }
 
 /// An exchange with a level's authority in flight, shared by the requests that wait for it.
 type Exchanging = SingleFlight<std::result::Result<Grant, String>>;
 
-/// The tables of every role, created together on the object's first write.
-const TABLES: [&[&str]; 7] = [
+/// The tables of every role but a project's chain (which has an object of its own, `audit_head`),
+/// created together on the object's first write.
+const TABLES: [&[&str]; 6] = [
     record::TABLES,
     admission::TABLES,
     holder::TABLES,
     isolate_leases::TABLES,
     authority::TABLES,
     claims::TABLES,
-    audit_head::TABLES,
 ];
 
 fn rust_error(e: impl std::fmt::Display) -> worker::Error {
@@ -127,6 +129,7 @@ impl DurableObject for KeyGuardObject {
             learned_limits: RefCell::default(),
             purged: Cell::new((0, false)),
             purge_by: Cell::new(None),
+            chain_tables: Cell::new(false),
         }
     }
 
