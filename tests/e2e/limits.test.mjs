@@ -24,6 +24,22 @@ test('two keys share the project\'s monthly quota exactly, and a third key adds 
   assertError(await call('GET', '/public/v1/me', { key: owner.key }), 429, 'QUOTA_EXCEEDED');
 });
 
+// SPEC §23 (found by an adversarial run: a quota of 40 over two keys used in turn admitted 39): a
+// level refuses only when no credit is left anywhere. Key a is used until its guard holds a grant
+// it has not used all of; then key b asks until refused: the project's authority asks a's credits
+// back before it refuses b, so the keys together get every request of the quota.
+test('a quota is used to the last request even while another key\'s guard holds credits of it', async () => {
+  const { owner } = await createProject('parked credits', { plan: 'shared' });
+  const a = await createKey(owner.key, 'server');
+  const b = await createKey(owner.key, 'server');
+  // The owner's two createKey calls took 2: 8 are left.
+  const statuses = [];
+  for (let i = 0; i < 3; i++) statuses.push((await call('GET', '/public/v1/me', { key: a.key })).status);
+  for (let i = 0; i < 10; i++) statuses.push((await call('GET', '/public/v1/me', { key: b.key })).status);
+  assert.deepEqual(statusCounts(statuses.map((status) => ({ status }))), { 200: 8, 429: 5 }, statuses.join());
+  assert.deepEqual(statuses.slice(0, 8), Array(8).fill(200), statuses.join());
+});
+
 test('per_second and per_minute together under 20 parallel requests: each window exact, the 429 names it', async () => {
   // The test PLANS give "windows" 5 a second and 8 a minute per key.
   const { owner } = await createProject('two windows', { plan: 'windows' });

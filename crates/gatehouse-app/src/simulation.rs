@@ -1725,3 +1725,34 @@ fn a_hot_keys_claims_spread_over_its_claim_objects_and_retries_find_them() {
     assert_eq!(gateway.store.resources.contacts.borrow().len(), 40, "nothing executed twice");
     assert_eq!(gateway.guard.executions.get(), 40);
 }
+
+/// SPEC §23 (found by an adversarial run): a project's quota of 40 spread over two keys admits
+/// exactly 40, whichever key asks. A level refuses only when no credit is left anywhere: credits
+/// parked with the other key's guard (a grant it holds and has not used all of) are asked back
+/// before a refusal. Key 0 is used until its grants have grown, then key 1 only (main admitted 38
+/// and refused the rest while key 0 held 2 of them for up to 10 s).
+#[test]
+fn a_quota_spread_over_two_keys_admits_every_credit() {
+    static CONFIG: OnceLock<Config> = OnceLock::new();
+    let config = CONFIG.get_or_init(|| {
+        configured(|name| match name {
+            "PLANS" => Some(r#"{"trial":{"per_minute":1000,"monthly_quota":40}}"#),
+            _ => None,
+        })
+    });
+    let faults = Rc::new(Faults::new(3, 0.0));
+    let types = [KeyType::Server, KeyType::Server];
+    let (gateway, clock, secrets) = fake_gateway(config, &faults, T0, "prj_sim", &types, 0.0);
+    let mut statuses = Vec::new();
+    for i in 0..60 {
+        clock.set(clock.get() + 10);
+        let seen = RefCell::new(Vec::new());
+        let key = if i < 25 { i % 2 } else { 1 };
+        let req = request(&clock, "GET", "/public/v1/me", &secrets[key], None, "");
+        drive(exchange(&gateway, req, &seen, &RefCell::default()), &faults, 0.0);
+        statuses.push(seen.borrow()[0].status);
+    }
+    let admitted = statuses.iter().filter(|s| **s == 200).count();
+    assert_eq!(admitted, 40, "{statuses:?}");
+    assert!(statuses[40..].iter().all(|s| *s == 429), "{statuses:?}");
+}

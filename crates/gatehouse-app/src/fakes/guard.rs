@@ -208,7 +208,7 @@ impl FakeGuard {
                         let (level, spec) = &levels[i];
                         let slot = (key.key_hash.clone(), level.clone());
                         let last = self.held.borrow_mut().remove(&slot);
-                        let grant = self.exchange(level, spec, last.as_ref(), cost);
+                        let grant = self.exchange(level, &key.key_hash, spec, last.as_ref(), cost);
                         if grant.credits > 0 {
                             self.held.borrow_mut().insert(slot, Held::from_grant(&grant));
                         }
@@ -251,7 +251,7 @@ impl FakeGuard {
                     let (level, spec) = &levels[i];
                     let slot = (key.key_hash.clone(), level.clone());
                     let last = self.held.borrow_mut().remove(&slot);
-                    let grant = self.exchange(level, spec, last.as_ref(), cost);
+                    let grant = self.exchange(level, &key.key_hash, spec, last.as_ref(), cost);
                     if grant.credits < cost.max(1) {
                         let (verdict, usage) =
                             refused_by_level(decide_request(prev, now, limits, cost, false).1, &grant);

@@ -4,7 +4,9 @@
 
 use super::guard::{FakeGuard, Kept};
 use gatehouse_core::api_key::KeyRecord;
-use gatehouse_core::lease::{accept_give_back, grant, GiveBack, Grant, Held, Returned};
+use gatehouse_core::lease::{
+    accept_give_back, grant, parked, GiveBack, Grant, Held, Returned, RECALLS_PER_REFUSAL,
+};
 use gatehouse_core::rate_limit::LimitSpec;
 use gatehouse_core::retention::grant_kept_until;
 
@@ -55,17 +57,30 @@ impl FakeGuard {
             }
         }
     }
-    /// A level's authority: takes back what `last` did not use (once), then grants.
-    pub(super) fn exchange(&self, level: &str, spec: &LimitSpec, last: Option<&Held>, cost: u32) -> Grant {
+    /// A level's authority: takes back what `last` did not use (once), then grants; about to
+    /// refuse, it first asks back what other holders hold of it (SPEC §23: a level refuses only
+    /// when no credit is left anywhere), as the real authority does.
+    pub(super) fn exchange(
+        &self,
+        level: &str,
+        holder: &str,
+        spec: &LimitSpec,
+        last: Option<&Held>,
+        cost: u32,
+    ) -> Grant {
         let now = self.clock.get();
         if let Some(back) = last.and_then(Held::give_back) {
             self.take_back_grant(level, &back);
         }
-        let counters = self.counters.borrow().get(level).copied().unwrap_or_default();
         let grant_id = self.next_id("grant");
         let want = Held::want(last, now, cost);
-        let told = self.told_limits(level);
-        let (grant, next) = grant(counters, now, &told.unwrap_or(*spec), &grant_id, cost, want);
+        let told = self.told_limits(level).unwrap_or(*spec);
+        let counters = self.counters.borrow().get(level).copied().unwrap_or_default();
+        let (mut grant, mut next) = grant(counters, now, &told, &grant_id, cost, want);
+        if grant.credits == 0 && want > 0 && self.recall_parked(level, holder) {
+            let counters = self.counters.borrow().get(level).copied().unwrap_or_default();
+            (grant, next) = gatehouse_core::lease::grant(counters, now, &told, &grant_id, cost, want);
+        }
         self.counters.borrow_mut().insert(level.to_owned(), next);
         // As the real authority: a grant of credits is kept until a give-back can still come.
         if let Some(keep_until) = grant_kept_until(&grant) {
@@ -73,5 +88,34 @@ impl FakeGuard {
             self.grants.borrow_mut().insert(grant_id, Kept { row, object: level.to_owned(), keep_until });
         }
         grant
+    }
+
+    /// Asks the other holders of `level`'s running grants to give them back now (at most
+    /// [`RECALLS_PER_REFUSAL`], the largest first); answers whether any credit came back.
+    fn recall_parked(&self, level: &str, asker: &str) -> bool {
+        let now = self.clock.get();
+        let mut parked: Vec<((String, String), Held)> = self
+            .held
+            .borrow()
+            .iter()
+            .filter(|((holder, l), h)| {
+                let kept = self.grants.borrow().get(&h.grant_id).map(|k| k.row.clone());
+                l == level
+                    && kept.is_some_and(|(grant, returned)| {
+                        parked(&grant, &returned, Some(holder), Some(asker), now)
+                    })
+            })
+            .map(|(k, h)| (k.clone(), h.clone()))
+            .collect();
+        parked.sort_by_key(|(_, h)| std::cmp::Reverse(h.credits - h.used));
+        let mut back = false;
+        for (slot, held) in parked.into_iter().take(RECALLS_PER_REFUSAL) {
+            self.held.borrow_mut().remove(&slot);
+            if let Some(give_back) = held.give_back() {
+                self.take_back_grant(level, &give_back);
+                back = true;
+            }
+        }
+        back
     }
 }

@@ -8,7 +8,7 @@ use crate::abuse::address_group;
 use crate::api_key::{KeyRecord, RefusalReason, Scope};
 use crate::audit_chain::{AdoptHead, AdvanceHead, Advanced, BindObjects, HeadState, ReadHead};
 use crate::idempotency::{ClaimDecision, KeptResponse};
-use crate::lease::{Exchange, GiveBack, Grant, LeaseAsk};
+use crate::lease::{Exchange, GiveBack, Grant, LeaseAsk, RecallGrant, Recalled};
 use crate::ports::ClaimRequest;
 use crate::rate_limit::{LimitSpec, Usage, Verdict};
 use crate::tagged::{deserialize_tagged, unknown, Tagged};
@@ -61,6 +61,7 @@ pub enum GuardCommand {
     ReadHead(ReadHead),
     AdoptHead(AdoptHead),
     AdvanceHead(AdvanceHead),
+    RecallGrant(RecallGrant),
 }
 
 /// Is this key valid, may it make one more request now, and (when the request carries an
@@ -129,6 +130,7 @@ impl Tagged for GuardCommand {
             "read_head" => Self::ReadHead(ReadHead::deserialize(fields)?),
             "adopt_head" => Self::AdoptHead(AdoptHead::deserialize(fields)?),
             "advance_head" => Self::AdvanceHead(AdvanceHead::deserialize(fields)?),
+            "recall_grant" => Self::RecallGrant(RecallGrant::deserialize(fields)?),
             other => {
                 return Err(unknown(
                     other,
@@ -149,6 +151,7 @@ impl Tagged for GuardCommand {
                         "read_head",
                         "adopt_head",
                         "advance_head",
+                        "recall_grant",
                     ],
                 ))
             }
@@ -310,6 +313,7 @@ asks! {
     ReadHead => HeadState,
     AdoptHead => HeadState,
     AdvanceHead => Advanced,
+    RecallGrant => Recalled,
 }
 
 #[cfg(test)]

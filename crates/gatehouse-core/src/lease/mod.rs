@@ -43,6 +43,38 @@ pub struct Exchange {
     pub give_back: Vec<GiveBack>,
     /// The level's limits as the holder was told them (the key's record carries them).
     pub limits: LimitSpec,
+    /// The holder's object (its key hash): where the authority asks credits back (SPEC §23).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+}
+
+/// The most holders an authority asks credits back of before one refusal (SPEC §23).
+pub const RECALLS_PER_REFUSAL: usize = 4;
+
+/// An authority about to refuse asks a holder to give back grant `grant_id` now (SPEC §23): a
+/// level refuses only when no credit is left anywhere.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecallGrant {
+    pub grant_id: String,
+}
+
+/// What a holder gives back of a recalled grant: what it did not use of it, and stops using it
+/// (nothing: it gave the grant back already, or is exchanging it now).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recalled {
+    pub give_back: Vec<GiveBack>,
+}
+
+/// Whether a kept grant may have credits parked with its holder that `asker` could use at
+/// `now_ms`: it runs, was not given back, and is another holder's.
+pub fn parked(
+    grant: &Grant,
+    returned: &Returned,
+    holder: Option<&str>,
+    asker: Option<&str>,
+    now_ms: i64,
+) -> bool {
+    grant.until_ms > now_ms && grant.credits > 0 && !returned.closed && holder.is_some() && holder != asker
 }
 
 /// Credits of grant `grant_id` that were not used.

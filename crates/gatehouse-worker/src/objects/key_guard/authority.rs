@@ -18,7 +18,10 @@ use worker::Result;
 use super::{from_json, rust_error, KeyGuardObject, Purged};
 use crate::adapters::clock::now_ms;
 use gatehouse_core::guard::protocol::{Done, SetLimits};
-use gatehouse_core::lease::{accept_give_back, grant, Exchange, Grant, Returned};
+use gatehouse_core::lease::{
+    accept_give_back, grant, parked as lease_parked, Exchange, GiveBack, Grant, RecallGrant, Returned,
+    RECALLS_PER_REFUSAL,
+};
 use gatehouse_core::rate_limit::LimitSpec;
 use gatehouse_core::retention::grant_kept_until;
 
@@ -36,9 +39,10 @@ pub(super) struct ToldLimits {
 pub(super) const TABLES: &[&str] = &[
     // `drawn` is NULL for a level's grant; rows of an older version with `drawn` set were a key's
     // leases to isolates (now `isolate_leases`) and are purged by their `keep_until_ms`.
+    // `holder`: the key's guard that holds the grant (where it is asked back, SPEC §23).
     "CREATE TABLE IF NOT EXISTS lease_grants (
        grant_id TEXT PRIMARY KEY, grant TEXT NOT NULL, returned TEXT NOT NULL,
-       keep_until_ms INTEGER NOT NULL, drawn TEXT)",
+       keep_until_ms INTEGER NOT NULL, drawn TEXT, holder TEXT)",
     "CREATE INDEX IF NOT EXISTS lease_grants_by_expiry ON lease_grants (keep_until_ms)",
     // The level's limits as last told, the change's version, and until when they hold (one row,
     // rewritten in place).
@@ -47,13 +51,40 @@ pub(super) const TABLES: &[&str] = &[
 ];
 
 impl KeyGuardObject {
-    /// Gives back what the holder did not use, then grants (SPEC §20). Synchronous: exchanges are
-    /// decided one after another. The same `grant_id` again answers the same grant.
-    pub(super) fn exchange(&self, c: Exchange) -> Result<Grant> {
-        let now = now_ms();
+    /// Gives back what the holder did not use, then grants (SPEC §20). About to refuse while
+    /// other holders hold running grants of this level, it asks those back first (at most
+    /// [`RECALLS_PER_REFUSAL`], the largest) and grants again with what came back (SPEC §23: a
+    /// level refuses only when no credit is left anywhere). Each decision is synchronous, so
+    /// exchanges are decided one after another; the same `grant_id` again answers the same grant.
+    pub(super) async fn exchange(&self, c: Exchange) -> Result<Grant> {
         self.create_tables()?;
+        self.take_back(&c.give_back)?;
+        let grant = self.grant_now(&c)?;
+        if grant.credits > 0 || c.want == 0 {
+            return Ok(grant);
+        }
+        let parked = self.parked(c.holder.as_deref())?;
+        if parked.is_empty() {
+            return Ok(grant);
+        }
+        let recalls = parked.into_iter().map(|(holder, grant_id)| async move {
+            // A holder out of reach keeps its credits: the refusal stands for it.
+            self.ask_other(&holder, RecallGrant { grant_id }).await.unwrap_or_default()
+        });
+        let recalled = futures_util::future::join_all(recalls).await;
+        let back: Vec<GiveBack> = recalled.into_iter().flat_map(|r| r.give_back).collect();
+        if back.is_empty() {
+            return Ok(grant);
+        }
+        self.take_back(&back)?;
+        self.grant_now(&c)
+    }
+
+    /// Takes back what holders did not use of grants this authority made (once each).
+    fn take_back(&self, give_back: &[GiveBack]) -> Result<()> {
+        let now = now_ms();
         let mut counters = self.current_counters()?;
-        for back in &c.give_back {
+        for back in give_back {
             if let Some((grant, mut returned)) = self.level_grant(&back.grant_id)? {
                 accept_give_back(&mut counters, now, &grant, &mut returned, back);
                 self.sql.exec(
@@ -65,26 +96,67 @@ impl KeyGuardObject {
                 )?;
             }
         }
+        self.keep_counters(counters)
+    }
+
+    /// The grant of `c` now: the one made under its id before, or a new one (kept, when it has
+    /// credits).
+    fn grant_now(&self, c: &Exchange) -> Result<Grant> {
+        let now = now_ms();
         if let Some((grant, _)) = self.level_grant(&c.grant_id)? {
-            self.keep_counters(counters)?;
             return Ok(grant);
         }
+        let counters = self.current_counters()?;
         let limits =
             self.level_limits()?.filter(|told| told.until_ms > now).map_or(c.limits, |told| told.limits);
         let (grant, next) = grant(counters, now, &limits, &c.grant_id, c.need, c.want);
         self.keep_counters(next)?;
         if let Some(keep_until) = grant_kept_until(&grant) {
             self.sql.exec(
-                "INSERT INTO lease_grants (grant_id, grant, returned, keep_until_ms) VALUES (?, ?, '{}', ?)",
+                "INSERT INTO lease_grants (grant_id, grant, returned, keep_until_ms, holder) VALUES (?, ?, '{}', ?, ?)",
                 vec![
-                    c.grant_id.into(),
+                    c.grant_id.clone().into(),
                     serde_json::to_string(&grant).map_err(rust_error)?.into(),
                     keep_until.into(),
+                    c.holder.clone().into(),
                 ],
             )?;
             self.purge_by(keep_until);
         }
         Ok(grant)
+    }
+
+    /// Running grants of other holders than `asker` that may hold credits: (holder, grant id), the
+    /// largest first, at most [`RECALLS_PER_REFUSAL`].
+    fn parked(&self, asker: Option<&str>) -> Result<Vec<(String, String)>> {
+        #[derive(Deserialize)]
+        struct Row {
+            grant: String,
+            returned: String,
+            holder: Option<String>,
+        }
+        let now = now_ms();
+        let rows = self
+            .sql
+            .exec(
+                "SELECT grant, returned, holder FROM lease_grants
+                 WHERE holder IS NOT NULL AND drawn IS NULL AND keep_until_ms > ?",
+                vec![now.into()],
+            )?
+            .to_array::<Row>()?;
+        let mut parked = Vec::new();
+        for row in rows {
+            let (grant, returned): (Grant, Returned) = (from_json(&row.grant)?, from_json(&row.returned)?);
+            if lease_parked(&grant, &returned, row.holder.as_deref(), asker, now) {
+                parked.push((
+                    grant.credits - returned.credits,
+                    row.holder.unwrap_or_default(),
+                    grant.grant_id,
+                ));
+            }
+        }
+        parked.sort_by_key(|(credits, _, _)| std::cmp::Reverse(*credits));
+        Ok(parked.into_iter().take(RECALLS_PER_REFUSAL).map(|(_, holder, id)| (holder, id)).collect())
     }
 
     /// Holds `limits` as the level's from now on (for [`LIMITS_TOLD_MS`]), unless a later change

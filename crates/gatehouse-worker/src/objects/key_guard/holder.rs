@@ -10,7 +10,7 @@ use super::{rust_error, KeyGuardObject};
 use crate::adapters::clock::now_ms;
 use gatehouse_core::api_key::KeyRecord;
 use gatehouse_core::guard::protocol::project_authority;
-use gatehouse_core::lease::{Exchange, GiveBack, Grant, Held};
+use gatehouse_core::lease::{Exchange, GiveBack, Grant, Held, RecallGrant, Recalled};
 use gatehouse_core::rate_limit::LimitSpec;
 
 /// How soon credits owed to a level (a lease's part that came back after its grant was given back)
@@ -141,6 +141,7 @@ impl KeyGuardObject {
             want: if cost == 0 { 0 } else { Held::want(lease.held.as_ref(), now, cost) },
             give_back: give_back.clone(),
             limits,
+            holder: self.own_name(),
         };
         // Credits on their way back are not used meanwhile.
         self.keep_lease(level, LevelLease { held: None, owed: give_back.clone() })?;
@@ -170,11 +171,40 @@ impl KeyGuardObject {
             want: 0,
             give_back: owed.clone(),
             limits,
+            holder: self.own_name(),
         };
         self.ask_other(level, exchange).await?;
         let mut lease = self.lease(level)?;
         lease.owed.retain(|o| !owed.contains(o));
         self.keep_lease(level, lease)
+    }
+
+    /// The level's authority asks a grant back (SPEC §23: it would refuse another key otherwise):
+    /// what this guard did not use of it goes back in the answer, and the guard stops using it
+    /// (its next request exchanges). Nothing when the grant is not held now (given back already,
+    /// or an exchange of it in flight, which gives it back itself).
+    pub(super) fn recall(&self, c: RecallGrant) -> Result<Recalled> {
+        #[derive(Deserialize)]
+        struct Row {
+            level: String,
+        }
+        if !self.has_tables()? {
+            return Ok(Recalled::default());
+        }
+        let levels = self.sql.exec("SELECT level FROM level_leases", None)?.to_array::<Row>()?;
+        for Row { level } in levels {
+            let lease = self.lease(&level)?;
+            if let Some(held) = lease.held.clone().filter(|h| h.grant_id == c.grant_id) {
+                self.keep_lease(&level, LevelLease { held: None, ..lease })?;
+                return Ok(Recalled { give_back: held.give_back().into_iter().collect() });
+            }
+        }
+        Ok(Recalled::default())
+    }
+
+    /// This guard's object name (its key's hash), once it knows its key.
+    fn own_name(&self) -> Option<String> {
+        self.key.borrow().as_ref().map(|(key, _)| key.key_hash.clone())
     }
 
     /// What this guard holds of `level`, read from storage once.

@@ -225,7 +225,8 @@ impl KeyGuardObject {
                 answer::<HeldResponse>(self.held_response(&idempotency_key)?)
             }
             GuardCommand::Ping(_) => answer::<gatehouse_core::guard::protocol::Ping>(Done {}),
-            GuardCommand::Exchange(c) => answer::<gatehouse_core::lease::Exchange>(self.exchange(c)?),
+            GuardCommand::Exchange(c) => answer::<gatehouse_core::lease::Exchange>(self.exchange(c).await?),
+            GuardCommand::RecallGrant(c) => answer::<gatehouse_core::lease::RecallGrant>(self.recall(c)?),
             GuardCommand::RenewLease(c) => answer::<RenewLease>(self.renew(c).await?),
             GuardCommand::GiveBackLeases(c) => {
                 let key = self.remembered(now_ms())?;
@@ -294,8 +295,11 @@ impl KeyGuardObject {
             self.tables.set(Some(false));
             return Ok(false);
         }
-        // Any table an older version did not have is created now: the object has storage anyway.
+        // Any table an older version did not have is created now: the object has storage anyway;
+        // and a column (`lease_grants.holder`, SPEC §23): an object that has it already answers
+        // "duplicate column", which changes nothing.
         self.create_tables()?;
+        let _ = self.sql.exec("ALTER TABLE lease_grants ADD COLUMN holder TEXT", None);
         if names.iter().any(|n| n == "claims") {
             // Looked up again at the next command if the move fails.
             self.tables.set(None);
