@@ -48,6 +48,30 @@ pub struct Exchange {
     pub holder: Option<String>,
 }
 
+/// The longest a request refused while isolates hold credits of its key waits for them to come
+/// back before it is answered 429 (SPEC §23: a refusal is answered now, never after a wait
+/// without a deadline).
+pub const REFUSAL_WAIT_MS: i64 = 250;
+
+/// Until when a request refused at `now_ms` may wait for credits that isolates' leases of its key
+/// hold (they end by `leased_until`, and come back `return_ms` after): never for a used-up quota,
+/// never past the end of the window that refused it (a wait must not turn into an admission in
+/// the next window), never more than [`REFUSAL_WAIT_MS`]. `None`: answer the refusal now.
+pub fn refusal_wait_until(
+    now_ms: i64,
+    verdict: Verdict,
+    refused_by: Option<Window>,
+    leased_until: Option<i64>,
+    return_ms: i64,
+) -> Option<i64> {
+    if verdict == Verdict::QuotaExceeded {
+        return None;
+    }
+    let window_end = refused_by.map_or(i64::MAX, |w| w.start(now_ms) + w.ms());
+    let until = (leased_until? + return_ms).min(now_ms + REFUSAL_WAIT_MS).min(window_end - 1);
+    (until > now_ms).then_some(until)
+}
+
 /// The most holders an authority asks credits back of before one refusal (SPEC §23).
 pub const RECALLS_PER_REFUSAL: usize = 4;
 
@@ -549,6 +573,28 @@ mod tests {
 
     fn limits(per_minute: Option<u32>, quota: Option<u64>) -> LimitSpec {
         LimitSpec { per_minute, monthly_quota: quota, ..Default::default() }
+    }
+
+    /// SPEC §23: a refused request waits for leases to come back at most a quarter of a second,
+    /// never into the next window, never for a used-up quota (main waited until the leases out at
+    /// the refusal ended, and a request admitted in the next second had waited seconds).
+    #[test]
+    fn a_refusal_waits_briefly_and_never_into_the_next_window() {
+        let now = 1_796_000_000_100; // 100 ms into a second
+        let second = Some(Window::Second);
+        assert_eq!(
+            refusal_wait_until(now, Verdict::RateLimited, second, Some(now + 5_000), 250),
+            Some(now + 250)
+        );
+        assert_eq!(refusal_wait_until(now, Verdict::RateLimited, second, Some(now + 20), 50), Some(now + 70));
+        let late = now + 850; // 50 ms before the second ends
+        assert_eq!(
+            refusal_wait_until(late, Verdict::RateLimited, second, Some(late + 500), 250),
+            Some(late + 49)
+        );
+        assert_eq!(refusal_wait_until(late + 49, Verdict::RateLimited, second, Some(late + 500), 250), None);
+        assert_eq!(refusal_wait_until(now, Verdict::QuotaExceeded, None, Some(now + 500), 250), None);
+        assert_eq!(refusal_wait_until(now, Verdict::RateLimited, second, None, 250), None, "no lease out");
     }
 
     #[test]

@@ -17,8 +17,8 @@ use gatehouse_core::guard::protocol::{
     Authorize, Authorized, Decided, Denied, RenewLease, Renewed, TakeClaim,
 };
 use gatehouse_core::lease::{
-    admit, lease_to_isolate, quota_to_ask, refusal_lease, refused_by_level, with_project_quota, Decision,
-    Grant, LeaseAsk,
+    admit, lease_to_isolate, quota_to_ask, refusal_lease, refusal_wait_until, refused_by_level,
+    with_project_quota, Decision, Grant, LeaseAsk,
 };
 use gatehouse_core::rate_limit::{
     decide_request, Counters, LimitSpec, Limits, Usage, Verdict, Window, WindowCount,
@@ -227,15 +227,22 @@ impl KeyGuardObject {
                         refused_by_level(stands, &grant)
                     }
                 };
-            // Waiting helps a window, never a used-up quota; and only for the leases out when the
-            // request was first refused (leases made meanwhile do not extend its wait).
-            let deadline = match (wait_until, self.leased_until(now)) {
-                (Some(deadline), _) => Some(deadline),
-                (None, until) => until.map(|until| until + LEASE_RETURN_MS),
+            // Waiting helps a window, never a used-up quota; only for the leases out when the
+            // request was first refused (leases made meanwhile do not extend its wait), and
+            // briefly, within the refusing window (SPEC §23: a 429 now, not after a wait).
+            let deadline = match wait_until {
+                Some(deadline) => Some(deadline),
+                None => refusal_wait_until(
+                    now,
+                    refused.0,
+                    refused.1.refused_by,
+                    self.leased_until(now),
+                    LEASE_RETURN_MS,
+                ),
             };
             wait_until = deadline;
             match deadline {
-                Some(deadline) if now < deadline && refused.0 != Verdict::QuotaExceeded => {
+                Some(deadline) if now < deadline => {
                     waited = true;
                     Delay::from(Duration::from_millis(LEASE_WAIT_POLL_MS)).await;
                 }
