@@ -945,4 +945,37 @@ mod tests {
             }
         }
     }
+
+    /// The aggregates keep each row's response time in its bucket: a key's and the project's
+    /// percentiles come from them.
+    #[test]
+    fn statistics_give_percentiles_per_day_and_endpoint_for_a_key_and_the_project() {
+        let (store, _) = fakes();
+        let day = NOW - 2 * DAY_MS;
+        let rows: Vec<AuditRow> = (0..20)
+            .map(|i| {
+                let mut r = row(Some("prj_1"), &format!("r{i:02}"), day + i);
+                r.response_time_ms = if i < 18 { 7 } else { 300 };
+                if i % 2 == 1 {
+                    r.key_id = Some("key_2".into());
+                }
+                r
+            })
+            .collect();
+        complete(store.insert_audit_rows(&rows)).unwrap();
+        let (days, endpoints) = complete(store.stats("prj_1", None, None, day)).unwrap();
+        assert_eq!(days[0].total, 20);
+        assert_eq!((days[0].latency.percentile(50), days[0].latency.percentile(95)), (Some(10), Some(500)));
+        assert_eq!(endpoints[0].latency.percentile(90), Some(10));
+        let (mine, _) = complete(store.stats("prj_1", Some("key_1"), None, day)).unwrap();
+        let (one, _) = complete(store.stats("prj_1", None, Some(("GET", "/public/v1/me")), day)).unwrap();
+        assert_eq!(one[0].total, 20, "every row is GET /public/v1/me");
+        let (none, _) = complete(store.stats("prj_1", None, Some(("POST", "/public/v1/me")), day)).unwrap();
+        assert!(none.is_empty(), "another endpoint has none");
+        // key_1: nine fast, one slow (r18).
+        assert_eq!(
+            (mine[0].total, mine[0].latency.percentile(90), mine[0].latency.percentile(99)),
+            (10, Some(10), Some(500))
+        );
+    }
 }
