@@ -79,9 +79,9 @@ struct Planned {
     /// The oldest object no digest lists, before and after `digests`.
     oldest_pending_ts: Option<i64>,
     pending_after: Option<i64>,
-    /// What storage said that must be reported; `alert_stops`: and that stops its digests.
+    /// What storage said that must be reported; `stopped`: and that stops its digests.
     alert: Option<String>,
-    alert_stops: Option<()>,
+    stopped: bool,
 }
 
 impl<S: DigestStore, A: Archive, H: AuditHeads> DigestJob<'_, S, A, H> {
@@ -179,32 +179,31 @@ impl<S: DigestStore, A: Archive, H: AuditHeads> DigestJob<'_, S, A, H> {
             })
             .collect();
         self.store.record_digests(&records).await?;
-        let moves =
-            planned.iter().filter(|p| p.head.is_some() && p.alert_stops.is_none()).map(|p| async move {
-                let head = p.head.as_ref().expect("filtered");
-                let mut settled = Settled {
-                    project_id: p.project.clone(),
-                    covered_to: head.period_end,
-                    oldest_pending_ts: p.oldest_pending_ts,
-                };
-                let Some(last) = p.digests.last() else { return Ok((settled, 0, 0)) };
-                // The files first: a head never names a file that is not written.
-                for d in &p.digests {
-                    self.archive.put_digest(&d.key, d.file.as_bytes()).await?;
-                }
-                let advance = AdvanceHead { after: head.sequence, digests: p.digests.clone() };
-                if let Advanced::Conflict { .. } = self.heads.advance_head(&p.project, &advance).await? {
-                    // Another run moved it first: what it signed stands, and it settles.
-                    return Err(PortError("its chain head moved meanwhile (another run)".into()));
-                }
-                settled.covered_to = last.period_end;
-                settled.oldest_pending_ts = p.pending_after;
-                Ok::<_, PortError>((
-                    settled,
-                    p.digests.len(),
-                    p.digests.iter().map(|d| d.listed.len()).sum::<usize>(),
-                ))
-            });
+        let moves = planned.iter().filter(|p| p.head.is_some() && !p.stopped).map(|p| async move {
+            let head = p.head.as_ref().expect("filtered");
+            let mut settled = Settled {
+                project_id: p.project.clone(),
+                covered_to: head.period_end,
+                oldest_pending_ts: p.oldest_pending_ts,
+            };
+            let Some(last) = p.digests.last() else { return Ok((settled, 0, 0)) };
+            // The files first: a head never names a file that is not written.
+            for d in &p.digests {
+                self.archive.put_digest(&d.key, d.file.as_bytes()).await?;
+            }
+            let advance = AdvanceHead { after: head.sequence, digests: p.digests.clone() };
+            if let Advanced::Conflict { .. } = self.heads.advance_head(&p.project, &advance).await? {
+                // Another run moved it first: what it signed stands, and it settles.
+                return Err(PortError("its chain head moved meanwhile (another run)".into()));
+            }
+            settled.covered_to = last.period_end;
+            settled.oldest_pending_ts = p.pending_after;
+            Ok::<_, PortError>((
+                settled,
+                p.digests.len(),
+                p.digests.iter().map(|d| d.listed.len()).sum::<usize>(),
+            ))
+        });
         let moved: Vec<_> = stream::iter(moves).buffer_unordered(WORKER_MAX_OPEN_CONNECTIONS).collect().await;
         let mut settled = Vec::new();
         for m in moved {
@@ -242,7 +241,7 @@ impl<S: DigestStore, A: Archive, H: AuditHeads> DigestJob<'_, S, A, H> {
                         "the newest digest {} in R2 is not the one signed (SHA-256 {}): digests stop until it is",
                         head.key, head.sha256
                     ));
-                    plan.alert_stops = Some(());
+                    plan.stopped = true;
                     return Ok(plan);
                 }
                 // Gone (a head names only files written before it moved): deleted. The head has
