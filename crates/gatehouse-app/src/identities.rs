@@ -197,6 +197,18 @@ mod tests {
             World { gateway, clock, secrets }
         }
 
+        /// A new identity (external id `c`) with these limits: its id.
+        fn identity(&self, limits: Value) -> String {
+            let (status, identity) = self.call(
+                "POST",
+                "/public/v1/identities",
+                None,
+                json!({"external_id": "c", "limits": limits}),
+            );
+            assert_eq!(status, 201, "{identity}");
+            identity["id"].as_str().unwrap().to_owned()
+        }
+
         fn call(&self, method: &str, path: &str, idem: Option<&str>, body: Value) -> (u16, Value) {
             self.call_as(&self.secrets[0], method, path, idem, body)
         }
@@ -386,13 +398,8 @@ mod tests {
     #[test]
     fn a_key_belongs_to_an_identity_of_its_project_and_lowers_only_its_plans_windows() {
         let w = World::new();
-        let (_, identity) = w.call(
-            "POST",
-            "/public/v1/identities",
-            None,
-            json!({"external_id": "c", "limits": {"per_minute": 10}}),
-        );
-        let idt = identity["id"].as_str().unwrap();
+        let idt = w.identity(json!({"per_minute": 10}));
+        let idt = idt.as_str();
         let body =
             json!({"type": "server", "identity_id": idt, "limits": {"per_second": 5, "per_minute": 100}});
         let (status, key) = w.call("POST", "/public/v1/keys", None, body);
@@ -441,13 +448,8 @@ mod tests {
     #[test]
     fn a_keys_identity_and_limits_change_by_patch_and_its_guard_is_told() {
         let w = World::new();
-        let (_, identity) = w.call(
-            "POST",
-            "/public/v1/identities",
-            None,
-            json!({"external_id": "c", "limits": {"per_hour": 7}}),
-        );
-        let idt = identity["id"].as_str().unwrap();
+        let idt = w.identity(json!({"per_hour": 7}));
+        let idt = idt.as_str();
         let (_, key) = w.call("POST", "/public/v1/keys", None, json!({"type": "server"}));
         let kid = key["id"].as_str().unwrap();
         let path = format!("/public/v1/keys/{kid}");
