@@ -19,3 +19,7 @@ CREATE INDEX digest_due_by_since ON digest_due (since);
 INSERT INTO digest_due (project_id, since)
   SELECT project_id, min(first_ts) FROM audit_objects
   WHERE digest_period IS NULL AND project_id IS NOT NULL GROUP BY project_id;
+-- A project whose digests were all made before (nothing left to digest) is due once too, so its
+-- chain starts in its head from its last digest now, not at the next object it archives.
+INSERT OR IGNORE INTO digest_due (project_id, since)
+  SELECT project_id, min(period_start) FROM audit_digests GROUP BY project_id;

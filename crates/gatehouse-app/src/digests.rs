@@ -34,6 +34,7 @@ impl<P: Ports> Gateway<'_, P> {
     pub(super) async fn audit_head(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let signer = self.signer()?;
         let state = self.guard.read_head(call.project_id(), 0).await.map_err(unavailable)?;
+        let started = state.head.is_some();
         let head = state.head.unwrap_or(ChainHead {
             sequence: 0,
             period_start: 0,
@@ -46,6 +47,7 @@ impl<P: Ports> Gateway<'_, P> {
         let signed = signer.sign_head(SignedHead {
             project_id: call.project_id().to_owned(),
             as_of: rfc3339(call.now_ms),
+            started,
             sequence: head.sequence,
             covered_to: rfc3339(head.period_end),
             digest_key: head.key,

@@ -90,6 +90,9 @@ pub async fn run(client: &Client, from: &str, to: &str, public_key: Option<&str>
         archived.extend(client.audit_objects(&a, &b).await?.data.into_iter().map(|o| o.key));
         start = end;
     }
+    if let Err(b) = digests::newest_is_the_heads(&head, &files) {
+        return broken(&b);
+    }
     match digests::verify(&key, &chain_scope, before, &files, |k| objects.get(k).cloned(), &archived) {
         Ok(v) => {
             let last = listed.last().map_or("-", |d| d.period_end.as_str());

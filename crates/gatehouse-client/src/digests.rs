@@ -261,6 +261,11 @@ pub fn up_to_head<'a>(
     if head.project_id != scope.project_id {
         return Err(bad(&format!("it is project {}'s", head.project_id)));
     }
+    // A chain that never started in its head (digests all from before SPEC §23): the listing is
+    // the chain and must cover the range, as it had to then.
+    if !head.started {
+        return Ok((listed, scope.to_ms));
+    }
     let covered_to = unix_ms(&head.covered_to).ok_or_else(|| bad("covered_to is not a time"))?;
     let chain = match listed.iter().position(|d| d.key == head.digest_key) {
         Some(i) => &listed[..=i],
@@ -274,6 +279,23 @@ pub fn up_to_head<'a>(
         false => scope.to_ms.min(covered_to),
     };
     Ok((chain, to))
+}
+
+/// The newest digest of a chain cut at the head (the last of `digests`, as fetched) is, byte for
+/// byte, the one the head names: another file under its key (one a run signed and the head never
+/// took, put back by someone) is a break.
+pub fn newest_is_the_heads(head: &SignedHead, digests: &[(String, Option<Vec<u8>>)]) -> Result<(), Break> {
+    match digests.last() {
+        Some((key, Some(bytes))) if head.started && *key == head.digest_key => {
+            match hex(&Sha256::digest(bytes)) == head.digest_sha256 {
+                true => Ok(()),
+                false => Err(Break::BadHead {
+                    why: format!("storage holds other bytes under {key} than the digest the head names"),
+                }),
+            }
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Unix ms of an RFC 3339 time (as digests write it, or with fewer digits or none of a second).
@@ -567,6 +589,7 @@ mod tests {
         let mut h = SignedHead {
             project_id: "prj_1".into(),
             as_of: "2026-12-02T15:00:00.000Z".into(),
+            started: true,
             sequence,
             covered_to: covered_to.into(),
             digest_key: digest.into(),
@@ -638,5 +661,32 @@ mod tests {
         assert!(matches!(up_to_head(&verifying, &changed, &SCOPE, &all), Err(Break::BadHead { .. })));
         let theirs = Scope { project_id: "prj_2", ..SCOPE };
         assert!(matches!(up_to_head(&verifying, &h1, &theirs, &all), Err(Break::BadHead { .. })));
+    }
+
+    /// Found by a review: a head that never started (a project whose digests are all from before
+    /// SPEC §23) made the listing be dropped and an empty range pass; and the newest digest was
+    /// matched by key only, so another signed file put under its key passed.
+    #[test]
+    fn a_chain_without_a_head_is_the_listing_and_the_newest_digest_is_the_heads_byte_for_byte() {
+        let a = archive();
+        let verifying = a.key.verifying_key();
+        let mut never = head(&a.key, 0, "", "1970-01-01T00:00:00.000Z", None);
+        never.started = false;
+        never.signature = Some(B64.encode(a.key.sign(&never.signed_bytes()).to_bytes()));
+        let all = listing(&[0, 1, 2]);
+        let (chain, to) = up_to_head(&verifying, &never, &SCOPE, &all).unwrap();
+        assert_eq!((chain.len(), to), (3, SCOPE.to_ms), "the whole listing, the whole range");
+        let objects = |k: &str| a.objects.get(k).cloned();
+        // With the digests gone, the range is not covered (main: "intact: 0 digests").
+        assert!(matches!(verify(&verifying, &SCOPE, None, &[], objects, &[]), Err(Break::NotCovered { .. })));
+        // The newest digest must be the head's bytes.
+        let newest = a.digests[2].1.clone().unwrap();
+        let mut h = head(&a.key, 3, &k(2), "2026-12-02T13:00:00.000Z", None);
+        h.digest_sha256 = hex(&Sha256::digest(&newest));
+        assert_eq!(newest_is_the_heads(&h, &a.digests), Ok(()));
+        let mut other = a.digests.clone();
+        other[2].1 =
+            Some(signed(&a.key, digest(2, vec![], Some((&k(1), a.digests[1].1.as_deref().unwrap())))));
+        assert!(matches!(newest_is_the_heads(&h, &other), Err(Break::BadHead { .. })));
     }
 }

@@ -118,6 +118,9 @@ pub struct SignedHead {
     pub project_id: String,
     /// When the gateway read the head (RFC 3339).
     pub as_of: String,
+    /// Whether the chain has started in its head: `false` for a project whose digests (if any)
+    /// were all made before SPEC §23 — then the listing alone is the chain, as it was.
+    pub started: bool,
     /// Digests in the chain.
     pub sequence: u64,
     /// The end of the newest digest's span: everything archived before is digested.
