@@ -82,6 +82,9 @@ impl KeyGuardObject {
 
     /// Takes back what holders did not use of grants this authority made (once each).
     fn take_back(&self, give_back: &[GiveBack]) -> Result<()> {
+        if give_back.is_empty() {
+            return Ok(());
+        }
         let now = now_ms();
         let mut counters = self.current_counters()?;
         for back in give_back {
