@@ -283,10 +283,7 @@ impl DigestStore for D1Store {
                 .await?;
             for b in rows {
                 health.projects_behind += b.projects;
-                health.oldest_undigested_ts = match (health.oldest_undigested_ts, b.oldest) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
+                health.oldest_undigested_ts = health.oldest_undigested_ts.into_iter().chain(b.oldest).min();
             }
         }
         let alerts: Vec<Alert> = self

@@ -50,9 +50,16 @@ impl KeyGuardObject {
 
     pub(super) fn bind_objects(&self, c: BindObjects) -> Result<Done> {
         self.has_chain(true)?;
-        for o in &c.objects {
+        self.keep_bound(&c.objects, "REPLACE")?;
+        Ok(Done {})
+    }
+
+    /// Keeps `objects` as bound; one bound already is replaced or kept, as `on_conflict` says
+    /// (`REPLACE`: an object the roll-up wrote again; `IGNORE`: adoption keeps what was bound).
+    fn keep_bound(&self, objects: &[BoundObject], on_conflict: &str) -> Result<()> {
+        for o in objects {
             self.sql.exec(
-                "INSERT OR REPLACE INTO audit_bound (key, first_ts, object) VALUES (?, ?, ?)",
+                &format!("INSERT OR {on_conflict} INTO audit_bound (key, first_ts, object) VALUES (?, ?, ?)"),
                 vec![
                     o.key.clone().into(),
                     o.first_ts.into(),
@@ -60,7 +67,7 @@ impl KeyGuardObject {
                 ],
             )?;
         }
-        Ok(Done {})
+        Ok(())
     }
 
     pub(super) fn read_head(&self, objects: usize) -> Result<HeadState> {
@@ -101,16 +108,7 @@ impl KeyGuardObject {
         self.has_chain(true)?;
         if self.head()?.is_none() {
             self.write_head(&c.head)?;
-            for o in &c.objects {
-                self.sql.exec(
-                    "INSERT OR IGNORE INTO audit_bound (key, first_ts, object) VALUES (?, ?, ?)",
-                    vec![
-                        o.key.clone().into(),
-                        o.first_ts.into(),
-                        serde_json::to_string(o).map_err(rust_error)?.into(),
-                    ],
-                )?;
-            }
+            self.keep_bound(&c.objects, "IGNORE")?;
         }
         self.read_head(usize::MAX)
     }
