@@ -16,7 +16,7 @@ use futures_util::stream::{self, StreamExt};
 
 use super::cron::RunBudget;
 use gatehouse_core::audit_chain::{
-    digest_end, AdoptHead, AdvanceHead, Advanced, BoundObject, ChainHead, HeadState,
+    digest_end, trusted_start, AdoptHead, AdvanceHead, Advanced, BoundObject, ChainHead, HeadState,
 };
 use gatehouse_core::digest::{digest_key, period_start, sha256_hex, AuditSigner, VERSION};
 use gatehouse_core::platform::WORKER_MAX_OPEN_CONNECTIONS;
@@ -66,6 +66,8 @@ pub struct DigestJob<'a, S, A, H> {
     pub period_ms: i64,
     /// The roll-up's cutoff: periods that end by it are closed.
     pub cutoff_ms: i64,
+    /// `AUDIT_CHAIN_SINCE`: what a starting chain may take from D1 ended before it.
+    pub chain_since_ms: i64,
 }
 
 /// One project's part of a run: its head as read, the digests signed after it, and what storage
@@ -125,20 +127,20 @@ impl<S: DigestStore, A: Archive, H: AuditHeads> DigestJob<'_, S, A, H> {
         let mut unstarted = Vec::new();
         for (due, state) in reads {
             match state {
-                Ok(Some(state)) if state.head.is_none() => unstarted.push(due),
+                Ok(Some(state)) if state.head.is_none() => unstarted.push((due, state.oldest_pending_ts)),
                 Ok(Some(state)) => states.push((due, state)),
                 Ok(None) => {}
                 Err(e) => report.failed.push(format!("{}: {}", due.project_id, e.0)),
             }
         }
         if !unstarted.is_empty() && budget.take(now_ms(), 2, 0) {
-            let ids: Vec<String> = unstarted.iter().map(|d| d.project_id.clone()).collect();
+            let ids: Vec<String> = unstarted.iter().map(|(d, _)| d.project_id.clone()).collect();
             let starts = self.store.chain_starts(&ids).await?;
             let adopted: Vec<_> = stream::iter(unstarted)
-                .map(|due| {
+                .map(|(due, oldest)| {
                     let start =
                         starts.iter().find(|s| s.project_id == due.project_id).cloned().unwrap_or_default();
-                    async move { (due, self.adopt(due, start).await) }
+                    async move { (due, self.adopt(due, start, oldest, closed_end).await) }
                 })
                 .buffer_unordered(WORKER_MAX_OPEN_CONNECTIONS)
                 .collect()
@@ -255,6 +257,9 @@ impl<S: DigestStore, A: Archive, H: AuditHeads> DigestJob<'_, S, A, H> {
                 }
             }
         }
+        // Bindings the head refused (storage rewrote an object): the digest lists the bytes bound.
+        let alerts = plan.alert.take().into_iter().chain(state.alerts.iter().cloned());
+        plan.alert = Some(alerts.collect::<Vec<_>>().join("; ")).filter(|a| !a.is_empty());
         plan.head = Some(head.clone());
         plan.oldest_pending_ts = state.oldest_pending_ts;
         let (read, last_read) = (state.objects.len(), state.objects.last().map(|o| o.first_ts));
@@ -280,11 +285,25 @@ impl<S: DigestStore, A: Archive, H: AuditHeads> DigestJob<'_, S, A, H> {
         Ok(plan)
     }
 
-    /// The head of a chain that never started here, from what D1 had (`start`, this once): its
-    /// last digest (a project from before SPEC §23) or its first period, with the objects D1
-    /// lists as not digested yet.
-    async fn adopt(&self, due: &DigestDue, start: ChainStart) -> Result<HeadState, PortError> {
-        let head = match start.last {
+    /// The head of a chain that never started here, from what D1 had (`start`, this once) before
+    /// `AUDIT_CHAIN_SINCE` (`core::audit_chain::trusted_start`): its last digest (a project from
+    /// before SPEC §23) with the objects D1 lists as not digested yet; or else its first period,
+    /// no later than its oldest object bound (`oldest_bound`) or the last closed period's end.
+    async fn adopt(
+        &self,
+        due: &DigestDue,
+        start: ChainStart,
+        oldest_bound: Option<i64>,
+        closed_end: i64,
+    ) -> Result<HeadState, PortError> {
+        let since = self.chain_since_ms;
+        let first_period = oldest_bound
+            .map(|ts| period_start(ts, self.period_ms))
+            .into_iter()
+            .chain([due.first_period, closed_end])
+            .min()
+            .expect("three");
+        let head = match start.last.filter(|d| trusted_start(d.period_end, since)) {
             Some(d) => {
                 let file = self.archive.get(&d.key).await?.unwrap_or_default();
                 ChainHead {
@@ -299,8 +318,8 @@ impl<S: DigestStore, A: Archive, H: AuditHeads> DigestJob<'_, S, A, H> {
             }
             None => ChainHead {
                 sequence: 0,
-                period_start: due.first_period,
-                period_end: due.first_period,
+                period_start: first_period,
+                period_end: first_period,
                 key: String::new(),
                 sha256: String::new(),
                 file: String::new(),
@@ -308,7 +327,7 @@ impl<S: DigestStore, A: Archive, H: AuditHeads> DigestJob<'_, S, A, H> {
             },
         };
         let mut objects = Vec::new();
-        for o in start.objects {
+        for o in start.objects.into_iter().filter(|o| trusted_start(o.first_ts, since)) {
             // The hash the roll-up stored it with; for objects from before digests, their bytes'.
             let sha256 = match o.sha256 {
                 Some(sha256) => sha256,
@@ -445,7 +464,15 @@ mod tests {
         signer: &'a AuditSigner,
         cutoff_ms: i64,
     ) -> DigestJob<'a, FakeStore, FakeArchive, crate::fakes::audit_heads::FakeAuditHeads> {
-        DigestJob { store, archive: bucket, heads: &bucket.heads, signer, period_ms: HOUR, cutoff_ms }
+        DigestJob {
+            store,
+            archive: bucket,
+            heads: &bucket.heads,
+            signer,
+            period_ms: HOUR,
+            cutoff_ms,
+            chain_since_ms: i64::MIN,
+        }
     }
 
     fn digest(store: &FakeStore, bucket: &FakeArchive, cutoff: i64) -> DigestReport {
@@ -708,6 +735,116 @@ mod tests {
         assert_eq!(digest(&store, &bucket, T0 + 3 * HOUR).digests, 1);
         assert!(store.audit.digest_alerts.borrow().is_empty());
         assert_eq!(check_chain(&store, &bucket, "prj_a", false), Ok(Some((T0, T0 + 3 * HOUR))));
+    }
+
+    /// An object planted in R2 with its D1 row (and a digest D1 claims came before) for a project
+    /// whose chain has not started: found by the second review (H1; this failed before
+    /// `AUDIT_CHAIN_SINCE`: the first digest signed the planted object, linked to the claimed
+    /// digest). A chain starts from D1 only for what ended before `AUDIT_CHAIN_SINCE`.
+    #[test]
+    fn a_chain_that_starts_takes_from_d1_only_what_ended_before_the_chain_since() {
+        for since in [i64::MIN, T0 + HOUR / 2] {
+            let (store, bucket) = fakes();
+            project(&store, "prj_a", T0);
+            complete(
+                store.insert_audit_rows(&[row("prj_a", "r1", T0 + 10), row("prj_a", "r2", T0 + HOUR + 10)]),
+            )
+            .unwrap();
+            roll(&store, &bucket, T0 + 2 * HOUR);
+            let mut planted = store.audit.objects.borrow().values().next().cloned().unwrap();
+            let bytes = br#"{"invented":true}"#.to_vec();
+            planted.key = "audit/prj_a/2026-11-29/1795910400001-x.ndjson.gz".into();
+            planted.first_ts = T0 + 1;
+            planted.sha256 = Some(sha256_hex(&bytes));
+            bucket.objects.borrow_mut().insert(planted.key.clone(), bytes);
+            store.audit.objects.borrow_mut().insert(planted.key.clone(), planted.clone());
+            let claimed = DigestRecord {
+                project_id: None,
+                period_start: T0 - HOUR,
+                period_end: T0,
+                key: "audit/prj_a/digest/claimed.json".into(),
+                sha256: "0".repeat(64),
+                objects: 0,
+            };
+            store.audit.digests.borrow_mut().insert(("prj_a".into(), T0 - HOUR), claimed);
+            let signer = signer();
+            let job = DigestJob { chain_since_ms: since, ..job(&store, &bucket, &signer, T0 + 2 * HOUR) };
+            complete(job.run(&RunBudget::unbounded(), || T0 + 2 * HOUR)).unwrap();
+            let head = bucket.heads.objects.borrow()["prj_a"].head.clone().unwrap();
+            let first: AuditDigest = {
+                let key = digest_key("prj_a", T0);
+                serde_json::from_slice(&bucket.objects.borrow()[&key]).unwrap()
+            };
+            let listed: Vec<&str> = first.objects.iter().map(|o| o.key.as_str()).collect();
+            match since {
+                // A new deployment: nothing from D1; the chain starts at the project's first hour.
+                i64::MIN => {
+                    assert!(!listed.contains(&planted.key.as_str()), "the planted object was signed");
+                    assert_eq!(first.previous, None, "linked to the digest D1 claimed");
+                    assert_eq!((head.sequence, listed.len()), (2, 1));
+                }
+                // An upgraded one whose chains moved at T0 + 30 min: what D1 had from before.
+                _ => {
+                    assert!(listed.contains(&planted.key.as_str()), "history from before the move is kept");
+                    assert_eq!(first.previous.map(|p| p.key), Some("audit/prj_a/digest/claimed.json".into()));
+                }
+            }
+        }
+    }
+
+    /// Storage makes the roll-up write an archived object again (its D1 row deleted and a row
+    /// planted at its first position; then its R2 object deleted too): found by the second review
+    /// (H2; before, the object was rewritten with the planted row alone and signed, and the
+    /// verifier found the chain intact). The rewrite keeps every row the object held; without the
+    /// object to read back, the chain head refuses the write, reported, and the digest lists the
+    /// bytes bound.
+    #[test]
+    fn storage_cannot_make_the_roll_up_rewrite_an_object_without_its_rows() {
+        let (store, bucket) = fakes();
+        project(&store, "prj_a", T0);
+        let rows = [row("prj_a", "r1", T0 + 10), row("prj_a", "r2", T0 + 20), row("prj_a", "r3", T0 + 30)];
+        complete(store.insert_audit_rows(&rows)).unwrap();
+        roll(&store, &bucket, T0 + HOUR);
+        let key = bucket.objects.borrow().keys().next().unwrap().clone();
+        let written = bucket.objects.borrow()[&key].clone();
+        // The attack: its D1 row gone, a row at its first position planted.
+        store.audit.objects.borrow_mut().remove(&key);
+        let mut planted = row("prj_a", "r1", T0 + 10);
+        planted.status = 500;
+        complete(store.insert_audit_rows(&[planted.clone()])).unwrap();
+        roll(&store, &bucket, T0 + HOUR);
+        assert_eq!(bucket.objects.borrow()[&key], written, "rewritten without the rows it held");
+        assert_eq!(digest(&store, &bucket, T0 + HOUR).digests, 1);
+        assert_eq!(check_chain(&store, &bucket, "prj_a", true), Ok(Some((T0, T0 + HOUR))));
+        // The same in the next hour, with the R2 object deleted too: the write is refused.
+        let rows = [row("prj_a", "r4", T0 + HOUR + 10), row("prj_a", "r5", T0 + HOUR + 20)];
+        complete(store.insert_audit_rows(&rows)).unwrap();
+        roll(&store, &bucket, T0 + 2 * HOUR);
+        let key = bucket.objects.borrow().keys().find(|k| k.contains("-r4")).unwrap().clone();
+        store.audit.objects.borrow_mut().remove(&key);
+        bucket.objects.borrow_mut().remove(&key);
+        let mut planted = row("prj_a", "r4", T0 + HOUR + 10);
+        planted.status = 500;
+        complete(store.insert_audit_rows(&[planted])).unwrap();
+        let refused = complete(roll_up(
+            &store,
+            &bucket,
+            &*bucket.heads,
+            T0 + 2 * HOUR,
+            LIMITS,
+            &RunBudget::unbounded(),
+            || T0 + 2 * HOUR,
+        ));
+        assert!(refused.unwrap_err().0.contains("refused"));
+        assert!(!bucket.objects.borrow().contains_key(&key), "written though refused");
+        store.audit.rows.borrow_mut().clear(); // the planted row: the digest does not wait for it
+        let report = digest(&store, &bucket, T0 + 2 * HOUR);
+        assert!(
+            report.alerts[0].1.contains("written again over bytes that were not the ones bound"),
+            "{report:?}"
+        );
+        let verified = check_chain(&store, &bucket, "prj_a", true).unwrap_err();
+        assert!(verified.contains(&format!("object {key} missing")), "{verified}");
     }
 
     /// SPEC §23: 150 projects six hours old are digested within 4 runs; over 100,000 projects, of

@@ -21,6 +21,7 @@ use super::cron::RunBudget;
 use gatehouse_core::archive;
 use gatehouse_core::audit::{log_position, AuditRow};
 use gatehouse_core::audit_chain::BoundObject;
+use gatehouse_core::digest::sha256_hex;
 use gatehouse_core::page::Cursor;
 use gatehouse_core::platform::WORKER_MAX_OPEN_CONNECTIONS;
 use gatehouse_core::ports::{Archive, ArchivedSlice, AuditHeads, AuditStore, PortError};
@@ -53,9 +54,9 @@ const SLICES_PER_BATCH: usize = 500;
 /// A batch's D1 queries: its rows, the objects covering its slices, the clearing.
 const BATCH_QUERIES: u32 = 3;
 /// A slice's other subrequests: its day's listing (once a run per project and day), its object's
-/// put, its binding to the project's chain head, and the read of an object that covers its first
-/// row (rare).
-const SLICE_CALLS: u32 = 4;
+/// put, its announcement to the project's chain head and its binding there, and the read of an
+/// object that covers its first row or that it writes again (rare).
+const SLICE_CALLS: u32 = 5;
 /// The most archive objects whose spans may overlap at one row (each is read to find copies).
 const COVERING_MAX: usize = 16;
 
@@ -125,6 +126,7 @@ struct Written {
     count: usize,
     summary: Option<ObjectSummary>,
     copies: Vec<AuditRow>,
+    tail: Vec<String>,
 }
 
 /// Moves every row older than `cutoff` from D1 (the hot tier) to R2 objects (the cold tier), batch
@@ -201,8 +203,10 @@ pub async fn roll_up<S: AuditStore, A: Archive, H: AuditHeads>(
         let positions: Vec<(Option<&str>, &Cursor)> =
             slices.iter().zip(&firsts).map(|(s, f)| (s.project.as_deref(), f)).collect();
         let covering = store.objects_covering_each(&positions, COVERING_MAX + 1).await?;
-        let writes =
-            slices.into_iter().zip(covering).map(|(slice, covering)| write(archive, heads, slice, covering));
+        let writes = slices.into_iter().zip(covering).map(|(slice, covering)| {
+            let day = &starts[&(slice.project.clone(), utc_date(slice.rows[0].ts))];
+            write(archive, heads, slice, covering, day)
+        });
         let written: Vec<Result<Written, PortError>> =
             stream::iter(writes).buffered(WORKER_MAX_OPEN_CONNECTIONS).collect().await;
         let mut failure = None;
@@ -232,6 +236,7 @@ pub async fn roll_up<S: AuditStore, A: Archive, H: AuditHeads>(
                 count: w.count,
                 summary: w.summary.as_ref(),
                 copies: &w.copies,
+                tail: &w.tail,
             })
             .collect();
         if !clearing.is_empty() {
@@ -271,12 +276,17 @@ fn by_project(rows: Vec<AuditRow>) -> Vec<Slice> {
 }
 
 /// Writes one slice's object: its rows less the copies of rows the `covering` objects hold; then
-/// binds it to its project's chain head (SPEC §23), with the hash of the bytes just written.
+/// binds it to its project's chain head (SPEC §23), with the hash of the bytes just written. An
+/// object its day already has under the key (`day`: the first rows of the day's objects) is a
+/// slice written before whose clearing did not happen — or whose D1 row storage removed: it is
+/// read back first and written again with every row it held, and its binding replaced only if
+/// the bytes read back are the ones bound.
 async fn write<A: Archive, H: AuditHeads>(
     archive: &A,
     heads: &H,
     slice: Slice,
     covering: Vec<ObjectSummary>,
+    day: &[Cursor],
 ) -> Result<Written, PortError> {
     let first = log_position(&slice.rows[0]);
     let last = log_position(slice.rows.last().unwrap_or(&slice.rows[0]));
@@ -291,34 +301,83 @@ async fn write<A: Archive, H: AuditHeads>(
         held.extend(read_object(archive, &earlier.key).await?.into_iter().map(|r| r.request_id));
     }
     let count = slice.rows.len();
+    let mut tail = Vec::new();
     let (copies, fresh): (Vec<AuditRow>, Vec<AuditRow>) =
         slice.rows.into_iter().partition(|r| held.contains(&r.request_id));
     let summary = match fresh.first() {
         Some(start) => {
             let key = archive::slice_key(slice.project.as_deref(), &log_position(start));
+            let (fresh, replaces) = match day.contains(&log_position(start)) {
+                true => with_stored(archive, &key, fresh).await?,
+                false => (fresh, None),
+            };
+            // Rows it held after the slice's last (written by a batch that read more): still in
+            // D1 unless storage took them; its clearing deletes them as its own, not as copies.
+            tail = fresh
+                .iter()
+                .filter(|r| (r.ts, r.request_id.as_str()) > archive::position(&last))
+                .map(|r| r.request_id.clone())
+                .collect();
             let mut ndjson = Vec::with_capacity(fresh.len() * 320);
             for row in &fresh {
                 serde_json::to_writer(&mut ndjson, row).map_err(PortError::from_display)?;
                 ndjson.push(b'\n');
             }
-            let sha256 = archive.put(&key, &ndjson).await?;
+            let sealed = archive.seal(&ndjson).await?;
+            let sha256 = sha256_hex(&sealed);
             let summary = ObjectSummary { sha256: Some(sha256.clone()), ..ObjectSummary::of(&key, &fresh) };
+            let bound = BoundObject {
+                key: key.clone(),
+                sha256,
+                rows: u64::from(summary.rows),
+                first_id: summary.first_id.clone(),
+                last_id: summary.last_id.clone(),
+                first_ts: summary.first_ts,
+            };
+            // Announced to the chain head before the put, bound after it (SPEC §23): an object
+            // the head refuses is not written, and its slice stays in D1.
             if let Some(project) = &slice.project {
-                let bound = BoundObject {
-                    key,
-                    sha256,
-                    rows: u64::from(summary.rows),
-                    first_id: summary.first_id.clone(),
-                    last_id: summary.last_id.clone(),
-                    first_ts: summary.first_ts,
-                };
-                heads.bind_objects(project, &[bound]).await?;
+                let refused =
+                    heads.bind_objects(project, std::slice::from_ref(&bound), replaces.as_deref()).await?;
+                if !refused.is_empty() {
+                    return Err(PortError(format!(
+                        "object {key}: its chain head refused the write (storage changed the object bound)"
+                    )));
+                }
+            }
+            archive.put(&key, &sealed).await?;
+            if let Some(project) = &slice.project {
+                heads.confirm_objects(project, &[bound]).await?;
             }
             Some(summary)
         }
         None => None,
     };
-    Ok(Written { project: slice.project, first, last, count, summary, copies })
+    Ok(Written { project: slice.project, first, last, count, summary, copies, tail })
+}
+
+/// `fresh` with the rows the object stored under `key` holds (theirs kept where both have a
+/// request id), in log order, and the SHA-256 of the bytes read (`None`: nothing is stored).
+/// Bytes that are not an object's are read as no rows.
+async fn with_stored<A: Archive>(
+    archive: &A,
+    key: &str,
+    fresh: Vec<AuditRow>,
+) -> Result<(Vec<AuditRow>, Option<String>), PortError> {
+    let Some(stored) = archive.read_stored(key).await? else { return Ok((fresh, None)) };
+    let held: Vec<AuditRow> = stored
+        .ndjson
+        .and_then(|ndjson| {
+            let lines = ndjson.split(|b| *b == b'\n').filter(|line| !line.is_empty());
+            lines.map(serde_json::from_slice).collect::<Result<Vec<AuditRow>, _>>().ok()
+        })
+        .unwrap_or_default();
+    let ids: HashSet<&str> = held.iter().map(|r| r.request_id.as_str()).collect();
+    let mut rows: Vec<AuditRow> =
+        fresh.into_iter().filter(|r| !ids.contains(r.request_id.as_str())).collect();
+    rows.extend(held);
+    rows.sort_by(|a, b| (a.ts, &a.request_id).cmp(&(b.ts, &b.request_id)));
+    Ok((rows, Some(stored.sha256)))
 }
 
 /// Moves the rows an older version kept in the main database (`legacy`, `DB.audit_log`) into the
@@ -355,6 +414,7 @@ pub async fn move_legacy_audit_rows<L: AuditStore, S: AuditStore>(
                 count: s.rows.len(),
                 summary: None,
                 copies: &[],
+                tail: &[],
             })
             .collect();
         moved += legacy.clear_slices(&clearing).await?.into_iter().sum::<usize>();

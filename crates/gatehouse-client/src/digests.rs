@@ -69,8 +69,10 @@ pub enum Break {
     ChangedObject { key: String },
     /// A listed object's rows are not as listed: their number, first or last id, or their order.
     Rows { key: String, why: String },
-    /// An archive object in the range that no digest lists (added), or one listed twice.
+    /// An archive object in the range that no digest lists (added).
     Unlisted { key: String },
+    /// An object two digests list (storage made it be written again after it was signed).
+    ListedTwice { key: String },
     /// A digest file that is not the one its key names: another project's, another period's.
     Misplaced { key: String, why: String },
     /// The digests do not cover the range asked (none yet, or they begin after or end before it).
@@ -99,6 +101,7 @@ impl fmt::Display for Break {
             }
             Break::Rows { key, why } => write!(f, "object {key}: {why}"),
             Break::Unlisted { key } => write!(f, "object {key} is listed by no digest"),
+            Break::ListedTwice { key } => write!(f, "object {key} is listed by two digests"),
             Break::Misplaced { key, why } => write!(f, "digest {key} is not the digest of its key: {why}"),
             Break::NotCovered { why } => write!(f, "the range is not covered: {why}"),
             Break::CutOff { head } => write!(
@@ -201,7 +204,7 @@ pub fn verify(
         previous = Some((digest_key.clone(), hex(&Sha256::digest(bytes))));
         for o in &digest.objects {
             if !listed.insert(o.key.clone()) {
-                return Err(Break::Unlisted { key: o.key.clone() });
+                return Err(Break::ListedTwice { key: o.key.clone() });
             }
             read.push(o.clone());
         }
@@ -477,6 +480,17 @@ mod tests {
         let mut a = archive();
         a.objects.insert("audit/prj_1/c".into(), gzip(&[(20, "r9")]));
         assert_eq!(check(&a), Err(Break::Unlisted { key: "audit/prj_1/c".into() }));
+        // An object written again after it was signed, and signed again (SPEC §23, H2).
+        let mut a = archive();
+        let (bytes, rows) = (a.objects["audit/prj_1/a"].clone(), [(1, "r1"), (2, "r2"), (3, "r3")]);
+        let d2 = a.digests[2].1.clone().unwrap();
+        let again = digest(3, vec![listed("audit/prj_1/a", &bytes, &rows)], Some((&k(2), &d2)));
+        a.digests.push((k(3), Some(signed(&a.key, again))));
+        let wide = Scope { to_ms: SCOPE.to_ms + 3_600_000, ..SCOPE };
+        let keys: Vec<String> = a.objects.keys().cloned().collect();
+        let found =
+            verify(&a.key.verifying_key(), &wide, None, &a.digests, |k| a.objects.get(k).cloned(), &keys);
+        assert_eq!(found, Err(Break::ListedTwice { key: "audit/prj_1/a".into() }));
         // A digest deleted (even the empty one of a quiet period).
         let mut a = archive();
         a.digests[1].1 = None;

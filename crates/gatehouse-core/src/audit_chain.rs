@@ -45,11 +45,57 @@ pub struct ChainHead {
     pub listed: Vec<String>,
 }
 
-/// Binds the objects one roll-up batch wrote for the project (an object written again replaces
-/// its binding).
+/// Binds the objects the roll-up is about to write for the project (before their put): each is
+/// bound once [`ConfirmObjects`] says its put is done. An object bound already under its key with
+/// other bytes may be written again only when `replaces` names the bytes R2 holds (see
+/// [`may_bind`]); otherwise it is refused, not written, and the refusal kept as an alert.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BindObjects {
     pub objects: Vec<BoundObject>,
+    /// The SHA-256 of the bytes the roll-up read back under the key before it writes it again,
+    /// keeping every row they held.
+    #[serde(default)]
+    pub replaces: Option<String>,
+}
+
+/// The puts of objects [`BindObjects`] announced are done: each is bound with those bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfirmObjects {
+    pub objects: Vec<BoundObject>,
+}
+
+/// What [`BindObjects`] answers: the keys whose binding was kept instead (see [`may_bind`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bound {
+    #[serde(default)]
+    pub refused: Vec<String>,
+}
+
+/// Whether `object` may be written where `bound` is (the bytes a confirmed put stored), `writing`
+/// being a put announced and not confirmed: a key never stored, or written again with the same
+/// bytes, or by a roll-up that read back (`replaces`) the bytes bound — or those of the put
+/// announced, which may have landed before its confirmation was lost — and kept their rows.
+/// Storage alone cannot make the roll-up rewrite an object without its rows (SPEC §23): deleting
+/// its D1 row (and its R2 object) and planting a row at its first position makes the roll-up
+/// write the key again, and what it reads back is the roll-up's own bytes only if R2 still holds
+/// them.
+pub fn may_bind(
+    bound: Option<&BoundObject>,
+    writing: Option<&BoundObject>,
+    object: &BoundObject,
+    replaces: Option<&str>,
+) -> bool {
+    let read_back = |o: Option<&BoundObject>| o.is_some_and(|o| replaces == Some(o.sha256.as_str()));
+    bound.is_none_or(|b| b.sha256 == object.sha256 || read_back(Some(b)) || read_back(writing))
+}
+
+/// The alert a refused binding keeps until a digest lists the object (with the bytes bound).
+pub fn refused_binding(bound: &BoundObject, object: &BoundObject) -> String {
+    format!(
+        "object {} was written again over bytes that were not the ones bound (SHA-256 {} bound, {} written): \
+         storage changed it; digests list the bytes bound",
+        object.key, bound.sha256, object.sha256
+    )
 }
 
 /// The head, and the first `objects` of the objects no digest lists yet (oldest first).
@@ -67,11 +113,15 @@ pub struct HeadState {
     pub pending: u64,
     pub oldest_pending_ts: Option<i64>,
     pub objects: Vec<BoundObject>,
+    /// Bindings refused since the last digest (see [`refused_binding`]): reported by the digest job.
+    #[serde(default)]
+    pub alerts: Vec<String>,
 }
 
 /// Starts the chain once (a head already there is kept): at `head` (a digest of a project from
 /// before SPEC §23, or sequence 0 at the project's first period), with the objects D1 lists as
-/// not digested yet — the one time the chain takes D1's word, as it moves here.
+/// not digested yet — the one time the chain takes D1's word, as it moves here, and only for what
+/// was archived before `AUDIT_CHAIN_SINCE` (see [`trusted_start`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AdoptHead {
     pub head: ChainHead,
@@ -140,6 +190,15 @@ pub fn digest_end(start: i64, closed_end: i64, period_ms: i64, pending: &[i64]) 
     }
 }
 
+/// Whether D1's word on a chain's start may be taken: only for what ended before
+/// `chain_since_ms` (`AUDIT_CHAIN_SINCE`, set by the operator when upgrading from a version before
+/// SPEC §23: a deploy-time value no D1 writer reaches). Everything archived since was bound by the
+/// roll-up; a digest or object D1 claims for that time is ignored, so planting one before a new
+/// project's first digest signs nothing.
+pub fn trusted_start(ended_ms: i64, chain_since_ms: i64) -> bool {
+    ended_ms <= chain_since_ms
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,5 +251,29 @@ mod tests {
         assert_eq!(digest_end(9 * H, 20 * H, H, &[2 * H]), Some(20 * H));
         // Objects of a period not closed yet wait for it.
         assert_eq!(digest_end(0, 5 * H, H, &[5 * H + 1]), None);
+    }
+
+    #[test]
+    fn an_object_is_bound_again_only_over_the_bytes_bound() {
+        let object = |sha256: &str| BoundObject {
+            key: "k".into(),
+            sha256: sha256.into(),
+            rows: 1,
+            first_id: "a".into(),
+            last_id: "a".into(),
+            first_ts: 0,
+        };
+        let a = Some(object("a"));
+        assert!(may_bind(None, None, &object("b"), None), "new");
+        assert!(may_bind(None, Some(&object("c")), &object("b"), None), "a first put that did not land");
+        assert!(may_bind(a.as_ref(), None, &object("a"), None), "the same bytes again");
+        assert!(may_bind(a.as_ref(), None, &object("b"), Some("a")), "read back and kept");
+        assert!(
+            may_bind(a.as_ref(), Some(&object("c")), &object("b"), Some("c")),
+            "a put that landed unconfirmed"
+        );
+        assert!(!may_bind(a.as_ref(), None, &object("b"), None), "R2 lost it: written over without its rows");
+        assert!(!may_bind(a.as_ref(), Some(&object("c")), &object("b"), Some("d")), "read back other bytes");
+        assert!(refused_binding(&object("a"), &object("b")).contains("SHA-256 a bound, b written"));
     }
 }

@@ -56,6 +56,10 @@ pub struct Config {
     pub audit_signing_key: Option<String>,
     /// `AUDIT_DIGEST_SECONDS`: the period of one digest (default 3600; at least 60).
     pub audit_digest_seconds: u32,
+    /// `AUDIT_CHAIN_SINCE` (RFC 3339; unset: never): when this deployment moved to chain heads
+    /// (SPEC §23). Only a chain's history before it is taken from D1 as a head starts; a new
+    /// deployment leaves it unset and takes nothing from D1.
+    pub audit_chain_since_ms: i64,
     /// `USAGE_PERIOD_SECONDS` (SPEC §22): the period usage is counted and exported by (default
     /// 3600; whole minutes dividing an hour).
     pub usage_period_seconds: u32,
@@ -392,6 +396,14 @@ impl Config {
                 .map(|s| random_key("AUDIT_SIGNING_KEY", s))
                 .transpose()?,
             audit_digest_seconds: number("AUDIT_DIGEST_SECONDS", 3_600)?.clamp(60, 86_400) as u32,
+            audit_chain_since_ms: match get("AUDIT_CHAIN_SINCE").filter(|s| !s.trim().is_empty()) {
+                None => i64::MIN,
+                Some(s) => crate::time::parse_rfc3339(s.trim()).ok_or_else(|| {
+                    ConfigError(format!(
+                        "AUDIT_CHAIN_SINCE={s} is not an RFC 3339 time (2026-12-06T00:00:00Z)"
+                    ))
+                })?,
+            },
             usage_period_seconds,
             billable,
             exempt,
@@ -765,5 +777,14 @@ mod tests {
         let upper = random.to_ascii_uppercase();
         assert_eq!(with_key(&upper).unwrap().audit_signing_key, Some(upper), "kept as written");
         assert_eq!(with_key("").unwrap().audit_signing_key, None);
+    }
+
+    #[test]
+    fn the_chain_since_is_a_time_or_never() {
+        assert_eq!(with(&[]).unwrap().audit_chain_since_ms, i64::MIN);
+        let since = with(&[("AUDIT_CHAIN_SINCE", "2026-12-06T00:00:00Z")]).unwrap().audit_chain_since_ms;
+        assert_eq!(since, 1_796_515_200_000);
+        let bad = with(&[("AUDIT_CHAIN_SINCE", "yesterday")]).unwrap_err();
+        assert!(bad.0.contains("AUDIT_CHAIN_SINCE=yesterday"), "{bad:?}");
     }
 }

@@ -345,6 +345,7 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
             signer: &signer,
             period_ms: i64::from(config.audit_digest_seconds) * 1000,
             cutoff_ms: gatehouse_core::archive::hot_cutoff(now_ms(), config.audit_hot_seconds),
+            chain_since_ms: config.audit_chain_since_ms,
         };
         let r = job.run(&budget, now_ms).await?;
         for (project, alert) in &r.alerts {

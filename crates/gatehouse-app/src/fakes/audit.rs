@@ -14,7 +14,7 @@ use gatehouse_core::page::{Cursor, PageRequest};
 use gatehouse_core::platform::fits_d1_value;
 use gatehouse_core::ports::{
     Archive, ArchiveObject, ArchivedSlice, AuditStore, ChainStart, DigestDue, DigestHealth, DigestRecord,
-    DigestStore, DigestWritten, PortError, Settled, UndigestedObject,
+    DigestStore, DigestWritten, PortError, Settled, StoredObject, UndigestedObject,
 };
 use gatehouse_core::tiers::{ObjectSummary, SUMMARIES_PER_PAGE};
 use gatehouse_core::time::utc_date;
@@ -295,7 +295,12 @@ impl FakeStore {
         }
         self.audit.count(slice.copies, -1);
         let mut table = self.audit.rows.borrow_mut();
-        in_range.iter().for_each(|id| {
+        let tail = slice
+            .tail
+            .iter()
+            .filter(|id| table.get(*id).is_some_and(|r| r.project_id.as_deref() == slice.project_id));
+        let tail: Vec<String> = tail.cloned().collect();
+        in_range.iter().chain(&tail).for_each(|id| {
             table.remove(id);
         });
         slice.count
@@ -356,7 +361,12 @@ fn ndjson_ids(ndjson: &[u8]) -> Vec<String> {
 }
 
 impl Archive for FakeArchive {
-    async fn put(&self, key: &str, ndjson: &[u8]) -> Result<String, PortError> {
+    /// Objects are kept as their NDJSON here (compression is the adapter's business).
+    async fn seal(&self, ndjson: &[u8]) -> Result<Vec<u8>, PortError> {
+        Ok(ndjson.to_vec())
+    }
+
+    async fn put(&self, key: &str, ndjson: &[u8]) -> Result<(), PortError> {
         super::over_limit("r2 key", key.len(), gatehouse_core::platform::R2_MAX_KEY_BYTES)?;
         if self.refuse_puts.get() {
             return Err(PortError("r2 put: refused".into()));
@@ -367,8 +377,7 @@ impl Archive for FakeArchive {
                 self.objects.borrow_mut().insert(key.to_owned(), ndjson.to_vec());
                 self.ids.borrow_mut().insert(key.to_owned(), ids);
             })
-            .await?;
-        Ok(gatehouse_core::digest::sha256_hex(ndjson))
+            .await
     }
 
     async fn put_digest(&self, key: &str, json: &[u8]) -> Result<(), PortError> {
@@ -418,6 +427,15 @@ impl Archive for FakeArchive {
 
     async fn read_ndjson(&self, key: &str) -> Result<Option<Vec<u8>>, PortError> {
         self.faults.run("r2 read", || self.objects.borrow().get(key).cloned()).await
+    }
+
+    /// Objects are kept as their NDJSON here: its hash is what [`Archive::put`] answers.
+    async fn read_stored(&self, key: &str) -> Result<Option<StoredObject>, PortError> {
+        let stored = self.objects.borrow().get(key).map(|ndjson| StoredObject {
+            sha256: gatehouse_core::digest::sha256_hex(ndjson),
+            ndjson: Some(ndjson.clone()),
+        });
+        self.faults.run("r2 read", || stored).await
     }
 }
 

@@ -8,7 +8,8 @@ use std::rc::Rc;
 
 use crate::sim::Faults;
 use gatehouse_core::audit_chain::{
-    may_advance, AdoptHead, AdvanceHead, Advanced, BoundObject, ChainHead, HeadState,
+    may_advance, may_bind, refused_binding, AdoptHead, AdvanceHead, Advanced, BoundObject, ChainHead,
+    HeadState,
 };
 use gatehouse_core::ports::{AuditHeads, PortError};
 
@@ -17,6 +18,10 @@ use gatehouse_core::ports::{AuditHeads, PortError};
 pub struct HeadObject {
     pub head: Option<ChainHead>,
     pub bound: BTreeMap<String, BoundObject>,
+    /// Puts announced and not confirmed, by key.
+    pub writing: BTreeMap<String, BoundObject>,
+    /// Bindings refused, by key, until a digest lists the object.
+    pub refused: BTreeMap<String, String>,
 }
 
 pub struct FakeAuditHeads {
@@ -37,18 +42,49 @@ impl FakeAuditHeads {
             pending: pending.len() as u64,
             oldest_pending_ts: pending.first().map(|o| o.first_ts),
             objects: pending.into_iter().take(objects).collect(),
+            alerts: object.refused.values().cloned().collect(),
         }
     }
 }
 
 impl AuditHeads for FakeAuditHeads {
-    async fn bind_objects(&self, project_id: &str, objects: &[BoundObject]) -> Result<(), PortError> {
+    async fn bind_objects(
+        &self,
+        project_id: &str,
+        objects: &[BoundObject],
+        replaces: Option<&str>,
+    ) -> Result<Vec<String>, PortError> {
         self.faults
             .run("head.bind_objects", || {
                 let mut all = self.objects.borrow_mut();
                 let object = all.entry(project_id.to_owned()).or_default();
+                let mut refused = Vec::new();
                 for o in objects {
-                    object.bound.insert(o.key.clone(), o.clone());
+                    match object.bound.get(&o.key) {
+                        Some(bound) if !may_bind(Some(bound), object.writing.get(&o.key), o, replaces) => {
+                            object.refused.insert(o.key.clone(), refused_binding(bound, o));
+                            refused.push(o.key.clone());
+                        }
+                        _ => {
+                            object.writing.insert(o.key.clone(), o.clone());
+                        }
+                    }
+                }
+                refused
+            })
+            .await
+    }
+
+    async fn confirm_objects(&self, project_id: &str, objects: &[BoundObject]) -> Result<(), PortError> {
+        self.faults
+            .run("head.confirm_objects", || {
+                let mut all = self.objects.borrow_mut();
+                let Some(object) = all.get_mut(project_id) else { return };
+                for o in objects {
+                    if object.writing.get(&o.key).is_some_and(|w| w.sha256 == o.sha256) {
+                        object.writing.remove(&o.key);
+                        object.bound.insert(o.key.clone(), o.clone());
+                    }
                 }
             })
             .await
@@ -88,6 +124,8 @@ impl AuditHeads for FakeAuditHeads {
                 }
                 for key in advance.digests.iter().flat_map(|d| &d.listed) {
                     object.bound.remove(key);
+                    object.writing.remove(key);
+                    object.refused.remove(key);
                 }
                 object.head = advance.digests.last().cloned();
                 Advanced::Moved
@@ -98,8 +136,16 @@ impl AuditHeads for FakeAuditHeads {
 
 /// The guard's namespace answers for the heads too, as the `KEY_GUARD` class does.
 impl AuditHeads for super::guard::FakeGuard {
-    async fn bind_objects(&self, project_id: &str, objects: &[BoundObject]) -> Result<(), PortError> {
-        self.heads.bind_objects(project_id, objects).await
+    async fn bind_objects(
+        &self,
+        project_id: &str,
+        objects: &[BoundObject],
+        replaces: Option<&str>,
+    ) -> Result<Vec<String>, PortError> {
+        self.heads.bind_objects(project_id, objects, replaces).await
+    }
+    async fn confirm_objects(&self, project_id: &str, objects: &[BoundObject]) -> Result<(), PortError> {
+        self.heads.confirm_objects(project_id, objects).await
     }
     async fn read_head(&self, project_id: &str, objects: usize) -> Result<HeadState, PortError> {
         self.heads.read_head(project_id, objects).await

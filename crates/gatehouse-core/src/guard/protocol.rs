@@ -6,7 +6,9 @@ use serde::{de::DeserializeOwned, Deserialize, Deserializer, Serialize};
 
 use crate::abuse::address_group;
 use crate::api_key::{KeyRecord, RefusalReason, Scope};
-use crate::audit_chain::{AdoptHead, AdvanceHead, Advanced, BindObjects, HeadState, ReadHead};
+use crate::audit_chain::{
+    AdoptHead, AdvanceHead, Advanced, BindObjects, Bound, ConfirmObjects, HeadState, ReadHead,
+};
 use crate::idempotency::{ClaimDecision, KeptResponse};
 use crate::lease::{Exchange, GiveBack, Grant, LeaseAsk, RecallGrant, Recalled};
 use crate::ports::ClaimRequest;
@@ -58,6 +60,7 @@ pub enum GuardCommand {
     RenewLease(RenewLease),
     SetLimits(SetLimits),
     BindObjects(BindObjects),
+    ConfirmObjects(ConfirmObjects),
     ReadHead(ReadHead),
     AdoptHead(AdoptHead),
     AdvanceHead(AdvanceHead),
@@ -127,6 +130,7 @@ impl Tagged for GuardCommand {
             "renew_lease" => Self::RenewLease(RenewLease::deserialize(fields)?),
             "set_limits" => Self::SetLimits(SetLimits::deserialize(fields)?),
             "bind_objects" => Self::BindObjects(BindObjects::deserialize(fields)?),
+            "confirm_objects" => Self::ConfirmObjects(ConfirmObjects::deserialize(fields)?),
             "read_head" => Self::ReadHead(ReadHead::deserialize(fields)?),
             "adopt_head" => Self::AdoptHead(AdoptHead::deserialize(fields)?),
             "advance_head" => Self::AdvanceHead(AdvanceHead::deserialize(fields)?),
@@ -148,6 +152,7 @@ impl Tagged for GuardCommand {
                         "renew_lease",
                         "set_limits",
                         "bind_objects",
+                        "confirm_objects",
                         "read_head",
                         "adopt_head",
                         "advance_head",
@@ -309,7 +314,8 @@ asks! {
     GiveBackLeases => Done,
     RenewLease => Renewed,
     SetLimits => Done,
-    BindObjects => Done,
+    BindObjects => Bound,
+    ConfirmObjects => Done,
     ReadHead => HeadState,
     AdoptHead => HeadState,
     AdvanceHead => Advanced,

@@ -61,7 +61,7 @@ pub trait AuditStore {
     /// rows are still between its `first` and `last` (both inclusive) — a row that arrived since
     /// keeps them all: inserts (or replaces) the summary of the object written, takes the rows
     /// that were copies of rows already rolled up out of the aggregates (the usage counts too),
-    /// and deletes the slice's rows. Answers, per slice, how many rows went: its `count` or 0.
+    /// and deletes the slice's rows and its `tail`. Answers, per slice, how many rows went: its `count` or 0.
     async fn clear_slices(&self, slices: &[ArchivedSlice<'_>]) -> Result<Vec<usize>, PortError>;
 }
 
@@ -76,6 +76,9 @@ pub struct ArchivedSlice<'a> {
     pub summary: Option<&'a ObjectSummary>,
     /// Rows of the slice that an earlier object holds already (a redelivered audit message).
     pub copies: &'a [AuditRow],
+    /// Request ids after `last` that the object holds too (written before by a batch that read
+    /// more, its clearing not done): deleted with the slice, not counted as copies.
+    pub tail: &'a [String],
 }
 
 /// An archived object, as the archive lists them.
@@ -89,9 +92,12 @@ pub struct ArchiveObject {
 /// The `ARCHIVE` bucket (R2): the audit archive — gzip NDJSON, one object per slice of a project's
 /// day (see `core::archive`) — and session-recording segment (`core::events::recording_object_key`).
 pub trait Archive {
-    /// Writes the object whole, replacing any object of that key: the NDJSON lines as one gzip
-    /// member. Never a read-modify-write. Answers the hex SHA-256 of the bytes stored.
-    async fn put(&self, key: &str, ndjson: &[u8]) -> Result<String, PortError>;
+    /// An audit object's bytes as [`Archive::put`] stores them: the NDJSON lines as one gzip
+    /// member (digests list their SHA-256).
+    async fn seal(&self, ndjson: &[u8]) -> Result<Vec<u8>, PortError>;
+    /// Writes an audit object [`Archive::seal`] made, whole, replacing any object of that key.
+    /// Never a read-modify-write.
+    async fn put(&self, key: &str, sealed: &[u8]) -> Result<(), PortError>;
     /// Writes a session-recording segment's JSON as it is, replacing any object of that key.
     async fn put_recording_segment(&self, key: &str, json: &[u8]) -> Result<(), PortError>;
     /// Writes an audit digest's file as it is (JSON), replacing any object of that key.
@@ -101,8 +107,18 @@ pub trait Archive {
     /// Every object whose key starts with `prefix`, in key order.
     async fn list(&self, prefix: &str) -> Result<Vec<ArchiveObject>, PortError>;
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, PortError>;
+    /// An audit object read once: the SHA-256 of its bytes as stored (as [`Archive::put`] answers
+    /// it) and its NDJSON decompressed (`None`: the bytes are not one gzip member).
+    async fn read_stored(&self, key: &str) -> Result<Option<StoredObject>, PortError>;
     /// An audit object's NDJSON, decompressed.
     async fn read_ndjson(&self, key: &str) -> Result<Option<Vec<u8>>, PortError>;
+}
+
+/// See [`Archive::read_stored`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredObject {
+    pub sha256: String,
+    pub ndjson: Option<Vec<u8>>,
 }
 
 /// A digest written (SPEC §22), as the project's audit database keeps it.
@@ -224,7 +240,16 @@ pub struct DigestHealth {
 /// A project's chain head and the objects bound to it (SPEC §23, `crate::audit_chain`), where a D1
 /// or R2 writer cannot reach: the project's Durable Object.
 pub trait AuditHeads {
-    async fn bind_objects(&self, project_id: &str, objects: &[BoundObject]) -> Result<(), PortError>;
+    /// Announces the puts of `objects` (see [`crate::audit_chain::BindObjects`]): answers the
+    /// keys refused (not to be written).
+    async fn bind_objects(
+        &self,
+        project_id: &str,
+        objects: &[BoundObject],
+        replaces: Option<&str>,
+    ) -> Result<Vec<String>, PortError>;
+    /// Their puts are done: bound (see [`crate::audit_chain::ConfirmObjects`]).
+    async fn confirm_objects(&self, project_id: &str, objects: &[BoundObject]) -> Result<(), PortError>;
     async fn read_head(&self, project_id: &str, objects: usize) -> Result<HeadState, PortError>;
     async fn adopt_head(&self, project_id: &str, adopt: &AdoptHead) -> Result<HeadState, PortError>;
     async fn advance_head(&self, project_id: &str, advance: &AdvanceHead) -> Result<Advanced, PortError>;

@@ -8,7 +8,7 @@ use worker::{Bucket, HttpMetadata};
 
 use crate::adapters::deadline::within;
 use gatehouse_core::platform::deadline;
-use gatehouse_core::ports::{Archive, ArchiveObject, PortError};
+use gatehouse_core::ports::{Archive, ArchiveObject, PortError, StoredObject};
 
 pub const BINDING: &str = "ARCHIVE";
 
@@ -51,14 +51,12 @@ fn js_error(e: JsValue) -> PortError {
 }
 
 impl Archive for R2Archive {
-    async fn put(&self, key: &str, ndjson: &[u8]) -> Result<String, PortError> {
-        let member = js_sys::Uint8Array::new(&gzip(ndjson).await.map_err(js_error)?).to_vec();
-        let sha256 = gatehouse_core::digest::sha256_hex(&member);
-        let metadata = HttpMetadata { content_type: Some("application/gzip".into()), ..Default::default() };
-        let put = self.bucket.put(key, member).http_metadata(metadata).execute();
-        within(deadline::R2_MS, "R2 put", async { put.await.map(drop).map_err(PortError::from_display) })
-            .await?;
-        Ok(sha256)
+    async fn seal(&self, ndjson: &[u8]) -> Result<Vec<u8>, PortError> {
+        Ok(js_sys::Uint8Array::new(&gzip(ndjson).await.map_err(js_error)?).to_vec())
+    }
+
+    async fn put(&self, key: &str, sealed: &[u8]) -> Result<(), PortError> {
+        self.put_as(key, sealed, "application/gzip").await
     }
 
     async fn put_digest(&self, key: &str, json: &[u8]) -> Result<(), PortError> {
@@ -113,5 +111,11 @@ impl Archive for R2Archive {
     async fn read_ndjson(&self, key: &str) -> Result<Option<Vec<u8>>, PortError> {
         let Some(member) = self.get(key).await? else { return Ok(None) };
         Ok(Some(js_sys::Uint8Array::new(&gunzip(&member).await.map_err(js_error)?).to_vec()))
+    }
+
+    async fn read_stored(&self, key: &str) -> Result<Option<StoredObject>, PortError> {
+        let Some(member) = self.get(key).await? else { return Ok(None) };
+        let ndjson = gunzip(&member).await.ok().map(|b| js_sys::Uint8Array::new(&b).to_vec());
+        Ok(Some(StoredObject { sha256: gatehouse_core::digest::sha256_hex(&member), ndjson }))
     }
 }

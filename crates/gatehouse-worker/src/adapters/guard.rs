@@ -7,7 +7,8 @@ use worker::ObjectNamespace;
 use super::durable;
 use gatehouse_core::api_key::{KeyRecord, RefusalReason, Scope};
 use gatehouse_core::audit_chain::{
-    head_object_name, AdoptHead, AdvanceHead, Advanced, BindObjects, BoundObject, HeadState, ReadHead,
+    head_object_name, AdoptHead, AdvanceHead, Advanced, BindObjects, BoundObject, ConfirmObjects, HeadState,
+    ReadHead,
 };
 use gatehouse_core::guard::protocol::{
     client_guard_name, Apply, Ask, Authorize, Authorized, CompleteClaim, Completed, Decided, Denied,
@@ -132,8 +133,18 @@ impl KeyGuard for GuardClient {
 
 /// A project's chain head (SPEC §23) lives in the same namespace, under its own name.
 impl AuditHeads for GuardClient {
-    async fn bind_objects(&self, project_id: &str, objects: &[BoundObject]) -> Result<(), PortError> {
-        self.ask(&head_object_name(project_id), BindObjects { objects: objects.to_vec() }).await.map(drop)
+    async fn bind_objects(
+        &self,
+        project_id: &str,
+        objects: &[BoundObject],
+        replaces: Option<&str>,
+    ) -> Result<Vec<String>, PortError> {
+        let bind = BindObjects { objects: objects.to_vec(), replaces: replaces.map(str::to_owned) };
+        self.ask(&head_object_name(project_id), bind).await.map(|b| b.refused)
+    }
+
+    async fn confirm_objects(&self, project_id: &str, objects: &[BoundObject]) -> Result<(), PortError> {
+        self.ask(&head_object_name(project_id), ConfirmObjects { objects: objects.to_vec() }).await.map(drop)
     }
 
     async fn read_head(&self, project_id: &str, objects: usize) -> Result<HeadState, PortError> {

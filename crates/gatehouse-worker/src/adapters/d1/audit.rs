@@ -490,6 +490,17 @@ fn clear_statements(log: &D1Store, slice: &ArchivedSlice<'_>) -> Result<Vec<D1Pr
             &args,
         )?);
     }
+    if !slice.tail.is_empty() {
+        let mut args = range.to_vec();
+        args.push(text(&serde_json::to_string(slice.tail).map_err(PortError::from_display)?));
+        statements.push(log.statement(
+            &format!(
+                "DELETE FROM audit_log WHERE project_id IS ?1 AND request_id IN (SELECT value FROM json_each(?7))
+                   AND {condition}"
+            ),
+            &args,
+        )?);
+    }
     statements.push(log.statement(&format!("DELETE FROM audit_log WHERE {SLICE} AND {condition}"), &range)?);
     Ok(statements)
 }

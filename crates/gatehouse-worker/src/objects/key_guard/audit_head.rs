@@ -3,7 +3,9 @@
 //! lists) and the objects the roll-up bound that no digest lists yet (`audit_bound`). A bound
 //! object is kept until a digest lists it (about an hour and a half with the defaults; without
 //! `AUDIT_SIGNING_KEY` until one is set: one row of about 250 bytes per archived hour); the head is
-//! one row, replaced by each digest. These objects hold these two tables only (not every role's):
+//! one row, replaced by each digest. A put the roll-up announced is kept (`audit_writing`) until
+//! it confirms it (then bound) or a digest lists the key; a write refused
+//! (`core::audit_chain::may_bind`) keeps its alert (`audit_refused`) until a digest lists the object. These objects hold these two tables only (not every role's):
 //! there is one per project, and a small schema is what keeps thousands of them cheap.
 
 use serde::Deserialize;
@@ -11,7 +13,8 @@ use worker::Result;
 
 use super::{from_json, rust_error, KeyGuardObject};
 use gatehouse_core::audit_chain::{
-    may_advance, AdoptHead, AdvanceHead, Advanced, BindObjects, BoundObject, ChainHead, HeadState,
+    may_advance, may_bind, refused_binding, AdoptHead, AdvanceHead, Advanced, BindObjects, Bound,
+    BoundObject, ChainHead, ConfirmObjects, HeadState,
 };
 use gatehouse_core::guard::protocol::Done;
 
@@ -19,19 +22,18 @@ pub(super) const TABLES: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS audit_head (id INTEGER PRIMARY KEY CHECK (id = 1), head TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS audit_bound (key TEXT PRIMARY KEY, first_ts INTEGER NOT NULL, object TEXT NOT NULL)",
     "CREATE INDEX IF NOT EXISTS audit_bound_by_time ON audit_bound (first_ts)",
+    "CREATE TABLE IF NOT EXISTS audit_refused (key TEXT PRIMARY KEY, alert TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS audit_writing (key TEXT PRIMARY KEY, object TEXT NOT NULL)",
 ];
 
 impl KeyGuardObject {
-    /// Whether this object holds a chain (its tables exist), created first when `create`.
+    /// Whether this object holds a chain (its tables exist), created first when `create` (and
+    /// those a later version added, once per instance).
     fn has_chain(&self, create: bool) -> Result<bool> {
         if self.chain_tables.get() {
             return Ok(true);
         }
-        if create {
-            for ddl in TABLES {
-                self.sql.exec(ddl, None)?;
-            }
-        } else {
+        if !create {
             #[derive(Deserialize)]
             struct Found {
                 found: u32,
@@ -44,14 +46,62 @@ impl KeyGuardObject {
                 return Ok(false);
             }
         }
+        for ddl in TABLES {
+            self.sql.exec(ddl, None)?;
+        }
         self.chain_tables.set(true);
         Ok(true)
     }
 
-    pub(super) fn bind_objects(&self, c: BindObjects) -> Result<Done> {
+    /// Announces the puts of `c.objects` (see `core::audit_chain::may_bind`): each allowed is
+    /// kept as being written (`audit_writing`) until [`Self::confirm_objects`].
+    pub(super) fn bind_objects(&self, c: BindObjects) -> Result<Bound> {
         self.has_chain(true)?;
-        self.keep_bound(&c.objects, "REPLACE")?;
+        let mut refused = Vec::new();
+        for o in c.objects {
+            let bound = self.object_in("audit_bound", &o.key)?;
+            let writing = self.object_in("audit_writing", &o.key)?;
+            match bound {
+                Some(bound) if !may_bind(Some(&bound), writing.as_ref(), &o, c.replaces.as_deref()) => {
+                    self.sql.exec(
+                        "INSERT OR REPLACE INTO audit_refused (key, alert) VALUES (?, ?)",
+                        vec![o.key.clone().into(), refused_binding(&bound, &o).into()],
+                    )?;
+                    refused.push(o.key);
+                }
+                _ => {
+                    self.sql.exec(
+                        "INSERT OR REPLACE INTO audit_writing (key, object) VALUES (?, ?)",
+                        vec![o.key.clone().into(), serde_json::to_string(&o).map_err(rust_error)?.into()],
+                    )?;
+                }
+            }
+        }
+        Ok(Bound { refused })
+    }
+
+    /// Binds the objects announced whose puts are done with the bytes announced.
+    pub(super) fn confirm_objects(&self, c: ConfirmObjects) -> Result<Done> {
+        if !self.has_chain(false)? {
+            return Ok(Done {});
+        }
+        for o in &c.objects {
+            if self.object_in("audit_writing", &o.key)?.is_some_and(|w| w.sha256 == o.sha256) {
+                self.keep_bound(std::slice::from_ref(o), "REPLACE")?;
+                self.sql.exec("DELETE FROM audit_writing WHERE key = ?", vec![o.key.clone().into()])?;
+            }
+        }
         Ok(Done {})
+    }
+
+    /// The object `table` (`audit_bound` or `audit_writing`) holds under `key`.
+    fn object_in(&self, table: &str, key: &str) -> Result<Option<BoundObject>> {
+        #[derive(Deserialize)]
+        struct Row {
+            object: String,
+        }
+        let rows = self.sql.exec(&format!("SELECT object FROM {table} WHERE key = ?"), vec![key.into()])?;
+        rows.to_array::<Row>()?.pop().map(|r| from_json::<BoundObject>(&r.object)).transpose()
     }
 
     /// Keeps `objects` as bound; one bound already is replaced or kept, as `on_conflict` says
@@ -100,7 +150,13 @@ impl KeyGuardObject {
             .into_iter()
             .map(|b| from_json::<BoundObject>(&b.object))
             .collect::<Result<Vec<_>>>()?;
-        Ok(HeadState { head, pending, oldest_pending_ts: oldest, objects })
+        #[derive(Deserialize)]
+        struct Refused {
+            alert: String,
+        }
+        let alerts = self.sql.exec("SELECT alert FROM audit_refused ORDER BY key LIMIT 100", None)?;
+        let alerts = alerts.to_array::<Refused>()?.into_iter().map(|r| r.alert).collect();
+        Ok(HeadState { head, pending, oldest_pending_ts: oldest, objects, alerts })
     }
 
     /// Starts the chain at `c.head` with `c.objects` bound, unless it started already.
@@ -123,6 +179,8 @@ impl KeyGuardObject {
         }
         for key in c.digests.iter().flat_map(|d| &d.listed) {
             self.sql.exec("DELETE FROM audit_bound WHERE key = ?", vec![key.clone().into()])?;
+            self.sql.exec("DELETE FROM audit_refused WHERE key = ?", vec![key.clone().into()])?;
+            self.sql.exec("DELETE FROM audit_writing WHERE key = ?", vec![key.clone().into()])?;
         }
         if let Some(head) = c.digests.last() {
             self.write_head(head)?;

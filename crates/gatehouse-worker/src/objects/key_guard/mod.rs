@@ -36,7 +36,7 @@ use crate::adapters::alarm::Alarm;
 use crate::adapters::clock::{self, now_ms};
 use crate::adapters::{durable, env::config};
 use gatehouse_core::api_key::KeyRecord;
-use gatehouse_core::audit_chain::{AdoptHead, AdvanceHead, BindObjects, ReadHead};
+use gatehouse_core::audit_chain::{AdoptHead, AdvanceHead, BindObjects, ConfirmObjects, ReadHead};
 use gatehouse_core::config::Config;
 use gatehouse_core::guard::protocol::{
     Apply, Ask, AuthFailures, Authorize, CompleteClaim, Done, GiveBackLeases, GuardCommand, HeldResponse,
@@ -236,6 +236,7 @@ impl KeyGuardObject {
             GuardCommand::TakeClaim(c) => answer::<TakeClaim>(self.claim_waiting(&c.claim).await?),
             GuardCommand::SetLimits(c) => answer::<SetLimits>(self.set_limits(c)?),
             GuardCommand::BindObjects(c) => answer::<BindObjects>(self.bind_objects(c)?),
+            GuardCommand::ConfirmObjects(c) => answer::<ConfirmObjects>(self.confirm_objects(c)?),
             GuardCommand::ReadHead(c) => answer::<ReadHead>(self.read_head(c.objects)?),
             GuardCommand::AdoptHead(c) => answer::<AdoptHead>(self.adopt_head(c)?),
             GuardCommand::AdvanceHead(c) => answer::<AdvanceHead>(self.advance_head(c)?),
