@@ -73,8 +73,11 @@ pub async fn accept_events<L: EventLedger, Q: EventSink>(
     // Every shard called, for the release when one fails (also one whose answer was lost).
     let mut attempted = Vec::new();
     let mut failure = None;
-    // Each round sends the ids a split shard answered `moved` for to its children: one round per
-    // level (SPEC §20 "Big projects"), twice over if the isolate forgot its splits meanwhile.
+    // A split shard forwards the ids to its children and answers where each was decided, and
+    // which shards have split (`core::ledger::forward`): one round, one call per shard this
+    // isolate knows. Each further round sends the ids a shard of an older version answered
+    // `moved` for to its children: one round per level (SPEC §20 "Big projects"), twice over if
+    // the isolate forgot its splits meanwhile.
     for _ in 0..2 * (usize::from(MAX_LEVEL) + 1) {
         if pending.is_empty() {
             break;
@@ -85,7 +88,7 @@ pub async fn accept_events<L: EventLedger, Q: EventSink>(
             by_shard.entry(shard.name(namespace)).or_insert_with(|| (shard, Vec::new())).1.push(id);
         }
         let answers = join_all(by_shard.iter().map(|(name, (shard, ids))| async move {
-            ledger.reserve(name, &shard.ancestors(namespace), owner, ids).await
+            ledger.reserve(namespace, name, &shard.ancestors(namespace), owner, ids).await
         }))
         .await;
         for ((name, (_, ids)), answer) in by_shard.into_iter().zip(answers) {
@@ -103,10 +106,40 @@ pub async fn accept_events<L: EventLedger, Q: EventSink>(
                         reservations.shards.push((name.clone(), fresh));
                     }
                 }
+                Ok(ShardAnswer::Forwarded(f))
+                    if f.decisions.len() == ids.len() && f.at.len() == ids.len() =>
+                {
+                    let mut layout = layout.borrow_mut();
+                    f.split.iter().for_each(|s| layout.learn_split(s));
+                    // Each id where it was decided: confirmed or released there.
+                    let mut by_decider: BTreeMap<String, (Vec<String>, Vec<String>)> = BTreeMap::new();
+                    for ((id, decision), at) in ids.into_iter().zip(f.decisions).zip(f.at) {
+                        decided.insert(id.clone(), decision);
+                        let (asked, fresh) = by_decider.entry(at).or_default();
+                        if decision == Reserved::Fresh {
+                            fresh.push(id.clone());
+                        }
+                        asked.push(id);
+                    }
+                    for (at, (asked, fresh)) in by_decider {
+                        if !fresh.is_empty() {
+                            reservations.shards.push((at.clone(), fresh));
+                        }
+                        attempted.push((at, asked));
+                    }
+                    continue;
+                }
                 Ok(ShardAnswer::Decided(answer)) => {
                     failure = Some(PortError(format!(
                         "event ledger answered {} of {} ids",
                         answer.len(),
+                        ids.len()
+                    )))
+                }
+                Ok(ShardAnswer::Forwarded(f)) => {
+                    failure = Some(PortError(format!(
+                        "event ledger answered {} of {} ids",
+                        f.decisions.len(),
                         ids.len()
                     )))
                 }
@@ -285,5 +318,74 @@ impl<P: Ports> Gateway<'_, P> {
         let new =
             self.store.index_session_segment(&chunk, data.len(), call.now_ms).await.map_err(unavailable)?;
         Ok(Reply::accepted(json!({ "duplicate": !new })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::rc::Rc;
+
+    use super::*;
+    use crate::fakes::ingest::{FakeEventQueue, FakeLedger};
+    use crate::sim::{complete, Faults};
+    use gatehouse_core::api_key::KeyType;
+
+    /// Found in a split storm (SPEC §23): an isolate that learnt the tree a level per round made
+    /// a round of calls per level, up to 234 object calls for one batch, and 503s. Split shards
+    /// forward the ids instead, so a batch costs the worker one call per shard it knows, however
+    /// deep the tree below (here every shard splits at its first call: seven levels). On the
+    /// version before, the first batch made 4 + 8 + … calls, one round per level.
+    #[test]
+    fn a_batch_costs_one_ledger_call_per_shard_the_isolate_knows_whatever_the_trees_depth() {
+        let faults = Rc::new(Faults::new(0, 0.0));
+        let ledger = FakeLedger {
+            faults: faults.clone(),
+            clock: Rc::default(),
+            window_ms: 60_000,
+            split_above: 0,
+            shards: Default::default(),
+            reserve_calls: Default::default(),
+        };
+        let sink = FakeEventQueue { faults, sent: Default::default() };
+        let layout = RefCell::new(LedgerLayout::default());
+        let namespace = dedup_namespace("prj_a", KeyType::Server);
+        let batch = |from: usize| -> Vec<(usize, EventRecord)> {
+            (from..from + 100)
+                .map(|n| {
+                    let event = EventRecord {
+                        project_id: "prj_a".into(),
+                        key_type: KeyType::Server,
+                        event_id: format!("evt_{n}"),
+                        event: "e".into(),
+                        anonymous_id: None,
+                        user_id: Some("u".into()),
+                        timestamp: None,
+                        properties: Map::new(),
+                        received_at: 0,
+                        generated_id: false,
+                    };
+                    (n - from, event)
+                })
+                .collect()
+        };
+        let track = |from: usize, owner: &str| {
+            let mut outcome = TrackOutcome::default();
+            let accept = accept_events(&ledger, &layout, &sink, &namespace, owner, batch(from), &mut outcome);
+            let reservations = complete(accept).expect("accepted");
+            complete(reservations.confirm(&ledger)).expect("confirmed");
+            outcome
+        };
+        let first = track(0, "r1");
+        assert_eq!(first.accepted.len(), 100);
+        assert_eq!(ledger.reserve_calls.get(), 4, "the four roots, which forward");
+        let deepest = ledger.shards.borrow().keys().filter(|k| k.contains(":L7:")).count();
+        assert!(deepest > 50, "the tree split to its deepest level: {deepest} leaves");
+        // The splits the answers named are learnt: the next batch goes as deep as they go.
+        ledger.reserve_calls.set(0);
+        assert_eq!(track(100, "r2").accepted.len(), 100);
+        assert!(ledger.reserve_calls.get() <= 100, "{} calls for 100 ids", ledger.reserve_calls.get());
+        // Confirmed where each was decided: the first batch again is all duplicates.
+        let again = track(0, "r3");
+        assert_eq!((again.accepted.len(), again.duplicates.len()), (0, 100));
     }
 }

@@ -89,6 +89,7 @@ pub fn fake_gateway(
             window_ms: config.event_dedup_window_seconds as i64 * 1000,
             split_above: config.ledger_split_above_per_second,
             shards: RefCell::default(),
+            reserve_calls: Default::default(),
         },
         events: FakeEventQueue { faults: faults.clone(), sent: RefCell::default() },
         archive: FakeArchive::new(faults.clone()),

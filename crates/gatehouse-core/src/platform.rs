@@ -69,6 +69,9 @@ pub mod deadline {
     /// A ledger shard's check of the shard it split from (SPEC §20): well inside the worker's own
     /// deadline on the reserve that makes it.
     pub const LEDGER_CHECK_MS: u64 = 3_000;
+    /// A split ledger shard's reserve forwarded to a child (SPEC §20): inside the worker's own
+    /// deadline on the reserve it forwards.
+    pub const LEDGER_FORWARD_MS: u64 = 6_000;
     /// A KV read or write.
     pub const KV_MS: u64 = 5_000;
     /// A queue send.

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! gatehouse-model hot-key [--quick] [--seed N] [--broken-rule]
-//! gatehouse-model big-project [--quick] [--seed N] [--broken-rule]
+//! gatehouse-model big-project [--quick] [--seed N] [--broken-rule] [--split-storm] [--no-forward]
 //! gatehouse-model soak [--quick] [--days N] [--no-purge]
 //! ```
 //!
@@ -20,7 +20,7 @@ use big_project::{big_project, BigProject};
 use hot_key::{hot_key, HotKey};
 use soak::{soak, Soak};
 
-const USAGE: &str = "usage: gatehouse-model hot-key|big-project [--quick] [--seed N] [--broken-rule]\n       gatehouse-model soak [--quick] [--days N] [--no-purge]";
+const USAGE: &str = "usage: gatehouse-model hot-key|big-project [--quick] [--seed N] [--broken-rule]\n       gatehouse-model big-project [--split-storm] [--no-forward]\n       gatehouse-model soak [--quick] [--days N] [--no-purge]";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -39,6 +39,10 @@ fn main() {
             let mut params = if flag("--quick") { BigProject::quick() } else { BigProject::full() };
             params.seed = seed;
             params.broken_rule = flag("--broken-rule");
+            params.forwarding = !flag("--no-forward");
+            if flag("--split-storm") {
+                params.split_storm();
+            }
             let report = big_project(&params);
             (report.json(&params), report.missed(&params))
         }

@@ -1,7 +1,7 @@
 //! Fakes of ingestion's ports: the sharded event ledger (the real reserve decision of `core`), the
 //! events queue, and the events table of the D1 store (unique on project, key type, event id).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 
@@ -10,6 +10,7 @@ use super::FakeStore;
 use crate::sim::Faults;
 use futures_util::future::{FutureExt, LocalBoxFuture};
 use gatehouse_core::events::{EventMessage, Link};
+use gatehouse_core::ledger::forward::ForwardTo;
 use gatehouse_core::ledger::shards::{
     check_here, reserve_here, Checked, MemoryShard, ShardAnswer, ShardMemory, ShardRules,
 };
@@ -23,6 +24,8 @@ pub struct FakeLedger {
     pub window_ms: i64,
     pub split_above: u32,
     pub shards: RefCell<HashMap<String, Rc<MemoryShard>>>,
+    /// Reserve calls from the gateway (not those a split shard forwarded).
+    pub reserve_calls: Cell<u64>,
 }
 
 impl FakeLedger {
@@ -63,17 +66,49 @@ impl FakeLedger {
     }
 }
 
+impl FakeLedger {
+    /// One shard's reserve, as its object runs it: forwarded to its children once it has split
+    /// (each forward a call that may fail like any other).
+    fn reserve_at<'a>(
+        &'a self,
+        namespace: &'a str,
+        shard: &'a str,
+        ancestors: &'a [String],
+        owner: &'a str,
+        ids: &'a [String],
+    ) -> LocalBoxFuture<'a, Result<ShardAnswer, PortError>> {
+        async move {
+            let memory = self.shard(shard);
+            let rules = self.rules(ancestors);
+            let reserve = reserve_here(&*memory, rules, owner, ids, self.ask(ancestors));
+            let answer = self.faults.run_async("ledger.reserve", reserve).await??;
+            let Some(plan) = ForwardTo::plan(namespace, rules.level, ancestors, ids)
+                .filter(|_| answer == ShardAnswer::Moved)
+            else {
+                return Ok(answer);
+            };
+            let calls = plan
+                .children
+                .iter()
+                .map(|c| self.reserve_at(namespace, &c.name, &c.ancestors, owner, &c.ids));
+            let answers = futures_util::future::try_join_all(calls).await?;
+            plan.answer(answers).map_err(PortError)
+        }
+        .boxed_local()
+    }
+}
+
 impl EventLedger for FakeLedger {
     async fn reserve(
         &self,
+        namespace: &str,
         shard: &str,
         ancestors: &[String],
         owner: &str,
         ids: &[String],
     ) -> Result<ShardAnswer, PortError> {
-        let memory = self.shard(shard);
-        let reserve = reserve_here(&*memory, self.rules(ancestors), owner, ids, self.ask(ancestors));
-        self.faults.run_async("ledger.reserve", reserve).await?
+        self.reserve_calls.set(self.reserve_calls.get() + 1);
+        self.reserve_at(namespace, shard, ancestors, owner, ids).await
     }
 
     async fn confirm(&self, shard: &str, owner: &str, ids: &[String]) -> Result<(), PortError> {

@@ -13,8 +13,10 @@ pub const URL: &str = "https://event-ledger/";
 #[serde(tag = "command", rename_all = "snake_case")]
 pub enum LedgerCommand {
     /// Reserve these ids for `owner` where they are free (see `core::ledger::shards::reserve_here`);
-    /// `ancestors`: the shards this one split from, nearest first (none at level 0).
-    Reserve { owner: String, ids: Vec<String>, ancestors: Vec<String> },
+    /// `ancestors`: the shards this one split from, nearest first (none at level 0). A shard that
+    /// has split forwards the ids to its children when it knows their `namespace` (an older
+    /// worker sends none: it answers `moved`).
+    Reserve { owner: String, ids: Vec<String>, ancestors: Vec<String>, namespace: Option<String> },
     /// What this shard and its ancestors hold for these ids (a child asking its parent).
     Check { ids: Vec<String>, ancestors: Vec<String> },
     /// The owner's reservations of these ids become accepted ids.
@@ -31,6 +33,12 @@ pub enum LedgerAnswer {
     },
     /// The shard has split: its children take the ids.
     Moved,
+    /// The shard has split and forwarded the ids (see `core::ledger::shards::Forwarded`).
+    Forwarded {
+        decisions: Vec<Reserved>,
+        at: Vec<String>,
+        split: Vec<String>,
+    },
     /// One entry per id checked, and when the shard split.
     Held {
         held: Vec<Option<Reservation>>,
@@ -51,11 +59,14 @@ impl Tagged for LedgerCommand {
             /// A version before the shards split sends none.
             #[serde(default)]
             ancestors: Vec<String>,
+            /// A version before forwarding sends none.
+            #[serde(default)]
+            namespace: Option<String>,
         }
-        let Fields { owner, ids, ancestors } = Fields::deserialize(fields)?;
+        let Fields { owner, ids, ancestors, namespace } = Fields::deserialize(fields)?;
         let owner = || owner.ok_or_else(|| serde::de::Error::missing_field("owner"));
         Ok(match tag {
-            "reserve" => Self::Reserve { owner: owner()?, ids, ancestors },
+            "reserve" => Self::Reserve { owner: owner()?, ids, ancestors, namespace },
             "check" => Self::Check { ids, ancestors },
             "confirm" => Self::Confirm { owner: owner()?, ids },
             "release" => Self::Release { owner: owner()?, ids },
@@ -70,6 +81,16 @@ impl Tagged for LedgerAnswer {
         match tag {
             "reserved" => Ok(Self::Reserved { decisions: field(fields, "decisions")? }),
             "moved" => unit(fields, Self::Moved),
+            "forwarded" => {
+                #[derive(Deserialize)]
+                struct Forwarded {
+                    decisions: Vec<Reserved>,
+                    at: Vec<String>,
+                    split: Vec<String>,
+                }
+                let Forwarded { decisions, at, split } = Forwarded::deserialize(fields)?;
+                Ok(Self::Forwarded { decisions, at, split })
+            }
             "held" => {
                 #[derive(Deserialize)]
                 struct Held {
@@ -80,7 +101,7 @@ impl Tagged for LedgerAnswer {
                 Ok(Self::Held { held, split_at_ms })
             }
             "done" => unit(fields, Self::Done),
-            other => Err(unknown(other, &["reserved", "moved", "held", "done"])),
+            other => Err(unknown(other, &["reserved", "moved", "forwarded", "held", "done"])),
         }
     }
 }
@@ -95,7 +116,13 @@ mod tests {
     fn commands_and_answers_read_back_as_written() {
         let ids = || vec!["e1".to_owned(), "e2".to_owned()];
         for command in [
-            LedgerCommand::Reserve { owner: "r1".into(), ids: ids(), ancestors: vec!["ns:1".into()] },
+            LedgerCommand::Reserve {
+                owner: "r1".into(),
+                ids: ids(),
+                ancestors: vec!["ns:1".into()],
+                namespace: Some("ns".into()),
+            },
+            LedgerCommand::Reserve { owner: "r1".into(), ids: ids(), ancestors: vec![], namespace: None },
             LedgerCommand::Check { ids: ids(), ancestors: Vec::new() },
             LedgerCommand::Confirm { owner: "r1".into(), ids: ids() },
             LedgerCommand::Release { owner: "r1".into(), ids: Vec::new() },
@@ -107,6 +134,11 @@ mod tests {
         for answer in [
             LedgerAnswer::Reserved { decisions: vec![Reserved::Fresh, Reserved::InFlight] },
             LedgerAnswer::Moved,
+            LedgerAnswer::Forwarded {
+                decisions: vec![Reserved::Fresh, Reserved::Duplicate],
+                at: vec!["ns:L1:5".into(), "ns:L2:1".into()],
+                split: vec!["ns:1".into(), "ns:L1:1".into()],
+            },
             LedgerAnswer::Held {
                 held: vec![None, Some(Reservation { owner: "r1".into(), confirmed: true, at_ms: 5 })],
                 split_at_ms: Some(3),
@@ -125,7 +157,12 @@ mod tests {
         assert_eq!(
             serde_json::from_str::<LedgerCommand>(r#"{"command":"reserve","owner":"r1","ids":["e"]}"#)
                 .unwrap(),
-            LedgerCommand::Reserve { owner: "r1".into(), ids: vec!["e".into()], ancestors: Vec::new() }
+            LedgerCommand::Reserve {
+                owner: "r1".into(),
+                ids: vec!["e".into()],
+                ancestors: Vec::new(),
+                namespace: None
+            }
         );
     }
 }

@@ -51,7 +51,7 @@ pub fn id_hash(event_id: &str) -> u64 {
     fnv1a(event_id.as_bytes())
 }
 
-fn width(level: u8) -> u64 {
+pub(super) fn width(level: u8) -> u64 {
     ROOT_SHARDS << level
 }
 
@@ -159,6 +159,8 @@ pub enum ShardAnswer {
     Decided(Vec<Reserved>),
     /// The shard has split: ask its child ([`LedgerLayout::learn_split`]).
     Moved,
+    /// The shard has split and its children decided (`ledger::forward`).
+    Forwarded(super::forward::Forwarded),
 }
 
 /// What a shard's ancestors hold for ids it does not, and when its parent split.
@@ -611,7 +613,7 @@ mod tests {
                     .expect("never waits")
                     .unwrap()
                 {
-                    ShardAnswer::Moved => layout.learn_split(&shard.name(NS)),
+                    ShardAnswer::Moved | ShardAnswer::Forwarded(_) => layout.learn_split(&shard.name(NS)),
                     ShardAnswer::Decided(d) => {
                         memory.confirm(owner, &ids, now_ms);
                         return d[0];

@@ -10,9 +10,12 @@ use crate::ledger::shards::ShardAnswer;
 pub trait EventLedger {
     /// In one atomic step per id: reserve it for `owner` unless it was accepted within the window
     /// or another request holds it. Answers one decision per id, in order, or that the shard has
-    /// split (`core::ledger::shards`); `ancestors` are the shards it split from, nearest first.
+    /// split (`core::ledger::shards`) — and, when it has, forwarded them to its children in
+    /// `namespace` (`core::ledger::forward`); `ancestors` are the shards it split from, nearest
+    /// first.
     async fn reserve(
         &self,
+        namespace: &str,
         shard: &str,
         ancestors: &[String],
         owner: &str,

@@ -13,8 +13,9 @@ use std::task::{Context, Poll, Wake, Waker};
 
 use gatehouse_core::encoding::uuid_v4;
 use gatehouse_core::events::Reserved;
+use gatehouse_core::ledger::forward::ForwardTo;
 use gatehouse_core::ledger::shards::{
-    check_here, reserve_here, Checked, LedgerLayout, MemoryShard, ParentChecks, Shard, ShardAnswer,
+    check_here, id_hash, reserve_here, Checked, LedgerLayout, MemoryShard, ParentChecks, Shard, ShardAnswer,
     ShardMemory, ShardRules, MAX_LEVEL, SPLIT_ABOVE_PER_SECOND,
 };
 
@@ -28,7 +29,12 @@ pub struct BigProject {
     pub seed: u64,
     /// Children that do not ask their parent (`ask_parent` = `None`): the model must catch it.
     pub broken_rule: bool,
+    /// Split shards forward reserves to their children (`core::ledger::forward`); off: they
+    /// answer `moved` and the isolate goes a level down per round, as before.
+    pub forwarding: bool,
     pub quick: bool,
+    /// A split storm: shards split above 2 calls a second (the adversarial run's setting).
+    pub split_storm: bool,
     namespace: String,
     /// `/v1/track` requests a second at full rate, each a batch of `batch` events.
     requests_per_second: f64,
@@ -68,7 +74,9 @@ impl BigProject {
         BigProject {
             seed: 1,
             broken_rule: false,
+            forwarding: true,
             quick: false,
+            split_storm: false,
             namespace: "events:prj_big:server".into(),
             requests_per_second: 1_025.0,
             batch: 100,
@@ -95,6 +103,14 @@ impl BigProject {
     /// A shorter ramp and run, for scripts/test.
     pub fn quick() -> Self {
         BigProject { quick: true, ramp_ms: 3_000, measure_from_s: 4, duration_ms: 5_000, ..Self::full() }
+    }
+
+    /// Every shard splits above 2 calls a second, so the tree grows to its deepest level while
+    /// the requests arrive (SPEC §23's split storm, at 10,000 events a second).
+    pub fn split_storm(&mut self) {
+        self.split_storm = true;
+        self.split_above = 2;
+        self.requests_per_second = 100.0;
     }
 
     /// The share of the full rate at `now_us`.
@@ -128,7 +144,7 @@ struct ShardObject {
 /// What travels to a shard's object.
 enum Call {
     Reserve {
-        track: usize,
+        to: ReplyTo,
         ids: Vec<String>,
     },
     /// A child asking what this shard (and its ancestors) hold; `asker` waits for the answer.
@@ -146,6 +162,25 @@ enum Call {
         ids: Vec<String>,
         tries: u32,
     },
+}
+
+/// Who asked for a reserve: an isolate's request, or a split shard forwarding (its
+/// [`Forwarding`], and which of its children this is).
+#[derive(Debug, Clone, Copy)]
+enum ReplyTo {
+    Isolate(usize),
+    Forward { forward: usize, child: usize },
+}
+
+/// A reserve a split shard forwarded to its children (`core::ledger::forward`), waiting for their
+/// answers.
+struct Forwarding {
+    object: usize,
+    plan: ForwardTo,
+    answers: Vec<Option<ShardAnswer>>,
+    failed: bool,
+    to: ReplyTo,
+    ids: Vec<String>,
 }
 
 impl Call {
@@ -182,6 +217,12 @@ enum Event {
     },
     Resume {
         task: u64,
+    },
+    /// A child's answer to a forwarded reserve reaches the shard that forwarded it.
+    Forwarded {
+        forward: usize,
+        child: usize,
+        answer: Result<ShardAnswer, Overloaded>,
     },
     /// A shard's answer to a reserve reaches the isolate.
     Reply {
@@ -262,7 +303,7 @@ struct Task {
 
 /// Whom a task answers.
 enum Then {
-    Isolate { track: usize, ids: Vec<String> },
+    Reserve { to: ReplyTo, ids: Vec<String> },
     Child { task: u64 },
 }
 
@@ -283,6 +324,8 @@ struct Track {
     events: usize,
     waiting: usize,
     rounds: u8,
+    /// Reserve calls it made (every round).
+    calls: usize,
     moved: Vec<String>,
     failed: bool,
     attempted: Vec<(usize, Vec<String>)>,
@@ -354,6 +397,8 @@ struct Stats {
     /// Ids answered `duplicate` (checked at the end: each must have been accepted).
     answered_duplicate: Vec<u64>,
     moved: u64,
+    forwarded: u64,
+    max_calls_per_request: usize,
     added_ms: Vec<f64>,
 }
 
@@ -363,6 +408,8 @@ struct Sim<'a> {
     events: Scheduler<Event>,
     objects: Vec<ShardObject>,
     by_shard: HashMap<Shard, usize>,
+    by_name: HashMap<String, usize>,
+    forwards: Vec<Forwarding>,
     tasks: HashMap<u64, Task>,
     tasks_made: u64,
     woken: Arc<Mutex<Vec<u64>>>,
@@ -395,6 +442,8 @@ pub fn big_project(p: &BigProject) -> Report {
         events: Scheduler::default(),
         objects: Vec::new(),
         by_shard: HashMap::new(),
+        by_name: HashMap::new(),
+        forwards: Vec::new(),
         tasks: HashMap::new(),
         tasks_made: 0,
         woken: Arc::default(),
@@ -445,7 +494,16 @@ impl Report {
             let n = self.stats.in_flight_after_confirm;
             missed.push(format!("{n} ids answered in flight more than 1 s after their first was confirmed"));
         }
-        if p.quick {
+        // A split storm costs latency, never a failed request; a batch's calls from the worker
+        // are at most one per id, whatever the depth of the tree (SPEC §23).
+        if self.stats.failed_requests > 0 {
+            missed.push(format!("{} requests failed", self.stats.failed_requests));
+        }
+        if self.stats.max_calls_per_request > p.batch {
+            let n = self.stats.max_calls_per_request;
+            missed.push(format!("a request made {n} ledger calls > {} (its batch)", p.batch));
+        }
+        if p.quick || p.split_storm {
             return missed;
         }
         if self.events_per_second(p) < 100_000.0 {
@@ -466,12 +524,14 @@ impl Report {
     pub fn json(&self, p: &BigProject) -> serde_json::Value {
         let s = &self.stats;
         let round = |x: f64, digits: i32| (x * 10f64.powi(digits)).round() / 10f64.powi(digits);
-        serde_json::json!({
+        let mut report = serde_json::json!({
             "seed": p.seed,
             "simulated_seconds": p.duration_ms / 1000,
             "measured_from_second": p.measure_from_s,
             "quick": p.quick,
             "broken_rule": p.broken_rule,
+            "forwarding": p.forwarding,
+            "split_storm": p.split_storm,
             "events_per_second": self.events_per_second(p),
             "events_offered_per_second": (s.events_offered as f64 / Self::measured_seconds(p)).round(),
             "track_requests": s.requests,
@@ -482,12 +542,16 @@ impl Report {
             "ledger_objects": self.objects,
             "ledger_levels": self.levels,
             "moved_answers": s.moved,
+            "forwarded_answers": s.forwarded,
+            "max_object_calls_per_request": s.max_calls_per_request,
             "max_object_calls_per_second": self.max_calls,
             "busiest_object": self.busiest,
             "max_calls_per_second_of_a_shard_in_use": self.max_calls_in_use,
             "max_object_calls_per_second_in_ramp": self.max_calls_ramp,
             "busiest_object_in_ramp": self.busiest_ramp,
             "refused_calls": self.refused_calls,
+        });
+        let more = serde_json::json!({
             // Of the requests answered 202 (`null`: none was).
             "p50_added_ms": (!s.added_ms.is_empty()).then(|| round(percentile(&s.added_ms, 0.5), 1)),
             "p99_added_ms": (!s.added_ms.is_empty()).then(|| round(percentile(&s.added_ms, 0.99), 1)),
@@ -506,6 +570,10 @@ impl Report {
             "d1_gb": self.audit.gb.iter().map(|&gb| round(gb, 2)).collect::<Vec<_>>(),
             "max_d1_inserts_per_second": self.audit.max_inserts_per_second,
             "max_d1_rows_per_second": self.audit.max_rows_per_second,
-        })
+        });
+        if let (Some(all), serde_json::Value::Object(more)) = (report.as_object_mut(), more) {
+            all.extend(more);
+        }
+        report
     }
 }

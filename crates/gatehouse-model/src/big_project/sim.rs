@@ -30,6 +30,7 @@ impl Sim<'_> {
                 let t = self.tasks.remove(&task).expect("a suspended task");
                 self.step(now_us, task, t);
             }
+            Event::Forwarded { forward, child, answer } => self.forwarded(now_us, forward, child, answer),
             Event::Reply { track, object, ids, answer } => self.reply(now_us, track, object, ids, answer),
         }
     }
@@ -64,6 +65,7 @@ impl Sim<'_> {
             events: ids.len(),
             waiting: 0,
             rounds: 0,
+            calls: 0,
             moved: Vec::new(),
             failed: false,
             attempted: Vec::new(),
@@ -88,10 +90,85 @@ impl Sim<'_> {
         }
         let at = now_us + iso.round_trip_us / 2;
         self.tracks[track].waiting = by_shard.len();
+        self.tracks[track].calls += by_shard.len();
         for ((level, index), ids) in by_shard {
             let object = self.object(Shard { level, index });
-            self.events.push(at, Event::Arrive { object, call: Call::Reserve { track, ids } });
+            self.events
+                .push(at, Event::Arrive { object, call: Call::Reserve { to: ReplyTo::Isolate(track), ids } });
         }
+    }
+
+    /// A reserve's answer on its way back: to the isolate, or to the shard that forwarded it.
+    fn answer_reserve(
+        &mut self,
+        now_us: i64,
+        to: ReplyTo,
+        object: usize,
+        ids: Vec<String>,
+        answer: Result<ShardAnswer, Overloaded>,
+    ) {
+        match to {
+            ReplyTo::Isolate(track) => {
+                let at = now_us + self.isolates[self.tracks[track].isolate].round_trip_us / 2;
+                self.events.push(at, Event::Reply { track, object, ids, answer });
+            }
+            ReplyTo::Forward { forward, child } => {
+                let at = now_us + (self.p.object_round_trip_ms * 500.0) as i64;
+                self.events.push(at, Event::Forwarded { forward, child, answer });
+            }
+        }
+    }
+
+    /// A split shard forwards a reserve to its children (`core::ledger::forward`); `false` when it
+    /// cannot (the deepest level, or forwarding switched off: it answers `moved`).
+    fn forward(&mut self, now_us: i64, object: usize, to: ReplyTo, ids: &[String]) -> bool {
+        let shard = self.objects[object].shard;
+        let ancestors = shard.ancestors(&self.p.namespace);
+        let Some(plan) =
+            ForwardTo::plan(&self.p.namespace, shard.level, &ancestors, ids).filter(|_| self.p.forwarding)
+        else {
+            return false;
+        };
+        let forward = self.forwards.len();
+        let at = now_us + (self.p.object_round_trip_ms * 500.0) as i64;
+        for (child, c) in plan.children.iter().enumerate() {
+            let target = self.object(shard.child(id_hash(&c.ids[0])).expect("not the deepest level"));
+            let call = Call::Reserve { to: ReplyTo::Forward { forward, child }, ids: c.ids.clone() };
+            self.events.push(at, Event::Arrive { object: target, call });
+        }
+        let answers = vec![None; plan.children.len()];
+        self.forwards.push(Forwarding { object, plan, answers, failed: false, to, ids: ids.to_vec() });
+        true
+    }
+
+    /// A child's answer to a forwarded reserve; with the last, the forwarding shard answers.
+    fn forwarded(
+        &mut self,
+        now_us: i64,
+        forward: usize,
+        child: usize,
+        answer: Result<ShardAnswer, Overloaded>,
+    ) {
+        let f = &mut self.forwards[forward];
+        match answer {
+            Ok(a) => f.answers[child] = Some(a),
+            Err(Overloaded) => f.failed = true,
+        }
+        if !f.failed && f.answers.iter().any(Option::is_none) {
+            return;
+        }
+        if f.ids.is_empty() {
+            return; // answered already (failed before every child answered)
+        }
+        let answer = match f.failed {
+            true => Err(Overloaded),
+            false => Ok(f
+                .plan
+                .answer(f.answers.iter_mut().map(|a| a.take().expect("all")).collect())
+                .expect("in order")),
+        };
+        let (to, object, ids) = (f.to, f.object, std::mem::take(&mut f.ids));
+        self.answer_reserve(now_us, to, object, ids, answer);
     }
 
     fn object(&mut self, shard: Shard) -> usize {
@@ -107,6 +184,7 @@ impl Sim<'_> {
             refused: 0,
         });
         self.by_shard.insert(shard, self.objects.len() - 1);
+        self.by_name.insert(shard.name(&self.p.namespace), self.objects.len() - 1);
         self.objects.len() - 1
     }
 
@@ -121,12 +199,8 @@ impl Sim<'_> {
             return;
         }
         obj.refused += 1;
-        let back = |iso: &Isolate| now_us + iso.round_trip_us / 2;
         match call {
-            Call::Reserve { track, ids } => {
-                let at = back(&self.isolates[self.tracks[track].isolate]);
-                self.events.push(at, Event::Reply { track, object, ids, answer: Err(Overloaded) });
-            }
+            Call::Reserve { to, ids } => self.answer_reserve(now_us, to, object, ids, Err(Overloaded)),
             Call::Check { asker, .. } => {
                 let at = now_us + (p.object_round_trip_ms * 500.0) as i64;
                 self.events.push(at, Event::Checked { task: asker, answer: Err(Overloaded) });
@@ -158,14 +232,19 @@ impl Sim<'_> {
         // The broken rule: a child that does not ask its parent.
         let ask = (obj.shard.level > 0 && !p.broken_rule).then(|| ask_parent(&obj.checks, &link, now_ms));
         let (future, then, ids): (Pin<Box<dyn Future<Output = Done>>>, Then, usize) = match call {
-            Call::Reserve { track, ids } => {
+            Call::Reserve { to, ids } => {
+                let mut track = to;
+                while let ReplyTo::Forward { forward, .. } = track {
+                    track = self.forwards[forward].to;
+                }
+                let ReplyTo::Isolate(track) = track else { unreachable!("a forward comes from an isolate") };
                 let owner = self.tracks[track].owner.clone();
                 let asked = ids.clone();
                 let future = Box::pin(async move {
                     Done::Reserved(reserve_here(&*memory, rules, &owner, &asked, ask).await)
                 });
                 let n = ids.len();
-                (future, Then::Isolate { track, ids }, n)
+                (future, Then::Reserve { to, ids }, n)
             }
             Call::Check { ids, asker } => {
                 let n = ids.len();
@@ -210,9 +289,12 @@ impl Sim<'_> {
                 }
             }
             Poll::Ready(done) => match (task.then, done) {
-                (Then::Isolate { track, ids }, Done::Reserved(answer)) => {
-                    let at = now_us + self.isolates[self.tracks[track].isolate].round_trip_us / 2;
-                    self.events.push(at, Event::Reply { track, object: task.object, ids, answer });
+                (Then::Reserve { to, ids }, Done::Reserved(answer)) => {
+                    if !matches!(answer, Ok(ShardAnswer::Moved))
+                        || !self.forward(now_us, task.object, to, &ids)
+                    {
+                        self.answer_reserve(now_us, to, task.object, ids, answer);
+                    }
                 }
                 (Then::Child { task }, Done::Checked(answer)) => {
                     self.events.push(now_us + half_object_trip, Event::Checked { task, answer });
@@ -245,6 +327,28 @@ impl Sim<'_> {
                 self.stats.moved += 1;
                 t.moved.extend(ids);
             }
+            Ok(ShardAnswer::Forwarded(f)) => {
+                self.stats.forwarded += 1;
+                let layout = &mut self.isolates[t.isolate].layout;
+                f.split.iter().for_each(|s| layout.learn_split(s));
+                let decided_us = now_us - self.isolates[t.isolate].round_trip_us / 2;
+                let mut by_decider: BTreeMap<usize, (Vec<String>, Vec<String>)> = BTreeMap::new();
+                for ((id, decision), at) in ids.into_iter().zip(f.decisions).zip(f.at) {
+                    let n = Ids::number(&id);
+                    t.decisions.push((n, n < t.first_new, decision, decided_us));
+                    let (asked, fresh) = by_decider.entry(self.by_name[&at]).or_default();
+                    if decision == Reserved::Fresh {
+                        fresh.push(id.clone());
+                    }
+                    asked.push(id);
+                }
+                for (object, (asked, fresh)) in by_decider {
+                    if !fresh.is_empty() {
+                        t.reserved.push((object, fresh));
+                    }
+                    t.attempted.push((object, asked));
+                }
+            }
             Ok(ShardAnswer::Decided(decisions)) => {
                 assert_eq!(decisions.len(), ids.len(), "one decision per id");
                 let decided_us = now_us - self.isolates[t.isolate].round_trip_us / 2;
@@ -268,6 +372,9 @@ impl Sim<'_> {
         }
         if t.waiting > 0 {
             return;
+        }
+        if self.p.measured(t.arrived_us) {
+            self.stats.max_calls_per_request = self.stats.max_calls_per_request.max(t.calls);
         }
         let at = now_us + self.isolates[t.isolate].round_trip_us / 2;
         if !t.failed && !t.moved.is_empty() && t.rounds < MAX_LEVEL {

@@ -8,6 +8,7 @@ use worker::{BatchMessageBuilder, ObjectNamespace, Queue};
 use super::durable;
 use crate::adapters::deadline::within;
 use gatehouse_core::events::EventMessage;
+use gatehouse_core::ledger::forward::Forwarded;
 use gatehouse_core::ledger::protocol::{LedgerAnswer, LedgerCommand, URL};
 use gatehouse_core::ledger::shards::ShardAnswer;
 use gatehouse_core::platform::deadline;
@@ -41,6 +42,7 @@ impl LedgerClient {
 impl EventLedger for LedgerClient {
     async fn reserve(
         &self,
+        namespace: &str,
         shard: &str,
         ancestors: &[String],
         owner: &str,
@@ -50,14 +52,9 @@ impl EventLedger for LedgerClient {
             owner: owner.to_owned(),
             ids: ids.to_vec(),
             ancestors: ancestors.to_vec(),
+            namespace: Some(namespace.to_owned()),
         };
-        match self.send(shard, &command).await? {
-            LedgerAnswer::Reserved { decisions } if decisions.len() == ids.len() => {
-                Ok(ShardAnswer::Decided(decisions))
-            }
-            LedgerAnswer::Moved => Ok(ShardAnswer::Moved),
-            other => Err(PortError(format!("event ledger: unexpected answer {other:?}"))),
-        }
+        shard_answer(self.send(shard, &command).await?, ids.len())
     }
 
     async fn confirm(&self, shard: &str, owner: &str, ids: &[String]) -> Result<(), PortError> {
@@ -66,6 +63,18 @@ impl EventLedger for LedgerClient {
 
     async fn release(&self, shard: &str, owner: &str, ids: &[String]) -> Result<(), PortError> {
         self.done(shard, &LedgerCommand::Release { owner: owner.to_owned(), ids: ids.to_vec() }).await
+    }
+}
+
+/// A reserve's answer as the port says it, `n` ids asked.
+pub(crate) fn shard_answer(answer: LedgerAnswer, n: usize) -> Result<ShardAnswer, PortError> {
+    match answer {
+        LedgerAnswer::Reserved { decisions } if decisions.len() == n => Ok(ShardAnswer::Decided(decisions)),
+        LedgerAnswer::Moved => Ok(ShardAnswer::Moved),
+        LedgerAnswer::Forwarded { decisions, at, split } if decisions.len() == n && at.len() == n => {
+            Ok(ShardAnswer::Forwarded(Forwarded { decisions, at, split }))
+        }
+        other => Err(PortError(format!("event ledger: unexpected answer {other:?}"))),
     }
 }
 

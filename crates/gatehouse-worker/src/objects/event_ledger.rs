@@ -13,15 +13,18 @@ use std::rc::Rc;
 
 use serde::Deserialize;
 use worker::{
-    durable_object, wasm_bindgen, DurableObject, Env, Request, Response, Result, SqlStorage, State,
+    durable_object, wasm_bindgen, DurableObject, Env, ObjectNamespace, Request, Response, Result, SqlStorage,
+    State,
 };
 
 use crate::adapters::alarm::Alarm;
 use crate::adapters::deadline::within;
 use crate::adapters::durable;
 use crate::adapters::env::config;
+use crate::adapters::events::shard_answer;
 use gatehouse_core::events::{Reservation, RESERVATION_LEASE_MS};
 use gatehouse_core::lease::RequestRate;
+use gatehouse_core::ledger::forward::{ForwardTo, Forwarded};
 use gatehouse_core::ledger::protocol::{LedgerAnswer, LedgerCommand, BINDING, URL};
 use gatehouse_core::ledger::shards::{
     check_here, reserve_here, Checked, ParentChecks, ShardAnswer, ShardMemory, ShardRules,
@@ -29,6 +32,32 @@ use gatehouse_core::ledger::shards::{
 use gatehouse_core::platform::deadline;
 use gatehouse_core::ports::{Meter, PortError};
 use gatehouse_core::retention::{next_alarm, PURGE_BATCH_ROWS};
+
+/// Forwards a reserve this split shard took to its children in ledger namespace `of`
+/// (`core::ledger::forward`), side by side, each within a deadline inside the worker's own.
+async fn forward(
+    objects: &ObjectNamespace,
+    of: &str,
+    owner: &str,
+    plan: &ForwardTo,
+) -> Result<ShardAnswer, PortError> {
+    let calls = plan.children.iter().map(|child| async move {
+        let command = LedgerCommand::Reserve {
+            owner: owner.to_owned(),
+            ids: child.ids.clone(),
+            ancestors: child.ancestors.clone(),
+            namespace: Some(of.to_owned()),
+        };
+        let meter = Meter::default();
+        let call = durable::call(objects, &meter, URL, &child.name, &command);
+        shard_answer(
+            within(deadline::LEDGER_FORWARD_MS, "event ledger forward", call).await?,
+            child.ids.len(),
+        )
+    });
+    let answers = futures_util::future::try_join_all(calls).await?;
+    plan.answer(answers).map_err(PortError)
+}
 
 #[durable_object]
 pub struct EventLedgerObject {
@@ -245,16 +274,33 @@ impl DurableObject for EventLedgerObject {
         };
         let fail = |e: PortError| worker::Error::RustError(e.0);
         let answer = match req.json::<LedgerCommand>().await? {
-            LedgerCommand::Reserve { owner, ids, ancestors } => {
+            LedgerCommand::Reserve { owner, ids, ancestors, namespace: of } => {
                 let rules = rules(&ancestors);
                 self.prune(rules)?;
-                let answer =
-                    match reserve_here(self, rules, &owner, &ids, ask(ancestors)).await.map_err(fail)? {
-                        ShardAnswer::Decided(decisions) => LedgerAnswer::Reserved { decisions },
-                        ShardAnswer::Moved => LedgerAnswer::Moved,
-                    };
+                let answer = match reserve_here(self, rules, &owner, &ids, ask(ancestors.clone()))
+                    .await
+                    .map_err(fail)?
+                {
+                    ShardAnswer::Moved => {
+                        let plan =
+                            of.as_deref().and_then(|of| ForwardTo::plan(of, rules.level, &ancestors, &ids));
+                        match (of, plan) {
+                            (Some(of), Some(plan)) => {
+                                forward(&namespace, &of, &owner, &plan).await.map_err(fail)?
+                            }
+                            _ => ShardAnswer::Moved,
+                        }
+                    }
+                    decided => decided,
+                };
                 self.wake_for_oldest(rules.window_ms, now_ms).await?;
-                answer
+                match answer {
+                    ShardAnswer::Decided(decisions) => LedgerAnswer::Reserved { decisions },
+                    ShardAnswer::Moved => LedgerAnswer::Moved,
+                    ShardAnswer::Forwarded(Forwarded { decisions, at, split }) => {
+                        LedgerAnswer::Forwarded { decisions, at, split }
+                    }
+                }
             }
             LedgerCommand::Check { ids, ancestors } => {
                 // A split shard takes no reserve, so its old rows go here.
