@@ -333,7 +333,7 @@ mod tests {
     /// Found in a split storm (SPEC §23): an isolate that learnt the tree a level per round made
     /// a round of calls per level, up to 234 object calls for one batch, and 503s. Split shards
     /// forward the ids instead, so a batch costs the worker one call per shard it knows, however
-    /// deep the tree below (here every shard splits at its first call: seven levels). On the
+    /// deep the tree below (here every shard splits at its first call: eleven levels). On the
     /// version before, the first batch made 4 + 8 + … calls, one round per level.
     #[test]
     fn a_batch_costs_one_ledger_call_per_shard_the_isolate_knows_whatever_the_trees_depth() {
@@ -378,7 +378,7 @@ mod tests {
         let first = track(0, "r1");
         assert_eq!(first.accepted.len(), 100);
         assert_eq!(ledger.reserve_calls.get(), 4, "the four roots, which forward");
-        let deepest = ledger.shards.borrow().keys().filter(|k| k.contains(":L7:")).count();
+        let deepest = ledger.shards.borrow().keys().filter(|k| k.contains(":L11:")).count();
         assert!(deepest > 50, "the tree split to its deepest level: {deepest} leaves");
         // The splits the answers named are learnt: the next batch goes as deep as they go.
         ledger.reserve_calls.set(0);

@@ -781,10 +781,15 @@ mod tests {
 
     #[test]
     fn the_chain_since_is_a_time_or_never() {
-        assert_eq!(with(&[]).unwrap().audit_chain_since_ms, i64::MIN);
-        let since = with(&[("AUDIT_CHAIN_SINCE", "2026-12-06T00:00:00Z")]).unwrap().audit_chain_since_ms;
-        assert_eq!(since, 1_796_515_200_000);
-        let bad = with(&[("AUDIT_CHAIN_SINCE", "yesterday")]).unwrap_err();
+        let with_since = |since: &str| {
+            let mut vars = SECRETS.to_vec();
+            vars.push(("AUDIT_CHAIN_SINCE", since));
+            with(&vars)
+        };
+        assert_eq!(with(&SECRETS).unwrap().audit_chain_since_ms, i64::MIN);
+        assert_eq!(with_since("").unwrap().audit_chain_since_ms, i64::MIN);
+        assert_eq!(with_since("2026-12-06T00:00:00Z").unwrap().audit_chain_since_ms, 1_796_515_200_000);
+        let bad = with_since("yesterday").unwrap_err();
         assert!(bad.0.contains("AUDIT_CHAIN_SINCE=yesterday"), "{bad:?}");
     }
 }

@@ -17,6 +17,11 @@ use gatehouse_core::retention::{
 };
 use gatehouse_core::sealing::Keyring;
 
+use gatehouse_core::events::RESERVATION_LEASE_MS;
+use gatehouse_core::ledger::shards::{
+    reservation_bytes, should_split, MAX_LEVEL, ROOT_SHARDS, SPLIT_ABOVE_PER_SECOND,
+};
+
 use crate::hot_key::{hot_key, HotKey};
 
 const DAY_S: i64 = 86_400;
@@ -68,6 +73,7 @@ struct Object {
 
 pub struct Report {
     objects: Vec<Object>,
+    ledger: LedgerPath,
     over_limit_admissions: u64,
     duplicates_accepted: u64,
     days: i64,
@@ -89,8 +95,10 @@ pub fn soak(p: &Soak) -> Report {
         claim_shard(),
     ];
     let mut duplicates_accepted = 0;
+    let mut ledger = LedgerPath::default();
     for second in 1..=p.days * DAY_S {
         let now = second * 1000;
+        ledger.step(second, now, p.no_purge);
         for o in &mut objects {
             for (w, written) in o.writes.iter().zip(o.written.iter_mut()) {
                 let before = *written as u64;
@@ -123,7 +131,93 @@ pub fn soak(p: &Soak) -> Report {
         duplicates_accepted =
             duplicates_accepted.max(made.saturating_sub(claims.rows.rows("idempotency_claims")));
     }
-    Report { objects, over_limit_admissions: hot.over_limit_admissions, duplicates_accepted, days: p.days }
+    Report {
+        objects,
+        ledger,
+        over_limit_admissions: hot.over_limit_admissions,
+        duplicates_accepted,
+        days: p.days,
+    }
+}
+
+/// Events a second into one project (SPEC §20), in batches of this many.
+const EVENTS_PER_SECOND: f64 = 100_000.0;
+const EVENTS_PER_BATCH: f64 = 100.0;
+/// `EVENT_DEDUP_WINDOW_SECONDS`' default.
+const DEDUP_WINDOW_MS: i64 = 172_800_000;
+
+/// 100,000 events/s into one project: its ledger's shards, one of each level — the tree is
+/// symmetric, every shard of a level has the same share — each taking its share of the ids while
+/// its level is the deepest, split by the real rule (`ledger::shards::should_split`: its calls a
+/// second, then its storage), every id kept for the window and the lease after it.
+struct LedgerPath {
+    levels: Vec<StoredRows>,
+    /// The level whose shards take new ids.
+    taking: u8,
+    written: f64,
+    bytes_day_1: u64,
+    max_bytes: u64,
+    refused_writes: u64,
+}
+
+impl Default for LedgerPath {
+    fn default() -> Self {
+        LedgerPath {
+            levels: vec![StoredRows::default(); usize::from(MAX_LEVEL) + 1],
+            taking: 0,
+            written: 0.0,
+            bytes_day_1: 0,
+            max_bytes: 0,
+            refused_writes: 0,
+        }
+    }
+}
+
+impl LedgerPath {
+    fn shards(&self) -> u64 {
+        ROOT_SHARDS << self.taking
+    }
+
+    fn step(&mut self, second: i64, now: i64, no_purge: bool) {
+        let shards = self.shards() as f64;
+        let before = self.written as u64;
+        self.written += EVENTS_PER_SECOND / shards;
+        let n = self.written as u64 - before;
+        let taking = &mut self.levels[usize::from(self.taking)];
+        if taking
+            .keep("reservations", n, reservation_bytes(), now + DEDUP_WINDOW_MS + RESERVATION_LEASE_MS)
+            .is_err()
+        {
+            self.refused_writes += n;
+        }
+        // A batch of 100 ids calls each shard that holds one of them.
+        let batches = EVENTS_PER_SECOND / EVENTS_PER_BATCH;
+        let calls = batches * (1.0 - (1.0 - 1.0 / shards).powf(EVENTS_PER_BATCH));
+        if should_split(self.taking, calls as u32, SPLIT_ABOVE_PER_SECOND, taking.bytes()) {
+            self.taking += 1;
+            self.written = 0.0;
+        }
+        // Each reserve and check runs a pass when one is due (and the alarm of an idle shard).
+        if !no_purge {
+            for level in &mut self.levels {
+                for _ in 0..calls.ceil() as u32 {
+                    if !level.purge_due(now) {
+                        break;
+                    }
+                    level.purge_pass(now);
+                }
+            }
+        }
+        let fullest = self.levels.iter().map(StoredRows::bytes).max().unwrap_or(0);
+        self.max_bytes = self.max_bytes.max(fullest);
+        if second == DAY_S {
+            self.bytes_day_1 = fullest;
+        }
+    }
+
+    fn bytes_now(&self) -> u64 {
+        self.levels.iter().map(StoredRows::bytes).max().unwrap_or(0)
+    }
 }
 
 impl Object {
@@ -295,6 +389,21 @@ impl Report {
                 ));
             }
         }
+        let l = &self.ledger;
+        let budget = ObjectKind::LedgerShard.budget_bytes();
+        if l.max_bytes > budget {
+            missed.push(format!("ledger shard: {} bytes > {budget}", l.max_bytes));
+        }
+        if l.bytes_now() as f64 > 1.1 * l.bytes_day_1 as f64 {
+            missed.push(format!(
+                "ledger shard: {} bytes on the last day > 1.1 × {} on day 1",
+                l.bytes_now(),
+                l.bytes_day_1
+            ));
+        }
+        if l.refused_writes > 0 {
+            missed.push(format!("ledger shard: {} writes refused (object full)", l.refused_writes));
+        }
         if self.over_limit_admissions > 0 {
             missed.push(format!("{} admissions over the limit", self.over_limit_admissions));
         }
@@ -308,6 +417,17 @@ impl Report {
     }
 
     pub fn json(&self, p: &Soak) -> serde_json::Value {
+        let l = &self.ledger;
+        let ledger = serde_json::json!({
+            "kind": ObjectKind::LedgerShard.name(),
+            "scenario": "the fullest ledger shard of a project at 100,000 events/s",
+            "bytes_day_1": l.bytes_day_1,
+            "bytes_last_day": l.bytes_now(),
+            "max_bytes": l.max_bytes,
+            "shards": l.shards(),
+            "rows_per_second": { "reservations": ((EVENTS_PER_SECOND / l.shards() as f64) * 10.0).round() / 10.0 },
+            "row_bytes": { "reservations": reservation_bytes() },
+        });
         let objects: Vec<_> = self
             .objects
             .iter()
@@ -322,6 +442,7 @@ impl Report {
                     "row_bytes": o.writes.iter().map(|w| (w.table, w.bytes)).collect::<std::collections::BTreeMap<_, _>>(),
                 })
             })
+            .chain([ledger])
             .collect();
         serde_json::json!({
             "days": self.days,
@@ -330,7 +451,7 @@ impl Report {
             "objects": objects,
             "over_limit_admissions": self.over_limit_admissions,
             "duplicates_accepted": self.duplicates_accepted,
-            "refused_writes": self.objects.iter().map(|o| o.refused_writes).sum::<u64>(),
+            "refused_writes": self.objects.iter().map(|o| o.refused_writes).sum::<u64>() + l.refused_writes,
         })
     }
 }

@@ -30,10 +30,15 @@ use crate::events::{reserve, Reservation, Reserved, RESERVATION_LEASE_MS};
 
 /// Shards of a namespace at level 0.
 pub const ROOT_SHARDS: u64 = 4;
-/// The deepest level: `ROOT_SHARDS · 2^7` = 512 shards, each at most 500 calls/s, so one
-/// namespace takes ~250,000 reserve calls a second (a batch touches at most as many shards as it
-/// has ids; Workers allow 1,000 subrequests per request).
-pub const MAX_LEVEL: u8 = 7;
+/// The deepest level: `ROOT_SHARDS · 2^11` = 8,192 shards. Calls split a namespace to about 512
+/// shards at 100,000 events/s (each at most 500 calls/s); storage splits it further, until 48 h
+/// of each shard's ids fit in [`SPLIT_ABOVE_BYTES`] (SPEC §23: at 100,000 events/s, 12 ids a
+/// second per shard at the deepest level, 450 MB). A batch touches at most as many shards as it
+/// has ids.
+pub const MAX_LEVEL: u8 = 11;
+/// Stored bytes above which a shard splits, whatever its rate (SPEC §23: no object above 1 GB).
+/// Its rows leave with the window; its children start empty.
+pub const SPLIT_ABOVE_BYTES: u64 = 512 * 1024 * 1024;
 /// Reserve calls a second above which a shard splits, unless `LEDGER_SPLIT_ABOVE_PER_SECOND`
 /// says otherwise: half of what one object should serve (~500 calls/s, SPEC §20), so a split
 /// happens before the object is the bottleneck.
@@ -95,9 +100,9 @@ pub struct LedgerLayout {
 }
 
 impl LedgerLayout {
-    /// Splits an isolate remembers at most (a namespace has at most 508); past that it forgets
-    /// them all and learns again (one `moved` answer each).
-    const CAPACITY: usize = 10_000;
+    /// Splits an isolate remembers at most (a namespace has at most 8,188); past that it forgets
+    /// them all and learns again (one forwarded answer each).
+    const CAPACITY: usize = 20_000;
 
     /// The shard that takes new reservations of `event_id`, as far as this isolate knows.
     pub fn shard_for(&self, namespace: &str, event_id: &str) -> Shard {
@@ -121,9 +126,17 @@ impl LedgerLayout {
     }
 }
 
-/// Whether a shard serving `calls_per_second` reserve calls should split now.
-pub fn should_split(shard_level: u8, calls_per_second: u32, split_above: u32) -> bool {
-    shard_level < MAX_LEVEL && calls_per_second > split_above
+/// Whether a shard serving `calls_per_second` reserve calls and storing `stored_bytes` should
+/// split now.
+pub fn should_split(shard_level: u8, calls_per_second: u32, split_above: u32, stored_bytes: u64) -> bool {
+    shard_level < MAX_LEVEL && (calls_per_second > split_above || stored_bytes > SPLIT_ABOVE_BYTES)
+}
+
+/// What one reservation takes in a shard's storage, as the fakes and the models count it: its row
+/// (an id, its owner — a request id —, confirmed, its time, and the index on the time) and the
+/// id's index entry.
+pub fn reservation_bytes() -> u64 {
+    crate::retention::row_bytes(&[36, 36, 1, 8]) + crate::retention::row_bytes(&[36])
 }
 
 /// Whether a shard must still ask its parent about ids it does not hold: until the parent's split
@@ -150,6 +163,8 @@ pub trait ShardMemory {
     /// Counts a reserve call now; answers the shard's calls a second (see
     /// [`crate::lease::RequestRate::per_second`]).
     fn count_call(&self, now_ms: i64) -> u32;
+    /// The bytes the shard stores (the object's database size).
+    fn stored_bytes(&self) -> u64;
 }
 
 /// A shard's answer to a reserve.
@@ -220,7 +235,7 @@ where
     if memory.split_at().is_some() {
         return Ok(ShardAnswer::Moved);
     }
-    if should_split(rules.level, memory.count_call(rules.now_ms), rules.split_above) {
+    if should_split(rules.level, memory.count_call(rules.now_ms), rules.split_above, memory.stored_bytes()) {
         memory.set_split_at(rules.now_ms);
         return Ok(ShardAnswer::Moved);
     }
@@ -476,6 +491,10 @@ impl ShardMemory for MemoryShard {
         rate.count(now_ms);
         rate.per_second(now_ms)
     }
+
+    fn stored_bytes(&self) -> u64 {
+        self.reservations.borrow().len() as u64 * reservation_bytes()
+    }
 }
 
 impl MemoryShard {
@@ -651,10 +670,15 @@ mod tests {
 
     #[test]
     fn a_shard_splits_above_the_rate_and_asks_its_parent_within_the_window() {
-        assert!(should_split(0, 251, 250));
-        assert!(!should_split(0, 250, 250));
-        assert!(!should_split(MAX_LEVEL, 10_000, 250), "the deepest level does not split");
-        assert!(should_split(3, 1, 0), "0 splits on every call (tests)");
+        assert!(should_split(0, 251, 250, 0));
+        assert!(!should_split(0, 250, 250, 0));
+        assert!(!should_split(MAX_LEVEL, 10_000, 250, u64::MAX), "the deepest level does not split");
+        assert!(should_split(3, 1, 0, 0), "0 splits on every call (tests)");
+        assert!(should_split(7, 1, 250, SPLIT_ABOVE_BYTES + 1), "a full shard splits however quiet");
+        assert!(!should_split(7, 1, 250, SPLIT_ABOVE_BYTES));
+        // 48 h of a deepest-level shard's share of 100,000 events/s fits below the split.
+        let per_shard = 100_000.0 / (ROOT_SHARDS << MAX_LEVEL) as f64;
+        assert!(per_shard * 172_800.0 * reservation_bytes() as f64 <= SPLIT_ABOVE_BYTES as f64);
         assert!(asks_parent(None, 5, 10));
         assert!(asks_parent(Some(0), 9 + RESERVATION_LEASE_MS, 10));
         assert!(!asks_parent(Some(0), 10 + RESERVATION_LEASE_MS, 10));

@@ -191,6 +191,10 @@ impl ShardMemory for EventLedgerObject {
         rate.count(now_ms);
         rate.per_second(now_ms)
     }
+
+    fn stored_bytes(&self) -> u64 {
+        self.sql.database_size() as u64
+    }
 }
 
 impl DurableObject for EventLedgerObject {
