@@ -69,36 +69,51 @@ test('a split storm costs latency, never a failed batch: a batch makes at most o
   // 503 with up to 234 object calls each). On a gateway of its own, every shard splits above 10
   // calls a second and two waves of 30 batches at once drive the tree down; split shards forward
   // ids to their children, so a batch's calls from the worker stay one per shard it knows.
-  // (Locally every object shares one isolate: a third and fourth wave grew workerd to ~700 MB
-  // and wrangler dev restarted the worker mid-request, with or without forwarding.)
+  // Locally every object shares one isolate: under such a storm workerd grew to ~700 MB and
+  // wrangler dev restarted the worker now and then, answering 503 "Your worker restarted
+  // mid-request" itself (with or without forwarding, and never the gateway's own error): such a
+  // batch is sent again with new ids (its first try may hold its ids in flight for the lease); a
+  // 503 of the gateway fails the test.
   const dir = await mkdtemp(join(tmpdir(), 'gatehouse-storm-'));
   const storm = await startGateway(join(dir, 'state'), { vars: { LEDGER_SPLIT_ABOVE_PER_SECOND: '10' } });
   try {
     const { owner } = await createProject('storm project', { plan: 'business', base: storm.base });
     const server = await createKey(owner.key, 'server', {}, { base: storm.base });
-    const send = (list) => call('POST', '/v1/track', {
+    let restarts = 0;
+    const post = (list) => call('POST', '/v1/track', {
       key: server.key, base: storm.base, body: { batch: list.map((event_id) => ({ event_id, event: 'Storm', user_id: 'u' })) },
     });
+    const send = async () => {
+      for (;;) {
+        const list = ids(40);
+        const r = await post(list);
+        if (r.status !== 503 || !r.text.includes('Your worker restarted mid-request') || restarts >= 10) {
+          return { r, list };
+        }
+        restarts += 1;
+      }
+    };
     const sent = [];
     for (let wave = 0; wave < 2; wave += 1) {
-      const batches = Array.from({ length: 30 }, () => ids(40));
-      const answers = await Promise.all(batches.map(send));
-      assert.deepEqual(answers.map((r) => r.status), Array(30).fill(202), answers.map((r) => r.text).join('\n'));
-      for (const r of answers) assert.equal(r.body.accepted.length, 40, r.text);
-      sent.push(...batches);
+      const answers = await Promise.all(Array.from({ length: 30 }, send));
+      assert.deepEqual(answers.map(({ r }) => r.status), Array(30).fill(202), answers.map(({ r }) => r.text).join('\n'));
+      for (const { r } of answers) assert.equal(r.body.accepted.length, 40, r.text);
+      sent.push(...answers.map(({ list }) => list));
     }
     const lines = (await readFile(storm.log, 'utf8')).split('\n').flatMap((line) => {
       const start = line.indexOf('{"request_id"');
       try { return start < 0 ? [] : [JSON.parse(line.slice(start))]; } catch { return []; }
     }).filter((l) => l.path === '/v1/track' && l.status === 202);
     const calls = lines.map((l) => l.durable_object_calls);
-    assert.equal(calls.length, 60);
+    assert.ok(calls.length >= 60, `${calls.length} answers logged`);
+    if (restarts > 0) console.log(`wrangler dev restarted the worker ${restarts} times (sent again)`);
     // 40 ids: at most 40 ledger shards, and the key's guard.
     assert.ok(Math.max(...calls) <= 41, `object calls per batch: max ${Math.max(...calls)}`);
     const split = (await readdir(join(dir, 'state/v3/do/gatehouse-EventLedgerObject'))).filter((f) => f.endsWith('.sqlite'));
     assert.ok(split.length > 8, `the shards split: ${split.length} objects`);
     // Everything sent is a duplicate now, wherever it was decided.
-    const again = await send(sent[0]);
+    let again = await post(sent[0]);
+    if (again.status === 503 && again.text.includes('Your worker restarted mid-request')) again = await post(sent[0]);
     assert.deepEqual([again.body.accepted.length, again.body.duplicates.length], [0, 40], again.text);
   } finally {
     storm.stop();

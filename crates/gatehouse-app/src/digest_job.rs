@@ -648,10 +648,8 @@ mod tests {
         assert_eq!(store.faults.take_calls().0, 1, "one query finds that no project has work");
     }
 
-    /// Found by the review: bytes changed in R2 between the roll-up and the digest are never
-    /// signed (the digest pins the hash the roll-up bound).
-    #[test]
-    fn an_object_changed_before_its_digest_is_not_signed() {
+    /// Project `prj_a` with three rows of its first hour rolled up: its one object's key and bytes.
+    fn one_object_rolled_up() -> (FakeStore, FakeArchive, String, Vec<u8>) {
         let (store, bucket) = fakes();
         project(&store, "prj_a", T0);
         let rows = [row("prj_a", "r1", T0 + 10), row("prj_a", "r2", T0 + 20), row("prj_a", "r3", T0 + 30)];
@@ -659,6 +657,14 @@ mod tests {
         roll(&store, &bucket, T0 + HOUR);
         let key = bucket.objects.borrow().keys().next().unwrap().clone();
         let written = bucket.objects.borrow()[&key].clone();
+        (store, bucket, key, written)
+    }
+
+    /// Found by the review: bytes changed in R2 between the roll-up and the digest are never
+    /// signed (the digest pins the hash the roll-up bound).
+    #[test]
+    fn an_object_changed_before_its_digest_is_not_signed() {
+        let (store, bucket, key, written) = one_object_rolled_up();
         let forged =
             String::from_utf8(written.clone()).unwrap().replace(r#""status":200"#, r#""status":201"#);
         bucket.objects.borrow_mut().insert(key.clone(), forged.into_bytes()); // same rows, ids, order
@@ -800,13 +806,7 @@ mod tests {
     /// bytes bound.
     #[test]
     fn storage_cannot_make_the_roll_up_rewrite_an_object_without_its_rows() {
-        let (store, bucket) = fakes();
-        project(&store, "prj_a", T0);
-        let rows = [row("prj_a", "r1", T0 + 10), row("prj_a", "r2", T0 + 20), row("prj_a", "r3", T0 + 30)];
-        complete(store.insert_audit_rows(&rows)).unwrap();
-        roll(&store, &bucket, T0 + HOUR);
-        let key = bucket.objects.borrow().keys().next().unwrap().clone();
-        let written = bucket.objects.borrow()[&key].clone();
+        let (store, bucket, key, written) = one_object_rolled_up();
         // The attack: its D1 row gone, a row at its first position planted.
         store.audit.objects.borrow_mut().remove(&key);
         let mut planted = row("prj_a", "r1", T0 + 10);
