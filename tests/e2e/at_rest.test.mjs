@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { createDecipheriv, createHmac, hkdfSync, randomBytes } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
 import { join, relative } from 'node:path';
-import { BASE, call, createProject, d1, eventually, idemKey, receiver, SCHEDULED } from './harness.mjs';
+import { BASE, call, createProject, d1, eventually, idemKey, receiver, workerLog, SCHEDULED } from './harness.mjs';
 
 const STATE = process.env.GATEHOUSE_STATE;
 
@@ -130,6 +130,32 @@ test('a webhook secret stored in plaintext before the upgrade signs as before, a
   assert.ok(!row.secret.includes(legacy.slice('whsec_'.length)));
   assert.equal((await contact('After')).status, 201);
   assert.ok(await signedWith(url, 2, legacy), 'the sealed secret signs with the same key');
+});
+
+test('the minute cron calls every object an earlier version wrote once, so idle ones purge by this version\'s rules', { timeout: 120_000 }, async () => {
+  // SPEC §23: objects an earlier version wrote set their alarms decades ahead; one nobody calls
+  // any more would keep its rows (an idle guard's old sealed responses). The cron calls, once,
+  // each object the directory names that was made before this version's migration: here, as if
+  // the upgrade happened now, every identity's authority (the cheapest list to walk in a suite
+  // that made thousands of keys and projects).
+  const { owner } = await createProject('woken');
+  for (const external_id of ['a', 'b', 'c']) {
+    const made = await call('POST', '/public/v1/identities', { key: owner.key, body: { external_id } });
+    assert.equal(made.status, 201, made.text);
+  }
+  const [{ n: identities }] = await d1('SELECT count(*) AS n FROM identities');
+  const now = Date.now() + 1;
+  await d1(`UPDATE object_wake SET state = json_object('list', 'identities', 'after', NULL, 'before', ${now}) WHERE id = 1`);
+  const state = async () => JSON.parse((await d1('SELECT state FROM object_wake WHERE id = 1'))[0].state);
+  const seen = (await workerLog()).length;
+  for (let run = 0; run < 10 && (await state()).list !== null; run += 1) {
+    const cron = await fetch(`${BASE}${SCHEDULED}?cron=${encodeURIComponent('* * * * *')}`);
+    assert.equal(cron.status, 200);
+  }
+  assert.equal((await state()).list, null, 'the wake went through');
+  const lines = (await workerLog()).slice(seen).filter((l) => l.component === 'object_wake');
+  const woken = lines.reduce((n, l) => n + (l.woken ?? 0), 0);
+  assert.ok(woken >= identities, `${woken} authorities called, ${identities} identities made before`);
 });
 
 /** A `KEY=value` line of the .dev.vars the test gateway runs with. */

@@ -23,6 +23,7 @@ pub use dead_letters::{redrive, RedriveReport};
 pub use digest_job::{DigestJob, DigestReport};
 pub use roll_up::{move_legacy_audit_rows, roll_up, roll_up_each, RollUpLimits, RollUpReport};
 pub use usage::{export_usage, UsagePeriods, UsageReport};
+pub use wake::{wake_objects, WakeReport};
 pub use webhooks::{dispatch, jitter, reseal_secrets, retry, sweep, ManualRetry, SEAL_BATCH};
 #[cfg(test)]
 mod audit_load;
@@ -50,6 +51,7 @@ mod simulation;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod usage;
+mod wake;
 mod webhooks;
 
 use std::cell::RefCell;

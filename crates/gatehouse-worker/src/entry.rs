@@ -258,13 +258,13 @@ async fn queue(batch: MessageBatch<String>, env: Env, _ctx: Context) -> Result<(
     Ok(())
 }
 
-/// Every minute, six jobs, each under its own lease and each on its own (SPEC §19), sharing one
+/// Every minute, seven jobs, each under its own lease and each on its own (SPEC §19), sharing one
 /// budget of the invocation's subrequests, D1 queries and time (SPEC §23): one that fails, or
 /// whose lease another run holds, never skips the others. The webhook sweep; re-sealing of webhook
 /// secrets (plaintext, `v1` or under a previous key); rows an older version kept in `DB` move to
 /// `AUDIT_DB`; the audit log's roll-up (rows older than `AUDIT_HOT_SECONDS` move to R2 hour objects
 /// bound to their projects' chain heads, then leave D1); the signed audit digests; the usage
-/// export of closed periods (SPEC §22).
+/// export of closed periods (SPEC §22); the wake of objects an earlier version wrote (SPEC §23).
 #[event(scheduled)]
 async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     if let Err(e) = clock::follow(&env).await {
@@ -385,6 +385,11 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
             false => String::new(),
         })
     };
+    // Last, with what the others left: objects an earlier version wrote, each called once (SPEC §23).
+    let wake = async {
+        let r = app::wake_objects(&store, &heads, &budget, now_ms).await?;
+        Ok(if r.woken > 0 { format!(r#""woken":{},"done":{}"#, r.woken, r.done) } else { String::new() })
+    };
     let jobs: Vec<app::cron::Job<'_>> = vec![
         ("webhook_sweep", Box::pin(sweep)),
         ("webhook_secrets", Box::pin(reseal)),
@@ -392,6 +397,7 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
         ("audit_roll_up", Box::pin(roll_up)),
         ("audit_digests", Box::pin(digests)),
         ("usage_export", Box::pin(usage)),
+        ("object_wake", Box::pin(wake)),
     ];
     for (job, outcome) in app::cron::run_jobs(&store, &holder, now_ms, jobs).await {
         match outcome {

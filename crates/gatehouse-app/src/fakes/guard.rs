@@ -546,6 +546,10 @@ impl KeyGuard for FakeGuard {
         self.faults.run("guard.ping", || ()).await
     }
 
+    async fn wake(&self, object: &str) -> Result<(), PortError> {
+        self.faults.run("guard.wake", || self.asked.borrow_mut().push(object.to_owned())).await
+    }
+
     async fn record_auth_failure(&self, group: &str, per_minute: u32) -> Result<(Verdict, Usage), PortError> {
         let name = client_guard_name(group);
         self.asked.borrow_mut().push(name.clone());

@@ -21,6 +21,7 @@ pub mod ingest;
 pub mod origin;
 pub mod queue;
 pub mod usage;
+mod wake;
 pub mod webhooks;
 
 /// What the platform answers a write over one of its limits (`core::platform`): the fakes refuse
@@ -42,6 +43,8 @@ pub struct FakeStore {
     pub webhooks: std::cell::RefCell<webhooks::WebhookTables>,
     /// `job_leases`: job → (holder, until_ms).
     pub leases: std::cell::RefCell<std::collections::HashMap<String, (String, i64)>>,
+    /// `object_wake`: where the wake of earlier versions' objects stands.
+    pub wake: std::cell::RefCell<Option<gatehouse_core::ports::WakeState>>,
 }
 
 impl FakeStore {
@@ -54,6 +57,7 @@ impl FakeStore {
             events: Default::default(),
             webhooks: Default::default(),
             leases: Default::default(),
+            wake: Default::default(),
         }
     }
 }

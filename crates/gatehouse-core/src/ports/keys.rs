@@ -116,6 +116,9 @@ pub trait KeyGuard {
     async fn apply(&self, key: &KeyRecord, undo: Option<i64>) -> Result<(), PortError>;
     /// One round trip to a guard that does nothing: the deep health check.
     async fn ping(&self) -> Result<(), PortError>;
+    /// The same to the object named `object` (a key's guard or claim object, an authority): it
+    /// runs a purge pass when one is due and sets its alarm (`ports::wake`).
+    async fn wake(&self, object: &str) -> Result<(), PortError>;
     /// Counts a failed authentication from a client address; `RateLimited` once it has too many.
     async fn record_auth_failure(&self, group: &str, per_minute: u32) -> Result<(Verdict, Usage), PortError>;
 }

@@ -10,6 +10,7 @@ mod keys;
 mod origin;
 mod queues;
 mod resources;
+mod wake;
 mod webhooks;
 
 use std::cell::Cell;
@@ -20,6 +21,7 @@ pub use keys::*;
 pub use origin::*;
 pub use queues::*;
 pub use resources::*;
+pub use wake::*;
 pub use webhooks::*;
 
 /// A dependency failed; the cause is for the log, the client gets 503.

@@ -124,6 +124,10 @@ impl KeyGuard for GuardClient {
         self.ask(HEALTH_OBJECT, Ping {}).await.map(drop)
     }
 
+    async fn wake(&self, object: &str) -> Result<(), PortError> {
+        self.ask(object, Ping {}).await.map(drop)
+    }
+
     async fn record_auth_failure(&self, group: &str, per_minute: u32) -> Result<(Verdict, Usage), PortError> {
         let answer =
             self.ask(&client_guard_name(group), RecordAuthFailure { per_minute: Some(per_minute) }).await?;

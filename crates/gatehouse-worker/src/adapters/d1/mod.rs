@@ -10,6 +10,7 @@ mod events;
 mod keys;
 mod resources;
 mod usage;
+mod wake;
 mod webhook_rows;
 mod webhooks;
 
