@@ -180,10 +180,11 @@ async fn fetch(req: web_sys::Request, env: Env, ctx: Context) -> Result<web_sys:
         console_error!("request {}: {note}", api.request_id);
     }
     // A line per request (`REQUEST_LOG=all`) or per server error: what it cost in I/O before the
-    // response (SPEC §12 budget).
+    // response (SPEC §12 budget), and the isolate's wasm memory after it (it only grows: a request
+    // that needs more than the ones before shows here, SPEC §19).
     if log_every_request || api.status >= 500 {
         console_log!(
-            r#"{{"request_id":"{}","method":"{method}","path":{:?},"status":{},"ms":{},"durable_object_calls":{},"d1_queries":{},"kv_operations":{}}}"#,
+            r#"{{"request_id":"{}","method":"{method}","path":{:?},"status":{},"ms":{},"durable_object_calls":{},"d1_queries":{},"kv_operations":{},"wasm_memory_bytes":{}}}"#,
             api.request_id,
             &path[..clipped_len(&path, PATH_MAX)],
             api.status,
@@ -191,6 +192,7 @@ async fn fetch(req: web_sys::Request, env: Env, ctx: Context) -> Result<web_sys:
             meter.durable_object_calls.get(),
             meter.d1_queries.get(),
             meter.kv_operations.get(),
+            core::arch::wasm32::memory_size::<0>() * 65_536,
         );
     }
     // After the response: the audit row, webhook deliveries, the claim's settlement, confirmations
