@@ -25,7 +25,9 @@ use gatehouse_core::events::{
 };
 use gatehouse_core::json_body;
 use gatehouse_core::ledger::shards::{LedgerLayout, Shard, ShardAnswer, MAX_LEVEL};
-use gatehouse_core::ports::{Archive, EventLedger, EventSink, EventStore, PortError, Ports, SessionSegment};
+use gatehouse_core::ports::{
+    Archive, EventLedger, EventSink, EventStore, PortError, Ports, ReserveCall, SessionSegment,
+};
 
 /// Ids one request reserved, per ledger shard: confirmed after the response.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,7 +90,8 @@ pub async fn accept_events<L: EventLedger, Q: EventSink>(
             by_shard.entry(shard.name(namespace)).or_insert_with(|| (shard, Vec::new())).1.push(id);
         }
         let answers = join_all(by_shard.iter().map(|(name, (shard, ids))| async move {
-            ledger.reserve(namespace, name, &shard.ancestors(namespace), owner, ids).await
+            let ancestors = shard.ancestors(namespace);
+            ledger.reserve(ReserveCall { namespace, shard: name, ancestors: &ancestors, owner, ids }).await
         }))
         .await;
         for ((name, (_, ids)), answer) in by_shard.into_iter().zip(answers) {

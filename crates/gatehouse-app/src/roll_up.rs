@@ -20,7 +20,7 @@ use super::audit::read_object;
 use super::cron::RunBudget;
 use gatehouse_core::archive;
 use gatehouse_core::audit::{log_position, AuditRow};
-use gatehouse_core::audit_chain::BoundObject;
+use gatehouse_core::audit_chain::{BindObjects, BoundObject};
 use gatehouse_core::digest::sha256_hex;
 use gatehouse_core::page::Cursor;
 use gatehouse_core::platform::WORKER_MAX_OPEN_CONNECTIONS;
@@ -337,8 +337,9 @@ async fn write<A: Archive, H: AuditHeads>(
             // Announced to the chain head before the put, bound after it (SPEC §23): an object
             // the head refuses is not written, and its slice stays in D1.
             if let Some(project) = &slice.project {
-                let refused =
-                    heads.bind_objects(project, std::slice::from_ref(&bound), replaces.as_deref()).await?;
+                let refused = heads
+                    .bind_objects(project, &BindObjects { objects: vec![bound.clone()], replaces })
+                    .await?;
                 if !refused.is_empty() {
                     return Err(PortError(format!(
                         "object {key}: its chain head refused the write (storage changed the object bound)"

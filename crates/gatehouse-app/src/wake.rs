@@ -62,7 +62,7 @@ pub async fn wake_objects<S: WakeStore, G: KeyGuard>(
         if !budget.take(now_ms(), 2, 0) {
             break;
         }
-        let page = store.wake_next(list, state.after.as_deref(), state.before, PAGE).await?;
+        let page = store.wake_next(&state, PAGE).await?;
         let Some(last) = page.last() else {
             state = WakeState { list: next(list), after: None, ..state };
             store.save_wake(&state).await?;

@@ -8,8 +8,8 @@ use std::rc::Rc;
 
 use crate::sim::Faults;
 use gatehouse_core::audit_chain::{
-    may_advance, may_bind, refused_binding, AdoptHead, AdvanceHead, Advanced, BoundObject, ChainHead,
-    HeadState,
+    may_advance, may_bind, refused_binding, AdoptHead, AdvanceHead, Advanced, BindObjects, BoundObject,
+    ChainHead, HeadState,
 };
 use gatehouse_core::ports::{AuditHeads, PortError};
 
@@ -48,20 +48,22 @@ impl FakeAuditHeads {
 }
 
 impl AuditHeads for FakeAuditHeads {
-    async fn bind_objects(
-        &self,
-        project_id: &str,
-        objects: &[BoundObject],
-        replaces: Option<&str>,
-    ) -> Result<Vec<String>, PortError> {
+    async fn bind_objects(&self, project_id: &str, bind: &BindObjects) -> Result<Vec<String>, PortError> {
         self.faults
             .run("head.bind_objects", || {
                 let mut all = self.objects.borrow_mut();
                 let object = all.entry(project_id.to_owned()).or_default();
                 let mut refused = Vec::new();
-                for o in objects {
+                for o in &bind.objects {
                     match object.bound.get(&o.key) {
-                        Some(bound) if !may_bind(Some(bound), object.writing.get(&o.key), o, replaces) => {
+                        Some(bound)
+                            if !may_bind(
+                                Some(bound),
+                                object.writing.get(&o.key),
+                                o,
+                                bind.replaces.as_deref(),
+                            ) =>
+                        {
                             object.refused.insert(o.key.clone(), refused_binding(bound, o));
                             refused.push(o.key.clone());
                         }
@@ -136,13 +138,8 @@ impl AuditHeads for FakeAuditHeads {
 
 /// The guard's namespace answers for the heads too, as the `KEY_GUARD` class does.
 impl AuditHeads for super::guard::FakeGuard {
-    async fn bind_objects(
-        &self,
-        project_id: &str,
-        objects: &[BoundObject],
-        replaces: Option<&str>,
-    ) -> Result<Vec<String>, PortError> {
-        self.heads.bind_objects(project_id, objects, replaces).await
+    async fn bind_objects(&self, project_id: &str, bind: &BindObjects) -> Result<Vec<String>, PortError> {
+        self.heads.bind_objects(project_id, bind).await
     }
     async fn confirm_objects(&self, project_id: &str, objects: &[BoundObject]) -> Result<(), PortError> {
         self.heads.confirm_objects(project_id, objects).await

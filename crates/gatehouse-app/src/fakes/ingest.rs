@@ -14,7 +14,7 @@ use gatehouse_core::ledger::forward::ForwardTo;
 use gatehouse_core::ledger::shards::{
     check_here, reserve_here, Checked, MemoryShard, ShardAnswer, ShardMemory, ShardRules,
 };
-use gatehouse_core::ports::{EventLedger, EventSink, EventStore, PortError, SessionSegment};
+use gatehouse_core::ports::{EventLedger, EventSink, EventStore, PortError, ReserveCall, SessionSegment};
 
 /// Every shard of the ledger by name, each deciding as the object does (`core::ledger::shards`),
 /// splitting above `split_above` calls a second of the fake clock.
@@ -69,28 +69,20 @@ impl FakeLedger {
 impl FakeLedger {
     /// One shard's reserve, as its object runs it: forwarded to its children once it has split
     /// (each forward a call that may fail like any other).
-    fn reserve_at<'a>(
-        &'a self,
-        namespace: &'a str,
-        shard: &'a str,
-        ancestors: &'a [String],
-        owner: &'a str,
-        ids: &'a [String],
-    ) -> LocalBoxFuture<'a, Result<ShardAnswer, PortError>> {
+    fn reserve_at<'a>(&'a self, call: ReserveCall<'a>) -> LocalBoxFuture<'a, Result<ShardAnswer, PortError>> {
         async move {
-            let memory = self.shard(shard);
-            let rules = self.rules(ancestors);
-            let reserve = reserve_here(&*memory, rules, owner, ids, self.ask(ancestors));
+            let memory = self.shard(call.shard);
+            let rules = self.rules(call.ancestors);
+            let reserve = reserve_here(&*memory, rules, call.owner, call.ids, self.ask(call.ancestors));
             let answer = self.faults.run_async("ledger.reserve", reserve).await??;
-            let Some(plan) = ForwardTo::plan(namespace, rules.level, ancestors, ids)
+            let Some(plan) = ForwardTo::plan(call.namespace, rules.level, call.ancestors, call.ids)
                 .filter(|_| answer == ShardAnswer::Moved)
             else {
                 return Ok(answer);
             };
-            let calls = plan
-                .children
-                .iter()
-                .map(|c| self.reserve_at(namespace, &c.name, &c.ancestors, owner, &c.ids));
+            let calls = plan.children.iter().map(|c| {
+                self.reserve_at(ReserveCall { shard: &c.name, ancestors: &c.ancestors, ids: &c.ids, ..call })
+            });
             let answers = futures_util::future::try_join_all(calls).await?;
             plan.answer(answers).map_err(PortError)
         }
@@ -99,16 +91,9 @@ impl FakeLedger {
 }
 
 impl EventLedger for FakeLedger {
-    async fn reserve(
-        &self,
-        namespace: &str,
-        shard: &str,
-        ancestors: &[String],
-        owner: &str,
-        ids: &[String],
-    ) -> Result<ShardAnswer, PortError> {
+    async fn reserve(&self, call: ReserveCall<'_>) -> Result<ShardAnswer, PortError> {
         self.reserve_calls.set(self.reserve_calls.get() + 1);
-        self.reserve_at(namespace, shard, ancestors, owner, ids).await
+        self.reserve_at(call).await
     }
 
     async fn confirm(&self, shard: &str, owner: &str, ids: &[String]) -> Result<(), PortError> {

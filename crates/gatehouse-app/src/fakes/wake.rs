@@ -8,28 +8,24 @@ impl WakeStore for FakeStore {
         self.faults.run("d1 wake state", || self.wake.borrow().clone().unwrap_or_default()).await
     }
 
-    async fn wake_next(
-        &self,
-        list: WakeList,
-        after: Option<&str>,
-        before: i64,
-        limit: usize,
-    ) -> Result<Vec<WakeEntry>, PortError> {
+    async fn wake_next(&self, at: &WakeState, limit: usize) -> Result<Vec<WakeEntry>, PortError> {
+        let (before, after) = (at.before, at.after.as_deref());
         let d = &self.directory;
         let entry = |id: &str, claim_shards: u32| WakeEntry { id: id.to_owned(), claim_shards };
-        let mut entries: Vec<WakeEntry> = match list {
-            WakeList::Keys => {
+        let mut entries: Vec<WakeEntry> = match at.list {
+            None => Vec::new(),
+            Some(WakeList::Keys) => {
                 let keys = d.keys.borrow();
                 keys.iter()
                     .filter(|k| k.created_at < before)
                     .map(|k| entry(&k.key_hash, k.claim_shards))
                     .collect()
             }
-            WakeList::Projects => {
+            Some(WakeList::Projects) => {
                 let projects = d.projects.borrow();
                 projects.iter().filter(|p| p.created_at < before).map(|p| entry(&p.id, 1)).collect()
             }
-            WakeList::Identities => {
+            Some(WakeList::Identities) => {
                 let identities = d.identities.borrow();
                 identities.iter().filter(|i| i.created_at < before).map(|i| entry(&i.id, 1)).collect()
             }

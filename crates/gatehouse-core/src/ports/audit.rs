@@ -2,7 +2,7 @@
 
 use super::PortError;
 use crate::audit::{AuditRow, DayCount, EndpointCount, LogFilter};
-use crate::audit_chain::{AdoptHead, AdvanceHead, Advanced, BoundObject, HeadState};
+use crate::audit_chain::{AdoptHead, AdvanceHead, Advanced, BindObjects, BoundObject, HeadState};
 use crate::page::{Cursor, PageRequest};
 use crate::tiers::ObjectSummary;
 use crate::usage::{UsageGroup, UsageQuery, UsageRun};
@@ -242,12 +242,7 @@ pub struct DigestHealth {
 pub trait AuditHeads {
     /// Announces the puts of `objects` (see [`crate::audit_chain::BindObjects`]): answers the
     /// keys refused (not to be written).
-    async fn bind_objects(
-        &self,
-        project_id: &str,
-        objects: &[BoundObject],
-        replaces: Option<&str>,
-    ) -> Result<Vec<String>, PortError>;
+    async fn bind_objects(&self, project_id: &str, bind: &BindObjects) -> Result<Vec<String>, PortError>;
     /// Their puts are done: bound (see [`crate::audit_chain::ConfirmObjects`]).
     async fn confirm_objects(&self, project_id: &str, objects: &[BoundObject]) -> Result<(), PortError>;
     async fn read_head(&self, project_id: &str, objects: usize) -> Result<HeadState, PortError>;

@@ -5,22 +5,25 @@ use super::PortError;
 use crate::events::EventMessage;
 use crate::ledger::shards::ShardAnswer;
 
+/// One reserve (see [`EventLedger::reserve`]): `owner`'s `ids` on `shard` of `namespace`, whose
+/// `ancestors` are the shards it split from, nearest first.
+#[derive(Debug, Clone, Copy)]
+pub struct ReserveCall<'a> {
+    pub namespace: &'a str,
+    pub shard: &'a str,
+    pub ancestors: &'a [String],
+    pub owner: &'a str,
+    pub ids: &'a [String],
+}
+
 /// Strongly consistent memory of the event ids accepted per namespace (SPEC §7), within the
 /// window, one object per shard (see `core::ledger::shards`).
 pub trait EventLedger {
     /// In one atomic step per id: reserve it for `owner` unless it was accepted within the window
     /// or another request holds it. Answers one decision per id, in order, or that the shard has
     /// split (`core::ledger::shards`) — and, when it has, forwarded them to its children in
-    /// `namespace` (`core::ledger::forward`); `ancestors` are the shards it split from, nearest
-    /// first.
-    async fn reserve(
-        &self,
-        namespace: &str,
-        shard: &str,
-        ancestors: &[String],
-        owner: &str,
-        ids: &[String],
-    ) -> Result<ShardAnswer, PortError>;
+    /// the namespace (`core::ledger::forward`).
+    async fn reserve(&self, call: ReserveCall<'_>) -> Result<ShardAnswer, PortError>;
     /// The owner's events are queued: its reservations become accepted ids. Safe to repeat.
     async fn confirm(&self, shard: &str, owner: &str, ids: &[String]) -> Result<(), PortError>;
     /// The owner's send failed: its reservations are dropped (else they lapse after their lease).

@@ -43,13 +43,8 @@ pub struct WakeEntry {
 pub trait WakeStore {
     /// Where the wake stands.
     async fn wake_state(&self) -> Result<WakeState, PortError>;
-    /// The next `limit` entries of `list` after `after`, in order, of those made before `before`.
-    async fn wake_next(
-        &self,
-        list: WakeList,
-        after: Option<&str>,
-        before: i64,
-        limit: usize,
-    ) -> Result<Vec<WakeEntry>, PortError>;
+    /// The next `limit` entries of the list `at` is in, after `at.after`, of those made before
+    /// `at.before` (none when it is done).
+    async fn wake_next(&self, at: &WakeState, limit: usize) -> Result<Vec<WakeEntry>, PortError>;
     async fn save_wake(&self, state: &WakeState) -> Result<(), PortError>;
 }

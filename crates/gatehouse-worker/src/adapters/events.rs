@@ -12,7 +12,7 @@ use gatehouse_core::ledger::forward::Forwarded;
 use gatehouse_core::ledger::protocol::{LedgerAnswer, LedgerCommand, URL};
 use gatehouse_core::ledger::shards::ShardAnswer;
 use gatehouse_core::platform::deadline;
-use gatehouse_core::ports::{EventLedger, EventSink, Meter, PortError};
+use gatehouse_core::ports::{EventLedger, EventSink, Meter, PortError, ReserveCall};
 use gatehouse_core::queue::{pack, MESSAGES_PER_SEND, MESSAGE_MAX_BYTES};
 
 pub const QUEUE_BINDING: &str = "EVENTS_QUEUE";
@@ -40,21 +40,14 @@ impl LedgerClient {
 }
 
 impl EventLedger for LedgerClient {
-    async fn reserve(
-        &self,
-        namespace: &str,
-        shard: &str,
-        ancestors: &[String],
-        owner: &str,
-        ids: &[String],
-    ) -> Result<ShardAnswer, PortError> {
+    async fn reserve(&self, call: ReserveCall<'_>) -> Result<ShardAnswer, PortError> {
         let command = LedgerCommand::Reserve {
-            owner: owner.to_owned(),
-            ids: ids.to_vec(),
-            ancestors: ancestors.to_vec(),
-            namespace: Some(namespace.to_owned()),
+            owner: call.owner.to_owned(),
+            ids: call.ids.to_vec(),
+            ancestors: call.ancestors.to_vec(),
+            namespace: Some(call.namespace.to_owned()),
         };
-        shard_answer(self.send(shard, &command).await?, ids.len())
+        shard_answer(self.send(call.shard, &command).await?, call.ids.len())
     }
 
     async fn confirm(&self, shard: &str, owner: &str, ids: &[String]) -> Result<(), PortError> {

@@ -137,14 +137,8 @@ impl KeyGuard for GuardClient {
 
 /// A project's chain head (SPEC §23) lives in the same namespace, under its own name.
 impl AuditHeads for GuardClient {
-    async fn bind_objects(
-        &self,
-        project_id: &str,
-        objects: &[BoundObject],
-        replaces: Option<&str>,
-    ) -> Result<Vec<String>, PortError> {
-        let bind = BindObjects { objects: objects.to_vec(), replaces: replaces.map(str::to_owned) };
-        self.ask(&head_object_name(project_id), bind).await.map(|b| b.refused)
+    async fn bind_objects(&self, project_id: &str, bind: &BindObjects) -> Result<Vec<String>, PortError> {
+        self.ask(&head_object_name(project_id), bind.clone()).await.map(|b| b.refused)
     }
 
     async fn confirm_objects(&self, project_id: &str, objects: &[BoundObject]) -> Result<(), PortError> {

@@ -18,13 +18,8 @@ impl WakeStore for D1Store {
         }
     }
 
-    async fn wake_next(
-        &self,
-        list: WakeList,
-        after: Option<&str>,
-        before: i64,
-        limit: usize,
-    ) -> Result<Vec<WakeEntry>, PortError> {
+    async fn wake_next(&self, at: &WakeState, limit: usize) -> Result<Vec<WakeEntry>, PortError> {
+        let Some(list) = at.list else { return Ok(Vec::new()) };
         let (column, claim_shards, table) = match list {
             WakeList::Keys => ("key_hash", "claim_shards", "api_keys"),
             WakeList::Projects => ("id", "1", "projects"),
@@ -35,7 +30,7 @@ impl WakeStore for D1Store {
                 "SELECT {column} AS id, {claim_shards} AS claim_shards FROM {table}
                  WHERE (?1 IS NULL OR {column} > ?1) AND created_at < ?3 ORDER BY {column} LIMIT ?2"
             ),
-            &[opt_text(after), int(limit as i64), int(before)],
+            &[opt_text(at.after.as_deref()), int(limit as i64), int(at.before)],
         )
         .await
     }
