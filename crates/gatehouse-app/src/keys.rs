@@ -35,24 +35,13 @@ impl NewKey {
         now_ms: i64,
     ) -> Self {
         let secret = api_key::generate(key_type, &random());
+        let (hash, prefix) = (api_key::hash(config.key_pepper.as_bytes(), &secret), api_key::prefix(&secret));
+        let id = object_id("key", &random());
         let record = KeyRecord {
-            id: object_id("key", &random()),
-            project_id: project_id.to_owned(),
-            key_type,
             name,
-            plan: plan.to_owned(),
             rate_limit_per_minute,
-            key_hash: api_key::hash(config.key_pepper.as_bytes(), &secret),
-            prefix: api_key::prefix(&secret).to_owned(),
-            created_at: now_ms,
-            revoked_at: None,
-            expires_at: None,
-            rolled_from: None,
-            rolled_at: None,
-            rolled_to: None,
-            identity: None,
-            limits: None,
             claim_shards: config.claim_shards,
+            ..KeyRecord::fresh(&id, project_id, key_type, plan, hash, prefix.to_owned(), now_ms)
         };
         NewKey { record, secret }
     }

@@ -210,23 +210,8 @@ mod tests {
 
     fn record(revoked_at: Option<i64>, plan: &str) -> KeyRecord {
         KeyRecord {
-            id: "key_1".into(),
-            project_id: "prj_1".into(),
-            key_type: KeyType::Server,
-            name: None,
-            plan: plan.into(),
-            rate_limit_per_minute: None,
-            key_hash: "ab".into(),
-            prefix: "gh_s_abcdefg".into(),
-            created_at: 1,
             revoked_at,
-            expires_at: None,
-            rolled_from: None,
-            rolled_at: None,
-            rolled_to: None,
-            identity: None,
-            limits: None,
-            claim_shards: 1,
+            ..KeyRecord::fresh("key_1", "prj_1", KeyType::Server, plan, "ab".into(), "gh_s_abcdefg".into(), 1)
         }
     }
 
@@ -468,6 +453,38 @@ pub const MAX_ROLL_GRACE_SECONDS: u64 = 86_400;
 pub const DEFAULT_ROLL_GRACE_SECONDS: u64 = 3_600;
 
 impl KeyRecord {
+    /// A key as it is made: no name, limits or identity of its own, never revoked, rolled or
+    /// expiring, its claims in its guard alone.
+    pub fn fresh(
+        id: &str,
+        project_id: &str,
+        key_type: KeyType,
+        plan: &str,
+        key_hash: String,
+        prefix: String,
+        created_at: i64,
+    ) -> KeyRecord {
+        KeyRecord {
+            id: id.to_owned(),
+            project_id: project_id.to_owned(),
+            key_type,
+            name: None,
+            plan: plan.to_owned(),
+            rate_limit_per_minute: None,
+            key_hash,
+            prefix,
+            created_at,
+            revoked_at: None,
+            expires_at: None,
+            rolled_from: None,
+            rolled_at: None,
+            rolled_to: None,
+            identity: None,
+            limits: None,
+            claim_shards: 1,
+        }
+    }
+
     /// The object that holds this key's claim of `idempotency_key`: its guard or one of its claim
     /// objects ([`crate::idempotency::claim_object`]).
     pub fn claim_object(&self, idempotency_key: &str) -> String {

@@ -721,23 +721,16 @@ mod tests {
         ));
         let config = with(&vars).unwrap();
         let key = |plan: &str, rate: Option<u32>| KeyRecord {
-            id: "key_1".into(),
-            project_id: "prj_1".into(),
-            key_type: crate::api_key::KeyType::Server,
-            name: None,
-            plan: plan.into(),
             rate_limit_per_minute: rate,
-            key_hash: String::new(),
-            prefix: String::new(),
-            created_at: 0,
-            revoked_at: None,
-            expires_at: None,
-            rolled_from: None,
-            rolled_at: None,
-            rolled_to: None,
-            identity: None,
-            limits: None,
-            claim_shards: 1,
+            ..KeyRecord::fresh(
+                "key_1",
+                "prj_1",
+                crate::api_key::KeyType::Server,
+                plan,
+                String::new(),
+                String::new(),
+                0,
+            )
         };
         assert_eq!(config.limits(&key("pro", None)), Limits::per_minute(600));
         assert_eq!(config.limits(&key("pro", Some(100))), Limits::per_minute(100));

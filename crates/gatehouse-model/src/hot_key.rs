@@ -144,25 +144,15 @@ pub struct Report {
 pub fn hot_key(p: &HotKey) -> Report {
     let mut rng = Rng(p.seed);
     let key_hash = "hot";
-    let key = KeyRecord {
-        id: "key_hot".into(),
-        project_id: "prj_model".into(),
-        key_type: KeyType::Server,
-        name: None,
-        plan: "model".into(),
-        rate_limit_per_minute: None,
-        key_hash: key_hash.into(),
-        prefix: "gh_s_model".into(),
-        created_at: 0,
-        revoked_at: None,
-        expires_at: None,
-        rolled_from: None,
-        rolled_at: None,
-        rolled_to: None,
-        identity: None,
-        limits: None,
-        claim_shards: 1,
-    };
+    let key = KeyRecord::fresh(
+        "key_hot",
+        "prj_model",
+        KeyType::Server,
+        "model",
+        key_hash.into(),
+        "gh_s_model".into(),
+        0,
+    );
     let mut guard = Guard {
         key: key.clone(),
         limits: Limits::per_minute(p.limit_per_minute),

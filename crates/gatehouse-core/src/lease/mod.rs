@@ -807,25 +807,16 @@ mod tests {
     // Found by an outside review of the lease rules: each failed before its fix.
 
     fn some_key() -> crate::api_key::KeyRecord {
-        crate::api_key::KeyRecord {
-            id: "key_1".into(),
-            project_id: "prj_1".into(),
-            key_type: crate::api_key::KeyType::Server,
-            name: None,
-            plan: "trial".into(),
-            rate_limit_per_minute: None,
-            key_hash: "ab".into(),
-            prefix: "gh_s_abcdefg".into(),
-            created_at: 1,
-            revoked_at: None,
-            expires_at: None,
-            rolled_from: None,
-            rolled_at: None,
-            rolled_to: None,
-            identity: None,
-            limits: None,
-            claim_shards: 1,
-        }
+        let (hash, prefix) = ("ab".into(), "gh_s_abcdefg".into());
+        crate::api_key::KeyRecord::fresh(
+            "key_1",
+            "prj_1",
+            crate::api_key::KeyType::Server,
+            "trial",
+            hash,
+            prefix,
+            1,
+        )
     }
 
     /// A lease to an isolate ends at the end of the KEY's shortest window, not at the end of the
