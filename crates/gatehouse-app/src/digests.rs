@@ -10,7 +10,7 @@ use gatehouse_core::archive::project_prefix;
 use gatehouse_core::audit_chain::ChainHead;
 use gatehouse_core::digest::{period_start, AuditSigner};
 use gatehouse_core::error::ApiError;
-use gatehouse_core::ports::{Archive, AuditHeads, DigestStore, Ports};
+use gatehouse_core::ports::{Archive, AuditHeads, DigestStore, DigestsOf, Ports};
 use gatehouse_core::time::{parse_rfc3339_checked, rfc3339};
 use gatehouse_wire::digests::{
     ArchivedObject, ArchivedObjects, AuditPublicKey, DigestList, ListedDigest, SignedHead,
@@ -97,7 +97,12 @@ impl<P: Ports> Gateway<'_, P> {
         // From the digest whose span holds `from`.
         let mut digests = self
             .store
-            .digests(call.project_id(), from, to, DIGESTS_PER_PAGE + 1)
+            .digests(DigestsOf {
+                project_id: call.project_id(),
+                from_ms: from,
+                to_ms: to,
+                limit: DIGESTS_PER_PAGE + 1,
+            })
             .await
             .map_err(unavailable)?;
         let more = digests.len() > DIGESTS_PER_PAGE;

@@ -13,7 +13,7 @@ use gatehouse_core::guard::protocol::identity_authority;
 use gatehouse_core::identity::{self, Identity, IdentityChanges};
 use gatehouse_core::json_body;
 use gatehouse_core::page::{Cursor, PageRequest};
-use gatehouse_core::ports::{Directory, IdentityInsert, KeyGuard, Ports};
+use gatehouse_core::ports::{Directory, IdentityInsert, IdentityUpdate, KeyGuard, Ports};
 
 /// The most keys of one identity whose guards a change or a deletion tells (newest first), six at
 /// a time: a request's answer within a few seconds (the invocation's 10,000 subrequests would
@@ -116,7 +116,13 @@ impl<P: Ports> Gateway<'_, P> {
         }
         let changed = self
             .store
-            .update_identity(call.project_id(), id, &changes, call.now_ms, tell)
+            .update_identity(IdentityUpdate {
+                project_id: call.project_id(),
+                identity_id: id,
+                changes: &changes,
+                now_ms: call.now_ms,
+                tell,
+            })
             .await
             .map_err(unavailable)?
             .ok_or_else(|| not_found(id))?;

@@ -13,7 +13,7 @@ use super::cron::RunBudget;
 use super::{unavailable, Call, Gateway, Reply};
 use gatehouse_core::error::ApiError;
 use gatehouse_core::ports::{
-    Archive, DeliveryQueue, OriginEvent, PortError, Ports, UsageStore, WebhookStore,
+    Archive, DeliveryQueue, OriginEvent, PortError, Ports, UsageDue, UsageStore, WebhookStore,
 };
 use gatehouse_core::time::parse_rfc3339_checked;
 use gatehouse_core::usage::{
@@ -73,7 +73,13 @@ pub async fn export_usage<S: UsageStore + WebhookStore, A: Archive, Q: DeliveryQ
     if !budget.take(started, 2, 0) {
         return Ok(report);
     }
-    let due = store.usage_due(period_ms, keep_from, started - grace_ms(period_ms), RUNS_PER_EXPORT).await?;
+    let due = UsageDue {
+        period_ms,
+        from_ms: keep_from,
+        ended_by_ms: started - grace_ms(period_ms),
+        limit: RUNS_PER_EXPORT,
+    };
+    let due = store.usage_due(due).await?;
     for (project, start) in due {
         // A period: its unsent run, its run taken, its object, its event, its run marked sent.
         if now_ms() - started > EXPORT_TIME_BOX_MS || !budget.take(now_ms(), PERIOD_QUERIES, 2) {

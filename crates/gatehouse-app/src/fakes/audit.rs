@@ -14,7 +14,7 @@ use gatehouse_core::page::{Cursor, PageRequest};
 use gatehouse_core::platform::fits_d1_value;
 use gatehouse_core::ports::{
     Archive, ArchiveObject, ArchivedSlice, AuditStore, ChainStart, DigestDue, DigestHealth, DigestRecord,
-    DigestStore, DigestWritten, PortError, Settled, StoredObject, UndigestedObject,
+    DigestStore, DigestWritten, DigestsOf, PortError, Settled, StoredObject, UndigestedObject,
 };
 use gatehouse_core::tiers::{ObjectSummary, SUMMARIES_PER_PAGE};
 use gatehouse_core::time::utc_date;
@@ -585,13 +585,8 @@ impl DigestStore for FakeStore {
             .await
     }
 
-    async fn digests(
-        &self,
-        project_id: &str,
-        from_ms: i64,
-        to_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<DigestRecord>, PortError> {
+    async fn digests(&self, of: DigestsOf<'_>) -> Result<Vec<DigestRecord>, PortError> {
+        let DigestsOf { project_id, from_ms, to_ms, limit } = of;
         self.faults
             .run("d1 digests", || {
                 let digests = self.audit.digests.borrow();

@@ -11,11 +11,11 @@ use crate::sim::{Fault, Faults};
 use gatehouse_core::api_key::{IdentityLimits, KeyRecord, KeyType};
 use gatehouse_core::audit::AuditRow;
 use gatehouse_core::idempotency::{Entry, KeptResponse};
-use gatehouse_core::identity::{Identity, IdentityChanges};
+use gatehouse_core::identity::Identity;
 use gatehouse_core::page::PageRequest;
 use gatehouse_core::ports::{
-    AuditSink, Directory, IdentityChange, IdentityInsert, KeyChanges, KeyUpdate, PlanChange, PortError,
-    Resources, ResponseStore, Revocation, RunStart,
+    AuditSink, Directory, IdentityChange, IdentityInsert, IdentityUpdate, KeyChanges, KeyUpdate, PlanChange,
+    PortError, Resources, ResponseStore, Revocation, RunStart,
 };
 use gatehouse_core::resources::{Contact, Message, ReleaseMarker, Scenario, ScenarioRun};
 use gatehouse_core::retention::STORE_PROPAGATION_MS;
@@ -376,14 +376,8 @@ impl Directory for FakeStore {
             .await
     }
 
-    async fn update_identity(
-        &self,
-        project_id: &str,
-        identity_id: &str,
-        changes: &IdentityChanges,
-        now_ms: i64,
-        tell: usize,
-    ) -> Result<Option<IdentityChange>, PortError> {
+    async fn update_identity(&self, update: IdentityUpdate<'_>) -> Result<Option<IdentityChange>, PortError> {
+        let IdentityUpdate { project_id, identity_id, changes, now_ms, tell } = update;
         self.faults
             .run("d1.update_identity", || {
                 let mut identities = self.directory.identities.borrow_mut();

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::FakeStore;
 use gatehouse_core::audit::AuditRow;
-use gatehouse_core::ports::{PortError, UsageSnapshot, UsageStore};
+use gatehouse_core::ports::{PortError, UsageDue, UsageSnapshot, UsageStore};
 use gatehouse_core::time::rfc3339;
 use gatehouse_core::usage::{period_start, GroupBy, UsageGroup, UsageQuery, UsageRecord, UsageRun};
 
@@ -62,13 +62,8 @@ impl UsageTables {
 }
 
 impl UsageStore for FakeStore {
-    async fn usage_due(
-        &self,
-        period_ms: i64,
-        from_ms: i64,
-        ended_by_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<(String, i64)>, PortError> {
+    async fn usage_due(&self, due: UsageDue) -> Result<Vec<(String, i64)>, PortError> {
+        let UsageDue { period_ms, from_ms, ended_by_ms, limit } = due;
         self.faults
             .run("d1 usage due", || {
                 let usage = self.audit.usage.borrow();

@@ -211,13 +211,7 @@ pub trait DigestStore {
     /// whose first row is older than `before_ms`, the oldest such row's time, and the alerts kept.
     async fn digest_health(&self, before_ms: i64) -> Result<DigestHealth, PortError>;
     /// The project's digests whose span overlaps `[from_ms, to_ms)`, oldest first, at most `limit`.
-    async fn digests(
-        &self,
-        project_id: &str,
-        from_ms: i64,
-        to_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<DigestRecord>, PortError>;
+    async fn digests(&self, of: DigestsOf<'_>) -> Result<Vec<DigestRecord>, PortError>;
 }
 
 /// Where a project's chain stands after a run (see [`DigestStore::settle_digests`]).
@@ -235,6 +229,26 @@ pub struct DigestHealth {
     pub oldest_undigested_ts: Option<i64>,
     /// (project, when, what disagrees with its chain head).
     pub alerts: Vec<(String, i64, String)>,
+}
+
+/// The periods [`UsageStore::usage_due`] looks for: up to `limit`, `period_ms` long, that ended by
+/// `ended_by_ms`, none that started before `from_ms`.
+#[derive(Debug, Clone, Copy)]
+pub struct UsageDue {
+    pub period_ms: i64,
+    pub from_ms: i64,
+    pub ended_by_ms: i64,
+    pub limit: usize,
+}
+
+/// The digests [`DigestStore::digests`] answers: the project's whose span overlaps
+/// `[from_ms, to_ms)`, at most `limit`.
+#[derive(Debug, Clone, Copy)]
+pub struct DigestsOf<'a> {
+    pub project_id: &'a str,
+    pub from_ms: i64,
+    pub to_ms: i64,
+    pub limit: usize,
 }
 
 /// A project's chain head and the objects bound to it (SPEC §23, `crate::audit_chain`), where a D1
@@ -256,13 +270,7 @@ pub trait UsageStore {
     /// Up to `limit` periods (project, start) to export, oldest first: those that ended by
     /// `ended_by_ms` (periods `period_ms` long) with counts not exported yet, and those with a run
     /// taken but not sent; none that started before `from_ms` (they are pruned).
-    async fn usage_due(
-        &self,
-        period_ms: i64,
-        from_ms: i64,
-        ended_by_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<(String, i64)>, PortError>;
+    async fn usage_due(&self, due: UsageDue) -> Result<Vec<(String, i64)>, PortError>;
     /// The period's run taken but not sent, if any.
     async fn unsent_usage_run(
         &self,

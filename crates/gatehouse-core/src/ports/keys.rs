@@ -185,6 +185,17 @@ pub enum KeyUpdate {
     NotFound,
 }
 
+/// A change of an identity (see [`Directory::update_identity`]): its `updated_at` becomes
+/// `now_ms`; up to `tell` of its keys are answered with it.
+#[derive(Debug, Clone, Copy)]
+pub struct IdentityUpdate<'a> {
+    pub project_id: &'a str,
+    pub identity_id: &'a str,
+    pub changes: &'a IdentityChanges,
+    pub now_ms: i64,
+    pub tell: usize,
+}
+
 /// Projects and keys in D1.
 pub trait Directory {
     /// The owner key's project (`owner_key.project_id`, named `name`, on the key's plan), and that
@@ -240,14 +251,7 @@ pub trait Directory {
     /// Changes an identity (its `updated_at` becomes `now_ms`); answers it as changed, with up to
     /// `tell` of its keys that are not revoked, newest first, as they are now (`None`: no such
     /// identity in the project).
-    async fn update_identity(
-        &self,
-        project_id: &str,
-        identity_id: &str,
-        changes: &IdentityChanges,
-        now_ms: i64,
-        tell: usize,
-    ) -> Result<Option<IdentityChange>, PortError>;
+    async fn update_identity(&self, update: IdentityUpdate<'_>) -> Result<Option<IdentityChange>, PortError>;
     /// In one transaction: every key of the identity belongs to none from now on, and the identity
     /// is deleted. Answers it with up to `tell` of those keys that are not revoked, newest first, as
     /// they are now, and how many keys it had (`None`: no such identity in the project).

@@ -5,8 +5,8 @@
 
 use super::{int, text, AuditLogs, D1Store};
 use gatehouse_core::ports::{
-    ChainStart, DigestDue, DigestHealth, DigestRecord, DigestStore, DigestWritten, PortError, Settled,
-    UndigestedObject,
+    ChainStart, DigestDue, DigestHealth, DigestRecord, DigestStore, DigestWritten, DigestsOf, PortError,
+    Settled, UndigestedObject,
 };
 
 impl D1Store {
@@ -293,13 +293,8 @@ impl DigestStore for D1Store {
         Ok(health)
     }
 
-    async fn digests(
-        &self,
-        project_id: &str,
-        from_ms: i64,
-        to_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<DigestRecord>, PortError> {
+    async fn digests(&self, of: DigestsOf<'_>) -> Result<Vec<DigestRecord>, PortError> {
+        let DigestsOf { project_id, from_ms, to_ms, limit } = of;
         let log = self.log_of(Some(project_id)).await?;
         log.rows(
             "SELECT period_start, period_end, key, sha256, objects FROM audit_digests

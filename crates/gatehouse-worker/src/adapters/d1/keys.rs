@@ -4,10 +4,11 @@ use wasm_bindgen::JsValue;
 
 use super::{int, opt_int, opt_text, text, D1Store};
 use gatehouse_core::api_key::{IdentityLimits, KeyRecord, KeyType};
-use gatehouse_core::identity::{Identity, IdentityChanges};
+use gatehouse_core::identity::Identity;
 use gatehouse_core::page::PageRequest;
 use gatehouse_core::ports::{
-    Directory, IdentityChange, IdentityInsert, KeyChanges, KeyUpdate, PlanChange, PortError, Revocation,
+    Directory, IdentityChange, IdentityInsert, IdentityUpdate, KeyChanges, KeyUpdate, PlanChange, PortError,
+    Revocation,
 };
 use gatehouse_core::rate_limit::LimitSpec;
 
@@ -443,14 +444,8 @@ impl Directory for D1Store {
         Ok(rows.into_iter().map(Identity::from).collect())
     }
 
-    async fn update_identity(
-        &self,
-        project_id: &str,
-        identity_id: &str,
-        changes: &IdentityChanges,
-        now_ms: i64,
-        tell: usize,
-    ) -> Result<Option<IdentityChange>, PortError> {
+    async fn update_identity(&self, update: IdentityUpdate<'_>) -> Result<Option<IdentityChange>, PortError> {
+        let IdentityUpdate { project_id, identity_id, changes, now_ms, tell } = update;
         let meta = changes.meta.as_ref().and_then(|m| m.as_ref()).and_then(|m| serde_json::to_string(m).ok());
         // One batch, one transaction: the keys are read as the change left them.
         let update = self.statement(

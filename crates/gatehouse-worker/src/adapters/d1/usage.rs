@@ -4,7 +4,7 @@
 use wasm_bindgen::JsValue;
 
 use super::{int, opt_text, text, AuditLogs, D1Store};
-use gatehouse_core::ports::{PortError, UsageSnapshot, UsageStore};
+use gatehouse_core::ports::{PortError, UsageDue, UsageSnapshot, UsageStore};
 use gatehouse_core::usage::{GroupBy, UsageGroup, UsageQuery, UsageRun, RECONCILE_OBJECTS_MAX};
 
 /// A run's row of `usage_runs`.
@@ -69,13 +69,8 @@ impl D1Store {
 }
 
 impl UsageStore for D1Store {
-    async fn usage_due(
-        &self,
-        period_ms: i64,
-        from_ms: i64,
-        ended_by_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<(String, i64)>, PortError> {
+    async fn usage_due(&self, due: UsageDue) -> Result<Vec<(String, i64)>, PortError> {
+        let UsageDue { period_ms, from_ms, ended_by_ms, limit } = due;
         #[derive(serde::Deserialize)]
         struct Due {
             project_id: String,
