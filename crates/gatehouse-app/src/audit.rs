@@ -12,7 +12,7 @@ use gatehouse_core::audit::{log_page, stats_days, stats_view, AuditRow, LogFilte
 use gatehouse_core::encoding::uuid_v7_ms;
 use gatehouse_core::error::ApiError;
 use gatehouse_core::page::{Cursor, PageRequest};
-use gatehouse_core::ports::{Archive, AuditStore, Directory, PortError, Ports};
+use gatehouse_core::ports::{Archive, AuditStore, Directory, PortError, Ports, StatsOf};
 use gatehouse_core::tiers::PageMerge;
 use gatehouse_core::time::rfc3339;
 
@@ -60,8 +60,16 @@ impl<P: Ports> Gateway<'_, P> {
             return Err(ApiError::not_found("API key").with_detail("id", key_id));
         }
         let since = first_day(call.now_ms, days);
-        let (counted, endpoints) =
-            self.store.stats(call.project_id(), Some(key_id), None, since).await.map_err(unavailable)?;
+        let (counted, endpoints) = self
+            .store
+            .stats(StatsOf {
+                project_id: call.project_id(),
+                key_id: Some(key_id),
+                endpoint: None,
+                since_ms: since,
+            })
+            .await
+            .map_err(unavailable)?;
         Ok(Reply::ok(stats_view(Some(key_id), days, call.now_ms, &counted, &endpoints)))
     }
 
@@ -83,8 +91,11 @@ impl<P: Ports> Gateway<'_, P> {
             ),
         };
         let since = first_day(call.now_ms, days);
-        let (counted, endpoints) =
-            self.store.stats(call.project_id(), None, endpoint, since).await.map_err(unavailable)?;
+        let (counted, endpoints) = self
+            .store
+            .stats(StatsOf { project_id: call.project_id(), key_id: None, endpoint, since_ms: since })
+            .await
+            .map_err(unavailable)?;
         let mut view = stats_view(None, days, call.now_ms, &counted, &endpoints);
         view["endpoint"] = endpoint.map(|(m, r)| format!("{m} {r}")).into();
         Ok(Reply::ok(view))

@@ -22,7 +22,7 @@ use gatehouse_core::archive::{hot_cutoff, HOUR_MS};
 use gatehouse_core::audit::{AuditMessage, AuditRow, LogFilter};
 use gatehouse_core::encoding::uuid_v7;
 use gatehouse_core::page::{Cursor, PageRequest};
-use gatehouse_core::ports::AuditStore;
+use gatehouse_core::ports::{AuditStore, StatsOf};
 use gatehouse_core::queue::RetryPolicy;
 use gatehouse_core::time::utc_date;
 
@@ -195,7 +195,13 @@ fn check(store: &FakeStore, archive: &FakeArchive, total: u64, ts_of: impl Fn(u6
     for project in PROJECTS {
         for k in 0..KEYS_PER_PROJECT {
             let key = format!("key_{project}_{k}");
-            let (days, _) = complete(store.stats(project, Some(&key), None, START)).unwrap();
+            let (days, _) = complete(store.stats(StatsOf {
+                project_id: project,
+                key_id: Some(&key),
+                endpoint: None,
+                since_ms: START,
+            }))
+            .unwrap();
             for d in days {
                 assert_eq!(
                     raw[&(key.clone(), d.day.clone())],

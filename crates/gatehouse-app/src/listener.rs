@@ -9,7 +9,7 @@ use super::webhooks::{
 use super::{unavailable, Call, Gateway, Reply};
 use gatehouse_core::error::ApiError;
 use gatehouse_core::json_body;
-use gatehouse_core::ports::{DeliveryQueue, Pause, Ports, Take, WebhookStore};
+use gatehouse_core::ports::{DeliveryQueue, Listen, Pause, Ports, Take, WebhookStore};
 use gatehouse_core::time;
 use gatehouse_core::webhook::{self, judge, Attempt, Delivery, ReceiverOutcome, Webhook};
 use gatehouse_wire::webhooks as wire;
@@ -52,7 +52,13 @@ impl<P: Ports> Gateway<'_, P> {
         }
         let until = call.now_ms + wait as i64 * 1000 + LISTENER_SLACK_MS;
         let resume_at = resume.then_some(call.now_ms);
-        if self.store.listen(call.project_id(), id, until, resume_at).await.map_err(unavailable)?.is_none() {
+        if self
+            .store
+            .listen(Listen { project_id: call.project_id(), id, until_ms: until, resume_at })
+            .await
+            .map_err(unavailable)?
+            .is_none()
+        {
             // No cli subscription of the project by that id: none at all, or one posted to a url.
             return Err(match self.store.webhook(call.project_id(), id).await.map_err(unavailable)? {
                 Some(_) => ApiError::unprocessable(

@@ -437,6 +437,7 @@ mod tests {
     use gatehouse_core::archive::{retention_cutoff, slice_key, DAY_MS, HOUR_MS};
     use gatehouse_core::audit::LogFilter;
     use gatehouse_core::page::PageRequest;
+    use gatehouse_core::ports::StatsOf;
 
     const NOW: i64 = 1_795_942_112_123; // 2026-11-29T08:48Z
     /// Seeds of the roll-up simulation that once failed, each run first, every time. These broke
@@ -444,6 +445,11 @@ mod tests {
     /// row in two objects), 384 (a delete without the count guard: a late row lost), 2 (the delete
     /// before the put).
     const REGRESSIONS: &[u64] = &[347, 384, 2];
+
+    /// The statistics of every key of `prj_1` and every endpoint since `day`.
+    fn all(day: i64) -> StatsOf<'static> {
+        StatsOf { project_id: "prj_1", key_id: None, endpoint: None, since_ms: day }
+    }
 
     fn row(project: Option<&str>, id: &str, ts: i64) -> AuditRow {
         let mut row = AuditRow::new(id.into(), ts, "GET".into(), "/public/v1/me".into());
@@ -787,7 +793,7 @@ mod tests {
         let report = roll(&store, &bucket, SMALL).unwrap();
         assert_eq!((report.rolled, report.copies), (1, 2));
         assert_eq!(scan(&store, &bucket, "prj_1", 2).unwrap(), ["r3", "r2", "r1b", "r1", "r0"]);
-        let (days, _) = complete(store.stats("prj_1", Some("key_1"), None, day)).unwrap();
+        let (days, _) = complete(store.stats(StatsOf { key_id: Some("key_1"), ..all(day) })).unwrap();
         assert_eq!(days.iter().map(|d| d.total).sum::<u64>(), 5, "each row counted once");
         let buckets: u64 = days.iter().map(|d| d.latency.counts().iter().sum::<u64>()).sum();
         assert_eq!(buckets, 5, "and in one response-time bucket once");
@@ -1024,14 +1030,16 @@ mod tests {
             })
             .collect();
         complete(store.insert_audit_rows(&rows)).unwrap();
-        let (days, endpoints) = complete(store.stats("prj_1", None, None, day)).unwrap();
+        let (days, endpoints) = complete(store.stats(all(day))).unwrap();
         assert_eq!(days[0].total, 20);
         assert_eq!((days[0].latency.percentile(50), days[0].latency.percentile(95)), (Some(10), Some(500)));
         assert_eq!(endpoints[0].latency.percentile(90), Some(10));
-        let (mine, _) = complete(store.stats("prj_1", Some("key_1"), None, day)).unwrap();
-        let (one, _) = complete(store.stats("prj_1", None, Some(("GET", "/public/v1/me")), day)).unwrap();
+        let (mine, _) = complete(store.stats(StatsOf { key_id: Some("key_1"), ..all(day) })).unwrap();
+        let (one, _) =
+            complete(store.stats(StatsOf { endpoint: Some(("GET", "/public/v1/me")), ..all(day) })).unwrap();
         assert_eq!(one[0].total, 20, "every row is GET /public/v1/me");
-        let (none, _) = complete(store.stats("prj_1", None, Some(("POST", "/public/v1/me")), day)).unwrap();
+        let (none, _) =
+            complete(store.stats(StatsOf { endpoint: Some(("POST", "/public/v1/me")), ..all(day) })).unwrap();
         assert!(none.is_empty(), "another endpoint has none");
         // key_1: nine fast, one slow (r18).
         assert_eq!(

@@ -539,6 +539,7 @@ mod tests {
     use crate::fakes::webhooks::{FakeDeliveryQueue, FakeReceiver, QueuedDelivery};
     use crate::fakes::FakeStore;
     use crate::sim::{check_seeds, complete, Faults};
+    use gatehouse_core::ports::Listen;
     use gatehouse_core::webhook::{INTERRUPTED_ATTEMPT, RESPONSE_EXCERPT_BYTES};
 
     /// The sweep's grace as deployed (`WEBHOOK_SWEEP_GRACE_SECONDS`).
@@ -1437,7 +1438,14 @@ mod tests {
         w.store.webhooks.borrow_mut().webhooks.get_mut("wh_0").expect("the subscription").url =
             webhook::CLI_URL.into();
         let until = T0 + 30_000;
-        assert!(complete(w.store.listen(PROJECT, "wh_0", until, None)).unwrap().is_some());
+        assert!(complete(w.store.listen(Listen {
+            project_id: PROJECT,
+            id: "wh_0",
+            until_ms: until,
+            resume_at: None
+        }))
+        .unwrap()
+        .is_some());
         assert_eq!(
             complete(dispatch(&w.store, &w.queue, &w.receiver, &w.config, "dlv_0", || T0, 0.0)),
             Ok(())
@@ -1464,7 +1472,14 @@ mod tests {
         assert_eq!(status_of(&w, "dlv_1"), ("pending".into(), 1, Some(webhook::NO_LISTENER.into())));
         assert!(w.receiver.posts.borrow().is_empty(), "a cli subscription is never posted to");
         // Another project's listener cannot claim the subscription.
-        assert!(complete(w.store.listen("prj_other", "wh_0", until, None)).unwrap().is_none());
+        assert!(complete(w.store.listen(Listen {
+            project_id: "prj_other",
+            id: "wh_0",
+            until_ms: until,
+            resume_at: None
+        }))
+        .unwrap()
+        .is_none());
 
         // SPEC §23: the listener that took dlv_0 as attempt 1 never reported (killed); its hold
         // runs out and the delivery is taken again, attempt 1 written down as interrupted.
@@ -1495,7 +1510,13 @@ mod tests {
         w.store.webhooks.borrow_mut().deliveries.get_mut("dlv_1").unwrap().delivery.status = "failed".into();
         w.store.webhooks.borrow_mut().deliveries.get_mut("dlv_1").unwrap().delivery.last_error =
             Some(INTERRUPTED_ATTEMPT.into());
-        complete(w.store.listen(PROJECT, "wh_0", later + 60_000, Some(later))).unwrap();
+        complete(w.store.listen(Listen {
+            project_id: PROJECT,
+            id: "wh_0",
+            until_ms: later + 60_000,
+            resume_at: Some(later),
+        }))
+        .unwrap();
         assert_eq!(status_of(&w, "dlv_1").0, "pending", "resumed");
         assert_eq!(status_of(&w, "dlv_0").0, "delivered", "a delivered one stays delivered");
     }

@@ -14,7 +14,7 @@ use gatehouse_core::page::{Cursor, PageRequest};
 use gatehouse_core::platform::fits_d1_value;
 use gatehouse_core::ports::{
     Archive, ArchiveObject, ArchivedSlice, AuditStore, ChainStart, DigestDue, DigestHealth, DigestRecord,
-    DigestStore, DigestWritten, DigestsOf, PortError, Settled, StoredObject, UndigestedObject,
+    DigestStore, DigestWritten, DigestsOf, PortError, Settled, StatsOf, StoredObject, UndigestedObject,
 };
 use gatehouse_core::tiers::{ObjectSummary, SUMMARIES_PER_PAGE};
 use gatehouse_core::time::utc_date;
@@ -179,13 +179,8 @@ impl AuditStore for FakeStore {
             .await
     }
 
-    async fn stats(
-        &self,
-        project_id: &str,
-        key_id: Option<&str>,
-        endpoint: Option<(&str, &str)>,
-        since_ms: i64,
-    ) -> Result<(Vec<DayCount>, Vec<EndpointCount>), PortError> {
+    async fn stats(&self, of: StatsOf<'_>) -> Result<(Vec<DayCount>, Vec<EndpointCount>), PortError> {
+        let StatsOf { project_id, key_id, endpoint, since_ms } = of;
         self.faults
             .run("d1 stats", || {
                 let since = utc_date(since_ms);

@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::FakeStore;
 use gatehouse_core::page::PageRequest;
 use gatehouse_core::ports::{
-    AttemptLease, OriginEvent, OriginEventRecord, PortError, Recovery, SecretRotation, Take, WebhookStore,
+    AttemptLease, Listen, OriginEvent, OriginEventRecord, PortError, Recovery, SecretRotation, Take,
+    WebhookStore,
 };
 use gatehouse_core::webhook::{Attempt, Delivery, StoredSecret, Webhook, INTERRUPTED_ATTEMPT};
 
@@ -330,13 +331,8 @@ impl WebhookStore for FakeStore {
         .await
     }
 
-    async fn listen(
-        &self,
-        project_id: &str,
-        id: &str,
-        until_ms: i64,
-        resume_at: Option<i64>,
-    ) -> Result<Option<Webhook>, PortError> {
+    async fn listen(&self, listen: Listen<'_>) -> Result<Option<Webhook>, PortError> {
+        let Listen { project_id, id, until_ms, resume_at } = listen;
         self.tables("webhooks.listen", |t| {
             let hook = t.webhooks.get(id).filter(|h| h.project_id == project_id && h.is_cli())?;
             let hook = hook.clone();

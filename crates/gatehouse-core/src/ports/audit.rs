@@ -40,13 +40,7 @@ pub trait AuditStore {
     /// Per UTC day since `since_ms`, and the top endpoints, of one key (`None`: of every key of
     /// the project) and one endpoint (`(method, route)`; `None`: every one): from the aggregates,
     /// response-time buckets included.
-    async fn stats(
-        &self,
-        project_id: &str,
-        key_id: Option<&str>,
-        endpoint: Option<(&str, &str)>,
-        since_ms: i64,
-    ) -> Result<(Vec<DayCount>, Vec<EndpointCount>), PortError>;
+    async fn stats(&self, of: StatsOf<'_>) -> Result<(Vec<DayCount>, Vec<EndpointCount>), PortError>;
     /// The last UTC day (`YYYY-MM-DD`) since `since_ms` on which each key of the project made a
     /// request: from the daily aggregates, one row per key.
     async fn keys_last_used(
@@ -229,6 +223,16 @@ pub struct DigestHealth {
     pub oldest_undigested_ts: Option<i64>,
     /// (project, when, what disagrees with its chain head).
     pub alerts: Vec<(String, i64, String)>,
+}
+
+/// What [`AuditStore::stats`] counts: one key's requests (`None`: every key's of the project) to
+/// one endpoint (`(method, route)`; `None`: every one), per UTC day since `since_ms`.
+#[derive(Debug, Clone, Copy)]
+pub struct StatsOf<'a> {
+    pub project_id: &'a str,
+    pub key_id: Option<&'a str>,
+    pub endpoint: Option<(&'a str, &'a str)>,
+    pub since_ms: i64,
 }
 
 /// The periods [`UsageStore::usage_due`] looks for: up to `limit`, `period_ms` long, that ended by

@@ -51,6 +51,16 @@ pub enum Take {
     Listening(i64),
 }
 
+/// A `gatehouse listen` session's hold on its `cli` subscription (see [`WebhookStore::listen`]):
+/// until `until_ms`, and from `resume_at` the recovery of what found no listener.
+#[derive(Debug, Clone, Copy)]
+pub struct Listen<'a> {
+    pub project_id: &'a str,
+    pub id: &'a str,
+    pub until_ms: i64,
+    pub resume_at: Option<i64>,
+}
+
 /// Subscriptions, deliveries and attempts in D1.
 pub trait WebhookStore {
     /// Create-or-find by id (like [`super::Resources`]): answers the subscription as stored, so a second
@@ -103,13 +113,7 @@ pub trait WebhookStore {
     /// due then, and every failed one whose last attempt found no listener
     /// ([`crate::webhook::NO_LISTENER`]) becomes pending and due then, its schedule starting over
     /// (as a recovery). Answers the subscription (`None`: none such, deleted, or not of kind `cli`).
-    async fn listen(
-        &self,
-        project_id: &str,
-        id: &str,
-        until_ms: i64,
-        resume_at: Option<i64>,
-    ) -> Result<Option<Webhook>, PortError>;
+    async fn listen(&self, listen: Listen<'_>) -> Result<Option<Webhook>, PortError>;
     /// Up to `limit` pending deliveries of the subscription due at `now_ms` and held by no
     /// attempt, oldest first.
     async fn due_for_listener(

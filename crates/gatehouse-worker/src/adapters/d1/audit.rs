@@ -14,7 +14,7 @@ use gatehouse_core::audit::{
     LatencyBuckets, LogFilter,
 };
 use gatehouse_core::page::{Cursor, PageRequest};
-use gatehouse_core::ports::{ArchivedSlice, AuditStore, PortError};
+use gatehouse_core::ports::{ArchivedSlice, AuditStore, PortError, StatsOf};
 use gatehouse_core::tiers::ObjectSummary;
 
 const AUDIT_COLUMNS: &str = "ts, request_id, project_id, key_id, key_prefix, method, path, route, status,
@@ -316,13 +316,8 @@ impl AuditStore for D1Store {
         Ok(covering)
     }
 
-    async fn stats(
-        &self,
-        project_id: &str,
-        key_id: Option<&str>,
-        endpoint: Option<(&str, &str)>,
-        since_ms: i64,
-    ) -> Result<(Vec<DayCount>, Vec<EndpointCount>), PortError> {
+    async fn stats(&self, of: StatsOf<'_>) -> Result<(Vec<DayCount>, Vec<EndpointCount>), PortError> {
+        let StatsOf { project_id, key_id, endpoint, since_ms } = of;
         const SINCE: &str =
             "project_id = ?1 AND (?2 IS NULL OR key_id = ?2) AND day >= date(?3 / 1000, 'unixepoch')
             AND (?4 IS NULL OR (method = ?4 AND route = ?5))";

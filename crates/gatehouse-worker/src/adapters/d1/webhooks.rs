@@ -9,7 +9,7 @@ use crate::adapters::deadline::within;
 use gatehouse_core::page::PageRequest;
 use gatehouse_core::platform::deadline;
 use gatehouse_core::ports::{
-    AttemptLease, Meter, OriginEvent, OriginEventRecord, PortError, Recovery, SecretRotation, Take,
+    AttemptLease, Listen, Meter, OriginEvent, OriginEventRecord, PortError, Recovery, SecretRotation, Take,
     WebhookStore,
 };
 use gatehouse_core::webhook::{Attempt, Delivery, StoredSecret, Webhook, CLI_URL, INTERRUPTED_ATTEMPT};
@@ -320,13 +320,8 @@ impl WebhookStore for D1Store {
         }
     }
 
-    async fn listen(
-        &self,
-        project_id: &str,
-        id: &str,
-        until_ms: i64,
-        resume_at: Option<i64>,
-    ) -> Result<Option<Webhook>, PortError> {
+    async fn listen(&self, listen: Listen<'_>) -> Result<Option<Webhook>, PortError> {
+        let Listen { project_id, id, until_ms, resume_at } = listen;
         let mut statements = vec![self.statement(
             &format!(
                 "UPDATE webhooks SET listener_until = ?3
