@@ -16,7 +16,7 @@ use gatehouse_core::error::{ApiError, ErrorCode};
 use gatehouse_core::lease::Leased;
 use gatehouse_core::ports::Pause;
 use gatehouse_core::ports::{
-    Admission, Authorization, ClaimHolder, ClaimRequest, KeyGuard, PortError, Ports,
+    Admission, Authorization, AuthorizeCall, ClaimHolder, ClaimRequest, KeyGuard, PortError, Ports,
 };
 use gatehouse_core::rate_limit::{Usage, Verdict};
 use gatehouse_core::route::{Access, Route};
@@ -290,7 +290,8 @@ impl<P: Ports> Gateway<'_, P> {
             .lease_above_per_second
             .filter(|_| !scope.is_dashboard_read() && !self.exempt(&key_hash, scope))
             .map(|_| self.leases.borrow_mut().ask(&key_hash, now_ms, scope.cost()));
-        let answer = self.guard.authorize(&key_hash, scope, claim, lease.as_ref()).await;
+        let ask = AuthorizeCall { key_hash: &key_hash, scope, claim, lease: lease.as_ref() };
+        let answer = self.guard.authorize(ask).await;
         if let Some(ask) = &lease {
             // Unanswered, what it gave back stays owed (a credit given back twice counts once).
             let mut book = self.leases.borrow_mut();
@@ -306,7 +307,8 @@ impl<P: Ports> Gateway<'_, P> {
             (Ok(Authorization::Denied(None)), Some(previous)) if current => {
                 self.memory.borrow_mut().remember_unknown_key(&key_hash, now_ms);
                 let previous_hash = api_key::hash(previous.as_bytes(), token);
-                let answer = self.guard.authorize(&previous_hash, scope, claim, None).await;
+                let ask = AuthorizeCall { key_hash: &previous_hash, scope, claim, lease: None };
+                let answer = self.guard.authorize(ask).await;
                 (previous_hash, answer)
             }
             _ => (key_hash, answer),

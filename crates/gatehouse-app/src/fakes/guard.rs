@@ -8,7 +8,7 @@ use std::rc::Rc;
 
 use super::gateway::Clock;
 use crate::sim::Faults;
-use gatehouse_core::api_key::{KeyRecord, Scope};
+use gatehouse_core::api_key::KeyRecord;
 use gatehouse_core::config::Config;
 use gatehouse_core::guard::protocol::{client_guard_name, project_authority, Completed};
 use gatehouse_core::idempotency::{decide_claim, Claim, ClaimDecision, Entry, KeptResponse, LEASE_MS};
@@ -16,7 +16,9 @@ use gatehouse_core::lease::{
     accept_give_back, admit, lease_to_isolate, quota_to_ask, refusal_lease, refused_by_level, take_back,
     with_project_quota, Decision, Drawn, GiveBack, Grant, Held, LeaseAsk, RequestRate, Returned,
 };
-use gatehouse_core::ports::{Admission, Authorization, ClaimHolder, ClaimRequest, KeyGuard, PortError};
+use gatehouse_core::ports::{
+    Admission, Authorization, AuthorizeCall, ClaimHolder, ClaimRequest, KeyGuard, PortError,
+};
 use gatehouse_core::rate_limit::{decide_request, Counters, LimitSpec, Limits, Usage, Verdict};
 use gatehouse_core::retention::{body_until, STORE_PROPAGATION_MS};
 
@@ -343,13 +345,8 @@ impl FakeGuard {
 }
 
 impl KeyGuard for FakeGuard {
-    async fn authorize(
-        &self,
-        key_hash: &str,
-        scope: Scope,
-        claim: Option<&ClaimRequest>,
-        lease: Option<&LeaseAsk>,
-    ) -> Result<Authorization, PortError> {
+    async fn authorize(&self, ask: AuthorizeCall<'_>) -> Result<Authorization, PortError> {
+        let AuthorizeCall { key_hash, scope, claim, lease } = ask;
         self.asked.borrow_mut().push(key_hash.to_owned());
         self.purge();
         self.refuse_if_full(key_hash)?;

@@ -57,6 +57,16 @@ pub enum Authorization {
 /// admin token.
 pub const OPERATOR_GUARD: &str = "operator";
 
+/// One request's ask of its key's guard (see [`KeyGuard::authorize`]): the key, what the route
+/// needs, the claim to take, and the lease the isolate would hold.
+#[derive(Debug, Clone, Copy)]
+pub struct AuthorizeCall<'a> {
+    pub key_hash: &'a str,
+    pub scope: Scope,
+    pub claim: Option<&'a ClaimRequest>,
+    pub lease: Option<&'a LeaseAsk>,
+}
+
 /// The per-key Durable Object (SPEC §1 `KEY_GUARD`): one round trip per authenticated request.
 /// It is the source of truth for the key's limits and claims, and for "completed".
 pub trait KeyGuard {
@@ -64,13 +74,7 @@ pub trait KeyGuard {
     /// claim only when the request is within its limits and the key's type may call the route —
     /// itself, or, when the claim lives in one of the key's claim objects, through that object
     /// (one round trip for the caller either way).
-    async fn authorize(
-        &self,
-        key_hash: &str,
-        scope: Scope,
-        claim: Option<&ClaimRequest>,
-        lease: Option<&LeaseAsk>,
-    ) -> Result<Authorization, PortError>;
+    async fn authorize(&self, ask: AuthorizeCall<'_>) -> Result<Authorization, PortError>;
     /// Gives back what this isolate did not use of the key's leases that ended (SPEC §20): the
     /// key's guard counts them as unused again. Safe to repeat.
     async fn give_back_leases(&self, key_hash: &str, give_back: &[GiveBack]) -> Result<(), PortError>;

@@ -5,7 +5,7 @@ use std::rc::Rc;
 use worker::ObjectNamespace;
 
 use super::durable;
-use gatehouse_core::api_key::{KeyRecord, RefusalReason, Scope};
+use gatehouse_core::api_key::{KeyRecord, RefusalReason};
 use gatehouse_core::audit_chain::{
     head_object_name, AdoptHead, AdvanceHead, Advanced, BindObjects, BoundObject, ConfirmObjects, HeadState,
     ReadHead,
@@ -18,7 +18,8 @@ use gatehouse_core::guard::protocol::{
 use gatehouse_core::idempotency::{ClaimDecision, KeptResponse};
 use gatehouse_core::lease::{GiveBack, Grant, LeaseAsk};
 use gatehouse_core::ports::{
-    Admission, AuditHeads, Authorization, ClaimHolder, ClaimRequest, KeyGuard, Meter, PortError,
+    Admission, AuditHeads, Authorization, AuthorizeCall, ClaimHolder, ClaimRequest, KeyGuard, Meter,
+    PortError,
 };
 use gatehouse_core::rate_limit::{LimitSpec, Usage, Verdict};
 
@@ -38,13 +39,8 @@ impl GuardClient {
 }
 
 impl KeyGuard for GuardClient {
-    async fn authorize(
-        &self,
-        key_hash: &str,
-        scope: Scope,
-        claim: Option<&ClaimRequest>,
-        lease: Option<&LeaseAsk>,
-    ) -> Result<Authorization, PortError> {
+    async fn authorize(&self, ask: AuthorizeCall<'_>) -> Result<Authorization, PortError> {
+        let AuthorizeCall { key_hash, scope, claim, lease } = ask;
         let command =
             Authorize { key_hash: key_hash.to_owned(), scope, claim: claim.cloned(), lease: lease.cloned() };
         // The guard's own D1 loads count against this request's budget too (SPEC §12).
