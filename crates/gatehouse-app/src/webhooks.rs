@@ -13,7 +13,7 @@ use gatehouse_core::error::ApiError;
 use gatehouse_core::json_body;
 use gatehouse_core::page::{Cursor, PageRequest};
 use gatehouse_core::ports::{
-    AttemptLease, DeliveryQueue, PortError, Ports, Recovery, SecretRotation, Take, WebhookClient,
+    AttemptLease, DeliveryQueue, PortError, Ports, Recovery, SecretRotation, Sweep, Take, WebhookClient,
     WebhookPost, WebhookStore,
 };
 use gatehouse_core::sealing::Keyring;
@@ -488,8 +488,14 @@ pub async fn sweep<S: WebhookStore, Q: DeliveryQueue>(
     grace_ms: i64,
     now_ms: i64,
 ) -> Result<usize, PortError> {
-    let ids =
-        store.overdue_deliveries(now_ms - grace_ms, now_ms, now_ms - SWEEP_REPEAT_MS, SWEEP_BATCH).await?;
+    let ids = store
+        .overdue_deliveries(Sweep {
+            due_before_ms: now_ms - grace_ms,
+            now_ms,
+            swept_before_ms: now_ms - SWEEP_REPEAT_MS,
+            limit: SWEEP_BATCH,
+        })
+        .await?;
     if !ids.is_empty() {
         queue.enqueue(&ids, 0).await?;
     }

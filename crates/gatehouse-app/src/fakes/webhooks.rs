@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::FakeStore;
 use gatehouse_core::page::PageRequest;
 use gatehouse_core::ports::{
-    AttemptLease, Listen, OriginEvent, OriginEventRecord, PortError, Recovery, SecretRotation, Take,
+    AttemptLease, Listen, OriginEvent, OriginEventRecord, PortError, Recovery, SecretRotation, Sweep, Take,
     WebhookStore,
 };
 use gatehouse_core::webhook::{Attempt, Delivery, StoredSecret, Webhook, INTERRUPTED_ATTEMPT};
@@ -511,13 +511,8 @@ impl WebhookStore for FakeStore {
         .await
     }
 
-    async fn overdue_deliveries(
-        &self,
-        due_before_ms: i64,
-        now_ms: i64,
-        swept_before_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<String>, PortError> {
+    async fn overdue_deliveries(&self, sweep: Sweep) -> Result<Vec<String>, PortError> {
+        let Sweep { due_before_ms, now_ms, swept_before_ms, limit } = sweep;
         self.tables("webhooks.overdue", |t| {
             let mut due: Vec<&mut DeliveryRow> = t
                 .deliveries

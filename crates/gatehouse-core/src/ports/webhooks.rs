@@ -61,6 +61,16 @@ pub struct Listen<'a> {
     pub resume_at: Option<i64>,
 }
 
+/// A sweep's ask (see [`WebhookStore::overdue_deliveries`]): up to `limit` pending deliveries due
+/// before `due_before_ms` and not swept since `swept_before_ms`, marked swept at `now_ms`.
+#[derive(Debug, Clone, Copy)]
+pub struct Sweep {
+    pub due_before_ms: i64,
+    pub now_ms: i64,
+    pub swept_before_ms: i64,
+    pub limit: usize,
+}
+
 /// Subscriptions, deliveries and attempts in D1.
 pub trait WebhookStore {
     /// Create-or-find by id (like [`super::Resources`]): answers the subscription as stored, so a second
@@ -161,13 +171,7 @@ pub trait WebhookStore {
     ) -> Result<(), PortError>;
     /// Pending deliveries due before `due_before_ms` that no attempt holds and that were not swept
     /// since `swept_before_ms` (the ones the queue lost), marked swept at `now_ms`.
-    async fn overdue_deliveries(
-        &self,
-        due_before_ms: i64,
-        now_ms: i64,
-        swept_before_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<String>, PortError>;
+    async fn overdue_deliveries(&self, sweep: Sweep) -> Result<Vec<String>, PortError>;
 }
 
 /// An event an origin sent for a project's subscribers (SPEC §15), as its deliveries are written.

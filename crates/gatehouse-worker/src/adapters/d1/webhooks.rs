@@ -9,8 +9,8 @@ use crate::adapters::deadline::within;
 use gatehouse_core::page::PageRequest;
 use gatehouse_core::platform::deadline;
 use gatehouse_core::ports::{
-    AttemptLease, Listen, Meter, OriginEvent, OriginEventRecord, PortError, Recovery, SecretRotation, Take,
-    WebhookStore,
+    AttemptLease, Listen, Meter, OriginEvent, OriginEventRecord, PortError, Recovery, SecretRotation, Sweep,
+    Take, WebhookStore,
 };
 use gatehouse_core::webhook::{Attempt, Delivery, StoredSecret, Webhook, CLI_URL, INTERRUPTED_ATTEMPT};
 
@@ -549,13 +549,8 @@ impl WebhookStore for D1Store {
         self.batch(vec![statement]).await.map(drop)
     }
 
-    async fn overdue_deliveries(
-        &self,
-        due_before_ms: i64,
-        now_ms: i64,
-        swept_before_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<String>, PortError> {
+    async fn overdue_deliveries(&self, sweep: Sweep) -> Result<Vec<String>, PortError> {
+        let Sweep { due_before_ms, now_ms, swept_before_ms, limit } = sweep;
         self.ids(
             "UPDATE webhook_deliveries SET swept_at = ?2
              WHERE id IN (
