@@ -10,7 +10,7 @@ use super::{ingest, ApiResponse, Gateway};
 use gatehouse_core::audit::AuditRow;
 use gatehouse_core::idempotency::{Entry, KeptResponse};
 use gatehouse_core::ports::{
-    ClaimHolder, ClaimRequest, DeliveryQueue, KeyGuard, PortError, Ports, ResponseStore,
+    ClaimHolder, ClaimRequest, Completion, DeliveryQueue, KeyGuard, PortError, Ports, ResponseStore,
 };
 
 /// Everything a request leaves to do once its response is on its way.
@@ -161,9 +161,15 @@ impl<P: Ports> Gateway<'_, P> {
     ) -> Result<(), PortError> {
         match settlement {
             Settlement::Complete { object, api_key_id, claim, response } => {
-                let completed =
-                    retrying(&pause, || self.guard.complete_claim(&object, &api_key_id, &claim, &response))
-                        .await?;
+                let completed = retrying(&pause, || {
+                    self.guard.complete_claim(Completion {
+                        key_hash: &object,
+                        api_key_id: &api_key_id,
+                        claim: &claim,
+                        response: &response,
+                    })
+                })
+                .await?;
                 if !completed.completed || completed.stored {
                     // Another request holds the claim (the lease ran out): its response counts. Or
                     // the claim's object wrote the store itself.

@@ -17,7 +17,7 @@ use gatehouse_core::lease::{
     with_project_quota, Decision, Drawn, GiveBack, Grant, Held, LeaseAsk, RequestRate, Returned,
 };
 use gatehouse_core::ports::{
-    Admission, Authorization, AuthorizeCall, ClaimHolder, ClaimRequest, KeyGuard, PortError,
+    Admission, Authorization, AuthorizeCall, ClaimHolder, ClaimRequest, Completion, KeyGuard, PortError,
 };
 use gatehouse_core::rate_limit::{decide_request, Counters, LimitSpec, Limits, Usage, Verdict};
 use gatehouse_core::retention::{body_until, STORE_PROPAGATION_MS};
@@ -428,13 +428,8 @@ impl KeyGuard for FakeGuard {
         self.faults.run("guard.take_claim", || self.claim(principal, claim)).await
     }
 
-    async fn complete_claim(
-        &self,
-        key_hash: &str,
-        api_key_id: &str,
-        claim: &ClaimRequest,
-        response: &KeptResponse,
-    ) -> Result<Completed, PortError> {
+    async fn complete_claim(&self, completion: Completion<'_>) -> Result<Completed, PortError> {
+        let Completion { key_hash, api_key_id, claim, response } = completion;
         let stored = serde_json::to_string(response).map_or(usize::MAX, |s| s.len());
         super::over_limit("durable object value", stored, gatehouse_core::platform::DO_MAX_VALUE_BYTES)?;
         self.purge();

@@ -57,6 +57,16 @@ pub enum Authorization {
 /// admin token.
 pub const OPERATOR_GUARD: &str = "operator";
 
+/// A claim's completion (see [`KeyGuard::complete_claim`]): the object that holds it (`key_hash`,
+/// or one of the key's claim objects), the key's id, the claim, and its response, sealed.
+#[derive(Debug, Clone, Copy)]
+pub struct Completion<'a> {
+    pub key_hash: &'a str,
+    pub api_key_id: &'a str,
+    pub claim: &'a ClaimRequest,
+    pub response: &'a KeptResponse,
+}
+
 /// One request's ask of its key's guard (see [`KeyGuard::authorize`]): the key, what the route
 /// needs, the claim to take, and the lease the isolate would hold.
 #[derive(Debug, Clone, Copy)]
@@ -97,10 +107,7 @@ pub trait KeyGuard {
     /// response must not be stored; `stored: false`: the caller writes the store itself.
     async fn complete_claim(
         &self,
-        key_hash: &str,
-        api_key_id: &str,
-        claim: &ClaimRequest,
-        response: &KeptResponse,
+        completion: Completion<'_>,
     ) -> Result<crate::guard::protocol::Completed, PortError>;
     /// Tells the authority of `level` (`project:…`, `identity:…`) its limits, first when they
     /// change (SPEC §23): it grants under them from then on. Safe to repeat; an older `version`

@@ -18,8 +18,8 @@ use gatehouse_core::guard::protocol::{
 use gatehouse_core::idempotency::{ClaimDecision, KeptResponse};
 use gatehouse_core::lease::{GiveBack, Grant, LeaseAsk};
 use gatehouse_core::ports::{
-    Admission, AuditHeads, Authorization, AuthorizeCall, ClaimHolder, ClaimRequest, KeyGuard, Meter,
-    PortError,
+    Admission, AuditHeads, Authorization, AuthorizeCall, ClaimHolder, ClaimRequest, Completion, KeyGuard,
+    Meter, PortError,
 };
 use gatehouse_core::rate_limit::{LimitSpec, Usage, Verdict};
 
@@ -77,13 +77,8 @@ impl KeyGuard for GuardClient {
         self.ask(principal, TakeClaim { claim: claim.clone() }).await
     }
 
-    async fn complete_claim(
-        &self,
-        key_hash: &str,
-        api_key_id: &str,
-        claim: &ClaimRequest,
-        response: &KeptResponse,
-    ) -> Result<Completed, PortError> {
+    async fn complete_claim(&self, completion: Completion<'_>) -> Result<Completed, PortError> {
+        let Completion { key_hash, api_key_id, claim, response } = completion;
         let command = CompleteClaim {
             claim: claim.clone(),
             response: response.clone(),
