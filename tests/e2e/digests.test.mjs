@@ -36,6 +36,10 @@ const iso = (ms) => new Date(ms).toISOString();
 
 test('digests chain the archived hours; logs verify finds them intact and names every change made without the key', { timeout: 300_000 }, async () => {
   const { projectId, owner } = await createProject('digests', { plan: 'business' });
+  // Its chain starts with it (SPEC §23: nothing D1 says later is taken for its start).
+  const started = await call('GET', '/public/v1/audit/head', { key: owner.key });
+  assert.equal(started.status, 200, started.text);
+  assert.deepEqual([started.body.started, started.body.sequence], [true, 0], started.text);
   const db = await auditDbOf(projectId);
   // The project began three hours ago: two hours are closed once the hot hour has passed.
   const h0 = Math.floor(Date.now() / HOUR) * HOUR - 3 * HOUR;

@@ -16,7 +16,7 @@ use futures_util::stream::{self, StreamExt};
 
 use super::cron::RunBudget;
 use gatehouse_core::audit_chain::{
-    digest_end, trusted_start, AdoptHead, AdvanceHead, Advanced, BoundObject, ChainHead, HeadState,
+    digest_end, start_at, trusted_start, AdoptHead, AdvanceHead, Advanced, BoundObject, ChainHead, HeadState,
 };
 use gatehouse_core::digest::{digest_key, period_start, sha256_hex, AuditSigner, VERSION};
 use gatehouse_core::platform::WORKER_MAX_OPEN_CONNECTIONS;
@@ -264,7 +264,10 @@ impl<S: DigestStore, A: Archive, H: AuditHeads> DigestJob<'_, S, A, H> {
         plan.oldest_pending_ts = state.oldest_pending_ts;
         let (read, last_read) = (state.objects.len(), state.objects.last().map(|o| o.first_ts));
         let mut pending: Vec<BoundObject> = state.objects;
-        let mut start = head.period_end;
+        // A chain's first digest begins at its oldest object bound, if that is older than its start.
+        let oldest =
+            pending.first().filter(|_| head.sequence == 0).map(|o| period_start(o.first_ts, self.period_ms));
+        let mut start = oldest.map_or(head.period_end, |p| p.min(head.period_end));
         while plan.digests.len() < DIGESTS_PER_PROJECT && now_ms() - started < TIME_BOX_MS {
             let firsts: Vec<i64> = pending.iter().map(|o| o.first_ts).collect();
             let Some(end) = digest_end(start, closed_end, self.period_ms, &firsts) else { break };
@@ -296,7 +299,8 @@ impl<S: DigestStore, A: Archive, H: AuditHeads> DigestJob<'_, S, A, H> {
         oldest_bound: Option<i64>,
         closed_end: i64,
     ) -> Result<HeadState, PortError> {
-        let since = self.chain_since_ms;
+        // Never later than what is closed now (an `AUDIT_CHAIN_SINCE` set ahead takes nothing more).
+        let since = self.chain_since_ms.min(closed_end);
         let first_period = oldest_bound
             .map(|ts| period_start(ts, self.period_ms))
             .into_iter()
@@ -316,15 +320,7 @@ impl<S: DigestStore, A: Archive, H: AuditHeads> DigestJob<'_, S, A, H> {
                     listed: Vec::new(),
                 }
             }
-            None => ChainHead {
-                sequence: 0,
-                period_start: first_period,
-                period_end: first_period,
-                key: String::new(),
-                sha256: String::new(),
-                file: String::new(),
-                listed: Vec::new(),
-            },
+            None => start_at(first_period),
         };
         let mut objects = Vec::new();
         for o in start.objects.into_iter().filter(|o| trusted_start(o.first_ts, since)) {
@@ -799,15 +795,22 @@ mod tests {
     }
 
     /// Storage makes the roll-up write an archived object again (its D1 row deleted and a row
-    /// planted at its first position; then its R2 object deleted too): found by the second review
-    /// (H2; before, the object was rewritten with the planted row alone and signed, and the
-    /// verifier found the chain intact). The rewrite keeps every row the object held; without the
-    /// object to read back, the chain head refuses the write, reported, and the digest lists the
-    /// bytes bound.
+    /// planted at its first position; then its R2 object deleted too; then one a digest listed,
+    /// replaced): found by the second review (H2; before, the object was rewritten with the
+    /// planted row alone and signed, and the verifier found the chain intact) and the third (a
+    /// refusal stopped the database's roll-up after one batch, unreported; a listed object, which
+    /// the head forgets, was written again with the bytes storage put there). The rewrite keeps
+    /// every row the object held; without the object bound to read back, the head refuses the
+    /// write, nothing is written, the slice stays in D1 passed over, other tenants roll on, and
+    /// the refusal is reported.
     #[test]
     fn storage_cannot_make_the_roll_up_rewrite_an_object_without_its_rows() {
         let (store, bucket, key, written) = one_object_rolled_up();
-        // The attack: its D1 row gone, a row at its first position planted.
+        let roll_reporting = |cutoff: i64| {
+            let budget = RunBudget::unbounded();
+            complete(roll_up(&store, &bucket, &*bucket.heads, cutoff, LIMITS, &budget, || cutoff)).unwrap()
+        };
+        // Its D1 row gone, a row at its first position planted: written again with its rows.
         store.audit.objects.borrow_mut().remove(&key);
         let mut planted = row("prj_a", "r1", T0 + 10);
         planted.status = 500;
@@ -816,35 +819,73 @@ mod tests {
         assert_eq!(bucket.objects.borrow()[&key], written, "rewritten without the rows it held");
         assert_eq!(digest(&store, &bucket, T0 + HOUR).digests, 1);
         assert_eq!(check_chain(&store, &bucket, "prj_a", true), Ok(Some((T0, T0 + HOUR))));
-        // The same in the next hour, with the R2 object deleted too: the write is refused.
+        // Listed by that digest (the head forgot it), replaced in R2 with invented rows, its D1
+        // row gone and a row planted again: refused, and no second digest lists it.
+        let invented = serde_json::to_vec(&row("prj_a", "r1", T0 + 10)).unwrap();
+        bucket.objects.borrow_mut().insert(key.clone(), invented.clone());
+        store.audit.objects.borrow_mut().remove(&key);
+        complete(store.insert_audit_rows(&[planted.clone()])).unwrap();
+        assert_eq!(roll_reporting(T0 + HOUR).refused, vec![key.clone()]);
+        assert_eq!(bucket.objects.borrow()[&key], invented, "written again");
+        // The project's roll-up stops at that slice (log order) until the planted row goes.
+        store.audit.rows.borrow_mut().remove("r1");
+        // The next hour, with the R2 object deleted too: refused; another tenant rolls on.
         let rows = [row("prj_a", "r4", T0 + HOUR + 10), row("prj_a", "r5", T0 + HOUR + 20)];
         complete(store.insert_audit_rows(&rows)).unwrap();
         roll(&store, &bucket, T0 + 2 * HOUR);
-        let key = bucket.objects.borrow().keys().find(|k| k.contains("-r4")).unwrap().clone();
-        store.audit.objects.borrow_mut().remove(&key);
-        bucket.objects.borrow_mut().remove(&key);
-        let mut planted = row("prj_a", "r4", T0 + HOUR + 10);
-        planted.status = 500;
-        complete(store.insert_audit_rows(&[planted])).unwrap();
-        let refused = complete(roll_up(
-            &store,
-            &bucket,
-            &*bucket.heads,
-            T0 + 2 * HOUR,
-            LIMITS,
-            &RunBudget::unbounded(),
-            || T0 + 2 * HOUR,
-        ));
-        assert!(refused.unwrap_err().0.contains("refused"));
-        assert!(!bucket.objects.borrow().contains_key(&key), "written though refused");
-        store.audit.rows.borrow_mut().clear(); // the planted row: the digest does not wait for it
+        let k4 = bucket.objects.borrow().keys().find(|k| k.contains("-r4")).unwrap().clone();
+        store.audit.objects.borrow_mut().remove(&k4);
+        bucket.objects.borrow_mut().remove(&k4);
+        let mut planted4 = row("prj_a", "r4", T0 + HOUR + 10);
+        planted4.status = 500;
+        complete(store.insert_audit_rows(&[planted4, row("prj_c", "c1", T0 + HOUR + 30)])).unwrap();
+        let report = roll_reporting(T0 + 2 * HOUR);
+        assert_eq!(report.refused, vec![k4.clone()], "{report:?}");
+        assert!(report.failed.is_empty(), "{report:?}");
+        assert!(!bucket.objects.borrow().contains_key(&k4), "written though refused");
+        assert!(!store.audit.rows.borrow().contains_key("c1"), "another tenant's row stayed in D1");
+        // Its planted rows keep the project waiting (no digest of a changed history); they gone,
+        // the digest reports the refusal and lists the bytes bound, which R2 lacks.
+        store.audit.rows.borrow_mut().retain(|_, r| r.project_id.as_deref() != Some("prj_a"));
         let report = digest(&store, &bucket, T0 + 2 * HOUR);
-        assert!(
-            report.alerts[0].1.contains("written again over bytes that were not the ones bound"),
-            "{report:?}"
-        );
-        let verified = check_chain(&store, &bucket, "prj_a", true).unwrap_err();
-        assert!(verified.contains(&format!("object {key} missing")), "{verified}");
+        assert!(report.alerts.iter().any(|(_, a)| a.contains("not the ones bound")), "{report:?}");
+        let listing: Vec<String> = store.audit.digests.borrow().values().map(|d| d.key.clone()).collect();
+        let files = bucket.objects.borrow();
+        let listed_twice = listing.iter().filter(|d| {
+            let file: AuditDigest = serde_json::from_slice(&files[*d]).unwrap();
+            file.objects.iter().any(|o| o.key == key)
+        });
+        assert_eq!(listed_twice.count(), 1, "a listed object signed again");
+    }
+
+    /// A project's chain starts at its creation (the route starts its head): an object D1 dates
+    /// before `AUDIT_CHAIN_SINCE`, planted in R2 with its D1 row before the project's first digest,
+    /// is not signed (found by the third review: the chain was adopted from D1 at its first
+    /// digest, trusting D1's dates), nor is one dated after.
+    #[test]
+    fn a_chain_started_at_its_projects_creation_takes_nothing_from_d1() {
+        let (store, bucket) = fakes();
+        project(&store, "prj_b", T0 + 2 * HOUR);
+        let start = AdoptHead { head: start_at(T0 + 2 * HOUR), objects: Vec::new() };
+        complete(bucket.heads.adopt_head("prj_b", &start)).unwrap();
+        complete(store.insert_audit_rows(&[row("prj_b", "b1", T0 + 2 * HOUR + 10)])).unwrap();
+        roll(&store, &bucket, T0 + 3 * HOUR);
+        let mut planted = store.audit.objects.borrow().values().next().cloned().unwrap();
+        let bytes = serde_json::to_vec(&row("prj_b", "x1", T0 + 2 * HOUR + 5)).unwrap();
+        planted.key = "audit/prj_b/2026-11-29/1795910400000-x.ndjson.gz".into();
+        planted.first_ts = T0;
+        planted.sha256 = Some(sha256_hex(&bytes));
+        bucket.objects.borrow_mut().insert(planted.key.clone(), bytes);
+        store.audit.objects.borrow_mut().insert(planted.key.clone(), planted.clone());
+        let signer = signer();
+        let since = T0 + HOUR / 2;
+        let job = DigestJob { chain_since_ms: since, ..job(&store, &bucket, &signer, T0 + 3 * HOUR) };
+        assert_eq!(complete(job.run(&RunBudget::unbounded(), || T0 + 3 * HOUR)).unwrap().digests, 1);
+        let digest: AuditDigest =
+            serde_json::from_slice(&bucket.objects.borrow()[&digest_key("prj_b", T0 + 2 * HOUR)]).unwrap();
+        let listed: Vec<&str> = digest.objects.iter().map(|o| o.key.as_str()).collect();
+        assert_eq!(listed.len(), 1);
+        assert!(!listed.contains(&planted.key.as_str()), "the planted object was signed");
     }
 
     /// SPEC §23: 150 projects six hours old are digested within 4 runs; over 100,000 projects, of

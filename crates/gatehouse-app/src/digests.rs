@@ -7,7 +7,7 @@ use serde_json::json;
 use super::digest_job::digest_lag_ms;
 use super::{unavailable, Call, Gateway, Reply};
 use gatehouse_core::archive::project_prefix;
-use gatehouse_core::audit_chain::ChainHead;
+use gatehouse_core::audit_chain::start_at;
 use gatehouse_core::digest::{period_start, AuditSigner};
 use gatehouse_core::error::ApiError;
 use gatehouse_core::ports::{Archive, AuditHeads, DigestStore, DigestsOf, Ports};
@@ -35,15 +35,7 @@ impl<P: Ports> Gateway<'_, P> {
         let signer = self.signer()?;
         let state = self.guard.read_head(call.project_id(), 0).await.map_err(unavailable)?;
         let started = state.head.is_some();
-        let head = state.head.unwrap_or(ChainHead {
-            sequence: 0,
-            period_start: 0,
-            period_end: 0,
-            key: String::new(),
-            sha256: String::new(),
-            file: String::new(),
-            listed: Vec::new(),
-        });
+        let head = state.head.unwrap_or_else(|| start_at(0));
         let signed = signer.sign_head(SignedHead {
             project_id: call.project_id().to_owned(),
             as_of: rfc3339(call.now_ms),

@@ -8,13 +8,15 @@ use serde_json::json;
 use super::{keys::check_plan, keys::NewKey, unavailable, Call, Gateway, Reply};
 use gatehouse_core::api_key::KeyRecord;
 use gatehouse_core::api_key::KeyType;
+use gatehouse_core::audit_chain::{start_at, AdoptHead};
 use gatehouse_core::config::DEFAULT_PLAN;
+use gatehouse_core::digest::period_start;
 use gatehouse_core::error::ApiError;
 use gatehouse_core::guard::protocol::project_authority;
 use gatehouse_core::json_body;
 use gatehouse_core::page::{Cursor, PageRequest};
 use gatehouse_core::platform::WORKER_MAX_OPEN_CONNECTIONS;
-use gatehouse_core::ports::{Directory, KeyGuard, PortError, Ports};
+use gatehouse_core::ports::{AuditHeads, Directory, KeyGuard, PortError, Ports};
 
 /// The most keys one plan change tells first: with the pages of keys, the undo on a failure and
 /// the D1 write, inside one invocation's 1,000 subrequests.
@@ -57,6 +59,11 @@ impl<P: Ports> Gateway<'_, P> {
             call.now_ms,
         )
         .of_operation(self.config, &call.ids);
+        // Its audit chain starts now, in its own object (SPEC §23): nothing D1 says later is taken
+        // for its start. Idempotent: an execution again finds the head started.
+        let period_ms = i64::from(self.config.audit_digest_seconds) * 1000;
+        let start = AdoptHead { head: start_at(period_start(call.now_ms, period_ms)), objects: Vec::new() };
+        self.guard.adopt_head(&project_id, &start).await.map_err(unavailable)?;
         let stored = self.store.create_project(name, &owner.record).await.map_err(unavailable)?;
         let shown = owner.shown(&stored, call.now_ms)?;
         Ok(Reply::created(json!({

@@ -54,9 +54,9 @@ const SLICES_PER_BATCH: usize = 500;
 /// A batch's D1 queries: its rows, the objects covering its slices, the clearing.
 const BATCH_QUERIES: u32 = 3;
 /// A slice's other subrequests: its day's listing (once a run per project and day), its object's
-/// put, its announcement to the project's chain head and its binding there, and the read of an
-/// object that covers its first row or that it writes again (rare).
-const SLICE_CALLS: u32 = 5;
+/// put, its announcement to the project's chain head and its binding there, and the reads of an
+/// object that covers its first row and of one it writes again (both rare).
+const SLICE_CALLS: u32 = 6;
 /// The most archive objects whose spans may overlap at one row (each is read to find copies).
 const COVERING_MAX: usize = 16;
 
@@ -74,6 +74,10 @@ pub struct RollUpReport {
     pub rewritten: usize,
     /// No row older than the cutoff is left in D1.
     pub done: bool,
+    /// Objects whose write the project's chain head refused (SPEC §23: storage changed or removed
+    /// an object it bound, or made the roll-up write a listed one again): their slices stay in D1,
+    /// passed over by the rest of the run; an alert each.
+    pub refused: Vec<String>,
     /// Databases whose run failed this time (tried again the next), and why.
     pub failed: Vec<String>,
 }
@@ -102,6 +106,7 @@ pub async fn roll_up_each<S: AuditStore, A: Archive, H: AuditHeads>(
                 sum.objects += r.objects;
                 sum.rewritten += r.rewritten;
                 sum.done &= r.done;
+                sum.refused.extend(r.refused);
             }
             Err(e) => {
                 sum.done = false;
@@ -127,6 +132,8 @@ struct Written {
     summary: Option<ObjectSummary>,
     copies: Vec<AuditRow>,
     tail: Vec<String>,
+    /// The chain head refused its object (nothing written; `summary` names it): not cleared.
+    refused: bool,
 }
 
 /// Moves every row older than `cutoff` from D1 (the hot tier) to R2 objects (the cold tier), batch
@@ -150,6 +157,8 @@ pub async fn roll_up<S: AuditStore, A: Archive, H: AuditHeads>(
     // The first rows of the objects each visited (project, day) already has.
     let mut starts: HashMap<(Option<String>, String), Vec<Cursor>> = HashMap::new();
     let mut slices_left = limits.slices_per_run;
+    // Slices whose object the chain head refused: passed over for the rest of the run.
+    let mut passed_over: HashSet<(Option<String>, String)> = HashSet::new();
     while slices_left > 0 && now_ms() - started < limits.time_box_ms {
         if !budget.take(now_ms(), BATCH_QUERIES, 0) {
             break;
@@ -160,6 +169,10 @@ pub async fn roll_up<S: AuditStore, A: Archive, H: AuditHeads>(
             return Ok(report);
         }
         let mut slices = by_project(rows);
+        slices.retain(|s| !passed_over.contains(&(s.project.clone(), s.rows[0].request_id.clone())));
+        if slices.is_empty() {
+            break;
+        }
         slices.truncate(slices_left.min(SLICES_PER_BATCH));
         match budget.grant(now_ms(), 0, 0, slices.len(), SLICE_CALLS) {
             0 => break,
@@ -213,6 +226,10 @@ pub async fn roll_up<S: AuditStore, A: Archive, H: AuditHeads>(
         let mut done = Vec::with_capacity(written.len());
         for w in written {
             match w {
+                Ok(w) if w.refused => {
+                    passed_over.insert((w.project.clone(), w.first.id.clone()));
+                    report.refused.extend(w.summary.map(|s| s.key));
+                }
                 Ok(w) => done.push(w),
                 Err(e) => failure = failure.or(Some(e)),
             }
@@ -302,6 +319,7 @@ async fn write<A: Archive, H: AuditHeads>(
     }
     let count = slice.rows.len();
     let mut tail = Vec::new();
+    let mut refused = false;
     let (copies, fresh): (Vec<AuditRow>, Vec<AuditRow>) =
         slice.rows.into_iter().partition(|r| held.contains(&r.request_id));
     let summary = match fresh.first() {
@@ -337,42 +355,37 @@ async fn write<A: Archive, H: AuditHeads>(
             // Announced to the chain head before the put, bound after it (SPEC §23): an object
             // the head refuses is not written, and its slice stays in D1.
             if let Some(project) = &slice.project {
-                let refused = heads
-                    .bind_objects(project, &BindObjects { objects: vec![bound.clone()], replaces })
-                    .await?;
-                if !refused.is_empty() {
-                    return Err(PortError(format!(
-                        "object {key}: its chain head refused the write (storage changed the object bound)"
-                    )));
-                }
+                let bind = BindObjects { objects: vec![bound.clone()], replaces, announce: true };
+                refused = !heads.bind_objects(project, &bind).await?.is_empty();
             }
-            archive.put(&key, &sealed).await?;
-            if let Some(project) = &slice.project {
-                heads.confirm_objects(project, &[bound]).await?;
+            if !refused {
+                archive.put(&key, &sealed).await?;
+                if let Some(project) = &slice.project {
+                    heads.confirm_objects(project, &[bound]).await?;
+                }
             }
             Some(summary)
         }
         None => None,
     };
-    Ok(Written { project: slice.project, first, last, count, summary, copies, tail })
+    Ok(Written { project: slice.project, first, last, count, summary, copies, tail, refused })
 }
 
 /// `fresh` with the rows the object stored under `key` holds (theirs kept where both have a
 /// request id), in log order, and the SHA-256 of the bytes read (`None`: nothing is stored).
-/// Bytes that are not an object's are read as no rows.
+/// Bytes this version cannot read as rows stop the slice (an error, tried again each run): read
+/// as no rows, bytes the head bound would be written again without theirs.
 async fn with_stored<A: Archive>(
     archive: &A,
     key: &str,
     fresh: Vec<AuditRow>,
 ) -> Result<(Vec<AuditRow>, Option<String>), PortError> {
     let Some(stored) = archive.read_stored(key).await? else { return Ok((fresh, None)) };
-    let held: Vec<AuditRow> = stored
-        .ndjson
-        .and_then(|ndjson| {
-            let lines = ndjson.split(|b| *b == b'\n').filter(|line| !line.is_empty());
-            lines.map(serde_json::from_slice).collect::<Result<Vec<AuditRow>, _>>().ok()
-        })
-        .unwrap_or_default();
+    let unreadable = || PortError(format!("audit object {key} in R2 cannot be read back as rows"));
+    let ndjson = stored.ndjson.ok_or_else(unreadable)?;
+    let lines = ndjson.split(|b| *b == b'\n').filter(|line| !line.is_empty());
+    let held: Vec<AuditRow> =
+        lines.map(serde_json::from_slice).collect::<Result<_, _>>().map_err(|_| unreadable())?;
     let ids: HashSet<&str> = held.iter().map(|r| r.request_id.as_str()).collect();
     let mut rows: Vec<AuditRow> =
         fresh.into_iter().filter(|r| !ids.contains(r.request_id.as_str())).collect();
@@ -690,7 +703,15 @@ mod tests {
         let report = roll(&store, &bucket, SMALL).unwrap();
         assert_eq!(
             report,
-            RollUpReport { rolled: 5, copies: 0, objects: 4, rewritten: 0, done: true, failed: vec![] }
+            RollUpReport {
+                rolled: 5,
+                copies: 0,
+                objects: 4,
+                rewritten: 0,
+                done: true,
+                failed: vec![],
+                refused: vec![]
+            }
         );
         let objects = indexed(&store, &bucket);
         assert_eq!(
@@ -717,7 +738,15 @@ mod tests {
         let first = roll(&store, &bucket, limits).unwrap();
         assert_eq!(
             first,
-            RollUpReport { rolled: 10, copies: 0, objects: 2, rewritten: 0, done: false, failed: vec![] }
+            RollUpReport {
+                rolled: 10,
+                copies: 0,
+                objects: 2,
+                rewritten: 0,
+                done: false,
+                failed: vec![],
+                refused: vec![]
+            }
         );
         while !roll(&store, &bucket, limits).unwrap().done {}
         let objects = indexed(&store, &bucket);

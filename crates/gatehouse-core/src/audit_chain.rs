@@ -56,6 +56,10 @@ pub struct BindObjects {
     /// keeping every row they held.
     #[serde(default)]
     pub replaces: Option<String>,
+    /// The put is still to come (a confirmation follows). An older worker sends none and binds
+    /// after its put, as before: bound at once.
+    #[serde(default)]
+    pub announce: bool,
 }
 
 /// The puts of objects [`BindObjects`] announced are done: each is bound with those bytes.
@@ -72,30 +76,60 @@ pub struct Bound {
 }
 
 /// Whether `object` may be written where `bound` is (the bytes a confirmed put stored), `writing`
-/// being a put announced and not confirmed: a key never stored, or written again with the same
+/// being the puts announced since, none confirmed (any of them may have landed): a key never stored, or written again with the same
 /// bytes, or by a roll-up that read back (`replaces`) the bytes bound — or those of the put
 /// announced, which may have landed before its confirmation was lost — and kept their rows.
 /// Storage alone cannot make the roll-up rewrite an object without its rows (SPEC §23): deleting
 /// its D1 row (and its R2 object) and planting a row at its first position makes the roll-up
 /// write the key again, and what it reads back is the roll-up's own bytes only if R2 still holds
 /// them.
+///
+/// A key R2 holds that the head neither binds nor was told of (`replaces` without either) is an
+/// object a digest listed already (the head forgets what it listed): written again only by storage
+/// (its D1 row deleted and a row planted), never by the roll-up, so it is refused too.
 pub fn may_bind(
     bound: Option<&BoundObject>,
-    writing: Option<&BoundObject>,
+    writing: &[BoundObject],
     object: &BoundObject,
     replaces: Option<&str>,
 ) -> bool {
     let read_back = |o: Option<&BoundObject>| o.is_some_and(|o| replaces == Some(o.sha256.as_str()));
-    bound.is_none_or(|b| b.sha256 == object.sha256 || read_back(Some(b)) || read_back(writing))
+    match (bound, replaces) {
+        (Some(b), _) if b.sha256 == object.sha256 => true,
+        (_, None) => bound.is_none(),
+        (_, Some(_)) => read_back(bound) || writing.iter().any(|w| read_back(Some(w))),
+    }
 }
 
-/// The alert a refused binding keeps until a digest lists the object (with the bytes bound).
-pub fn refused_binding(bound: &BoundObject, object: &BoundObject) -> String {
-    format!(
-        "object {} was written again over bytes that were not the ones bound (SHA-256 {} bound, {} written): \
-         storage changed it; digests list the bytes bound",
-        object.key, bound.sha256, object.sha256
-    )
+/// A chain that starts at `period` (sequence 0, no digest yet): a new project's, from its creation.
+pub fn start_at(period: i64) -> ChainHead {
+    ChainHead {
+        sequence: 0,
+        period_start: period,
+        period_end: period,
+        key: String::new(),
+        sha256: String::new(),
+        file: String::new(),
+        listed: Vec::new(),
+    }
+}
+
+/// The alert a refused write keeps until a digest lists the object (with the bytes bound), or
+/// the roll-up reports (a listed object written again).
+pub fn refused_binding(bound: Option<&BoundObject>, object: &BoundObject, replaces: Option<&str>) -> String {
+    let read = replaces.unwrap_or("nothing: R2 lost it");
+    match bound {
+        Some(b) => format!(
+            "object {} was written again over bytes that were not the ones bound (SHA-256 {} bound, {read} read back): \
+             storage changed it; digests list the bytes bound",
+            object.key, b.sha256
+        ),
+        None => format!(
+            "object {} was written again over bytes the chain head never bound (SHA-256 {read} read back): \
+             a digest listed it already and storage made the roll-up write it again; refused",
+            object.key
+        ),
+    }
 }
 
 /// The head, and the first `objects` of the objects no digest lists yet (oldest first).
@@ -150,14 +184,17 @@ pub enum Advanced {
 
 /// Whether `advance` moves the head `current`: only from the head it was made after (its
 /// sequence), each digest the next sequence, starting where the one before ends (no span signed
-/// twice, none left out).
+/// twice, none left out). The first digest of a chain may start before the chain's start (at its
+/// oldest object the roll-up bound: rows dated before the project's creation), as nothing was
+/// signed before it.
 pub fn may_advance(current: Option<&ChainHead>, advance: &AdvanceHead) -> bool {
     let Some(mut at) = current.filter(|h| h.sequence == advance.after) else { return false };
     for next in &advance.digests {
-        if next.sequence != at.sequence + 1
-            || next.period_start != at.period_end
-            || next.period_end <= next.period_start
-        {
+        let starts = match at.sequence {
+            0 => next.period_start <= at.period_end,
+            _ => next.period_start == at.period_end,
+        };
+        if next.sequence != at.sequence + 1 || !starts || next.period_end <= next.period_start {
             return false;
         }
         at = next;
@@ -232,6 +269,12 @@ mod tests {
         assert!(!may_advance(Some(&now), &inner), "a gap between two");
         assert!(!may_advance(Some(&now), &advance(vec![head(4, 3 * H, 3 * H)])), "an empty span");
         assert!(!may_advance(Some(&now), &advance(vec![])), "nothing");
+        // A chain's first digest may begin before its start (its oldest object bound).
+        let started = head(0, 5 * H, 5 * H);
+        let first = |start| AdvanceHead { after: 0, digests: vec![head(1, start, 6 * H)] };
+        assert!(may_advance(Some(&started), &first(2 * H)));
+        assert!(may_advance(Some(&started), &first(5 * H)));
+        assert!(!may_advance(Some(&started), &first(5 * H + 1)), "a gap");
     }
 
     #[test]
@@ -264,16 +307,18 @@ mod tests {
             first_ts: 0,
         };
         let a = Some(object("a"));
-        assert!(may_bind(None, None, &object("b"), None), "new");
-        assert!(may_bind(None, Some(&object("c")), &object("b"), None), "a first put that did not land");
-        assert!(may_bind(a.as_ref(), None, &object("a"), None), "the same bytes again");
-        assert!(may_bind(a.as_ref(), None, &object("b"), Some("a")), "read back and kept");
-        assert!(
-            may_bind(a.as_ref(), Some(&object("c")), &object("b"), Some("c")),
-            "a put that landed unconfirmed"
-        );
-        assert!(!may_bind(a.as_ref(), None, &object("b"), None), "R2 lost it: written over without its rows");
-        assert!(!may_bind(a.as_ref(), Some(&object("c")), &object("b"), Some("d")), "read back other bytes");
-        assert!(refused_binding(&object("a"), &object("b")).contains("SHA-256 a bound, b written"));
+        let (c, cd) = ([object("c")], [object("c"), object("d")]);
+        assert!(may_bind(None, &[], &object("b"), None), "new");
+        assert!(may_bind(None, &c, &object("b"), None), "a first put that did not land");
+        assert!(may_bind(a.as_ref(), &[], &object("a"), None), "the same bytes again");
+        assert!(may_bind(a.as_ref(), &[], &object("b"), Some("a")), "read back and kept");
+        assert!(may_bind(a.as_ref(), &c, &object("b"), Some("c")), "a put that landed unconfirmed");
+        assert!(may_bind(None, &cd, &object("b"), Some("c")), "an earlier put landed, a later one did not");
+        assert!(!may_bind(a.as_ref(), &[], &object("b"), None), "R2 lost it: written over without its rows");
+        assert!(!may_bind(a.as_ref(), &c, &object("b"), Some("x")), "read back other bytes");
+        assert!(!may_bind(None, &[], &object("b"), Some("x")), "a listed object written again");
+        assert!(!may_bind(None, &cd, &object("b"), Some("x")), "bytes nobody announced");
+        assert!(refused_binding(a.as_ref(), &object("b"), Some("x")).contains("SHA-256 a bound, x read back"));
+        assert!(refused_binding(None, &object("b"), Some("x")).contains("never bound"));
     }
 }

@@ -322,6 +322,15 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
         let stores: Vec<D1Store> =
             audit_dbs(&env, config).into_iter().map(|db| D1Store::new(db, Rc::default())).collect();
         let r = app::roll_up_each(&stores, &archive, &heads, cutoff, limits, &budget, now_ms).await;
+        for key in &r.refused {
+            let alert =
+                "the chain head refused to let the roll-up write this object again (storage changed or \
+                         removed the object it bound, or a digest listed it already); its rows stay in D1";
+            console_error!(
+                "{}",
+                serde_json::json!({ "component": "audit_roll_up", "alert": alert, "object": key })
+            );
+        }
         Ok(match r.objects > 0 || r.copies > 0 || r.rewritten > 0 || !r.failed.is_empty() {
             true => format!(
                 r#""rolled_rows":{},"copies":{},"objects":{},"rewritten":{},"done":{},"failed":{},"elapsed_ms":{}"#,

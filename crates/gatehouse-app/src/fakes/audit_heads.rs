@@ -18,8 +18,8 @@ use gatehouse_core::ports::{AuditHeads, PortError};
 pub struct HeadObject {
     pub head: Option<ChainHead>,
     pub bound: BTreeMap<String, BoundObject>,
-    /// Puts announced and not confirmed, by key.
-    pub writing: BTreeMap<String, BoundObject>,
+    /// Puts announced since the last confirmation, by key (any of them may have landed).
+    pub writing: BTreeMap<String, Vec<BoundObject>>,
     /// Bindings refused, by key, until a digest lists the object.
     pub refused: BTreeMap<String, String>,
 }
@@ -55,21 +55,18 @@ impl AuditHeads for FakeAuditHeads {
                 let object = all.entry(project_id.to_owned()).or_default();
                 let mut refused = Vec::new();
                 for o in &bind.objects {
-                    match object.bound.get(&o.key) {
-                        Some(bound)
-                            if !may_bind(
-                                Some(bound),
-                                object.writing.get(&o.key),
-                                o,
-                                bind.replaces.as_deref(),
-                            ) =>
-                        {
-                            object.refused.insert(o.key.clone(), refused_binding(bound, o));
-                            refused.push(o.key.clone());
-                        }
-                        _ => {
-                            object.writing.insert(o.key.clone(), o.clone());
-                        }
+                    let bound = object.bound.get(&o.key);
+                    let writing = object.writing.get(&o.key).map_or(&[][..], Vec::as_slice);
+                    if !may_bind(bound, writing, o, bind.replaces.as_deref()) {
+                        let alert = refused_binding(bound, o, bind.replaces.as_deref());
+                        object.refused.insert(o.key.clone(), alert);
+                        refused.push(o.key.clone());
+                    } else if bind.announce {
+                        let writing = object.writing.entry(o.key.clone()).or_default();
+                        writing.retain(|w| w.sha256 != o.sha256);
+                        writing.push(o.clone());
+                    } else {
+                        object.bound.insert(o.key.clone(), o.clone());
                     }
                 }
                 refused
@@ -83,7 +80,7 @@ impl AuditHeads for FakeAuditHeads {
                 let mut all = self.objects.borrow_mut();
                 let Some(object) = all.get_mut(project_id) else { return };
                 for o in objects {
-                    if object.writing.get(&o.key).is_some_and(|w| w.sha256 == o.sha256) {
+                    if object.writing.get(&o.key).is_some_and(|w| w.iter().any(|w| w.sha256 == o.sha256)) {
                         object.writing.remove(&o.key);
                         object.bound.insert(o.key.clone(), o.clone());
                     }

@@ -491,7 +491,7 @@ fn clear_statements(log: &D1Store, slice: &ArchivedSlice<'_>) -> Result<Vec<D1Pr
         statements.push(log.statement(
             &format!(
                 "DELETE FROM audit_log WHERE project_id IS ?1 AND request_id IN (SELECT value FROM json_each(?7))
-                   AND {condition}"
+                   AND (ts > ?4 OR (ts = ?4 AND request_id > ?5)) AND {condition}"
             ),
             &args,
         )?);

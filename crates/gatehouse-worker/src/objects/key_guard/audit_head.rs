@@ -23,7 +23,8 @@ pub(super) const TABLES: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS audit_bound (key TEXT PRIMARY KEY, first_ts INTEGER NOT NULL, object TEXT NOT NULL)",
     "CREATE INDEX IF NOT EXISTS audit_bound_by_time ON audit_bound (first_ts)",
     "CREATE TABLE IF NOT EXISTS audit_refused (key TEXT PRIMARY KEY, alert TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS audit_writing (key TEXT PRIMARY KEY, object TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS audit_writing (key TEXT NOT NULL, sha256 TEXT NOT NULL, object TEXT NOT NULL,
+       PRIMARY KEY (key, sha256))",
 ];
 
 impl KeyGuardObject {
@@ -54,27 +55,34 @@ impl KeyGuardObject {
     }
 
     /// Announces the puts of `c.objects` (see `core::audit_chain::may_bind`): each allowed is
-    /// kept as being written (`audit_writing`) until [`Self::confirm_objects`].
+    /// kept as being written (`audit_writing`) until [`Self::confirm_objects`] — or bound at once
+    /// for an older worker, which binds after its put.
     pub(super) fn bind_objects(&self, c: BindObjects) -> Result<Bound> {
         self.has_chain(true)?;
         let mut refused = Vec::new();
         for o in c.objects {
-            let bound = self.object_in("audit_bound", &o.key)?;
-            let writing = self.object_in("audit_writing", &o.key)?;
-            match bound {
-                Some(bound) if !may_bind(Some(&bound), writing.as_ref(), &o, c.replaces.as_deref()) => {
-                    self.sql.exec(
-                        "INSERT OR REPLACE INTO audit_refused (key, alert) VALUES (?, ?)",
-                        vec![o.key.clone().into(), refused_binding(&bound, &o).into()],
-                    )?;
-                    refused.push(o.key);
-                }
-                _ => {
-                    self.sql.exec(
-                        "INSERT OR REPLACE INTO audit_writing (key, object) VALUES (?, ?)",
-                        vec![o.key.clone().into(), serde_json::to_string(&o).map_err(rust_error)?.into()],
-                    )?;
-                }
+            let bound = self.objects_in("audit_bound", &o.key)?.pop();
+            let writing = self.writing(&o.key)?;
+            if !may_bind(bound.as_ref(), &writing, &o, c.replaces.as_deref()) {
+                self.sql.exec(
+                    "INSERT OR REPLACE INTO audit_refused (key, alert) VALUES (?, ?)",
+                    vec![
+                        o.key.clone().into(),
+                        refused_binding(bound.as_ref(), &o, c.replaces.as_deref()).into(),
+                    ],
+                )?;
+                refused.push(o.key);
+            } else if c.announce {
+                self.sql.exec(
+                    "INSERT OR REPLACE INTO audit_writing (key, sha256, object) VALUES (?, ?, ?)",
+                    vec![
+                        o.key.clone().into(),
+                        o.sha256.clone().into(),
+                        serde_json::to_string(&o).map_err(rust_error)?.into(),
+                    ],
+                )?;
+            } else {
+                self.keep_bound(std::slice::from_ref(&o), "REPLACE")?;
             }
         }
         Ok(Bound { refused })
@@ -86,7 +94,7 @@ impl KeyGuardObject {
             return Ok(Done {});
         }
         for o in &c.objects {
-            if self.object_in("audit_writing", &o.key)?.is_some_and(|w| w.sha256 == o.sha256) {
+            if self.writing(&o.key)?.iter().any(|w| w.sha256 == o.sha256) {
                 self.keep_bound(std::slice::from_ref(o), "REPLACE")?;
                 self.sql.exec("DELETE FROM audit_writing WHERE key = ?", vec![o.key.clone().into()])?;
             }
@@ -94,14 +102,19 @@ impl KeyGuardObject {
         Ok(Done {})
     }
 
-    /// The object `table` (`audit_bound` or `audit_writing`) holds under `key`.
-    fn object_in(&self, table: &str, key: &str) -> Result<Option<BoundObject>> {
+    /// The objects `table` (`audit_bound`: one at most; `audit_writing`: the puts announced
+    /// since the last confirmation) holds under `key`.
+    fn objects_in(&self, table: &str, key: &str) -> Result<Vec<BoundObject>> {
         #[derive(Deserialize)]
         struct Row {
             object: String,
         }
         let rows = self.sql.exec(&format!("SELECT object FROM {table} WHERE key = ?"), vec![key.into()])?;
-        rows.to_array::<Row>()?.pop().map(|r| from_json::<BoundObject>(&r.object)).transpose()
+        rows.to_array::<Row>()?.iter().map(|r| from_json::<BoundObject>(&r.object)).collect()
+    }
+
+    fn writing(&self, key: &str) -> Result<Vec<BoundObject>> {
+        self.objects_in("audit_writing", key)
     }
 
     /// Keeps `objects` as bound; one bound already is replaced or kept, as `on_conflict` says
