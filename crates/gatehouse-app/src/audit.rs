@@ -202,11 +202,12 @@ pub(super) async fn read_object<A: Archive>(archive: &A, key: &str) -> Result<Ve
     let Some(ndjson) = archive.read_ndjson(key).await? else {
         return Err(PortError(format!("audit object {key} is indexed but missing")));
     };
-    ndjson
-        .split(|b| *b == b'\n')
-        .filter(|line| !line.is_empty())
-        .map(|line| serde_json::from_slice(line).map_err(PortError::from_display))
-        .collect()
+    object_rows(&ndjson).map_err(PortError::from_display)
+}
+
+/// The rows of an object's NDJSON, one a line.
+pub(super) fn object_rows(ndjson: &[u8]) -> Result<Vec<AuditRow>, serde_json::Error> {
+    ndjson.split(|b| *b == b'\n').filter(|line| !line.is_empty()).map(serde_json::from_slice).collect()
 }
 
 /// The start (Unix ms) of the first UTC day of the `days` days that end today.

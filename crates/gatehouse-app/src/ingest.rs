@@ -24,6 +24,7 @@ use gatehouse_core::events::{
     Link, Reserved, Source, TrackBatch, TrackItem, TrackOutcome,
 };
 use gatehouse_core::json_body;
+use gatehouse_core::ledger::forward::Forwarded;
 use gatehouse_core::ledger::shards::{LedgerLayout, Shard, ShardAnswer, MAX_LEVEL};
 use gatehouse_core::ports::{
     Archive, EventLedger, EventSink, EventStore, PortError, Ports, ReserveCall, SessionSegment,
@@ -95,60 +96,36 @@ pub async fn accept_events<L: EventLedger, Q: EventSink>(
         }))
         .await;
         for ((name, (_, ids)), answer) in by_shard.into_iter().zip(answers) {
-            match answer {
+            // A shard's own decisions, or those of the children it forwarded them to.
+            let placed = match answer {
                 Ok(ShardAnswer::Moved) => {
                     layout.borrow_mut().learn_split(&name);
                     pending.extend(ids);
                     continue;
                 }
-                Ok(ShardAnswer::Decided(answer)) if answer.len() == ids.len() => {
-                    let fresh = ids.iter().zip(&answer).filter(|(_, a)| **a == Reserved::Fresh);
-                    let fresh: Vec<String> = fresh.map(|(id, _)| id.clone()).collect();
-                    decided.extend(ids.iter().cloned().zip(answer));
-                    if !fresh.is_empty() {
-                        reservations.shards.push((name.clone(), fresh));
-                    }
-                }
-                Ok(ShardAnswer::Forwarded(f))
-                    if f.decisions.len() == ids.len() && f.at.len() == ids.len() =>
-                {
-                    let mut layout = layout.borrow_mut();
-                    f.split.iter().for_each(|s| layout.learn_split(s));
-                    // Each id where it was decided: confirmed or released there.
-                    let mut by_decider: BTreeMap<String, (Vec<String>, Vec<String>)> = BTreeMap::new();
-                    for ((id, decision), at) in ids.into_iter().zip(f.decisions).zip(f.at) {
-                        decided.insert(id.clone(), decision);
-                        let (asked, fresh) = by_decider.entry(at).or_default();
-                        if decision == Reserved::Fresh {
-                            fresh.push(id.clone());
-                        }
-                        asked.push(id);
-                    }
-                    for (at, (asked, fresh)) in by_decider {
-                        if !fresh.is_empty() {
-                            reservations.shards.push((at.clone(), fresh));
-                        }
-                        attempted.push((at, asked));
-                    }
+                Ok(ShardAnswer::Decided(decisions)) => Forwarded::decided_at(&name, decisions),
+                Ok(ShardAnswer::Forwarded(f)) => f,
+                Err(e) => {
+                    failure = Some(e);
+                    attempted.push((name, ids));
                     continue;
                 }
-                Ok(ShardAnswer::Decided(answer)) => {
-                    failure = Some(PortError(format!(
-                        "event ledger answered {} of {} ids",
-                        answer.len(),
-                        ids.len()
-                    )))
-                }
-                Ok(ShardAnswer::Forwarded(f)) => {
-                    failure = Some(PortError(format!(
-                        "event ledger answered {} of {} ids",
-                        f.decisions.len(),
-                        ids.len()
-                    )))
-                }
-                Err(e) => failure = Some(e),
+            };
+            if placed.decisions.len() != ids.len() || placed.at.len() != ids.len() {
+                let answered = placed.decisions.len();
+                failure = Some(PortError(format!("event ledger answered {answered} of {} ids", ids.len())));
+                attempted.push((name, ids));
+                continue;
             }
-            attempted.push((name, ids));
+            placed.split.iter().for_each(|s| layout.borrow_mut().learn_split(s));
+            decided.extend(ids.iter().cloned().zip(placed.decisions.iter().copied()));
+            // Each id where it was decided: confirmed or released there.
+            for (at, asked, fresh) in placed.placed(&ids) {
+                if !fresh.is_empty() {
+                    reservations.shards.push((at.clone(), fresh));
+                }
+                attempted.push((at, asked));
+            }
         }
         if failure.is_some() {
             break;

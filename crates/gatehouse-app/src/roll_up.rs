@@ -16,7 +16,7 @@ use std::collections::HashSet;
 
 use futures_util::stream::{self, StreamExt};
 
-use super::audit::read_object;
+use super::audit::{object_rows, read_object};
 use super::cron::RunBudget;
 use gatehouse_core::archive;
 use gatehouse_core::audit::{log_position, AuditRow};
@@ -382,10 +382,7 @@ async fn with_stored<A: Archive>(
 ) -> Result<(Vec<AuditRow>, Option<String>), PortError> {
     let Some(stored) = archive.read_stored(key).await? else { return Ok((fresh, None)) };
     let unreadable = || PortError(format!("audit object {key} in R2 cannot be read back as rows"));
-    let ndjson = stored.ndjson.ok_or_else(unreadable)?;
-    let lines = ndjson.split(|b| *b == b'\n').filter(|line| !line.is_empty());
-    let held: Vec<AuditRow> =
-        lines.map(serde_json::from_slice).collect::<Result<_, _>>().map_err(|_| unreadable())?;
+    let held = object_rows(&stored.ndjson.ok_or_else(unreadable)?).map_err(|_| unreadable())?;
     let ids: HashSet<&str> = held.iter().map(|r| r.request_id.as_str()).collect();
     let mut rows: Vec<AuditRow> =
         fresh.into_iter().filter(|r| !ids.contains(r.request_id.as_str())).collect();

@@ -1,5 +1,7 @@
 //! A split shard's reserve, forwarded to its children (SPEC §20, `core::ledger::shards`).
 
+use std::collections::BTreeMap;
+
 use super::shards::{id_hash, width, Shard, ShardAnswer};
 use crate::events::Reserved;
 
@@ -11,6 +13,31 @@ pub struct Forwarded {
     pub decisions: Vec<Reserved>,
     pub at: Vec<String>,
     pub split: Vec<String>,
+}
+
+/// The ids one shard's part of a batch asked, by the shard that decided them.
+pub type Placed = Vec<(String, Vec<String>, Vec<String>)>;
+
+impl Forwarded {
+    /// A shard's own answer in the same terms: every id decided at `shard`, no split to learn.
+    pub fn decided_at(shard: &str, decisions: Vec<Reserved>) -> Forwarded {
+        Forwarded { at: vec![shard.to_owned(); decisions.len()], decisions, split: Vec::new() }
+    }
+
+    /// `ids` (the ids asked, in order) by the shard that decided each, in name order: that shard,
+    /// the ids asked there (released there on a failure) and those it reserved fresh (confirmed
+    /// there).
+    pub fn placed(&self, ids: &[String]) -> Placed {
+        let mut by_decider: BTreeMap<&str, (Vec<String>, Vec<String>)> = BTreeMap::new();
+        for ((id, decision), at) in ids.iter().zip(&self.decisions).zip(&self.at) {
+            let (asked, fresh) = by_decider.entry(at).or_default();
+            if *decision == Reserved::Fresh {
+                fresh.push(id.clone());
+            }
+            asked.push(id.clone());
+        }
+        by_decider.into_iter().map(|(at, (asked, fresh))| (at.to_owned(), asked, fresh)).collect()
+    }
 }
 
 /// A split shard's reserve, forwarded (SPEC §20, found in a split storm: an isolate that learns a

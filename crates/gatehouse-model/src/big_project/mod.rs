@@ -13,7 +13,7 @@ use std::task::{Context, Poll, Wake, Waker};
 
 use gatehouse_core::encoding::uuid_v4;
 use gatehouse_core::events::Reserved;
-use gatehouse_core::ledger::forward::ForwardTo;
+use gatehouse_core::ledger::forward::{ForwardTo, Forwarded};
 use gatehouse_core::ledger::shards::{
     check_here, id_hash, reserve_here, Checked, LedgerLayout, MemoryShard, ParentChecks, Shard, ShardAnswer,
     ShardMemory, ShardRules, MAX_LEVEL, SPLIT_ABOVE_PER_SECOND,

@@ -327,43 +327,30 @@ impl Sim<'_> {
                 self.stats.moved += 1;
                 t.moved.extend(ids);
             }
-            Ok(ShardAnswer::Forwarded(f)) => {
-                self.stats.forwarded += 1;
-                let layout = &mut self.isolates[t.isolate].layout;
-                f.split.iter().for_each(|s| layout.learn_split(s));
-                let decided_us = now_us - self.isolates[t.isolate].round_trip_us / 2;
-                let mut by_decider: BTreeMap<usize, (Vec<String>, Vec<String>)> = BTreeMap::new();
-                for ((id, decision), at) in ids.into_iter().zip(f.decisions).zip(f.at) {
-                    let n = Ids::number(&id);
-                    t.decisions.push((n, n < t.first_new, decision, decided_us));
-                    let (asked, fresh) = by_decider.entry(self.by_name[&at]).or_default();
-                    if decision == Reserved::Fresh {
-                        fresh.push(id.clone());
+            Ok(answer @ (ShardAnswer::Decided(_) | ShardAnswer::Forwarded(_))) => {
+                let placed = match answer {
+                    ShardAnswer::Forwarded(f) => {
+                        self.stats.forwarded += 1;
+                        f
                     }
-                    asked.push(id);
+                    ShardAnswer::Decided(d) => Forwarded::decided_at(&self.objects[object].name, d),
+                    ShardAnswer::Moved => unreachable!("matched above"),
+                };
+                assert_eq!(placed.decisions.len(), ids.len(), "one decision per id");
+                let layout = &mut self.isolates[t.isolate].layout;
+                placed.split.iter().for_each(|s| layout.learn_split(s));
+                let decided_us = now_us - self.isolates[t.isolate].round_trip_us / 2;
+                for (id, &decision) in ids.iter().zip(&placed.decisions) {
+                    let n = Ids::number(id);
+                    t.decisions.push((n, n < t.first_new, decision, decided_us));
                 }
-                for (object, (asked, fresh)) in by_decider {
+                for (at, asked, fresh) in placed.placed(&ids) {
+                    let object = self.by_name[&at];
                     if !fresh.is_empty() {
                         t.reserved.push((object, fresh));
                     }
                     t.attempted.push((object, asked));
                 }
-            }
-            Ok(ShardAnswer::Decided(decisions)) => {
-                assert_eq!(decisions.len(), ids.len(), "one decision per id");
-                let decided_us = now_us - self.isolates[t.isolate].round_trip_us / 2;
-                let mut fresh = Vec::new();
-                for (id, decision) in ids.iter().zip(decisions) {
-                    let n = Ids::number(id);
-                    t.decisions.push((n, n < t.first_new, decision, decided_us));
-                    if decision == Reserved::Fresh {
-                        fresh.push(id.clone());
-                    }
-                }
-                if !fresh.is_empty() {
-                    t.reserved.push((object, fresh));
-                }
-                t.attempted.push((object, ids));
             }
             Err(Overloaded) => {
                 t.failed = true;
