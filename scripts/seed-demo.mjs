@@ -4,19 +4,11 @@
 // in plaintext, so a copy of it opens nothing), beside .dev.vars, readable by its owner only.
 // Usage: node scripts/seed-demo.mjs URL ADMIN_TOKEN KEYS_FILE
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { created } from '../testing/created.mjs';
 
 const [base, adminToken, file] = process.argv.slice(2);
 
-async function post(path, token, body) {
-  const res = await fetch(base + path, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  const json = await res.json();
-  if (res.status !== 201) throw new Error(`${path}: ${res.status} ${JSON.stringify(json)}`);
-  return json;
-}
+const post = (path, token, body) => created(base, path, token, body);
 
 async function stillValid(keys) {
   const res = await fetch(base + '/public/v1/me', { headers: { authorization: `Bearer ${keys.owner}` } });

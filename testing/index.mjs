@@ -7,6 +7,7 @@ import { createServer } from 'node:http';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Miniflare, Response } from 'miniflare';
+import { created } from './created.mjs';
 
 const DIST = join(dirname(fileURLToPath(import.meta.url)), 'dist');
 
@@ -373,16 +374,7 @@ export class Gatehouse {
   }
 
   async #makeProject() {
-    const post = async (path, token, body) => {
-      const res = await fetch(this.url + path, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-        body: JSON.stringify(body),
-      });
-      const json = await res.json();
-      if (res.status !== 201) throw new Error(`${path}: ${res.status} ${JSON.stringify(json)}`);
-      return json;
-    };
+    const post = (path, token, body) => created(this.url, path, token, body);
     const made = await post('/admin/v1/projects', this.adminToken, { name: 'Test project', ...(this.plan ? { plan: this.plan } : {}) });
     // Made by the operator's route: the project's windows and quota stay untouched.
     const keys = { owner: made.owner_key.key };

@@ -101,11 +101,7 @@ fn run(total: u64) -> Load {
         let cutoff = hot_cutoff(hour_end, HOT_SECONDS);
         while !complete(roll_up(
             &store,
-            &archive,
-            &*archive.heads,
-            cutoff,
-            RollUpLimits::PER_MINUTE,
-            &crate::cron::RunBudget::unbounded(),
+            &archive.rolling(cutoff, RollUpLimits::PER_MINUTE, &crate::cron::RunBudget::unbounded()),
             || 0,
         ))
         .expect("no faults")

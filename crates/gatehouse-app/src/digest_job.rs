@@ -476,7 +476,7 @@ mod tests {
     }
 
     fn roll(store: &FakeStore, bucket: &FakeArchive, cutoff: i64) {
-        complete(roll_up(store, bucket, &*bucket.heads, cutoff, LIMITS, &RunBudget::unbounded(), || cutoff))
+        complete(roll_up(store, &bucket.rolling(cutoff, LIMITS, &RunBudget::unbounded()), || cutoff))
             .unwrap();
     }
 
@@ -582,7 +582,7 @@ mod tests {
             for _ in 0..1 + faults.below(3) {
                 let budget = RunBudget::unbounded();
                 let _ = drive(
-                    roll_up(&store, &bucket, &*bucket.heads, cutoff, limits, &budget, || cutoff),
+                    roll_up(&store, &bucket.rolling(cutoff, limits, &budget), || cutoff),
                     &faults,
                     crash,
                 );
@@ -595,8 +595,7 @@ mod tests {
         let end = T0 + 8 * HOUR;
         for _ in 0..20 {
             let budget = RunBudget::unbounded();
-            complete(roll_up(&store, &bucket, &*bucket.heads, end, limits, &budget, || end))
-                .map_err(|e| e.0)?;
+            complete(roll_up(&store, &bucket.rolling(end, limits, &budget), || end)).map_err(|e| e.0)?;
             complete(job(&store, &bucket, &signer, end).run(&budget, || end)).map_err(|e| e.0)?;
         }
         match check_chain(&store, &bucket, "prj_a", true)? {
@@ -808,7 +807,7 @@ mod tests {
         let (store, bucket, key, written) = one_object_rolled_up();
         let roll_reporting = |cutoff: i64| {
             let budget = RunBudget::unbounded();
-            complete(roll_up(&store, &bucket, &*bucket.heads, cutoff, LIMITS, &budget, || cutoff)).unwrap()
+            complete(roll_up(&store, &bucket.rolling(cutoff, LIMITS, &budget), || cutoff)).unwrap()
         };
         // Its D1 row gone, a row at its first position planted: written again with its rows.
         store.audit.objects.borrow_mut().remove(&key);
@@ -914,7 +913,7 @@ mod tests {
                 let budget = RunBudget::minute(T0);
                 let limits = RollUpLimits::PER_MINUTE;
                 store.faults.take_calls();
-                complete(roll_up(&store, &bucket, &*bucket.heads, T0, limits, &budget, || T0)).unwrap();
+                complete(roll_up(&store, &bucket.rolling(T0, limits, &budget), || T0)).unwrap();
                 let report = complete(job(&store, &bucket, &signer(), T0).run(&budget, || T0)).unwrap();
                 let (calls, d1) = store.faults.take_calls();
                 assert!(d1 <= 1_000 && calls <= 10_000, "run {runs}: {d1} D1 queries, {calls} calls");

@@ -21,7 +21,7 @@ pub use responses::failure;
 
 pub use dead_letters::{redrive, RedriveReport};
 pub use digest_job::{DigestJob, DigestReport};
-pub use roll_up::{move_legacy_audit_rows, roll_up, roll_up_each, RollUpLimits, RollUpReport};
+pub use roll_up::{move_legacy_audit_rows, roll_up, roll_up_each, RollUpLimits, RollUpReport, RollUpRun};
 pub use usage::{export_usage, UsagePeriods, UsageReport};
 pub use wake::{wake_objects, WakeReport};
 pub use webhooks::{dispatch, jitter, reseal_secrets, retry, sweep, ManualRetry, SEAL_BATCH};

@@ -260,35 +260,24 @@ fn admin_creates_honour_idempotency_key() {
     let w = World::new(&[]);
     // Beside the world's own project.
     let projects = || w.gateway.store.directory.projects.borrow().len() - 1;
+    let create = |key: &str, body: &str| w.request("POST", "/admin/v1/projects", ADMIN_TOKEN, Some(key), body);
     let body = r#"{"name":"acme"}"#;
-    let first = w.answered(w.request("POST", "/admin/v1/projects", ADMIN_TOKEN, Some("create-acme"), body));
+    let first = w.answered(create("create-acme", body));
     assert_eq!(first.status, 201);
-    let again = w.answered(w.request("POST", "/admin/v1/projects", ADMIN_TOKEN, Some("create-acme"), body));
+    let again = w.answered(create("create-acme", body));
     let text = |r: &ApiResponse| String::from_utf8_lossy(&r.body).into_owned();
     assert_eq!((again.status, text(&again)), (201, text(&first)), "replayed");
     let replayed = again.headers.iter().find(|(name, _)| name.eq_ignore_ascii_case("Idempotent-Replayed"));
     assert_eq!(replayed.map(|(_, v)| v.as_str()), Some("1"));
     assert_eq!(projects(), 1, "one project per Idempotency-Key");
-    let (status, reused) = w.sent(w.request(
-        "POST",
-        "/admin/v1/projects",
-        ADMIN_TOKEN,
-        Some("create-acme"),
-        r#"{"name":"other"}"#,
-    ));
+    let (status, reused) = w.sent(create("create-acme", r#"{"name":"other"}"#));
     assert_eq!((status, reused["error"]["code"].as_str()), (409, Some("IDEMPOTENCY_KEY_REUSED")));
-    let (status, bad) = w.sent(w.request("POST", "/admin/v1/projects", ADMIN_TOKEN, Some("a,b"), body));
+    let (status, bad) = w.sent(create("a,b", body));
     assert_eq!((status, bad["error"]["details"]["header"].as_str()), (422, Some("Idempotency-Key")));
 
     // Executed twice for one operation: the same project and the same working owner key.
     assert_eq!(w.lost("POST", "/admin/v1/projects", ADMIN_TOKEN, "create-beta", r#"{"name":"beta"}"#), 201);
-    let (status, beta) = w.sent(w.request(
-        "POST",
-        "/admin/v1/projects",
-        ADMIN_TOKEN,
-        Some("create-beta"),
-        r#"{"name":"beta"}"#,
-    ));
+    let (status, beta) = w.sent(create("create-beta", r#"{"name":"beta"}"#));
     assert_eq!(status, 201, "{beta}");
     assert_eq!(projects(), 2);
     assert_eq!(w.gateway.store.directory.keys.borrow().len(), 2, "one owner key per project");

@@ -60,6 +60,16 @@ const SLICE_CALLS: u32 = 6;
 /// The most archive objects whose spans may overlap at one row (each is read to find copies).
 const COVERING_MAX: usize = 16;
 
+/// One roll-up run: where its objects go, the chain heads that bind them, the rows it moves
+/// (older than `cutoff`) and what it may spend.
+pub struct RollUpRun<'a, A, H> {
+    pub archive: &'a A,
+    pub heads: &'a H,
+    pub cutoff: i64,
+    pub limits: RollUpLimits,
+    pub budget: &'a RunBudget,
+}
+
 /// What a roll-up run did.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct RollUpReport {
@@ -84,18 +94,15 @@ pub struct RollUpReport {
 
 /// [`roll_up`] over several audit databases (SPEC §20), each from its own `store`, side by side:
 /// the rows of a database are rolled up from it, whatever project they belong to. Each may use
-/// `limits`; together they draw on the one `budget`. One database's failure stops no other (SPEC
-/// §23): answers the runs' reports summed, with the failures named; done when every run is.
+/// the run's `limits`; together they draw on its one `budget`. One database's failure stops no
+/// other (SPEC §23): answers the runs' reports summed, with the failures named; done when every
+/// run is.
 pub async fn roll_up_each<S: AuditStore, A: Archive, H: AuditHeads>(
     stores: &[S],
-    archive: &A,
-    heads: &H,
-    cutoff: i64,
-    limits: RollUpLimits,
-    budget: &RunBudget,
+    run: &RollUpRun<'_, A, H>,
     now_ms: impl Fn() -> i64,
 ) -> RollUpReport {
-    let runs = stores.iter().map(|store| roll_up(store, archive, heads, cutoff, limits, budget, &now_ms));
+    let runs = stores.iter().map(|store| roll_up(store, run, &now_ms));
     let reports = futures_util::future::join_all(runs).await;
     let mut sum = RollUpReport { done: true, ..Default::default() };
     for (i, report) in reports.into_iter().enumerate() {
@@ -136,8 +143,8 @@ struct Written {
     refused: bool,
 }
 
-/// Moves every row older than `cutoff` from D1 (the hot tier) to R2 objects (the cold tier), batch
-/// by batch, oldest first, until none is left or the run has used `limits` or `budget`. A slice's
+/// Moves every row older than the run's `cutoff` from D1 (the hot tier) to R2 objects (the cold tier), batch
+/// by batch, oldest first, until none is left or the run has used its `limits` or `budget`. A slice's
 /// object is written whole before, in one D1 transaction with the other slices of its batch, its
 /// summary is inserted and exactly its rows are deleted (only if no row arrived in its range since
 /// it was read). A failed write clears the other slices of its batch and stops the run (the next
@@ -145,13 +152,10 @@ struct Written {
 /// D1 before the object holding it and its summary are written.
 pub async fn roll_up<S: AuditStore, A: Archive, H: AuditHeads>(
     store: &S,
-    archive: &A,
-    heads: &H,
-    cutoff: i64,
-    limits: RollUpLimits,
-    budget: &RunBudget,
+    run: &RollUpRun<'_, A, H>,
     now_ms: impl Fn() -> i64,
 ) -> Result<RollUpReport, PortError> {
+    let &RollUpRun { archive, heads, cutoff, limits, budget } = run;
     let started = now_ms();
     let mut report = RollUpReport::default();
     // The first rows of the objects each visited (project, day) already has.
@@ -482,11 +486,7 @@ mod tests {
     ) -> Result<RollUpReport, PortError> {
         complete(roll_up(
             store,
-            bucket,
-            &*bucket.heads,
-            retention_cutoff(NOW, 90),
-            limits,
-            &RunBudget::unbounded(),
+            &bucket.rolling(retention_cutoff(NOW, 90), limits, &RunBudget::unbounded()),
             || NOW,
         ))
     }
@@ -539,16 +539,9 @@ mod tests {
         loop {
             let budget = RunBudget::minute(NOW);
             let cutoff = retention_cutoff(NOW, 90);
-            let report = complete(roll_up(
-                &store,
-                &bucket,
-                &*bucket.heads,
-                cutoff,
-                RollUpLimits::PER_MINUTE,
-                &budget,
-                || NOW,
-            ))
-            .unwrap();
+            let report =
+                complete(roll_up(&store, &bucket.rolling(cutoff, RollUpLimits::PER_MINUTE, &budget), || NOW))
+                    .unwrap();
             runs += 1;
             let (calls, d1) = store.faults.take_calls();
             assert!(d1 <= 1_000 && calls <= 10_000, "run {runs}: {d1} D1 queries, {calls} calls");
@@ -570,11 +563,7 @@ mod tests {
         let budget = RunBudget::new(3 + 10 * SLICE_CALLS, 4, i64::MAX);
         let report = complete(roll_up(
             &store,
-            &bucket,
-            &*bucket.heads,
-            retention_cutoff(NOW, 90),
-            RollUpLimits::PER_MINUTE,
-            &budget,
+            &bucket.rolling(retention_cutoff(NOW, 90), RollUpLimits::PER_MINUTE, &budget),
             || NOW,
         ))
         .unwrap();
@@ -591,11 +580,7 @@ mod tests {
         let limits = RollUpLimits { time_box_ms: 20_000, rows_per_batch: 5, ..RollUpLimits::PER_MINUTE };
         let report = complete(roll_up(
             &store,
-            &bucket,
-            &*bucket.heads,
-            retention_cutoff(NOW, 90),
-            limits,
-            &RunBudget::unbounded(),
+            &bucket.rolling(retention_cutoff(NOW, 90), limits, &RunBudget::unbounded()),
             tick,
         ))
         .unwrap();
@@ -617,7 +602,7 @@ mod tests {
         let stores = [first, second];
         let cutoff = retention_cutoff(NOW, 90);
         let each = |budget: &RunBudget| {
-            complete(roll_up_each(&stores, &bucket, &*bucket.heads, cutoff, SMALL, budget, || NOW))
+            complete(roll_up_each(&stores, &bucket.rolling(cutoff, SMALL, budget), || NOW))
         };
         // A budget of two batches' queries and four slices' calls: four slices in all.
         let report = each(&RunBudget::new(2 * 3 + 4 * SLICE_CALLS, 2 * 3, i64::MAX));
@@ -639,11 +624,7 @@ mod tests {
         let stores = [first, second];
         let report = complete(roll_up_each(
             &stores,
-            &bucket,
-            &*bucket.heads,
-            retention_cutoff(NOW, 90),
-            SMALL,
-            &RunBudget::unbounded(),
+            &bucket.rolling(retention_cutoff(NOW, 90), SMALL, &RunBudget::unbounded()),
             || NOW,
         ));
         assert_eq!((report.rolled, report.done, report.failed.len()), (1, false, 1), "{report:?}");
@@ -934,7 +915,8 @@ mod tests {
         for _ in 0..1 + faults.below(6) {
             let crash_rate = [0.0, 0.02, 0.1][faults.below(3) as usize];
             let budget = RunBudget::unbounded();
-            let flow = roll_up(&store, &bucket, &*bucket.heads, cutoff, limits, &budget, || NOW);
+            let run = bucket.rolling(cutoff, limits, &budget);
+            let flow = roll_up(&store, &run, || NOW);
             drive_with(flow, &faults, crash_rate, || {
                 if faults.chance(0.03) {
                     n += 1;
@@ -966,17 +948,9 @@ mod tests {
             *seen.borrow_mut().entry("copies of rolled-up rows").or_default() += 1;
         }
         let mut runs = 0;
-        while !complete(roll_up(
-            &store,
-            &bucket,
-            &*bucket.heads,
-            cutoff,
-            limits,
-            &RunBudget::unbounded(),
-            || NOW,
-        ))
-        .map_err(|e| e.0)?
-        .done
+        while !complete(roll_up(&store, &bucket.rolling(cutoff, limits, &RunBudget::unbounded()), || NOW))
+            .map_err(|e| e.0)?
+            .done
         {
             runs += 1;
             if runs > 1000 {

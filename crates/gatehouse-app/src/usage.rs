@@ -432,11 +432,7 @@ mod tests {
             let _ = drive(
                 roll_up(
                     &store,
-                    &bucket,
-                    &*bucket.heads,
-                    cutoff,
-                    limits,
-                    &crate::cron::RunBudget::unbounded(),
+                    &bucket.rolling(cutoff, limits, &crate::cron::RunBudget::unbounded()),
                     || now,
                 ),
                 &faults,
@@ -471,11 +467,7 @@ mod tests {
         for _ in 0..30 {
             complete(roll_up(
                 &store,
-                &bucket,
-                &*bucket.heads,
-                end,
-                limits,
-                &crate::cron::RunBudget::unbounded(),
+                &bucket.rolling(end, limits, &crate::cron::RunBudget::unbounded()),
                 || end,
             ))
             .map_err(|e| e.0)?;

@@ -321,7 +321,8 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
         // Each audit database on its own (SPEC §20).
         let stores: Vec<D1Store> =
             audit_dbs(&env, config).into_iter().map(|db| D1Store::new(db, Rc::default())).collect();
-        let r = app::roll_up_each(&stores, &archive, &heads, cutoff, limits, &budget, now_ms).await;
+        let run = app::RollUpRun { archive: &archive, heads: &heads, cutoff, limits, budget: &budget };
+        let r = app::roll_up_each(&stores, &run, now_ms).await;
         for key in &r.refused {
             let alert =
                 "the chain head refused to let the roll-up write this object again (storage changed or \
