@@ -260,7 +260,8 @@ fn admin_creates_honour_idempotency_key() {
     let w = World::new(&[]);
     // Beside the world's own project.
     let projects = || w.gateway.store.directory.projects.borrow().len() - 1;
-    let create = |key: &str, body: &str| w.request("POST", "/admin/v1/projects", ADMIN_TOKEN, Some(key), body);
+    let create =
+        |key: &str, body: &str| w.request("POST", "/admin/v1/projects", ADMIN_TOKEN, Some(key), body);
     let body = r#"{"name":"acme"}"#;
     let first = w.answered(create("create-acme", body));
     assert_eq!(first.status, 201);

@@ -36,6 +36,9 @@ pub async fn run(client: &Client, from: &str, to: &str, public_key: Option<&str>
     let scope = Scope { project_id: &project_id, from_ms: time("from", from)?, to_ms: time("to", to)? };
     let now = humantime::format_rfc3339_millis(SystemTime::now() + Duration::from_secs(1)).to_string();
     let head = client.audit_head().await?;
+    for warning in head_warnings(&head, SystemTime::now()) {
+        eprintln!("gatehouse: {warning}");
+    }
     let mut listed = Vec::new();
     loop {
         let start = listed.last().map_or(from.to_owned(), |d: &digests::ListedDigest| d.period_end.clone());
@@ -104,6 +107,9 @@ pub async fn run(client: &Client, from: &str, to: &str, public_key: Option<&str>
                 "intact: {} digests, {} objects, {} rows (digests from {from} to {last}{idle}; the hot tier's rows are covered from their roll-up on)",
                 v.digests, v.objects, v.rows
             );
+            for late in &v.late {
+                println!("late: {late} (its rows were written late or back-dated before the roll-up)");
+            }
             Ok(())
         }
         Err(b) => broken(&b),
@@ -123,4 +129,65 @@ async fn fetch(client: &Client, key: &str) -> Result<Option<Vec<u8>>, Failure> {
 fn broken(b: &digests::Break) -> Result<(), Failure> {
     println!("broken: {b}");
     Err(Failure::Reported)
+}
+
+/// How far a head's `as_of` may be from this machine's clock before it is worth a word (a head
+/// signed long ago is a replay, or one of the clocks is wrong).
+const AS_OF_SKEW_MS: i64 = 5 * 60_000;
+/// The documented lag (SPEC §23): an archived object is digested within the hot window and two
+/// periods; past three hours its project is behind.
+const DOCUMENTED_LAG_MS: i64 = 3 * 3_600_000;
+
+/// What the head says that a reader should hear before the verdict: an `as_of` far from now, and
+/// objects waiting for a digest past the documented lag.
+fn head_warnings(head: &digests::SignedHead, now: SystemTime) -> Vec<String> {
+    let now_ms = now.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    let mut warnings = Vec::new();
+    match digests::unix_ms(&head.as_of) {
+        Some(as_of) if (as_of - now_ms).abs() > AS_OF_SKEW_MS => warnings.push(format!(
+            "the chain head was signed at {}, {} min from this machine's clock: a replayed head, or a clock is wrong",
+            head.as_of,
+            (as_of - now_ms).abs() / 60_000
+        )),
+        Some(_) => {}
+        None => warnings.push(format!("the chain head's as_of is not a time: {}", head.as_of)),
+    }
+    if let Some(oldest) = head.oldest_pending.as_deref().and_then(digests::unix_ms) {
+        if now_ms - oldest > DOCUMENTED_LAG_MS {
+            warnings.push(format!(
+                "objects wait for a digest past the documented lag of 3 h (the oldest from {}): the project's digests are behind or stalled",
+                digests::rfc3339(oldest)
+            ));
+        }
+    }
+    warnings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(as_of: &str, oldest_pending: Option<&str>) -> digests::SignedHead {
+        serde_json::from_value(serde_json::json!({
+            "project_id": "prj_1", "as_of": as_of, "started": true, "sequence": 3,
+            "covered_to": "2026-12-02T12:00:00.000Z", "digest_key": "k", "digest_sha256": "s",
+            "pending_objects": 1, "oldest_pending": oldest_pending,
+            "algorithm": "ed25519", "public_key": "p", "signature": null
+        }))
+        .unwrap()
+    }
+
+    /// Review L4 and M3: a head signed long ago (replayed) and objects waiting past the lag are
+    /// said; a fresh head of a project on time says nothing.
+    #[test]
+    fn a_stale_head_and_a_stalled_chain_are_said() {
+        let now = SystemTime::UNIX_EPOCH
+            + Duration::from_millis(digests::unix_ms("2026-12-02T14:00:00Z").unwrap() as u64);
+        assert!(head_warnings(&head("2026-12-02T13:58:00.000Z", Some("2026-12-02T12:30:00.000Z")), now)
+            .is_empty());
+        let stale = head_warnings(&head("2026-12-02T13:00:00.000Z", None), now);
+        assert!(stale.len() == 1 && stale[0].contains("60 min from this machine's clock"), "{stale:?}");
+        let stalled = head_warnings(&head("2026-12-02T14:00:00.000Z", Some("2026-12-02T10:30:00.000Z")), now);
+        assert!(stalled.len() == 1 && stalled[0].contains("past the documented lag"), "{stalled:?}");
+    }
 }

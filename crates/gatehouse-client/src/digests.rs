@@ -119,6 +119,35 @@ pub struct Verified {
     pub digests: usize,
     pub objects: usize,
     pub rows: u64,
+    /// Objects whose first row is older than the span of the digest that lists them: written late
+    /// (a row that arrived after its hour was archived) or back-dated by someone who could write
+    /// D1 before the roll-up. Signed history either way, but not of the hour it claims.
+    pub late: Vec<LateObject>,
+}
+
+/// An object listed by a digest whose span does not hold its first row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LateObject {
+    pub key: String,
+    /// Its first row's time (RFC 3339).
+    pub first_row: String,
+    /// The digest that lists it, and when that digest was made (as it says).
+    pub digest: String,
+    pub made_at: Option<String>,
+}
+
+impl fmt::Display for LateObject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "object {} (first row at {}) was listed late, by digest {}",
+            self.key, self.first_row, self.digest
+        )?;
+        match &self.made_at {
+            Some(made_at) => write!(f, " made at {made_at}"),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The public key from its base64 (as `GET /public/v1/audit/public-key` shows it).
@@ -150,34 +179,21 @@ pub fn verify(
     archived: &[String],
 ) -> Result<Verified, Break> {
     let mut verified = Verified::default();
-    let mut previous: Option<(String, String)> =
-        before.map(|(k, bytes)| (k.to_owned(), hex(&Sha256::digest(bytes))));
+    // The digest before the first: signed, the project's and its key's, and ending where the
+    // first starts (a link to any file with the right hash would otherwise start the chain).
+    let mut previous: Option<(String, String, i64)> = match before {
+        Some((k, bytes)) => {
+            let (_, _, end) = read_digest(key, scope, k, bytes)?;
+            Some((k.to_owned(), hex(&Sha256::digest(bytes)), end))
+        }
+        None => None,
+    };
     let mut listed = BTreeSet::new();
     let mut read = Vec::new();
     let mut covered: Option<(i64, i64)> = None;
     for (digest_key, bytes) in digests {
         let bytes = bytes.as_deref().ok_or_else(|| Break::MissingDigest { key: digest_key.clone() })?;
-        let digest: AuditDigest = serde_json::from_slice(bytes)
-            .map_err(|e| Break::Unreadable { key: digest_key.clone(), why: e.to_string() })?;
-        let mut canonical = serde_json::to_vec(&digest)
-            .map_err(|e| Break::Unreadable { key: digest_key.clone(), why: e.to_string() })?;
-        canonical.push(b'\n');
-        if canonical != bytes {
-            let why = "its bytes are not the form it was signed in".to_owned();
-            return Err(Break::Unreadable { key: digest_key.clone(), why });
-        }
-        check_signature(key, digest_key, &digest)?;
-        let misplaced = |why: String| Break::Misplaced { key: digest_key.clone(), why };
-        if digest.project_id != scope.project_id {
-            return Err(misplaced(format!("it is project {}'s", digest.project_id)));
-        }
-        if *digest_key != format!("audit/{}/digest/{}.json", digest.project_id, digest.period_start) {
-            return Err(misplaced(format!("it is the digest of the period from {}", digest.period_start)));
-        }
-        let (start, end) = match (unix_ms(&digest.period_start), unix_ms(&digest.period_end)) {
-            (Some(start), Some(end)) if start < end => (start, end),
-            _ => return Err(misplaced("its period is not a period".into())),
-        };
+        let (digest, start, end) = read_digest(key, scope, digest_key, bytes)?;
         covered = match covered {
             None => Some((start, end)),
             Some((first, last)) if last == start => Some((first, end)),
@@ -188,34 +204,51 @@ pub fn verify(
             }
         };
         match (&previous, &digest.previous) {
-            (Some((k, sha)), Some(link)) if &link.key == k && &link.sha256 == sha => {}
-            (None, None) => {}
-            (Some((k, sha)), link) => {
-                let found = link.as_ref().map_or("no digest".into(), |l| format!("{} ({})", l.key, l.sha256));
+            (Some((k, sha, _)), Some(link)) if &link.key != k || &link.sha256 != sha => {
                 return Err(Break::BrokenLink {
                     key: digest_key.clone(),
                     expected: format!("{k} ({sha})"),
-                    found,
-                });
+                    found: format!("{} ({})", link.key, link.sha256),
+                })
+            }
+            (Some((k, _, previous_end)), Some(_)) if *previous_end != start => {
+                return Err(Break::BrokenLink {
+                    key: digest_key.clone(),
+                    expected: format!("a digest ending at {}", digest.period_start),
+                    found: format!("{k}, ending at {}", rfc3339(*previous_end)),
+                })
+            }
+            (Some(_), Some(_)) | (None, None) => {}
+            (Some((k, sha, _)), None) => {
+                return Err(Break::BrokenLink {
+                    key: digest_key.clone(),
+                    expected: format!("{k} ({sha})"),
+                    found: "no digest".into(),
+                })
             }
             // The run starts at a digest that links to one before it: that one must be given.
             (None, Some(link)) => return Err(Break::MissingDigest { key: link.key.clone() }),
         }
-        previous = Some((digest_key.clone(), hex(&Sha256::digest(bytes))));
+        previous = Some((digest_key.clone(), hex(&Sha256::digest(bytes)), end));
         for o in &digest.objects {
             if !listed.insert(o.key.clone()) {
                 return Err(Break::ListedTwice { key: o.key.clone() });
             }
-            read.push(o.clone());
+            read.push((o.clone(), digest_key, start, digest.made_at.clone()));
         }
         verified.digests += 1;
     }
-    for o in &read {
+    for (o, digest_key, start, made_at) in read {
         let bytes = object(&o.key).ok_or_else(|| Break::MissingObject { key: o.key.clone() })?;
         if hex(&Sha256::digest(&bytes)) != o.sha256 {
             return Err(Break::ChangedObject { key: o.key.clone() });
         }
-        verified.rows += check_rows(o, &bytes)?;
+        let first_ts = check_rows(&o, &bytes)?;
+        if first_ts < start {
+            let (key, first_row, digest) = (o.key.clone(), rfc3339(first_ts), digest_key.clone());
+            verified.late.push(LateObject { key, first_row, digest, made_at });
+        }
+        verified.rows += o.rows;
         verified.objects += 1;
     }
     match covered {
@@ -235,6 +268,35 @@ pub fn verify(
         return Err(Break::Unlisted { key: extra.clone() });
     }
     Ok(verified)
+}
+
+/// A digest file as signed: in its canonical form, under `key`, the project's digest of the period
+/// its key names. Answers it with its span.
+fn read_digest(
+    key: &VerifyingKey,
+    scope: &Scope<'_>,
+    digest_key: &str,
+    bytes: &[u8],
+) -> Result<(AuditDigest, i64, i64), Break> {
+    let unreadable = |why: String| Break::Unreadable { key: digest_key.to_owned(), why };
+    let digest: AuditDigest = serde_json::from_slice(bytes).map_err(|e| unreadable(e.to_string()))?;
+    let mut canonical = serde_json::to_vec(&digest).map_err(|e| unreadable(e.to_string()))?;
+    canonical.push(b'\n');
+    if canonical != bytes {
+        return Err(unreadable("its bytes are not the form it was signed in".to_owned()));
+    }
+    check_signature(key, digest_key, &digest)?;
+    let misplaced = |why: String| Break::Misplaced { key: digest_key.to_owned(), why };
+    if digest.project_id != scope.project_id {
+        return Err(misplaced(format!("it is project {}'s", digest.project_id)));
+    }
+    if digest_key != format!("audit/{}/digest/{}.json", digest.project_id, digest.period_start) {
+        return Err(misplaced(format!("it is the digest of the period from {}", digest.period_start)));
+    }
+    match (unix_ms(&digest.period_start), unix_ms(&digest.period_end)) {
+        (Some(start), Some(end)) if start < end => Ok((digest, start, end)),
+        _ => Err(misplaced("its period is not a period".into())),
+    }
 }
 
 /// What the chain head says of a run of listed digests (oldest first, from the range's start):
@@ -328,14 +390,16 @@ fn check_signature(key: &VerifyingKey, digest_key: &str, digest: &AuditDigest) -
 }
 
 /// The object's rows (gzip NDJSON, one JSON object with `ts` and `request_id` per line): as many
-/// as listed, the listed first and last, in order of `(ts, request_id)`. Answers their number.
-fn check_rows(o: &DigestedObject, gzip: &[u8]) -> Result<u64, Break> {
+/// as listed, the listed first and last, in order of `(ts, request_id)`. Answers the first row's
+/// time.
+fn check_rows(o: &DigestedObject, gzip: &[u8]) -> Result<i64, Break> {
     let rows_wrong = |why: String| Break::Rows { key: o.key.clone(), why };
     let mut text = String::new();
     flate2::read::MultiGzDecoder::new(gzip)
         .read_to_string(&mut text)
         .map_err(|e| rows_wrong(format!("not gzip NDJSON: {e}")))?;
     let mut ids = Vec::new();
+    let mut first_ts = None;
     let mut last: Option<(i64, String)> = None;
     for (n, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {
         let row: serde_json::Value =
@@ -345,6 +409,7 @@ fn check_rows(o: &DigestedObject, gzip: &[u8]) -> Result<u64, Break> {
         if last.as_ref().is_some_and(|(t, i)| (ts, &id) <= (*t, i)) {
             return Err(rows_wrong(format!("row {} ({id}) is out of order", n + 1)));
         }
+        first_ts.get_or_insert(ts);
         last = Some((ts, id.clone()));
         ids.push(id);
     }
@@ -354,7 +419,7 @@ fn check_rows(o: &DigestedObject, gzip: &[u8]) -> Result<u64, Break> {
     if ids.first() != Some(&o.first_request_id) || ids.last() != Some(&o.last_request_id) {
         return Err(rows_wrong("its first or last row is not the digest's".into()));
     }
-    Ok(o.rows)
+    first_ts.ok_or_else(|| rows_wrong("it holds no row".into()))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -425,13 +490,16 @@ mod tests {
     }
 
     /// Hours 10 to 13 of the day.
-    const SCOPE: Scope<'static> =
-        Scope { project_id: "prj_1", from_ms: 1_796_205_600_000, to_ms: 1_796_216_400_000 };
+    const SCOPE: Scope<'static> = Scope { project_id: "prj_1", from_ms: H10, to_ms: H10 + 3 * 3_600_000 };
+
+    /// 10:00 of the day, and 12:00.
+    const H10: i64 = 1_796_205_600_000;
+    const H12: i64 = H10 + 7_200_000;
 
     fn archive() -> Archive {
         let key = SigningKey::from_bytes(&[7; 32]);
-        let rows_a = [(1, "r1"), (2, "r2"), (3, "r3")];
-        let rows_b = [(10, "r4"), (11, "r5")];
+        let rows_a = [(H10 + 1, "r1"), (H10 + 2, "r2"), (H10 + 3, "r3")];
+        let rows_b = [(H12 + 10, "r4"), (H12 + 11, "r5")];
         let (a, b) = (gzip(&rows_a), gzip(&rows_b));
         let d0 = signed(&key, digest(0, vec![listed("audit/prj_1/a", &a, &rows_a)], None));
         // Period 1 had no traffic: an empty digest.
@@ -451,7 +519,7 @@ mod tests {
 
     #[test]
     fn an_intact_archive_verifies() {
-        assert_eq!(check(&archive()), Ok(Verified { digests: 3, objects: 2, rows: 5 }));
+        assert_eq!(check(&archive()), Ok(Verified { digests: 3, objects: 2, rows: 5, late: vec![] }));
         let a = archive();
         let pk = public_key(&B64.encode(a.key.verifying_key().as_bytes())).unwrap();
         assert_eq!(pk, a.key.verifying_key());
@@ -482,7 +550,8 @@ mod tests {
         assert_eq!(check(&a), Err(Break::Unlisted { key: "audit/prj_1/c".into() }));
         // An object written again after it was signed, and signed again (SPEC §23, H2).
         let mut a = archive();
-        let (bytes, rows) = (a.objects["audit/prj_1/a"].clone(), [(1, "r1"), (2, "r2"), (3, "r3")]);
+        let (bytes, rows) =
+            (a.objects["audit/prj_1/a"].clone(), [(H10 + 1, "r1"), (H10 + 2, "r2"), (H10 + 3, "r3")]);
         let d2 = a.digests[2].1.clone().unwrap();
         let again = digest(3, vec![listed("audit/prj_1/a", &bytes, &rows)], Some((&k(2), &d2)));
         a.digests.push((k(3), Some(signed(&a.key, again))));
@@ -525,7 +594,76 @@ mod tests {
             |k| a.objects.get(k).cloned(),
             &keys,
         );
-        assert_eq!(found, Ok(Verified { digests: 2, objects: 1, rows: 2 }));
+        assert_eq!(found, Ok(Verified { digests: 2, objects: 1, rows: 2, late: vec![] }));
+    }
+
+    /// SPEC §23 (review L1): the digest the first one links to is checked as a digest — signed,
+    /// the project's, ending where the first starts — not only hashed: a link to any file with
+    /// the right hash (one storage made up) would otherwise start the chain.
+    #[test]
+    fn the_digest_the_first_links_to_is_checked_as_a_digest() {
+        let a = archive();
+        let scope = Scope { from_ms: H12, ..SCOPE };
+        let keys = vec!["audit/prj_1/b".to_owned()];
+        let b = a.objects["audit/prj_1/b"].clone();
+        let rows_b = [(H12 + 10, "r4"), (H12 + 11, "r5")];
+        // Digest 2 linking to `before` (key, bytes), signed with the real key.
+        let run = |before_key: &str, before: &[u8]| {
+            let d2 = digest(2, vec![listed("audit/prj_1/b", &b, &rows_b)], Some((before_key, before)));
+            let digests = vec![(k(2), Some(signed(&a.key, d2)))];
+            verify(
+                &a.key.verifying_key(),
+                &scope,
+                Some((before_key, before)),
+                &digests,
+                |k| a.objects.get(k).cloned(),
+                &keys,
+            )
+        };
+        let d1 = a.digests[1].1.clone().unwrap();
+        assert_eq!(run(&k(1), &d1).map(|v| v.digests), Ok(1));
+        // A file storage made up under digest 1's key.
+        assert!(matches!(run(&k(1), b"{}\n"), Err(Break::Unreadable { key, .. }) if key == k(1)));
+        // Digest 1 signed by another key.
+        let forger = SigningKey::from_bytes(&[9; 32]);
+        let forged = signed(&forger, serde_json::from_slice(&d1).unwrap());
+        assert_eq!(run(&k(1), &forged), Err(Break::BadSignature { key: k(1) }));
+        // Another project's digest 1.
+        let mut other: AuditDigest = serde_json::from_slice(&d1).unwrap();
+        other.project_id = "prj_2".into();
+        let other = signed(&a.key, other);
+        assert!(matches!(run(&k(1), &other), Err(Break::Misplaced { key, .. }) if key == k(1)));
+        // A real digest that does not end where the first starts (digest 0, ending at 11:00).
+        let d0 = a.digests[0].1.clone().unwrap();
+        assert!(matches!(run(&k(0), &d0), Err(Break::BrokenLink { key, .. }) if key == k(2)));
+    }
+
+    /// SPEC §23 (review M2): an object whose first row is older than the span of the digest that
+    /// lists it (a row back-dated in D1 before the roll-up, or one that arrived late) verifies, and
+    /// is reported with the digest that listed it.
+    #[test]
+    fn an_object_older_than_its_digest_is_reported_late() {
+        let mut a = archive();
+        let rows_b = [(H10 + 10, "r4"), (H12 + 11, "r5")];
+        let b = gzip(&rows_b);
+        let d1 = a.digests[1].1.clone().unwrap();
+        let mut d2 = digest(2, vec![listed("audit/prj_1/b", &b, &rows_b)], Some((&k(1), &d1)));
+        d2.made_at = Some("2026-12-02T13:01:00.000Z".into());
+        a.digests[2].1 = Some(signed(&a.key, d2));
+        a.objects.insert("audit/prj_1/b".into(), b);
+        let late = LateObject {
+            key: "audit/prj_1/b".into(),
+            first_row: rfc3339(H10 + 10),
+            digest: k(2),
+            made_at: Some("2026-12-02T13:01:00.000Z".into()),
+        };
+        assert_eq!(check(&a).map(|v| v.late), Ok(vec![late.clone()]));
+        assert_eq!(
+            late.to_string(),
+            "object audit/prj_1/b (first row at 2026-12-02T10:00:00.010Z) was listed late, by digest \
+             audit/prj_1/digest/2026-12-02T12:00:00.000Z.json made at 2026-12-02T13:01:00.000Z"
+        );
+        assert_eq!(check(&archive()).map(|v| v.late), Ok(vec![]));
     }
 
     /// Rows as the digest's signer saw them but out of order (a fault of the writer, not a
