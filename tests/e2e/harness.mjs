@@ -35,7 +35,20 @@ const UUID_V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f
  * `timeoutMs` aborts the request (a TimeoutError) when no answer came by then. Answers
  * {status, headers, body (parsed JSON or text), text}.
  */
-export async function call(method, path, { key, body, headers = {}, idem, base = BASE, timeoutMs } = {}) {
+/**
+ * wrangler dev's own 503, not the gateway's: its proxy lost the connection to the local runtime
+ * before the worker had the request (no X-Request-Id; workers-sdk#14641: a keep-alive timeout
+ * race, "the worker never restarted"), and it retries only GET and HEAD itself.
+ */
+export const wranglerLostIt = (status, headers, text) =>
+  status === 503 && !headers.get('x-request-id') && text.includes('Your worker restarted mid-request');
+
+/**
+ * One request to the gateway; answers {status, headers, body (JSON when it parses), text}. A
+ * request wrangler dev lost on its way to the worker (above) is sent again, up to four times, as
+ * a client would; `resend: false` leaves that to the caller.
+ */
+export async function call(method, path, { key, body, headers = {}, idem, base = BASE, timeoutMs, resend = true } = {}) {
   // A Headers object keeps repeated names, so a test can send a header twice. An address the test
   // gives replaces this file's (appended, the worker would see "CLIENT_IP, address": no address).
   const h = new Headers();
@@ -49,8 +62,12 @@ export async function call(method, path, { key, body, headers = {}, idem, base =
     init.body = typeof body === 'string' ? body : JSON.stringify(body);
     if (!h.has('content-type')) h.set('content-type', 'application/json');
   }
-  const res = await fetch(base + path, init);
-  const text = await res.text();
+  let res = await fetch(base + path, init);
+  let text = await res.text();
+  for (let tries = 1; resend && tries < 5 && wranglerLostIt(res.status, res.headers, text); tries += 1) {
+    res = await fetch(base + path, init);
+    text = await res.text();
+  }
   let parsed = text;
   try { parsed = JSON.parse(text); } catch { /* not JSON */ }
   return { status: res.status, headers: res.headers, body: parsed, text };
@@ -95,6 +112,11 @@ export async function createKey(ownerKey, type, extra = {}, { base } = {}) {
   const res = await call('POST', '/public/v1/keys', { key: ownerKey, body: { type, ...extra }, base });
   assert.equal(res.status, 201, res.text);
   return res.body;
+}
+
+/** The seconds of the current UTC month: the `w` of the "month" policy in RateLimit-Policy. */
+export function monthSeconds(now = new Date()) {
+  return (Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1) - Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1)) / 1000;
 }
 
 export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
