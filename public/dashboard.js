@@ -454,7 +454,9 @@ async function loadWebhooks() {
       if (grace === null) return;
       try {
         const rotated = await send(`/public/v1/webhooks/${w.id}/rotate-secret`, { grace_seconds: Number(grace) });
-        showOnce(`New signing secret of ${w.url ?? "gatehouse listen"}`, rotated.secret,
+        // A v1a subscription's private key never leaves the gateway: its receivers need the new public key.
+        const shown = rotated.secret ? 'signing secret' : 'public key (v1a)';
+        showOnce(`New ${shown} of ${w.url ?? "gatehouse listen"}`, rotated.secret ?? rotated.public_key,
           `Until ${when(rotated.previous_secret_expires_at)} every delivery carries both signatures (new first).`);
       } catch (e) { showError(e); }
       await loadWebhooks().catch(showError);

@@ -12,6 +12,7 @@ const obj = (properties, required = []) => ({ type: 'object', properties, requir
 /** A response object: every property is always present. */
 const out = (properties) => obj(properties, Object.keys(properties));
 const list = (item) => out({ data: { type: 'array', items: item }, next_cursor: nullable(str) });
+const signatureScheme = { enum: ['v1', 'v1a'], description: 'v1 (default): HMAC-SHA256 with the whsec_ secret; v1a: Ed25519, receivers verify with the public key (422 otherwise)' };
 const json = (schema) => ({ 'application/json': { schema } });
 /** Text the server trims: at most `max` characters and, when `blank` is false, not only whitespace. */
 const text = (max, { min = 1, blank = false } = {}) => ({ type: 'string', minLength: min, maxLength: max, ...(!blank && { pattern: '\\S' }) });
@@ -171,6 +172,7 @@ const paths = {
       query('status', { type: 'string', pattern: '^\\s*([1-5][xX][xX]|[1-5][0-9][0-9])?\\s*$' }, '1xx–5xx or a code 100–599 (400 otherwise)'),
       query('path', { type: 'string', maxLength: 200 }, 'glob over the path with its query: * matches any run of characters, everything else itself (case-sensitive); at most 200 characters (422 beyond)'),
       query('request_id', str), query('key_id', str), query('idempotency_key', str),
+      query('trace_id', { type: 'string', pattern: '^\\s*[0-9a-f]{32}\\s*$' }, 'a W3C trace id: 32 lowercase hex digits, not all 0 (400 otherwise)'),
       query('from', timeBound, 'RFC 3339, YYYY-MM-DD (the day\'s first ms) or Unix ms (400 otherwise); a date or time that does not exist (2026-02-31) is a 422'),
       query('to', timeBound, 'RFC 3339, YYYY-MM-DD (the day\'s last ms) or Unix ms; not before from (422)'),
       query('dashboard', { enum: ['true', 'false'] }, 'true: only the dashboard\'s reads (Gatehouse-Budget); false: all but them (400 otherwise)'), ...paging],
@@ -226,15 +228,19 @@ const paths = {
   '/public/v1/webhooks': {
     post: mutating('Subscribe (the secret is shown only here)', obj({ kind: { enum: ['url', 'cli'], description: '"url" (default: Gatehouse posts to url) or "cli" (no url: `gatehouse listen` pulls the deliveries)' },
       url: { type: 'string', format: 'uri', description: 'required for kind "url", absent for "cli"; https (http too when ALLOW_PRIVATE_WEBHOOK_URLS), no credentials, no special-purpose address (422 otherwise)' },
-      events: { type: 'array', minItems: 1, uniqueItems: true, items: { enum: [...eventTypes, '*'] }, description: 'known event types or "*", no repeats (422 otherwise)' } }, ['events']),
+      events: { type: 'array', minItems: 1, uniqueItems: true, items: { enum: [...eventTypes, '*'] }, description: 'known event types or "*", no repeats (422 otherwise)' },
+      signature: signatureScheme }, ['events']),
       { 201: { schema: ref('WebhookCreated'), description: 'Created' } }),
     get: get('List subscriptions, newest first', { parameters: paging, ok: list(ref('Webhook')), codes: [400] }),
   },
   '/public/v1/webhooks/{id}': {
     delete: mutating('Delete a subscription (its pending deliveries fail)', null, { 200: { schema: out({ id: str, status: { const: 'deleted' } }) } }, [404], { parameters: [pathParam('id')] }),
-    patch: mutating('Re-enable a subscription (e.g. one disabled by a 410 Gone); its failed deliveries stay failed', obj({ status: { const: 'active', description: 'only "active" (422 otherwise)' } }, ['status']),
-      { 200: { schema: ref('Webhook') } }, [404], { parameters: [pathParam('id')] }),
+    patch: mutating('Re-enable a subscription (e.g. one disabled by a 410 Gone; its failed deliveries stay failed) or switch its signing scheme (as a rotation with the default 24 h grace: the answer shows a new v1 secret once, or the new v1a public key)',
+      { ...obj({ status: { const: 'active', description: 'only "active" (422 otherwise)' }, signature: signatureScheme }), minProperties: 1 },
+      { 200: { schema: ref('WebhookCreated') } }, [404], { parameters: [pathParam('id')] }),
   },
+  '/public/v1/webhooks/{id}/public-key': { get: get('A v1a subscription\'s public key, which its receivers verify deliveries with (404 for a v1 subscription, details.signature "v1")', {
+    parameters: [pathParam('id')], ok: out({ public_key: { type: 'string', pattern: '^whpk_' } }), codes: [404] }) },
   '/public/v1/webhooks/{id}/rotate-secret': { post: mutating('Rotate the signing secret (the new one is shown only here); during the grace every attempt carries both signatures, new first',
     obj({ grace_seconds: grace(604800, 86400, 'how long the old secret keeps signing') }),
     { 200: { schema: ref('WebhookCreated') } }, [404], { parameters: [pathParam('id')] }) },
@@ -260,7 +266,9 @@ const keyProps = { id: str, prefix: str, type: { enum: ['owner', 'server', 'brow
   expires_at: nullable(time), revoked_at: nullable(time), rolled_from: nullable(str), rolled_to: nullable(str),
   identity_id: nullable(str), limits: nullable(keyLimits) };
 const webhookProps = { id: str, kind: { enum: ['url', 'cli'] }, url: nullable(str), events: { type: 'array', items: str }, status: { enum: ['active', 'disabled'] }, disabled_reason: nullable(str), created_at: time,
-  previous_secret_expires_at: nullable({ ...time, description: 'while a rotation\'s grace runs: until when attempts are signed with the previous secret too' }) };
+  previous_secret_expires_at: nullable({ ...time, description: 'while a rotation\'s grace runs: until when attempts are signed with the previous secret too' }),
+  signature: { enum: ['v1', 'v1a'], description: 'how attempts are signed: v1 (HMAC-SHA256 with the secret) or v1a (Ed25519; receivers verify with public_key)' },
+  public_key: nullable({ type: 'string', pattern: '^whpk_', description: 'a v1a subscription\'s public key (whpk_ + base64 of the 32-byte Ed25519 key); null for v1' }) };
 const indexed = (props) => ({ type: 'array', items: out({ index: int(0), ...props }) });
 // Response-time percentiles from the aggregates' buckets: the bucket's upper bound in ms (10, 25,
 // 50, 100, 250, 500, 1000, 2500, 5000; 10000 for 5 s and more), null without requests.
@@ -270,6 +278,14 @@ const statsProps = { days: int(1, 90), total: int(0), error_share: { type: 'numb
   top_endpoints: { type: 'array', items: out({ method: str, route: nullable(str), total: int(0), errors: int(0), ...percentiles }) } };
 const schemas = {
   Error: out({ error: obj({ code: str, message: str, request_id: { type: 'string', format: 'uuid' }, retryable: { type: 'boolean' }, details: { type: 'object' } }, ['code', 'message', 'request_id', 'retryable', 'details']) }),
+  // SPEC §25: the same error as RFC 9457 problem details, for a client whose Accept asks for them.
+  Problem: { ...obj({
+    type: { type: 'string', format: 'uri', description: 'the error reference section of the code (/errors#…), or https://iana.org/assignments/http-problem-types#quota-exceeded for a window or quota 429' },
+    title: str, status: { type: 'integer', minimum: 400, maximum: 599 }, detail: str,
+    instance: { type: 'string', pattern: '^urn:uuid:', description: 'urn:uuid: and the request id' },
+    code: str, request_id: { type: 'string', format: 'uuid' }, retryable: { type: 'boolean' }, details: { type: 'object' },
+    'violated-policies': { type: 'array', items: str, description: 'the RateLimit-Policy policies a 429 exceeded' },
+  }, ['type', 'title', 'status', 'detail', 'instance', 'code', 'request_id', 'retryable', 'details']) },
   ProjectCreated: out({ project_id: str, name: str, plan: str, owner_key: out({ id: str, key: str, prefix: str }) }),
   Key: out(keyProps),
   KeyCreated: out({ ...keyProps, key: { ...str, description: 'the secret; shown only in this response' } }),
@@ -283,7 +299,8 @@ const schemas = {
   AuditRow: out({ ts: time, request_id: str, key_id: nullable(str), key_prefix: nullable(str), method: str, path: str, route: nullable(str),
     status: int(100, 599), response_bytes: int(0), response_time_ms: int(0), ip: nullable(str), user_agent: nullable(str),
     idempotency_key: nullable(str), replayed: { type: 'boolean' }, original_request_id: nullable(str), rate_limit_remaining: nullable(int(0)), error_code: nullable(str),
-    dashboard: { type: 'boolean', description: 'read under the dashboard budget (Gatehouse-Budget: dashboard)' } }),
+    dashboard: { type: 'boolean', description: 'read under the dashboard budget (Gatehouse-Budget: dashboard)' },
+    trace_id: { ...nullable({ type: 'string', pattern: '^[0-9a-f]{32}$' }), description: "the request's W3C trace id: its traceparent's, or one the gateway started (none on rows from before)" } }),
   Archive: out({ date: { type: 'string', format: 'date' }, objects: { ...int(1), description: 'gzip objects (chunks of up to 5,000 rows) the day is stored in' }, size: { ...int(0), description: 'bytes, all objects of the day' }, uploaded_at: time }),
   Contact: out({ id: str, name: nullable(str), phone: nullable(str), email: nullable(str), external_id: nullable(str), created_at: time }),
   Message: out({ id: str, contact_id: str, text: str, status: { const: 'queued' }, created_at: time }),
@@ -297,7 +314,8 @@ const schemas = {
     timestamp: nullable({ oneOf: [int(0), str], description: 'RFC 3339 or Unix seconds' }), properties: nullable({ type: 'object' }) }, ['event']),
   TrackResult: out({ accepted: indexed({ event_id: str }), duplicates: indexed({ event_id: str }), rejected: indexed({ code: str, message: str }) }),
   Webhook: out(webhookProps),
-  WebhookCreated: out({ ...webhookProps, secret: { type: 'string', pattern: '^whsec_', description: 'whsec_ + base64 of 24 random bytes; shown only in this response (and the rotation that made it)' } }),
+  WebhookCreated: { ...out({ ...webhookProps, secret: { type: 'string', pattern: '^whsec_', description: 'a v1 subscription\'s whsec_ + base64 of 24 random bytes; shown only in this response (and the rotation that made it). A v1a subscription\'s private key is never shown: no secret' } }),
+    required: Object.keys(webhookProps) },
   Delivery: out({ id: str, webhook_id: str, event_id: str, event: str, request_id: nullable(str), status: { enum: ['pending', 'delivered', 'failed'] },
     attempt: int(0), scheduled_at: nullable(time), last_response_code: nullable(int(0)), last_error: nullable(str), created_at: time, payload: {},
     attempts: { type: 'array', items: out({ attempt: int(1), started_at: time, duration_ms: int(0), response_code: nullable(int(0)), response_body: nullable(str), error: nullable(str), next_retry_at: nullable(time) }) } }),
@@ -374,8 +392,8 @@ const headerSchemas = {
   'X-RateLimit-Limit': { description: 'requests per minute of the key', schema: { type: 'integer', minimum: 0 } },
   'X-RateLimit-Remaining': { schema: { type: 'integer', minimum: 0 } },
   'X-RateLimit-Reset': { description: 'Unix seconds of the window end', schema: { type: 'integer', minimum: 0 } },
-  'RateLimit-Policy': { schema: { type: 'string', pattern: '^"minute";q=[0-9]+;w=60$', example: '"minute";q=30;w=60' } },
-  'RateLimit': { schema: { type: 'string', pattern: '^"minute";r=[0-9]+;t=[0-9]+$', example: '"minute";r=29;t=55' } },
+  'RateLimit-Policy': { description: 'every limited window and the monthly quota ("month", w = the month\'s seconds): an RFC 9651 List', schema: { type: 'string', pattern: '^"[a-z]+";q=[0-9]+;w=[0-9]+(, "[a-z]+";q=[0-9]+;w=[0-9]+)*$', example: '"minute";q=30;w=60, "month";q=10000;w=2592000' } },
+  'RateLimit': { description: 'the window closest to refusing', schema: { type: 'string', pattern: '^"[a-z]+";r=[0-9]+;t=[0-9]+$', example: '"minute";r=29;t=55' } },
   'Retry-After': { description: 'whole seconds to wait', schema: { type: 'integer', minimum: 1 } },
 };
 // The dashboard's reads (RouteId::is_dashboard_read; a unit test holds the two lists together):
@@ -404,9 +422,9 @@ const doc = {
     },
     parameters: {
       GatehouseBudget: { name: 'Gatehouse-Budget', in: 'header', required: false, description: 'dashboard: count this read under the owner key\'s dashboard budget (DASHBOARD_READS_PER_MINUTE, default 120 a minute) instead of its API windows and quota; owner keys only (403 otherwise); only on the dashboard\'s reads, any other value or route is a 400', schema: { enum: ['dashboard'] } },
-      IdempotencyKey: { name: 'Idempotency-Key', in: 'header', required: false, description: '1–255 visible ASCII characters, no comma (422 otherwise; an sf-string "…" is unquoted first); replays the first 2xx for 24 h', schema: { type: 'string', minLength: 1, maxLength: 255, pattern: '^[!#-+\\--~][!-+\\--~]*$' } } },
+      IdempotencyKey: { name: 'Idempotency-Key', in: 'header', required: false, description: 'an RFC 9651 sf-string of 1–255 printable ASCII characters ("…", as browsers send it), or 1–255 visible ASCII characters without a comma (422 otherwise); replays the first 2xx for 24 h', schema: { type: 'string', minLength: 1, maxLength: 512, pattern: '^("([ !#-\\[\\]-~]|\\\\["\\\\])+"|[!#-+\\--~][!-+\\--~]*)$' } } },
     headers: Object.fromEntries(Object.entries(headerSchemas).flatMap(([name, h]) => [[name, { ...h, required: true }], [`${name}-optional`, h]])),
-    responses: Object.fromEntries(Object.entries(codes).map(([c, d]) => [`E${c}`, { description: d, headers: errorHeaders(c), content: json(ref('Error')) }])),
+    responses: Object.fromEntries(Object.entries(codes).map(([c, d]) => [`E${c}`, { description: d, headers: errorHeaders(c), content: { ...json(ref('Error')), 'application/problem+json': { schema: ref('Problem') } } }])),
     schemas,
   },
 };

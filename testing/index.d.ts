@@ -70,8 +70,8 @@ export interface WebhookSink {
   /** A loopback URL whose deliveries the kit captures (the gateway accepts it as a target). */
   endpoint(path?: string): string;
   /** Subscribes the project to `events` at this sink (owner key unless `key`), trusting its secret. */
-  subscribe(events: string[], options?: { key?: string; path?: string }): Promise<Record<string, unknown> & { id: string; secret: string }>;
-  /** Verifies deliveries with this secret too (a subscription your own code made). */
+  subscribe(events: string[], options?: { key?: string; path?: string; signature?: 'v1' | 'v1a' }): Promise<Record<string, unknown> & { id: string; secret?: string; public_key: string | null }>;
+  /** Verifies deliveries with this `v1` secret or `v1a` public key too (a subscription your own code made). */
   trust(secret: string): void;
   /** The next 2xx-answered delivery not returned before (of `type`), waiting up to `timeout` ms (5,000). */
   next(options?: { type?: string; timeout?: number }): Promise<CapturedDelivery>;

@@ -1,7 +1,7 @@
 // @gatehouse/testing: the real Gatehouse worker, booted in-process on Miniflare (the workerd that
 // wrangler runs), for an integrator's own test suite. A test clock moves Gatehouse's time; a
 // webhook sink on loopback captures and verifies deliveries. See README.md.
-import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createHmac, createPublicKey, randomBytes, timingSafeEqual, verify } from 'node:crypto';
 import { appendFileSync, readFileSync, readdirSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { dirname, join } from 'node:path';
@@ -176,12 +176,22 @@ class WebhookSink {
     for (const wake of this.#waiters) wake();
   }
 
-  /** Standard Webhooks signature against every secret the kit knows; `null` when it knows none. */
+  /**
+   * Standard Webhooks signature against every key the kit knows — `v1` with a `whsec_` secret,
+   * `v1a` (Ed25519) with a `whpk_` public key —; `null` when it knows none.
+   */
   #verify(headers, body) {
     if (this.#secrets.size === 0) return null;
-    const signed = `${headers['webhook-id']}.${headers['webhook-timestamp']}.${body}`;
+    const signed = Buffer.from(`${headers['webhook-id']}.${headers['webhook-timestamp']}.${body}`);
     const given = String(headers['webhook-signature'] ?? '').split(' ').map((s) => s.trim()).filter(Boolean);
     for (const s of this.#secrets) {
+      if (s.startsWith('whpk_')) {
+        // The raw 32-byte key as SubjectPublicKeyInfo: the fixed Ed25519 prefix, then the key.
+        const der = Buffer.concat([Buffer.from('302a300506032b6570032100', 'hex'), Buffer.from(s.slice(5), 'base64')]);
+        const key = createPublicKey({ key: der, format: 'der', type: 'spki' });
+        if (given.some((g) => g.startsWith('v1a,') && verify(null, signed, key, Buffer.from(g.slice(4), 'base64')))) return true;
+        continue;
+      }
       const key = Buffer.from(s.replace(/^whsec_/, ''), 'base64');
       const expected = Buffer.from(`v1,${createHmac('sha256', key).update(signed).digest('base64')}`);
       if (given.some((g) => g.length === expected.length && timingSafeEqual(Buffer.from(g), expected))) return true;
@@ -194,24 +204,25 @@ class WebhookSink {
     return `${this.#url}${path.startsWith('/') ? path : `/${path}`}`;
   }
 
-  /** Verifies deliveries with `secret` too (a subscription your own code made). */
+  /** Verifies deliveries with `secret` too (a subscription your own code made): a `v1` secret, or a `v1a` public key (`whpk_…`). */
   trust(secret) {
     this.#secrets.add(secret);
   }
 
   /**
-   * Subscribes the project (with its owner key, or `key`) to `events` at this sink and trusts the
-   * subscription's secret. Answers the subscription as the API created it.
+   * Subscribes the project (with its owner key, or `key`) to `events` at this sink, signed with
+   * `signature` (`v1`, the default, or `v1a`), and trusts the subscription's secret (or public
+   * key). Answers the subscription as the API created it.
    */
-  async subscribe(events, { key, path } = {}) {
+  async subscribe(events, { key, path, signature } = {}) {
     const res = await fetch(`${this.#kit.url}/public/v1/webhooks`, {
       method: 'POST',
       headers: { authorization: `Bearer ${key ?? this.#kit.project.keys.owner}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ url: this.endpoint(path), events }),
+      body: JSON.stringify({ url: this.endpoint(path), events, ...(signature ? { signature } : {}) }),
     });
     const created = await res.json();
     if (res.status !== 201) throw new Error(`subscribing the sink: ${res.status} ${JSON.stringify(created)}`);
-    this.trust(created.secret);
+    this.trust(created.secret ?? created.public_key);
     return created;
   }
 

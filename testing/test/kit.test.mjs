@@ -114,6 +114,18 @@ test('the sink receives verified deliveries; a failed one is attempted again whe
   assert.equal(delivery.status, 'delivered');
   assert.equal(delivery.attempts.length, 2);
 
+  // SPEC §25: a v1a subscription's deliveries verify with its public key (no secret is shown).
+  const v1a = await gh.webhooks.subscribe(['contact.created'], { path: '/v1a', signature: 'v1a' });
+  assert.equal(v1a.secret, undefined);
+  assert.match(v1a.public_key, /^whpk_/);
+  const third = await call('POST', '/public/v1/contacts', { key: gh.project.keys.server, body: { name: 'Cy' } });
+  // Both subscriptions take it: the v1 one's delivery and the v1a one's, each verified.
+  const both = [await gh.webhooks.next({ type: 'contact.created' }), await gh.webhooks.next({ type: 'contact.created' })];
+  const signedV1a = both.find((d) => d.headers['webhook-signature'].startsWith('v1a,'));
+  assert.ok(signedV1a, both.map((d) => d.headers['webhook-signature']).join(' | '));
+  assert.equal(signedV1a.data.id, third.json.id);
+  assert.deepEqual(both.map((d) => d.verified), [true, true]);
+
   // One advance runs the whole schedule that falls inside it, in order (30 s, then 5 min): two
   // failures and the third attempt delivered. One stop per advance missed the third attempt.
   gh.webhooks.fail(2);

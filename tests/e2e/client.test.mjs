@@ -200,6 +200,21 @@ test('webhooks verify: a real delivery from the engine verifies; a changed body 
       '--timestamp', String(Number(headers['webhook-timestamp']) - 600), '--signature', headers['webhook-signature']], { input: body });
     assert.equal(old.status, 1);
     assert.match(old.stderr, /^invalid: webhook-timestamp is 6\d\ds old \(tolerance ±300s\)/);
+
+    // SPEC §25: a v1a subscription made with the CLI; its delivery verifies with the public key.
+    const made = gatehouse(['webhooks', 'create', `${hooks.url}/v1a`, '--events', 'contact.created', '--signature', 'v1a'], { key: owner.key });
+    assert.equal(made.status, 0, made.stderr);
+    const v1a = JSON.parse(made.stdout);
+    assert.deepEqual([v1a.signature, v1a.secret], ['v1a', undefined]);
+    await call('POST', '/public/v1/contacts', { key: server.key, body: { name: 'Signed with Ed25519' } });
+    assert.ok(await eventually(async () => hooks.requestsTo('/v1a').length > 0, 30_000), 'a v1a delivery within 30 s');
+    const signed = hooks.requestsTo('/v1a')[0];
+    const v1aArgs = ['webhooks', 'verify', '--secret', v1a.public_key, '--id', signed.headers['webhook-id'],
+      '--timestamp', signed.headers['webhook-timestamp'], '--signature', signed.headers['webhook-signature']];
+    const verified = gatehouse(v1aArgs, { input: signed.raw });
+    assert.equal(verified.status, 0, verified.stderr);
+    const tampered = gatehouse(v1aArgs, { input: Buffer.concat([signed.raw, Buffer.from(' ')]) });
+    assert.equal(tampered.stderr, 'invalid: no signature matches the body\n');
   } finally {
     await hooks.close();
   }

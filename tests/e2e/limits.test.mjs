@@ -2,7 +2,7 @@
 // (credit leases from the project's authority to each key's guard), several windows at once.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { assertError, call, createKey, createProject, freshWindow, sleep } from './harness.mjs';
+import { assertError, call, createKey, createProject, freshWindow, monthSeconds, sleep } from './harness.mjs';
 
 const statusCounts = (responses) => responses.reduce((n, r) => ({ ...n, [r.status]: (n[r.status] ?? 0) + 1 }), {});
 
@@ -54,7 +54,7 @@ test('per_second and per_minute together under 20 parallel requests: each window
   const windowsNamed = new Set(first.filter((r) => r.status === 429).map((r) => assertError(r, 429, 'RATE_LIMIT_EXCEEDED').details.window));
   assert.ok([...windowsNamed].every((w) => w === 'second' || w === 'minute'), [...windowsNamed].join());
   const limited = first.find((r) => r.status === 429);
-  assert.equal(limited.headers.get('ratelimit-policy'), '"second";q=5;w=1, "minute";q=8;w=60');
+  assert.equal(limited.headers.get('ratelimit-policy'), `"second";q=5;w=1, "minute";q=8;w=60, "month";q=100000;w=${monthSeconds()}`);
   await sleep(1100);
   const second = await Promise.all(Array.from({ length: 20 }, () => call('GET', '/public/v1/me', { key: key.key })));
   const passed = passedFirst + second.filter((r) => r.status === 200).length;

@@ -487,3 +487,45 @@ test('headers claiming a 99 MB body with an unknown or missing key are answered 
   }
   assert.equal(origin.received.filter((r) => r.path.includes('/upload/huge')).length, 0);
 });
+
+// SPEC §25: W3C trace context through the gateway.
+test('trace context: the origin continues the client trace under the gateway span (a new trace when none came), the log finds it by trace_id, and the webhooks it causes carry it', async () => {
+  const { owner, server } = await businessProject();
+  const TRACE = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
+  const traceId = crypto.randomUUID().replaceAll('-', '');
+  const clientSpan = '00f067aa0ba902b7';
+  const sent = await call('GET', '/e2e/echo/traced', { key: server.key, headers: { traceparent: `00-${traceId}-${clientSpan}-01`, tracestate: 'congo=t61rcWkgMzE' } });
+  assert.equal(sent.status, 200, sent.text);
+  const [, seenTrace, parent, flags] = sent.body.headers.traceparent.match(TRACE) ?? [];
+  assert.equal(seenTrace, traceId, 'the same trace');
+  assert.ok(parent && parent !== clientSpan, 'the gateway span is the parent');
+  assert.equal(flags, '01', "the client's flags as sent");
+  assert.equal(sent.body.headers.tracestate, 'congo=t61rcWkgMzE');
+  // None sent, or a malformed one (never an error): a new trace, random and sampled, no tracestate.
+  for (const headers of [{}, { traceparent: 'not-a-trace', tracestate: 'congo=x' }, { traceparent: `00-${'0'.repeat(32)}-${clientSpan}-01` }]) {
+    const fresh = await call('GET', '/e2e/echo/untraced', { key: server.key, headers });
+    assert.equal(fresh.status, 200, fresh.text);
+    const [, id, , fl] = fresh.body.headers.traceparent.match(TRACE) ?? [];
+    assert.ok(id && id !== traceId, JSON.stringify(fresh.body.headers));
+    assert.equal(fl, '03');
+    assert.equal(fresh.body.headers.tracestate, undefined);
+  }
+  // The log keeps the trace id; GET /public/v1/logs?trace_id= finds the request.
+  const found = await eventually(async () => {
+    const r = await call('GET', `/public/v1/logs?trace_id=${traceId}`, { key: owner.key });
+    return r.status === 200 && r.body.data.length > 0 ? r.body.data : null;
+  });
+  assert.ok(found, 'the log finds the trace');
+  assert.deepEqual(found.map((row) => [row.request_id, row.trace_id]), [[sent.headers.get('x-request-id'), traceId]]);
+  assertError(await call('GET', '/public/v1/logs?trace_id=XYZ', { key: owner.key }), 400, 'VALIDATION_ERROR');
+  // A webhook the request caused carries its traceparent: this trace, the request's span as parent.
+  const sub = await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: `${hooks.url}/traced`, events: ['contact.created'] } });
+  assert.equal(sub.status, 201, sub.text);
+  const created = await call('POST', '/public/v1/contacts', { key: server.key, body: { name: 'Traced' }, headers: { traceparent: `00-${traceId}-${clientSpan}-01` } });
+  assert.equal(created.status, 201, created.text);
+  const got = await eventually(async () => hooks.requestsTo('/traced').find((w) => JSON.parse(w.body).data.id === created.body.id));
+  assert.ok(got, 'the receiver got the event');
+  const [, hookTrace, hookParent] = got.headers.traceparent.match(TRACE) ?? [];
+  assert.equal(hookTrace, traceId);
+  assert.notEqual(hookParent, clientSpan);
+});

@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  ADMIN_TOKEN, assertError, call, createKey, createProject, freshWindow, randomIp, sleep, workerLog,
+  ADMIN_TOKEN, assertError, call, createKey, createProject, freshWindow, monthSeconds, randomIp, sleep, workerLog,
 } from './harness.mjs';
 
 function rateHeaders(res) {
@@ -33,7 +33,7 @@ test('a trial key counts down 29…0, then the 31st request is 429 with Retry-Af
   assert.equal(first.limit, 30);
   assert.equal(first.reset % 60, 0, 'X-RateLimit-Reset is a minute boundary');
   assert.ok(first.reset * 1000 > Date.now() && first.reset * 1000 <= Date.now() + 60_000);
-  assert.equal(first.policy, '"minute";q=30;w=60');
+  assert.equal(first.policy, `"minute";q=30;w=60, "month";q=10000;w=${monthSeconds()}`);
   assert.match(first.rate, /^"minute";r=29;t=([1-9]|[1-5]\d|60)$/);
 
   const denied = await call('GET', '/public/v1/me', { key: key.key });

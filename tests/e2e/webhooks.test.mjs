@@ -2,7 +2,7 @@
 // (test-shortened) schedule, 410, manual retry, and the minute sweep for lost queue messages.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createHmac } from 'node:crypto';
+import { createHmac, createPublicKey, verify } from 'node:crypto';
 import { BASE, assertError, call, createKey, createProject, d1, eventually, listAll, receiver, SCHEDULED } from './harness.mjs';
 
 /** The receiver: an answer per path, numbered, and every request it got. */
@@ -170,4 +170,71 @@ test('a due delivery whose queue message was lost is delivered after the minute 
   assert.equal(requestsTo(path)[0].headers['webhook-id'], `dlv_lost_${projectId}`);
   const [delivered] = await settled(owner.key, hook.id, 'delivered');
   assert.equal(delivered.id, `dlv_lost_${projectId}`);
+});
+
+/** Whether `entry` (`v1a,<base64>`) is an Ed25519 signature of the delivery under `publicKey` (`whpk_…`), checked by Node's crypto. */
+function v1aVerifies(publicKey, req, entry, body = req.raw) {
+  const der = Buffer.concat([Buffer.from('302a300506032b6570032100', 'hex'), Buffer.from(publicKey.slice(5), 'base64')]);
+  const key = createPublicKey({ key: der, format: 'der', type: 'spki' });
+  const signed = Buffer.concat([Buffer.from(`${req.headers['webhook-id']}.${req.headers['webhook-timestamp']}.`), body]);
+  return entry.startsWith('v1a,') && verify(null, signed, key, Buffer.from(entry.slice(4), 'base64'));
+}
+
+test('v1a: Ed25519 deliveries verify with the public key alone (Node crypto), a tampered body does not; a rotation and a switch from v1 sign with both', async () => {
+  const { owner } = await businessOwner();
+  const server = await createKey(owner.key, 'server');
+  const path = endpoint();
+  const made = await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: hooks.url + path, events: ['contact.created'], signature: 'v1a' } });
+  assert.equal(made.status, 201, made.text);
+  assert.deepEqual([made.body.signature, made.body.secret], ['v1a', undefined], 'no secret leaves the gateway');
+  assert.match(made.body.public_key, /^whpk_[A-Za-z0-9+/]{43}=$/);
+  const served = await call('GET', `/public/v1/webhooks/${made.body.id}/public-key`, { key: owner.key });
+  assert.deepEqual([served.status, served.body], [200, { public_key: made.body.public_key }]);
+
+  await call('POST', '/public/v1/contacts', { key: server.key, body: { name: 'Ed' } });
+  assert.ok(await waitFor(path, 1), 'delivered');
+  const first = requestsTo(path)[0];
+  const entries = first.headers['webhook-signature'].split(' ');
+  assert.equal(entries.length, 1);
+  assert.ok(v1aVerifies(made.body.public_key, first, entries[0]), 'verifies with the public key');
+  assert.ok(!v1aVerifies(made.body.public_key, first, entries[0], Buffer.concat([first.raw, Buffer.from(' ')])), 'a tampered body does not');
+  assert.equal(first.headers['x-gatehouse-signature'], undefined, 'no HMAC without a shared secret');
+
+  // A rotation: a new key pair (its public key answered, no secret); both sign during the grace.
+  const rotated = await call('POST', `/public/v1/webhooks/${made.body.id}/rotate-secret`, { key: owner.key, body: { grace_seconds: 3600 } });
+  assert.equal(rotated.status, 200, rotated.text);
+  assert.equal(rotated.body.secret, undefined);
+  assert.notEqual(rotated.body.public_key, made.body.public_key);
+  await call('POST', '/public/v1/contacts', { key: server.key, body: { name: 'Ed again' } });
+  assert.ok(await waitFor(path, 2), 'delivered again');
+  const [fresh, old] = requestsTo(path)[1].headers['webhook-signature'].split(' ');
+  assert.ok(v1aVerifies(rotated.body.public_key, requestsTo(path)[1], fresh), 'the new key first');
+  assert.ok(v1aVerifies(made.body.public_key, requestsTo(path)[1], old), 'then the old one');
+
+  // A v1 subscription switched to v1a: v1a (new) and v1 (the old secret) during the grace.
+  const switchPath = endpoint();
+  const v1 = await subscribe(owner.key, switchPath, ['contact.created']);
+  const switched = await call('PATCH', `/public/v1/webhooks/${v1.id}`, { key: owner.key, body: { signature: 'v1a' } });
+  assert.equal(switched.status, 200, switched.text);
+  assert.equal(switched.body.signature, 'v1a');
+  assert.match(switched.body.previous_secret_expires_at, /^\d{4}-/);
+  await call('POST', '/public/v1/contacts', { key: server.key, body: { name: 'Switching' } });
+  assert.ok(await waitFor(switchPath, 1), 'delivered after the switch');
+  const got = requestsTo(switchPath)[0];
+  const [asymmetric, hmac] = got.headers['webhook-signature'].split(' ');
+  assert.ok(v1aVerifies(switched.body.public_key, got, asymmetric));
+  const key = Buffer.from(v1.secret.replace('whsec_', ''), 'base64');
+  const text = `${got.headers['webhook-id']}.${got.headers['webhook-timestamp']}.${got.body}`;
+  assert.equal(hmac, `v1,${createHmac('sha256', key).update(text).digest('base64')}`);
+
+  // Bad input: 422 naming the field; a v1 subscription has no public key.
+  for (const body of [{ signature: 'v2' }, { signature: 'V1A' }, {}]) {
+    const e = assertError(await call('PATCH', `/public/v1/webhooks/${v1.id}`, { key: owner.key, body }), 422, 'VALIDATION_ERROR');
+    assert.ok(['signature', 'status'].includes(e.details.field), JSON.stringify(e));
+  }
+  const bad = await call('POST', '/public/v1/webhooks', { key: owner.key, body: { url: hooks.url + endpoint(), events: ['*'], signature: 'ed25519' } });
+  assert.equal(assertError(bad, 422, 'VALIDATION_ERROR').details.field, 'signature');
+  const plain = await subscribe(owner.key, endpoint(), ['contact.created']);
+  const none = assertError(await call('GET', `/public/v1/webhooks/${plain.id}/public-key`, { key: owner.key }), 404, 'NOT_FOUND');
+  assert.equal(none.details.signature, 'v1');
 });

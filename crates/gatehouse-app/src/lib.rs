@@ -48,6 +48,7 @@ mod roll_up;
 pub mod sim;
 #[cfg(test)]
 mod simulation;
+mod subscriptions;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod usage;
@@ -70,9 +71,18 @@ use gatehouse_core::error::ApiError;
 use gatehouse_core::lease::LeaseBook;
 use gatehouse_core::ports::{AnswerBody, PassThrough, PortError, Ports};
 use gatehouse_core::rate_limit::Usage;
+use gatehouse_core::trace::TraceContext;
 
 pub struct ApiRequest<B> {
     pub method: String,
+    /// The gateway's own origin as the client reached it (`https://api.example.com`): the base of
+    /// the problem types of its errors (SPEC §25).
+    pub origin: String,
+    /// `Accept`: problem details when it asks for them (`core::problem::wanted`).
+    pub accept: Option<String>,
+    /// W3C `traceparent` and `tracestate` as received (`core::trace`).
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
     /// The path without the query string, as the client sent it.
     pub path: String,
     /// Decoded query pairs, in order.
@@ -192,6 +202,9 @@ pub struct Call<'a> {
     pub ids: Ids,
     /// The request's `Idempotency-Key` where the route honours it.
     pub idempotency_key: Option<String>,
+    /// The W3C trace the request belongs to, with Gatehouse's span (SPEC §25): what a proxied
+    /// origin and the webhooks the request causes are told.
+    pub trace: TraceContext,
 }
 
 /// The ids a request gives the rows it creates. Random, except for an idempotent request: there

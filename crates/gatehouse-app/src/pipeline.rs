@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 use super::authentication::Credentials;
 use super::body_reading::BodyReading;
-use super::responses::{preflight, respond, CORS_HEADERS};
+use super::responses::{preflight, respond, Answered, CORS_HEADERS};
 use super::{random, unavailable, ApiRequest, ApiResponse, Call, Gateway, Ids, Reply, Settlement};
 use gatehouse_core::api_key::{bearer_token, KeyRecord, Scope};
 use gatehouse_core::audit::{clip_user_agent, redacted_path, AuditRow};
@@ -16,10 +16,12 @@ use gatehouse_core::idempotency::{self, ClaimDecision, Entry, KeptResponse, Stor
 use gatehouse_core::ports::{
     ClaimHolder, ClaimRequest, KeyGuard, Ports, RequestBody, ResponseStore, OPERATOR_GUARD,
 };
+use gatehouse_core::problem;
 use gatehouse_core::rate_limit::{Usage, Window};
 use gatehouse_core::route::{cors_path, match_route, Access, Miss, Route, RouteId};
 use gatehouse_core::sealing::Keyring;
 use gatehouse_core::time::rfc3339;
+use gatehouse_core::trace::TraceContext;
 use gatehouse_core::upstream::match_upstream;
 
 /// What the pipeline answers before it becomes an [`ApiResponse`].
@@ -32,6 +34,8 @@ pub(super) enum Answer {
 /// What the audit row needs to know of how the request went, filled in as it goes.
 #[derive(Default)]
 pub(super) struct Trace {
+    /// The W3C trace of the request (SPEC §25).
+    pub(super) context: Option<TraceContext>,
     pub(super) route: Option<&'static Route>,
     /// The key the request was made with, when one was recognised (revoked ones included).
     pub(super) key: Option<KeyRecord>,
@@ -102,7 +106,11 @@ impl<P: Ports> Gateway<'_, P> {
         );
         audit.ip = req.client_ip.clone();
         audit.user_agent = clip_user_agent(req.user_agent.as_deref());
-        let mut trace = Trace::default();
+        let context = TraceContext::of(req.traceparent.as_deref(), req.tracestate.as_deref(), random());
+        audit.trace_id = Some(context.trace_id.clone());
+        let mut trace = Trace { context: Some(context), ..Trace::default() };
+        // SPEC §25: errors as problem details, typed under this gateway's error reference.
+        let problem = problem::wanted(req.accept.as_deref()).then(|| req.origin.clone());
         if req.method == "OPTIONS" && cors_path(&req.path) {
             return preflight(request_id, audit);
         }
@@ -135,7 +143,8 @@ impl<P: Ports> Gateway<'_, P> {
             Ok(Answer::Reply(_)) => {}
         }
         let head = audit.method == "HEAD";
-        let mut response = respond(request_id, served.usage, served.answer, replays_created_as_ok, audit);
+        let answer = Answered { usage: served.usage, answer: served.answer, replays_created_as_ok };
+        let mut response = respond(request_id, answer, problem.as_deref(), audit);
         response.audited = !trace.unaudited;
         // Never billed: a replay or an idempotency conflict (answers about a request that billed
         // already) and the gateway's own failures.
@@ -379,6 +388,7 @@ impl<P: Ports> Gateway<'_, P> {
             // An operation's secrets are keyed by the credential its requests carry (SPEC §19).
             ids: Ids::for_operation(operation, req.authorization.as_deref().and_then(bearer_token)),
             idempotency_key: trace.idempotency_key.clone(),
+            trace: trace.context.take().expect("the trace is known before serving"),
         };
         let answer = match upstream {
             Some(upstream) => self.proxy(upstream, &req.method, &path_and_query, &req.headers, &call).await,
@@ -499,6 +509,7 @@ impl<P: Ports> Gateway<'_, P> {
             RouteId::DeleteWebhook => self.delete_webhook(call).await,
             RouteId::UpdateWebhook => self.update_webhook(call).await,
             RouteId::RotateWebhookSecret => self.rotate_webhook_secret(call).await,
+            RouteId::WebhookPublicKey => self.webhook_public_key(call).await,
             RouteId::RecoverDeliveries => self.recover_deliveries(call).await,
             RouteId::ListDeliveries => self.list_deliveries(call).await,
             RouteId::RetryDelivery => self.retry_delivery(call).await,

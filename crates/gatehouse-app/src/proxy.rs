@@ -77,7 +77,7 @@ impl<P: Ports> Gateway<'_, P> {
             client_ip: call.client_ip.unwrap_or_default(),
             body: signed_body,
         };
-        let mut headers = forwarded_request_headers(client_headers);
+        let mut headers = forwarded_request_headers(client_headers, &call.trace);
         headers.extend(identity_headers(&signed, secret.as_bytes()));
         let request = OriginRequest {
             target: &upstream.origin,
@@ -170,6 +170,7 @@ impl<P: Ports> Gateway<'_, P> {
             event_type: event_type.to_owned(),
             payload: payload(event_id, event_type, &rfc3339(call.now_ms), data).to_string(),
             request_id: call.request_id.to_owned(),
+            traceparent: Some(call.trace.traceparent()),
             created_at: call.now_ms,
             request,
         };

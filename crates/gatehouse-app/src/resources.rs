@@ -17,7 +17,7 @@ use gatehouse_core::webhook::OutgoingEvent;
 
 /// The event a created resource emits (SPEC §10), about the row `subject_id`.
 fn event(call: &Call<'_>, event_type: &'static str, subject_id: &str, data: Value) -> OutgoingEvent {
-    OutgoingEvent::new(
+    let event = OutgoingEvent::new(
         call.ids.next("evt"),
         event_type,
         subject_id,
@@ -25,7 +25,8 @@ fn event(call: &Call<'_>, event_type: &'static str, subject_id: &str, data: Valu
         call.request_id,
         call.project_id(),
         call.now_ms,
-    )
+    );
+    OutgoingEvent { traceparent: Some(call.trace.traceparent()), ..event }
 }
 
 /// A reply that also queues the webhook deliveries its request wrote.

@@ -8,6 +8,7 @@ use gatehouse_core::audit::AuditRow;
 use gatehouse_core::encoding::uuid_v7;
 use gatehouse_core::error::ApiError;
 use gatehouse_core::ports::AnswerBody;
+use gatehouse_core::problem;
 use gatehouse_core::rate_limit::Usage;
 
 /// What a web page's script may read of an ingestion answer (SPEC §7 routes, browser keys).
@@ -15,18 +16,22 @@ pub(super) const CORS_HEADERS: [(&str, &str); 2] = [
     ("access-control-allow-origin", "*"),
     (
         "access-control-expose-headers",
-        "x-request-id, retry-after, x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset, ratelimit, ratelimit-policy",
+        "x-request-id, retry-after, x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset, ratelimit, ratelimit-policy, server-timing",
     ),
 ];
 
 /// The answer to a browser's CORS preflight for an ingestion route: any origin may POST with an
-/// API key (keys travel in `Authorization`, never cookies, so no credentials mode is needed).
+/// API key (keys travel in `Authorization`, never cookies, so no credentials mode is needed),
+/// with the `Idempotency-Key` a browser may add and the trace context of SPEC §25.
 pub(super) fn preflight(request_id: String, mut audit: AuditRow) -> ApiResponse {
     audit.status = 204;
     let mut headers = vec![("x-request-id", request_id.clone())];
     headers.extend(CORS_HEADERS.map(|(name, value)| (name, value.to_owned())));
     headers.push(("access-control-allow-methods", "POST".to_owned()));
-    headers.push(("access-control-allow-headers", "authorization, content-type".to_owned()));
+    headers.push((
+        "access-control-allow-headers",
+        "authorization, content-type, idempotency-key, traceparent, tracestate".to_owned(),
+    ));
     headers.push(("access-control-max-age", "86400".to_owned()));
     ApiResponse {
         status: 204,
@@ -48,16 +53,27 @@ pub fn failure(error: ApiError, method: &str, path: &str, now_ms: i64) -> ApiRes
     let request_id = uuid_v7(now_ms, random());
     let mut audit = AuditRow::new(request_id.clone(), now_ms, method.to_owned(), path.to_owned());
     audit.error_code = Some(error.code.as_str().to_owned());
-    respond(request_id, None, Err(error), false, audit)
+    let answer = Answered { usage: None, answer: Err(error), replays_created_as_ok: false };
+    respond(request_id, answer, None, audit)
 }
 
+/// What the pipeline answered, with the usage its rate headers show.
+pub(super) struct Answered {
+    pub(super) usage: Option<Usage>,
+    pub(super) answer: Result<Answer, ApiError>,
+    /// SPEC §8: a release marker's replay answers 200 where the original said 201.
+    pub(super) replays_created_as_ok: bool,
+}
+
+/// The response to `answered`; an error as problem details (SPEC §25) typed under `problem`,
+/// the gateway's origin, when the client asked for them.
 pub(super) fn respond(
     request_id: String,
-    usage: Option<Usage>,
-    answer: Result<Answer, ApiError>,
-    replays_created_as_ok: bool,
+    answered: Answered,
+    problem: Option<&str>,
     mut audit: AuditRow,
 ) -> ApiResponse {
+    let Answered { usage, answer, replays_created_as_ok } = answered;
     let mut content_type = "application/json";
     let mut headers = vec![("x-request-id", request_id.clone())];
     if let Some(usage) = usage {
@@ -111,7 +127,14 @@ pub(super) fn respond(
             if !e.allow.is_empty() {
                 headers.push(("allow", e.allow.join(", ")));
             }
-            (e.status(), e.body(&request_id).to_string().into_bytes(), e.internal.clone())
+            let body = match problem {
+                Some(origin) => {
+                    content_type = problem::MEDIA_TYPE;
+                    problem::document(&e, &request_id, origin)
+                }
+                None => e.body(&request_id),
+            };
+            (e.status(), body.to_string().into_bytes(), e.internal.clone())
         }
     };
     // A proxied answer carries the origin's content type, or none when the origin sent none.

@@ -135,6 +135,10 @@ pub fn api_request<B>(
 ) -> ApiRequest<B> {
     ApiRequest {
         method: method.into(),
+        origin: "https://gateway.test".into(),
+        accept: None,
+        traceparent: None,
+        tracestate: None,
         path: path.into(),
         query: Vec::new(),
         raw_query: None,

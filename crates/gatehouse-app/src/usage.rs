@@ -127,6 +127,8 @@ async fn send<S: UsageStore + WebhookStore, A: Archive, Q: DeliveryQueue>(
             project_id: run.project_id.clone(),
             payload: payload(&event_id, event_type, &created_at, run.event_data()).to_string(),
             request_id: event_id.clone(),
+            // The gateway's own event: no request, no trace.
+            traceparent: None,
             event_id,
             event_type: event_type.to_owned(),
             created_at: run.made_at,
@@ -269,6 +271,7 @@ mod tests {
                     url: "https://receiver.example/hook".into(),
                     events: events.into_iter().map(String::from).collect(),
                     secret: StoredSecret::from_column("whsec_test".into()),
+                    public_key: None,
                     previous_secret: None,
                     status: "active".into(),
                     disabled_reason: None,

@@ -4,28 +4,18 @@
 //! (SPEC §12.1) the store's atomic take allocates each attempt's number and holds the delivery, so
 //! no two attempts of one delivery run at once; docs/operations/faults.md says what holds.
 
-use serde::Deserialize;
-use serde_json::json;
-
 use super::{random, unavailable, Call, Gateway, Reply};
 use gatehouse_core::config::Config;
 use gatehouse_core::error::ApiError;
-use gatehouse_core::json_body;
 use gatehouse_core::page::{Cursor, PageRequest};
 use gatehouse_core::ports::{
-    AttemptLease, DeliveryQueue, PortError, Ports, Recovery, SecretRotation, Sweep, Take, WebhookClient,
-    WebhookPost, WebhookStore,
+    AttemptLease, DeliveryQueue, PortError, Ports, Sweep, Take, WebhookClient, WebhookPost, WebhookStore,
 };
 use gatehouse_core::sealing::Keyring;
-use gatehouse_core::time;
 use gatehouse_core::webhook::{
-    self, check_events, check_url, judge, target_refusal, Attempt, Delivery, Judgement, ReceiverOutcome,
-    StoredSecret, Webhook,
+    self, judge, target_refusal, Attempt, Delivery, Judgement, ReceiverOutcome, SigningKey, StoredSecret,
 };
-use gatehouse_wire::webhooks as wire;
 
-/// Reads of a subscription whose secret another rotation changed in between, before a 503.
-const ROTATION_ATTEMPTS: usize = 3;
 /// How long one attempt holds its delivery beyond the timeout, so a crashed attempt is retried.
 const LEASE_SLACK_MS: i64 = 30_000;
 const SWEEP_BATCH: usize = 500;
@@ -35,227 +25,7 @@ const SWEEP_REPEAT_MS: i64 = 600_000;
 /// Queues delay a message by at most 12 hours; a later attempt is picked up by the sweep.
 const QUEUE_MAX_DELAY_SECONDS: i64 = 43_200;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CreateWebhook {
-    /// `url` (the default) or `cli` (no URL: `gatehouse listen` pulls the deliveries, SPEC §21).
-    kind: Option<String>,
-    url: Option<String>,
-    events: Vec<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Trigger {
-    #[serde(rename = "type")]
-    event_type: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RotateSecret {
-    grace_seconds: Option<u64>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct UpdateWebhook {
-    status: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Recover {
-    since: String,
-}
-
 impl<P: Ports> Gateway<'_, P> {
-    pub(super) async fn create_webhook(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
-        let input: CreateWebhook = json_body::parse(&call.body)?;
-        let url = match (input.kind.as_deref().unwrap_or("url"), input.url) {
-            ("url", Some(url)) => {
-                check_url(
-                    &url,
-                    self.config.allow_private_webhook_urls,
-                    &self.config.private_webhook_origins,
-                )?;
-                url
-            }
-            ("url", None) => {
-                return Err(ApiError::unprocessable(
-                    r#"url is required (or "kind":"cli" for a subscription `gatehouse listen` pulls)"#,
-                )
-                .with_detail("field", "url"))
-            }
-            ("cli", None) => webhook::CLI_URL.to_owned(),
-            ("cli", Some(_)) => {
-                return Err(ApiError::unprocessable("a cli subscription has no url: its listener pulls")
-                    .with_detail("field", "url"))
-            }
-            (kind, _) => {
-                return Err(ApiError::unprocessable(format!(r#"kind {kind:?} is not "url" nor "cli""#))
-                    .with_detail("field", "kind"))
-            }
-        };
-        check_events(&input.events)?;
-        let id = call.ids.next("wh");
-        let key = secrets_key(self.config);
-        let secret = StoredSecret::seal(&key, &id, &webhook::new_secret(&random()), random());
-        let hook = Webhook {
-            id,
-            project_id: call.project_id().to_owned(),
-            url,
-            events: input.events,
-            secret,
-            previous_secret: None,
-            status: "active".into(),
-            disabled_reason: None,
-            created_at: call.now_ms,
-        };
-        // A second execution of the same operation finds the first subscription and its secret.
-        let stored = self.store.create_webhook(&hook).await.map_err(unavailable)?;
-        let secret = stored
-            .secret
-            .open(&key, &stored.id)
-            .ok_or_else(|| ApiError::internal("the stored subscription's secret does not open"))?;
-        Ok(Reply::created(stored.view(Some(&secret), call.now_ms)))
-    }
-
-    /// A project's subscriptions, newest first, a page at a time (SPEC §3: every list takes
-    /// `limit` and `cursor`). A project has few, so the page is cut from all of them.
-    pub(super) async fn list_webhooks(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
-        let page = PageRequest::from_query(call.query, 50, 200)?;
-        let mut hooks = self.store.webhooks(call.project_id()).await.map_err(unavailable)?;
-        let position = |h: &Webhook| Cursor { ts: h.created_at, id: h.id.clone() };
-        hooks.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
-        if let Some(after) = &page.after {
-            hooks.retain(|h| (h.created_at, h.id.as_str()) < (after.ts, after.id.as_str()));
-        }
-        hooks.truncate(page.fetch_len());
-        Ok(Reply::ok(page.respond(hooks, position, |h| h.view(None, call.now_ms))))
-    }
-
-    pub(super) async fn delete_webhook(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
-        let id = call.params[0];
-        if !self.store.delete_webhook(call.project_id(), id, call.now_ms).await.map_err(unavailable)? {
-            return Err(ApiError::not_found("webhook").with_detail("id", id));
-        }
-        Ok(Reply::ok(json!({ "id": id, "status": "deleted" })))
-    }
-
-    /// Rotates the signing secret (SPEC §17): the new one is answered once; every attempt signs
-    /// with both, new first, until the grace ends, then with the new one only.
-    ///
-    /// The new secret derives from the request's operation (SPEC §19): when this operation rotated
-    /// the secret already (a write that landed but was never answered), the same secret is
-    /// answered again and nothing changes, so the secret from before the rotation stays the
-    /// previous one. The write replaces only the secret it read, so a rotation never drops one
-    /// it did not see.
-    pub(super) async fn rotate_webhook_secret(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
-        let id = call.params[0];
-        let input: RotateSecret = json_body::parse(&call.body)?;
-        let grace = input.grace_seconds.unwrap_or(webhook::DEFAULT_ROTATION_GRACE_SECONDS);
-        if grace > webhook::MAX_ROTATION_GRACE_SECONDS {
-            return Err(ApiError::unprocessable(format!(
-                "grace_seconds must be from 0 to {}",
-                webhook::MAX_ROTATION_GRACE_SECONDS
-            ))
-            .with_detail("field", "grace_seconds"));
-        }
-        let key = secrets_key(self.config);
-        let secret = webhook::new_secret(&call.ids.secret("whsec"));
-        let sealed = StoredSecret::seal(&key, id, &secret, random());
-        let until = call.now_ms + grace as i64 * 1000;
-        for _ in 0..ROTATION_ATTEMPTS {
-            let Some(hook) = self.store.webhook(call.project_id(), id).await.map_err(unavailable)? else {
-                return Err(ApiError::not_found("webhook").with_detail("id", id));
-            };
-            if hook.secret.open(&key, id).as_deref() == Some(secret.as_str()) {
-                return Ok(Reply::ok(hook.view(Some(&secret), call.now_ms)));
-            }
-            let rotation = SecretRotation {
-                project_id: call.project_id(),
-                id,
-                secret: &sealed,
-                previous_until_ms: until,
-                replaces: &hook.secret,
-            };
-            let rotated = self.store.rotate_secret(&rotation).await.map_err(unavailable)?;
-            if let Some(hook) = rotated {
-                return Ok(Reply::ok(hook.view(Some(&secret), call.now_ms)));
-            }
-            // Deleted, or rotated by another request since it was read: read it again.
-        }
-        Err(ApiError::unavailable("the subscription's secret kept changing during the rotation"))
-    }
-
-    /// `PATCH /public/v1/webhooks/{id}` `{status:"active"}`: re-enables a subscription disabled by
-    /// a 410 (its failed deliveries stay failed; `recover` re-queues them).
-    pub(super) async fn update_webhook(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
-        let id = call.params[0];
-        let input: UpdateWebhook = json_body::parse(&call.body)?;
-        if input.status != "active" {
-            return Err(ApiError::unprocessable(r#"status can only be set to "active" (re-enable)"#)
-                .with_detail("field", "status"));
-        }
-        match self.store.enable_webhook(call.project_id(), id).await.map_err(unavailable)? {
-            Some(hook) => Ok(Reply::ok(hook.view(None, call.now_ms))),
-            None => Err(ApiError::not_found("webhook").with_detail("id", id)),
-        }
-    }
-
-    /// Recovery (SPEC §17): every failed delivery of the subscription created at or after `since`
-    /// gets one more attempt, then follows the schedule again. The deliveries are queued now; a
-    /// send that fails is made up by the minute sweep (they are due).
-    pub(super) async fn recover_deliveries(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
-        let id = call.params[0];
-        let input: Recover = json_body::parse(&call.body)?;
-        let since = time::parse_rfc3339_checked(&input.since).map_err(|_| {
-            ApiError::unprocessable(
-                "since must be an RFC 3339 date and time that exists, e.g. 2026-11-30T12:00:00Z",
-            )
-            .with_detail("field", "since")
-        })?;
-        let Some(hook) = self.store.webhook(call.project_id(), id).await.map_err(unavailable)? else {
-            return Err(ApiError::not_found("webhook").with_detail("id", id));
-        };
-        if hook.status != "active" {
-            return Err(ApiError::unprocessable(format!(
-                "The subscription is {}; re-enable it (PATCH status \"active\") before recovering.",
-                hook.status
-            ))
-            .with_detail("status", hook.status.as_str()));
-        }
-        let recovery =
-            Recovery { project_id: call.project_id(), webhook_id: id, since_ms: since, now_ms: call.now_ms };
-        let ids = self.store.recover_deliveries(&recovery).await.map_err(unavailable)?;
-        let mut reply = Reply::accepted(json!({ "requeued": ids.len() }));
-        reply.deliveries = ids;
-        Ok(reply)
-    }
-
-    /// `POST /public/v1/webhooks/trigger` `{type}` (SPEC §21): a sample event of a built-in type or
-    /// an origin's, delivered to the project's matching subscriptions like any other.
-    pub(super) async fn trigger_event(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
-        let input: Trigger = json_body::parse(&call.body)?;
-        if !webhook::is_event_type(&input.event_type) {
-            return Err(ApiError::unprocessable("type must be 1–64 characters of a-z, 0-9, _ and .")
-                .with_detail("field", "type"));
-        }
-        let event_id = gatehouse_core::encoding::object_id("evt", &random());
-        let data = webhook::sample_data(&input.event_type, &time::rfc3339(call.now_ms));
-        let deliveries =
-            self.record_event(call, call.project_id(), &event_id, &input.event_type, data, None).await?;
-        let answer = wire::TriggeredEvent {
-            event_id,
-            event_type: input.event_type,
-            deliveries: deliveries.len() as u32,
-        };
-        let mut reply = Reply::accepted(gatehouse_wire::to_json(&answer));
-        reply.deliveries = deliveries;
-        Ok(reply)
-    }
-
     pub(super) async fn list_deliveries(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let id = call.params[0];
         if self.store.webhook(call.project_id(), id).await.map_err(unavailable)?.is_none() {
@@ -406,14 +176,15 @@ pub async fn dispatch<S: WebhookStore, Q: DeliveryQueue, C: WebhookClient>(
 }
 
 /// The headers an attempt of `delivery` at `now_ms` carries, signed with `keys`: posted by
-/// Gatehouse, or forwarded by a listener (SPEC §21).
+/// Gatehouse, or forwarded by a listener (SPEC §21); with the `traceparent` of the request that
+/// caused it (SPEC §25).
 pub(super) fn attempt_headers(
     config: &Config,
-    keys: &[Vec<u8>],
+    keys: &[SigningKey],
     delivery: &Delivery,
     now_ms: i64,
 ) -> Vec<(String, String)> {
-    webhook::headers(
+    let mut headers = webhook::headers(
         &config.webhook_header_prefix,
         keys,
         &delivery.id,
@@ -421,7 +192,9 @@ pub(super) fn attempt_headers(
         &delivery.event,
         &delivery.request_id,
         &delivery.payload,
-    )
+    );
+    headers.extend(delivery.traceparent.clone().map(|t| ("traceparent".to_owned(), t)));
+    headers
 }
 
 /// An attempt as recorded: its outcome judged, and the start of the receiver's answer if any.
@@ -546,6 +319,8 @@ mod tests {
     use crate::fakes::FakeStore;
     use crate::sim::{check_seeds, complete, Faults};
     use gatehouse_core::ports::Listen;
+    use gatehouse_core::ports::{Recovery, SecretRotation};
+    use gatehouse_core::webhook::Webhook;
     use gatehouse_core::webhook::{INTERRUPTED_ATTEMPT, RESPONSE_EXCERPT_BYTES};
 
     /// The sweep's grace as deployed (`WEBHOOK_SWEEP_GRACE_SECONDS`).
@@ -582,6 +357,7 @@ mod tests {
                 &webhook::new_secret(&SIGNING_KEY),
                 [0; 12],
             ),
+            public_key: None,
             previous_secret: None,
             status: "active".into(),
             disabled_reason: None,
@@ -1283,6 +1059,7 @@ mod tests {
             project_id: PROJECT,
             id: "wh_0",
             secret: &sealed,
+            public_key: None,
             previous_until_ms: T0 + 1_000,
             replaces: &current,
         }))

@@ -135,7 +135,7 @@ async fn start(
     Ok(State {
         gateway: gateway.to_owned(),
         subscription_id: created.info.id,
-        secret: created.secret,
+        secret: created.secret.or(created.info.public_key).unwrap_or_default(),
         events: events.to_vec(),
         cursor: None,
     })

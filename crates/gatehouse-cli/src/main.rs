@@ -247,10 +247,10 @@ impl From<TailFilters> for LogFilter {
 
 #[derive(Subcommand)]
 enum WebhooksCommand {
-    /// Check a delivery's Standard Webhooks signature (body from --body-file or stdin); needs no
-    /// --url or --key. Exit 0 valid, 1 invalid with the reason on stderr.
+    /// Check a delivery's Standard Webhooks signature, v1 or v1a (body from --body-file or stdin);
+    /// needs no --url or --key. Exit 0 valid, 1 invalid with the reason on stderr.
     Verify {
-        /// The subscription's secret, whsec_…
+        /// The subscription's secret (whsec_…, v1) or its public key (whpk_…, v1a).
         #[arg(long)]
         secret: String,
         /// The webhook-id header.
@@ -289,6 +289,10 @@ enum WebhooksCommand {
         /// Comma-separated event types, or * (every type but the usage events).
         #[arg(long, value_delimiter = ',', required = true)]
         events: Vec<String>,
+        /// v1 (HMAC with a secret, the default) or v1a (Ed25519: receivers verify with its
+        /// public key, no secret is shown).
+        #[arg(long, default_value = "v1", value_parser = ["v1", "v1a"])]
+        signature: String,
     },
     /// Every subscription, one JSON line each.
     List,
@@ -429,9 +433,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
         }
         Command::Contacts(ContactsCommand::Get { id }) => print_json(&client.get_contact(&id).await?),
-        Command::Webhooks(WebhooksCommand::Create { endpoint, events }) => {
+        Command::Webhooks(WebhooksCommand::Create { endpoint, events, signature }) => {
             let events: Vec<&str> = events.iter().map(String::as_str).collect();
-            print_json(&client.create_webhook(&endpoint, &events).await?)
+            match signature.as_str() {
+                "v1a" => print_json(&client.create_v1a_webhook(&endpoint, &events).await?),
+                _ => print_json(&client.create_webhook(&endpoint, &events).await?),
+            }
         }
         Command::Webhooks(WebhooksCommand::List) => {
             let mut hooks = client.list_webhooks();

@@ -56,6 +56,7 @@ mod resources;
 pub mod retry;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod verify;
 mod webhooks;
 
 pub use call::{Call, Page, Pages, Reply};
@@ -70,8 +71,9 @@ pub use resources::{
     BulkItem, BulkOutcome, Contact, CreatedKey, Key, KeyChanges, KeyStatus, KeyType, Limits, Me, Message,
     NewContact, NewKey, NewMessage, NewReleaseMarker, Quota, RateLimit, ReleaseMarker, Scenario, ScenarioRun,
 };
+pub use verify::{VerifyError, WebhookVerifier, TIMESTAMP_TOLERANCE};
 pub use webhooks::{
     event_types, CreatedWebhook, DeletedWebhook, Delivery, DeliveryAttempt, DeliveryReport, DeliveryStatus,
-    PulledDeliveries, PulledDelivery, Recovered, ReportedDelivery, TriggeredEvent, VerifyError, Webhook,
-    WebhookStatus, WebhookVerifier, MAX_PULL_WAIT, TIMESTAMP_TOLERANCE,
+    PulledDeliveries, PulledDelivery, Recovered, ReportedDelivery, TriggeredEvent, Webhook, WebhookPublicKey,
+    WebhookStatus, MAX_PULL_WAIT,
 };

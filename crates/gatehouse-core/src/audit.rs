@@ -55,6 +55,10 @@ pub struct AuditRow {
     /// Read under the dashboard budget (`Gatehouse-Budget: dashboard`, [`crate::budget`]).
     #[serde(default, deserialize_with = "flag")]
     pub dashboard: bool,
+    /// The W3C trace the request belongs to (SPEC §25, [`crate::trace`]): the client's, or one
+    /// the gateway started.
+    #[serde(default)]
+    pub trace_id: Option<String>,
 }
 
 /// A boolean as JSON writes it (`true`) or as SQLite returns it (`1`).
@@ -133,6 +137,7 @@ impl AuditRow {
             identity_id: None,
             billable: false,
             dashboard: false,
+            trace_id: None,
         }
     }
 
@@ -156,6 +161,7 @@ impl AuditRow {
             rate_limit_remaining: self.rate_limit_remaining.map(i64::from),
             error_code: self.error_code.clone(),
             dashboard: self.dashboard,
+            trace_id: self.trace_id.clone(),
         };
         gatehouse_wire::to_json(&row)
     }
@@ -272,6 +278,7 @@ pub struct LogFilter {
     pub to_ms: Option<i64>,
     /// `dashboard=true`: only the dashboard's reads (`Gatehouse-Budget`); `false`: all but them.
     pub dashboard: Option<bool>,
+    pub trace_id: Option<String>,
 }
 
 pub(crate) fn bad(field: &str, message: impl Into<String>) -> ApiError {
@@ -400,6 +407,10 @@ impl LogFilter {
                 "request_id" => f.request_id = Some(value.to_owned()),
                 "key_id" => f.key_id = Some(value.to_owned()),
                 "idempotency_key" => f.idempotency_key = Some(value.to_owned()),
+                "trace_id" if crate::trace::is_trace_id(value) => f.trace_id = Some(value.to_owned()),
+                "trace_id" => {
+                    return Err(bad("trace_id", "trace_id must be 32 lowercase hex digits, not all 0"))
+                }
                 "from" => f.from_ms = Some(time_bound("from", value, false)?),
                 "to" => f.to_ms = Some(time_bound("to", value, true)?),
                 "dashboard" => {
@@ -629,6 +640,7 @@ mod tests {
             ("request_id", "r"),
             ("key_id", "k"),
             ("idempotency_key", "i"),
+            ("trace_id", "4bf92f3577b34da6a3ce929d0e0e4736"),
             ("from", "2026-11-29T00:00:00Z"),
             ("to", "1795942112123"),
         ]))
@@ -641,8 +653,15 @@ mod tests {
             LogFilter::from_query(&q(&[("status", "404")])).unwrap().status,
             Some(StatusFilter::Exact(404))
         );
-        for (name, value) in [("status", "6xx"), ("status", "99"), ("from", "yesterday"), ("method", "GE T")]
-        {
+        assert_eq!(f.trace_id.as_deref(), Some("4bf92f3577b34da6a3ce929d0e0e4736"));
+        for (name, value) in [
+            ("status", "6xx"),
+            ("status", "99"),
+            ("from", "yesterday"),
+            ("method", "GE T"),
+            ("trace_id", "4BF92F3577B34DA6A3CE929D0E0E4736"),
+            ("trace_id", "00000000000000000000000000000000"),
+        ] {
             assert_eq!(
                 LogFilter::from_query(&q(&[(name, value)])).unwrap_err().status(),
                 400,

@@ -33,6 +33,32 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// Every code, in the order of the error reference (`public/errors.html`).
+    pub const ALL: [ErrorCode; 19] = {
+        use ErrorCode::*;
+        [
+            BadRequest,
+            Unprocessable,
+            IdempotencyKeyRequired,
+            InvalidApiKey,
+            Forbidden,
+            NotFound,
+            MethodNotAllowed,
+            IdempotencyKeyReused,
+            IdempotencyKeyInUse,
+            IdempotencyResponseNotStored,
+            Conflict,
+            PayloadTooLarge,
+            RateLimitExceeded,
+            QuotaExceeded,
+            TrialQuotaExceeded,
+            Internal,
+            UpstreamUnavailable,
+            ServiceUnavailable,
+            UpstreamTimeout,
+        ]
+    };
+
     pub fn status(self) -> u16 {
         use ErrorCode::*;
         match self {

@@ -44,8 +44,10 @@ pub enum KeyPolicy {
 }
 
 /// Reads the header under the route's policy. `None` when the route ignores it or it was not sent
-/// where optional. The runtime joins a repeated header with `", "`, and `,` is not allowed in a
-/// key, so a comma means the header was sent twice.
+/// where optional. The key is an RFC 9651 sf-string (`"…"`, any printable ASCII, `\"` and `\\`
+/// escaped: what a browser sends, SPEC §25) or, as before, a bare run of visible ASCII without a
+/// comma. The runtime joins a repeated header with `", "`, so anything after a closing quote, or
+/// a comma in a bare key, means the header was sent twice.
 pub fn parse_key(header: Option<&str>, policy: KeyPolicy) -> Result<Option<String>, ApiError> {
     let (min, max) = match policy {
         KeyPolicy::Ignored => return Ok(None),
@@ -65,21 +67,41 @@ pub fn parse_key(header: Option<&str>, policy: KeyPolicy) -> Result<Option<Strin
     let invalid =
         |why: &str| ApiError::unprocessable(format!("{HEADER} {why}")).with_detail("header", HEADER);
     let raw = raw.trim();
-    // An sf-string (RFC 8941) is unquoted first: `"abc"` is the key `abc`.
-    let key = match raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
-        Some(inner) if !inner.contains('"') => inner,
-        _ => raw,
+    let key = match raw.strip_prefix('"') {
+        Some(quoted) => sf_string(quoted).map_err(|why| invalid(why))?,
+        None if raw.contains(',') => return Err(invalid("was sent more than once, or contains a comma.")),
+        None if !raw.bytes().all(|b| (0x21..=0x7e).contains(&b)) => {
+            return Err(invalid("may contain only visible ASCII characters (or be a quoted sf-string)."))
+        }
+        None => raw.to_owned(),
     };
-    if key.contains(',') {
-        return Err(invalid("was sent more than once, or contains a comma."));
-    }
     if !(min..=max).contains(&key.len()) {
         return Err(invalid(&format!("must be {min} to {max} characters long.")));
     }
-    if !key.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
-        return Err(invalid("may contain only visible ASCII characters."));
+    Ok(Some(key))
+}
+
+/// The rest of an sf-string after its opening quote (RFC 9651 §4.2.5), decoded; nothing may
+/// follow its closing quote.
+fn sf_string(rest: &str) -> Result<String, &'static str> {
+    let mut key = String::with_capacity(rest.len());
+    let mut chars = rest.chars();
+    loop {
+        match chars.next() {
+            Some('\\') => match chars.next() {
+                Some(c @ ('"' | '\\')) => key.push(c),
+                _ => return Err("has a backslash that escapes neither `\"` nor `\\`."),
+            },
+            Some('"') => break,
+            Some(c) if (' '..='~').contains(&c) => key.push(c),
+            Some(_) => return Err("may contain only printable ASCII characters."),
+            None => return Err("has no closing quote."),
+        }
     }
-    Ok(Some(key.to_owned()))
+    match chars.as_str().is_empty() {
+        true => Ok(key),
+        false => Err("was sent more than once, or has text after its closing quote."),
+    }
 }
 
 /// SHA-256 over method, path and the body in normalised form (SPEC §5, §19): a JSON body in the
@@ -425,6 +447,18 @@ mod tests {
     fn key_grammar_accepts_visible_ascii_and_unquotes_sf_strings() {
         assert_eq!(parse_key(Some("abc-123_~!"), OPT).unwrap().as_deref(), Some("abc-123_~!"));
         assert_eq!(parse_key(Some("\"quoted-key\""), OPT).unwrap().as_deref(), Some("quoted-key"));
+        // SPEC §25: any sf-string, as a browser sends it.
+        for (sent, key) in [
+            (r#""has space""#, "has space"),
+            (r#""a,b""#, "a,b"),
+            (r#""say \"hi\" \\o/""#, r#"say "hi" \o/"#),
+            (r#"  "8e03978e-40d5-43e8-bc93-6894a57f9324"  "#, "8e03978e-40d5-43e8-bc93-6894a57f9324"),
+            (r#"" ""#, " "),
+        ] {
+            assert_eq!(parse_key(Some(sent), OPT).unwrap().as_deref(), Some(key), "{sent}");
+        }
+        let longest = format!("\"{}\"", "k ".repeat(127) + "k");
+        assert_eq!(parse_key(Some(&longest), OPT).unwrap().map(|k| k.len()), Some(255));
         assert_eq!(parse_key(Some(&"k".repeat(255)), OPT).unwrap().map(|k| k.len()), Some(255));
         assert_eq!(parse_key(None, OPT).unwrap(), None);
         assert_eq!(parse_key(Some("ignored anyway"), KeyPolicy::Ignored).unwrap(), None);
@@ -432,8 +466,23 @@ mod tests {
 
     #[test]
     fn malformed_or_repeated_keys_are_422_with_the_header_named() {
-        for bad in ["", "has space", "a,b", "abc, abc", "\"a\", \"b\"", "ключ", "\"\"", &"k".repeat(256)]
-        {
+        let too_long = format!("\"{}\"", "k".repeat(256));
+        for bad in [
+            "",
+            "has space",
+            "a,b",
+            "abc, abc",
+            "\"a\", \"b\"",
+            "ключ",
+            "\"\"",
+            &"k".repeat(256),
+            &too_long,
+            "\"unterminated",
+            r#""bad \q escape""#,
+            "\"tab\there\"",
+            "\"ключ\"",
+            "\"a\"b",
+        ] {
             let e = parse_key(Some(bad), OPT).unwrap_err();
             assert_eq!((e.status(), e.details["header"].as_str()), (422, Some(HEADER)), "{bad:?}");
         }

@@ -301,16 +301,22 @@ impl Usage {
         (((self.reset_ms() - self.now_ms).max(1) + 999) / 1000) as u64
     }
 
-    /// The rate-limit headers of SPEC §4 and §20, for every authenticated response: the
+    /// The rate-limit headers of SPEC §4, §20 and §25, for every authenticated response: the
     /// `X-RateLimit-*` and `RateLimit` of the advertised window, and a `RateLimit-Policy` that
-    /// lists every limited window (IETF draft syntax for several policies).
+    /// lists every limited window and the monthly quota (`"month"`, its `w` the month's seconds):
+    /// an RFC 9651 List of the IETF draft's policies.
     pub fn headers(&self) -> Vec<(&'static str, String)> {
         let Some((window, advertised)) = self.advertised() else { return Vec::new() };
+        let month = self.quota_limit.map(|quota| {
+            let seconds = (self.quota_resets_ms - month_start(self.now_ms)) / 1000;
+            format!("\"month\";q={quota};w={seconds}")
+        });
         let policy = Window::ALL
             .iter()
             .filter_map(|&w| {
                 self.windows[w.index()].map(|u| format!("\"{}\";q={};w={}", w.name(), u.limit, w.ms() / 1000))
             })
+            .chain(month)
             .collect::<Vec<_>>()
             .join(", ");
         vec![
@@ -524,8 +530,48 @@ mod tests {
         assert_eq!(h[0], ("x-ratelimit-limit", "30".into()));
         assert_eq!(h[1], ("x-ratelimit-remaining", "29".into()));
         assert_eq!(h[2], ("x-ratelimit-reset", ((T0 + 60_000) / 1000).to_string()));
-        assert_eq!(h[3], ("ratelimit-policy", "\"minute\";q=30;w=60".into()));
+        // November: 30 days.
+        assert_eq!(h[3], ("ratelimit-policy", "\"minute\";q=30;w=60, \"month\";q=10000;w=2592000".into()));
         assert_eq!(h[4], ("ratelimit", "\"minute\";r=29;t=40".into()));
+    }
+
+    /// SPEC §25: `RateLimit-Policy` and `RateLimit` are RFC 9651 Lists of the draft's items (a
+    /// policy name as an sf-string with integer parameters), read back by a parser of RFC 9651
+    /// (the `sfv` crate), for every mix of windows and a quota.
+    #[test]
+    fn the_fields_are_structured_fields_an_rfc_9651_parser_reads_back() {
+        use sfv::{BareItem, FieldType, ListEntry, Parser};
+        let read = |field: &str, params: &[&str]| -> Vec<(String, Vec<i64>)> {
+            let list: sfv::List = Parser::new(field).parse().unwrap_or_else(|e| panic!("{field}: {e}"));
+            // Serialised again, the same text: nothing the parser had to repair.
+            assert_eq!(list.serialize().as_deref(), Some(field));
+            list.into_iter()
+                .map(|entry| {
+                    let ListEntry::Item(item) = entry else { panic!("{field}: an inner list") };
+                    let BareItem::String(name) = &item.bare_item else { panic!("{field}: not a string") };
+                    let values = params
+                        .iter()
+                        .map(|p| item.params.get(*p).and_then(BareItem::as_integer).map(i64::from).expect(p))
+                        .collect();
+                    (name.as_str().to_owned(), values)
+                })
+                .collect()
+        };
+        let all = Limits { per: [Some(3), Some(5), Some(100), Some(7)], monthly_quota: Some(999_999_999) };
+        let none_monthly = Limits { per: [None, Some(5), None, None], monthly_quota: None };
+        for limits in [TRIAL, all, none_monthly] {
+            let (_, u, _) = decide(Counters::default(), T0 + 1_500, limits);
+            let h: std::collections::HashMap<_, _> = u.headers().into_iter().collect();
+            let policies = read(&h["ratelimit-policy"], &["q", "w"]);
+            let expected_windows = limits.per.iter().filter(|l| l.is_some()).count();
+            assert_eq!(policies.len(), expected_windows + usize::from(limits.monthly_quota.is_some()));
+            if let Some(quota) = limits.monthly_quota {
+                assert_eq!(policies.last(), Some(&("month".to_owned(), vec![quota as i64, 2_592_000])));
+            }
+            let current = read(&h["ratelimit"], &["r", "t"]);
+            assert_eq!(current.len(), 1);
+            assert!(policies.iter().any(|(name, _)| *name == current[0].0), "{policies:?} {current:?}");
+        }
     }
 
     /// SPEC §20: several windows at once, each exact; the headers advertise the one closest to

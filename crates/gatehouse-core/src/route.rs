@@ -57,6 +57,7 @@ pub enum RouteId {
     DeleteWebhook,
     UpdateWebhook,
     RotateWebhookSecret,
+    WebhookPublicKey,
     RecoverDeliveries,
     ListDeliveries,
     RetryDelivery,
@@ -221,6 +222,7 @@ pub const ROUTES: &[Route] = &[
             "request_id",
             "key_id",
             "idempotency_key",
+            "trace_id",
             "from",
             "to",
             "dashboard",
@@ -247,6 +249,7 @@ pub const ROUTES: &[Route] = &[
     route(RouteId::DeleteWebhook, "DELETE", "/public/v1/webhooks/{id}", OWNER),
     route(RouteId::UpdateWebhook, "PATCH", "/public/v1/webhooks/{id}", OWNER),
     route(RouteId::RotateWebhookSecret, "POST", "/public/v1/webhooks/{id}/rotate-secret", OWNER),
+    route(RouteId::WebhookPublicKey, "GET", "/public/v1/webhooks/{id}/public-key", OWNER),
     route(RouteId::RecoverDeliveries, "POST", "/public/v1/webhooks/{id}/recover", OWNER),
     with_query(
         route(RouteId::ListDeliveries, "GET", "/public/v1/webhooks/{id}/deliveries", OWNER),
@@ -303,6 +306,14 @@ pub fn path_and_query(url: &str) -> Result<(String, Option<String>), url::ParseE
     }
     let url = url::Url::parse(url)?;
     Ok((url.path().to_owned(), url.query().map(str::to_owned)))
+}
+
+/// `scheme://host[:port]` of an absolute URL (the gateway's own origin as the client reached it);
+/// empty for anything else.
+pub fn origin_of(url: &str) -> &str {
+    let Some((scheme, rest)) = url.split_once("://") else { return "" };
+    let authority = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    &url[..scheme.len() + 3 + authority]
 }
 
 /// [`path_and_query`] by splitting, when the URL is plain (`scheme://authority/path?query` of
@@ -608,5 +619,14 @@ mod tests {
                 assert!(!(a.method == b.method && a.template == b.template), "{} {}", a.method, a.template);
             }
         }
+    }
+
+    #[test]
+    fn the_origin_of_a_url_is_its_scheme_and_authority() {
+        assert_eq!(origin_of("https://api.example.com/public/v1/me?x=1"), "https://api.example.com");
+        assert_eq!(origin_of("http://127.0.0.1:8787/health"), "http://127.0.0.1:8787");
+        assert_eq!(origin_of("http://[::1]:8787?q"), "http://[::1]:8787");
+        assert_eq!(origin_of("https://h"), "https://h");
+        assert_eq!(origin_of("/relative"), "");
     }
 }

@@ -125,6 +125,7 @@ impl LogFilter {
             && self.from_ms.is_none_or(|f| row.ts >= f)
             && self.to_ms.is_none_or(|t| row.ts <= t)
             && self.dashboard.is_none_or(|d| row.dashboard == d)
+            && self.trace_id.as_ref().is_none_or(|t| row.trace_id.as_ref() == Some(t))
     }
 }
 

@@ -10,6 +10,7 @@ use super::api_key::{KeyType, KeyTypes, Scope};
 use super::encoding::hex;
 use super::idempotency::KeyPolicy;
 use super::route::{Access, Route, RouteId, DEFAULT_BODY_LIMIT, ROUTES};
+use super::trace::TraceContext;
 
 /// A 2xx origin answer up to this size is kept for idempotent replay; a larger one is answered
 /// but not kept (SPEC §15).
@@ -326,17 +327,27 @@ const CLIENT_ADDRESS: [&str; 4] = ["forwarded", "x-real-ip", "true-client-ip", "
 /// `X-Gatehouse-*` (the identity headers are ours alone), the client's `X-Request-Id`, `Host`,
 /// `Content-Length` (the runtime sets it), the platform's `cf-*` headers, and every header in which
 /// the client could name an address or a host for itself (`Forwarded`, `X-Forwarded-*`,
-/// `X-Real-IP`, `True-Client-IP`, `X-Client-IP`).
-pub fn forwarded_request_headers(headers: &[(String, String)]) -> Vec<(String, String)> {
-    end_to_end(headers, |n| {
-        matches!(n, "authorization" | "host" | "content-length" | "x-request-id")
-            || n.starts_with("x-gatehouse-")
+/// `X-Real-IP`, `True-Client-IP`, `X-Client-IP`). The trace context is the request's own
+/// (SPEC §25): `traceparent` names Gatehouse's span as the parent, and `tracestate` is the
+/// client's only when its `traceparent` was valid.
+pub fn forwarded_request_headers(
+    headers: &[(String, String)],
+    trace: &TraceContext,
+) -> Vec<(String, String)> {
+    let mut forwarded: Vec<(String, String)> = end_to_end(headers, |n| {
+        matches!(
+            n,
+            "authorization" | "host" | "content-length" | "x-request-id" | "traceparent" | "tracestate"
+        ) || n.starts_with("x-gatehouse-")
             || n.starts_with("cf-")
             || n.starts_with("x-forwarded-")
             || CLIENT_ADDRESS.contains(&n)
     })
     .cloned()
-    .collect()
+    .collect();
+    forwarded.push(("traceparent".into(), trace.traceparent()));
+    forwarded.extend(trace.tracestate.clone().map(|state| ("tracestate".into(), state)));
+    forwarded
 }
 
 /// The origin's headers the client receives, names lowercase: all but hop-by-hop ones, the ones
@@ -546,10 +557,24 @@ mod tests {
             ("Idempotency-Key", "k1"),
             ("X-Trace", "abc"),
         ]);
+        let client_trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let trace = TraceContext::of(Some(client_trace), Some("congo=t61rcWkgMzE"), [7; 24]);
         assert_eq!(
-            forwarded_request_headers(&incoming),
-            h(&[("Content-Type", "application/json"), ("Idempotency-Key", "k1"), ("X-Trace", "abc")])
+            forwarded_request_headers(&incoming, &trace),
+            h(&[
+                ("Content-Type", "application/json"),
+                ("Idempotency-Key", "k1"),
+                ("X-Trace", "abc"),
+                ("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-0707070707070707-01"),
+                ("tracestate", "congo=t61rcWkgMzE"),
+            ])
         );
+        // The client's own trace headers never reach the origin as they came.
+        let mut traced = incoming.clone();
+        traced.extend(h(&[("TraceParent", client_trace), ("tracestate", "congo=t61rcWkgMzE")]));
+        let forwarded = forwarded_request_headers(&traced, &trace);
+        let named = |n: &str| forwarded.iter().filter(|(k, _)| k.eq_ignore_ascii_case(n)).count();
+        assert_eq!((named("traceparent"), named("tracestate")), (1, 1));
         let answered = h(&[
             ("Content-Type", "text/plain"),
             ("X-RateLimit-Remaining", "999"),
@@ -680,7 +705,9 @@ mod tests {
             ("CF-Connecting-IP", "203.0.113.9"),
             ("Accept", "*/*"),
         ]);
-        assert_eq!(forwarded_request_headers(&incoming), h(&[("Accept", "*/*")]));
+        let trace = TraceContext::of(None, None, [1; 24]);
+        let forwarded = forwarded_request_headers(&incoming, &trace);
+        assert_eq!(forwarded, h(&[("Accept", "*/*"), ("traceparent", &trace.traceparent())]));
         let headers = example("/shop/v1/orders", SignedBody::Held(b""));
         let get = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
         assert_eq!(get("x-forwarded-for"), Some("203.0.113.9"));

@@ -28,4 +28,7 @@ pub struct LogEntry {
     /// One of the owner dashboard's reads, counted under its own budget (`Gatehouse-Budget`).
     #[serde(default)]
     pub dashboard: bool,
+    /// The W3C trace id of the request: the client's `traceparent`'s, or one the gateway started.
+    #[serde(default)]
+    pub trace_id: Option<String>,
 }

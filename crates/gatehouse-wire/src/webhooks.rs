@@ -41,15 +41,34 @@ pub struct Webhook {
     /// secret too.
     #[serde(default)]
     pub previous_secret_expires_at: Option<String>,
+    /// How attempts are signed (Standard Webhooks): `v1` (HMAC with the shared secret) or `v1a`
+    /// (Ed25519: receivers verify with `public_key`).
+    #[serde(default = "v1")]
+    pub signature: String,
+    /// A `v1a` subscription's public key (`whpk_…`); `None` for `v1`.
+    #[serde(default)]
+    pub public_key: Option<String>,
 }
 
-/// A subscription just made or its secret just rotated: the only answers with its signing
-/// `secret` (`whsec_…`).
+fn v1() -> String {
+    "v1".to_owned()
+}
+
+/// A subscription just made or its secret just rotated: the only answers with a `v1`
+/// subscription's signing `secret` (`whsec_…`). A `v1a` subscription's private key never leaves
+/// the gateway: its answers carry `public_key` instead, and no `secret`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CreatedWebhook {
-    pub secret: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
     #[serde(flatten)]
     pub info: Webhook,
+}
+
+/// `GET /public/v1/webhooks/{id}/public-key`: a `v1a` subscription's public key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WebhookPublicKey {
+    pub public_key: String,
 }
 
 /// A delivery of one event to one subscription, with every attempt.

@@ -68,6 +68,7 @@ impl WebhookTables {
             event: "contact.created".into(),
             payload: format!(r#"{{"id":"evt_{id}","type":"contact.created","data":{{}}}}"#),
             request_id: format!("req_{id}"),
+            traceparent: None,
             status: "pending".into(),
             attempts: 0,
             schedule_from: 0,
@@ -166,7 +167,7 @@ impl WebhookStore for FakeStore {
     }
 
     async fn rotate_secret(&self, rotation: &SecretRotation<'_>) -> Result<Option<Webhook>, PortError> {
-        let SecretRotation { project_id, id, secret, previous_until_ms, replaces } = *rotation;
+        let SecretRotation { project_id, id, secret, public_key, previous_until_ms, replaces } = *rotation;
         self.tables("webhooks.rotate_secret", |t| {
             let hook = t.webhooks.get_mut(id).filter(|w| {
                 w.project_id == project_id
@@ -175,6 +176,7 @@ impl WebhookStore for FakeStore {
             })?;
             let previous = std::mem::replace(&mut hook.secret, secret.clone());
             hook.previous_secret = Some((previous, previous_until_ms));
+            hook.public_key = public_key.map(str::to_owned);
             Some(hook.clone())
         })
         .await
@@ -470,6 +472,7 @@ impl WebhookStore for FakeStore {
                     d.event = event.event_type.clone();
                     d.payload = event.payload.clone();
                     d.request_id = event.request_id.clone();
+                    d.traceparent = event.traceparent.clone();
                 }
             }
             OriginEventRecord::Recorded(

@@ -12,6 +12,8 @@ pub struct SecretRotation<'a> {
     pub project_id: &'a str,
     pub id: &'a str,
     pub secret: &'a StoredSecret,
+    /// The new secret's public key (`v1a`), or `None` (`v1`).
+    pub public_key: Option<&'a str>,
     pub previous_until_ms: i64,
     pub replaces: &'a StoredSecret,
 }
@@ -183,6 +185,8 @@ pub struct OriginEvent {
     /// The delivery payload `{id, type, created_at, data}` as sent.
     pub payload: String,
     pub request_id: String,
+    /// The `traceparent` its deliveries carry (the request's; none for the gateway's own events).
+    pub traceparent: Option<String>,
     pub created_at: i64,
     /// The fingerprint of the request that named this event id through its `Idempotency-Key`.
     pub request: Option<String>,

@@ -46,6 +46,8 @@ pub struct OutgoingEvent {
     pub subject_id: String,
     pub payload: String,
     pub request_id: String,
+    /// The `traceparent` its deliveries carry: the request's trace, its span as the parent.
+    pub traceparent: Option<String>,
     pub project_id: String,
     pub created_at: i64,
 }
@@ -67,6 +69,7 @@ impl OutgoingEvent {
             subject_id: subject_id.to_owned(),
             payload: body,
             request_id: request_id.to_owned(),
+            traceparent: None,
             project_id: project_id.to_owned(),
             created_at: now_ms,
         }
@@ -83,6 +86,9 @@ pub struct Delivery {
     pub event: String,
     pub payload: String,
     pub request_id: String,
+    /// The W3C `traceparent` of the request that caused it (SPEC §25), sent with each attempt.
+    #[serde(default)]
+    pub traceparent: Option<String>,
     pub status: String,
     pub attempts: u32,
     /// The attempts taken before the schedule last started over (a recovery, SPEC §17): the

@@ -24,6 +24,13 @@ mod test_vectors {
     /// The vector published in docs/api/webhooks.md, computed with Python's `hmac` module.
     pub const SECRET: &str = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYX";
 
+    /// The v1a vector of docs/api/webhooks.md, computed with Node's `crypto` (OpenSSL): the key
+    /// pair of seed bytes 0..32, its public key, and its signature of the v1 vector's message.
+    pub const V1A_SECRET: &str = "whsk_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+    pub const V1A_PUBLIC_KEY: &str = "whpk_A6EHv/POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg=";
+    pub const V1A_SIGNATURE: &str =
+        "v1a,Yp7XSCXKnZdl0ye7BE8gi5cFmYoP5NFF/BUZ0RRxUga3LFjlHoVM7vcOV8+PP4jtzltS+Z9S+xmLQ77p1Xo/BA==";
+
     pub fn secrets_key() -> Keyring {
         Keyring::for_webhook_secrets(
             &["webhook-secrets-key-of-32-bytes-len!"],

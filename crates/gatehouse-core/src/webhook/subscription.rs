@@ -5,7 +5,7 @@ use gatehouse_wire::webhooks as wire;
 
 use serde_json::Value;
 
-use super::secret::{signing_key, StoredSecret};
+use super::secret::{Scheme, SigningKey, StoredSecret};
 use crate::error::ApiError;
 use crate::sealing::Keyring;
 
@@ -102,6 +102,8 @@ pub struct Webhook {
     pub url: String,
     pub events: Vec<String>,
     pub secret: StoredSecret,
+    /// A `v1a` subscription's public key (`whpk_…`, SPEC §25), the current secret's; `None`: `v1`.
+    pub public_key: Option<String>,
     /// The secret a rotation replaced, and until when attempts are signed with it too (SPEC §17).
     pub previous_secret: Option<(StoredSecret, i64)>,
     pub status: String,
@@ -142,10 +144,24 @@ impl Webhook {
             disabled_reason: self.disabled_reason.clone(),
             created_at: crate::time::rfc3339(self.created_at),
             previous_secret_expires_at: self.previous_secret_until(now_ms).map(crate::time::rfc3339),
+            signature: self.scheme().as_str().to_owned(),
+            public_key: self.public_key.clone(),
         };
         match secret {
-            Some(secret) => to_json(&wire::CreatedWebhook { secret: secret.to_owned(), info }),
+            // A v1a key pair's private half never leaves the gateway.
+            Some(secret) => {
+                let secret = (self.scheme() == Scheme::V1).then(|| secret.to_owned());
+                to_json(&wire::CreatedWebhook { secret, info })
+            }
             None => to_json(&info),
+        }
+    }
+
+    /// How its attempts are signed now (a `v1a` subscription has a public key).
+    pub fn scheme(&self) -> Scheme {
+        match self.public_key {
+            Some(_) => Scheme::V1a,
+            None => Scheme::V1,
         }
     }
 }
@@ -165,13 +181,13 @@ impl Webhook {
     /// The signing keys of an attempt at `now_ms`: the current secret's, then the previous one's
     /// while its grace runs. `None` when the current secret cannot be opened; a previous secret
     /// that cannot be opened is left out.
-    pub fn signing_keys(&self, key: &Keyring, now_ms: i64) -> Option<Vec<Vec<u8>>> {
-        let current = signing_key(&self.secret.open(key, &self.id)?)?;
+    pub fn signing_keys(&self, key: &Keyring, now_ms: i64) -> Option<Vec<SigningKey>> {
+        let current = SigningKey::of(&self.secret.open(key, &self.id)?)?;
         let previous = self
             .previous_secret
             .as_ref()
             .filter(|(_, until)| *until > now_ms)
-            .and_then(|(secret, _)| signing_key(&secret.open(key, &self.id)?));
+            .and_then(|(secret, _)| SigningKey::of(&secret.open(key, &self.id)?));
         Some(std::iter::once(current).chain(previous).collect())
     }
 }
@@ -190,6 +206,7 @@ mod tests {
             url: "https://example.com/hook".into(),
             events: vec!["*".into()],
             secret: StoredSecret::Plaintext(SECRET.into()),
+            public_key: None,
             previous_secret: Some((StoredSecret::Plaintext(SECRET.into()), 5)),
             status: "active".into(),
             disabled_reason: None,
@@ -212,14 +229,18 @@ mod tests {
             url: "https://example.com/h".into(),
             events: vec!["*".into()],
             secret: StoredSecret::seal(&key, "wh_1", &new_secret, [1; 12]),
+            public_key: None,
             previous_secret: Some((StoredSecret::seal(&key, "wh_1", SECRET, [2; 12]), 1_000)),
             status: "active".into(),
             disabled_reason: None,
             created_at: 0,
         };
         let old = signing_key(SECRET).unwrap();
-        assert_eq!(hook.signing_keys(&key, 999), Some(vec![vec![9; 24], old]));
-        assert_eq!(hook.signing_keys(&key, 1_000), Some(vec![vec![9; 24]]));
+        assert_eq!(
+            hook.signing_keys(&key, 999),
+            Some(vec![SigningKey::Hmac(vec![9; 24]), SigningKey::Hmac(old)])
+        );
+        assert_eq!(hook.signing_keys(&key, 1_000), Some(vec![SigningKey::Hmac(vec![9; 24])]));
         assert_eq!(hook.previous_secret_until(999), Some(1_000));
         assert_eq!(hook.previous_secret_until(1_000), None);
     }

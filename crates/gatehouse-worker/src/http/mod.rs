@@ -11,7 +11,7 @@ use crate::adapters::origin::{streamed, AnswerRest};
 use gatehouse_app::{ApiRequest, ApiResponse};
 
 #[wasm_bindgen(inline_js = r#"
-const READ = ["content-length", "user-agent", "authorization", "idempotency-key", "cf-connecting-ip", "gatehouse-budget"];
+const READ = ["content-length", "user-agent", "authorization", "idempotency-key", "cf-connecting-ip", "gatehouse-budget", "accept", "traceparent", "tracestate"];
 export function requestHead(req) {
   let head = req.method + "\n" + req.url;
   for (const name of READ) {
@@ -62,6 +62,9 @@ pub struct RequestHead {
     idempotency_key: Option<String>,
     client_ip: Option<String>,
     budget: Option<String>,
+    accept: Option<String>,
+    traceparent: Option<String>,
+    tracestate: Option<String>,
 }
 
 impl RequestHead {
@@ -79,6 +82,9 @@ impl RequestHead {
             idempotency_key: header(),
             client_ip: header(),
             budget: header(),
+            accept: header(),
+            traceparent: header(),
+            tracestate: header(),
         }
     }
 }
@@ -103,9 +109,14 @@ pub fn api_request(
     } else {
         Vec::new()
     };
+    let origin = gatehouse_core::route::origin_of(&head.url).to_owned();
     ApiRequest {
         // The raw method string: `worker::Method` folds methods it does not know into GET.
         method: head.method,
+        origin,
+        accept: head.accept,
+        traceparent: head.traceparent,
+        tracestate: head.tracestate,
         query: url::form_urlencoded::parse(raw_query.as_deref().unwrap_or("").as_bytes())
             .map(|(k, v)| (k.into_owned(), v.into_owned()))
             .collect(),

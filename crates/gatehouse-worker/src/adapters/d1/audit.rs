@@ -19,7 +19,7 @@ use gatehouse_core::tiers::ObjectSummary;
 
 const AUDIT_COLUMNS: &str = "ts, request_id, project_id, key_id, key_prefix, method, path, route, status,
   response_bytes, response_time_ms, ip, user_agent, idempotency_key, replayed, original_request_id,
-  rate_limit_remaining, error_code, identity_id, billable, dashboard";
+  rate_limit_remaining, error_code, identity_id, billable, dashboard, trace_id";
 
 /// The `path` glob of [`gatehouse_core::audit::PathGlob`] without `LIKE` or `GLOB`, whose patterns D1
 /// caps at 50 bytes: ?5 the prefix (NULL: no filter), ?14 the suffix (NULL: the glob has no `*`,
@@ -189,6 +189,7 @@ impl D1Store {
                    AND (?10 IS NULL OR ts <= ?10)
                    AND (?11 IS NULL OR (ts, request_id) < (?11, ?12))
                    AND (?16 IS NULL OR dashboard = ?16)
+                   AND (?17 IS NULL OR trace_id = ?17)
                  ORDER BY ts DESC, request_id DESC LIMIT ?13"
             ),
             &[
@@ -208,6 +209,7 @@ impl D1Store {
                 opt_text(glob.and_then(|g| g.suffix.as_deref())),
                 opt_text(glob.map(|g| g.middle_json()).as_deref()),
                 opt_int(filter.dashboard.map(i64::from)),
+                opt_text(filter.trace_id.as_deref()),
             ],
         )
     }

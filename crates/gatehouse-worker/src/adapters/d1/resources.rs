@@ -44,6 +44,7 @@ impl D1Store {
                         text(&e.request_id),
                         int(e.created_at),
                         text(&e.subject_id),
+                        opt_text(e.traceparent.as_deref()),
                     ],
                 )
             })

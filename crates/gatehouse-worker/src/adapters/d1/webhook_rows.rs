@@ -25,6 +25,7 @@ pub(super) struct WebhookRecord {
     created_at: i64,
     previous_secret: Option<String>,
     previous_secret_until: Option<i64>,
+    public_key: Option<String>,
 }
 
 impl WebhookRecord {
@@ -35,6 +36,7 @@ impl WebhookRecord {
             project_id: self.project_id,
             url: self.url,
             secret: StoredSecret::from_column(self.secret),
+            public_key: self.public_key,
             previous_secret: self
                 .previous_secret
                 .map(StoredSecret::from_column)
@@ -48,12 +50,13 @@ impl WebhookRecord {
 
 /// One pending delivery of an event for every active subscription of its project that takes its
 /// type, where `condition` also holds: ?1 project, ?2 event id, ?3 type, ?4 payload, ?5 request
-/// id, ?6 now. A delivery that exists already is left as it is.
+/// id, ?6 now, ?8 the request's `traceparent` (?7 is the condition's). A delivery that exists
+/// already is left as it is.
 pub(super) fn fan_out(condition: &str) -> String {
     format!(
         "INSERT OR IGNORE INTO webhook_deliveries (id, project_id, webhook_id, event_id, event, payload,
-           request_id, status, attempts, scheduled_at, created_at, updated_at)
-         SELECT 'dlv_' || lower(hex(randomblob(13))), ?1, w.id, ?2, ?3, ?4, ?5, 'pending', 0, ?6, ?6, ?6
+           request_id, traceparent, status, attempts, scheduled_at, created_at, updated_at)
+         SELECT 'dlv_' || lower(hex(randomblob(13))), ?1, w.id, ?2, ?3, ?4, ?5, ?8, 'pending', 0, ?6, ?6, ?6
          FROM webhooks w
          WHERE w.project_id = ?1 AND w.status = 'active'
            AND EXISTS (SELECT 1 FROM json_each(w.events)

@@ -15,10 +15,10 @@ use gatehouse_core::ports::{
 use gatehouse_core::webhook::{Attempt, Delivery, StoredSecret, Webhook, CLI_URL, INTERRUPTED_ATTEMPT};
 
 const WEBHOOK_COLUMNS: &str = "id, project_id, url, events, secret, status, disabled_reason, created_at,
-  previous_secret, previous_secret_until";
+  previous_secret, previous_secret_until, public_key";
 const DELIVERY_COLUMNS: &str =
-    "id, project_id, webhook_id, event_id, event, payload, request_id, status, attempts, schedule_from,
-  scheduled_at, last_response_code, last_error, created_at, updated_at";
+    "id, project_id, webhook_id, event_id, event, payload, request_id, traceparent, status, attempts,
+  schedule_from, scheduled_at, last_response_code, last_error, created_at, updated_at";
 
 impl D1Store {
     async fn webhook_rows(&self, sql: &str, args: &[JsValue]) -> Result<Vec<Webhook>, PortError> {
@@ -66,7 +66,7 @@ impl WebhookStore for D1Store {
         let rows = self
             .webhook_rows(
                 &format!(
-                    "INSERT INTO webhooks ({WEBHOOK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL, NULL)
+                    "INSERT INTO webhooks ({WEBHOOK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL, NULL, ?9)
                  ON CONFLICT (id) DO UPDATE SET id = excluded.id RETURNING {WEBHOOK_COLUMNS}"
                 ),
                 &[
@@ -78,6 +78,7 @@ impl WebhookStore for D1Store {
                     text(&w.status),
                     opt_text(w.disabled_reason.as_deref()),
                     int(w.created_at),
+                    opt_text(w.public_key.as_deref()),
                 ],
             )
             .await?;
@@ -123,13 +124,14 @@ impl WebhookStore for D1Store {
     }
 
     async fn rotate_secret(&self, rotation: &SecretRotation<'_>) -> Result<Option<Webhook>, PortError> {
-        let SecretRotation { project_id, id, secret, previous_until_ms, replaces } = *rotation;
+        let SecretRotation { project_id, id, secret, public_key, previous_until_ms, replaces } = *rotation;
         // One statement: the replaced secret moves to `previous_secret` as it is stored (sealed),
-        // only while it is the one the rotation read.
+        // only while it is the one the rotation read; the public key is the new secret's.
         let rows = self
             .webhook_rows(
                 &format!(
-                    "UPDATE webhooks SET previous_secret = secret, previous_secret_until = ?4, secret = ?3
+                    "UPDATE webhooks SET previous_secret = secret, previous_secret_until = ?4, secret = ?3,
+                       public_key = ?6
                      WHERE id = ?1 AND project_id = ?2 AND status <> 'deleted' AND secret = ?5
                      RETURNING {WEBHOOK_COLUMNS}"
                 ),
@@ -139,6 +141,7 @@ impl WebhookStore for D1Store {
                     text(secret.as_column()),
                     int(previous_until_ms),
                     text(replaces.as_column()),
+                    opt_text(public_key),
                 ],
             )
             .await?;
@@ -494,6 +497,7 @@ impl WebhookStore for D1Store {
                     text(&e.request_id),
                     int(e.created_at),
                     opt_text(e.request.as_deref()),
+                    opt_text(e.traceparent.as_deref()),
                 ],
             )?,
             self.statement("SELECT id FROM projects WHERE id = ?1", &[text(&e.project_id)])?,
