@@ -126,6 +126,9 @@ const paths = {
       audited: { ...int(), description: 'billable audit rows of the period, hot and archived, counted row by row' },
       difference: { ...int(), description: 'audited − exported' },
       pending: { ...int(), description: 'counted but not exported yet (an open period, or a run not yet sent)' } }) } }, [400, 422, ...ADMIN].sort()) } },
+  '/admin/v1/audit/health': { get: { summary: 'The audit digests across projects (SPEC §23): signing on, projects whose archived objects wait past the documented lag, and projects whose storage disagrees with their chain head', ...admin,
+    responses: responses(false, { 200: { schema: out({ signing: { type: 'boolean' }, lag_seconds: { type: 'integer' }, projects_behind: int(0), oldest_undigested: nullable(time),
+      alerts: { type: 'array', items: out({ project_id: str, at: time, alert: str }) }, healthy: { type: 'boolean' } }) } }, ADMIN) } },
   '/admin/v1/projects/{project_id}/events': { post: { summary: "An origin's event for the project's webhook subscribers (proxy mode, EVENTS_SECRET); with an Idempotency-Key the event id derives from it, so a retry writes no second delivery", security: [{ originSecret: [] }],
     parameters: [idemHeader, pathParam('project_id')],
     requestBody: { required: true, content: json(obj({ type: { type: 'string', pattern: '^[a-z0-9_.]{1,64}$', description: '1–64 characters of a-z 0-9 _ . (422 otherwise)' }, data: { description: 'any JSON; the payload data of the webhook' } }, ['type'])) },
@@ -192,6 +195,13 @@ const paths = {
   '/public/v1/usage/file': { get: get('One usage export of the project (CloudEvents, one per line), as written', {
     parameters: [query('key', str, 'a key under usage/{project}/, as an event\'s data.object names it (400 otherwise)')],
     content: { 'application/x-ndjson': { schema: { type: 'string' } } }, codes: [400, 404] }) },
+  '/public/v1/audit/head': { get: get('The project\'s audit chain head, signed now with the digests\' key (SPEC §23): its newest digest, and what is archived and not digested yet (404 when no AUDIT_SIGNING_KEY is set)', {
+    ok: { ...out({ project_id: str, as_of: time, started: { type: 'boolean', description: 'false: the project\'s digests (if any) are all from before the chain head; the listing alone is the chain' },
+      sequence: { ...int(0), description: 'digests in the chain' }, covered_to: { ...time, description: 'everything archived before this is digested' },
+      digest_key: { type: 'string', description: 'the newest digest\'s key (empty: none yet)' }, digest_sha256: str, pending_objects: int(0),
+      oldest_pending: { ...time, description: 'the first row time of the oldest object not digested yet' }, algorithm: { const: 'ed25519' }, public_key: str,
+      signature: { type: 'string', description: 'base64 Ed25519 over this JSON without `signature`' } }),
+      required: ['project_id', 'as_of', 'started', 'sequence', 'covered_to', 'digest_key', 'digest_sha256', 'pending_objects', 'algorithm', 'public_key', 'signature'] }, codes: [404] }) },
   '/public/v1/audit/digests': { get: get('The signed, chained digests of the archive, oldest first, of periods starting in [from, to) (default: the last 7 days)', {
     parameters: [query('from', time, 'RFC 3339 (400 otherwise)'), query('to', time, 'RFC 3339, not before from (400 otherwise)')],
     ok: out({ data: { type: 'array', items: out({ period_start: time, period_end: time, key: str, sha256: str, objects: int(0) }) }, more: { type: 'boolean' } }), codes: [400] }) },

@@ -221,13 +221,14 @@ impl Client {
     }
 
     /// `POST /public/v1/webhooks/{id}/rotate-secret`: a new signing secret, shown only in this
-    /// answer. For `grace_seconds` (default 86400) every delivery carries both signatures, new
-    /// first, so receivers can switch at their pace; then only the new one.
+    /// answer (a `v1a` subscription's new key pair: its `public_key`, no secret). For
+    /// `grace_seconds` (default 86400) every delivery carries both signatures, new first, so
+    /// receivers can switch at their pace; then only the new one.
     ///
     /// ```no_run
     /// # async fn run(owner: gatehouse_client::Client) -> Result<(), gatehouse_client::Error> {
     /// let rotated = owner.rotate_webhook_secret("wh_01jdx…", None).await?;
-    /// println!("new secret: {}", rotated.secret);
+    /// println!("new secret: {}", rotated.secret.unwrap_or_default());
     /// # Ok(()) }
     /// ```
     pub fn rotate_webhook_secret(&self, id: &str, grace_seconds: Option<u64>) -> Call<CreatedWebhook> {
