@@ -125,6 +125,12 @@ impl<P: Ports> Gateway<'_, P> {
             trace.scope.is_some_and(|s| s.is_dashboard_read() || self.config.exempts(&k.plan, s))
         };
         let bills_under = trace.key.as_ref().filter(|k| trace.accepted && !exempt(k)).map(|k| k.plan.clone());
+        // SPEC §25: `RateLimit-Policy` lists the project's monthly quota whether or not this
+        // answer's usage came with the project's grant (a refusal before it, a lease).
+        let mut usage = served.usage;
+        if let (Some(usage), Some(key)) = (usage.as_mut(), &trace.key) {
+            usage.quota_limit = usage.quota_limit.or(self.config.project_limits(&key.plan).monthly_quota);
+        }
         if let Some(key) = trace.key {
             audit.identity_id = key.identity.map(|i| i.id);
             audit.project_id = Some(key.project_id);
@@ -133,7 +139,7 @@ impl<P: Ports> Gateway<'_, P> {
         }
         audit.idempotency_key = trace.idempotency_key;
         audit.dashboard = trace.dashboard;
-        audit.rate_limit_remaining = served.usage.map(|u| u.remaining());
+        audit.rate_limit_remaining = usage.map(|u| u.remaining());
         match &served.answer {
             Ok(Answer::Replay(stored)) => {
                 audit.replayed = true;
@@ -143,7 +149,7 @@ impl<P: Ports> Gateway<'_, P> {
             Ok(Answer::Reply(_)) => {}
         }
         let head = audit.method == "HEAD";
-        let answer = Answered { usage: served.usage, answer: served.answer, replays_created_as_ok };
+        let answer = Answered { usage, answer: served.answer, replays_created_as_ok };
         let mut response = respond(request_id, answer, problem.as_deref(), audit);
         response.audited = !trace.unaudited;
         // Never billed: a replay or an idempotency conflict (answers about a request that billed

@@ -68,7 +68,7 @@ pub fn parse_key(header: Option<&str>, policy: KeyPolicy) -> Result<Option<Strin
         |why: &str| ApiError::unprocessable(format!("{HEADER} {why}")).with_detail("header", HEADER);
     let raw = raw.trim();
     let key = match raw.strip_prefix('"') {
-        Some(quoted) => sf_string(quoted).map_err(|why| invalid(why))?,
+        Some(quoted) => sf_string(quoted).map_err(invalid)?,
         None if raw.contains(',') => return Err(invalid("was sent more than once, or contains a comma.")),
         None if !raw.bytes().all(|b| (0x21..=0x7e).contains(&b)) => {
             return Err(invalid("may contain only visible ASCII characters (or be a quoted sf-string)."))

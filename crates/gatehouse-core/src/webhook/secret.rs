@@ -57,7 +57,8 @@ pub fn signing_key(secret: &str) -> Option<Vec<u8>> {
 #[derive(Clone)]
 pub enum SigningKey {
     Hmac(Vec<u8>),
-    Ed25519(ed25519_dalek::SigningKey),
+    /// Boxed: the expanded key is 200-odd bytes, an HMAC key a pointer.
+    Ed25519(Box<ed25519_dalek::SigningKey>),
 }
 
 impl SigningKey {
@@ -65,7 +66,7 @@ impl SigningKey {
     pub fn of(secret: &str) -> Option<SigningKey> {
         if let Some(seed) = secret.strip_prefix(KEY_PAIR_PREFIX) {
             let seed: [u8; 32] = from_base64(seed)?.try_into().ok()?;
-            return Some(SigningKey::Ed25519(ed25519_dalek::SigningKey::from_bytes(&seed)));
+            return Some(SigningKey::Ed25519(Box::new(ed25519_dalek::SigningKey::from_bytes(&seed))));
         }
         signing_key(secret).map(SigningKey::Hmac)
     }
