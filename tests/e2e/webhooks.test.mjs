@@ -190,6 +190,13 @@ test('v1a: Ed25519 deliveries verify with the public key alone (Node crypto), a 
   assert.match(made.body.public_key, /^whpk_[A-Za-z0-9+/]{43}=$/);
   const served = await call('GET', `/public/v1/webhooks/${made.body.id}/public-key`, { key: owner.key });
   assert.deepEqual([served.status, served.body], [200, { public_key: made.body.public_key }]);
+  // Someone who writes D1 but holds no WEBHOOK_SECRETS_KEY plants a key of their own beside the
+  // sealed secret: the gateway still shows the key its sealed secret makes (fails on 3b52c52).
+  await d1(`UPDATE webhooks SET public_key = 'whpk_${Buffer.alloc(32, 9).toString('base64')}' WHERE id = '${made.body.id}'`);
+  const planted = await call('GET', `/public/v1/webhooks/${made.body.id}/public-key`, { key: owner.key });
+  assert.equal(planted.body.public_key, made.body.public_key);
+  const listed = (await listAll('/public/v1/webhooks', owner.key)).find((w) => w.id === made.body.id);
+  assert.equal(listed.public_key, made.body.public_key);
 
   await call('POST', '/public/v1/contacts', { key: server.key, body: { name: 'Ed' } });
   assert.ok(await waitFor(path, 1), 'delivered');

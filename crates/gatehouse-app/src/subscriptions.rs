@@ -64,6 +64,15 @@ struct Recover {
 }
 
 impl<P: Ports> Gateway<'_, P> {
+    /// The project's subscription `id`, its public key the one its sealed secret makes
+    /// ([`Webhook::bound_to_secret`]), or 404.
+    async fn subscription(&self, call: &Call<'_>, id: &str) -> Result<Webhook, ApiError> {
+        match self.store.webhook(call.project_id(), id).await.map_err(unavailable)? {
+            Some(hook) => Ok(hook.bound_to_secret(&secrets_key(self.config))),
+            None => Err(ApiError::not_found("webhook").with_detail("id", id)),
+        }
+    }
+
     pub(super) async fn create_webhook(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let input: CreateWebhook = json_body::parse(&call.body)?;
         let url = match (input.kind.as_deref().unwrap_or("url"), input.url) {
@@ -111,7 +120,7 @@ impl<P: Ports> Gateway<'_, P> {
             created_at: call.now_ms,
         };
         // A second execution of the same operation finds the first subscription and its secret.
-        let stored = self.store.create_webhook(&hook).await.map_err(unavailable)?;
+        let stored = self.store.create_webhook(&hook).await.map_err(unavailable)?.bound_to_secret(&key);
         let secret = stored
             .secret
             .open(&key, &stored.id)
@@ -123,7 +132,9 @@ impl<P: Ports> Gateway<'_, P> {
     /// `limit` and `cursor`). A project has few, so the page is cut from all of them.
     pub(super) async fn list_webhooks(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let page = PageRequest::from_query(call.query, 50, 200)?;
-        let mut hooks = self.store.webhooks(call.project_id()).await.map_err(unavailable)?;
+        let key = secrets_key(self.config);
+        let hooks = self.store.webhooks(call.project_id()).await.map_err(unavailable)?;
+        let mut hooks: Vec<Webhook> = hooks.into_iter().map(|h| h.bound_to_secret(&key)).collect();
         let position = |h: &Webhook| Cursor { ts: h.created_at, id: h.id.clone() };
         hooks.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
         if let Some(after) = &page.after {
@@ -176,9 +187,7 @@ impl<P: Ports> Gateway<'_, P> {
         let seed: [u8; 32] = call.ids.secret("whsec");
         let until = call.now_ms + grace_seconds as i64 * 1000;
         for _ in 0..ROTATION_ATTEMPTS {
-            let Some(hook) = self.store.webhook(call.project_id(), id).await.map_err(unavailable)? else {
-                return Err(ApiError::not_found("webhook").with_detail("id", id));
-            };
+            let hook = self.subscription(call, id).await?;
             let secret = to.unwrap_or(hook.scheme()).new_secret(&seed);
             if hook.secret.open(&key, id).as_deref() == Some(secret.as_str()) {
                 return Ok(Reply::ok(hook.view(Some(&secret), call.now_ms)));
@@ -194,7 +203,7 @@ impl<P: Ports> Gateway<'_, P> {
             };
             let rotated = self.store.rotate_secret(&rotation).await.map_err(unavailable)?;
             if let Some(hook) = rotated {
-                return Ok(Reply::ok(hook.view(Some(&secret), call.now_ms)));
+                return Ok(Reply::ok(hook.bound_to_secret(&key).view(Some(&secret), call.now_ms)));
             }
             // Deleted, or rotated by another request since it was read: read it again.
         }
@@ -219,9 +228,7 @@ impl<P: Ports> Gateway<'_, P> {
         }
         let mut answer = None;
         if let Some(to) = to {
-            let Some(hook) = self.store.webhook(call.project_id(), id).await.map_err(unavailable)? else {
-                return Err(ApiError::not_found("webhook").with_detail("id", id));
-            };
+            let hook = self.subscription(call, id).await?;
             if hook.scheme() != to {
                 answer = Some(self.rotate(call, Some(to), webhook::DEFAULT_ROTATION_GRACE_SECONDS).await?);
             }
@@ -229,16 +236,14 @@ impl<P: Ports> Gateway<'_, P> {
         if input.status.is_some() {
             let hook = self.store.enable_webhook(call.project_id(), id).await.map_err(unavailable)?;
             let hook = hook.ok_or_else(|| ApiError::not_found("webhook").with_detail("id", id))?;
+            let hook = hook.bound_to_secret(&secrets_key(self.config));
             if answer.is_none() {
                 answer = Some(Reply::ok(hook.view(None, call.now_ms)));
             }
         }
         match answer {
             Some(answer) => Ok(answer),
-            None => match self.store.webhook(call.project_id(), id).await.map_err(unavailable)? {
-                Some(hook) => Ok(Reply::ok(hook.view(None, call.now_ms))),
-                None => Err(ApiError::not_found("webhook").with_detail("id", id)),
-            },
+            None => Ok(Reply::ok(self.subscription(call, id).await?.view(None, call.now_ms))),
         }
     }
 
@@ -246,9 +251,7 @@ impl<P: Ports> Gateway<'_, P> {
     /// receivers verify with; a `v1` subscription has none (404, `details.signature`).
     pub(super) async fn webhook_public_key(&self, call: &Call<'_>) -> Result<Reply, ApiError> {
         let id = call.params[0];
-        let Some(hook) = self.store.webhook(call.project_id(), id).await.map_err(unavailable)? else {
-            return Err(ApiError::not_found("webhook").with_detail("id", id));
-        };
+        let hook = self.subscription(call, id).await?;
         match hook.public_key {
             Some(public_key) => Ok(Reply::ok(gatehouse_wire::to_json(&wire::WebhookPublicKey { public_key }))),
             None => Err(ApiError::new(
@@ -271,9 +274,7 @@ impl<P: Ports> Gateway<'_, P> {
             )
             .with_detail("field", "since")
         })?;
-        let Some(hook) = self.store.webhook(call.project_id(), id).await.map_err(unavailable)? else {
-            return Err(ApiError::not_found("webhook").with_detail("id", id));
-        };
+        let hook = self.subscription(call, id).await?;
         if hook.status != "active" {
             return Err(ApiError::unprocessable(format!(
                 "The subscription is {}; re-enable it (PATCH status \"active\") before recovering.",

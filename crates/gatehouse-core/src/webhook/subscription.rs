@@ -5,7 +5,7 @@ use gatehouse_wire::webhooks as wire;
 
 use serde_json::Value;
 
-use super::secret::{Scheme, SigningKey, StoredSecret};
+use super::secret::{public_key_of, Scheme, SigningKey, StoredSecret};
 use crate::error::ApiError;
 use crate::sealing::Keyring;
 
@@ -157,6 +157,15 @@ impl Webhook {
         }
     }
 
+    /// The subscription with the public key its sealed secret makes (SPEC §25), never the word of
+    /// the `public_key` column alone: someone who can write D1 but holds no `WEBHOOK_SECRETS_KEY`
+    /// could put a key of their own there, and receivers would trust it. `None` for a `v1` secret
+    /// (or one that does not open).
+    pub fn bound_to_secret(mut self, key: &Keyring) -> Self {
+        self.public_key = self.secret.open(key, &self.id).and_then(|secret| public_key_of(&secret));
+        self
+    }
+
     /// How its attempts are signed now (a `v1a` subscription has a public key).
     pub fn scheme(&self) -> Scheme {
         match self.public_key {
@@ -256,5 +265,32 @@ mod tests {
         assert!(check_events(&["order-shipped".into()]).is_err());
         assert!(check_events(&["x".repeat(65)]).is_err());
         assert!(check_events(&["*".into(), "*".into()]).is_err());
+    }
+
+    /// SPEC §25, what a D1 writer without the secrets key holds: the `public_key` column. Whatever
+    /// it says, the subscription shows the key of its sealed secret.
+    #[test]
+    fn the_public_key_shown_is_the_sealed_secrets_not_the_columns() {
+        let key = secrets_key();
+        let secret = Scheme::V1a.new_secret(&[5; 32]);
+        let real = public_key_of(&secret);
+        let planted = Some(Scheme::V1a.new_secret(&[6; 32])).and_then(|s| public_key_of(&s));
+        let hook = |sealed: &str, column: Option<String>| Webhook {
+            id: "wh_1".into(),
+            project_id: "prj_1".into(),
+            url: "https://example.com/hook".into(),
+            events: vec!["*".into()],
+            secret: StoredSecret::seal(&key, "wh_1", sealed, [1; 12]),
+            public_key: column,
+            previous_secret: None,
+            status: "active".into(),
+            disabled_reason: None,
+            created_at: 0,
+        };
+        assert_eq!(hook(&secret, planted.clone()).bound_to_secret(&key).public_key, real);
+        assert_eq!(hook(&secret, None).bound_to_secret(&key).scheme(), Scheme::V1a);
+        // A v1 secret has no public key, whatever the column says.
+        let v1 = hook(SECRET, planted).bound_to_secret(&key);
+        assert_eq!((v1.public_key.clone(), v1.scheme()), (None, Scheme::V1));
     }
 }
