@@ -3,8 +3,22 @@
 
 use serde_json::{json, Map, Value};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorCode {
+/// The enum and [`ErrorCode::ALL`] from one list, so no code can be left out of either.
+macro_rules! error_codes {
+    ($($(#[$doc:meta])* $code:ident,)*) => {
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum ErrorCode {
+            $($(#[$doc])* $code,)*
+        }
+
+        impl ErrorCode {
+            /// Every code (the error reference, `public/errors.html`, has a section for each).
+            pub const ALL: &[ErrorCode] = &[$(ErrorCode::$code,)*];
+        }
+    };
+}
+
+error_codes! {
     /// 400: malformed JSON or a field of the wrong shape.
     BadRequest,
     IdempotencyKeyRequired,
@@ -33,32 +47,6 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    /// Every code, in the order of the error reference (`public/errors.html`).
-    pub const ALL: [ErrorCode; 19] = {
-        use ErrorCode::*;
-        [
-            BadRequest,
-            Unprocessable,
-            IdempotencyKeyRequired,
-            InvalidApiKey,
-            Forbidden,
-            NotFound,
-            MethodNotAllowed,
-            IdempotencyKeyReused,
-            IdempotencyKeyInUse,
-            IdempotencyResponseNotStored,
-            Conflict,
-            PayloadTooLarge,
-            RateLimitExceeded,
-            QuotaExceeded,
-            TrialQuotaExceeded,
-            Internal,
-            UpstreamUnavailable,
-            ServiceUnavailable,
-            UpstreamTimeout,
-        ]
-    };
-
     pub fn status(self) -> u16 {
         use ErrorCode::*;
         match self {

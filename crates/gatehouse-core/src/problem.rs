@@ -200,7 +200,7 @@ mod tests {
     #[test]
     fn the_error_reference_has_a_section_for_every_code() {
         let page = include_str!("../../../public/errors.html");
-        for code in ErrorCode::ALL {
+        for &code in ErrorCode::ALL {
             assert!(page.contains(&format!("<section id=\"{}\">", anchor(code))), "{code:?}");
         }
     }
