@@ -180,6 +180,11 @@ const paths = {
       query('to', timeBound, 'RFC 3339, YYYY-MM-DD (the day\'s last ms) or Unix ms; not before from (422)'),
       query('dashboard', { enum: ['true', 'false'] }, 'true: only the dashboard\'s reads (Gatehouse-Budget); false: all but them (400 otherwise)'), ...paging],
     ok: list(ref('AuditRow')), codes: [400, 422] }) },
+  '/public/v1/events': { get: get('The events the project\'s keys sent, as stored (newest first, over the last EVENT_RETENTION_DAYS days, 30 by default)', {
+    parameters: [query('from', timeBound, 'RFC 3339, YYYY-MM-DD (the day\'s first ms) or Unix ms: received at or after (400 otherwise; a date that does not exist is a 422)'),
+      query('to', timeBound, 'received at or before; not before from (422)'), query('event', { type: 'string', maxLength: 200 }, 'the event\'s name (400 beyond 200 characters)'),
+      query('user_id', { type: 'string', maxLength: 200 }), query('anonymous_id', { type: 'string', maxLength: 200 }), ...paging],
+    ok: list(ref('StoredEvent')), codes: [400, 422] }) },
   '/public/v1/logs/archives': { get: get('Archived days of the log', { ok: list(ref('Archive')) }) },
   '/public/v1/logs/archives/{date}': { get: get('Download one archived day (gzip NDJSON)', {
     parameters: [{ ...pathParam('date', 'YYYY-MM-DD (400 otherwise); a day that does not exist (2026-02-31) is a 422'), schema: { type: 'string', format: 'date', pattern: '^[0-9]{4}-[0-9]{2}-[0-9]{2}$' } }],
@@ -311,6 +316,9 @@ const schemas = {
     idempotency_key: nullable(str), replayed: { type: 'boolean' }, original_request_id: nullable(str), rate_limit_remaining: nullable(int(0)), error_code: nullable(str),
     dashboard: { type: 'boolean', description: 'read under the dashboard budget (Gatehouse-Budget: dashboard)' },
     trace_id: { ...nullable({ type: 'string', pattern: '^[0-9a-f]{32}$' }), description: "the request's W3C trace id: its traceparent's, or one the gateway started (none on rows from before)" } }),
+  StoredEvent: out({ event_id: str, event: str, key_type: { enum: ['server', 'browser'] }, user_id: nullable(str), anonymous_id: nullable(str),
+    timestamp: { description: 'when the client says it happened, as it sent it (null when it sent none)' }, properties: { type: 'object', additionalProperties: true },
+    received_at: time, generated_id: { type: 'boolean', description: 'the gateway made the event_id (the client sent none)' } }),
   Archive: out({ date: { type: 'string', format: 'date' }, objects: { ...int(1), description: 'gzip objects (chunks of up to 5,000 rows) the day is stored in' }, size: { ...int(0), description: 'bytes, all objects of the day' }, uploaded_at: time }),
   Contact: out({ id: str, name: nullable(str), phone: nullable(str), email: nullable(str), external_id: nullable(str), created_at: time }),
   Message: out({ id: str, contact_id: str, text: str, status: { const: 'queued' }, created_at: time }),

@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
-import { assertError, call, createKey, createProject, d1, eventually } from './harness.mjs';
+import { BASE, assertError, call, createKey, createProject, d1, eventually, SCHEDULED } from './harness.mjs';
 
 async function ingestionProject() {
   const project = await createProject('ingestion', { plan: 'business' });
@@ -207,4 +207,52 @@ test('web pages may ingest with a browser key: CORS preflight and headers on ing
   const keys = await call('GET', '/public/v1/keys', { key: owner.key, headers: { origin: 'https://shop.example' } });
   assert.equal(keys.headers.get('access-control-allow-origin'), null, 'the owner API is not open to other origins');
   assertError(await call('OPTIONS', '/public/v1/keys'), 405, 'METHOD_NOT_ALLOWED');
+});
+
+// SPEC §24: the events an integrator sent, visible, over the window the events table keeps.
+test('GET /public/v1/events lists the stored events newest first, filtered and across pages; events past EVENT_RETENTION_DAYS are purged by the cron', async () => {
+  const { projectId, owner, server, browser } = await ingestionProject();
+  const user = `user-${randomUUID()}`;
+  const ids = Array.from({ length: 5 }, () => randomUUID());
+  for (const [i, event_id] of ids.entries()) {
+    const key = i % 2 ? browser.key : server.key;
+    const sent = await call('POST', '/v1/track', { key, body: { batch: [{ event_id, event: i < 3 ? 'signup' : 'upgrade', user_id: user, properties: { i } }] } });
+    assert.equal(sent.status, 202, sent.text);
+  }
+  const all = await eventually(async () => {
+    const r = await call('GET', `/public/v1/events?user_id=${user}`, { key: owner.key });
+    return r.status === 200 && r.body.data.length === 5 ? r.body.data : null;
+  }, 30_000);
+  assert.ok(all, 'the five events are stored and listed');
+  assert.deepEqual(all.map((e) => e.event_id).sort(), [...ids].sort());
+  const times = all.map((e) => Date.parse(e.received_at));
+  assert.deepEqual(times, [...times].sort((a, b) => b - a), 'newest first');
+  const first = all.find((e) => e.event_id === ids[0]);
+  assert.deepEqual([first.event, first.key_type, first.user_id, first.properties, first.generated_id], ['signup', 'server', user, { i: 0 }, false]);
+  assert.equal(all.find((e) => e.event_id === ids[1]).key_type, 'browser');
+  // Filters and pages: two pages of two and one of one, never a row twice.
+  const signups = await call('GET', `/public/v1/events?user_id=${user}&event=signup`, { key: owner.key });
+  assert.equal(signups.body.data.length, 3, signups.text);
+  const seen = [];
+  let cursor = null;
+  do {
+    const page = await call('GET', `/public/v1/events?user_id=${user}&limit=2${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, { key: owner.key });
+    assert.equal(page.status, 200, page.text);
+    seen.push(...page.body.data.map((e) => e.event_id));
+    cursor = page.body.next_cursor;
+  } while (cursor);
+  assert.deepEqual(seen, all.map((e) => e.event_id));
+  // Only the owner reads them; bad input is a clear 400/422.
+  assertError(await call('GET', '/public/v1/events', { key: server.key }), 403, 'FORBIDDEN');
+  assertError(await call('GET', '/public/v1/events?from=yesterday', { key: owner.key }), 400, 'VALIDATION_ERROR');
+  assertError(await call('GET', '/public/v1/events?from=2026-12-02&to=2026-12-01', { key: owner.key }), 422, 'VALIDATION_ERROR');
+  assertError(await call('GET', '/public/v1/events?color=red', { key: owner.key }), 400, 'VALIDATION_ERROR');
+  // Aged past the retention (30 days by default), an event leaves with the next cron run.
+  await d1(`UPDATE events SET received_at = received_at - ${31 * 86_400_000} WHERE project_id = '${projectId}' AND event_id = '${ids[0]}'`);
+  const purged = await eventually(async () => {
+    await fetch(`${BASE}${SCHEDULED}?cron=${encodeURIComponent('* * * * *')}`);
+    const r = await call('GET', `/public/v1/events?user_id=${user}`, { key: owner.key });
+    return r.body.data.length === 4 ? r.body.data : null;
+  }, 30_000);
+  assert.ok(purged && !purged.some((e) => e.event_id === ids[0]), 'the aged event was purged');
 });

@@ -21,6 +21,7 @@ pub use responses::failure;
 
 pub use dead_letters::{redrive, RedriveReport};
 pub use digest_job::{DigestJob, DigestReport};
+pub use event_log::purge_events;
 pub use roll_up::{move_legacy_audit_rows, roll_up, roll_up_each, RollUpLimits, RollUpReport, RollUpRun};
 pub use usage::{export_usage, UsagePeriods, UsageReport};
 pub use wake::{wake_objects, WakeReport};
@@ -32,6 +33,7 @@ mod dashboard_budget;
 mod dead_letters;
 mod digest_job;
 mod digests;
+mod event_log;
 #[cfg(any(test, feature = "testing"))]
 pub mod fakes;
 mod identities;

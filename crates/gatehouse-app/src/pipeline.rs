@@ -504,6 +504,7 @@ impl<P: Ports> Gateway<'_, P> {
             RouteId::Alias => self.alias(call).await,
             RouteId::SessionSegment => self.session_segment(call).await,
             RouteId::ListLogs => self.list_logs(call).await,
+            RouteId::ListEvents => self.list_events(call).await,
             RouteId::GetLog => self.get_log(call).await,
             RouteId::KeyStats => self.key_stats(call).await,
             RouteId::KeysLastUsed => self.keys_last_used(call).await,

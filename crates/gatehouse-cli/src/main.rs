@@ -18,7 +18,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use gatehouse_client::{Actor, Client, Error, Event, LogFilter, NewKey, Notice, DEFAULT_URL};
+use gatehouse_client::{
+    Actor, Client, Error, Event, LogFilter, NewKey, Notice, StoredEventFilter, DEFAULT_URL,
+};
 
 #[derive(Parser)]
 #[command(name = "gatehouse", version, about = "Command line of the Gatehouse API", max_term_width = 100)]
@@ -65,6 +67,9 @@ enum Command {
     /// The audit log (owner key).
     #[command(subcommand)]
     Logs(LogsCommand),
+    /// The events your keys sent, as the gateway stored them (owner key).
+    #[command(subcommand)]
+    Events(EventsCommand),
     /// Webhooks.
     #[command(subcommand)]
     Webhooks(WebhooksCommand),
@@ -174,6 +179,31 @@ enum ContactsCommand {
     List,
     /// One contact.
     Get { id: String },
+}
+
+#[derive(Subcommand)]
+enum EventsCommand {
+    /// One page of stored events, newest first, one JSON line each (the next cursor on stderr).
+    List {
+        /// The event's name, e.g. signup.
+        #[arg(long)]
+        event: Option<String>,
+        #[arg(long)]
+        user_id: Option<String>,
+        #[arg(long)]
+        anonymous_id: Option<String>,
+        /// RFC 3339, YYYY-MM-DD or Unix ms: received at or after.
+        #[arg(long)]
+        from: Option<String>,
+        /// Received at or before.
+        #[arg(long)]
+        to: Option<String>,
+        /// Events per page (1–200).
+        #[arg(long)]
+        limit: Option<u32>,
+        #[arg(long)]
+        cursor: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -485,6 +515,16 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }) => {
             let filter = LogFilter { request_id, key_id, idempotency_key, from, to, limit, ..filters.into() };
             let page = client.log_page(&filter, cursor.as_deref()).await?;
+            for row in &page.data {
+                print_line(row);
+            }
+            if let Some(next) = page.next_cursor {
+                eprintln!("next cursor: {next}");
+            }
+        }
+        Command::Events(EventsCommand::List { event, user_id, anonymous_id, from, to, limit, cursor }) => {
+            let filter = StoredEventFilter { event, user_id, anonymous_id, from, to, limit };
+            let page = client.event_page(&filter, cursor.as_deref()).await?;
             for row in &page.data {
                 print_line(row);
             }

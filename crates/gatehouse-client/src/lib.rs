@@ -54,6 +54,7 @@ mod notice;
 mod pacing;
 mod resources;
 pub mod retry;
+mod stored_events;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod verify;
@@ -71,6 +72,7 @@ pub use resources::{
     BulkItem, BulkOutcome, Contact, CreatedKey, Key, KeyChanges, KeyStatus, KeyType, Limits, Me, Message,
     NewContact, NewKey, NewMessage, NewReleaseMarker, Quota, RateLimit, ReleaseMarker, Scenario, ScenarioRun,
 };
+pub use stored_events::{StoredEvent, StoredEventFilter};
 pub use verify::{VerifyError, WebhookVerifier, TIMESTAMP_TOLERANCE};
 pub use webhooks::{
     event_types, CreatedWebhook, DeletedWebhook, Delivery, DeliveryAttempt, DeliveryReport, DeliveryStatus,

@@ -22,6 +22,8 @@ pub struct LogFilter {
     pub request_id: Option<String>,
     pub key_id: Option<String>,
     pub idempotency_key: Option<String>,
+    /// A W3C trace id (32 lowercase hex digits): the requests of one trace (SPEC §25).
+    pub trace_id: Option<String>,
     /// RFC 3339, `YYYY-MM-DD` or Unix milliseconds.
     pub from: Option<String>,
     pub to: Option<String>,
@@ -41,6 +43,7 @@ impl LogFilter {
             ("request_id", &self.request_id),
             ("key_id", &self.key_id),
             ("idempotency_key", &self.idempotency_key),
+            ("trace_id", &self.trace_id),
             ("from", &self.from),
             ("to", &self.to),
         ];

@@ -293,7 +293,7 @@ fn nonexistent(field: &str, value: &str) -> ApiError {
 
 /// A time bound: RFC 3339, a `YYYY-MM-DD` day (its first millisecond for `from`, its last for
 /// `to`), or Unix milliseconds. Malformed → 400; well formed but nonexistent (`2026-02-31`) → 422.
-fn time_bound(field: &str, value: &str, end_of_day: bool) -> Result<i64, ApiError> {
+pub(crate) fn time_bound(field: &str, value: &str, end_of_day: bool) -> Result<i64, ApiError> {
     let parsed = if value.len() == 10 {
         parse_date(value).map(|start| if end_of_day { start + 86_400_000 - 1 } else { start })
     } else {

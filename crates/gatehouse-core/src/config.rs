@@ -20,6 +20,9 @@ pub struct Config {
     pub plans: BTreeMap<String, Plan>,
     pub idempotency_ttl_seconds: u64,
     pub event_dedup_window_seconds: u64,
+    /// Days the events table keeps an accepted event (`EVENT_RETENTION_DAYS`, default 30, SPEC §24):
+    /// what `GET /public/v1/events` lists; older ones are purged by the minute cron.
+    pub event_retention_days: u32,
     pub audit_retention_days: u32,
     /// Seconds an audit row stays in D1 (the hot tier) before the roll-up moves it to R2.
     pub audit_hot_seconds: u32,
@@ -112,6 +115,7 @@ impl std::fmt::Debug for Config {
             .field("plans", &self.plans)
             .field("idempotency_ttl_seconds", &self.idempotency_ttl_seconds)
             .field("event_dedup_window_seconds", &self.event_dedup_window_seconds)
+            .field("event_retention_days", &self.event_retention_days)
             .field("audit_retention_days", &self.audit_retention_days)
             .field("audit_hot_seconds", &self.audit_hot_seconds)
             .field("audit_databases", &self.audit_databases)
@@ -368,6 +372,7 @@ impl Config {
             plans,
             idempotency_ttl_seconds: number("IDEMPOTENCY_TTL_SECONDS", 86_400)?,
             event_dedup_window_seconds: number("EVENT_DEDUP_WINDOW_SECONDS", 172_800)?,
+            event_retention_days: number("EVENT_RETENTION_DAYS", 30)?.clamp(1, 3_650) as u32,
             audit_retention_days: number("AUDIT_RETENTION_DAYS", 90)? as u32,
             audit_hot_seconds: number("AUDIT_HOT_SECONDS", 3_600)?.min(u64::from(u32::MAX)) as u32,
             audit_databases,

@@ -15,6 +15,7 @@ pub mod config;
 pub mod digest;
 pub mod encoding;
 pub mod error;
+pub mod event_log;
 pub mod events;
 pub mod guard;
 pub mod idempotency;

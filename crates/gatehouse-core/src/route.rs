@@ -46,6 +46,7 @@ pub enum RouteId {
     Alias,
     SessionSegment,
     ListLogs,
+    ListEvents,
     ListArchives,
     GetArchive,
     GetLog,
@@ -229,6 +230,10 @@ pub const ROUTES: &[Route] = &[
             "limit",
             "cursor",
         ],
+    ),
+    with_query(
+        route(RouteId::ListEvents, "GET", "/public/v1/events", OWNER),
+        &["from", "to", "event", "user_id", "anonymous_id", "limit", "cursor"],
     ),
     route(RouteId::ListArchives, "GET", "/public/v1/logs/archives", OWNER),
     route(RouteId::GetArchive, "GET", "/public/v1/logs/archives/{date}", OWNER),

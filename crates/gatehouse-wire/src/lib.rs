@@ -62,6 +62,7 @@ macro_rules! names {
 }
 
 pub mod digests;
+pub mod events;
 pub mod identities;
 pub mod keys;
 pub mod logs;

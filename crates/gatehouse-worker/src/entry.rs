@@ -397,6 +397,15 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
             false => String::new(),
         })
     };
+    // Events past EVENT_RETENTION_DAYS (SPEC §24), a bounded batch a run.
+    let events = async {
+        let purged = app::purge_events(&store, config.event_retention_days, &budget, now_ms).await?;
+        Ok(match purged {
+            None => r#""skipped":"budget""#.to_owned(),
+            Some(0) => String::new(),
+            Some(n) => format!(r#""purged":{n}"#),
+        })
+    };
     // Last, with what the others left: objects an earlier version wrote, each called once (SPEC §23).
     let wake = async {
         let r = app::wake_objects(&store, &heads, &budget, now_ms).await?;
@@ -409,6 +418,7 @@ async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
         ("audit_roll_up", Box::pin(roll_up)),
         ("audit_digests", Box::pin(digests)),
         ("usage_export", Box::pin(usage)),
+        ("event_purge", Box::pin(events)),
         ("object_wake", Box::pin(wake)),
     ];
     for (job, outcome) in app::cron::run_jobs(&store, &holder, now_ms, jobs).await {

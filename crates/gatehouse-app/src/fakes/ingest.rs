@@ -9,11 +9,13 @@ use super::gateway::Clock;
 use super::FakeStore;
 use crate::sim::Faults;
 use futures_util::future::{FutureExt, LocalBoxFuture};
-use gatehouse_core::events::{EventMessage, Link};
+use gatehouse_core::event_log::{self, EventFilter};
+use gatehouse_core::events::{EventMessage, EventRecord, Link};
 use gatehouse_core::ledger::forward::ForwardTo;
 use gatehouse_core::ledger::shards::{
     check_here, reserve_here, Checked, MemoryShard, ShardAnswer, ShardMemory, ShardRules,
 };
+use gatehouse_core::page::PageRequest;
 use gatehouse_core::ports::{EventLedger, EventSink, EventStore, PortError, ReserveCall, SessionSegment};
 
 /// Every shard of the ledger by name, each deciding as the object does (`core::ledger::shards`),
@@ -175,6 +177,54 @@ impl EventStore for FakeStore {
                 let new = !chunks.contains_key(&slot(c));
                 chunks.entry(slot(c)).or_insert(bytes);
                 new
+            })
+            .await
+    }
+
+    async fn list_events(
+        &self,
+        project_id: &str,
+        filter: &EventFilter,
+        page: &PageRequest,
+    ) -> Result<Vec<EventRecord>, PortError> {
+        self.faults
+            .run("d1.list_events", || {
+                let mut found: Vec<EventRecord> = self
+                    .events
+                    .events
+                    .borrow()
+                    .values()
+                    .filter_map(|m| match m {
+                        EventMessage::Event(e) => Some(e.clone()),
+                        EventMessage::Link(_) => None,
+                    })
+                    .filter(|e| e.project_id == project_id && filter.matches(e))
+                    .filter(|e| page.after.as_ref().is_none_or(|c| event_log::is_after(e, c)))
+                    .collect();
+                found.sort_by(|a, b| {
+                    let key = |e: &EventRecord| (e.received_at, e.key_type.as_str(), e.event_id.clone());
+                    key(b).cmp(&key(a))
+                });
+                found.truncate(page.fetch_len());
+                found
+            })
+            .await
+    }
+
+    async fn purge_events(&self, before_ms: i64, limit: u32) -> Result<u32, PortError> {
+        self.faults
+            .run("d1.purge_events", || {
+                let mut events = self.events.events.borrow_mut();
+                let old: Vec<_> = events
+                    .iter()
+                    .filter(|(_, m)| matches!(m, EventMessage::Event(e) if e.received_at < before_ms))
+                    .map(|(k, _)| k.clone())
+                    .take(limit as usize)
+                    .collect();
+                for k in &old {
+                    events.remove(k);
+                }
+                old.len() as u32
             })
             .await
     }

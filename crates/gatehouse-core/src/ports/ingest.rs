@@ -2,8 +2,11 @@
 //! session-recording segments in D1 and R2.
 
 use super::PortError;
+use crate::event_log::EventFilter;
 use crate::events::EventMessage;
+use crate::events::EventRecord;
 use crate::ledger::shards::ShardAnswer;
+use crate::page::PageRequest;
 
 /// One reserve (see [`EventLedger::reserve`]): `owner`'s `ids` on `shard` of `namespace`, whose
 /// `ancestors` are the shards it split from, nearest first.
@@ -52,6 +55,16 @@ pub trait EventStore {
         bytes: usize,
         now_ms: i64,
     ) -> Result<bool, PortError>;
+    /// The project's stored events that `filter` admits, newest first, up to `page.fetch_len()`
+    /// after its cursor (SPEC §24, [`crate::event_log`]).
+    async fn list_events(
+        &self,
+        project_id: &str,
+        filter: &EventFilter,
+        page: &PageRequest,
+    ) -> Result<Vec<EventRecord>, PortError>;
+    /// Deletes up to `limit` events received before `before_ms` (any project); answers how many.
+    async fn purge_events(&self, before_ms: i64, limit: u32) -> Result<u32, PortError>;
 }
 
 /// One chunk of a recorded session: unique per (project, session, chunk number).
