@@ -7,6 +7,8 @@ const ref = (name) => ({ $ref: `#/components/schemas/${name}` });
 const str = { type: 'string' };
 const int = (minimum, maximum) => ({ type: 'integer', ...(minimum !== undefined && { minimum }), ...(maximum !== undefined && { maximum }) });
 const time = { type: 'string', format: 'date-time' };
+/** A free-form JSON object (properties, traits, details, …): open, so generated types accept any member. */
+const freeForm = { type: 'object', additionalProperties: true };
 const nullable = (schema) => ({ oneOf: [schema, { type: 'null' }] });
 const obj = (properties, required = []) => ({ type: 'object', properties, required, additionalProperties: false });
 /** A response object: every property is always present. */
@@ -89,7 +91,7 @@ const keyLimits = obj(Object.fromEntries(WINDOWS.map((w) => [w, windowLimit])));
 const identityLimitsIn = nullable({ ...identityLimits, description: 'each field optional, a whole number ≥ 1 (400 naming the field otherwise, an unknown field too); {} or null: none of its own. Shared by all the identity\'s keys' });
 const keyLimitsIn = nullable({ ...keyLimits, description: 'the key\'s own windows, each at most its plan\'s (403 above: an owner may lower, not raise); a window its plan does not limit, or monthly_quota (a key has no quota of its own), is a 422 naming the field; {} or null: the plan\'s' });
 const identityIdIn = nullable({ ...str, description: 'an identity of this project (422 with details.field "identity_id" otherwise); its keys share its limits. null: none' });
-const metaIn = nullable({ type: 'object', description: 'any JSON object, at most 4 KiB as compact JSON (422 beyond); null: none' });
+const metaIn = nullable({ ...freeForm, description: 'any JSON object, at most 4 KiB as compact JSON (422 beyond); null: none' });
 const eventTypes = ['contact.created', 'message.created', 'scenario.run.started', 'release_marker.created', 'usage.hourly', 'usage.adjustment'];
 
 const paths = {
@@ -195,7 +197,7 @@ const paths = {
       query('group_by', { enum: ['key', 'identity', 'route', 'day', 'hour'] }, 'default key (400 otherwise)'),
       query('limit', int(1, 1000), '1–1000 groups (400 otherwise), default 100'), query('cursor', str, 'next_cursor of the previous page (400 for one this API did not return)')],
     ok: out({ from: time, to: time, group_by: str, meter: { const: 'requests' }, period_seconds: int(60, 3600), total: { ...int(0), description: 'every billable request of the range' },
-      data: { type: 'array', items: { type: 'object', description: 'the group (key_id, identity_id — null for keys of no identity —, route as "METHOD template", day YYYY-MM-DD or hour) and its requests', properties: { requests: int(1) } } },
+      data: { type: 'array', items: { ...freeForm, description: 'the group (key_id, identity_id — null for keys of no identity —, route as "METHOD template", day YYYY-MM-DD or hour) and its requests', properties: { requests: int(1) } } },
       has_more: { type: 'boolean' }, next_cursor: nullable(str) }), codes: [400] }) },
   '/public/v1/usage/file': { get: get('One usage export of the project (CloudEvents, one per line), as written', {
     parameters: [query('key', str, 'a key under usage/{project}/, as an event\'s data.object names it (400 otherwise)')],
@@ -227,7 +229,7 @@ const paths = {
   '/public/v1/messages/bulk': { post: mutating('Queue 1–100 messages, each on its own', bulkIn(messageIn), { 200: { schema: ref('BulkResult') } }) },
   '/public/v1/scenarios': { post: mutating('Create a scenario', obj({ name: { ...text(200), description: 'trimmed; 1–200 characters (422 otherwise)' } }, ['name']),
     { 201: { schema: out({ id: str, name: str, created_at: time }), description: 'Created' } }) },
-  '/public/v1/scenarios/{id}/run': { post: mutating('Start a run (emits scenario.run.started)', obj({ contact_id: { ...str, description: 'a contact of this project (422 otherwise)' }, variables: { type: 'object' } }, ['contact_id']),
+  '/public/v1/scenarios/{id}/run': { post: mutating('Start a run (emits scenario.run.started)', obj({ contact_id: { ...str, description: 'a contact of this project (422 otherwise)' }, variables: freeForm }, ['contact_id']),
     { 202: { schema: out({ run_id: str, status: { const: 'started' } }), description: 'Started' } }, [404], { parameters: [pathParam('id')] }) },
   '/api/v1/projects/{project_id}/release-markers/deploy': { post: {
     summary: 'Record a deploy (cicd keys; Idempotency-Key required, 8–128; a replay answers 200)', ...keyed,
@@ -237,7 +239,7 @@ const paths = {
     responses: responses(true, { 201: { schema: ref('ReleaseMarker'), description: 'Created' }, 200: { schema: ref('ReleaseMarker'), description: 'Replayed' } }, [...new Set([...SCOPED, ...BODY, ...IDEMPOTENT])].sort()) } },
   '/v1/track': { post: ingestion('Ingest up to 500 events (event_id de-duplication, 48 h)',
     obj({ batch: { type: 'array', minItems: 1, maxItems: 500, items: ref('TrackItem'), description: '1–500 events (422 otherwise); an event that is not valid is rejected alone' } }, ['batch']), ref('TrackResult'), [500]) },
-  '/v1/identify': { post: ingestion('Link ids and record an identify event', obj({ anonymous_id: nonBlankId, user_id: nonBlankId, traits: { type: 'object' } }, ['anonymous_id', 'user_id']), out({ event_id: { type: 'string', format: 'uuid' } })) },
+  '/v1/identify': { post: ingestion('Link ids and record an identify event', obj({ anonymous_id: nonBlankId, user_id: nonBlankId, traits: freeForm }, ['anonymous_id', 'user_id']), out({ event_id: { type: 'string', format: 'uuid' } })) },
   '/v1/alias': { post: ingestion('Link ids (server keys only)', obj({ anonymous_id: nonBlankId, user_id: nonBlankId }, ['anonymous_id', 'user_id']), out({ anonymous_id: str, user_id: str })) },
   '/v1/replay': { post: ingestion('Store a session-replay chunk once', obj({ session_id: nonBlankId, chunk: int(0, 4294967295), data: {} }, ['session_id', 'chunk', 'data']), out({ duplicate: { type: 'boolean' } })) },
   '/public/v1/webhooks': {
@@ -292,19 +294,19 @@ const statsProps = { days: int(1, 90), total: int(0), error_share: { type: 'numb
   daily: { type: 'array', items: out({ date: { type: 'string', format: 'date' }, total: int(0), '4xx': int(0), '5xx': int(0), ...percentiles }) },
   top_endpoints: { type: 'array', items: out({ method: str, route: nullable(str), total: int(0), errors: int(0), ...percentiles }) } };
 const schemas = {
-  Error: out({ error: obj({ code: str, message: str, request_id: { type: 'string', format: 'uuid' }, retryable: { type: 'boolean' }, details: { type: 'object' } }, ['code', 'message', 'request_id', 'retryable', 'details']) }),
+  Error: out({ error: obj({ code: str, message: str, request_id: { type: 'string', format: 'uuid' }, retryable: { type: 'boolean' }, details: freeForm }, ['code', 'message', 'request_id', 'retryable', 'details']) }),
   // SPEC §25: the same error as RFC 9457 problem details, for a client whose Accept asks for them.
   Problem: { ...obj({
     type: { type: 'string', format: 'uri', description: 'the error reference section of the code (/errors#…), or https://iana.org/assignments/http-problem-types#quota-exceeded for a window or quota 429' },
     title: str, status: { type: 'integer', minimum: 400, maximum: 599 }, detail: str,
     instance: { type: 'string', pattern: '^urn:uuid:', description: 'urn:uuid: and the request id' },
-    code: str, request_id: { type: 'string', format: 'uuid' }, retryable: { type: 'boolean' }, details: { type: 'object' },
+    code: str, request_id: { type: 'string', format: 'uuid' }, retryable: { type: 'boolean' }, details: freeForm,
     'violated-policies': { type: 'array', items: str, description: 'the RateLimit-Policy policies a 429 exceeded' },
   }, ['type', 'title', 'status', 'detail', 'instance', 'code', 'request_id', 'retryable', 'details']) },
   ProjectCreated: out({ project_id: str, name: str, plan: str, owner_key: out({ id: str, key: str, prefix: str }) }),
   Key: out(keyProps),
   KeyCreated: out({ ...keyProps, key: { ...str, description: 'the secret; shown only in this response' } }),
-  Identity: out({ id: str, external_id: str, meta: nullable({ type: 'object' }), limits: nullable(identityLimits), created_at: time, updated_at: time }),
+  Identity: out({ id: str, external_id: str, meta: nullable(freeForm), limits: nullable(identityLimits), created_at: time, updated_at: time }),
   Me: out({ key_id: str, prefix: str, type: { enum: ['owner', 'server', 'browser', 'cicd'] }, project_id: str, plan: str, expires_at: nullable(time),
     rate_limit: out({ window: { enum: ['second', 'minute', 'hour', 'day'], description: 'the window closest to refusing (the headers advertise it)' }, limit: int(0), remaining: int(0), reset: time,
       windows: { type: 'array', description: 'every window the key\'s plan and own limits set (SPEC §20)', items: out({ window: { enum: ['second', 'minute', 'hour', 'day'] }, limit: int(0), remaining: int(0), reset: time }) } }),
@@ -317,19 +319,19 @@ const schemas = {
     dashboard: { type: 'boolean', description: 'read under the dashboard budget (Gatehouse-Budget: dashboard)' },
     trace_id: { ...nullable({ type: 'string', pattern: '^[0-9a-f]{32}$' }), description: "the request's W3C trace id: its traceparent's, or one the gateway started (none on rows from before)" } }),
   StoredEvent: out({ event_id: str, event: str, key_type: { enum: ['server', 'browser'] }, user_id: nullable(str), anonymous_id: nullable(str),
-    timestamp: { description: 'when the client says it happened, as it sent it (null when it sent none)' }, properties: { type: 'object', additionalProperties: true },
+    timestamp: { description: 'when the client says it happened, as it sent it (null when it sent none)' }, properties: freeForm,
     received_at: time, generated_id: { type: 'boolean', description: 'the gateway made the event_id (the client sent none)' } }),
   Archive: out({ date: { type: 'string', format: 'date' }, objects: { ...int(1), description: 'gzip objects (chunks of up to 5,000 rows) the day is stored in' }, size: { ...int(0), description: 'bytes, all objects of the day' }, uploaded_at: time }),
   Contact: out({ id: str, name: nullable(str), phone: nullable(str), email: nullable(str), external_id: nullable(str), created_at: time }),
   Message: out({ id: str, contact_id: str, text: str, status: { const: 'queued' }, created_at: time }),
   BulkResult: out({ created: int(0), failed: int(0), results: { type: 'array', items: { oneOf: [
     out({ index: int(0), status: { const: 'created' }, id: str }),
-    out({ index: int(0), status: { const: 'failed' }, error: out({ code: str, message: str, details: { type: 'object' } }) }),
+    out({ index: int(0), status: { const: 'failed' }, error: out({ code: str, message: str, details: freeForm }) }),
   ] } } }),
   ReleaseMarker: out({ id: str, project_id: str, version: str, ts: { oneOf: [int(0), str] }, environment: nullable(str), commit: nullable(str), created_at: time }),
   TrackItem: obj({ event_id: nullable({ ...str, description: 'a UUID in any case, braces, urn:uuid: or 32 hex digits (INVALID_EVENT_ID otherwise); absent = generated, not de-duplicated' }),
     event: text(200), anonymous_id: nullable(text(200)), user_id: nullable(text(200)),
-    timestamp: nullable({ oneOf: [int(0), str], description: 'RFC 3339 or Unix seconds' }), properties: nullable({ type: 'object' }) }, ['event']),
+    timestamp: nullable({ oneOf: [int(0), str], description: 'RFC 3339 or Unix seconds' }), properties: nullable(freeForm) }, ['event']),
   TrackResult: out({ accepted: indexed({ event_id: str }), duplicates: indexed({ event_id: str }), rejected: indexed({ code: str, message: str }) }),
   Webhook: out(webhookProps),
   WebhookCreated: { ...out({ ...webhookProps, secret: { type: 'string', pattern: '^whsec_', description: 'a v1 subscription\'s whsec_ + base64 of 24 random bytes; shown only in this response (and the rotation that made it). A v1a subscription\'s private key is never shown: no secret' } }),
@@ -352,7 +354,7 @@ const usageData = out({ project_id: str, meter: { const: 'requests' }, period_st
 const eventPayloads = {
   'contact.created': ['A contact was created', ref('Contact')],
   'message.created': ['A message was queued', ref('Message')],
-  'scenario.run.started': ['A scenario run started', out({ run_id: str, scenario_id: str, contact_id: str, variables: { type: 'object' }, status: { const: 'started' } })],
+  'scenario.run.started': ['A scenario run started', out({ run_id: str, scenario_id: str, contact_id: str, variables: freeForm, status: { const: 'started' } })],
   'release_marker.created': ['A deploy was recorded', ref('ReleaseMarker')],
   'usage.hourly': ['A usage period was exported (only to subscriptions that name it; "*" does not)', usageData],
   'usage.adjustment': ['Rows arrived after their period was exported: the difference (only to subscriptions that name it)', usageData],
