@@ -251,6 +251,34 @@ fn a_rotation_executed_twice_for_one_operation_keeps_the_original_secret() {
     assert_ne!(next["secret"], rotated["secret"]);
 }
 
+/// SPEC §19, §25 (review M2): a switch of the signing scheme executed twice for one operation
+/// answers the same new `v1` secret again (on 3b52c52 the retry found the subscription on `v1`
+/// already and answered no secret: after the grace no receiver could verify), and a v1a key pair
+/// is not shown, only its public key.
+#[test]
+fn a_scheme_switch_executed_twice_for_one_operation_answers_its_secret_again() {
+    let w = World::new(&[KeyType::Owner]);
+    let owner = &w.secrets[0];
+    let body = r#"{"url":"https://hooks.example.com/a","events":["*"],"signature":"v1a"}"#;
+    let (status, hook) = w.send("POST", "/public/v1/webhooks", owner, body);
+    assert_eq!(status, 201, "{hook}");
+    assert_eq!((hook["signature"].as_str(), hook.get("secret")), (Some("v1a"), None));
+    let id = hook["id"].as_str().unwrap();
+    let path = format!("/public/v1/webhooks/{id}");
+    assert_eq!(w.lost("PATCH", &path, owner, "switch-1", r#"{"signature":"v1"}"#), 200);
+    let (status, again) = w.sent(w.request("PATCH", &path, owner, Some("switch-1"), r#"{"signature":"v1"}"#));
+    assert_eq!(status, 200, "{again}");
+    let secret = again["secret"].as_str().expect("the new v1 secret, answered again");
+    let stored = w.gateway.store.webhooks.borrow().webhooks[id].clone();
+    assert_eq!(stored.secret.open(&config().webhook_secrets_keys(), id).as_deref(), Some(secret));
+    let (previous, _) = stored.previous_secret.expect("the v1a key pair signs through the grace");
+    let previous = previous.open(&config().webhook_secrets_keys(), id).unwrap();
+    assert_eq!(gatehouse_core::webhook::public_key_of(&previous).as_deref(), hook["public_key"].as_str());
+    // Another operation asking for v1 on a v1 subscription changes nothing and shows no secret.
+    let (status, same) = w.sent(w.request("PATCH", &path, owner, Some("switch-2"), r#"{"signature":"v1"}"#));
+    assert_eq!((status, same.get("secret")), (200, None), "{same}");
+}
+
 /// SPEC §5, §19: admin creates honour `Idempotency-Key` as key routes do — one project per key
 /// (replayed with `Idempotent-Replayed`), 409 for the same key with another body — also when the
 /// first execution landed but was never answered (then the retry makes the same project and

@@ -127,6 +127,8 @@ pub(super) fn respond(
             if !e.allow.is_empty() {
                 headers.push(("allow", e.allow.join(", ")));
             }
+            // Its shape follows `Accept` (SPEC §25): a cache keeps the two apart.
+            headers.push(("vary", "Accept".to_owned()));
             let body = match problem {
                 Some(origin) => {
                     content_type = problem::MEDIA_TYPE;

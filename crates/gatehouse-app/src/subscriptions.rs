@@ -164,7 +164,12 @@ impl<P: Ports> Gateway<'_, P> {
             ))
             .with_detail("field", "grace_seconds"));
         }
-        self.rotate(call, None, grace).await
+        self.rotate(call, None, grace, self.rotation_seed(call)).await
+    }
+
+    /// The seed of this operation's new secret ([`webhook::rotation_seed`]): taken once per request.
+    fn rotation_seed(&self, call: &Call<'_>) -> [u8; 32] {
+        webhook::rotation_seed(&self.config.webhook_secrets_key, &call.ids.secret("whsec"))
     }
 
     /// Rotates the signing secret (SPEC §17, §25) to a new one of `to` (or of the subscription's
@@ -181,10 +186,10 @@ impl<P: Ports> Gateway<'_, P> {
         call: &Call<'_>,
         to: Option<Scheme>,
         grace_seconds: u64,
+        seed: [u8; 32],
     ) -> Result<Reply, ApiError> {
         let id = call.params[0];
         let key = secrets_key(self.config);
-        let seed: [u8; 32] = call.ids.secret("whsec");
         let until = call.now_ms + grace_seconds as i64 * 1000;
         for _ in 0..ROTATION_ATTEMPTS {
             let hook = self.subscription(call, id).await?;
@@ -229,8 +234,14 @@ impl<P: Ports> Gateway<'_, P> {
         let mut answer = None;
         if let Some(to) = to {
             let hook = self.subscription(call, id).await?;
-            if hook.scheme() != to {
-                answer = Some(self.rotate(call, Some(to), webhook::DEFAULT_ROTATION_GRACE_SECONDS).await?);
+            // A switch this operation made already (its answer lost) is answered again, new
+            // secret included; a subscription on `to` from before is left as it is (review M2).
+            let seed = self.rotation_seed(call);
+            let ours = hook.secret.open(&secrets_key(self.config), id).as_deref()
+                == Some(to.new_secret(&seed).as_str());
+            if hook.scheme() != to || ours {
+                answer =
+                    Some(self.rotate(call, Some(to), webhook::DEFAULT_ROTATION_GRACE_SECONDS, seed).await?);
             }
         }
         if input.status.is_some() {

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
-use ed25519_dalek::{Signature, Verifier, VerifyingKey};
+use ed25519_dalek::{Signature, VerifyingKey};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
@@ -172,7 +172,7 @@ impl WebhookVerifier {
             }
             // A signature proves nothing about a secret: no timing to hide.
             Key::Ed25519(public) => candidates.iter().any(|candidate| {
-                Signature::from_slice(candidate).is_ok_and(|sig| public.verify(&signed, &sig).is_ok())
+                Signature::from_slice(candidate).is_ok_and(|sig| public.verify_strict(&signed, &sig).is_ok())
             }),
         };
         match matched {

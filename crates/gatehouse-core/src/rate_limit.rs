@@ -307,9 +307,12 @@ impl Usage {
     /// an RFC 9651 List of the IETF draft's policies.
     pub fn headers(&self) -> Vec<(&'static str, String)> {
         let Some((window, advertised)) = self.advertised() else { return Vec::new() };
+        // The calendar month of now (a grant's reset may be last month's), and a quota an
+        // sf-integer can carry (15 digits).
+        let month_ends = next_month_start(self.now_ms);
         let month = self.quota_limit.map(|quota| {
-            let seconds = (self.quota_resets_ms - month_start(self.now_ms)) / 1000;
-            format!("\"month\";q={quota};w={seconds}")
+            let seconds = (month_ends - month_start(self.now_ms)) / 1000;
+            format!("\"month\";q={};w={seconds}", quota.min(SF_INTEGER_MAX))
         });
         let policy = Window::ALL
             .iter()
@@ -324,13 +327,22 @@ impl Usage {
             ("x-ratelimit-remaining", advertised.remaining.to_string()),
             ("x-ratelimit-reset", (advertised.reset_ms / 1000).to_string()),
             ("ratelimit-policy", policy),
-            (
-                "ratelimit",
-                format!("\"{}\";r={};t={}", window.name(), advertised.remaining, self.seconds_to_reset()),
-            ),
+            // The month's quota used up: that is what refuses, until the month ends (review M5).
+            match self.quota_limit.filter(|q| self.quota_used >= *q) {
+                Some(_) => {
+                    ("ratelimit", format!("\"month\";r=0;t={}", ((month_ends - self.now_ms) + 999) / 1000))
+                }
+                None => (
+                    "ratelimit",
+                    format!("\"{}\";r={};t={}", window.name(), advertised.remaining, self.seconds_to_reset()),
+                ),
+            },
         ]
     }
 }
+
+/// The largest integer an RFC 9651 structured field carries.
+const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
 
 /// Decides one request of cost 1.
 pub fn decide(prev: Counters, now_ms: i64, limits: Limits) -> (Verdict, Usage, Counters) {
@@ -559,19 +571,30 @@ mod tests {
         };
         let all = Limits { per: [Some(3), Some(5), Some(100), Some(7)], monthly_quota: Some(999_999_999) };
         let none_monthly = Limits { per: [None, Some(5), None, None], monthly_quota: None };
-        for limits in [TRIAL, all, none_monthly] {
+        let huge = Limits { per: [None, Some(5), None, None], monthly_quota: Some(u64::MAX) };
+        for limits in [TRIAL, all, none_monthly, huge] {
             let (_, u, _) = decide(Counters::default(), T0 + 1_500, limits);
             let h: std::collections::HashMap<_, _> = u.headers().into_iter().collect();
             let policies = read(&h["ratelimit-policy"], &["q", "w"]);
             let expected_windows = limits.per.iter().filter(|l| l.is_some()).count();
             assert_eq!(policies.len(), expected_windows + usize::from(limits.monthly_quota.is_some()));
             if let Some(quota) = limits.monthly_quota {
-                assert_eq!(policies.last(), Some(&("month".to_owned(), vec![quota as i64, 2_592_000])));
+                let quota = quota.min(SF_INTEGER_MAX) as i64;
+                assert_eq!(policies.last(), Some(&("month".to_owned(), vec![quota, 2_592_000])));
             }
             let current = read(&h["ratelimit"], &["r", "t"]);
             assert_eq!(current.len(), 1);
             assert!(policies.iter().any(|(name, _)| *name == current[0].0), "{policies:?} {current:?}");
         }
+        // The month used up: RateLimit names it, with nothing left until the month ends.
+        let tiny = Limits { per: [None, Some(100), None, None], monthly_quota: Some(1) };
+        let (_, _, c) = decide(Counters::default(), T0, tiny);
+        let (verdict, u, _) = decide(c, T0 + 1_000, tiny);
+        assert_eq!(verdict, Verdict::QuotaExceeded);
+        let h: std::collections::HashMap<_, _> = u.headers().into_iter().collect();
+        let current = read(&h["ratelimit"], &["r", "t"]);
+        // 2026-11-29T09:00:01Z to December: 1 day 14:59:59.
+        assert_eq!(current, vec![("month".to_owned(), vec![0, 140_399])]);
     }
 
     /// SPEC §20: several windows at once, each exact; the headers advertise the one closest to

@@ -7,8 +7,11 @@
 //! (`sampled`). The origin of a proxied route, and the receivers of the webhooks the request
 //! caused, get `traceparent` with Gatehouse's span as their parent.
 
-/// `sampled` and Level 2's `random`: the flags of a trace Gatehouse starts.
+/// `sampled` and Level 2's `random`: the flags of a trace Gatehouse starts, and the only ones
+/// version 00 defines (the others are reserved: passed on as zero).
 const STARTED_FLAGS: u8 = 0x03;
+/// The longest `tracestate` passed on (W3C: platforms propagate at least 512 characters).
+const TRACESTATE_MAX: usize = 512;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceContext {
@@ -34,8 +37,16 @@ impl TraceContext {
                 trace_id: trace_id.to_owned(),
                 span_id,
                 parent_id: Some(parent_id.to_owned()),
-                flags,
-                tracestate: tracestate.map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned),
+                flags: flags & STARTED_FLAGS,
+                // Printable ASCII only, and no longer than we pass on: else none (never an error).
+                tracestate: tracestate
+                    .map(str::trim)
+                    .filter(|s| {
+                        !s.is_empty()
+                            && s.len() <= TRACESTATE_MAX
+                            && s.bytes().all(|b| (0x20..0x7f).contains(&b))
+                    })
+                    .map(str::to_owned),
             },
             None => TraceContext {
                 trace_id: hex(&random[..16]),
@@ -119,6 +130,23 @@ mod tests {
             TraceContext::of(Some(v1), None, RANDOM).traceparent(),
             "00-4bf92f3577b34da6a3ce929d0e0e4736-abababababababab-00"
         );
+    }
+
+    /// Review (LOW): reserved flag bits go on as zero; a `tracestate` too long or with control
+    /// characters is dropped, the trace kept.
+    #[test]
+    fn reserved_flags_and_a_bad_tracestate_are_not_passed_on() {
+        let t =
+            TraceContext::of(Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-ff"), None, RANDOM);
+        assert_eq!(t.traceparent(), "00-4bf92f3577b34da6a3ce929d0e0e4736-abababababababab-03");
+        for state in ["a=b\r\nx-injected: 1", &"k=v,".repeat(200), "тест=1"] {
+            let t = TraceContext::of(Some(CLIENT), Some(state), RANDOM);
+            assert_eq!(
+                (t.trace_id.as_str(), t.tracestate),
+                ("4bf92f3577b34da6a3ce929d0e0e4736", None),
+                "{state:?}"
+            );
+        }
     }
 
     #[test]

@@ -184,8 +184,9 @@ async fn fetch(req: web_sys::Request, env: Env, ctx: Context) -> Result<web_sys:
     // that needs more than the ones before shows here, SPEC §19).
     if log_every_request || api.status >= 500 {
         console_log!(
-            r#"{{"request_id":"{}","method":"{method}","path":{:?},"status":{},"ms":{},"durable_object_calls":{},"d1_queries":{},"kv_operations":{},"wasm_memory_bytes":{}}}"#,
+            r#"{{"request_id":"{}","trace_id":"{}","method":"{method}","path":{:?},"status":{},"ms":{},"durable_object_calls":{},"d1_queries":{},"kv_operations":{},"wasm_memory_bytes":{}}}"#,
             api.request_id,
+            api.audit.trace_id.as_deref().unwrap_or_default(),
             &path[..clipped_len(&path, PATH_MAX)],
             api.status,
             api.audit.response_time_ms,

@@ -43,6 +43,18 @@ impl Scheme {
     }
 }
 
+/// The seed of a rotation's new secret (SPEC §19, §25): what the request's operation derived from
+/// the caller's credential, keyed by the gateway's `WEBHOOK_SECRETS_KEY`. A re-execution of the
+/// operation makes the same secret, and the caller's own inputs (its API key, `Idempotency-Key` and
+/// request id) do not: a `v1a` private key never leaves the gateway, not even by derivation.
+pub fn rotation_seed(secrets_key: &str, derived: &[u8; 32]) -> [u8; 32] {
+    use hmac::{Hmac, Mac};
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secrets_key.as_bytes()).expect("HMAC takes any key");
+    mac.update(b"gatehouse/webhook-rotation-seed/v1\n");
+    mac.update(derived);
+    mac.finalize().into_bytes().into()
+}
+
 /// `whsec_` + base64 of 24 random bytes.
 pub fn new_secret(random: &[u8; 24]) -> String {
     format!("{SECRET_PREFIX}{}", base64(random))
@@ -204,6 +216,25 @@ mod tests {
             assert!(SigningKey::of(bad).is_none(), "{bad}");
         }
         assert_eq!((Scheme::parse("v1a"), Scheme::parse("v2")), (Some(Scheme::V1a), None));
+    }
+
+    /// Review H1: what the caller of a rotation holds (the operation's derivation from its API key,
+    /// `Idempotency-Key` and request id) does not make the new key pair; the gateway's key does.
+    #[test]
+    fn a_rotations_seed_needs_the_gateways_secrets_key() {
+        let derived = [3; 32];
+        let seed = rotation_seed("webhook-secrets-key-of-32-bytes-len!", &derived);
+        assert_ne!(seed, derived);
+        assert_eq!(
+            seed,
+            rotation_seed("webhook-secrets-key-of-32-bytes-len!", &derived),
+            "the same operation, the same seed"
+        );
+        assert_ne!(seed, rotation_seed("another-secrets-key-of-32-bytes-len!", &derived));
+        assert_ne!(
+            public_key_of(&Scheme::V1a.new_secret(&seed)),
+            public_key_of(&Scheme::V1a.new_secret(&derived))
+        );
     }
 
     #[test]

@@ -43,8 +43,9 @@ fn signature(key: &SigningKey, id: &str, timestamp: i64, body: &str) -> String {
 /// The headers of one attempt (SPEC §10), in order. `keys` are the subscription's signing keys,
 /// the current one first and, during a rotation's grace, the previous one after it (SPEC §17):
 /// `webhook-signature` carries one entry per key (`v1,` or `v1a,`), space-separated, in that
-/// order; the prefixed body signature is an HMAC of the current key, so a `v1a` subscription
-/// (whose receivers hold no shared secret) has none.
+/// order; the prefixed body signature is an HMAC of the first HMAC key: the current one, or during
+/// a switch to `v1a` the old secret until its grace ends (review M3). A `v1a` subscription's
+/// receivers hold no shared secret: it has none after that.
 pub fn headers(
     prefix: &str,
     keys: &[SigningKey],
@@ -64,8 +65,12 @@ pub fn headers(
         (format!("{prefix}-Event"), event.into()),
         (format!("{prefix}-Request-Id"), request_id.into()),
     ];
-    if let Some(SigningKey::Hmac(current)) = keys.first() {
-        headers.push((format!("{prefix}-Signature"), body_signature(current, body)));
+    let hmac = keys.iter().find_map(|key| match key {
+        SigningKey::Hmac(secret) => Some(secret),
+        SigningKey::Ed25519(_) => None,
+    });
+    if let Some(secret) = hmac {
+        headers.push((format!("{prefix}-Signature"), body_signature(secret, body)));
     }
     headers
 }
@@ -165,7 +170,8 @@ mod tests {
             ),
             V1A_SIGNATURE
         );
-        // Switching from v1: the new v1a entry first, then the old HMAC one, no body signature.
+        // Switching from v1: the new v1a entry first, then the old HMAC one, and the body signature
+        // of the old secret while it still signs (review M3).
         let old = SigningKey::of(SECRET).unwrap();
         let h = headers("X-Gatehouse", &[key, old], ID, TS, "contact.created", "r", BODY);
         let both = h.iter().find(|(k, _)| k == "webhook-signature").unwrap().1.clone();
@@ -174,6 +180,7 @@ mod tests {
             entries.len() == 2 && entries[0].starts_with("v1a,") && entries[1].starts_with("v1,"),
             "{both}"
         );
-        assert!(!h.iter().any(|(k, _)| k == "X-Gatehouse-Signature"));
+        let body = h.iter().find(|(k, _)| k == "X-Gatehouse-Signature").map(|(_, v)| v.clone());
+        assert_eq!(body, Some(body_signature(&signing_key(SECRET).unwrap(), BODY)));
     }
 }
