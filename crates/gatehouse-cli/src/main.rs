@@ -10,7 +10,7 @@ mod listen;
 mod output;
 
 use input::{key_changes, parse_limits, read_data, verify};
-use output::{log_line, print_json, print_line};
+use output::{log_line, print_json, print_line, print_page};
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -192,18 +192,26 @@ enum EventsCommand {
         user_id: Option<String>,
         #[arg(long)]
         anonymous_id: Option<String>,
-        /// RFC 3339, YYYY-MM-DD or Unix ms: received at or after.
-        #[arg(long)]
-        from: Option<String>,
-        /// Received at or before.
-        #[arg(long)]
-        to: Option<String>,
-        /// Events per page (1–200).
-        #[arg(long)]
-        limit: Option<u32>,
-        #[arg(long)]
-        cursor: Option<String>,
+        #[command(flatten)]
+        span: Span,
     },
+}
+
+/// The time range and page of a list.
+#[derive(clap::Args)]
+struct Span {
+    /// RFC 3339, YYYY-MM-DD or Unix milliseconds: the first moment.
+    #[arg(long)]
+    from: Option<String>,
+    /// The last moment.
+    #[arg(long)]
+    to: Option<String>,
+    /// Rows per page (at most 200).
+    #[arg(long)]
+    limit: Option<u32>,
+    /// The next cursor a previous page printed.
+    #[arg(long)]
+    cursor: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -226,16 +234,8 @@ enum LogsCommand {
         key_id: Option<String>,
         #[arg(long)]
         idempotency_key: Option<String>,
-        /// RFC 3339, YYYY-MM-DD or Unix milliseconds.
-        #[arg(long)]
-        from: Option<String>,
-        #[arg(long)]
-        to: Option<String>,
-        /// Rows (at most 200).
-        #[arg(long)]
-        limit: Option<u32>,
-        #[arg(long)]
-        cursor: Option<String>,
+        #[command(flatten)]
+        span: Span,
     },
     /// Check the archive against its signed, chained digests: exit 0 when intact, 1 naming the
     /// first break (a changed, missing or added object, a missing or re-signed digest, rows not as
@@ -503,34 +503,15 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Logs(LogsCommand::Verify { from, to, public_key }) => {
             audit_verify::run(&client, &from, &to, public_key.as_deref()).await?
         }
-        Command::Logs(LogsCommand::List {
-            filters,
-            request_id,
-            key_id,
-            idempotency_key,
-            from,
-            to,
-            limit,
-            cursor,
-        }) => {
+        Command::Logs(LogsCommand::List { filters, request_id, key_id, idempotency_key, span }) => {
+            let Span { from, to, limit, cursor } = span;
             let filter = LogFilter { request_id, key_id, idempotency_key, from, to, limit, ..filters.into() };
-            let page = client.log_page(&filter, cursor.as_deref()).await?;
-            for row in &page.data {
-                print_line(row);
-            }
-            if let Some(next) = page.next_cursor {
-                eprintln!("next cursor: {next}");
-            }
+            print_page(client.log_page(&filter, cursor.as_deref()).await?);
         }
-        Command::Events(EventsCommand::List { event, user_id, anonymous_id, from, to, limit, cursor }) => {
+        Command::Events(EventsCommand::List { event, user_id, anonymous_id, span }) => {
+            let Span { from, to, limit, cursor } = span;
             let filter = StoredEventFilter { event, user_id, anonymous_id, from, to, limit };
-            let page = client.event_page(&filter, cursor.as_deref()).await?;
-            for row in &page.data {
-                print_line(row);
-            }
-            if let Some(next) = page.next_cursor {
-                eprintln!("next cursor: {next}");
-            }
+            print_page(client.event_page(&filter, cursor.as_deref()).await?);
         }
         Command::Track { event, properties, user_id, anonymous_id } => {
             let actor = match (user_id, anonymous_id) {

@@ -12,6 +12,16 @@ pub fn print_line(value: &impl Serialize) {
     println!("{}", serde_json::to_string(value).expect("answers serialise"));
 }
 
+/// A page's rows as JSON lines, and its next cursor on stderr.
+pub fn print_page<T: Serialize>(page: gatehouse_client::Page<T>) {
+    for row in &page.data {
+        print_line(row);
+    }
+    if let Some(next) = page.next_cursor {
+        eprintln!("next cursor: {next}");
+    }
+}
+
 /// One tail line: time, status, method, path, duration, key, request id, and what stands out.
 pub fn log_line(row: &LogEntry) -> String {
     let mut line = format!(

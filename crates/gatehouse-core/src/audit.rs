@@ -378,12 +378,8 @@ impl PathGlob {
 impl LogFilter {
     pub fn from_query(query: &[(String, String)]) -> Result<Self, ApiError> {
         let mut f = LogFilter::default();
-        for (name, value) in query {
-            let value = value.trim();
-            if value.is_empty() {
-                continue;
-            }
-            match name.as_str() {
+        for (name, value) in given(query) {
+            match name {
                 "method" => {
                     let m = value.to_ascii_uppercase();
                     if !m.bytes().all(|b| b.is_ascii_uppercase()) || m.len() > 10 {
@@ -423,15 +419,24 @@ impl LogFilter {
                 _ => {}
             }
         }
-        if let (Some(from), Some(to)) = (f.from_ms, f.to_ms) {
-            if from > to {
-                return Err(
-                    ApiError::unprocessable("from must not be later than to").with_detail("field", "from")
-                );
-            }
-        }
+        check_range(f.from_ms, f.to_ms)?;
         Ok(f)
     }
+}
+
+/// A `from` later than its `to`: 422 naming `from`.
+pub(crate) fn check_range(from_ms: Option<i64>, to_ms: Option<i64>) -> Result<(), ApiError> {
+    match (from_ms, to_ms) {
+        (Some(from), Some(to)) if from > to => {
+            Err(ApiError::unprocessable("from must not be later than to").with_detail("field", "from"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A query's parameters with their values trimmed, the empty ones left out (as not sent).
+pub(crate) fn given(query: &[(String, String)]) -> impl Iterator<Item = (&str, &str)> {
+    query.iter().map(|(name, value)| (name.as_str(), value.trim())).filter(|(_, value)| !value.is_empty())
 }
 
 /// A page of the log: newest first, keyset on `(ts, request_id)`.

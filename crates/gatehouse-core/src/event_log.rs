@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::audit::{bad, time_bound};
+use crate::audit::{bad, check_range, given, time_bound};
 use crate::error::ApiError;
 use crate::events::EventRecord;
 use crate::page::Cursor;
@@ -30,16 +30,12 @@ impl EventFilter {
     /// and `anonymous_id`; `limit` and `cursor` are the page's. Others are refused by the route.
     pub fn from_query(query: &[(String, String)]) -> Result<Self, ApiError> {
         let mut f = EventFilter::default();
-        for (name, value) in query {
-            let value = value.trim();
-            if value.is_empty() {
-                continue;
-            }
+        for (name, value) in given(query) {
             let text = |field: &str| match value.len() <= 200 {
                 true => Ok(Some(value.to_owned())),
                 false => Err(bad(field, format!("{field} is at most 200 characters"))),
             };
-            match name.as_str() {
+            match name {
                 "from" => f.from_ms = Some(time_bound("from", value, false)?),
                 "to" => f.to_ms = Some(time_bound("to", value, true)?),
                 "event" => f.event = text("event")?,
@@ -48,13 +44,7 @@ impl EventFilter {
                 _ => {}
             }
         }
-        if let (Some(from), Some(to)) = (f.from_ms, f.to_ms) {
-            if from > to {
-                return Err(
-                    ApiError::unprocessable("from must not be later than to").with_detail("field", "from")
-                );
-            }
-        }
+        check_range(f.from_ms, f.to_ms)?;
         Ok(f)
     }
 
