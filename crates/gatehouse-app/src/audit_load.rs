@@ -101,7 +101,12 @@ fn run(total: u64) -> Load {
         let cutoff = hot_cutoff(hour_end, HOT_SECONDS);
         while !complete(roll_up(
             &store,
-            &archive.rolling(cutoff, RollUpLimits::PER_MINUTE, &crate::cron::RunBudget::unbounded()),
+            &crate::RollUpRun::into_fake(
+                &archive,
+                cutoff,
+                RollUpLimits::PER_MINUTE,
+                &crate::cron::RunBudget::unbounded(),
+            ),
             || 0,
         ))
         .expect("no faults")

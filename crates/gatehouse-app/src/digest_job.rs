@@ -476,8 +476,12 @@ mod tests {
     }
 
     fn roll(store: &FakeStore, bucket: &FakeArchive, cutoff: i64) {
-        complete(roll_up(store, &bucket.rolling(cutoff, LIMITS, &RunBudget::unbounded()), || cutoff))
-            .unwrap();
+        complete(roll_up(
+            store,
+            &crate::RollUpRun::into_fake(bucket, cutoff, LIMITS, &RunBudget::unbounded()),
+            || cutoff,
+        ))
+        .unwrap();
     }
 
     /// What a verifier finds for `project` up to its chain head (D1 may record digests a moment
@@ -582,7 +586,9 @@ mod tests {
             for _ in 0..1 + faults.below(3) {
                 let budget = RunBudget::unbounded();
                 let _ = drive(
-                    roll_up(&store, &bucket.rolling(cutoff, limits, &budget), || cutoff),
+                    roll_up(&store, &crate::RollUpRun::into_fake(&bucket, cutoff, limits, &budget), || {
+                        cutoff
+                    }),
                     &faults,
                     crash,
                 );
@@ -595,7 +601,8 @@ mod tests {
         let end = T0 + 8 * HOUR;
         for _ in 0..20 {
             let budget = RunBudget::unbounded();
-            complete(roll_up(&store, &bucket.rolling(end, limits, &budget), || end)).map_err(|e| e.0)?;
+            complete(roll_up(&store, &crate::RollUpRun::into_fake(&bucket, end, limits, &budget), || end))
+                .map_err(|e| e.0)?;
             complete(job(&store, &bucket, &signer, end).run(&budget, || end)).map_err(|e| e.0)?;
         }
         match check_chain(&store, &bucket, "prj_a", true)? {
@@ -807,7 +814,10 @@ mod tests {
         let (store, bucket, key, written) = one_object_rolled_up();
         let roll_reporting = |cutoff: i64| {
             let budget = RunBudget::unbounded();
-            complete(roll_up(&store, &bucket.rolling(cutoff, LIMITS, &budget), || cutoff)).unwrap()
+            complete(roll_up(&store, &crate::RollUpRun::into_fake(&bucket, cutoff, LIMITS, &budget), || {
+                cutoff
+            }))
+            .unwrap()
         };
         // Its D1 row gone, a row at its first position planted: written again with its rows.
         store.audit.objects.borrow_mut().remove(&key);
@@ -913,7 +923,8 @@ mod tests {
                 let budget = RunBudget::minute(T0);
                 let limits = RollUpLimits::PER_MINUTE;
                 store.faults.take_calls();
-                complete(roll_up(&store, &bucket.rolling(T0, limits, &budget), || T0)).unwrap();
+                complete(roll_up(&store, &crate::RollUpRun::into_fake(&bucket, T0, limits, &budget), || T0))
+                    .unwrap();
                 let report = complete(job(&store, &bucket, &signer(), T0).run(&budget, || T0)).unwrap();
                 let (calls, d1) = store.faults.take_calls();
                 assert!(d1 <= 1_000 && calls <= 10_000, "run {runs}: {d1} D1 queries, {calls} calls");

@@ -70,6 +70,19 @@ pub struct RollUpRun<'a, A, H> {
     pub budget: &'a RunBudget,
 }
 
+#[cfg(any(test, feature = "testing"))]
+impl<'a> RollUpRun<'a, crate::fakes::audit::FakeArchive, crate::fakes::audit_heads::FakeAuditHeads> {
+    /// A run into a fake bucket, bound by the fake's own chain heads (the tests' and the models').
+    pub fn into_fake(
+        archive: &'a crate::fakes::audit::FakeArchive,
+        cutoff: i64,
+        limits: RollUpLimits,
+        budget: &'a RunBudget,
+    ) -> Self {
+        RollUpRun { archive, heads: &archive.heads, cutoff, limits, budget }
+    }
+}
+
 /// What a roll-up run did.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct RollUpReport {
@@ -486,7 +499,7 @@ mod tests {
     ) -> Result<RollUpReport, PortError> {
         complete(roll_up(
             store,
-            &bucket.rolling(retention_cutoff(NOW, 90), limits, &RunBudget::unbounded()),
+            &crate::RollUpRun::into_fake(bucket, retention_cutoff(NOW, 90), limits, &RunBudget::unbounded()),
             || NOW,
         ))
     }
@@ -539,9 +552,12 @@ mod tests {
         loop {
             let budget = RunBudget::minute(NOW);
             let cutoff = retention_cutoff(NOW, 90);
-            let report =
-                complete(roll_up(&store, &bucket.rolling(cutoff, RollUpLimits::PER_MINUTE, &budget), || NOW))
-                    .unwrap();
+            let report = complete(roll_up(
+                &store,
+                &crate::RollUpRun::into_fake(&bucket, cutoff, RollUpLimits::PER_MINUTE, &budget),
+                || NOW,
+            ))
+            .unwrap();
             runs += 1;
             let (calls, d1) = store.faults.take_calls();
             assert!(d1 <= 1_000 && calls <= 10_000, "run {runs}: {d1} D1 queries, {calls} calls");
@@ -563,7 +579,12 @@ mod tests {
         let budget = RunBudget::new(3 + 10 * SLICE_CALLS, 4, i64::MAX);
         let report = complete(roll_up(
             &store,
-            &bucket.rolling(retention_cutoff(NOW, 90), RollUpLimits::PER_MINUTE, &budget),
+            &crate::RollUpRun::into_fake(
+                &bucket,
+                retention_cutoff(NOW, 90),
+                RollUpLimits::PER_MINUTE,
+                &budget,
+            ),
             || NOW,
         ))
         .unwrap();
@@ -580,7 +601,7 @@ mod tests {
         let limits = RollUpLimits { time_box_ms: 20_000, rows_per_batch: 5, ..RollUpLimits::PER_MINUTE };
         let report = complete(roll_up(
             &store,
-            &bucket.rolling(retention_cutoff(NOW, 90), limits, &RunBudget::unbounded()),
+            &crate::RollUpRun::into_fake(&bucket, retention_cutoff(NOW, 90), limits, &RunBudget::unbounded()),
             tick,
         ))
         .unwrap();
@@ -602,7 +623,11 @@ mod tests {
         let stores = [first, second];
         let cutoff = retention_cutoff(NOW, 90);
         let each = |budget: &RunBudget| {
-            complete(roll_up_each(&stores, &bucket.rolling(cutoff, SMALL, budget), || NOW))
+            complete(roll_up_each(
+                &stores,
+                &crate::RollUpRun::into_fake(&bucket, cutoff, SMALL, budget),
+                || NOW,
+            ))
         };
         // A budget of two batches' queries and four slices' calls: four slices in all.
         let report = each(&RunBudget::new(2 * 3 + 4 * SLICE_CALLS, 2 * 3, i64::MAX));
@@ -624,7 +649,7 @@ mod tests {
         let stores = [first, second];
         let report = complete(roll_up_each(
             &stores,
-            &bucket.rolling(retention_cutoff(NOW, 90), SMALL, &RunBudget::unbounded()),
+            &crate::RollUpRun::into_fake(&bucket, retention_cutoff(NOW, 90), SMALL, &RunBudget::unbounded()),
             || NOW,
         ));
         assert_eq!((report.rolled, report.done, report.failed.len()), (1, false, 1), "{report:?}");
@@ -915,7 +940,7 @@ mod tests {
         for _ in 0..1 + faults.below(6) {
             let crash_rate = [0.0, 0.02, 0.1][faults.below(3) as usize];
             let budget = RunBudget::unbounded();
-            let run = bucket.rolling(cutoff, limits, &budget);
+            let run = crate::RollUpRun::into_fake(&bucket, cutoff, limits, &budget);
             let flow = roll_up(&store, &run, || NOW);
             drive_with(flow, &faults, crash_rate, || {
                 if faults.chance(0.03) {
@@ -948,9 +973,13 @@ mod tests {
             *seen.borrow_mut().entry("copies of rolled-up rows").or_default() += 1;
         }
         let mut runs = 0;
-        while !complete(roll_up(&store, &bucket.rolling(cutoff, limits, &RunBudget::unbounded()), || NOW))
-            .map_err(|e| e.0)?
-            .done
+        while !complete(roll_up(
+            &store,
+            &crate::RollUpRun::into_fake(&bucket, cutoff, limits, &RunBudget::unbounded()),
+            || NOW,
+        ))
+        .map_err(|e| e.0)?
+        .done
         {
             runs += 1;
             if runs > 1000 {

@@ -435,7 +435,12 @@ mod tests {
             let _ = drive(
                 roll_up(
                     &store,
-                    &bucket.rolling(cutoff, limits, &crate::cron::RunBudget::unbounded()),
+                    &crate::RollUpRun::into_fake(
+                        &bucket,
+                        cutoff,
+                        limits,
+                        &crate::cron::RunBudget::unbounded(),
+                    ),
                     || now,
                 ),
                 &faults,
@@ -470,7 +475,7 @@ mod tests {
         for _ in 0..30 {
             complete(roll_up(
                 &store,
-                &bucket.rolling(end, limits, &crate::cron::RunBudget::unbounded()),
+                &crate::RollUpRun::into_fake(&bucket, end, limits, &crate::cron::RunBudget::unbounded()),
                 || end,
             ))
             .map_err(|e| e.0)?;

@@ -333,16 +333,6 @@ impl FakeArchive {
         }
     }
 
-    /// A roll-up run into this bucket, bound by its own chain heads.
-    pub fn rolling<'a>(
-        &'a self,
-        cutoff: i64,
-        limits: crate::RollUpLimits,
-        budget: &'a crate::cron::RunBudget,
-    ) -> crate::RollUpRun<'a, Self, super::audit_heads::FakeAuditHeads> {
-        crate::RollUpRun { archive: self, heads: &self.heads, cutoff, limits, budget }
-    }
-
     /// Every archived row, object by object in key order.
     pub fn rows(&self) -> Vec<(String, AuditRow)> {
         self.objects
