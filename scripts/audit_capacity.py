@@ -22,7 +22,7 @@ random.seed(7)
 
 COLUMNS = ["ts", "request_id", "project_id", "key_id", "key_prefix", "method", "path", "route", "status",
            "response_bytes", "response_time_ms", "ip", "user_agent", "idempotency_key", "replayed",
-           "original_request_id", "rate_limit_remaining", "error_code"]
+           "original_request_id", "rate_limit_remaining", "error_code", "trace_id"]
 
 
 def row(i):
@@ -46,6 +46,8 @@ def row(i):
         "idempotency_key": str(uuid.uuid4()) if method == "POST" else None, "replayed": 0,
         "original_request_id": None, "rate_limit_remaining": random.randint(0, 2000),
         "error_code": None if status < 400 else "NOT_FOUND",
+        # Every request has a W3C trace id (SPEC §25): the client's, or one the gateway started.
+        "trace_id": f"{random.getrandbits(128):032x}",
     }
 
 
