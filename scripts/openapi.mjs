@@ -138,7 +138,7 @@ const paths = {
   '/public/v1/me': { get: get('The calling key, its window and quota', { ok: ref('Me'), scoped: false }) },
   '/public/v1/keys': {
     post: mutating('Create a key on the project\'s plan (the secret is shown only here)', obj({ type: { enum: ['owner', 'server', 'browser', 'cicd'] }, name: nullable({ type: 'string', maxLength: 200, description: 'trimmed; blank is none (400 beyond 200 characters)' }), plan: samePlan, rate_limit_per_minute: rateOverride,
-      expires_at: nullable(futureTime('; from then on the key is refused: 401, details.reason "expired"')), identity_id: identityIdIn, limits: keyLimitsIn }, ['type']),
+      expires_at: nullable(futureTime('; from then on the key is refused: 401, details.reason "expired"')), identity_id: identityIdIn, limits: keyLimitsIn, allowed_origins: nullable({ type: 'array', maxItems: 20, items: { type: 'string', maxLength: 200 }, description: 'browser keys only (422 otherwise): the origins (https://shop.example) whose pages may use the key; another Origin is 403. Empty or null: any origin' }) }, ['type']),
       { 201: { schema: ref('KeyCreated'), description: 'Created' } }),
     get: get('List the project\'s keys', { parameters: paging, ok: list(ref('Key')), codes: [400] }),
   },
@@ -146,7 +146,7 @@ const paths = {
     ok: out({ since: { type: 'string', format: 'date' }, data: { type: 'array', items: out({ key_id: str, last_used_on: { type: 'string', format: 'date' } }) } }) }) },
   '/public/v1/keys/{id}': {
     patch: mutating('Change the name, lower the limits, set the expiry or the identity (applies at once)', obj({ name: nullable({ type: 'string', maxLength: 200, description: 'trimmed; blank or null clears it (400 beyond 200 characters)' }), plan: samePlan, rate_limit_per_minute: rateOverride,
-      expires_at: nullable(futureTime('; null: never. Not for a rolled or expired key (422)')), identity_id: identityIdIn, limits: keyLimitsIn }),
+      expires_at: nullable(futureTime('; null: never. Not for a rolled or expired key (422)')), identity_id: identityIdIn, limits: keyLimitsIn, allowed_origins: nullable({ type: 'array', maxItems: 20, items: { type: 'string', maxLength: 200 }, description: 'browser keys only (422 otherwise): the origins (https://shop.example) whose pages may use the key; another Origin is 403. Empty or null: any origin' }) }),
       { 200: { schema: ref('Key') } }, [404], { parameters: [pathParam('id')] }),
     delete: mutating('Revoke a key (applies at once)', null, { 200: { schema: ref('Key') } }, [404], { parameters: [pathParam('id')] }),
   },
@@ -237,8 +237,9 @@ const paths = {
       pathParam('project_id', 'the key\'s own project (403 otherwise)')],
     requestBody: { required: true, content: json(obj({ version: text(128), ts: { oneOf: [int(0), { type: 'string', minLength: 10, maxLength: 64 }], description: 'Unix seconds or an RFC 3339 string (422 otherwise)' }, environment: nullable({ type: 'string', maxLength: 64 }), commit: nullable({ type: 'string', maxLength: 64 }) }, ['version', 'ts'])) },
     responses: responses(true, { 201: { schema: ref('ReleaseMarker'), description: 'Created' }, 200: { schema: ref('ReleaseMarker'), description: 'Replayed' } }, [...new Set([...SCOPED, ...BODY, ...IDEMPOTENT])].sort()) } },
-  '/v1/track': { post: ingestion('Ingest up to 500 events (event_id de-duplication, 48 h)',
-    obj({ batch: { type: 'array', minItems: 1, maxItems: 500, items: ref('TrackItem'), description: '1–500 events (422 otherwise); an event that is not valid is rejected alone' } }, ['batch']), ref('TrackResult'), [500]) },
+  '/v1/track': { post: { ...ingestion('Ingest up to 500 events (event_id de-duplication, 48 h)',
+    obj({ batch: { type: 'array', minItems: 1, maxItems: 500, items: ref('TrackItem'), description: '1–500 events (422 otherwise); an event that is not valid is rejected alone' } }, ['batch']), ref('TrackResult'), [500]),
+    parameters: [{ name: 'key', in: 'query', required: false, schema: { type: 'string' }, description: 'a browser key, for a page that cannot set Authorization (navigator.sendBeacon; the body may then be text/plain). Only on this route and only a browser key (401 otherwise); the audit log keeps it redacted' }] } },
   '/v1/identify': { post: ingestion('Link ids and record an identify event', obj({ anonymous_id: nonBlankId, user_id: nonBlankId, traits: freeForm }, ['anonymous_id', 'user_id']), out({ event_id: { type: 'string', format: 'uuid' } })) },
   '/v1/alias': { post: ingestion('Link ids (server keys only)', obj({ anonymous_id: nonBlankId, user_id: nonBlankId }, ['anonymous_id', 'user_id']), out({ anonymous_id: str, user_id: str })) },
   '/v1/replay': { post: ingestion('Store a session-replay chunk once', obj({ session_id: nonBlankId, chunk: int(0, 4294967295), data: {} }, ['session_id', 'chunk', 'data']), out({ duplicate: { type: 'boolean' } })) },
@@ -282,6 +283,12 @@ const keyProps = { id: str, prefix: str, type: { enum: ['owner', 'server', 'brow
   rate_limit_per_minute: nullable(int(1)), status: { enum: ['active', 'expiring', 'expired', 'revoked'] }, created_at: time,
   expires_at: nullable(time), revoked_at: nullable(time), rolled_from: nullable(str), rolled_to: nullable(str),
   identity_id: nullable(str), limits: nullable(keyLimits) };
+/** A key's answer: `allowed_origins` only on browser keys. */
+const keyOut = (props) => {
+  const schema = out(props);
+  schema.properties.allowed_origins = { type: 'array', items: str, description: 'browser keys only: the origins whose pages may use the key (empty: any)' };
+  return schema;
+};
 const webhookProps = { id: str, kind: { enum: ['url', 'cli'] }, url: nullable(str), events: { type: 'array', items: str }, status: { enum: ['active', 'disabled'] }, disabled_reason: nullable(str), created_at: time,
   previous_secret_expires_at: nullable({ ...time, description: 'while a rotation\'s grace runs: until when attempts are signed with the previous secret too' }),
   signature: { enum: ['v1', 'v1a'], description: 'how attempts are signed: v1 (HMAC-SHA256 with the secret) or v1a (Ed25519; receivers verify with public_key)' },
@@ -304,8 +311,8 @@ const schemas = {
     'violated-policies': { type: 'array', items: str, description: 'the RateLimit-Policy policies a 429 exceeded' },
   }, ['type', 'title', 'status', 'detail', 'instance', 'code', 'request_id', 'retryable', 'details']) },
   ProjectCreated: out({ project_id: str, name: str, plan: str, owner_key: out({ id: str, key: str, prefix: str }) }),
-  Key: out(keyProps),
-  KeyCreated: out({ ...keyProps, key: { ...str, description: 'the secret; shown only in this response' } }),
+  Key: keyOut(keyProps),
+  KeyCreated: keyOut({ ...keyProps, key: { ...str, description: 'the secret; shown only in this response' } }),
   Identity: out({ id: str, external_id: str, meta: nullable(freeForm), limits: nullable(identityLimits), created_at: time, updated_at: time }),
   Me: out({ key_id: str, prefix: str, type: { enum: ['owner', 'server', 'browser', 'cicd'] }, project_id: str, plan: str, expires_at: nullable(time),
     rate_limit: out({ window: { enum: ['second', 'minute', 'hour', 'day'], description: 'the window closest to refusing (the headers advertise it)' }, limit: int(0), remaining: int(0), reset: time,

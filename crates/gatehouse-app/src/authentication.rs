@@ -12,6 +12,7 @@
 use super::pipeline::{Caller, Trace};
 use super::{unavailable, Gateway};
 use gatehouse_core::api_key::{self, KeyRecord, KeyTypes, RefusalReason, Scope};
+use gatehouse_core::browser::{Visitor, VisitorCheck};
 use gatehouse_core::error::{ApiError, ErrorCode};
 use gatehouse_core::lease::Leased;
 use gatehouse_core::ports::Pause;
@@ -19,7 +20,7 @@ use gatehouse_core::ports::{
     Admission, Authorization, AuthorizeCall, ClaimHolder, ClaimRequest, KeyGuard, PortError, Ports,
 };
 use gatehouse_core::rate_limit::{Usage, Verdict};
-use gatehouse_core::route::{Access, Route};
+use gatehouse_core::route::{Access, Route, RouteId};
 use gatehouse_core::time::rfc3339;
 
 /// A refusal during authentication, with the key's usage when the key itself was valid.
@@ -29,9 +30,29 @@ pub(super) type Refusal = (Option<Usage>, ApiError);
 pub(super) enum Credentials {
     /// A public route, or an admin route with the admin token.
     Open,
-    /// An API key for its guard to decide on (the key itself seals its stored responses), by its
-    /// hash under the current pepper (`current`) or under `KEY_PEPPER_PREVIOUS`.
-    Key { token: String, key_hash: String, current: bool, scope: Scope },
+    /// An API key for its guard to decide on.
+    Key(KeyCredentials),
+}
+
+/// An API key as presented (the key itself seals its stored responses), by its hash under the
+/// current pepper (`current`) or under `KEY_PEPPER_PREVIOUS`, with the browser key's visitor.
+pub(super) struct KeyCredentials {
+    pub(super) token: String,
+    pub(super) key_hash: String,
+    pub(super) current: bool,
+    pub(super) scope: Scope,
+    /// A browser key's sender (SPEC §24): the client address and the page's `Origin`.
+    pub(super) visitor: Option<Visitor>,
+}
+
+/// What a request presents for authentication: `Authorization`, the `?key=` of its query, its
+/// `Origin` and its client address.
+#[derive(Clone, Copy)]
+pub(super) struct Presented<'a> {
+    pub(super) authorization: Option<&'a str>,
+    pub(super) query_key: Option<&'a str>,
+    pub(super) origin: Option<&'a str>,
+    pub(super) client_ip: Option<&'a str>,
 }
 
 impl<P: Ports> Gateway<'_, P> {
@@ -42,12 +63,12 @@ impl<P: Ports> Gateway<'_, P> {
         &self,
         route: &Route,
         dashboard: bool,
-        authorization: &Option<String>,
-        client_ip: Option<&str>,
+        presented: Presented<'_>,
         now_ms: i64,
         trace: &mut Trace,
     ) -> Result<Credentials, ApiError> {
-        let token = authorization.as_deref().and_then(api_key::bearer_token);
+        let client_ip = presented.client_ip;
+        let token = presented.authorization.and_then(api_key::bearer_token);
         let scope = match route.access {
             Access::Public => return Ok(Credentials::Open),
             Access::Admin => {
@@ -79,13 +100,33 @@ impl<P: Ports> Gateway<'_, P> {
             Access::Key(_) if dashboard => Scope::DashboardRead,
             Access::Key(scope) => scope,
         };
+        // SPEC §24: a page's `navigator.sendBeacon` cannot set `Authorization`; a browser key may
+        // come as `?key=` on `/v1/track`, and no other key, nor on any other route.
+        let token = match (token, presented.query_key) {
+            (None, Some(key)) if route.id == RouteId::Track && key.starts_with(BROWSER_KEY_START) => {
+                Some(key)
+            }
+            (None, Some(_)) => {
+                let e = ApiError::new(
+                    ErrorCode::InvalidApiKey,
+                    "An API key in the query (?key=) is taken only from a browser key on /v1/track; \
+                     send it as `Authorization: Bearer <key>`.",
+                );
+                return Err(self.refuse_anonymous(client_ip, e, now_ms, trace).await);
+            }
+            (token, _) => token,
+        };
         let Some(token) = token.filter(|t| api_key::is_well_formed(t)) else {
             return Err(self.refuse_anonymous(client_ip, ApiError::invalid_api_key(), now_ms, trace).await);
         };
         let Some((key_hash, current)) = self.hash_to_ask(token, client_ip, now_ms) else {
             return Err(self.refuse_anonymous(client_ip, ApiError::invalid_api_key(), now_ms, trace).await);
         };
-        Ok(Credentials::Key { token: token.to_owned(), key_hash, current, scope })
+        // Only a browser key's visitor is told to its guard; the guard checks the key's type too.
+        let visitor = client_ip
+            .filter(|_| token.starts_with(BROWSER_KEY_START))
+            .map(|ip| Visitor::of(ip, presented.origin));
+        Ok(Credentials::Key(KeyCredentials { token: token.to_owned(), key_hash, current, scope, visitor }))
     }
 
     /// SPEC §3 order: authenticate and the key type's scope, then the rate decision and the
@@ -99,9 +140,10 @@ impl<P: Ports> Gateway<'_, P> {
         now_ms: i64,
         trace: &mut Trace,
     ) -> Result<Caller, Refusal> {
-        let Credentials::Key { token, key_hash, current, scope } = credentials else {
+        let Credentials::Key(mut credentials) = credentials else {
             return Ok(Caller { key: None, key_hash: None, usage: None, claim: None, sealing: None });
         };
+        let (key_hash, scope) = (credentials.key_hash.clone(), credentials.scope);
         // A hot key (SPEC §20): admitted from this isolate's lease of its credits, or refused by
         // a refusal lease, with no round trip to its guard. A request with an Idempotency-Key
         // takes its claim from the one object that holds it, spread over the key's claim objects.
@@ -111,6 +153,22 @@ impl<P: Ports> Gateway<'_, P> {
         trace.scope = Some(scope);
         let exempt = self.exempt(&key_hash, scope);
         let leasing = self.config.lease_above_per_second.filter(|_| !scope.is_dashboard_read() && !exempt);
+        // A browser key this isolate holds a lease of: its visitor is checked here, before the
+        // lease's credits are taken (SPEC §24), and not again by the guard.
+        let leased_key = leasing
+            .and(credentials.visitor.as_ref())
+            .and_then(|_| self.leases.borrow().key(&key_hash).cloned());
+        if let (Some(key), Some(visitor)) = (&leased_key, leased_key.as_ref().and(credentials.visitor.take()))
+        {
+            let per_visitor = self.config.browser_per_address_per_minute(&key.plan);
+            match self.memory.borrow_mut().visitors.check(key, Some(&visitor), per_visitor, now_ms) {
+                VisitorCheck::Within => {}
+                VisitorCheck::OriginRefused => {
+                    return Err((None, origin_refused(key, visitor.origin.as_deref())))
+                }
+                VisitorCheck::Over(usage) => return Err((Some(usage), visitor_over(&usage))),
+            }
+        }
         let mut leased = leasing.and_then(|_| self.leases.borrow_mut().admit(&key_hash, scope, now_ms));
         // Another request of this isolate is asking the key's guard for a lease: wait for it (a
         // little) instead of asking too, so a burst at a hot key makes one call, not one each.
@@ -141,20 +199,28 @@ impl<P: Ports> Gateway<'_, P> {
                         }
                     }
                 };
-                let admission = Admission { key, verdict: Verdict::Allowed, usage, claim, lease: None };
+                let admission = Admission {
+                    key,
+                    verdict: Verdict::Allowed,
+                    usage,
+                    claim,
+                    lease: None,
+                    by_visitor: false,
+                };
                 (key_hash, Ok(Authorization::Admitted(Box::new(admission))))
             }
             Some(Leased::Refused(key, verdict, usage)) => {
-                let admission = Admission { key, verdict, usage, claim: None, lease: None };
+                let admission =
+                    Admission { key, verdict, usage, claim: None, lease: None, by_visitor: false };
                 (key_hash, Ok(Authorization::Admitted(Box::new(admission))))
             }
             Some(Leased::Denied(key)) => {
                 let reason = key.refusal(now_ms).unwrap_or(gatehouse_core::api_key::RefusalReason::Revoked);
                 (key_hash, Ok(Authorization::Denied(Some((Box::new(key), reason)))))
             }
-            None => self.ask_guard(&token, key_hash, current, scope, claim, now_ms).await,
+            None => self.ask_guard(&credentials, claim, now_ms).await,
         };
-        let Admission { key, verdict, usage, claim, .. } = match answer {
+        let Admission { key, verdict, usage, claim, by_visitor, .. } = match answer {
             Ok(Authorization::Admitted(admission)) => {
                 self.memory.borrow_mut().remember_recent_key(&key_hash, now_ms);
                 trace.key = Some(admission.key.clone());
@@ -192,12 +258,18 @@ impl<P: Ports> Gateway<'_, P> {
             let e = ApiError::forbidden(message).with_detail("key_type", key.key_type.as_str());
             return Err((Some(usage), e));
         }
+        let origin = credentials.visitor.as_ref().and_then(|v| v.origin.as_deref());
+        if !key.admits_origin(origin) {
+            // Decided by the guard before it counted, as for another key type.
+            return Err((Some(usage), origin_refused(&key, origin)));
+        }
         // Accepted: from here on the request may bill (SPEC §22) — a refusal for the key's type
         // above took nothing of any window, so it never does.
         trace.accepted = true;
         trace.dashboard = scope.is_dashboard_read();
         let refusal = match verdict {
             Verdict::Allowed => None,
+            Verdict::RateLimited if by_visitor => Some(visitor_over(&usage)),
             Verdict::RateLimited => Some(
                 ApiError::new(
                     ErrorCode::RateLimitExceeded,
@@ -246,7 +318,7 @@ impl<P: Ports> Gateway<'_, P> {
         }
         // Its stored response is sealed under the API key itself (SPEC §13): only this caller's
         // requests can derive the key that reads it.
-        let sealing = claim.as_ref().map(|_| self.config.response_keys(&token));
+        let sealing = claim.as_ref().map(|_| self.config.response_keys(&credentials.token));
         Ok(Caller { key: Some(key), key_hash: Some(key_hash), usage: Some(usage), claim, sealing })
     }
 
@@ -275,13 +347,12 @@ impl<P: Ports> Gateway<'_, P> {
     /// guard of the previous pepper's hash is asked. Answers the hash asked last and its answer.
     async fn ask_guard(
         &self,
-        token: &str,
-        key_hash: String,
-        current: bool,
-        scope: Scope,
+        credentials: &KeyCredentials,
         claim: Option<&ClaimRequest>,
         now_ms: i64,
     ) -> (String, Result<Authorization, PortError>) {
+        let KeyCredentials { token, key_hash, current, scope, visitor } = credentials;
+        let (key_hash, scope, visitor) = (key_hash.clone(), *scope, visitor.as_ref());
         // A key's guard leases to the isolates of a hot key (SPEC §20): ask, giving back what
         // this isolate did not use of the key's last lease. A request its plan exempts asks for
         // none (nor gives the lease it holds up).
@@ -290,7 +361,7 @@ impl<P: Ports> Gateway<'_, P> {
             .lease_above_per_second
             .filter(|_| !scope.is_dashboard_read() && !self.exempt(&key_hash, scope))
             .map(|_| self.leases.borrow_mut().ask(&key_hash, now_ms, scope.cost()));
-        let ask = AuthorizeCall { key_hash: &key_hash, scope, claim, lease: lease.as_ref() };
+        let ask = AuthorizeCall { key_hash: &key_hash, scope, claim, lease: lease.as_ref(), visitor };
         let answer = self.guard.authorize(ask).await;
         if let Some(ask) = &lease {
             // Unanswered, what it gave back stays owed (a credit given back twice counts once).
@@ -304,10 +375,10 @@ impl<P: Ports> Gateway<'_, P> {
             }
         }
         match (&answer, &self.config.key_pepper_previous) {
-            (Ok(Authorization::Denied(None)), Some(previous)) if current => {
+            (Ok(Authorization::Denied(None)), Some(previous)) if *current => {
                 self.memory.borrow_mut().remember_unknown_key(&key_hash, now_ms);
                 let previous_hash = api_key::hash(previous.as_bytes(), token);
-                let ask = AuthorizeCall { key_hash: &previous_hash, scope, claim, lease: None };
+                let ask = AuthorizeCall { key_hash: &previous_hash, scope, claim, lease: None, visitor };
                 let answer = self.guard.authorize(ask).await;
                 (previous_hash, answer)
             }
@@ -334,7 +405,9 @@ impl<P: Ports> Gateway<'_, P> {
         }
         let (key_hash, current) = self.hash_to_ask(token, client_ip, now_ms)?;
         let nobody = Scope::Upstream { key_types: KeyTypes::of(&[]), cost: 1 };
-        match self.ask_guard(token, key_hash, current, nobody, None, now_ms).await {
+        let credentials =
+            KeyCredentials { token: token.to_owned(), key_hash, current, scope: nobody, visitor: None };
+        match self.ask_guard(&credentials, None, now_ms).await {
             (_, Ok(Authorization::Admitted(admission))) => Some(admission.key),
             (_, Ok(Authorization::Denied(Some((key, _))))) => Some(*key),
             (key_hash, Ok(Authorization::Denied(None))) => {
@@ -399,6 +472,37 @@ fn refused_key(key: &KeyRecord, reason: RefusalReason) -> ApiError {
         }
     };
     ApiError::new(ErrorCode::InvalidApiKey, message).with_detail("reason", reason.as_str())
+}
+
+/// How a browser key's secret starts (`gh_b_…`): what may come as `?key=` and has a visitor.
+const BROWSER_KEY_START: &str = "gh_b_";
+
+/// A page of an origin a browser key does not list (SPEC §24).
+fn origin_refused(key: &KeyRecord, origin: Option<&str>) -> ApiError {
+    ApiError::forbidden(format!(
+        "This browser key is not for pages of {}; its allowed_origins list the sites that may use it.",
+        origin.unwrap_or("this origin")
+    ))
+    .with_detail("origin", origin.unwrap_or_default())
+    .with_detail("allowed_origins", key.allowed_origins.clone())
+}
+
+/// A browser key's visitor over its own window (SPEC §24): the key's window is untouched.
+fn visitor_over(usage: &Usage) -> ApiError {
+    ApiError::new(
+        ErrorCode::RateLimitExceeded,
+        format!(
+            "This address has used the {} requests a minute this browser key allows each visitor \
+             (its other visitors are not affected).",
+            usage.limit()
+        ),
+    )
+    .with_retry_after(usage.seconds_to_reset())
+    .with_detail("window", usage.window_name())
+    .with_detail("per", "address")
+    .with_detail("limit", usage.limit())
+    .with_detail("remaining", usage.remaining())
+    .with_detail("reset", usage.reset_ms() / 1000)
 }
 
 fn too_many_anonymous(retry_after_seconds: u64) -> ApiError {

@@ -87,6 +87,7 @@ struct CreateKey {
     expires_at: Option<String>,
     identity_id: Option<String>,
     limits: Option<Value>,
+    allowed_origins: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -130,6 +131,9 @@ struct UpdateKey {
     identity_id: Option<Option<String>>,
     #[serde(default, deserialize_with = "patch_field")]
     limits: Option<Option<Value>>,
+    /// `null` or `[]`: any origin.
+    #[serde(default, deserialize_with = "patch_field")]
+    allowed_origins: Option<Option<Vec<String>>>,
 }
 
 impl<P: Ports> Gateway<'_, P> {
@@ -143,6 +147,7 @@ impl<P: Ports> Gateway<'_, P> {
         check_rate(self.config, plan, input.rate_limit_per_minute)?;
         let limits = read_limits(input.limits.as_ref())?;
         check_limits(self.config, plan, limits.as_ref())?;
+        let allowed_origins = allowed_origins(input.key_type, input.allowed_origins)?;
         let identity = match &input.identity_id {
             Some(id) => Some(self.identity_of(call, id).await?),
             None => None,
@@ -160,6 +165,7 @@ impl<P: Ports> Gateway<'_, P> {
         new.record.expires_at = expires_at;
         new.record.identity = identity;
         new.record.limits = limits;
+        new.record.allowed_origins = allowed_origins;
         let stored = self.store.insert_key(&new.record).await.map_err(unavailable)?;
         // The caller's project exists; a missing one is a deleted project: its key is no longer valid.
         let stored = stored.ok_or_else(ApiError::invalid_api_key)?;
@@ -220,8 +226,13 @@ impl<P: Ports> Gateway<'_, P> {
                 .transpose()?,
             identity: None,
             limits: input.limits.map(|l| read_limits(l.as_ref())).transpose()?,
+            allowed_origins: None,
         };
         let current = self.existing_key(call, key_id).await?;
+        if let Some(origins) = input.allowed_origins {
+            changes.allowed_origins =
+                Some(allowed_origins(current.key_type, Some(origins.unwrap_or_default()))?);
+        }
         check_plan_unchanged(&current.plan, input.plan.as_deref())?;
         check_rate(self.config, &current.plan, changes.rate_limit_per_minute.flatten())?;
         check_limits(self.config, &current.plan, changes.limits.flatten().as_ref())?;
@@ -366,6 +377,7 @@ impl<P: Ports> Gateway<'_, P> {
         // The replacement belongs to the same identity, with the same windows.
         new.record.identity.clone_from(&current.identity);
         new.record.limits = current.limits;
+        new.record.allowed_origins.clone_from(&current.allowed_origins);
         if current.rolled_to.as_deref() == Some(new.record.id.as_str()) {
             // SPEC §19: this operation rolled the key already (its answer was lost): the same
             // replacement again, never a roll of the replacement. The guard holds the roll D1 holds.
@@ -542,4 +554,31 @@ pub(super) fn check_plan(config: &Config, plan: &str) -> Result<(), ApiError> {
     Err(ApiError::unprocessable(format!("There is no plan named {plan:?}."))
         .with_detail("field", "plan")
         .with_detail("plans", config.plans.keys().cloned().collect::<Vec<_>>()))
+}
+
+/// A key's `allowed_origins` as given (SPEC §24): browser keys only, at most
+/// [`MAX_ALLOWED_ORIGINS`](gatehouse_core::browser::MAX_ALLOWED_ORIGINS) origins, each in its one
+/// spelling, without repeats. None given: any origin.
+fn allowed_origins(key_type: KeyType, given: Option<Vec<String>>) -> Result<Vec<String>, ApiError> {
+    use gatehouse_core::browser::{parse_origin, MAX_ALLOWED_ORIGINS};
+    let field = |e: ApiError| e.with_detail("field", "allowed_origins");
+    let Some(given) = given else { return Ok(Vec::new()) };
+    if key_type != KeyType::Browser && !given.is_empty() {
+        return Err(field(ApiError::unprocessable(
+            "Only a browser key lists allowed_origins: other keys are not sent from web pages.",
+        )));
+    }
+    if given.len() > MAX_ALLOWED_ORIGINS {
+        return Err(field(ApiError::bad_request(format!(
+            "allowed_origins lists at most {MAX_ALLOWED_ORIGINS} origins"
+        ))));
+    }
+    let mut origins = Vec::with_capacity(given.len());
+    for text in &given {
+        let origin = parse_origin(text).map_err(|e| field(ApiError::bad_request(e)))?;
+        if !origins.contains(&origin) {
+            origins.push(origin);
+        }
+    }
+    Ok(origins)
 }

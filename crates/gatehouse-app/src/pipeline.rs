@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::authentication::Credentials;
+use super::authentication::{Credentials, KeyCredentials, Presented};
 use super::body_reading::BodyReading;
 use super::responses::{preflight, respond, Answered, CORS_HEADERS};
 use super::{random, unavailable, ApiRequest, ApiResponse, Call, Gateway, Ids, Reply, Settlement};
@@ -232,8 +232,7 @@ impl<P: Ports> Gateway<'_, P> {
         let dashboard = budget::dashboard_read(req.budget.as_deref(), route);
         // Refusals that need neither the body nor the key's guard come first: their body is never read.
         let asks_budget = matches!(dashboard, Ok(true));
-        let screened =
-            self.screen(route, asks_budget, &req.authorization, client_ip, req.now_ms, trace).await;
+        let screened = self.screen(route, asks_budget, presented(&req), req.now_ms, trace).await;
         let credentials = match screened {
             Ok(credentials) => credentials,
             Err(e) => return Served::early(None, e),
@@ -278,7 +277,7 @@ impl<P: Ports> Gateway<'_, P> {
         // is read first and the guard asked once; any other key is authenticated (and counted)
         // first, and its claim taken after the body is read (`take_claim`).
         let (read_first, token) = match &credentials {
-            Credentials::Key { key_hash, token, .. } => (
+            Credentials::Key(KeyCredentials { key_hash, token, .. }) => (
                 idempotency.is_some() && self.memory.borrow().is_recent_key(key_hash, req.now_ms),
                 Some(token.clone()),
             ),
@@ -584,4 +583,15 @@ pub(super) fn me(call: &Call<'_>) -> Value {
             "resets_at": rfc3339(usage.quota_resets_ms),
         },
     })
+}
+
+/// What `req` presents for authentication (SPEC §2, §24).
+fn presented<B>(req: &ApiRequest<B>) -> Presented<'_> {
+    let origin = req.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case("origin")).map(|(_, v)| v.as_str());
+    Presented {
+        authorization: req.authorization.as_deref(),
+        query_key: gatehouse_core::browser::query_key(&req.query),
+        origin,
+        client_ip: req.client_ip.as_deref(),
+    }
 }

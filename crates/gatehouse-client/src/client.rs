@@ -17,7 +17,7 @@ use crate::error::{ApiError, Error, RateLimitState};
 use crate::events::EventBuffer;
 use crate::pacing::{key_id, RateWindows};
 use crate::retry::{
-    parse_retry_after, retry_delay, should_retry, Clock, Failure, OsRandom, RandomSource, SystemClock,
+    next_wait, pacing_wait, parse_retry_after, Clock, Failure, OsRandom, RandomSource, SystemClock,
     DEFAULT_MAX_ATTEMPTS,
 };
 
@@ -273,22 +273,17 @@ impl Client {
         let key = key_id(api_key);
         let max_attempts = request.max_attempts.unwrap_or(self.shared.max_attempts);
         let deadline = request.deadline.map(|d| Instant::now() + d);
-        // Whether a wait of `wait` from now ends before the call's deadline.
-        let fits = |wait: Duration| deadline.is_none_or(|end| Instant::now() + wait < end);
+        let time_left = || deadline.map(|end| end.saturating_duration_since(Instant::now()));
         let url = self.url(request);
         let mut attempt = 0;
         loop {
             attempt += 1;
             let paced = request.pacing.unwrap_or(self.shared.pacing);
-            if let Some(wait) = self.shared.windows.wait(&key, self.shared.clock.now()).filter(|_| paced) {
-                let wait = wait.mul_f64(1.0 + 0.1 * self.random());
-                // Waiting belongs to the call's budget: a call allowed one attempt, or whose
-                // deadline ends first, is sent now and gets the server's answer (a 429 with
-                // `Retry-After` while the window is still used up) instead of being held.
-                if max_attempts > 1 && fits(wait) {
-                    self.notify(Notice::Paced { wait });
-                    tokio::time::sleep(wait).await;
-                }
+            let window = self.shared.windows.wait(&key, self.shared.clock.now()).filter(|_| paced);
+            if let Some(wait) = window.and_then(|w| pacing_wait(w, self.random(), max_attempts, time_left()))
+            {
+                self.notify(Notice::Paced { wait });
+                tokio::time::sleep(wait).await;
             }
             self.notify(Notice::Attempt {
                 method: request.method.to_string(),
@@ -353,10 +348,16 @@ impl Client {
                 Error::Network { timeout: true, .. } => Failure::Timeout,
                 _ => Failure::Network,
             };
-            let wait = retry_delay(attempt, retry_after, self.random());
-            if attempt >= max_attempts || !should_retry(failure, request.idempotent()) || !fits(wait) {
-                return Err(error);
-            }
+            let next = next_wait(
+                attempt,
+                max_attempts,
+                failure,
+                request.idempotent(),
+                retry_after,
+                self.random(),
+                time_left(),
+            );
+            let Some(wait) = next else { return Err(error) };
             self.notify(Notice::Retry { wait, retry_after });
             tokio::time::sleep(wait).await;
         }

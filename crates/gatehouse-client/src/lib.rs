@@ -46,6 +46,8 @@
 
 mod call;
 mod client;
+#[cfg(test)]
+mod contract_tests;
 pub mod digests;
 mod error;
 mod events;

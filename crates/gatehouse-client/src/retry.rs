@@ -103,6 +103,37 @@ pub fn retry_delay(attempt: u32, retry_after: Option<Duration>, random: f64) -> 
     }
 }
 
+/// What the send loop does after failed attempt `attempt`: the wait before the next attempt, or
+/// `None` to give up — the attempts are spent, the failure is never retried, or the wait would
+/// end after the call's deadline (`time_left`; `None` without one).
+pub fn next_wait(
+    attempt: u32,
+    max_attempts: u32,
+    failure: Failure<'_>,
+    idempotent: bool,
+    retry_after: Option<Duration>,
+    random: f64,
+    time_left: Option<Duration>,
+) -> Option<Duration> {
+    let wait = retry_delay(attempt, retry_after, random);
+    let fits = time_left.is_none_or(|left| wait < left);
+    (attempt < max_attempts && should_retry(failure, idempotent) && fits).then_some(wait)
+}
+
+/// The proactive slow-down before an attempt: `window` (until the key's window resets, while the
+/// last answer said none remain) plus up to 10 %, when the call may wait — more than one attempt
+/// allowed and the wait ends before its deadline; `None`: send now (a call allowed one attempt,
+/// or whose deadline ends first, gets the server's answer instead of being held).
+pub fn pacing_wait(
+    window: Duration,
+    random: f64,
+    max_attempts: u32,
+    time_left: Option<Duration>,
+) -> Option<Duration> {
+    let wait = window.mul_f64(1.0 + 0.1 * random.clamp(0.0, 1.0));
+    (max_attempts > 1 && time_left.is_none_or(|left| wait < left)).then_some(wait)
+}
+
 /// A `Retry-After` header value as a wait from `now`: delay-seconds (`"2"`) or an HTTP date
 /// (`"Wed, 21 Oct 2026 07:28:00 GMT"`; a date in the past is no wait). Anything else is `None`.
 pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {

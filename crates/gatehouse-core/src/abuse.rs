@@ -107,6 +107,8 @@ pub struct AbuseMemory {
     blocked_addresses: Expiring,
     unknown_keys: Expiring,
     recent_keys: Expiring,
+    /// The visitors of browser keys this isolate admits from a lease (SPEC §24).
+    pub visitors: crate::browser::VisitorWindows,
 }
 
 impl Default for AbuseMemory {
@@ -121,6 +123,7 @@ impl AbuseMemory {
             blocked_addresses: Expiring::new(entries),
             unknown_keys: Expiring::new(entries),
             recent_keys: Expiring::new(entries),
+            visitors: crate::browser::VisitorWindows::default(),
         }
     }
 

@@ -415,6 +415,10 @@ pub struct KeyRecord {
     /// keeps them all in its guard.
     #[serde(default = "one_claim_object")]
     pub claim_shards: u32,
+    /// A browser key's `allowed_origins` (SPEC §24): a page of another origin is refused (403).
+    /// Empty: any origin. Each in [`crate::browser::parse_origin`]'s spelling.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_origins: Vec<String>,
 }
 
 fn one_claim_object() -> u32 {
@@ -482,7 +486,13 @@ impl KeyRecord {
             identity: None,
             limits: None,
             claim_shards: 1,
+            allowed_origins: Vec::new(),
         }
+    }
+
+    /// Whether a request with this `Origin` header may use the key (its `allowed_origins`).
+    pub fn admits_origin(&self, origin: Option<&str>) -> bool {
+        crate::browser::admits_origin(&self.allowed_origins, origin)
     }
 
     /// The object that holds this key's claim of `idempotency_key`: its guard or one of its claim
@@ -593,6 +603,7 @@ impl KeyRecord {
             rolled_to: self.rolled_to.clone(),
             identity_id: self.identity.as_ref().map(|i| i.id.clone()),
             limits: self.limits.as_ref().map(crate::identity::wire_limits),
+            allowed_origins: (self.key_type == KeyType::Browser).then(|| self.allowed_origins.clone()),
         };
         gatehouse_wire::to_json(&key)
     }

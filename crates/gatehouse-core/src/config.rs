@@ -69,6 +69,10 @@ pub struct Config {
     /// The route classes a plan exempts from its windows, its quota and billing
     /// (`PLANS.<plan>.exempt`, SPEC §23; `Scope::class`): none unless named.
     pub exempt: BTreeMap<String, Vec<String>>,
+    /// A browser key's requests a minute from one visitor (address, IPv6 /64), per plan
+    /// (`PLANS.<plan>.browser_per_address_per_minute`, SPEC §24); a plan without it: a tenth of
+    /// its minute, at least 10 ([`Config::browser_per_address_per_minute`]).
+    pub browser_per_address: BTreeMap<String, u32>,
     /// Which statuses bill, per plan (`PLANS.<plan>.billable`); a plan without it bills every
     /// authenticated request no limit refused.
     pub billable: BTreeMap<String, Billable>,
@@ -135,6 +139,7 @@ impl std::fmt::Debug for Config {
             .field("usage_period_seconds", &self.usage_period_seconds)
             .field("billable", &self.billable)
             .field("exempt", &self.exempt)
+            .field("browser_per_address", &self.browser_per_address)
             .field(
                 "webhook_secrets_key_previous",
                 &self.webhook_secrets_key_previous.as_ref().map(|_| "[redacted]"),
@@ -189,7 +194,16 @@ impl Config {
             serde_json::from_str(&plans_json).map_err(|e| invalid(e.to_string()))?;
         // `billable` (SPEC §22) sits beside the limits; the rest is the plan's limits.
         let (mut plans, mut billable, mut exempt) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
+        let mut browser_per_address = BTreeMap::new();
         for (name, mut fields) in raw {
+            if let Some(n) = fields.remove("browser_per_address_per_minute") {
+                let n = n.as_u64().filter(|n| (1..=u64::from(u32::MAX)).contains(n)).ok_or_else(|| {
+                    invalid(format!(
+                        "{name:?} browser_per_address_per_minute must be a whole number, at least 1"
+                    ))
+                })?;
+                browser_per_address.insert(name.clone(), n as u32);
+            }
             if let Some(list) = fields.remove("exempt") {
                 let classes: Vec<String> = serde_json::from_value(list)
                     .map_err(|_| invalid(format!("{name:?} exempt must be a list of route classes")))?;
@@ -412,6 +426,7 @@ impl Config {
             usage_period_seconds,
             billable,
             exempt,
+            browser_per_address,
             admin_token: secret("ADMIN_TOKEN")?,
         })
     }
@@ -513,6 +528,26 @@ impl Config {
         let project = self.project_limits(&key.plan);
         let project = project.monthly_quota.map(|_| (project_authority(&key.project_id), project));
         identity.into_iter().chain(project).collect()
+    }
+
+    /// A browser key's window per visitor on `plan` (SPEC §24): the plan's
+    /// `browser_per_address_per_minute`, else a tenth of its minute (a plan limiting only other
+    /// windows: their rate in a minute), at least [`MIN_PER_ADDRESS_PER_MINUTE`].
+    ///
+    /// [`MIN_PER_ADDRESS_PER_MINUTE`]: crate::browser::MIN_PER_ADDRESS_PER_MINUTE
+    pub fn browser_per_address_per_minute(&self, plan: &str) -> u32 {
+        if let Some(n) = self.browser_per_address.get(self.plan_name(plan)) {
+            return *n;
+        }
+        let p = self.plan_or_trial(plan);
+        let minute = p
+            .per_minute
+            .map(u64::from)
+            .or(p.per_second.map(|n| u64::from(n) * 60))
+            .or(p.per_hour.map(|n| u64::from(n) / 60))
+            .or(p.per_day.map(|n| u64::from(n) / 1_440))
+            .unwrap_or(0);
+        (minute / 10).clamp(u64::from(crate::browser::MIN_PER_ADDRESS_PER_MINUTE), u64::from(u32::MAX)) as u32
     }
 
     /// What a project on `plan` limits at its level (its authority's limits): the monthly quota.
@@ -652,6 +687,25 @@ mod tests {
         vars.pop();
         vars.push(("UPSTREAMS", r#"[{"prefix":"/shop/","origin":"http://127.0.0.1:9000","cost":4}]"#));
         assert!(with(&vars).is_ok());
+    }
+
+    #[test]
+    fn a_browser_keys_window_per_visitor_is_the_plans_or_a_tenth_of_its_minute() {
+        let mut vars = SECRETS.to_vec();
+        vars.push((
+            "PLANS",
+            r#"{"trial":{"per_minute":30},"pro":{"per_minute":2000,"browser_per_address_per_minute":50},
+                "burst":{"per_second":20},"slow":{"per_day":2880}}"#,
+        ));
+        let c = with(&vars).unwrap();
+        assert_eq!(c.browser_per_address_per_minute("trial"), 10, "a tenth of 30 is below the floor");
+        assert_eq!(c.browser_per_address_per_minute("pro"), 50);
+        assert_eq!(c.browser_per_address_per_minute("burst"), 120);
+        assert_eq!(c.browser_per_address_per_minute("slow"), 10);
+        assert_eq!(c.browser_per_address_per_minute("gone"), 10, "a plan PLANS lost is trial");
+        vars.pop();
+        vars.push(("PLANS", r#"{"trial":{"per_minute":30,"browser_per_address_per_minute":0}}"#));
+        assert!(with(&vars).unwrap_err().0.contains("browser_per_address_per_minute"));
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod archive;
 pub mod audit;
 pub mod audit_chain;
 pub mod body;
+pub mod browser;
 pub mod budget;
 pub mod canonical_json;
 pub mod config;

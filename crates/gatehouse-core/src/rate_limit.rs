@@ -42,7 +42,7 @@ impl Window {
         }
     }
 
-    const fn index(self) -> usize {
+    pub const fn index(self) -> usize {
         self as usize
     }
 

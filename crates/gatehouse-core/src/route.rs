@@ -284,7 +284,8 @@ pub const ROUTES: &[Route] = &[
         8,
         128,
     ),
-    ingestion(RouteId::Track, "/v1/track", Scope::Ingest),
+    // `?key=`: a browser key for a page's navigator.sendBeacon (SPEC §24).
+    with_query(ingestion(RouteId::Track, "/v1/track", Scope::Ingest), &["key"]),
     ingestion(RouteId::Identify, "/v1/identify", Scope::Ingest),
     ingestion(RouteId::Alias, "/v1/alias", Scope::Alias),
     ingestion(RouteId::SessionSegment, "/v1/replay", Scope::Ingest),

@@ -55,6 +55,9 @@ pub struct Key {
     /// The key's own windows, each at most its plan's (never a quota), or null: the plan's.
     #[serde(default)]
     pub limits: Option<crate::identities::Limits>,
+    /// A browser key's origins (empty: any); absent for other key types.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_origins: Option<Vec<String>>,
 }
 
 /// A key just created: the only answer that carries the secret `key`.

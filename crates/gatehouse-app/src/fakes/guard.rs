@@ -9,6 +9,7 @@ use std::rc::Rc;
 use super::gateway::Clock;
 use crate::sim::Faults;
 use gatehouse_core::api_key::KeyRecord;
+use gatehouse_core::browser::VisitorCheck;
 use gatehouse_core::config::Config;
 use gatehouse_core::guard::protocol::{client_guard_name, project_authority, Completed};
 use gatehouse_core::idempotency::{decide_claim, Claim, ClaimDecision, Entry, KeptResponse, LEASE_MS};
@@ -61,6 +62,8 @@ pub struct FakeGuard {
     /// Every guard's counters by object name: keys' (by hash), client addresses', and the
     /// authorities' of identities and projects (SPEC §20).
     pub counters: RefCell<HashMap<String, Counters>>,
+    /// Browser keys' visitors this minute (SPEC §24), as every key's guard keeps them in memory.
+    pub visitors: RefCell<gatehouse_core::browser::VisitorWindows>,
     /// The grant each key's guard holds of each level above it, by (key hash, level).
     pub held: RefCell<HashMap<(String, String), Held>>,
     /// Every grant an authority made, and whether its unused credits came back.
@@ -108,6 +111,7 @@ impl FakeGuard {
             applied: RefCell::default(),
             keys,
             counters: RefCell::default(),
+            visitors: RefCell::default(),
             held: RefCell::default(),
             grants: RefCell::default(),
             isolate_leases: RefCell::default(),
@@ -346,7 +350,7 @@ impl FakeGuard {
 
 impl KeyGuard for FakeGuard {
     async fn authorize(&self, ask: AuthorizeCall<'_>) -> Result<Authorization, PortError> {
-        let AuthorizeCall { key_hash, scope, claim, lease } = ask;
+        let AuthorizeCall { key_hash, scope, claim, lease, visitor } = ask;
         self.asked.borrow_mut().push(key_hash.to_owned());
         self.purge();
         self.refuse_if_full(key_hash)?;
@@ -358,8 +362,14 @@ impl KeyGuard for FakeGuard {
                 }
                 match self.record(key_hash) {
                     Some(key) if key.refusal(self.clock.get()).is_none() => {
-                        let permitted = key.key_type.allows(scope);
-                        let (verdict, usage, lease) = if scope.is_dashboard_read() {
+                        let per_visitor = self.config.browser_per_address_per_minute(&key.plan);
+                        let now = self.clock.get();
+                        let visitor = self.visitors.borrow_mut().check(&key, visitor, per_visitor, now);
+                        let permitted = key.key_type.allows(scope) && visitor != VisitorCheck::OriginRefused;
+                        let by_visitor = matches!(visitor, VisitorCheck::Over(_));
+                        let (verdict, usage, lease) = if let VisitorCheck::Over(usage) = visitor {
+                            (Verdict::RateLimited, usage, None)
+                        } else if scope.is_dashboard_read() {
                             let budget = format!("dashboard:{key_hash}");
                             let (verdict, usage) =
                                 self.count(&budget, self.config.dashboard_limits(), 1, permitted);
@@ -371,7 +381,8 @@ impl KeyGuard for FakeGuard {
                         let claim = claim
                             .filter(|_| verdict == Verdict::Allowed && permitted)
                             .map(|c| self.claim(&key.claim_object(&c.idempotency_key), c));
-                        Authorization::Admitted(Box::new(Admission { key, verdict, usage, claim, lease }))
+                        let admission = Admission { key, verdict, usage, claim, lease, by_visitor };
+                        Authorization::Admitted(Box::new(admission))
                     }
                     refused => Authorization::Denied(refused.map(|key| {
                         let reason = key.refusal(self.clock.get()).expect("refused");

@@ -79,6 +79,10 @@ pub struct Authorize {
     /// what it did not use of earlier ones.
     #[serde(default)]
     pub lease: Option<LeaseAsk>,
+    /// Who sent a browser key's request (SPEC §24): its origin is checked and its window counted
+    /// before the key's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visitor: Option<crate::browser::Visitor>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -101,6 +105,9 @@ pub struct Decided {
     /// A lease of the key's credits for the isolate, when it asked and the key is hot enough.
     #[serde(default)]
     pub lease: Option<Grant>,
+    /// The refusal is the visitor's window's, not the key's (SPEC §24).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_visitor: bool,
 }
 
 /// No such key (`None`), or refused at the guard's clock (its record, and why: revoked, expired,
@@ -328,8 +335,14 @@ mod tests {
 
     #[test]
     fn commands_carry_their_tag_and_fields() {
-        let c: GuardCommand =
-            Authorize { key_hash: "ab".into(), scope: Scope::Ingest, claim: None, lease: None }.into();
+        let c: GuardCommand = Authorize {
+            key_hash: "ab".into(),
+            scope: Scope::Ingest,
+            claim: None,
+            lease: None,
+            visitor: None,
+        }
+        .into();
         assert_eq!(
             serde_json::to_string(&c).unwrap(),
             r#"{"command":"authorize","key_hash":"ab","scope":"ingest","claim":null,"lease":null}"#

@@ -20,6 +20,8 @@ pub struct Admission {
     /// A lease of the key's credits for this isolate (SPEC §20 hot keys), when it asked for one
     /// and the key is hot enough.
     pub lease: Option<Grant>,
+    /// Refused by the visitor's window, not the key's (SPEC §24).
+    pub by_visitor: bool,
 }
 
 /// An idempotency claim to take in the same round trip as the rate decision.
@@ -75,6 +77,8 @@ pub struct AuthorizeCall<'a> {
     pub scope: Scope,
     pub claim: Option<&'a ClaimRequest>,
     pub lease: Option<&'a LeaseAsk>,
+    /// A browser key's visitor (SPEC §24).
+    pub visitor: Option<&'a crate::browser::Visitor>,
 }
 
 /// The per-key Durable Object (SPEC §1 `KEY_GUARD`): one round trip per authenticated request.
@@ -155,6 +159,8 @@ pub struct KeyChanges {
     pub identity: Option<Option<IdentityLimits>>,
     /// The key's own windows (SPEC §20), or none: its plan's.
     pub limits: Option<Option<LimitSpec>>,
+    /// A browser key's origins from now on (empty: any).
+    pub allowed_origins: Option<Vec<String>>,
 }
 
 impl KeyChanges {
@@ -174,6 +180,9 @@ impl KeyChanges {
         }
         if let Some(limits) = self.limits {
             key.limits = limits;
+        }
+        if let Some(origins) = &self.allowed_origins {
+            key.allowed_origins.clone_from(origins);
         }
         key
     }

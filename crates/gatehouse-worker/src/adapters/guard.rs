@@ -40,13 +40,18 @@ impl GuardClient {
 
 impl KeyGuard for GuardClient {
     async fn authorize(&self, ask: AuthorizeCall<'_>) -> Result<Authorization, PortError> {
-        let AuthorizeCall { key_hash, scope, claim, lease } = ask;
-        let command =
-            Authorize { key_hash: key_hash.to_owned(), scope, claim: claim.cloned(), lease: lease.cloned() };
+        let AuthorizeCall { key_hash, scope, claim, lease, visitor } = ask;
+        let command = Authorize {
+            key_hash: key_hash.to_owned(),
+            scope,
+            claim: claim.cloned(),
+            lease: lease.cloned(),
+            visitor: visitor.cloned(),
+        };
         // The guard's own D1 loads count against this request's budget too (SPEC §12).
         let (authorization, d1_queries) = match self.ask(key_hash, command).await? {
-            Authorized::Decided(Decided { key, verdict, usage, claim, d1_queries, lease }) => {
-                let admission = Admission { key, verdict, usage, claim, lease };
+            Authorized::Decided(Decided { key, verdict, usage, claim, d1_queries, lease, by_visitor }) => {
+                let admission = Admission { key, verdict, usage, claim, lease, by_visitor };
                 (Authorization::Admitted(Box::new(admission)), d1_queries)
             }
             Authorized::Denied(Denied { key, reason, d1_queries }) => {

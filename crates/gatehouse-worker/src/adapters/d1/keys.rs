@@ -20,13 +20,14 @@ const OTHER_LASTING_OWNERS: &str = "(SELECT count(*) FROM api_keys o
 
 /// The columns a key's row is written with.
 const KEY_FIELDS: &str = "id, project_id, type, name, plan, rate_limit_per_minute, key_hash, prefix,
-    created_at, revoked_at, expires_at, rolled_from, rolled_at, rolled_to, identity_id, limits, claim_shards";
+    created_at, revoked_at, expires_at, rolled_from, rolled_at, rolled_to, identity_id, limits, claim_shards,
+    allowed_origins";
 
 /// A key's row as read ([`KeyRow`]): its columns and its identity's limits (SPEC §20), by a
 /// sub-select that also works in a `RETURNING` clause (the join of `key_by_hash`).
 const KEY_COLUMNS: &str = "id, project_id, type, name, plan, rate_limit_per_minute, key_hash, prefix,
     created_at, revoked_at, expires_at, rolled_from, rolled_at, rolled_to, identity_id, limits, claim_shards,
-    (SELECT i.limits FROM identities i WHERE i.id = identity_id) AS identity_limits";
+    allowed_origins, (SELECT i.limits FROM identities i WHERE i.id = identity_id) AS identity_limits";
 
 /// A key's identity as its insert or change writes it (`?{n}`): only one of the key's project,
 /// else none (one deleted meanwhile detached its keys, as this key would have been).
@@ -55,12 +56,22 @@ struct KeyRow {
     identity_id: Option<String>,
     limits: Option<String>,
     claim_shards: u32,
+    /// A browser key's origins as a JSON list (NULL: any).
+    allowed_origins: Option<String>,
     identity_limits: Option<String>,
 }
 
 /// Limits stored as JSON text (NULL, or text this version cannot read: none).
 fn stored_limits(text: Option<&str>) -> Option<LimitSpec> {
     text.and_then(|t| serde_json::from_str(t).ok())
+}
+
+/// A key's `allowed_origins` as stored: a JSON list, NULL for none.
+fn origins_text(origins: &[String]) -> JsValue {
+    match origins {
+        [] => JsValue::NULL,
+        some => text(&serde_json::to_string(some).unwrap_or_default()),
+    }
 }
 
 fn limits_text(limits: Option<&LimitSpec>) -> JsValue {
@@ -90,6 +101,10 @@ impl From<KeyRow> for KeyRecord {
             rolled_at: row.rolled_at,
             rolled_to: row.rolled_to,
             claim_shards: row.claim_shards,
+            allowed_origins: row
+                .allowed_origins
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or_default(),
         }
     }
 }
@@ -163,7 +178,7 @@ impl D1Store {
 
 /// The values of a key's row but its plan (`?5`, the project's): `?14` its identity, `?15` its
 /// own limits.
-fn key_values(key: &KeyRecord) -> [JsValue; 16] {
+fn key_values(key: &KeyRecord) -> [JsValue; 17] {
     [
         text(&key.id),
         text(&key.project_id),
@@ -181,6 +196,7 @@ fn key_values(key: &KeyRecord) -> [JsValue; 16] {
         opt_text(key.identity.as_ref().map(|i| i.id.as_str())),
         limits_text(key.limits.as_ref()),
         int(key.claim_shards.into()),
+        origins_text(&key.allowed_origins),
     ]
 }
 
@@ -262,7 +278,8 @@ impl Directory for D1Store {
                        rate_limit_per_minute = CASE WHEN ?5 THEN ?6 ELSE rate_limit_per_minute END,
                        expires_at = CASE WHEN ?7 AND rolled_at IS NULL THEN ?8 ELSE expires_at END,
                        identity_id = CASE WHEN ?9 THEN {identity} ELSE identity_id END,
-                       limits = CASE WHEN ?11 THEN ?12 ELSE limits END
+                       limits = CASE WHEN ?11 THEN ?12 ELSE limits END,
+                       allowed_origins = CASE WHEN ?13 THEN ?14 ELSE allowed_origins END
                      WHERE id = ?1 AND project_id = ?2 AND revoked_at IS NULL
                        AND (NOT ?7 OR ?8 IS NULL OR type <> 'owner' OR rolled_at IS NOT NULL
                             OR {OTHER_LASTING_OWNERS} > 0)
@@ -282,6 +299,8 @@ impl Directory for D1Store {
                     opt_text(changes.identity.as_ref().and_then(|i| i.as_ref()).map(|i| i.id.as_str())),
                     int(changes.limits.is_some().into()),
                     limits_text(changes.limits.flatten().as_ref()),
+                    int(changes.allowed_origins.is_some().into()),
+                    origins_text(changes.allowed_origins.as_deref().unwrap_or_default()),
                 ],
             )
             .await?;
@@ -346,7 +365,7 @@ impl Directory for D1Store {
         let insert = self.statement(
             &format!(
                 "INSERT INTO api_keys ({KEY_FIELDS})
-                 SELECT ?1, ?2, ?3, ?4, p.plan, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, {identity}, ?15, ?16
+                 SELECT ?1, ?2, ?3, ?4, p.plan, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, {identity}, ?15, ?16, ?17
                  FROM projects p
                  WHERE p.id = ?2 AND EXISTS (SELECT 1 FROM api_keys o WHERE o.id = ?11 AND o.rolled_to = ?1)
                  RETURNING {KEY_COLUMNS}",
@@ -530,7 +549,7 @@ fn identity_keys_args(project_id: &str, identity_id: &str, tell: usize) -> [JsVa
 fn insert_key_sql() -> String {
     format!(
         "INSERT INTO api_keys ({KEY_FIELDS})
-         SELECT ?1, ?2, ?3, ?4, p.plan, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, {identity}, ?15, ?16
+         SELECT ?1, ?2, ?3, ?4, p.plan, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, {identity}, ?15, ?16, ?17
          FROM projects p WHERE p.id = ?2
          ON CONFLICT DO NOTHING
          RETURNING {KEY_COLUMNS}",

@@ -12,6 +12,7 @@ use super::isolate_leases::LEASE_RETURN_MS;
 use super::{holder::project_held, rust_error, KeyGuardObject};
 use crate::adapters::clock::now_ms;
 use gatehouse_core::api_key::KeyRecord;
+use gatehouse_core::browser::VisitorCheck;
 use gatehouse_core::config::Config;
 use gatehouse_core::guard::protocol::{
     Authorize, Authorized, Decided, Denied, RenewLease, Renewed, TakeClaim,
@@ -45,11 +46,20 @@ impl KeyGuardObject {
             Some(key) if refusal.is_none() => {
                 // A key whose type may not call the route (403) is refused before anything is
                 // counted and takes no claim: its answer carries the window as it stands.
-                let permitted = key.key_type.allows(c.scope);
+                // A browser key's visitor (SPEC §24): a page of another origin is refused like
+                // another key type, and a visitor over its window before the key's is counted.
+                let config = self.config()?;
+                let per_visitor = config.browser_per_address_per_minute(&key.plan);
+                let visitor =
+                    self.visitors.borrow_mut().check(&key, c.visitor.as_ref(), per_visitor, now_ms());
+                let permitted = key.key_type.allows(c.scope) && visitor != VisitorCheck::OriginRefused;
                 if let Some(lease) = &c.lease {
                     self.take_back_and_wake(Some(&key), &lease.give_back).await?;
                 }
-                let (verdict, usage, lease) = if c.scope.is_dashboard_read() {
+                let by_visitor = matches!(visitor, VisitorCheck::Over(_));
+                let (verdict, usage, lease) = if let VisitorCheck::Over(usage) = visitor {
+                    (Verdict::RateLimited, usage, None)
+                } else if c.scope.is_dashboard_read() {
                     let (verdict, usage) = self.count_dashboard_read(permitted)?;
                     (verdict, usage, None)
                 } else {
@@ -68,7 +78,7 @@ impl KeyGuardObject {
                     }
                     _ => None,
                 };
-                Authorized::Decided(Decided { key, verdict, usage, claim, d1_queries, lease })
+                Authorized::Decided(Decided { key, verdict, usage, claim, d1_queries, lease, by_visitor })
             }
             refused => {
                 if let Some(lease) = &c.lease {

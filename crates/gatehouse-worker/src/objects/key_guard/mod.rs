@@ -83,6 +83,8 @@ pub struct KeyGuardObject {
     purge_by: Cell<Option<i64>>,
     /// As a project's chain of audit digests: its tables exist (looked up once).
     chain_tables: Cell<bool>,
+    /// A browser key's visitors this minute (SPEC §24), in memory only: never stored.
+    visitors: RefCell<gatehouse_core::browser::VisitorWindows>,
 }
 
 /// An exchange with a level's authority in flight, shared by the requests that wait for it.
@@ -130,6 +132,7 @@ impl DurableObject for KeyGuardObject {
             purged: Cell::new((0, false)),
             purge_by: Cell::new(None),
             chain_tables: Cell::new(false),
+            visitors: RefCell::default(),
         }
     }
 
