@@ -143,8 +143,8 @@ async function start() {
 }
 
 // ---- tabs ----------------------------------------------------------------------------------
-const tabs = ['keys', 'log', 'webhooks', 'overview'];
-const loaders = { keys: loadKeys, log: () => loadLog(true), webhooks: loadWebhooks, overview: loadOverview };
+const tabs = ['keys', 'log', 'events', 'webhooks', 'overview'];
+const loaders = { keys: loadKeys, log: () => loadLog(true), events: () => loadEvents(true), webhooks: loadWebhooks, overview: loadOverview };
 for (const name of tabs) {
   $(`tab-${name}`).addEventListener('click', () => {
     for (const other of tabs) {
@@ -414,6 +414,65 @@ function showDetail(r) {
     fields.append(dt, dd);
   }
   if (!$('log-detail').open) $('log-detail').showModal();
+}
+
+// ---- events (a live view of what the project's keys sent, like an event debugger) -----------
+let eventsCursor = null;
+let eventsShown = new Set();
+$('event-filters').addEventListener('submit', (event) => {
+  event.preventDefault();
+  loadEvents(true).catch(showError);
+});
+$('events-more').addEventListener('click', () => loadEvents(false).catch(showError));
+let eventsLive = null;
+$('events-live').addEventListener('change', () => {
+  clearInterval(eventsLive);
+  eventsLive = $('events-live').checked ? setInterval(() => tailEvents().catch(showError), 3000) : null;
+});
+
+function eventParams() {
+  const params = new URLSearchParams({ limit: '50' });
+  for (const [name, value] of new FormData($('event-filters'))) if (value) params.set(name, value);
+  return params;
+}
+
+async function loadEvents(fresh) {
+  const params = eventParams();
+  if (!fresh && eventsCursor) params.set('cursor', eventsCursor);
+  const page = await api(`/public/v1/events?${params}`);
+  eventsCursor = page.next_cursor;
+  if (fresh) eventsShown = new Set();
+  const rows = eventRows(page.data);
+  if (fresh) $('events').replaceChildren(...rows); else $('events').append(...rows);
+  $('events-more').hidden = !eventsCursor;
+}
+
+/** Live: the newest page from the newest shown on, each event shown once, new ones on top. */
+async function tailEvents() {
+  if ($('panel-events').hidden) return;
+  const params = eventParams();
+  const newest = $('events').querySelector('tr')?.dataset.receivedAt;
+  if (newest) params.set('from', newest);
+  const page = await api(`/public/v1/events?${params}`);
+  $('events').prepend(...eventRows(page.data));
+}
+
+function eventRows(data) {
+  return data.filter((e) => !eventsShown.has(e.event_id)).map((e) => {
+    eventsShown.add(e.event_id);
+    const properties = document.createElement('details');
+    const summary = document.createElement('summary');
+    summary.textContent = Object.keys(e.properties ?? {}).join(', ') || '{}';
+    const pre = document.createElement('pre');
+    pre.textContent = JSON.stringify({ event_id: e.event_id, timestamp: e.timestamp, properties: e.properties }, null, 2);
+    properties.append(summary, pre);
+    const propertiesCell = cell('');
+    propertiesCell.append(properties);
+    const tr = row(cell(when(e.received_at)), cell(e.event), cell(e.user_id), cell(e.anonymous_id), cell(e.key_type), propertiesCell);
+    tr.dataset.eventId = e.event_id;
+    tr.dataset.receivedAt = e.received_at;
+    return tr;
+  });
 }
 
 // ---- webhooks ------------------------------------------------------------------------------

@@ -428,3 +428,39 @@ test('the API description is served at /openapi.json', async () => {
   assert.ok(doc.paths['/public/v1/contacts'].post);
   assert.equal(doc.components.securitySchemes.apiKey.scheme, 'bearer');
 });
+
+test('the events view: what the keys sent, newest first, filtered by name, and live as new ones arrive (SPEC §24)', async () => {
+  const { owner } = await createProject('Dashboard events', { plan: 'business' });
+  const web = await createKey(owner.key, 'browser');
+  const track = (event, properties) => call('POST', '/v1/track', {
+    key: web.key, body: { batch: [{ event_id: crypto.randomUUID(), event, anonymous_id: 'anon-7', properties }] },
+  });
+  for (const [event, properties] of [['Signed Up', { plan: 'pro' }], ['Page Viewed', { path: '/pricing' }], ['Page Viewed', { path: '/docs' }]]) {
+    assert.equal((await track(event, properties)).status, 202);
+  }
+  await eventually(async () => (await listAll('/public/v1/events', owner.key)).length === 3, 20_000);
+
+  const page = await watched(await browser.newPage({ viewport: { width: 1280, height: 900 } }));
+  await page.goto(`${BASE}/dashboard`);
+  await page.fill('#owner-key', owner.key);
+  await page.click('#login button[type=submit]');
+  await page.waitForSelector('#keys tr');
+  await page.click('#tab-events');
+  await page.waitForFunction(() => document.querySelectorAll('#events tr').length === 3);
+  const names = await page.$$eval('#events tr td:nth-child(2)', (cells) => cells.map((c) => c.textContent));
+  assert.deepEqual(names, ['Page Viewed', 'Page Viewed', 'Signed Up'], 'newest first');
+  assert.match(await page.textContent('#events'), /anon-7/);
+
+  await page.fill('#event-filters input[name=event]', 'Signed Up');
+  await page.click('#event-filters button[type=submit]');
+  await page.waitForFunction(() => document.querySelectorAll('#events tr').length === 1);
+  await page.click('#events tr details summary');
+  assert.match(await page.textContent('#events tr pre'), /"plan": "pro"/);
+
+  // Live: a new event of the filtered name appears on top without a click.
+  await page.check('#events-live');
+  assert.equal((await track('Signed Up', { plan: 'team' })).status, 202);
+  await page.waitForFunction(() => document.querySelectorAll('#events tr').length === 2, null, { timeout: 20_000 });
+  await page.screenshot({ path: `${SHOTS}/events.png`, fullPage: true });
+  await page.close();
+});

@@ -158,13 +158,14 @@ impl<P: Ports> Gateway<'_, P> {
         let leased_key = leasing
             .and(credentials.visitor.as_ref())
             .and_then(|_| self.leases.borrow().key(&key_hash).cloned());
-        if let (Some(key), Some(visitor)) = (&leased_key, leased_key.as_ref().and(credentials.visitor.take()))
-        {
+        if let Some(key) = &leased_key {
+            let visitor = credentials.visitor.take();
             let per_visitor = self.config.browser_per_address_per_minute(&key.plan);
-            match self.memory.borrow_mut().visitors.check(key, Some(&visitor), per_visitor, now_ms) {
+            match self.memory.borrow_mut().visitors.check(key, visitor.as_ref(), per_visitor, now_ms) {
                 VisitorCheck::Within => {}
                 VisitorCheck::OriginRefused => {
-                    return Err((None, origin_refused(key, visitor.origin.as_deref())))
+                    let origin = visitor.as_ref().and_then(|v| v.origin.as_deref());
+                    return Err((None, origin_refused(key, origin)));
                 }
                 VisitorCheck::Over(usage) => return Err((Some(usage), visitor_over(&usage))),
             }

@@ -29,6 +29,8 @@ pub use webhooks::{dispatch, jitter, reseal_secrets, retry, sweep, ManualRetry, 
 #[cfg(test)]
 mod audit_load;
 #[cfg(test)]
+mod browser_keys;
+#[cfg(test)]
 mod dashboard_budget;
 mod dead_letters;
 mod digest_job;
