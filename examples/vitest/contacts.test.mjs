@@ -10,22 +10,46 @@ beforeAll(async () => {
 afterAll(() => gh?.stop());
 beforeEach(() => gh.reset());
 
-/** The service as deployed, except that waiting moves Gatehouse's clock instead of real time. */
+/** The service as deployed, except that it reads Gatehouse's clock and waiting moves it instead of real time. */
 const service = (options = {}) => new ContactsService({
   baseUrl: gh.url,
   apiKey: gh.project.keys.server,
   sleep: (ms) => gh.clock.advance(ms / 1000),
+  now: () => gh.clock.now().getTime(),
   ...options,
 });
 
+/** A fetch that records the status of every answer. */
+const recording = (statuses) => async (url, init) => {
+  const res = await fetch(url, init);
+  statuses.push(res.status);
+  return res;
+};
+
 describe('ContactsService against Gatehouse', () => {
   test('a 429 is waited out (the kit moves its clock past the window) and the call succeeds', async () => {
-    const contacts = service();
+    // Pacing off: the 31st request is sent, gets 429 with Retry-After, waits it out and is retried.
+    const statuses = [];
+    const contacts = service({ pacing: false, fetch: recording(statuses) });
     // A trial key allows 30 requests a minute: the 31st gets 429 with Retry-After.
     for (let i = 0; i < 30; i++) await contacts.create(`Customer ${i}`);
     const before = gh.clock.now();
     const late = await contacts.create('Customer 30');
     expect(late.name).toBe('Customer 30');
+    expect(statuses.slice(30)).toEqual([429, 201]);
+    expect(gh.clock.now().getTime() - before.getTime()).toBeGreaterThanOrEqual(1000);
+    expect(await contacts.list()).toHaveLength(31);
+  });
+
+  test('with its window used up, the next call waits for the reset instead of earning a 429', async () => {
+    const statuses = [];
+    const contacts = service({ fetch: recording(statuses) });
+    for (let i = 0; i < 30; i++) await contacts.create(`Customer ${i}`);
+    const before = gh.clock.now();
+    const late = await contacts.create('Customer 30');
+    expect(late.name).toBe('Customer 30');
+    expect(statuses).toHaveLength(31);
+    expect(statuses).not.toContain(429);
     expect(gh.clock.now().getTime() - before.getTime()).toBeGreaterThanOrEqual(1000);
     expect(await contacts.list()).toHaveLength(31);
   });
