@@ -426,7 +426,7 @@ const headerSchemas = {
 // The dashboard's reads (RouteId::is_dashboard_read; a unit test holds the two lists together):
 // each takes the Gatehouse-Budget header. All are owner routes, so their 403 is listed already.
 const DASHBOARD_READS = ['/public/v1/keys', '/public/v1/keys/last-used', '/public/v1/stats', '/public/v1/keys/{id}/stats',
-  '/public/v1/identities', '/public/v1/identities/{id}', '/public/v1/logs', '/public/v1/logs/{request_id}', '/public/v1/usage',
+  '/public/v1/identities', '/public/v1/identities/{id}', '/public/v1/logs', '/public/v1/logs/{request_id}', '/public/v1/events', '/public/v1/usage',
   '/public/v1/webhooks', '/public/v1/webhooks/{id}/deliveries'];
 for (const path of DASHBOARD_READS) {
   const op = paths[path].get;

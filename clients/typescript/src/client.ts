@@ -13,6 +13,7 @@ import { Keys } from './resources/keys.js';
 import { Events, Logs } from './resources/logs.js';
 import { Releases } from './resources/releases.js';
 import { Webhooks } from './resources/webhooks.js';
+import { uuid } from './uuid.js';
 import { Tracker, type FlushResult, type Ids, type TrackerOptions } from './tracker/tracker.js';
 import type { CallOptions, GatehouseOptions, Page, QueryValue, Reply, RequestOptions, RetryInfo } from './types.js';
 
@@ -63,16 +64,6 @@ function defaultSleep(ms: number, signal?: AbortSignal): Promise<void> {
     };
     signal?.addEventListener('abort', abort, { once: true });
   });
-}
-
-/** A UUIDv4: `crypto.randomUUID` where there is one (it needs a secure context in browsers). */
-function uuidV4(): string {
-  if (typeof crypto.randomUUID === 'function') return crypto.randomUUID();
-  const b = crypto.getRandomValues(new Uint8Array(16));
-  b[6] = ((b[6] ?? 0) & 0x0f) | 0x40;
-  b[8] = ((b[8] ?? 0) & 0x3f) | 0x80;
-  const h = Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
-  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
 }
 
 /** The path with every `{name}` replaced by its URL-encoded value. */
@@ -217,7 +208,7 @@ export class Gatehouse {
     if (!path.startsWith('/')) throw new TypeError(`a path starts with '/': ${path}`);
     const mutating = verb !== 'GET' && verb !== 'HEAD';
     // Made once for the logical call: every retry below sends the same key.
-    const idempotencyKey = options.idempotencyKey ?? (mutating ? uuidV4() : undefined);
+    const idempotencyKey = options.idempotencyKey ?? (mutating ? uuid() : undefined);
     const idempotent = !mutating || idempotencyKey !== undefined || options.repeatable === true;
     const maxAttempts = Math.max(1, Math.floor(options.maxAttempts ?? shared.maxAttempts));
     const deadline = options.deadlineMs === undefined ? undefined : shared.now() + options.deadlineMs;

@@ -56,9 +56,7 @@ impl World {
         let body = br#"{"batch":[{"event":"Page Viewed","anonymous_id":"a"}]}"#.to_vec();
         let mut request = api_request("POST", "/v1/track", token, None, Body(Some(body)), self.clock.get());
         request.client_ip = Some(ip.into());
-        if let Some(origin) = origin {
-            request.headers.push(("origin".into(), origin.into()));
-        }
+        request.page_origin = origin.map(str::to_owned);
         if in_query {
             request.authorization = None;
             request.query = vec![("key".into(), token.into())];

@@ -87,6 +87,9 @@ pub struct ApiRequest<B> {
     /// W3C `traceparent` and `tracestate` as received (`core::trace`).
     pub traceparent: Option<String>,
     pub tracestate: Option<String>,
+    /// `Origin`: the page that sent the request, if a browser did (a browser key's
+    /// `allowed_origins`, SPEC §24).
+    pub page_origin: Option<String>,
     /// The path without the query string, as the client sent it.
     pub path: String,
     /// Decoded query pairs, in order.

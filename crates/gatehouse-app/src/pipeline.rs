@@ -587,11 +587,10 @@ pub(super) fn me(call: &Call<'_>) -> Value {
 
 /// What `req` presents for authentication (SPEC §2, §24).
 fn presented<B>(req: &ApiRequest<B>) -> Presented<'_> {
-    let origin = req.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case("origin")).map(|(_, v)| v.as_str());
     Presented {
         authorization: req.authorization.as_deref(),
         query_key: gatehouse_core::browser::query_key(&req.query),
-        origin,
+        origin: req.page_origin.as_deref(),
         client_ip: req.client_ip.as_deref(),
     }
 }

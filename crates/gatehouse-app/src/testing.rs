@@ -139,6 +139,7 @@ pub fn api_request<B>(
         accept: None,
         traceparent: None,
         tracestate: None,
+        page_origin: None,
         path: path.into(),
         query: Vec::new(),
         raw_query: None,

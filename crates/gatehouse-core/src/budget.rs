@@ -60,6 +60,7 @@ impl RouteId {
                 | GetIdentity
                 | ListLogs
                 | GetLog
+                | ListEvents
                 | Usage
                 | ListWebhooks
                 | ListDeliveries

@@ -3,6 +3,7 @@
 // rejected. Sends are batched, paced by the retry contract (src/retry.ts), made from one tab at a
 // time (Web Locks) and never two at once from one Tracker. TRACKER.md says what that guarantees.
 import { DEFAULT_MAX_ATTEMPTS, nextWait, retryDelay, type Failure } from '../retry.js';
+import { uuid } from '../uuid.js';
 import { IndexedDbQueue } from './idb-queue.js';
 import { MemoryQueue, byAge, type Queue, type QueuedItem } from './queue.js';
 import { BODY_BUDGET, KEEPALIVE_BUDGET, Sender, pack, type Outcome, type Rejection } from './sender.js';
@@ -61,18 +62,6 @@ const ANON = 'anonymous_id';
  * call that made it, not at every later send; dates become strings, functions go.
  */
 const json = (body: Record<string, unknown>): Record<string, unknown> => JSON.parse(JSON.stringify(body)) as Record<string, unknown>;
-const hex = (b: number): string => b.toString(16).padStart(2, '0');
-
-/** A UUIDv4 (crypto.randomUUID outside secure contexts too). */
-export function uuid(): string {
-  if (typeof crypto.randomUUID === 'function') return crypto.randomUUID();
-  const b = crypto.getRandomValues(new Uint8Array(16));
-  b[6] = ((b[6] ?? 0) & 0x0f) | 0x40;
-  b[8] = ((b[8] ?? 0) & 0x3f) | 0x80;
-  const h = Array.from(b, hex).join('');
-  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
-}
-
 const g = globalThis as unknown as {
   document?: Document;
   navigator?: Navigator;

@@ -11,7 +11,7 @@ use crate::adapters::origin::{streamed, AnswerRest};
 use gatehouse_app::{ApiRequest, ApiResponse};
 
 #[wasm_bindgen(inline_js = r#"
-const READ = ["content-length", "user-agent", "authorization", "idempotency-key", "cf-connecting-ip", "gatehouse-budget", "accept", "traceparent", "tracestate"];
+const READ = ["content-length", "user-agent", "authorization", "idempotency-key", "cf-connecting-ip", "gatehouse-budget", "accept", "traceparent", "tracestate", "origin"];
 export function requestHead(req) {
   let head = req.method + "\n" + req.url;
   for (const name of READ) {
@@ -65,6 +65,7 @@ pub struct RequestHead {
     accept: Option<String>,
     traceparent: Option<String>,
     tracestate: Option<String>,
+    page_origin: Option<String>,
 }
 
 impl RequestHead {
@@ -85,6 +86,7 @@ impl RequestHead {
             accept: header(),
             traceparent: header(),
             tracestate: header(),
+            page_origin: header(),
         }
     }
 }
@@ -117,6 +119,7 @@ pub fn api_request(
         accept: head.accept,
         traceparent: head.traceparent,
         tracestate: head.tracestate,
+        page_origin: head.page_origin,
         query: url::form_urlencoded::parse(raw_query.as_deref().unwrap_or("").as_bytes())
             .map(|(k, v)| (k.into_owned(), v.into_owned()))
             .collect(),
