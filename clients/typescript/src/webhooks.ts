@@ -88,6 +88,9 @@ export async function verifyWebhook(
   }
   const nowMs = options.now === undefined ? Date.now() : +options.now;
   const tolerance = options.toleranceSeconds ?? WEBHOOK_TOLERANCE_SECONDS;
+  // A time or tolerance that is no number would turn the timestamp check off: refuse it.
+  if (!Number.isFinite(nowMs)) throw new TypeError('verifyWebhook: now must be a valid time');
+  if (!Number.isFinite(tolerance) || tolerance < 0) throw new TypeError('verifyWebhook: toleranceSeconds must be a number ≥ 0');
   const skew = Number(sentText) - Math.floor(nowMs / 1000);
   if (Math.abs(skew) > tolerance) {
     throw new WebhookVerificationError(

@@ -52,3 +52,11 @@ test('refusals name their reason', async () => {
   assert.equal(await verifyWebhook(bytes, headers(V1), SECRET, { now: AT }), true);
   assert.equal(await verifyWebhook(bytes.buffer, headers(V1), SECRET, { now: AT }), true);
 });
+
+test('a time or tolerance that is no number cannot turn the timestamp check off', async () => {
+  const old = headers(V1, { 'webhook-timestamp': '1000' });
+  await assert.rejects(verifyWebhook(BODY, old, SECRET, { now: AT }), refused('timestamp_out_of_tolerance'));
+  await assert.rejects(verifyWebhook(BODY, old, SECRET, { now: AT, toleranceSeconds: Number.NaN }), TypeError);
+  await assert.rejects(verifyWebhook(BODY, old, SECRET, { now: new Date('not a date') }), TypeError);
+  await assert.rejects(verifyWebhook(BODY, old, SECRET, { now: AT, toleranceSeconds: -1 }), TypeError);
+});

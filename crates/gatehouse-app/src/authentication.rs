@@ -10,9 +10,10 @@
 //! no audit row. A key hash its guard did not know is remembered as unknown for a minute.
 
 use super::pipeline::{Caller, Trace};
+use super::visitors::{origin_refused, visitor_over};
 use super::{unavailable, Gateway};
 use gatehouse_core::api_key::{self, KeyRecord, KeyTypes, RefusalReason, Scope};
-use gatehouse_core::browser::{Visitor, VisitorCheck};
+use gatehouse_core::browser::Visitor;
 use gatehouse_core::error::{ApiError, ErrorCode};
 use gatehouse_core::lease::Leased;
 use gatehouse_core::ports::Pause;
@@ -123,9 +124,7 @@ impl<P: Ports> Gateway<'_, P> {
             return Err(self.refuse_anonymous(client_ip, ApiError::invalid_api_key(), now_ms, trace).await);
         };
         // Only a browser key's visitor is told to its guard; the guard checks the key's type too.
-        let visitor = client_ip
-            .filter(|_| token.starts_with(BROWSER_KEY_START))
-            .map(|ip| Visitor::of(ip, presented.origin));
+        let visitor = token.starts_with(BROWSER_KEY_START).then(|| Visitor::of(client_ip, presented.origin));
         Ok(Credentials::Key(KeyCredentials { token: token.to_owned(), key_hash, current, scope, visitor }))
     }
 
@@ -153,22 +152,10 @@ impl<P: Ports> Gateway<'_, P> {
         trace.scope = Some(scope);
         let exempt = self.exempt(&key_hash, scope);
         let leasing = self.config.lease_above_per_second.filter(|_| !scope.is_dashboard_read() && !exempt);
-        // A browser key this isolate holds a lease of: its visitor is checked here, before the
-        // lease's credits are taken (SPEC §24), and not again by the guard.
-        let leased_key = leasing
-            .and(credentials.visitor.as_ref())
-            .and_then(|_| self.leases.borrow().key(&key_hash).cloned());
-        if let Some(key) = &leased_key {
-            let visitor = credentials.visitor.take();
-            let per_visitor = self.config.browser_per_address_per_minute(&key.plan);
-            match self.memory.borrow_mut().visitors.check(key, visitor.as_ref(), per_visitor, now_ms) {
-                VisitorCheck::Within => {}
-                VisitorCheck::OriginRefused => {
-                    let origin = visitor.as_ref().and_then(|v| v.origin.as_deref());
-                    return Err((None, origin_refused(key, origin)));
-                }
-                VisitorCheck::Over(usage) => return Err((Some(usage), visitor_over(&usage))),
-            }
+        // A browser key's visitor (SPEC §24): a refusal this isolate remembers, or counted here
+        // when this isolate holds a lease of the key.
+        if let Some(refusal) = self.screen_visitor(&mut credentials, leasing.is_some(), now_ms, trace) {
+            return Err(refusal);
         }
         let mut leased = leasing.and_then(|_| self.leases.borrow_mut().admit(&key_hash, scope, now_ms));
         // Another request of this isolate is asking the key's guard for a lease: wait for it (a
@@ -262,7 +249,8 @@ impl<P: Ports> Gateway<'_, P> {
         let origin = credentials.visitor.as_ref().and_then(|v| v.origin.as_deref());
         if !key.admits_origin(origin) {
             // Decided by the guard before it counted, as for another key type.
-            return Err((Some(usage), origin_refused(&key, origin)));
+            self.remember_refusal(&key_hash, credentials.visitor.as_ref(), None, now_ms);
+            return Err((Some(usage), origin_refused(origin, Some(&key.allowed_origins))));
         }
         // Accepted: from here on the request may bill (SPEC §22) — a refusal for the key's type
         // above took nothing of any window, so it never does.
@@ -270,7 +258,10 @@ impl<P: Ports> Gateway<'_, P> {
         trace.dashboard = scope.is_dashboard_read();
         let refusal = match verdict {
             Verdict::Allowed => None,
-            Verdict::RateLimited if by_visitor => Some(visitor_over(&usage)),
+            Verdict::RateLimited if by_visitor => {
+                self.remember_refusal(&key_hash, credentials.visitor.as_ref(), Some(&usage), now_ms);
+                Some(visitor_over(&usage))
+            }
             Verdict::RateLimited => Some(
                 ApiError::new(
                     ErrorCode::RateLimitExceeded,
@@ -477,34 +468,6 @@ fn refused_key(key: &KeyRecord, reason: RefusalReason) -> ApiError {
 
 /// How a browser key's secret starts (`gh_b_…`): what may come as `?key=` and has a visitor.
 const BROWSER_KEY_START: &str = "gh_b_";
-
-/// A page of an origin a browser key does not list (SPEC §24).
-fn origin_refused(key: &KeyRecord, origin: Option<&str>) -> ApiError {
-    ApiError::forbidden(format!(
-        "This browser key is not for pages of {}; its allowed_origins list the sites that may use it.",
-        origin.unwrap_or("this origin")
-    ))
-    .with_detail("origin", origin.unwrap_or_default())
-    .with_detail("allowed_origins", key.allowed_origins.clone())
-}
-
-/// A browser key's visitor over its own window (SPEC §24): the key's window is untouched.
-fn visitor_over(usage: &Usage) -> ApiError {
-    ApiError::new(
-        ErrorCode::RateLimitExceeded,
-        format!(
-            "This address has used the {} requests a minute this browser key allows each visitor \
-             (its other visitors are not affected).",
-            usage.limit()
-        ),
-    )
-    .with_retry_after(usage.seconds_to_reset())
-    .with_detail("window", usage.window_name())
-    .with_detail("per", "address")
-    .with_detail("limit", usage.limit())
-    .with_detail("remaining", usage.remaining())
-    .with_detail("reset", usage.reset_ms() / 1000)
-}
 
 fn too_many_anonymous(retry_after_seconds: u64) -> ApiError {
     ApiError::new(

@@ -133,3 +133,34 @@ fn a_page_of_an_unlisted_origin_is_refused_before_anything_is_counted() {
         assert_eq!(w.track(&w.browser, "203.0.113.7", None, false).status, 202, "no Origin: not a page");
     }
 }
+
+#[test]
+fn what_the_guard_refused_a_visitor_or_an_origin_for_is_answered_from_memory() {
+    let w = World::new(false);
+    w.gateway.store.directory.keys.borrow_mut()[0].allowed_origins = vec!["https://shop.example".into()];
+    let asked = || w.gateway.guard.asked.borrow().len();
+    for _ in 0..10 {
+        assert_eq!(w.track(&w.browser, "203.0.113.7", None, false).status, 202);
+    }
+    let first = w.track(&w.browser, "203.0.113.7", None, false);
+    assert_eq!((first.status, first.audited), (429, true), "the guard's refusal has its audit row");
+    let before = asked();
+    let again = w.track(&w.browser, "203.0.113.7", None, false);
+    assert_eq!((again.status, again.audited), (429, false), "from memory: no audit row");
+    assert_eq!(asked(), before, "and no guard call");
+    assert!(
+        header(&again, "retry-after").is_some_and(|s| s.parse::<u32>().is_ok_and(|s| (1..=60).contains(&s)))
+    );
+    assert_eq!(error(&again)["details"]["per"], "address");
+
+    let evil = w.track(&w.browser, "198.51.100.9", Some("https://evil.example"), false);
+    assert_eq!((evil.status, evil.audited), (403, true));
+    let before = asked();
+    let evil = w.track(&w.browser, "198.51.100.10", Some("https://evil.example"), false);
+    assert_eq!((evil.status, evil.audited, asked()), (403, false, before), "the origin from memory");
+    assert_eq!(w.track(&w.browser, "198.51.100.9", Some("https://shop.example"), false).status, 202);
+
+    // The next minute: the visitor's window starts afresh.
+    w.clock.set(T0 + 60_000);
+    assert_eq!(w.track(&w.browser, "203.0.113.7", None, false).status, 202);
+}

@@ -56,6 +56,7 @@ mod subscriptions;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod usage;
+mod visitors;
 mod wake;
 mod webhooks;
 

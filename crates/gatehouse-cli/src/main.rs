@@ -195,6 +195,19 @@ enum EventsCommand {
         #[command(flatten)]
         span: Span,
     },
+    /// Follows new events, one JSON line each, oldest first, until interrupted.
+    Tail {
+        /// The event's name, e.g. signup.
+        #[arg(long)]
+        event: Option<String>,
+        #[arg(long)]
+        user_id: Option<String>,
+        #[arg(long)]
+        anonymous_id: Option<String>,
+        /// Seconds between polls (at least 1; longer while the key's window runs low).
+        #[arg(long, default_value_t = 3)]
+        interval: u64,
+    },
 }
 
 /// The time range and page of a list.
@@ -512,6 +525,13 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let Span { from, to, limit, cursor } = span;
             let filter = StoredEventFilter { event, user_id, anonymous_id, from, to, limit };
             print_page(client.event_page(&filter, cursor.as_deref()).await?);
+        }
+        Command::Events(EventsCommand::Tail { event, user_id, anonymous_id, interval }) => {
+            let filter = StoredEventFilter { event, user_id, anonymous_id, ..Default::default() };
+            let mut tail = client.tail_events(filter, Duration::from_secs(interval.max(1)));
+            loop {
+                print_json(&tail.next().await?);
+            }
         }
         Command::Track { event, properties, user_id, anonymous_id } => {
             let actor = match (user_id, anonymous_id) {

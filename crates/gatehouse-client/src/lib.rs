@@ -57,6 +57,7 @@ mod pacing;
 mod resources;
 pub mod retry;
 mod stored_events;
+mod tail;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod verify;
@@ -74,7 +75,8 @@ pub use resources::{
     BulkItem, BulkOutcome, Contact, CreatedKey, Key, KeyChanges, KeyStatus, KeyType, Limits, Me, Message,
     NewContact, NewKey, NewMessage, NewReleaseMarker, Quota, RateLimit, ReleaseMarker, Scenario, ScenarioRun,
 };
-pub use stored_events::{StoredEvent, StoredEventFilter};
+pub use stored_events::{EventTail, StoredEvent, StoredEventFilter};
+pub use tail::{Followed, Tail};
 pub use verify::{VerifyError, WebhookVerifier, TIMESTAMP_TOLERANCE};
 pub use webhooks::{
     event_types, CreatedWebhook, DeletedWebhook, Delivery, DeliveryAttempt, DeliveryReport, DeliveryStatus,

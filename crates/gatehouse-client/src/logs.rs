@@ -1,13 +1,12 @@
 //! The audit log (SPEC §9), owner keys: one page, every page by cursor, one request by id, and a
 //! tail that follows new rows as they arrive.
 
-use std::collections::{HashMap, VecDeque};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use crate::call::{Call, Page, Pages};
 use crate::client::{Client, Request};
-use crate::error::Error;
 use crate::resources::segment;
+use crate::tail::{Followed, Tail};
 
 pub use gatehouse_wire::logs::LogEntry;
 
@@ -127,100 +126,28 @@ impl Client {
     /// # }
     /// ```
     pub fn tail_logs(&self, filter: LogFilter, interval: Duration) -> LogTail {
-        LogTail {
-            client: self.clone(),
-            filter,
-            interval,
-            since: SystemTime::now(),
-            seen: HashMap::new(),
-            ready: VecDeque::new(),
-            first_poll: true,
-            pause: interval,
-        }
+        Tail::new(self, filter, interval)
     }
 }
-
-/// How far back each poll looks again: audit rows reach the log through a queue, so a row may
-/// appear after rows that are newer than it.
-const LOOKBACK: Duration = Duration::from_secs(120);
 
 /// A follower of the audit log (see [`Client::tail_logs`]).
-pub struct LogTail {
-    client: Client,
-    filter: LogFilter,
-    interval: Duration,
-    /// Rows before this are never shown.
-    since: SystemTime,
-    /// Request ids shown (and those of the tail's own polls), with their time, forgotten once
-    /// well past the lookback.
-    seen: HashMap<String, SystemTime>,
-    ready: VecDeque<LogEntry>,
-    first_poll: bool,
-    /// The wait before the next poll: `interval`, or longer while the key's window runs low.
-    pause: Duration,
-}
+pub type LogTail = Tail<LogEntry>;
 
-impl LogTail {
-    /// The next new row; waits (polling) until there is one.
-    pub async fn next(&mut self) -> Result<LogEntry, Error> {
-        loop {
-            if let Some(row) = self.ready.pop_front() {
-                return Ok(row);
-            }
-            if !self.first_poll {
-                tokio::time::sleep(self.pause).await;
-            }
-            self.first_poll = false;
-            self.poll().await?;
-        }
+impl Followed for LogEntry {
+    type Filter = LogFilter;
+
+    fn id(&self) -> &str {
+        &self.request_id
     }
 
-    async fn poll(&mut self) -> Result<(), Error> {
-        let newest_seen = self.seen.values().max().copied().unwrap_or(self.since);
-        let from = newest_seen.checked_sub(LOOKBACK).unwrap_or(UNIX_EPOCH).max(self.since);
-        let mut filter = self.filter.clone();
-        filter.from = Some(unix_ms(from).to_string());
-        filter.limit = Some(200);
-        let mut fresh = Vec::new();
-        let mut cursor: Option<String> = None;
-        loop {
-            let reply = self.client.log_page(&filter, cursor.as_deref()).reply().await?;
-            self.pause = pause(self.interval, reply.rate_limit, SystemTime::now());
-            if let Some(id) = reply.request_id {
-                self.seen.insert(id, SystemTime::now());
-            }
-            let page = reply.value;
-            fresh.extend(page.data.into_iter().filter(|row| !self.seen.contains_key(&row.request_id)));
-            match page.next_cursor {
-                Some(next) => cursor = Some(next),
-                None => break,
-            }
-        }
-        fresh.sort_by(|a, b| (&a.ts, &a.request_id).cmp(&(&b.ts, &b.request_id)));
-        for row in &fresh {
-            let at = humantime::parse_rfc3339_weak(&row.ts).unwrap_or_else(|_| SystemTime::now());
-            self.seen.insert(row.request_id.clone(), at);
-        }
-        let forget_before = self.seen.values().max().copied().unwrap_or(self.since).checked_sub(LOOKBACK * 2);
-        if let Some(limit) = forget_before {
-            self.seen.retain(|_, at| *at >= limit);
-        }
-        self.ready.extend(fresh);
-        Ok(())
+    fn at(&self) -> &str {
+        &self.ts
     }
-}
 
-/// The wait before a tail's next poll: `interval`, or the time to the window's reset divided by a
-/// third of the requests it has left, when that is longer (the tail takes at most a third).
-fn pause(interval: Duration, window: Option<crate::RateLimitState>, now: SystemTime) -> Duration {
-    let Some(window) = window else { return interval };
-    let to_reset = window.reset_at().duration_since(now).unwrap_or_default();
-    let share = (window.remaining / 3).max(1);
-    interval.max(to_reset / u32::try_from(share).unwrap_or(u32::MAX))
-}
-
-fn unix_ms(time: SystemTime) -> u128 {
-    time.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis()
+    fn page(client: &Client, filter: &LogFilter, from_ms: u128, cursor: Option<&str>) -> Call<Page<Self>> {
+        let filter = LogFilter { from: Some(from_ms.to_string()), limit: Some(200), ..filter.clone() };
+        client.log_page(&filter, cursor)
+    }
 }
 
 #[cfg(test)]
@@ -239,21 +166,5 @@ mod tests {
         let query: Vec<(&str, &str)> =
             request.query_pairs().iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
         assert_eq!(query, [("status", "4xx"), ("path", "/public/v1/contacts*"), ("limit", "50")]);
-    }
-
-    #[test]
-    fn a_tail_takes_at_most_a_third_of_what_its_window_has_left() {
-        let at = |unix: u64| UNIX_EPOCH + Duration::from_secs(unix);
-        let window = |limit, remaining, reset| Some(crate::RateLimitState { limit, remaining, reset });
-        let three = Duration::from_secs(3);
-        assert_eq!(pause(three, None, at(1_000)), three);
-        // Trial, 30 a minute, the window just begun: 60 s / 9 ≈ 6.7 s, so 9 polls of its 29.
-        assert_eq!(pause(three, window(30, 29, 1_060), at(1_000)), Duration::from_secs(60) / 9);
-        // Two requests left, 40 s to go: one poll before the reset.
-        assert_eq!(pause(three, window(30, 2, 1_040), at(1_000)), Duration::from_secs(40));
-        // Business, 2000 a minute: the interval asked for.
-        assert_eq!(pause(three, window(2000, 1_990, 1_060), at(1_000)), three);
-        // A reset already past: the interval.
-        assert_eq!(pause(three, window(30, 0, 990), at(1_000)), three);
     }
 }

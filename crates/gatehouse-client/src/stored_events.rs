@@ -1,8 +1,11 @@
 //! The events an integrator sent (SPEC §24), owner keys: `GET /public/v1/events`, newest first,
 //! over the window the gateway keeps (`EVENT_RETENTION_DAYS`, 30 days by default).
 
+use std::time::Duration;
+
 use crate::call::{Call, Page, Pages};
 use crate::client::{Client, Request};
+use crate::tail::{Followed, Tail};
 
 pub use gatehouse_wire::events::StoredEvent;
 
@@ -66,5 +69,50 @@ impl Client {
     /// ```
     pub fn stored_events(&self, filter: &StoredEventFilter) -> Pages<StoredEvent> {
         Pages::new(self, filter.request())
+    }
+
+    /// Follows the stored events from now on: [`Tail::next`] answers each new event once,
+    /// oldest first, polling every `interval` or more slowly while the key's window runs low
+    /// (as [`Client::tail_logs`]).
+    ///
+    /// ```no_run
+    /// # async fn run(owner: gatehouse_client::Client) -> Result<(), gatehouse_client::Error> {
+    /// use gatehouse_client::StoredEventFilter;
+    /// use std::time::Duration;
+    /// let mut tail = owner.tail_events(StoredEventFilter::default(), Duration::from_secs(3));
+    /// loop {
+    ///     let e = tail.next().await?;
+    ///     println!("{} {} {}", e.received_at, e.event, e.event_id);
+    /// }
+    /// # }
+    /// ```
+    pub fn tail_events(&self, filter: StoredEventFilter, interval: Duration) -> EventTail {
+        Tail::new(self, filter, interval)
+    }
+}
+
+/// A follower of the stored events (see [`Client::tail_events`]).
+pub type EventTail = Tail<StoredEvent>;
+
+impl Followed for StoredEvent {
+    type Filter = StoredEventFilter;
+
+    fn id(&self) -> &str {
+        &self.event_id
+    }
+
+    fn at(&self) -> &str {
+        &self.received_at
+    }
+
+    fn page(
+        client: &Client,
+        filter: &StoredEventFilter,
+        from_ms: u128,
+        cursor: Option<&str>,
+    ) -> Call<Page<Self>> {
+        let filter =
+            StoredEventFilter { from: Some(from_ms.to_string()), limit: Some(200), ..filter.clone() };
+        client.event_page(&filter, cursor)
     }
 }

@@ -20,6 +20,9 @@ use std::net::{IpAddr, Ipv6Addr};
 pub const UNKNOWN_KEY_TTL_MS: i64 = 60_000;
 /// How long a key its guard admitted may pass the check of a blocked address.
 pub const RECENT_KEY_TTL_MS: i64 = 600_000;
+/// How long a browser key's refusal of a page's origin is answered without asking its guard
+/// (a change of its `allowed_origins` reaches this isolate within this time).
+pub const REFUSED_ORIGIN_TTL_MS: i64 = 60_000;
 /// The most entries each list keeps (a few hundred KiB of the isolate's memory at most).
 pub const MEMORY_ENTRIES: usize = 10_000;
 
@@ -67,37 +70,42 @@ pub fn failure_groups(address: &str) -> Vec<(String, u32)> {
         .collect()
 }
 
-/// Names (addresses or key hashes) and until when (Unix ms) each is remembered.
+/// Names (addresses or key hashes) and until when (Unix ms) each is remembered, with a value.
 #[derive(Debug)]
-struct Expiring {
-    until: HashMap<String, i64>,
+struct Expiring<T = ()> {
+    until: HashMap<String, (i64, T)>,
     capacity: usize,
 }
 
-impl Expiring {
+impl<T: Copy> Expiring<T> {
     fn new(capacity: usize) -> Self {
         Expiring { until: HashMap::new(), capacity }
     }
 
     fn until(&self, name: &str, now_ms: i64) -> Option<i64> {
-        self.until.get(name).copied().filter(|until| *until > now_ms)
+        self.get(name, now_ms).map(|(until, _)| until)
     }
 
-    fn remember(&mut self, name: &str, until_ms: i64, now_ms: i64) {
-        if let Some(until) = self.until.get_mut(name) {
-            *until = until_ms;
+    fn get(&self, name: &str, now_ms: i64) -> Option<(i64, T)> {
+        self.until.get(name).copied().filter(|(until, _)| *until > now_ms)
+    }
+
+    fn remember(&mut self, name: &str, until_ms: i64, value: T, now_ms: i64) {
+        if let Some(entry) = self.until.get_mut(name) {
+            *entry = (until_ms, value);
             return;
         }
         if self.until.len() >= self.capacity {
-            self.until.retain(|_, until| *until > now_ms);
+            self.until.retain(|_, (until, _)| *until > now_ms);
         }
         if self.until.len() >= self.capacity {
-            let soonest = self.until.iter().min_by_key(|(_, until)| **until).map(|(name, _)| name.clone());
+            let soonest =
+                self.until.iter().min_by_key(|(_, (until, _))| *until).map(|(name, _)| name.clone());
             if let Some(soonest) = soonest {
                 self.until.remove(&soonest);
             }
         }
-        self.until.insert(name.to_owned(), until_ms);
+        self.until.insert(name.to_owned(), (until_ms, value));
     }
 }
 
@@ -107,6 +115,9 @@ pub struct AbuseMemory {
     blocked_addresses: Expiring,
     unknown_keys: Expiring,
     recent_keys: Expiring,
+    /// Browser keys' visitors over their window (with the window's limit) and origins refused
+    /// (SPEC §24), by key hash: answered from memory until the window ends (a minute for an origin).
+    browser_refusals: Expiring<u32>,
     /// The visitors of browser keys this isolate admits from a lease (SPEC §24).
     pub visitors: crate::browser::VisitorWindows,
 }
@@ -123,6 +134,7 @@ impl AbuseMemory {
             blocked_addresses: Expiring::new(entries),
             unknown_keys: Expiring::new(entries),
             recent_keys: Expiring::new(entries),
+            browser_refusals: Expiring::new(entries),
             visitors: crate::browser::VisitorWindows::default(),
         }
     }
@@ -137,7 +149,7 @@ impl AbuseMemory {
 
     /// A group's guard refused it (one of [`failure_groups`]) until `until_ms` (the end of its window).
     pub fn block(&mut self, group: &str, until_ms: i64, now_ms: i64) {
-        self.blocked_addresses.remember(group, until_ms, now_ms);
+        self.blocked_addresses.remember(group, until_ms, (), now_ms);
     }
 
     pub fn is_unknown_key(&self, key_hash: &str, now_ms: i64) -> bool {
@@ -146,7 +158,7 @@ impl AbuseMemory {
 
     /// The key's guard found no key with this hash.
     pub fn remember_unknown_key(&mut self, key_hash: &str, now_ms: i64) {
-        self.unknown_keys.remember(key_hash, now_ms + UNKNOWN_KEY_TTL_MS, now_ms);
+        self.unknown_keys.remember(key_hash, now_ms + UNKNOWN_KEY_TTL_MS, (), now_ms);
     }
 
     pub fn is_recent_key(&self, key_hash: &str, now_ms: i64) -> bool {
@@ -155,7 +167,29 @@ impl AbuseMemory {
 
     /// The key's guard admitted this key (within its limits or not: it is a valid key).
     pub fn remember_recent_key(&mut self, key_hash: &str, now_ms: i64) {
-        self.recent_keys.remember(key_hash, now_ms + RECENT_KEY_TTL_MS, now_ms);
+        self.recent_keys.remember(key_hash, now_ms + RECENT_KEY_TTL_MS, (), now_ms);
+    }
+
+    /// The guard of the browser key `key_hash` refused the visitor at `address` (its group) over
+    /// its window of `limit`, which ends at `until_ms`.
+    pub fn block_visitor(&mut self, key_hash: &str, address: &str, limit: u32, until_ms: i64, now_ms: i64) {
+        self.browser_refusals.remember(&format!("visitor {key_hash} {address}"), until_ms, limit, now_ms);
+    }
+
+    /// Until when the visitor at `address` is over the browser key's window, and its limit, if it
+    /// is now.
+    pub fn visitor_blocked_until(&self, key_hash: &str, address: &str, now_ms: i64) -> Option<(i64, u32)> {
+        self.browser_refusals.get(&format!("visitor {key_hash} {address}"), now_ms)
+    }
+
+    /// The browser key `key_hash` does not allow pages of `origin`.
+    pub fn refuse_origin(&mut self, key_hash: &str, origin: &str, now_ms: i64) {
+        let name = format!("origin {key_hash} {origin}");
+        self.browser_refusals.remember(&name, now_ms + REFUSED_ORIGIN_TTL_MS, 0, now_ms);
+    }
+
+    pub fn is_refused_origin(&self, key_hash: &str, origin: &str, now_ms: i64) -> bool {
+        self.browser_refusals.until(&format!("origin {key_hash} {origin}"), now_ms).is_some()
     }
 }
 
@@ -164,6 +198,20 @@ mod tests {
     use super::*;
 
     const T0: i64 = 1_795_942_800_000;
+
+    #[test]
+    fn a_browser_keys_refusals_are_remembered_per_key_until_their_window_ends() {
+        let mut memory = AbuseMemory::default();
+        memory.block_visitor("h1", "203.0.113.7", 10, T0 + 30_000, T0);
+        assert_eq!(memory.visitor_blocked_until("h1", "203.0.113.7", T0 + 29_999), Some((T0 + 30_000, 10)));
+        assert_eq!(memory.visitor_blocked_until("h1", "203.0.113.7", T0 + 30_000), None);
+        assert_eq!(memory.visitor_blocked_until("h2", "203.0.113.7", T0), None, "another key's visitor");
+        assert_eq!(memory.blocked_until("203.0.113.7", T0), None, "not the address's anonymous limit");
+        memory.refuse_origin("h1", "https://evil.example", T0);
+        assert!(memory.is_refused_origin("h1", "https://evil.example", T0 + REFUSED_ORIGIN_TTL_MS - 1));
+        assert!(!memory.is_refused_origin("h1", "https://evil.example", T0 + REFUSED_ORIGIN_TTL_MS));
+        assert!(!memory.is_refused_origin("h2", "https://evil.example", T0));
+    }
 
     #[test]
     fn an_unknown_key_is_remembered_for_sixty_seconds() {

@@ -20,21 +20,23 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::abuse::address_group;
 use crate::api_key::{KeyRecord, KeyType};
-use crate::rate_limit::{Usage, Window, WindowUsage};
+use crate::rate_limit::{Usage, Window};
 
 /// Who sent a request with a browser key, as the key's guard is told it: the client address's
-/// group ([`address_group`]) and the page's `Origin`, when the request had one.
+/// group ([`address_group`]; none when the runtime gave no address: then nothing is counted per
+/// visitor) and the page's `Origin`, when the request had one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Visitor {
-    pub address: String,
+    #[serde(default)]
+    pub address: Option<String>,
     #[serde(default)]
     pub origin: Option<String>,
 }
 
 impl Visitor {
     /// The visitor of a request from `client_ip` with the `Origin` header `origin`.
-    pub fn of(client_ip: &str, origin: Option<&str>) -> Visitor {
-        Visitor { address: address_group(client_ip), origin: origin.map(str::to_owned) }
+    pub fn of(client_ip: Option<&str>, origin: Option<&str>) -> Visitor {
+        Visitor { address: client_ip.map(address_group), origin: origin.map(str::to_owned) }
     }
 }
 
@@ -78,13 +80,7 @@ impl VisitorWindows {
             self.minute = minute;
             self.counts.clear();
         }
-        let reset_ms = minute + Window::Minute.ms();
-        let refusal = |now_ms| {
-            let mut windows = [None; 4];
-            windows[Window::Minute.index()] = Some(WindowUsage { limit: per_minute, remaining: 0, reset_ms });
-            let refused_by = Some(Window::Minute);
-            Usage { windows, refused_by, quota_used: 0, quota_limit: None, quota_resets_ms: reset_ms, now_ms }
-        };
+        let refusal = |now_ms| Usage::refused_minute(per_minute, minute + Window::Minute.ms(), now_ms);
         let full = self.counts.len() >= MAX_VISITORS;
         match self.counts.get_mut(visitor) {
             Some(n) if *n >= per_minute => Some(refusal(now_ms)),
@@ -117,8 +113,9 @@ impl VisitorWindows {
         if !key.admits_origin(visitor.origin.as_deref()) {
             return VisitorCheck::OriginRefused;
         }
+        let Some(address) = &visitor.address else { return VisitorCheck::Within };
         // One table may serve many keys (an isolate's): each key's visitors apart.
-        let name = format!("{}:{}", key.id, visitor.address);
+        let name = format!("{}:{address}", key.id);
         match self.count(&name, per_minute, now_ms) {
             None => VisitorCheck::Within,
             Some(usage) => VisitorCheck::Over(usage),
@@ -140,7 +137,10 @@ pub fn parse_origin(text: &str) -> Result<String, String> {
     }
     let url = url::Url::parse(text).map_err(|_| refused())?;
     let bare = url.path() == "/" && url.query().is_none() && url.fragment().is_none();
-    if !matches!(url.scheme(), "http" | "https") || !url.has_host() || !bare || !url.username().is_empty() {
+    let credentials = !url.username().is_empty() || url.password().is_some();
+    // No pattern either: `https://*.shop.example` would be kept as it is and match nothing.
+    let pattern = url.host_str().is_some_and(|h| h.contains('*'));
+    if !matches!(url.scheme(), "http" | "https") || !url.has_host() || !bare || credentials || pattern {
         return Err(refused());
     }
     // `Url::parse` keeps a trailing slash's absence out of `path()`: refuse text with a path.
@@ -205,7 +205,7 @@ mod tests {
             KeyRecord::fresh("key_b", "prj_1", KeyType::Browser, "trial", "h".into(), "gh_b_x".into(), 0);
         browser.allowed_origins = vec!["https://shop.example".into()];
         let server = KeyRecord { key_type: KeyType::Server, id: "key_s".into(), ..browser.clone() };
-        let page = |origin: &str| Visitor::of("203.0.113.7", Some(origin));
+        let page = |origin: &str| Visitor::of(Some("203.0.113.7"), Some(origin));
         let mut w = VisitorWindows::default();
         assert_eq!(
             w.check(&browser, Some(&page("https://evil.example")), 1, T0),
@@ -223,6 +223,14 @@ mod tests {
             VisitorCheck::Within,
             "no visitor told: the key's windows only"
         );
+        let no_address = Visitor::of(None, Some("https://evil.example"));
+        assert_eq!(
+            w.check(&browser, Some(&no_address), 1, T0),
+            VisitorCheck::OriginRefused,
+            "the origin all the same"
+        );
+        let no_address = Visitor::of(None, Some("https://shop.example"));
+        assert_eq!(w.check(&browser, Some(&no_address), 1, T0), VisitorCheck::Within, "nothing to count by");
     }
 
     #[test]
@@ -241,6 +249,8 @@ mod tests {
             "ftp://shop.example",
             "https://shop.example/app",
             "https://a@b.example",
+            "https://:pw@b.example",
+            "https://*.shop.example",
             "https://shop.example?x=1",
             "*",
             "",

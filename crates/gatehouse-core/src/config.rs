@@ -530,22 +530,24 @@ impl Config {
         identity.into_iter().chain(project).collect()
     }
 
-    /// A browser key's window per visitor on `plan` (SPEC §24): the plan's
-    /// `browser_per_address_per_minute`, else a tenth of its minute (a plan limiting only other
-    /// windows: their rate in a minute), at least [`MIN_PER_ADDRESS_PER_MINUTE`].
+    /// A browser key's window per visitor (SPEC §24): its plan's
+    /// `browser_per_address_per_minute`, else a tenth of the key's own minute as its limits make
+    /// it (its plan's, lowered by its own; a key limiting only other windows: their rate in a
+    /// minute), at least [`MIN_PER_ADDRESS_PER_MINUTE`].
     ///
     /// [`MIN_PER_ADDRESS_PER_MINUTE`]: crate::browser::MIN_PER_ADDRESS_PER_MINUTE
-    pub fn browser_per_address_per_minute(&self, plan: &str) -> u32 {
-        if let Some(n) = self.browser_per_address.get(self.plan_name(plan)) {
+    pub fn browser_per_address_per_minute(&self, key: &KeyRecord) -> u32 {
+        use crate::rate_limit::Window;
+        if let Some(n) = self.browser_per_address.get(self.plan_name(&key.plan)) {
             return *n;
         }
-        let p = self.plan_or_trial(plan);
-        let minute = p
-            .per_minute
+        let limits = self.limits(key);
+        let minute = limits
+            .window(Window::Minute)
             .map(u64::from)
-            .or(p.per_second.map(|n| u64::from(n) * 60))
-            .or(p.per_hour.map(|n| u64::from(n) / 60))
-            .or(p.per_day.map(|n| u64::from(n) / 1_440))
+            .or(limits.window(Window::Second).map(|n| u64::from(n) * 60))
+            .or(limits.window(Window::Hour).map(|n| u64::from(n) / 60))
+            .or(limits.window(Window::Day).map(|n| u64::from(n) / 1_440))
             .unwrap_or(0);
         (minute / 10).clamp(u64::from(crate::browser::MIN_PER_ADDRESS_PER_MINUTE), u64::from(u32::MAX)) as u32
     }
@@ -698,11 +700,29 @@ mod tests {
                 "burst":{"per_second":20},"slow":{"per_day":2880}}"#,
         ));
         let c = with(&vars).unwrap();
-        assert_eq!(c.browser_per_address_per_minute("trial"), 10, "a tenth of 30 is below the floor");
-        assert_eq!(c.browser_per_address_per_minute("pro"), 50);
-        assert_eq!(c.browser_per_address_per_minute("burst"), 120);
-        assert_eq!(c.browser_per_address_per_minute("slow"), 10);
-        assert_eq!(c.browser_per_address_per_minute("gone"), 10, "a plan PLANS lost is trial");
+        let key = |plan: &str| {
+            KeyRecord::fresh(
+                "key_b",
+                "prj_1",
+                crate::api_key::KeyType::Browser,
+                plan,
+                "h".into(),
+                "gh_b_x".into(),
+                0,
+            )
+        };
+        let per_visitor = |plan: &str| c.browser_per_address_per_minute(&key(plan));
+        assert_eq!(per_visitor("trial"), 10, "a tenth of 30 is below the floor");
+        assert_eq!(per_visitor("pro"), 50);
+        assert_eq!(per_visitor("burst"), 120);
+        assert_eq!(per_visitor("slow"), 10);
+        assert_eq!(per_visitor("gone"), 10, "a plan PLANS lost is trial");
+        vars.pop();
+        vars.push(("PLANS", r#"{"trial":{"per_minute":30},"business":{"per_minute":2000}}"#));
+        let c = with(&vars).unwrap();
+        let lowered = KeyRecord { rate_limit_per_minute: Some(300), ..key("business") };
+        assert_eq!(c.browser_per_address_per_minute(&key("business")), 200);
+        assert_eq!(c.browser_per_address_per_minute(&lowered), 30, "a tenth of the key's own minute");
         vars.pop();
         vars.push(("PLANS", r#"{"trial":{"per_minute":30,"browser_per_address_per_minute":0}}"#));
         assert!(with(&vars).unwrap_err().0.contains("browser_per_address_per_minute"));

@@ -261,6 +261,15 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// A minute window of `limit` used up until `reset_ms`, and nothing else: a browser key's
+    /// visitor refused (SPEC §24).
+    pub fn refused_minute(limit: u32, reset_ms: i64, now_ms: i64) -> Usage {
+        let mut windows = [None; 4];
+        windows[Window::Minute.index()] = Some(WindowUsage { limit, remaining: 0, reset_ms });
+        let refused_by = Some(Window::Minute);
+        Usage { windows, refused_by, quota_used: 0, quota_limit: None, quota_resets_ms: reset_ms, now_ms }
+    }
+
     /// The window the headers advertise: the one that refused, else the one closest to refusing
     /// (the least remaining; of equals, the longest, which takes longest to come back). `None`
     /// only when no window is limited.

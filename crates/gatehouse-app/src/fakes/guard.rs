@@ -362,9 +362,10 @@ impl KeyGuard for FakeGuard {
                 }
                 match self.record(key_hash) {
                     Some(key) if key.refusal(self.clock.get()).is_none() => {
-                        let per_visitor = self.config.browser_per_address_per_minute(&key.plan);
+                        let per_visitor = self.config.browser_per_address_per_minute(&key);
                         let now = self.clock.get();
-                        let visitor = self.visitors.borrow_mut().check(&key, visitor, per_visitor, now);
+                        let told = visitor.filter(|_| key.key_type.allows(scope));
+                        let visitor = self.visitors.borrow_mut().check(&key, told, per_visitor, now);
                         let permitted = key.key_type.allows(scope) && visitor != VisitorCheck::OriginRefused;
                         let by_visitor = matches!(visitor, VisitorCheck::Over(_));
                         let (verdict, usage, lease) = if let VisitorCheck::Over(usage) = visitor {

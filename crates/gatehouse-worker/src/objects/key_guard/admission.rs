@@ -48,10 +48,11 @@ impl KeyGuardObject {
                 // counted and takes no claim: its answer carries the window as it stands.
                 // A browser key's visitor (SPEC §24): a page of another origin is refused like
                 // another key type, and a visitor over its window before the key's is counted.
+                // A request its key's type may not make (403) is not the visitor's either.
                 let config = self.config()?;
-                let per_visitor = config.browser_per_address_per_minute(&key.plan);
-                let visitor =
-                    self.visitors.borrow_mut().check(&key, c.visitor.as_ref(), per_visitor, now_ms());
+                let per_visitor = config.browser_per_address_per_minute(&key);
+                let told = c.visitor.as_ref().filter(|_| key.key_type.allows(c.scope));
+                let visitor = self.visitors.borrow_mut().check(&key, told, per_visitor, now_ms());
                 let permitted = key.key_type.allows(c.scope) && visitor != VisitorCheck::OriginRefused;
                 if let Some(lease) = &c.lease {
                     self.take_back_and_wake(Some(&key), &lease.give_back).await?;
