@@ -128,6 +128,36 @@ test('contacts import: 1,000 contacts with a progress bar, the same file again c
   assert.match(usage.stderr, /CSV column "age" is not a contact field/);
 });
 
+test('events tail follows new stored events, one JSON line each, oldest first, filtered by name (SPEC §24)', async () => {
+  const { owner, server } = await businessProject();
+  const tail = spawn(gatehouse.bin, ['events', 'tail', '--event', 'Tail Me', '--interval', '1'], {
+    env: { ...process.env, GATEHOUSE_URL: BASE, GATEHOUSE_KEY: owner.key },
+  });
+  let lines = '';
+  tail.stdout.on('data', (chunk) => { lines += chunk; });
+  let tailErrors = '';
+  tail.stderr.on('data', (chunk) => { tailErrors += chunk; });
+  try {
+    await sleep(300);
+    const ids = [];
+    for (const event of ['Tail Me', 'Not Me', 'Tail Me']) {
+      const event_id = crypto.randomUUID();
+      const res = await call('POST', '/v1/track', { key: server.key, body: { batch: [{ event_id, event, user_id: 'u1' }] } });
+      assert.equal(res.status, 202, res.text);
+      if (event === 'Tail Me') ids.push(event_id);
+      await sleep(20);
+    }
+    const seen = await eventually(async () => ids.every((id) => lines.includes(id)), 30_000);
+    assert.ok(seen, `tail printed:\n${lines}\nstderr:\n${tailErrors}`);
+    await sleep(1500);
+    const printed = jsonLines(lines);
+    assert.deepEqual(printed.map((e) => e.event_id), ids, 'the two named events, each once, oldest first');
+    assert.ok(printed.every((e) => e.event === 'Tail Me' && e.user_id === 'u1'));
+  } finally {
+    tail.kill('SIGINT');
+  }
+});
+
 test('logs list is one page of JSON lines; logs tail follows new rows until interrupted', async () => {
   const { owner, server } = await businessProject();
   const tail = spawn(gatehouse.bin, ['logs', 'tail', '--path', '/public/v1/contacts*', '--method', 'POST', '--interval', '1'], {
