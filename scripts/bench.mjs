@@ -90,13 +90,16 @@ let failed = false;
 const sum = (runs, f) => runs.reduce((total, r) => total + f(r), 0);
 /** The runs of one side (`label`) of a scenario as one row: the mean of their req/s, and p50 and
  *  p99 over all their responses. */
-function summarize(s, label, runs, latencies) {
+function summarize(s, label, runs, latencies, gatewayMs = []) {
   const wrong = sum(runs, (r) => r.non2xx + r.errors + r.timeouts);
   const expected = sum(runs, (r) => r.statusCodeStats?.[String(s.expect)]?.count ?? 0);
   if (expected === 0) failed = true;
   if (wrong > 0 || expected === 0) console.error(`${s.name}${label}: ${wrong} unexpected answers ${JSON.stringify(runs.map((r) => r.statusCodeStats))}`);
-  const sorted = latencies.sort((a, b) => a - b);
-  const percentile = (p) => Math.round(sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))] ?? 0);
+  const at = (values, p) => {
+    const sorted = [...values].sort((a, b) => a - b);
+    return Math.round(sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))] ?? 0);
+  };
+  const percentile = (p) => at(latencies, p);
   return {
     name: s.name,
     requests_per_second: sum(runs, (r) => r.requests.average) / runs.length,
@@ -105,6 +108,9 @@ function summarize(s, label, runs, latencies) {
     events_accepted: s.events ? sum(runs, (r) => r['2xx']) * s.events : undefined,
     p50_ms: percentile(0.5),
     p99_ms: percentile(0.99),
+    // The gateway's own time as its Server-Timing says (SPEC §16; none from the peer).
+    gateway_p50_ms: gatewayMs.length ? at(gatewayMs, 0.5) : undefined,
+    gateway_p99_ms: gatewayMs.length ? at(gatewayMs, 0.99) : undefined,
     requests: sum(runs, (r) => r.requests.total),
     unexpected: wrong,
   };
@@ -133,14 +139,14 @@ const results = {};
 const sideBySide = {};
 for (const s of scenarios) {
   const twin = peer[s.key];
-  const sides = [{ s, runs: [], latencies: [] }, ...(twin ? [{ s: twin, runs: [], latencies: [] }] : [])];
+  const sides = [{ s, runs: [], latencies: [], gatewayMs: [] }, ...(twin ? [{ s: twin, runs: [], latencies: [], gatewayMs: [] }] : [])];
   for (let round = 0; round < (twin ? ROUNDS : 1); round++) {
     for (const side of round % 2 === 0 ? sides : [...sides].reverse()) {
       if (twin) await sleep(SETTLE_MS);
-      side.runs.push(await drive(side.s, DURATION, side.latencies));
+      side.runs.push(await drive(side.s, DURATION, side.latencies, side.gatewayMs));
     }
   }
-  const [gatehouse, other] = sides.map((side, i) => summarize(side.s, i ? ' (peer)' : '', side.runs, side.latencies));
+  const [gatehouse, other] = sides.map((side, i) => summarize(side.s, i ? ' (peer)' : '', side.runs, side.latencies, side.gatewayMs));
   results[s.key] = { ...gatehouse, io_per_request: ['me', 'create', 'replay', 'proxy'].includes(s.key) ? await ioOf(s, STATE) : undefined };
   if (twin) sideBySide[s.key] = { gatehouse: results[s.key], peer: { ...other, io_per_request: await ioOf(twin, PEER_STATE) } };
 }
@@ -347,10 +353,11 @@ const report = {
 };
 
 const pad = (v, n) => String(v).padEnd(n);
-console.log(`\n${pad('scenario', 50)}${pad('req/s', 10)}${pad('events/s', 10)}${pad('p50 ms', 8)}${pad('p99 ms', 8)}${pad('errors', 8)}DO/D1/KV per request`);
+console.log(`\n${pad('scenario', 50)}${pad('req/s', 10)}${pad('events/s', 10)}${pad('p50 ms', 8)}${pad('p99 ms', 8)}${pad('gateway;dur p50/p99', 21)}${pad('errors', 8)}DO/D1/KV per request`);
 for (const r of Object.values(results)) {
   const io = r.io_per_request ? `${r.io_per_request.durable_object_calls}/${r.io_per_request.d1_queries}/${r.io_per_request.kv_operations}` : '';
-  console.log(`${pad(r.name, 50)}${pad(r.requests_per_second.toFixed(0), 10)}${pad(r.events_per_second?.toFixed(0) ?? '', 10)}${pad(r.p50_ms, 8)}${pad(r.p99_ms, 8)}${pad(r.unexpected, 8)}${io}`);
+  const own = r.gateway_p50_ms === undefined ? '—' : `${r.gateway_p50_ms}/${r.gateway_p99_ms}`;
+  console.log(`${pad(r.name, 50)}${pad(r.requests_per_second.toFixed(0), 10)}${pad(r.events_per_second?.toFixed(0) ?? '', 10)}${pad(r.p50_ms, 8)}${pad(r.p99_ms, 8)}${pad(own, 21)}${pad(r.unexpected, 8)}${io}`);
 }
 console.log(`\nratios vs one DO round trip: /me ${report.ratios.me_over_one_do.toFixed(2)}, create ${report.ratios.create_over_one_do.toFixed(2)}, replay ${report.ratios.replay_over_one_do.toFixed(2)}`);
 if (results.proxy) console.log(`proxied GET over GET /public/v1/me: ${report.ratios.proxied_get_over_me.toFixed(2)} (SPEC §16: ≥ 0.8)`);

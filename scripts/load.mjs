@@ -63,15 +63,29 @@ export async function startBenchOrigin(port) {
   return origin.pid;
 }
 
+/** The `gateway;dur` of a `Server-Timing` value (SPEC §16), or undefined. */
+export function gatewayDuration(value) {
+  const found = /(?:^|,)\s*gateway;dur=([0-9.]+)/.exec(String(value ?? ''));
+  return found ? Number(found[1]) : undefined;
+}
+
 /** Drives one scenario with autocannon: CONNECTIONS connections for `duration` seconds, on its
- *  `url` (the gateway when it has none). With `latencies`, every response time (ms) is added to it. */
-export function drive(s, duration, latencies) {
+ *  `url` (the gateway when it has none). With `latencies`, every response time (ms) is added to it;
+ *  with `gatewayMs`, every answer's `Server-Timing` `gateway;dur`. */
+export function drive(s, duration, latencies, gatewayMs) {
   return new Promise((resolve, reject) => {
+    const onResponse = (_status, _body, _context, headers) => {
+      const ms = gatewayDuration(headers['server-timing'] ?? headers['Server-Timing']);
+      if (ms !== undefined) gatewayMs.push(ms);
+    };
     const instance = autocannon({
       url: s.url ?? BASE,
       connections: CONNECTIONS,
       duration,
-      requests: [{ method: s.method ?? 'GET', path: s.path, headers: s.headers, body: s.body, ...(s.setup ? { setupRequest: s.setup } : {}) }],
+      requests: [{
+        method: s.method ?? 'GET', path: s.path, headers: s.headers, body: s.body,
+        ...(s.setup ? { setupRequest: s.setup } : {}), ...(gatewayMs ? { onResponse } : {}),
+      }],
     }, (err, result) => (err ? reject(err) : resolve(result)));
     if (latencies) instance.on('response', (_client, _status, _bytes, ms) => latencies.push(ms));
     autocannon.track(instance, { renderProgressBar: false, renderResultsTable: false, renderLatencyTable: false });

@@ -180,15 +180,18 @@ test('the clock never moves back', async () => {
   await assert.rejects(gh.clock.advance(-1), RangeError);
 });
 
-test('two kits run side by side, each with its own port and state', async () => {
-  const other = await Gatehouse.start({ plans: { trial: { per_minute: 2, monthly_quota: 100 } } });
+test('two kits run side by side, each with its own port, state and settings (SERVER_TIMING=off)', async () => {
+  const other = await Gatehouse.start({ plans: { trial: { per_minute: 2, monthly_quota: 100 } }, vars: { SERVER_TIMING: 'off' } });
   try {
     assert.notEqual(other.url, gh.url);
     const me = (kit) => fetch(`${kit.url}/public/v1/me`, { headers: { authorization: `Bearer ${kit.project.keys.server}` } });
     const statuses = [];
     for (let i = 0; i < 3; i++) statuses.push((await me(other)).status);
     assert.deepEqual(statuses, [200, 200, 429]);
-    assert.equal((await me(gh)).status, 200);
+    const answer = await me(gh);
+    assert.equal(answer.status, 200);
+    assert.match(answer.headers.get('server-timing') ?? '', /^gateway;dur=\d+/, 'on by default');
+    assert.equal((await me(other)).headers.get('server-timing'), null, 'SERVER_TIMING=off leaves it out');
     // Each kit's keys are its own.
     const foreign = await fetch(`${gh.url}/public/v1/me`, { headers: { authorization: `Bearer ${other.project.keys.server}` } });
     assert.equal(foreign.status, 401);

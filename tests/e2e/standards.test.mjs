@@ -87,3 +87,32 @@ test('Idempotency-Key may be any sf-string, as a browser sends it; the CORS pref
   for (const name of ['authorization', 'content-type', 'idempotency-key', 'traceparent', 'tracestate']) assert.ok(allowed.includes(name), allowed.join());
   assert.ok(preflight.headers.get('access-control-expose-headers').split(/,\s*/).includes('server-timing'));
 });
+
+test('every answer carries Server-Timing: the gateway\'s own time, the guard\'s round trip when one was made, the origin\'s on a proxied route (SPEC §16)', async () => {
+  const member = (res, name) => {
+    const value = res.headers.get('server-timing') ?? '';
+    const found = new RegExp(`(?:^|, )${name};dur=(\\d+)(?:,|$)`).exec(value);
+    return found ? Number(found[1]) : undefined;
+  };
+  const health = await call('GET', '/health');
+  assert.match(health.headers.get('server-timing') ?? '', /^gateway;dur=\d+/, 'a public route');
+  const { owner } = await createProject('timing', { plan: 'business' });
+  const server = await createKey(owner.key, 'server');
+  // A new key's first request asks its guard.
+  const first = await call('GET', '/public/v1/me', { key: server.key });
+  assert.equal(first.status, 200);
+  assert.ok(member(first, 'gateway') !== undefined && member(first, 'guard') !== undefined, first.headers.get('server-timing'));
+  assert.equal(member(first, 'origin'), undefined, 'no origin on a built-in route');
+  // An error answer too, and a proxied route's (here an origin that refuses connections: 502).
+  const refused = await call('GET', '/public/v1/me', { key: 'gh_s_' + 'x'.repeat(40) });
+  assert.equal(refused.status, 401);
+  assert.notEqual(member(refused, 'gateway'), undefined);
+  const proxied = await call('GET', '/e2e/down/timing', { key: server.key });
+  assert.equal(proxied.status, 502);
+  assert.notEqual(member(proxied, 'origin'), undefined, proxied.headers.get('server-timing'));
+  const total = ['gateway', 'guard', 'origin'].reduce((sum, name) => sum + (member(proxied, name) ?? 0), 0);
+  assert.ok(total <= 2_500, `the parts add up to the answer's time (${proxied.headers.get('server-timing')})`);
+  // A page may read it (CORS), on the ingestion routes.
+  const preflight = await call('OPTIONS', '/v1/track', { headers: { origin: 'https://shop.example', 'access-control-request-method': 'POST' } });
+  assert.match(preflight.headers.get('access-control-expose-headers') ?? '', /server-timing/);
+});

@@ -277,6 +277,10 @@ impl<P: Ports> Gateway<'_, P> {
             Ok(KeyUpdate::Updated(record)) => {
                 // A concurrent change may have told the guard later than D1 saw it.
                 let _ = self.guard.apply(&record, None).await;
+                if changes.allowed_origins.is_some() {
+                    // This isolate answers at once by the new list (others within a minute).
+                    self.memory.borrow_mut().forget_refused_origins(&record.key_hash);
+                }
                 Ok(Reply::ok(record.view(call.now_ms)))
             }
             Ok(KeyUpdate::NotFound) => {

@@ -530,7 +530,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let filter = StoredEventFilter { event, user_id, anonymous_id, ..Default::default() };
             let mut tail = client.tail_events(filter, Duration::from_secs(interval.max(1)));
             loop {
-                print_json(&tail.next().await?);
+                print_line(&tail.next().await?);
             }
         }
         Command::Track { event, properties, user_id, anonymous_id } => {

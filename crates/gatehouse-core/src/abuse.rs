@@ -188,6 +188,13 @@ impl AbuseMemory {
         self.browser_refusals.remember(&name, now_ms + REFUSED_ORIGIN_TTL_MS, 0, now_ms);
     }
 
+    /// Forgets the origins the browser key `key_hash` was remembered to refuse (its
+    /// `allowed_origins` changed).
+    pub fn forget_refused_origins(&mut self, key_hash: &str) {
+        let prefix = format!("origin {key_hash} ");
+        self.browser_refusals.until.retain(|name, _| !name.starts_with(&prefix));
+    }
+
     pub fn is_refused_origin(&self, key_hash: &str, origin: &str, now_ms: i64) -> bool {
         self.browser_refusals.until(&format!("origin {key_hash} {origin}"), now_ms).is_some()
     }
@@ -211,6 +218,10 @@ mod tests {
         assert!(memory.is_refused_origin("h1", "https://evil.example", T0 + REFUSED_ORIGIN_TTL_MS - 1));
         assert!(!memory.is_refused_origin("h1", "https://evil.example", T0 + REFUSED_ORIGIN_TTL_MS));
         assert!(!memory.is_refused_origin("h2", "https://evil.example", T0));
+        memory.refuse_origin("h2", "https://evil.example", T0);
+        memory.forget_refused_origins("h1");
+        assert!(!memory.is_refused_origin("h1", "https://evil.example", T0), "the key's list changed");
+        assert!(memory.is_refused_origin("h2", "https://evil.example", T0), "another key's stays");
     }
 
     #[test]

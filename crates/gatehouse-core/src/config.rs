@@ -89,6 +89,9 @@ pub struct Config {
     /// with a server error (`errors`, the default): a line costs as much as the rest of a cheap
     /// request, and the audit log already has one row per request.
     pub log_every_request: bool,
+    /// `SERVER_TIMING` (`on`, the default, or `off`): every answer carries `Server-Timing`
+    /// (SPEC §16).
+    pub server_timing: bool,
     /// `LEASE_ABOVE_PER_SECOND` (SPEC §20): a key that made at least this many requests in the
     /// current second leases credits to isolates, which then admit it without asking its guard
     /// (`0`: every key leases; `off`: none). Default [`DEFAULT_LEASE_ABOVE_PER_SECOND`].
@@ -150,6 +153,7 @@ impl std::fmt::Debug for Config {
             .field("events_secret", &self.events_secret.as_ref().map(|_| "[redacted]"))
             .field("events_projects", &self.events_projects)
             .field("log_every_request", &self.log_every_request)
+            .field("server_timing", &self.server_timing)
             .field("lease_above_per_second", &self.lease_above_per_second)
             .field("ledger_split_above_per_second", &self.ledger_split_above_per_second)
             .field("dashboard_reads_per_minute", &self.dashboard_reads_per_minute)
@@ -306,6 +310,12 @@ impl Config {
             other => return Err(ConfigError(format!("REQUEST_LOG={other:?} is not all or errors"))),
         };
 
+        let server_timing = match get("SERVER_TIMING").unwrap_or_default().trim() {
+            "" | "on" => true,
+            "off" => false,
+            other => return Err(ConfigError(format!("SERVER_TIMING={other:?} is not on or off"))),
+        };
+
         let lease_above_per_second = match get("LEASE_ABOVE_PER_SECOND").as_deref().map(str::trim) {
             None | Some("") => Some(DEFAULT_LEASE_ABOVE_PER_SECOND),
             Some("off") => None,
@@ -373,6 +383,7 @@ impl Config {
         Ok(Config {
             dashboard_reads_per_minute,
             log_every_request,
+            server_timing,
             lease_above_per_second,
             ledger_split_above_per_second: number(
                 "LEDGER_SPLIT_ABOVE_PER_SECOND",

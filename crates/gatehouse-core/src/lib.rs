@@ -34,6 +34,7 @@ pub mod resources;
 pub mod retention;
 pub mod route;
 pub mod sealing;
+pub mod server_timing;
 pub mod stats;
 pub mod tagged;
 pub mod tiers;

@@ -130,7 +130,7 @@ fn gateway(env: &Env, config: &'static Config, meter: &Rc<Meter>) -> Result<Gate
         },
         dead_letters: D1Store::new(b.db.unchecked_into(), meter.clone()),
         redrive: QueueRedrive { audit: b.audit, events: b.events, webhooks: b.deliveries },
-        origin: OriginClient::new(env.clone()),
+        origin: OriginClient::new(env.clone(), meter.clone()),
         memory: MEMORY.with(Rc::clone),
         leases: LEASES.with(Rc::clone),
         ledger_layout: LEDGER_LAYOUT.with(Rc::clone),
@@ -166,16 +166,20 @@ async fn fetch(req: web_sys::Request, env: Env, ctx: Context) -> Result<web_sys:
     let method = head.method.clone();
     let (path, query) = path_and_query(&head.url).map_err(|e| worker::Error::RustError(e.to_string()))?;
     // One gateway per request: it answers, then finishes the work after the response.
-    let (mut api, finisher, log_every_request) = match config(&env) {
+    let (mut api, finisher, log_every_request, timing) = match config(&env) {
         Ok(config) => {
             let gateway = gateway(&env, config, &meter)?;
             let forwards = |path: &str| match_upstream(&config.upstreams, path).is_some();
             let request = http::api_request(&req, head, path.clone(), query, started, forwards);
-            (gateway.handle(request).await, Some(gateway), config.log_every_request)
+            (gateway.handle(request).await, Some(gateway), config.log_every_request, config.server_timing)
         }
-        Err(e) => (app::failure(ApiError::internal(e.to_string()), &method, &path, started), None, true),
+        Err(e) => (app::failure(ApiError::internal(e.to_string()), &method, &path, started), None, true, true),
     };
     api.audit.response_time_ms = now_ms() - started;
+    if timing {
+        // SPEC §16: the gateway's own time and its waits, on every answer.
+        api.headers.push(("server-timing", meter.spent(api.audit.response_time_ms).header()));
+    }
     if let Some(note) = &api.internal_error {
         console_error!("request {}: {note}", api.request_id);
     }

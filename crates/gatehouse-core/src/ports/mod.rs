@@ -62,16 +62,27 @@ pub trait Pause {
     fn pause(&self, ms: u64) -> impl std::future::Future<Output = ()>;
 }
 
-/// Counts the I/O one request makes, for the per-request log line: the hot-path budget of
-/// SPEC §12 is checked against it. Adapters made for a request share one meter.
+/// Counts the I/O one request makes, for the per-request log line (the hot-path budget of
+/// SPEC §12 is checked against it) and times its waits, for `Server-Timing` (SPEC §16). Adapters
+/// made for a request share one meter.
 #[derive(Debug, Default)]
 pub struct Meter {
     pub durable_object_calls: Cell<u32>,
     pub d1_queries: Cell<u32>,
     pub kv_operations: Cell<u32>,
+    /// Milliseconds waited on Durable Objects.
+    pub durable_object_ms: Cell<i64>,
+    /// Milliseconds waited on the origin (proxy mode), once it was called.
+    pub origin_ms: Cell<Option<i64>>,
 }
 
 impl Meter {
+    /// What the request spent in all (`total_ms`) and on its waits, for `Server-Timing`.
+    pub fn spent(&self, total_ms: i64) -> crate::server_timing::Spent {
+        let guard_ms = (self.durable_object_calls.get() > 0).then(|| self.durable_object_ms.get());
+        crate::server_timing::Spent { total_ms, guard_ms, origin_ms: self.origin_ms.get() }
+    }
+
     pub fn count(counter: &Cell<u32>) {
         counter.set(counter.get() + 1);
     }

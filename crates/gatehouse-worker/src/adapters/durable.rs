@@ -60,7 +60,11 @@ pub async fn ask<C: Serialize, A: DeserializeOwned>(
         namespace.get_by_name(&object_name(name)).map_err(PortError::from_display)?.into_rpc();
     let body = serde_json::to_string(command).map_err(PortError::from_display)?;
     let asked = JsFuture::from(stub.ask(&body).map_err(js_error)?);
-    let answer = within(deadline::DURABLE_OBJECT_MS, name, async { asked.await.map_err(js_error) }).await?;
+    let started = crate::adapters::clock::now_ms();
+    let answer = within(deadline::DURABLE_OBJECT_MS, name, async { asked.await.map_err(js_error) }).await;
+    let waited = crate::adapters::clock::now_ms() - started;
+    meter.durable_object_ms.set(meter.durable_object_ms.get() + waited);
+    let answer = answer?;
     let text = answer.as_string().ok_or_else(|| PortError(format!("{name} answered {answer:?}")))?;
     serde_json::from_str(&text).map_err(PortError::from_display)
 }

@@ -5,6 +5,7 @@
 //! pulls it chunk by chunk; wasm memory never holds it), cut at the route's `max_body_bytes`.
 
 use std::pin::pin;
+use std::rc::Rc;
 use std::time::Duration;
 
 use futures_util::future::{select, Either};
@@ -15,8 +16,9 @@ use wasm_bindgen::JsValue;
 use worker::{AbortController, ByteStream, Delay, Env, Fetch, Request, Response};
 
 use super::body::BodyRest;
+use super::clock::now_ms;
 use gatehouse_core::ports::{
-    AnswerBody, Origin, OriginAnswer, OriginOutcome, OriginRequest, OutgoingBody, PassThrough,
+    AnswerBody, Meter, Origin, OriginAnswer, OriginOutcome, OriginRequest, OutgoingBody, PassThrough,
 };
 use gatehouse_core::upstream::{OriginTarget, STORED_ANSWER_LIMIT};
 
@@ -51,14 +53,16 @@ extern "C" {
     fn went_over(state: &js_sys::Object) -> bool;
 }
 
-/// The origins of `UPSTREAMS`; `env` holds the service bindings.
+/// The origins of `UPSTREAMS`; `env` holds the service bindings. The time waited on the origin
+/// goes to the request's meter (`Server-Timing: origin;dur`).
 pub struct OriginClient {
     env: Env,
+    meter: Rc<Meter>,
 }
 
 impl OriginClient {
-    pub fn new(env: Env) -> Self {
-        OriginClient { env }
+    pub fn new(env: Env, meter: Rc<Meter>) -> Self {
+        OriginClient { env, meter }
     }
 }
 
@@ -67,6 +71,17 @@ pub type AnswerRest = ByteStream;
 
 impl Origin for OriginClient {
     async fn forward(&self, request: OriginRequest<'_>) -> OriginOutcome {
+        let started = now_ms();
+        let outcome = self.exchange(request).await;
+        self.meter.origin_ms.set(Some(now_ms() - started));
+        outcome
+    }
+}
+
+impl OriginClient {
+    /// The request sent and its answer's head read (the whole answer, when it is small), within
+    /// the route's timeout.
+    async fn exchange(&self, request: OriginRequest<'_>) -> OriginOutcome {
         let controller = AbortController::default();
         let body_state = js_sys::Object::new();
         let outgoing = match build(&request, &controller, &body_state) {
