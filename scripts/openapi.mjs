@@ -285,7 +285,7 @@ const keyProps = { id: str, prefix: str, type: { enum: ['owner', 'server', 'brow
   identity_id: nullable(str), limits: nullable(keyLimits) };
 /** A key's answer: `allowed_origins` only on browser keys. */
 const keyOut = (props) => {
-  const schema = out(props);
+  const schema = out({ ...props });
   schema.properties.allowed_origins = { type: 'array', items: str, description: 'browser keys only: the origins whose pages may use the key (empty: any)' };
   return schema;
 };
