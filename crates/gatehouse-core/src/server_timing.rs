@@ -48,8 +48,16 @@ mod tests {
         assert_eq!(spent(3, None, None), "gateway;dur=3");
         assert_eq!(spent(12, Some(9), None), "gateway;dur=3, guard;dur=9");
         assert_eq!(spent(40, Some(2), Some(30)), "gateway;dur=8, guard;dur=2, origin;dur=30");
-        assert_eq!(spent(0, Some(0), None), "gateway;dur=0, guard;dur=0", "a guard called in no measurable time");
-        assert_eq!(spent(5, Some(9), Some(4)), "gateway;dur=0, guard;dur=5, origin;dur=0", "never more than the total");
+        assert_eq!(
+            spent(0, Some(0), None),
+            "gateway;dur=0, guard;dur=0",
+            "a guard called in no measurable time"
+        );
+        assert_eq!(
+            spent(5, Some(9), Some(4)),
+            "gateway;dur=0, guard;dur=5, origin;dur=0",
+            "never more than the total"
+        );
         assert_eq!(spent(-3, None, None), "gateway;dur=0");
     }
 

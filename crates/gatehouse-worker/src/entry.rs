@@ -173,7 +173,9 @@ async fn fetch(req: web_sys::Request, env: Env, ctx: Context) -> Result<web_sys:
             let request = http::api_request(&req, head, path.clone(), query, started, forwards);
             (gateway.handle(request).await, Some(gateway), config.log_every_request, config.server_timing)
         }
-        Err(e) => (app::failure(ApiError::internal(e.to_string()), &method, &path, started), None, true, true),
+        Err(e) => {
+            (app::failure(ApiError::internal(e.to_string()), &method, &path, started), None, true, true)
+        }
     };
     api.audit.response_time_ms = now_ms() - started;
     if timing {
