@@ -29,7 +29,8 @@ async function workerRuntime() {
       processes.push({ pid, cmdline, pgid: stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2] });
     } catch { /* the process ended */ }
   }
-  const wrangler = processes.find((p) => p.cmdline.includes('wrangler') && p.cmdline.includes(process.env.GATEHOUSE_STATE));
+  // Its state folder as a whole argument: another lane's gateway may keep its state below ours.
+  const wrangler = processes.find((p) => p.cmdline.includes('wrangler') && p.cmdline.includes(`--persist-to ${process.env.GATEHOUSE_STATE} `));
   assert.ok(wrangler, 'the wrangler dev process of this test run');
   const publicPort = new URL(BASE).port;
   const runtime = processes.find((p) => p.pgid === wrangler.pgid && /workerd/.test(p.cmdline)
