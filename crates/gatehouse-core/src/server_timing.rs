@@ -4,9 +4,9 @@
 //! integrator sees at a glance whether the time is theirs or ours. `SERVER_TIMING=off` leaves the
 //! header out.
 //!
-//! Milliseconds, as the runtime's clock gives them: on Cloudflare the clock does not move while a
-//! request computes (it moves with I/O), so `gateway;dur` there is mostly the time between the
-//! waits, often 0; under `wrangler dev` and in the test kit it is the real time.
+//! Milliseconds, as the runtime's clock gives them: workerd (deployed and local alike) does not
+//! move the clock while a request computes, only with I/O, so `gateway;dur` is the time of the
+//! gateway's own I/O (D1, KV, the queue send), 0 for a request that only computes.
 
 /// The time an answer took, in ms.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
