@@ -128,15 +128,19 @@ test('contacts import: 1,000 contacts with a progress bar, the same file again c
   assert.match(usage.stderr, /CSV column "age" is not a contact field/);
 });
 
+/** A following command (`logs tail`, `events tail`) run with `key` until `stop()`: what it printed so far. */
+function follow(args, key) {
+  const child = spawn(gatehouse.bin, args, { env: { ...process.env, GATEHOUSE_URL: BASE, GATEHOUSE_KEY: key } });
+  let out = '';
+  let errors = '';
+  child.stdout.on('data', (chunk) => { out += chunk; });
+  child.stderr.on('data', (chunk) => { errors += chunk; });
+  return { out: () => out, errors: () => errors, stop: () => child.kill('SIGINT') };
+}
+
 test('events tail follows new stored events, one JSON line each, oldest first, filtered by name (SPEC §24)', async () => {
   const { owner, server } = await businessProject();
-  const tail = spawn(gatehouse.bin, ['events', 'tail', '--event', 'Tail Me', '--interval', '1'], {
-    env: { ...process.env, GATEHOUSE_URL: BASE, GATEHOUSE_KEY: owner.key },
-  });
-  let lines = '';
-  tail.stdout.on('data', (chunk) => { lines += chunk; });
-  let tailErrors = '';
-  tail.stderr.on('data', (chunk) => { tailErrors += chunk; });
+  const tail = follow(['events', 'tail', '--event', 'Tail Me', '--interval', '1'], owner.key);
   try {
     await sleep(300);
     const ids = [];
@@ -147,26 +151,20 @@ test('events tail follows new stored events, one JSON line each, oldest first, f
       if (event === 'Tail Me') ids.push(event_id);
       await sleep(20);
     }
-    const seen = await eventually(async () => ids.every((id) => lines.includes(id)), 30_000);
-    assert.ok(seen, `tail printed:\n${lines}\nstderr:\n${tailErrors}`);
+    const seen = await eventually(async () => ids.every((id) => tail.out().includes(id)), 30_000);
+    assert.ok(seen, `tail printed:\n${tail.out()}\nstderr:\n${tail.errors()}`);
     await sleep(1500);
-    const printed = jsonLines(lines);
+    const printed = jsonLines(tail.out());
     assert.deepEqual(printed.map((e) => e.event_id), ids, 'the two named events, each once, oldest first');
     assert.ok(printed.every((e) => e.event === 'Tail Me' && e.user_id === 'u1'));
   } finally {
-    tail.kill('SIGINT');
+    tail.stop();
   }
 });
 
 test('logs list is one page of JSON lines; logs tail follows new rows until interrupted', async () => {
   const { owner, server } = await businessProject();
-  const tail = spawn(gatehouse.bin, ['logs', 'tail', '--path', '/public/v1/contacts*', '--method', 'POST', '--interval', '1'], {
-    env: { ...process.env, GATEHOUSE_URL: BASE, GATEHOUSE_KEY: owner.key },
-  });
-  let lines = '';
-  tail.stdout.on('data', (chunk) => { lines += chunk; });
-  let tailErrors = '';
-  tail.stderr.on('data', (chunk) => { tailErrors += chunk; });
+  const tail = follow(['logs', 'tail', '--path', '/public/v1/contacts*', '--method', 'POST', '--interval', '1'], owner.key);
   try {
     await sleep(300);
     const created = [];
@@ -176,14 +174,14 @@ test('logs list is one page of JSON lines; logs tail follows new rows until inte
       created.push(res.headers.get('x-request-id'));
     }
     await call('GET', '/public/v1/contacts', { key: server.key });
-    const seen = await eventually(async () => created.every((id) => lines.includes(id)), 30_000);
-    assert.ok(seen, `tail printed:\n${lines}\nstderr:\n${tailErrors}`);
-    const printed = lines.trim().split('\n');
-    assert.equal(printed.length, 2, `only the two POSTs, each once:\n${lines}`);
+    const seen = await eventually(async () => created.every((id) => tail.out().includes(id)), 30_000);
+    assert.ok(seen, `tail printed:\n${tail.out()}\nstderr:\n${tail.errors()}`);
+    const printed = tail.out().trim().split('\n');
+    assert.equal(printed.length, 2, `only the two POSTs, each once:\n${tail.out()}`);
     assert.match(printed[0], new RegExp(`^\\S+Z  201 POST /public/v1/contacts  \\d+ ms  gh_s_\\S+  ${created[0]}`));
     assert.ok(printed[1].includes(created[1]), 'oldest first');
   } finally {
-    tail.kill('SIGINT');
+    tail.stop();
   }
 
   // The GET's row may still be on its way through the audit queue.

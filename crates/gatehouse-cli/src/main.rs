@@ -185,29 +185,38 @@ enum ContactsCommand {
 enum EventsCommand {
     /// One page of stored events, newest first, one JSON line each (the next cursor on stderr).
     List {
-        /// The event's name, e.g. signup.
-        #[arg(long)]
-        event: Option<String>,
-        #[arg(long)]
-        user_id: Option<String>,
-        #[arg(long)]
-        anonymous_id: Option<String>,
+        #[command(flatten)]
+        filters: EventFilters,
         #[command(flatten)]
         span: Span,
     },
     /// Follows new events, one JSON line each, oldest first, until interrupted.
     Tail {
-        /// The event's name, e.g. signup.
-        #[arg(long)]
-        event: Option<String>,
-        #[arg(long)]
-        user_id: Option<String>,
-        #[arg(long)]
-        anonymous_id: Option<String>,
+        #[command(flatten)]
+        filters: EventFilters,
         /// Seconds between polls (at least 1; longer while the key's window runs low).
         #[arg(long, default_value_t = 3)]
         interval: u64,
     },
+}
+
+/// Which stored events `events list` and `events tail` show.
+#[derive(Args)]
+struct EventFilters {
+    /// The event's name, e.g. signup.
+    #[arg(long)]
+    event: Option<String>,
+    #[arg(long)]
+    user_id: Option<String>,
+    #[arg(long)]
+    anonymous_id: Option<String>,
+}
+
+impl EventFilters {
+    fn filter(self) -> StoredEventFilter {
+        let EventFilters { event, user_id, anonymous_id } = self;
+        StoredEventFilter { event, user_id, anonymous_id, ..Default::default() }
+    }
 }
 
 /// The time range and page of a list.
@@ -521,14 +530,13 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let filter = LogFilter { request_id, key_id, idempotency_key, from, to, limit, ..filters.into() };
             print_page(client.log_page(&filter, cursor.as_deref()).await?);
         }
-        Command::Events(EventsCommand::List { event, user_id, anonymous_id, span }) => {
+        Command::Events(EventsCommand::List { filters, span }) => {
             let Span { from, to, limit, cursor } = span;
-            let filter = StoredEventFilter { event, user_id, anonymous_id, from, to, limit };
+            let filter = StoredEventFilter { from, to, limit, ..filters.filter() };
             print_page(client.event_page(&filter, cursor.as_deref()).await?);
         }
-        Command::Events(EventsCommand::Tail { event, user_id, anonymous_id, interval }) => {
-            let filter = StoredEventFilter { event, user_id, anonymous_id, ..Default::default() };
-            let mut tail = client.tail_events(filter, Duration::from_secs(interval.max(1)));
+        Command::Events(EventsCommand::Tail { filters, interval }) => {
+            let mut tail = client.tail_events(filters.filter(), Duration::from_secs(interval.max(1)));
             loop {
                 print_line(&tail.next().await?);
             }
