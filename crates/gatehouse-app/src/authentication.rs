@@ -262,30 +262,21 @@ impl<P: Ports> Gateway<'_, P> {
                 self.remember_refusal(&key_hash, credentials.visitor.as_ref(), Some(&usage), now_ms);
                 Some(visitor_over(&usage))
             }
-            Verdict::RateLimited => Some(
-                ApiError::new(
-                    ErrorCode::RateLimitExceeded,
-                    match scope {
-                        Scope::DashboardRead => format!(
-                            "The dashboard budget of {} reads per {} is used up.",
-                            usage.limit(),
-                            usage.window_name()
-                        ),
-                        _ => format!(
-                            "Rate limit of {} requests per {} exceeded.",
-                            usage.limit(),
-                            usage.window_name()
-                        ),
-                    },
-                )
-                .with_retry_after(usage.seconds_to_reset())
-                // The refusing window, as the headers say it: after the SDK gives up, the caller
-                // still knows when to come back.
-                .with_detail("window", usage.window_name())
-                .with_detail("limit", usage.limit())
-                .with_detail("remaining", usage.remaining())
-                .with_detail("reset", usage.reset_ms() / 1000),
-            ),
+            Verdict::RateLimited => Some(window_refused(
+                match scope {
+                    Scope::DashboardRead => format!(
+                        "The dashboard budget of {} reads per {} is used up.",
+                        usage.limit(),
+                        usage.window_name()
+                    ),
+                    _ => format!(
+                        "Rate limit of {} requests per {} exceeded.",
+                        usage.limit(),
+                        usage.window_name()
+                    ),
+                },
+                &usage,
+            )),
             Verdict::QuotaExceeded => {
                 let code = if key.plan == gatehouse_core::config::DEFAULT_PLAN {
                     ErrorCode::TrialQuotaExceeded
@@ -468,6 +459,18 @@ fn refused_key(key: &KeyRecord, reason: RefusalReason) -> ApiError {
 
 /// How a browser key's secret starts (`gh_b_…`): what may come as `?key=` and has a visitor.
 const BROWSER_KEY_START: &str = "gh_b_";
+
+/// A window's 429 (the key's, the dashboard budget's, a browser key's visitor's): `Retry-After` and
+/// the refusing window as the headers say it, so that after the SDK gives up the caller still
+/// knows when to come back.
+pub(super) fn window_refused(message: String, usage: &Usage) -> ApiError {
+    ApiError::new(ErrorCode::RateLimitExceeded, message)
+        .with_retry_after(usage.seconds_to_reset())
+        .with_detail("window", usage.window_name())
+        .with_detail("limit", usage.limit())
+        .with_detail("remaining", usage.remaining())
+        .with_detail("reset", usage.reset_ms() / 1000)
+}
 
 fn too_many_anonymous(retry_after_seconds: u64) -> ApiError {
     ApiError::new(

@@ -10,11 +10,11 @@
 //! * a hot key's request admitted from this isolate's lease is checked here, with the isolate's
 //!   own count of the visitors it admits.
 
-use super::authentication::{KeyCredentials, Refusal};
+use super::authentication::{window_refused, KeyCredentials, Refusal};
 use super::pipeline::Trace;
 use super::Gateway;
 use gatehouse_core::browser::{Visitor, VisitorCheck};
-use gatehouse_core::error::{ApiError, ErrorCode};
+use gatehouse_core::error::ApiError;
 use gatehouse_core::ports::Ports;
 use gatehouse_core::rate_limit::Usage;
 
@@ -104,18 +104,10 @@ pub(super) fn origin_refused(origin: Option<&str>, allowed: Option<&[String]>) -
 /// A browser key's visitor over its own window (429 with that window's usage): the key's window
 /// is untouched.
 pub(super) fn visitor_over(usage: &Usage) -> ApiError {
-    ApiError::new(
-        ErrorCode::RateLimitExceeded,
-        format!(
-            "This address has used the {} requests a minute this browser key allows each visitor \
-             (its other visitors are not affected).",
-            usage.limit()
-        ),
-    )
-    .with_retry_after(usage.seconds_to_reset())
-    .with_detail("window", usage.window_name())
-    .with_detail("per", "address")
-    .with_detail("limit", usage.limit())
-    .with_detail("remaining", usage.remaining())
-    .with_detail("reset", usage.reset_ms() / 1000)
+    let message = format!(
+        "This address has used the {} requests a minute this browser key allows each visitor (its \
+         other visitors are not affected).",
+        usage.limit()
+    );
+    window_refused(message, usage).with_detail("per", "address")
 }
