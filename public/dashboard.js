@@ -329,13 +329,51 @@ async function loadOverview() {
   overviewChart = traffic($('overview-chart'), stats, overviewChart, ['p50_ms', 'p95_ms', 'p99_ms']);
 }
 
+// ---- live, paged tables (the request log, the events) --------------------------------------
+/**
+ * A table of a list route's answers, newest first: `load(true)` shows its first page, `load(false)`
+ * adds the next below; with the `live` box checked, every `everyMs` the items from the newest shown
+ * on go on top. Each item is shown once (`id`); `at` is its time, `row` its table row.
+ */
+function liveTable({ path, params, body, more, live, panel, everyMs, id, at, row: toRow }) {
+  let cursor = null;
+  let shown = new Set();
+  const rows = (data) => data.filter((item) => !shown.has(id(item))).map((item) => {
+    shown.add(id(item));
+    const tr = toRow(item);
+    tr.dataset.at = at(item);
+    return tr;
+  });
+  async function load(fresh) {
+    const query = params();
+    if (!fresh && cursor) query.set('cursor', cursor);
+    const page = await api(`${path}?${query}`);
+    cursor = page.next_cursor;
+    if (fresh) shown = new Set();
+    if (fresh) $(body).replaceChildren(...rows(page.data)); else $(body).append(...rows(page.data));
+    $(more).hidden = !cursor;
+  }
+  async function tail() {
+    if ($(panel).hidden) return;
+    const query = params();
+    const newest = $(body).querySelector('tr')?.dataset.at;
+    if (newest) query.set('from', newest);
+    $(body).prepend(...rows((await api(`${path}?${query}`)).data));
+  }
+  let timer = null;
+  $(more).addEventListener('click', () => load(false).catch(showError));
+  $(live).addEventListener('change', () => {
+    clearInterval(timer);
+    timer = $(live).checked ? setInterval(() => tail().catch(showError), everyMs) : null;
+  });
+  return load;
+}
+
 // ---- request log ---------------------------------------------------------------------------
-let logCursor = null;
 $('log-filters').addEventListener('submit', (event) => {
   event.preventDefault();
   loadLog(true).catch(showError);
 });
-$('log-more').addEventListener('click', () => loadLog(false).catch(showError));
 $('detail-close').addEventListener('click', () => $('log-detail').close());
 
 /** The log query of the filter form; its time range becomes `from`. */
@@ -352,48 +390,22 @@ function logParams() {
   return params;
 }
 
-let shown = new Set();
-async function loadLog(fresh) {
-  const params = logParams();
-  if (!fresh && logCursor) params.set('cursor', logCursor);
-  const page = await api(`/public/v1/logs?${params}`);
-  logCursor = page.next_cursor;
-  if (fresh) shown = new Set();
-  const rows = logRows(page.data);
-  if (fresh) $('log').replaceChildren(...rows); else $('log').append(...rows);
-  $('log-more').hidden = !logCursor;
-}
-
-/** Live tail: one request per interval, for rows from the newest shown on (each shown once). */
-let live = null;
-$('log-live').addEventListener('change', () => {
-  clearInterval(live);
-  live = $('log-live').checked ? setInterval(() => tailLog().catch(showError), 5000) : null;
+const loadLog = liveTable({
+  path: '/public/v1/logs', params: logParams, body: 'log', more: 'log-more', live: 'log-live', panel: 'panel-log',
+  everyMs: 5000, id: (r) => r.request_id, at: (r) => r.ts, row: logRow,
 });
-async function tailLog() {
-  if ($('panel-log').hidden) return;
-  const newest = $('log').querySelector('tr')?.dataset.ts;
-  const params = logParams();
-  if (newest) params.set('from', newest);
-  const page = await api(`/public/v1/logs?${params}`);
-  const rows = logRows(page.data);
-  $('log').prepend(...rows);
-}
 
-function logRows(data) {
-  return data.filter((r) => !shown.has(r.request_id)).map((r) => {
-    shown.add(r.request_id);
-    const tr = row(cell(when(r.ts)), cell(r.method), cell(r.path), cell(r.status, statusClass(r.status)),
-      cell(r.key_prefix), cell(r.response_time_ms));
-    tr.className = 'clickable';
-    tr.tabIndex = 0;
-    tr.dataset.requestId = r.request_id;
-    tr.dataset.status = r.status;
-    tr.dataset.ts = r.ts;
-    tr.addEventListener('click', () => showDetail(r));
-    tr.addEventListener('keydown', (e) => { if (e.key === 'Enter') showDetail(r); });
-    return tr;
-  });
+function logRow(r) {
+  const tr = row(cell(when(r.ts)), cell(r.method), cell(r.path), cell(r.status, statusClass(r.status)),
+    cell(r.key_prefix), cell(r.response_time_ms));
+  tr.className = 'clickable';
+  tr.tabIndex = 0;
+  tr.dataset.requestId = r.request_id;
+  tr.dataset.status = r.status;
+  tr.dataset.ts = r.ts;
+  tr.addEventListener('click', () => showDetail(r));
+  tr.addEventListener('keydown', (e) => { if (e.key === 'Enter') showDetail(r); });
+  return tr;
 }
 
 function showDetail(r) {
@@ -417,17 +429,9 @@ function showDetail(r) {
 }
 
 // ---- events (a live view of what the project's keys sent, like an event debugger) -----------
-let eventsCursor = null;
-let eventsShown = new Set();
 $('event-filters').addEventListener('submit', (event) => {
   event.preventDefault();
   loadEvents(true).catch(showError);
-});
-$('events-more').addEventListener('click', () => loadEvents(false).catch(showError));
-let eventsLive = null;
-$('events-live').addEventListener('change', () => {
-  clearInterval(eventsLive);
-  eventsLive = $('events-live').checked ? setInterval(() => tailEvents().catch(showError), 3000) : null;
 });
 
 function eventParams() {
@@ -436,44 +440,24 @@ function eventParams() {
   return params;
 }
 
-async function loadEvents(fresh) {
-  const params = eventParams();
-  if (!fresh && eventsCursor) params.set('cursor', eventsCursor);
-  const page = await api(`/public/v1/events?${params}`);
-  eventsCursor = page.next_cursor;
-  if (fresh) eventsShown = new Set();
-  const rows = eventRows(page.data);
-  if (fresh) $('events').replaceChildren(...rows); else $('events').append(...rows);
-  $('events-more').hidden = !eventsCursor;
+function eventRow(e) {
+  const properties = document.createElement('details');
+  const summary = document.createElement('summary');
+  summary.textContent = Object.keys(e.properties ?? {}).join(', ') || '{}';
+  const pre = document.createElement('pre');
+  pre.textContent = JSON.stringify({ event_id: e.event_id, timestamp: e.timestamp, properties: e.properties }, null, 2);
+  properties.append(summary, pre);
+  const propertiesCell = cell('');
+  propertiesCell.append(properties);
+  const tr = row(cell(when(e.received_at)), cell(e.event), cell(e.user_id), cell(e.anonymous_id), cell(e.key_type), propertiesCell);
+  tr.dataset.eventId = e.event_id;
+  return tr;
 }
 
-/** Live: the newest page from the newest shown on, each event shown once, new ones on top. */
-async function tailEvents() {
-  if ($('panel-events').hidden) return;
-  const params = eventParams();
-  const newest = $('events').querySelector('tr')?.dataset.receivedAt;
-  if (newest) params.set('from', newest);
-  const page = await api(`/public/v1/events?${params}`);
-  $('events').prepend(...eventRows(page.data));
-}
-
-function eventRows(data) {
-  return data.filter((e) => !eventsShown.has(e.event_id)).map((e) => {
-    eventsShown.add(e.event_id);
-    const properties = document.createElement('details');
-    const summary = document.createElement('summary');
-    summary.textContent = Object.keys(e.properties ?? {}).join(', ') || '{}';
-    const pre = document.createElement('pre');
-    pre.textContent = JSON.stringify({ event_id: e.event_id, timestamp: e.timestamp, properties: e.properties }, null, 2);
-    properties.append(summary, pre);
-    const propertiesCell = cell('');
-    propertiesCell.append(properties);
-    const tr = row(cell(when(e.received_at)), cell(e.event), cell(e.user_id), cell(e.anonymous_id), cell(e.key_type), propertiesCell);
-    tr.dataset.eventId = e.event_id;
-    tr.dataset.receivedAt = e.received_at;
-    return tr;
-  });
-}
+const loadEvents = liveTable({
+  path: '/public/v1/events', params: eventParams, body: 'events', more: 'events-more', live: 'events-live',
+  panel: 'panel-events', everyMs: 3000, id: (e) => e.event_id, at: (e) => e.received_at, row: eventRow,
+});
 
 // ---- webhooks ------------------------------------------------------------------------------
 $('new-webhook').addEventListener('submit', async (event) => {
