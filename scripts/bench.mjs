@@ -12,7 +12,7 @@ import { gzipSync } from 'node:zlib';
 import { randomUUID } from 'node:crypto';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { ADMIN, BASE, CONNECTIONS, api, benchProject, completedKey, scenarios as single, drive, startBenchOrigin } from './load.mjs';
+import { ADMIN, BASE, CONNECTIONS, api, benchProject, coldKeys, coldScenario, completedKey, scenarios as single, drive, startBenchOrigin } from './load.mjs';
 
 const quick = process.argv.includes('--quick');
 const STATE = process.env.GATEHOUSE_STATE;
@@ -48,25 +48,9 @@ if (PEER) {
 
 if (ORIGIN_PORT) await startBenchOrigin(ORIGIN_PORT);
 
-// Cold keys (SPEC §20: "no worse for cold keys"): GET /public/v1/me over many keys in turn, each
-// far below LEASE_ABOVE_PER_SECOND, so every request asks its key's guard (no lease). Each key is
-// used once first, so its guard knows it (the steady state: no D1 query).
 const COLD_KEYS = quick ? 50 : 200;
-async function coldKeys(make, base) {
-  const keys = [];
-  while (keys.length < COLD_KEYS) keys.push(...await Promise.all(Array.from({ length: 10 }, make)));
-  await Promise.all(keys.map((key) => api('GET', '/public/v1/me', { base, key })));
-  return keys;
-}
-function coldScenario(keys, url) {
-  let turn = 0;
-  return {
-    name: `GET /public/v1/me, ${keys.length} keys in turn (cold)`, key: 'cold', url, path: '/public/v1/me', expect: 200,
-    setup: (req) => ({ ...req, headers: { ...req.headers, authorization: `Bearer ${keys[turn++ % keys.length]}` } }),
-  };
-}
-one.cold = coldScenario(await coldKeys(async () => (await api('POST', '/public/v1/keys', { key: owner.key, body: { type: 'server' } })).body.key, BASE));
-if (PEER) peer.cold = coldScenario(await coldKeys(() => peerKey(1_000_000), PEER), PEER);
+one.cold = coldScenario(await coldKeys(async () => (await api('POST', '/public/v1/keys', { key: owner.key, body: { type: 'server' } })).body.key, BASE, COLD_KEYS));
+if (PEER) peer.cold = coldScenario(await coldKeys(() => peerKey(1_000_000), PEER, COLD_KEYS), PEER);
 
 const trackBody = (n) => JSON.stringify({
   batch: Array.from({ length: n }, (_, i) => ({ event_id: randomUUID(), event: 'Bench Event', anonymous_id: `a-${i}`, properties: { i } })),

@@ -52,6 +52,25 @@ export function scenarios({ server, replayKey }, url = BASE) {
   };
 }
 
+/** Cold keys (SPEC §20): `count` keys made by `make`, each used once on `base` so that its guard
+ *  knows it (the steady state: no D1 query), for coldScenario. */
+export async function coldKeys(make, base, count) {
+  const keys = [];
+  while (keys.length < count) keys.push(...await Promise.all(Array.from({ length: 10 }, make)));
+  await Promise.all(keys.map((key) => api('GET', '/public/v1/me', { base, key })));
+  return keys;
+}
+
+/** GET /public/v1/me over `keys` in turn, each far below LEASE_ABOVE_PER_SECOND, so every request
+ *  asks its key's guard (no lease). */
+export function coldScenario(keys, url = BASE) {
+  let turn = 0;
+  return {
+    name: `GET /public/v1/me, ${keys.length} keys in turn (cold)`, key: 'cold', url, path: '/public/v1/me', expect: 200,
+    setup: (req) => ({ ...req, headers: { ...req.headers, authorization: `Bearer ${keys[turn++ % keys.length]}` } }),
+  };
+}
+
 /** The proxy scenario's origin: a minimal HTTP server in its own process on 127.0.0.1:`port`,
  *  answering `{"ok":true}`; stopped when this process exits. Resolves to its pid once it listens. */
 export async function startBenchOrigin(port) {

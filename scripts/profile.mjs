@@ -1,6 +1,6 @@
 // Where a request's CPU goes in the worker's isolate (see scripts/profile): V8's sampling profiler,
 // over the Chrome DevTools Protocol, while autocannon drives one scenario.
-// Usage: node scripts/profile.mjs [--seconds N] [scenario…]   (scenarios: floor me proxy create replay)
+// Usage: node scripts/profile.mjs [--seconds N] [scenario…]   (scenarios: floor me cold proxy create replay)
 // Environment: GATEHOUSE_URL, GATEHOUSE_ADMIN_TOKEN, GATEHOUSE_STATE, GATEHOUSE_INSPECTOR (the
 // port of wrangler's inspector proxy), GATEHOUSE_PIDS ("name=pid …": processes whose CPU time
 // is reported per request too). Writes $GATEHOUSE_STATE/<scenario>.cpuprofile (Chrome DevTools,
@@ -8,12 +8,12 @@
 import { writeFileSync, readFileSync } from 'node:fs';
 // `ws` comes with wrangler (miniflare's dependency); undici's WebSocket fails wrangler's handshake.
 import WebSocket from 'ws';
-import { benchProject, scenarios, drive, startBenchOrigin } from './load.mjs';
+import { api, benchProject, coldKeys, coldScenario, scenarios, drive, startBenchOrigin } from './load.mjs';
 
 const args = process.argv.slice(2);
 const at = args.indexOf('--seconds');
 const SECONDS = at >= 0 ? Number(args.splice(at, 2)[1]) : 10;
-const WANTED = args.length ? args : ['floor', 'me', 'proxy', 'create', 'replay'];
+const WANTED = args.length ? args : ['floor', 'me', 'cold', 'proxy', 'create', 'replay'];
 const STATE = process.env.GATEHOUSE_STATE;
 const INTERVAL_US = 100;
 
@@ -117,13 +117,16 @@ const clean = (name) => name.replace(/::h[0-9a-f]{16}\b/g, '');
 /** The sources of the isolate's scripts, by id: the bundle's minifier leaves the glue's import
  *  functions anonymous, but each follows its key (`__wbg_log_…: function(e) {`). */
 const SOURCES = new Map();
+const TEXTS = new Map();
 async function loadSources(cdp) {
   await cdp.send('Debugger.enable');
   const bundles = () => cdp.events.filter((e) => e.method === 'Debugger.scriptParsed' && /(^|\/)(index|main)\.js$/.test(e.params.url));
   // wrangler's proxy sends the scripts after its answer.
   for (let i = 0; i < 50 && !bundles().length; i++) await new Promise((r) => setTimeout(r, 100));
   for (const { params } of bundles()) {
-    SOURCES.set(params.scriptId, (await cdp.send('Debugger.getScriptSource', { scriptId: params.scriptId })).scriptSource.split('\n'));
+    const text = (await cdp.send('Debugger.getScriptSource', { scriptId: params.scriptId })).scriptSource;
+    TEXTS.set(params.scriptId, text);
+    SOURCES.set(params.scriptId, text.split('\n'));
   }
   await cdp.send('Debugger.disable');
 }
@@ -166,6 +169,124 @@ function table(title, map, { total, requests }, limit = Infinity) {
   });
 }
 
+// ---- Crossings --------------------------------------------------------------------------------
+
+/** What a call into the runtime (an import of the wasm, by its wasm-bindgen name) is for. */
+const IMPORT_KINDS = [
+  ['reading the request head', /^(requestHead|allHeaders|url|method|headers|body|cf)$/],
+  ['building the response', /^respond$/],
+  ['futures: promise, then, microtask', /^(queueMicrotask|then|resolve|new_typed|call|waitUntil)$/],
+  ['timer (setTimeout)', /^(setTimeout|clearTimeout)$/],
+  ['queue send', /^(send|sendBatch)$/],
+  ['Durable Object (stub, RPC)', /^(ask|idFromName|get_stub|getByName|get|fetch)$/],
+  ['KV, D1, SQLite, R2', /^(put|prepare|bind|run|all|first|batch|exec|toArray|results|list|delete|head|sql|storage)$/],
+  ['console', /^(log|error|warn)$/],
+];
+
+/** A crossing's kind, from the name of the import or export it goes through. */
+function importKind(name) {
+  const base = name.replace(/^__wbg_/, '').replace(/_[0-9a-f]{16}$/, '');
+  const found = IMPORT_KINDS.find(([, re]) => re.test(base));
+  return [`wasm→JS: ${found ? found[0] : 'other'}`, base];
+}
+function exportKind(name) {
+  if (/^(fetch|queue|scheduled)$/.test(name)) return ['JS→wasm: entering the handler', name];
+  if (/invoke/.test(name)) return ['JS→wasm: a closure (a future woken, a callback)', name.replace(/__h[0-9a-f]{16}$/, '')];
+  if (/^__wbindgen_(malloc|realloc|free)$|^__externref/.test(name)) return ['JS→wasm: memory for a copy (malloc, free, externref table)', name];
+  return [`JS→wasm: ${/object_/.test(name) ? 'a Durable Object method' : 'other'}`, name];
+}
+
+/** A function of the bundle, by its name and text → its crossing kind, or undefined when it is
+ *  plain JavaScript (for the sampled times: wasm-bindgen's wrappers call `<exports>.<name>(`). */
+function crossing(name, text, exportsVar) {
+  if (/^__wbg_|^__wbindgen_/.test(name)) return importKind(name);
+  const call = text.match(new RegExp(`(?<![\\w$.])${exportsVar.replace('$', '\\$')}\\.([\\w$]+)\\(`))?.[1];
+  return call && !/^__wbindgen_(malloc|realloc|free)$/.test(call) ? exportKind(call) : undefined;
+}
+
+/** The wasm's allocations so far (the profile build's `wasm-alloc` in Server-Timing). */
+async function allocations() {
+  const res = await fetch(`${process.env.GATEHOUSE_URL}/health`);
+  await res.arrayBuffer();
+  const found = /wasm-alloc;desc="(\d+) (\d+)"/.exec(res.headers.get('server-timing') ?? '');
+  return found ? { count: Number(found[1]), bytes: Number(found[2]) } : undefined;
+}
+
+/** A second, shorter pass over a scenario: the profile build's counters (scripts/profile-glue.mjs, on GET /__profile/crossings:
+ *  every call through an import or an export of the wasm, the bytes copied; src/profile.rs: the
+ *  wasm's allocations) before and after, per request. */
+async function countCrossings(s) {
+  const read = async () => (await fetch(`${process.env.GATEHOUSE_URL}/__profile/crossings`)).json().catch(() => null);
+  const [before, alloc0] = [await read(), await allocations()];
+  if (!before) throw new Error('the worker counts no crossings: is it the profile build (GATEHOUSE_PROFILE=1 scripts/build)?');
+  const r = await drive(s, Math.min(SECONDS, 5));
+  const [after, alloc1] = [await read(), await allocations()];
+  const requests = r.requests.total;
+  const kinds = new Map(), each = new Map();
+  const add = (m, k, v) => m.set(k, (m.get(k) ?? 0) + v);
+  for (const [side, kindOf] of [['imports', importKind], ['exports', exportKind]]) {
+    for (const [name, n] of Object.entries(after[side])) {
+      const calls = n - (before[side][name] ?? 0);
+      if (!calls) continue;
+      const [kind, short] = kindOf(name);
+      add(kinds, kind, calls);
+      add(each, `${short} (${kind.split(':')[0]})`, calls);
+    }
+  }
+  const per = (n) => (n / requests).toFixed(2);
+  console.log(`\ncrossings per request (counted over ${requests} requests; the Durable Objects' own included)`);
+  let total = 0;
+  for (const [k, n] of [...kinds].sort((a, b) => b[1] - a[1])) { console.log(`${pad(k, 62)}${lpad(per(n), 9)}`); total += n; }
+  console.log(`${pad('all crossings', 62)}${lpad(per(total), 9)}`);
+  console.log('\nthe calls behind them, per request');
+  for (const [k, n] of [...each].sort((a, b) => b[1] - a[1]).slice(0, 25)) console.log(`${pad(k.length > 60 ? `${k.slice(0, 59)}…` : k, 62)}${lpad(per(n), 9)}`);
+  const copied = {
+    into_wasm: (after.bytesIn - before.bytesIn) / requests,
+    strings_out: (after.stringBytesOut - before.stringBytesOut) / requests,
+    bodies_out: (after.bodyBytesOut - before.bodyBytesOut) / requests,
+  };
+  console.log(`bytes copied per request: into the wasm ${copied.into_wasm.toFixed(0)}, strings out of it `
+    + `${copied.strings_out.toFixed(0)}, response bodies out of it ${copied.bodies_out.toFixed(0)}`);
+  const alloc = alloc0 && alloc1 ? { count: (alloc1.count - alloc0.count) / requests, bytes: (alloc1.bytes - alloc0.bytes) / requests } : undefined;
+  if (alloc) console.log(`wasm allocations per request: ${alloc.count.toFixed(1)} (${alloc.bytes.toFixed(0)} bytes)`);
+  return { crossings: total / requests, copied, alloc, kinds: Object.fromEntries([...kinds].map(([k, n]) => [k, n / requests])) };
+}
+
+/** The self time under each crossing kind (the nearest bundle frame on the stack decides). */
+function kindTimes(profile, requests) {
+  const [scriptId, text] = [...TEXTS][0] ?? [];
+  if (!text) return new Map();
+  const exportsVar = text.match(/([\w$]+)=([\w$]+)\.exports[;,]/)?.[1] ?? 'i';
+  const lineStarts = [0];
+  for (let i = text.indexOf('\n'); i >= 0; i = text.indexOf('\n', i + 1)) lineStarts.push(i + 1);
+  const kindAt = new Map();
+  const kindOfFrame = (f) => {
+    const key = `${f.lineNumber}:${f.columnNumber}`;
+    if (!kindAt.has(key)) {
+      const start = lineStarts[f.lineNumber] + f.columnNumber;
+      // The function's text: to its matching close brace, near enough for the patterns.
+      const body = text.slice(start, start + 800);
+      kindAt.set(key, crossing(f.functionName || glueName(f), body, exportsVar)?.[0]);
+    }
+    return kindAt.get(key);
+  };
+  const nodes = new Map(profile.nodes.map((n) => [n.id, n]));
+  const parent = new Map();
+  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const times = new Map();
+  profile.samples.forEach((id, i) => {
+    const us = i + 1 < profile.timeDeltas.length ? profile.timeDeltas[i + 1] : INTERVAL_US;
+    // From the top: JavaScript and native frames up to the first Rust frame are the crossing's.
+    for (let at = id; at !== undefined; at = parent.get(at)) {
+      const f = nodes.get(at).callFrame;
+      if (f.url.startsWith('wasm://')) break;
+      const kind = f.scriptId === scriptId ? kindOfFrame(f) : undefined;
+      if (kind) { times.set(kind, (times.get(kind) ?? 0) + us / requests); break; }
+    }
+  });
+  return times;
+}
+
 // ---- Run --------------------------------------------------------------------------------------
 
 const targets = await (await fetch(`http://127.0.0.1:${process.env.GATEHOUSE_INSPECTOR}/json`)).json();
@@ -175,9 +296,15 @@ await loadSources(cdp);
 await cdp.send('Profiler.enable');
 await cdp.send('Profiler.setSamplingInterval', { interval: INTERVAL_US });
 
-const all = scenarios(await benchProject());
+const bench = await benchProject();
+const all = scenarios(bench);
 const summary = [];
 for (const key of WANTED) {
+  if (key === 'cold') {
+    // Made now: their guards' first alarms come some seconds later and would land in another scenario.
+    const make = async () => (await api('POST', '/public/v1/keys', { key: bench.owner.key, body: { type: 'server' } })).body.key;
+    all.cold = coldScenario(await coldKeys(make, process.env.GATEHOUSE_URL, 200));
+  }
   const s = all[key];
   if (!s) throw new Error(`unknown scenario ${key} (one of ${Object.keys(all).join(', ')})`);
   await drive(s, 2); // warm-up: the wasm tiers up before it is measured
@@ -200,12 +327,18 @@ for (const key of WANTED) {
   table('cost centres: time with such a frame anywhere on the stack (inclusive; they overlap)', a.centres, a);
   table('top 25 functions by self time', a.self, a, 25);
   table('top 15 functions by total (inclusive) time', a.inclusive, a, 15);
-  summary.push({ key, requests, busy: busy / requests, cpu });
+  const times = kindTimes(profile, requests);
+  console.log(`\ntime under each crossing kind (sampled; the glue frame nearest the top decides)\n${pad('', 62)}${lpad('µs/req', 9)}`);
+  for (const [k, us] of [...times].sort((x, y) => y[1] - x[1])) console.log(`${pad(k, 62)}${lpad(us.toFixed(1), 9)}`);
+  const counted = await countCrossings(s);
+  summary.push({ key, requests, busy: busy / requests, cpu, ...counted, crossing_us: Object.fromEntries(times) });
 }
 
-console.log(`\n${pad('scenario', 10)}${lpad('req', 8)}${lpad('isolate busy µs/req', 21)}${PIDS.map(([n]) => lpad(`${n} µs/req`, 18)).join('')}`);
+console.log(`\n${pad('scenario', 10)}${lpad('req', 8)}${lpad('isolate busy µs/req', 21)}${lpad('crossings', 11)}${lpad('allocs', 9)}${PIDS.map(([n]) => lpad(`${n} µs/req`, 18)).join('')}`);
 for (const x of summary) {
-  console.log(`${pad(x.key, 10)}${lpad(x.requests, 8)}${lpad(x.busy.toFixed(0), 21)}${x.cpu.map((c) => lpad((1e6 * c / x.requests).toFixed(0), 18)).join('')}`);
+  console.log(`${pad(x.key, 10)}${lpad(x.requests, 8)}${lpad(x.busy.toFixed(0), 21)}${lpad(x.crossings.toFixed(1), 11)}${lpad(x.alloc ? x.alloc.count.toFixed(0) : '-', 9)}`
+    + `${x.cpu.map((c) => lpad((1e6 * c / x.requests).toFixed(0), 18)).join('')}`);
 }
+writeFileSync(`${STATE}/profile.json`, JSON.stringify(summary, null, 2));
 cdp.close();
 process.exit(0);

@@ -54,12 +54,29 @@ function answerAsOrigin(req) {
   }
   if (path === '/e2e/fail') return { status: 500, headers: { 'content-type': 'text/plain', 'x-origin': 'yes' }, body: `boom ${n}` };
   if (path === '/e2e/big') return { headers: { 'content-type': 'application/octet-stream' }, body: bigBody() };
+  if (path.startsWith('/e2e/shape/')) return SHAPES[path.slice('/e2e/shape/'.length)];
   if (path.startsWith('/e2e/orders') || path.startsWith('/e2e-required/')) {
     return { status: 201, headers: { 'content-type': 'application/vnd.shop+json', 'x-order-number': String(n) }, body: JSON.stringify({ order: n, path }) };
   }
   const headers = { 'content-type': 'application/json', 'x-origin': 'yes', 'x-ratelimit-remaining': '999', 'x-request-id': 'origin-chosen' };
   return { headers, body: JSON.stringify(seen) };
 }
+
+/** Answers of every shape the gateway's one-call response must keep byte for byte (SPEC §16):
+ *  a header with non-ASCII bytes, a binary body, exactly 1 MiB (the most it reads before it
+ *  answers), an empty body, a 204. */
+// Header values travel as bytes; Node writes a string's chars as Latin-1 bytes and undici reads them
+// back the same way, so this is 'café naïve ☕' as its UTF-8 bytes. (The runtime reads an origin's
+// header value as UTF-8: bytes that are not UTF-8 reach the client as U+FFFD, docs/api/proxy.md.)
+const UTF8_VALUE = Buffer.from('caf\u00e9 na\u00efve \u2615', 'utf8').toString('latin1');
+const EVERY_BYTE = Buffer.from(Array.from({ length: 1024 }, (_, i) => i % 256));
+const ONE_MIB = Buffer.from(Array.from({ length: 1024 * 1024 }, (_, i) => (i * 13) % 256));
+const SHAPES = {
+  binary: { headers: { 'content-type': 'application/octet-stream', 'x-name': UTF8_VALUE, 'x-empty': '' }, body: EVERY_BYTE },
+  mib: { headers: { 'content-type': 'application/octet-stream' }, body: ONE_MIB },
+  empty: { status: 200, headers: { 'content-type': 'text/plain' }, body: '' },
+  nothing: { status: 204, headers: { 'x-origin': 'yes' } },
+};
 
 function bigBody() {
   const b = Buffer.alloc(BIG);
@@ -234,6 +251,35 @@ test('a 3 MiB answer streams through whole, is not stored, and its replay is 409
   assert.equal(e.retryable, false);
   assert.equal(e.details.original_request_id, res.headers.get('x-request-id'));
   assert.equal(hitsOf('/e2e/big').length, 1);
+});
+
+test('an answer handed to the runtime in one call keeps every header and byte: non-ASCII, binary, 1 MiB, empty, 204', async () => {
+  const { server } = await businessProject();
+  const get = async (shape) => {
+    const res = await fetch(`${process.env.GATEHOUSE_URL}/e2e/shape/${shape}`, { headers: { authorization: `Bearer ${server.key}` } });
+    return { res, bytes: Buffer.from(await res.arrayBuffer()) };
+  };
+  const binary = await get('binary');
+  assert.equal(binary.res.status, 200);
+  assert.ok(binary.bytes.equals(EVERY_BYTE), 'every byte value comes through unchanged');
+  assert.equal(binary.res.headers.get('x-name'), UTF8_VALUE, 'the header\'s bytes come through unchanged');
+  assert.equal(binary.res.headers.get('x-empty'), '');
+  assert.equal(binary.res.headers.get('content-type'), 'application/octet-stream');
+  assertRequestId(binary.res);
+  assert.match(binary.res.headers.get('server-timing'), /origin;dur=\d+/);
+  const mib = await get('mib');
+  assert.equal(mib.res.status, 200);
+  assert.equal(mib.bytes.length, ONE_MIB.length);
+  assert.ok(mib.bytes.equals(ONE_MIB), '1 MiB comes through unchanged');
+  const empty = await get('empty');
+  assert.equal(empty.res.status, 200);
+  assert.equal(empty.bytes.length, 0);
+  assert.equal(empty.res.headers.get('content-type'), 'text/plain');
+  const nothing = await get('nothing');
+  assert.equal(nothing.res.status, 204);
+  assert.equal(nothing.bytes.length, 0);
+  assert.equal(nothing.res.headers.get('x-origin'), 'yes');
+  assertRequestId(nothing.res);
 });
 
 test('key types, required keys and the body limit are enforced before the origin is called', async () => {

@@ -157,8 +157,8 @@ fn pause(ms: u64) -> worker::Delay {
     worker::Delay::from(std::time::Duration::from_millis(ms))
 }
 
-#[event(fetch)]
-async fn fetch(req: web_sys::Request, env: Env, ctx: Context) -> Result<web_sys::Response> {
+/// A request, from the runtime's `Request` to its `Response` (`fetch_export` calls it).
+pub async fn fetch(req: web_sys::Request, env: Env, ctx: Context) -> Result<web_sys::Response> {
     clock::follow(&env).await.map_err(|e| worker::Error::RustError(e.0))?;
     let started = now_ms();
     let meter = Rc::new(Meter::default());
@@ -182,6 +182,8 @@ async fn fetch(req: web_sys::Request, env: Env, ctx: Context) -> Result<web_sys:
         // SPEC §16: the gateway's own time and its waits, on every answer.
         api.headers.push(("server-timing", meter.spent(api.audit.response_time_ms).header()));
     }
+    #[cfg(feature = "profile")]
+    api.headers.push(("server-timing", crate::profile::server_timing()));
     if let Some(note) = &api.internal_error {
         console_error!("request {}: {note}", api.request_id);
     }

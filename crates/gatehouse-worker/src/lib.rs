@@ -8,5 +8,8 @@
 
 mod adapters;
 mod entry;
+mod fetch_export;
 mod http;
 mod objects;
+#[cfg(feature = "profile")]
+mod profile;

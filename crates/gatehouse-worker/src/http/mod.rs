@@ -26,11 +26,11 @@ export function allHeaders(req) {
   return all;
 }
 export function respond(status, head, body, nullBody) {
-  const headers = new Headers();
+  const headers = [];
   for (const line of head.split("\n")) {
     if (line) {
       const colon = line.indexOf(":");
-      headers.append(line.slice(0, colon), line.slice(colon + 1));
+      headers.push([line.slice(0, colon), line.slice(colon + 1)]);
     }
   }
   return new Response(nullBody ? null : body, { status, headers });
