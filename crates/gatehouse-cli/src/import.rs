@@ -3,6 +3,7 @@
 //! chunk's index, so re-running an interrupted (or finished) import sends the same keys: chunks
 //! the server already did are replayed from its idempotency store (24 h) and create nothing.
 
+use hex::encode as hex;
 use std::path::Path;
 
 use gatehouse_client::Client;
@@ -25,7 +26,7 @@ struct Row {
 pub async fn run(client: &Client, file: &Path) -> Result<(), Failure> {
     let bytes =
         std::fs::read(file).map_err(|e| Failure::Usage(format!("cannot read {}: {e}", file.display())))?;
-    let digest = hex(&Sha256::digest(&bytes));
+    let digest = hex(Sha256::digest(&bytes));
     let rows = if is_ndjson(file, &bytes) { ndjson(&bytes)? } else { csv(&bytes)? };
     if rows.is_empty() {
         return Err(Failure::Usage(format!("{} holds no contacts", file.display())));
@@ -166,10 +167,6 @@ fn line_at(bytes: &[u8], at: u64) -> u64 {
         start += 1;
     }
     bytes[..start].iter().filter(|&&b| b == b'\n').count() as u64 + 1
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -15,8 +15,8 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, CONTENT_LE
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::import::hex;
 use crate::Failure;
+use hex::encode as hex;
 
 /// How long one forward may take, its answer included.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
@@ -389,7 +389,7 @@ pub fn default_state_path(
         (None, Some(home)) if !home.is_empty() => Path::new(home).join(".local/state"),
         _ => return None,
     };
-    let digest = hex(&Sha256::digest(format!("{gateway}\n{key}\n{}", events.join(","))));
+    let digest = hex(Sha256::digest(format!("{gateway}\n{key}\n{}", events.join(","))));
     Some(base.join("gatehouse").join(format!("listen-{}.json", &digest[..16])))
 }
 

@@ -9,6 +9,7 @@
 
 use base64::Engine as _;
 use ed25519_dalek::{Signature, Verifier, VerifyingKey};
+use hex::encode as hex;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 use std::fmt;
@@ -184,7 +185,7 @@ pub fn verify(
     let mut previous: Option<(String, String, i64)> = match before {
         Some((k, bytes)) => {
             let (_, _, end) = read_digest(key, scope, k, bytes)?;
-            Some((k.to_owned(), hex(&Sha256::digest(bytes)), end))
+            Some((k.to_owned(), hex(Sha256::digest(bytes)), end))
         }
         None => None,
     };
@@ -229,7 +230,7 @@ pub fn verify(
             // The run starts at a digest that links to one before it: that one must be given.
             (None, Some(link)) => return Err(Break::MissingDigest { key: link.key.clone() }),
         }
-        previous = Some((digest_key.clone(), hex(&Sha256::digest(bytes)), end));
+        previous = Some((digest_key.clone(), hex(Sha256::digest(bytes)), end));
         for o in &digest.objects {
             if !listed.insert(o.key.clone()) {
                 return Err(Break::ListedTwice { key: o.key.clone() });
@@ -240,7 +241,7 @@ pub fn verify(
     }
     for (o, digest_key, start, made_at) in read {
         let bytes = object(&o.key).ok_or_else(|| Break::MissingObject { key: o.key.clone() })?;
-        if hex(&Sha256::digest(&bytes)) != o.sha256 {
+        if hex(Sha256::digest(&bytes)) != o.sha256 {
             return Err(Break::ChangedObject { key: o.key.clone() });
         }
         let first_ts = check_rows(&o, &bytes)?;
@@ -352,7 +353,7 @@ pub fn up_to_head<'a>(
 pub fn newest_is_the_heads(head: &SignedHead, digests: &[(String, Option<Vec<u8>>)]) -> Result<(), Break> {
     match digests.last() {
         Some((key, Some(bytes))) if head.started && *key == head.digest_key => {
-            match hex(&Sha256::digest(bytes)) == head.digest_sha256 {
+            match hex(Sha256::digest(bytes)) == head.digest_sha256 {
                 true => Ok(()),
                 false => Err(Break::BadHead {
                     why: format!("storage holds other bytes under {key} than the digest the head names"),
@@ -422,10 +423,6 @@ fn check_rows(o: &DigestedObject, gzip: &[u8]) -> Result<i64, Break> {
     first_ts.ok_or_else(|| rows_wrong("it holds no row".into()))
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -467,7 +464,7 @@ mod tests {
             made_at: None,
             objects,
             previous: previous
-                .map(|(k, b)| PreviousDigest { key: k.into(), sha256: hex(&Sha256::digest(b)) }),
+                .map(|(k, b)| PreviousDigest { key: k.into(), sha256: hex(Sha256::digest(b)) }),
             algorithm: "ed25519".into(),
             public_key: String::new(),
             signature: None,
@@ -477,7 +474,7 @@ mod tests {
     fn listed(key: &str, bytes: &[u8], rows: &[(i64, &str)]) -> DigestedObject {
         DigestedObject {
             key: key.into(),
-            sha256: hex(&Sha256::digest(bytes)),
+            sha256: hex(Sha256::digest(bytes)),
             rows: rows.len() as u64,
             first_request_id: rows[0].1.into(),
             last_request_id: rows[rows.len() - 1].1.into(),
@@ -834,7 +831,7 @@ mod tests {
         // The newest digest must be the head's bytes.
         let newest = a.digests[2].1.clone().unwrap();
         let mut h = head(&a.key, 3, &k(2), "2026-12-02T13:00:00.000Z", None);
-        h.digest_sha256 = hex(&Sha256::digest(&newest));
+        h.digest_sha256 = hex(Sha256::digest(&newest));
         assert_eq!(newest_is_the_heads(&h, &a.digests), Ok(()));
         let mut other = a.digests.clone();
         other[2].1 =

@@ -1,14 +1,40 @@
 //! Wall-clock arithmetic on Unix milliseconds: RFC 3339 rendering (SPEC §3: responses use RFC 3339
 //! UTC) without a calendar crate.
 
-/// `2026-11-29T08:48:32.123Z` for a Unix time in milliseconds.
+/// `2026-11-29T08:48:32.123Z` for a Unix time in milliseconds. Digits written directly: `format!`
+/// took three times as long, on every answer's timestamps (docs/performance.md, "Kept libraries").
 pub fn rfc3339(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
-    let millis = ms.rem_euclid(1000);
     let days = secs.div_euclid(86_400);
     let sod = secs.rem_euclid(86_400);
     let (y, m, d) = civil_from_days(days);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z", sod / 3600, sod % 3600 / 60, sod % 60)
+    let mut out = String::with_capacity(24);
+    if !(0..=9999).contains(&y) {
+        // Outside four digits (never a time the gateway keeps): as `format!` writes it.
+        out.push_str(&format!("{y:04}"));
+    } else {
+        digits_into(&mut out, y as u32, 4);
+    }
+    for (sep, value, width) in [
+        ('-', m, 2),
+        ('-', d, 2),
+        ('T', (sod / 3600) as u32, 2),
+        (':', (sod % 3600 / 60) as u32, 2),
+        (':', (sod % 60) as u32, 2),
+        ('.', ms.rem_euclid(1000) as u32, 3),
+    ] {
+        out.push(sep);
+        digits_into(&mut out, value, width);
+    }
+    out.push('Z');
+    out
+}
+
+/// `value`'s last `width` decimal digits, zero-padded.
+fn digits_into(out: &mut String, value: u32, width: u32) {
+    for place in (0..width).rev() {
+        out.push(char::from(b'0' + (value / 10u32.pow(place) % 10) as u8));
+    }
 }
 
 /// Year, month, day of a count of days since 1970-01-01 (H. Hinnant's `civil_from_days`).
@@ -232,6 +258,26 @@ mod tests {
     #[test]
     fn renders_rfc3339_utc_with_millis() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        // As `format!` wrote it, before and after 1970 and past the year 9999.
+        for ms in [
+            -1i64,
+            -86_400_001,
+            -62_167_219_200_000,
+            253_402_300_799_999,
+            253_402_300_800_000,
+            1_795_942_112_123,
+        ] {
+            let secs = ms.div_euclid(1000);
+            let (sod, millis) = (secs.rem_euclid(86_400), ms.rem_euclid(1000));
+            let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+            let old = format!(
+                "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+                sod / 3600,
+                sod % 3600 / 60,
+                sod % 60
+            );
+            assert_eq!(rfc3339(ms), old, "{ms}");
+        }
         assert_eq!(rfc3339(1_795_942_112_123), "2026-11-29T08:48:32.123Z");
         assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
     }

@@ -31,7 +31,7 @@ impl TraceContext {
     /// ids from `random` (16 bytes for the trace, 8 for the span; only the span's are used when
     /// the trace continues).
     pub fn of(traceparent: Option<&str>, tracestate: Option<&str>, random: [u8; 24]) -> Self {
-        let span_id = hex(&random[16..]);
+        let span_id = crate::encoding::hex(&random[16..]);
         match traceparent.and_then(parse) {
             Some((trace_id, parent_id, flags)) => TraceContext {
                 trace_id: trace_id.to_owned(),
@@ -49,7 +49,7 @@ impl TraceContext {
                     .map(str::to_owned),
             },
             None => TraceContext {
-                trace_id: hex(&random[..16]),
+                trace_id: crate::encoding::hex(&random[..16]),
                 span_id,
                 parent_id: None,
                 flags: STARTED_FLAGS,
@@ -103,10 +103,6 @@ fn lower_hex(s: &str) -> bool {
 
 fn zeros(s: &str) -> bool {
     s.bytes().all(|b| b == b'0')
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
