@@ -7,6 +7,7 @@
 //! port, `testing`'s gateway over them, and the seeded fault simulation `sim`.
 
 mod after_response;
+pub mod answer_now;
 mod audit;
 mod authentication;
 mod body_reading;

@@ -463,8 +463,7 @@ mod tests {
             period_end: format!("2026-12-02T1{}:00:00.000Z", period + 1),
             made_at: None,
             objects,
-            previous: previous
-                .map(|(k, b)| PreviousDigest { key: k.into(), sha256: hex(Sha256::digest(b)) }),
+            previous: previous.map(|(k, b)| PreviousDigest { key: k.into(), sha256: hex(Sha256::digest(b)) }),
             algorithm: "ed25519".into(),
             public_key: String::new(),
             signature: None,
