@@ -4,7 +4,7 @@
 //! promise, microtask and closure calls. A future that waits goes on in the executor as
 //! [`Later`], from where it stopped.
 //!
-//! The first poll has no executor task yet, so it runs with a [`Forward`] waker, and every later
+//! The first poll has no executor task yet, so it runs with a `Forward` waker, and every later
 //! poll tells it the task's waker: a future that keeps the waker of its first poll — worker's
 //! `Delay`, under every deadline — so still wakes the task.
 
