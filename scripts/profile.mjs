@@ -1,5 +1,6 @@
 // Where a request's CPU goes in the worker's isolate (see scripts/profile): V8's sampling profiler,
-// over the Chrome DevTools Protocol, while autocannon drives one scenario.
+// over the Chrome DevTools Protocol, while autocannon drives one scenario; then a counted pass of
+// the same scenario: crossings between JavaScript and the wasm, bytes copied, allocations.
 // Usage: node scripts/profile.mjs [--seconds N] [scenario…]   (scenarios: floor me cold proxy create replay)
 // Environment: GATEHOUSE_URL, GATEHOUSE_ADMIN_TOKEN, GATEHOUSE_STATE, GATEHOUSE_INSPECTOR (the
 // port of wrangler's inspector proxy), GATEHOUSE_PIDS ("name=pid …": processes whose CPU time
@@ -212,9 +213,10 @@ async function allocations() {
   return found ? { count: Number(found[1]), bytes: Number(found[2]) } : undefined;
 }
 
-/** A second, shorter pass over a scenario: the profile build's counters (scripts/profile-glue.mjs, on GET /__profile/crossings:
- *  every call through an import or an export of the wasm, the bytes copied; src/profile.rs: the
- *  wasm's allocations) before and after, per request. */
+/** A second, shorter pass over a scenario: the profile build's counters before and after, per
+ *  request — every call through an import or an export of the wasm and the bytes copied
+ *  (scripts/profile-glue.mjs, answered on GET /__profile/crossings), the wasm's allocations
+ *  (crates/gatehouse-worker/src/profile.rs, in Server-Timing). */
 async function countCrossings(s) {
   const read = async () => (await fetch(`${process.env.GATEHOUSE_URL}/__profile/crossings`)).json().catch(() => null);
   const [before, alloc0] = [await read(), await allocations()];
