@@ -144,8 +144,9 @@ function analyse(profile, requests) {
   // A sample stands for the time until the next one.
   const dt = samples.map((_, i) => (i + 1 < timeDeltas.length ? timeDeltas[i + 1] : INTERVAL_US));
   const total = dt.reduce((a, b) => a + b, 0);
-  const cats = new Map(), centres = new Map(), self = new Map(), inclusive = new Map();
+  const cats = new Map(), centres = new Map(), self = new Map(), inclusive = new Map(), crossings = new Map();
   const add = (m, k, v) => m.set(k, (m.get(k) ?? 0) + v);
+  const kindOf = frameKinds();
   const fnKey = (f) => (f.url.startsWith('wasm://') ? clean(f.functionName)
     : `${f.functionName || (f.url ? glueName(f) : '(anonymous)')} [${f.url ? `${f.url.replace(/^.*\//, '')}:${f.lineNumber + 1}` : 'native'}]`);
   for (let i = 0; i < samples.length; i++) {
@@ -156,8 +157,13 @@ function analyse(profile, requests) {
     add(self, fnKey(stack[0]), dt[i]);
     for (const k of new Set(stack.map(fnKey))) if (k !== '(root) [native]') add(inclusive, k, dt[i]);
     for (const [centre, re] of CENTRES) if (stack.some((f) => re.test(f.functionName) || re.test(f.url))) add(centres, centre, dt[i]);
+    // From the top: JavaScript and native frames up to the first Rust frame are a crossing's, the
+    // kind of the nearest glue function that is one.
+    const rustAt = stack.findIndex((f) => f.url.startsWith('wasm://'));
+    const kind = stack.slice(0, rustAt < 0 ? stack.length : rustAt).map(kindOf).find(Boolean);
+    if (kind) add(crossings, kind, dt[i]);
   }
-  return { total, requests, cats, centres, self, inclusive };
+  return { total, requests, cats, centres, self, inclusive, crossings };
 }
 
 const pad = (v, n) => String(v).padEnd(n);
@@ -254,39 +260,24 @@ async function countCrossings(s) {
   return { crossings: total / requests, copied, alloc, kinds: Object.fromEntries([...kinds].map(([k, n]) => [k, n / requests])) };
 }
 
-/** The self time under each crossing kind (the nearest bundle frame on the stack decides). */
-function kindTimes(profile, requests) {
+/** A frame of the bundle → its crossing kind (undefined for plain JavaScript and other scripts). */
+function frameKinds() {
   const [scriptId, text] = [...TEXTS][0] ?? [];
-  if (!text) return new Map();
+  if (!text) return () => undefined;
   const exportsVar = text.match(/([\w$]+)=([\w$]+)\.exports[;,]/)?.[1] ?? 'i';
   const lineStarts = [0];
   for (let i = text.indexOf('\n'); i >= 0; i = text.indexOf('\n', i + 1)) lineStarts.push(i + 1);
-  const kindAt = new Map();
-  const kindOfFrame = (f) => {
+  const known = new Map();
+  return (f) => {
+    if (f.scriptId !== scriptId) return undefined;
     const key = `${f.lineNumber}:${f.columnNumber}`;
-    if (!kindAt.has(key)) {
+    if (!known.has(key)) {
       const start = lineStarts[f.lineNumber] + f.columnNumber;
       // The function's text: to its matching close brace, near enough for the patterns.
-      const body = text.slice(start, start + 800);
-      kindAt.set(key, crossing(f.functionName || glueName(f), body, exportsVar)?.[0]);
+      known.set(key, crossing(f.functionName || glueName(f), text.slice(start, start + 800), exportsVar)?.[0]);
     }
-    return kindAt.get(key);
+    return known.get(key);
   };
-  const nodes = new Map(profile.nodes.map((n) => [n.id, n]));
-  const parent = new Map();
-  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
-  const times = new Map();
-  profile.samples.forEach((id, i) => {
-    const us = i + 1 < profile.timeDeltas.length ? profile.timeDeltas[i + 1] : INTERVAL_US;
-    // From the top: JavaScript and native frames up to the first Rust frame are the crossing's.
-    for (let at = id; at !== undefined; at = parent.get(at)) {
-      const f = nodes.get(at).callFrame;
-      if (f.url.startsWith('wasm://')) break;
-      const kind = f.scriptId === scriptId ? kindOfFrame(f) : undefined;
-      if (kind) { times.set(kind, (times.get(kind) ?? 0) + us / requests); break; }
-    }
-  });
-  return times;
 }
 
 // ---- Run --------------------------------------------------------------------------------------
@@ -329,11 +320,9 @@ for (const key of WANTED) {
   table('cost centres: time with such a frame anywhere on the stack (inclusive; they overlap)', a.centres, a);
   table('top 25 functions by self time', a.self, a, 25);
   table('top 15 functions by total (inclusive) time', a.inclusive, a, 15);
-  const times = kindTimes(profile, requests);
-  console.log(`\ntime under each crossing kind (sampled; the glue frame nearest the top decides)\n${pad('', 62)}${lpad('µs/req', 9)}`);
-  for (const [k, us] of [...times].sort((x, y) => y[1] - x[1])) console.log(`${pad(k, 62)}${lpad(us.toFixed(1), 9)}`);
+  table('time under each crossing kind (the glue frame nearest the top decides)', a.crossings, a);
   const counted = await countCrossings(s);
-  summary.push({ key, requests, busy: busy / requests, cpu, ...counted, crossing_us: Object.fromEntries(times) });
+  summary.push({ key, requests, busy: busy / requests, cpu, ...counted, crossing_us: Object.fromEntries([...a.crossings].map(([k, us]) => [k, us / requests])) });
 }
 
 console.log(`\n${pad('scenario', 10)}${lpad('req', 8)}${lpad('isolate busy µs/req', 21)}${lpad('crossings', 11)}${lpad('allocs', 9)}${PIDS.map(([n]) => lpad(`${n} µs/req`, 18)).join('')}`);
