@@ -43,6 +43,14 @@ d1_bindings() {
   grep -A1 -F '[[d1_databases]]' "$1" | sed -nE 's/^binding = "([A-Z0-9_]+)"$/\1/p'
 }
 
+# check_config [gatehouse-config-check arguments…]: the configuration parsed by the worker's own
+# code, natively, before anything starts or uploads (SPEC §26); dies with the worker's message.
+check_config() {
+  local verdict
+  verdict="$(cd "$ROOT" && cargo run -q -p gatehouse-config-check -- "$@" 2>&1)" || die "$verdict"
+  note "$verdict"
+}
+
 # start_worker CONFIG STATE_DIR PORT LOG [wrangler dev args…]: applies the D1 migrations of the
 # worker that the wrangler.toml CONFIG describes (every D1 binding) to STATE_DIR, starts
 # `wrangler dev` in its own process group (WORKER_PID; job control puts a background job in a group
@@ -69,14 +77,20 @@ start_worker() {
     --show-interactive-dev-session=false --test-scheduled "$@" > "$log" 2>&1 < /dev/null &
   WORKER_PID=$!
   set +m
-  local waited=0
-  until curl -fs -o /dev/null "http://127.0.0.1:$port/health"; do
+  local waited=0 status
+  until status="$(curl -s -o "$log.health" -w '%{http_code}' "http://127.0.0.1:$port/health")" && [ "$status" = 200 ]; do
+    if [ "$status" = 503 ] && grep -q "configuration is invalid" "$log.health"; then
+      # A configuration the worker refuses (SPEC §26): its own message, at once.
+      stop_group "$WORKER_PID"
+      die "$(node -e 'console.log(JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).error.message)' "$log.health")"
+    fi
     if ! kill -0 "$WORKER_PID" 2>/dev/null; then
       tail -n 40 "$log"
       die "wrangler dev exited before it was ready (log: $log)"
     fi
     if [ "$waited" -ge 180 ]; then
       tail -n 40 "$log"
+      stop_group "$WORKER_PID"
       die "wrangler dev not ready after 180 s (log: $log)"
     fi
     sleep 1
@@ -116,10 +130,11 @@ stop_group() {
   fi
 }
 
-# Stops what start_gateway and start_peer began.
+# Stops what start_gateway and start_peer began (and a worker still starting: WORKER_PID).
 stop_gateway() {
   stop_group "${GATEWAY_PID:-}"
   stop_group "${PEER_PID:-}"
+  stop_group "${WORKER_PID:-}"
   GATEWAY_PID=
   PEER_PID=
 }

@@ -174,7 +174,35 @@ impl std::fmt::Display for ConfigError {
     }
 }
 
+/// The secrets the worker reads (`wrangler secret put`, `.dev.vars` locally), never vars.
+pub const SECRETS: [&str; 8] = [
+    "KEY_PEPPER",
+    "KEY_PEPPER_PREVIOUS",
+    "WEBHOOK_SECRETS_KEY",
+    "WEBHOOK_SECRETS_KEY_PREVIOUS",
+    "ADMIN_TOKEN",
+    "ORIGIN_SECRET",
+    "EVENTS_SECRET",
+    "AUDIT_SIGNING_KEY",
+];
+
 impl Config {
+    /// Every `service:BINDING` origin of `UPSTREAMS` names a binding the worker has (`bound`;
+    /// SPEC §15: a bad route is a configuration error, not a 502 on each request).
+    pub fn check_services(&self, bound: impl Fn(&str) -> bool) -> Result<(), ConfigError> {
+        for upstream in &self.upstreams {
+            if let crate::upstream::OriginTarget::Service(binding) = &upstream.origin {
+                if !bound(binding) {
+                    return Err(ConfigError(format!(
+                        "UPSTREAMS: the origin of {} is service:{binding}, but no service binding {binding} is configured",
+                        upstream.prefix
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let number = |name: &str, default: u64| -> Result<u64, ConfigError> {
             match get(name) {
@@ -611,6 +639,34 @@ mod tests {
         ("ADMIN_TOKEN", "admin-admin-admin-admin"),
         ("WEBHOOK_SECRETS_KEY", "webhooks-webhooks-webhooks"),
     ];
+
+    /// SPEC §26: a broken configuration's message is shown on `/health`, so it never carries a
+    /// secret's value, whatever is wrong with it.
+    #[test]
+    fn errors_never_show_a_secret() {
+        let value = "secret-value-0123456789";
+        let broken: [&[(&str, &str)]; 6] = [
+            &[("KEY_PEPPER", "short-secret"), SECRETS[1], SECRETS[2]],
+            &[SECRETS[0], SECRETS[1], SECRETS[2], ("KEY_PEPPER_PREVIOUS", "pepper-pepper-pepper")],
+            &[SECRETS[0], SECRETS[1], ("WEBHOOK_SECRETS_KEY", "pepper-pepper-pepper")],
+            &[SECRETS[0], SECRETS[1], SECRETS[2], ("AUDIT_SIGNING_KEY", value)],
+            &[
+                SECRETS[0],
+                SECRETS[1],
+                SECRETS[2],
+                ("UPSTREAMS", r#"[{"prefix":"/a/","origin":"http://127.0.0.1:9"}]"#),
+                ("ORIGIN_SECRET", value),
+                ("EVENTS_SECRET", value),
+            ],
+            &[SECRETS[0], SECRETS[1], SECRETS[2], ("EVENTS_SECRET", "tiny")],
+        ];
+        for vars in broken {
+            let message = with(vars).unwrap_err().to_string();
+            for (name, secret) in vars.iter().filter(|(name, _)| super::SECRETS.contains(name)) {
+                assert!(!message.contains(secret), "{message} shows {name}");
+            }
+        }
+    }
 
     #[test]
     fn defaults_match_spec_section_1() {

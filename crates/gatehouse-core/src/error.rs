@@ -192,6 +192,20 @@ impl ApiError {
         e
     }
 
+    /// The gateway's configuration does not parse (SPEC §26): 503 on every route, and `/health`
+    /// (`shown`) says why in the worker's own words; the cause goes to the log as well.
+    pub fn misconfigured(cause: &str, shown: bool) -> Self {
+        let message = if shown {
+            format!("The gateway's configuration is invalid: {cause}. Its operator must correct it and deploy again.")
+        } else {
+            "The gateway's configuration is invalid; its operator must correct it (GET /health says why)."
+                .into()
+        };
+        let mut e = Self::new(ErrorCode::ServiceUnavailable, message);
+        e.internal = Some(format!("configuration: {cause}"));
+        e
+    }
+
     pub fn status(&self) -> u16 {
         self.code.status()
     }
@@ -213,6 +227,16 @@ impl ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_broken_configuration_is_503_and_shown_only_where_asked() {
+        let shown = ApiError::misconfigured("PLANS must define the \"trial\" plan", true);
+        let hidden = ApiError::misconfigured("PLANS must define the \"trial\" plan", false);
+        assert_eq!((shown.status(), hidden.status()), (503, 503));
+        assert!(shown.message.contains("PLANS must define"));
+        assert!(!hidden.message.contains("PLANS"));
+        assert_eq!(hidden.internal.as_deref(), Some("configuration: PLANS must define the \"trial\" plan"));
+    }
 
     #[test]
     fn maps_codes_to_spec_table() {

@@ -174,7 +174,8 @@ pub async fn fetch(req: web_sys::Request, env: Env, ctx: Context) -> Result<web_
             (gateway.handle(request).await, Some(gateway), config.log_every_request, config.server_timing)
         }
         Err(e) => {
-            (app::failure(ApiError::internal(e.to_string()), &method, &path, started), None, true, true)
+            let refusal = ApiError::misconfigured(&e.0, path == "/health");
+            (app::failure(refusal, &method, &path, started), None, true, true)
         }
     };
     api.audit.response_time_ms = now_ms() - started;
