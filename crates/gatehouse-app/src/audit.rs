@@ -211,6 +211,6 @@ pub(super) fn object_rows(ndjson: &[u8]) -> Result<Vec<AuditRow>, serde_json::Er
 }
 
 /// The start (Unix ms) of the first UTC day of the `days` days that end today.
-fn first_day(now_ms: i64, days: u32) -> i64 {
+pub(super) fn first_day(now_ms: i64, days: u32) -> i64 {
     now_ms - now_ms.rem_euclid(86_400_000) - i64::from(days.max(1) - 1) * 86_400_000
 }

@@ -12,7 +12,7 @@
 use super::pipeline::{Caller, Trace};
 use super::visitors::{origin_refused, visitor_over};
 use super::{unavailable, Gateway};
-use gatehouse_core::api_key::{self, KeyRecord, KeyTypes, RefusalReason, Scope};
+use gatehouse_core::api_key::{self, CurrentHash, KeyRecord, KeyTypes, RefusalReason, Scope};
 use gatehouse_core::browser::Visitor;
 use gatehouse_core::error::{ApiError, ErrorCode};
 use gatehouse_core::lease::Leased;
@@ -39,8 +39,13 @@ pub(super) enum Credentials {
 /// current pepper (`current`) or under `KEY_PEPPER_PREVIOUS`, with the browser key's visitor.
 pub(super) struct KeyCredentials {
     pub(super) token: String,
+    /// The name of the key's guard to ask: its hash (under the current pepper, or the previous
+    /// one when the current one is remembered as unknown), or the guard of a re-hashed key.
     pub(super) key_hash: String,
     pub(super) current: bool,
+    /// The key's hash under the current pepper, told to its guard (SPEC §26: a record hashed
+    /// otherwise is re-hashed).
+    pub(super) hashed: CurrentHash,
     pub(super) scope: Scope,
     /// A browser key's sender (SPEC §24): the client address and the page's `Origin`.
     pub(super) visitor: Option<Visitor>,
@@ -120,12 +125,13 @@ impl<P: Ports> Gateway<'_, P> {
         let Some(token) = token.filter(|t| api_key::is_well_formed(t)) else {
             return Err(self.refuse_anonymous(client_ip, ApiError::invalid_api_key(), now_ms, trace).await);
         };
-        let Some((key_hash, current)) = self.hash_to_ask(token, client_ip, now_ms) else {
+        let Some((key_hash, current, hashed)) = self.hash_to_ask(token, client_ip, now_ms) else {
             return Err(self.refuse_anonymous(client_ip, ApiError::invalid_api_key(), now_ms, trace).await);
         };
         // Only a browser key's visitor is told to its guard; the guard checks the key's type too.
         let visitor = token.starts_with(BROWSER_KEY_START).then(|| Visitor::of(client_ip, presented.origin));
-        Ok(Credentials::Key(KeyCredentials { token: token.to_owned(), key_hash, current, scope, visitor }))
+        let token = token.to_owned();
+        Ok(Credentials::Key(KeyCredentials { token, key_hash, current, hashed, scope, visitor }))
     }
 
     /// SPEC §3 order: authenticate and the key type's scope, then the rate decision and the
@@ -228,6 +234,13 @@ impl<P: Ports> Gateway<'_, P> {
                 trace.key = refused.map(|(k, _)| *k);
                 return Err((None, self.refuse_anonymous(client_ip, e, now_ms, trace).await));
             }
+            // Sent on twice (SPEC §26): no guard of this version points to another that points on.
+            Ok(Authorization::Moved(guard)) => {
+                return Err((
+                    None,
+                    unavailable(PortError(format!("a re-hashed key's guard moved again, to {guard}"))),
+                ));
+            }
             Err(e) => {
                 // The guard may have taken a claim and lost only its answer.
                 trace.unanswered_claim = Some(ClaimHolder::GuardOf(key_hash));
@@ -311,18 +324,31 @@ impl<P: Ports> Gateway<'_, P> {
         self.leases.borrow().key(key_hash).is_some_and(|k| self.config.exempts(&k.plan, scope))
     }
 
-    /// The hash a key's guard is asked under: the current pepper's, or `KEY_PEPPER_PREVIOUS`'s
-    /// once the current one is remembered as unknown (SPEC §19: keys issued before a rotation);
-    /// `None` for a key remembered as unknown under both, or one not seen lately from an address
-    /// over its limit. `true` when it is the current pepper's.
-    fn hash_to_ask(&self, token: &str, client_ip: Option<&str>, now_ms: i64) -> Option<(String, bool)> {
+    /// The guard a key is asked at: the current pepper's hash, or the guard it points to (a key
+    /// re-hashed by a rotation, SPEC §26), or `KEY_PEPPER_PREVIOUS`'s hash once the current one is
+    /// remembered as unknown (SPEC §19: keys issued before a rotation); `None` for a key
+    /// remembered as unknown under both, or one not seen lately from an address over its limit.
+    /// With `true` when it is the current pepper's, and the key's hash under the current pepper.
+    fn hash_to_ask(
+        &self,
+        token: &str,
+        client_ip: Option<&str>,
+        now_ms: i64,
+    ) -> Option<(String, bool, CurrentHash)> {
         let memory = self.memory.borrow();
         let blocked = client_ip.is_some_and(|ip| memory.blocked_until(ip, now_ms).is_some());
-        let peppers = self.config.peppers().into_iter().enumerate();
-        peppers
-            .map(|(i, pepper)| (api_key::hash(pepper.as_bytes(), token), i == 0))
-            .find(|(hash, _)| !memory.is_unknown_key(hash, now_ms))
-            .filter(|(hash, _)| !blocked || memory.is_recent_key(hash, now_ms))
+        let hashed = CurrentHash {
+            key_hash: api_key::hash(self.config.key_pepper.as_bytes(), token),
+            pepper: self.config.key_pepper_id.clone(),
+        };
+        let current = || memory.guard_of(&hashed.key_hash, now_ms).unwrap_or_else(|| hashed.key_hash.clone());
+        let previous = || Some(api_key::hash(self.config.key_pepper_previous.as_deref()?.as_bytes(), token));
+        let (asked, is_current) = if memory.is_unknown_key(&hashed.key_hash, now_ms) {
+            (previous().filter(|hash| !memory.is_unknown_key(hash, now_ms))?, false)
+        } else {
+            (current(), true)
+        };
+        (!blocked || memory.is_recent_key(&asked, now_ms)).then_some((asked, is_current, hashed))
     }
 
     /// Asks the key's guard under `key_hash`; when that is the current pepper's hash, its guard
@@ -334,8 +360,9 @@ impl<P: Ports> Gateway<'_, P> {
         claim: Option<&ClaimRequest>,
         now_ms: i64,
     ) -> (String, Result<Authorization, PortError>) {
-        let KeyCredentials { token, key_hash, current, scope, visitor } = credentials;
-        let (key_hash, scope, visitor) = (key_hash.clone(), *scope, visitor.as_ref());
+        let KeyCredentials { token, key_hash, current, hashed, scope, visitor } = credentials;
+        let (key_hash, scope, visitor, current_hash) =
+            (key_hash.clone(), *scope, visitor.as_ref(), Some(hashed));
         // A key's guard leases to the isolates of a hot key (SPEC §20): ask, giving back what
         // this isolate did not use of the key's last lease. A request its plan exempts asks for
         // none (nor gives the lease it holds up).
@@ -344,7 +371,14 @@ impl<P: Ports> Gateway<'_, P> {
             .lease_above_per_second
             .filter(|_| !scope.is_dashboard_read() && !self.exempt(&key_hash, scope))
             .map(|_| self.leases.borrow_mut().ask(&key_hash, now_ms, scope.cost()));
-        let ask = AuthorizeCall { key_hash: &key_hash, scope, claim, lease: lease.as_ref(), visitor };
+        let ask = AuthorizeCall {
+            key_hash: &key_hash,
+            scope,
+            claim,
+            lease: lease.as_ref(),
+            visitor,
+            current: current_hash,
+        };
         let answer = self.guard.authorize(ask).await;
         if let Some(ask) = &lease {
             // Unanswered, what it gave back stays owed (a credit given back twice counts once).
@@ -357,15 +391,42 @@ impl<P: Ports> Gateway<'_, P> {
                 }
             }
         }
-        match (&answer, &self.config.key_pepper_previous) {
+        match (answer, &self.config.key_pepper_previous) {
+            (Ok(Authorization::Moved(guard)), _) => {
+                // SPEC §26: a re-hashed key's guard, remembered for its next requests.
+                self.memory.borrow_mut().remember_guard(&hashed.key_hash, &guard, now_ms);
+                let ask = AuthorizeCall {
+                    key_hash: &guard,
+                    scope,
+                    claim,
+                    lease: None,
+                    visitor,
+                    current: current_hash,
+                };
+                let answer = self.guard.authorize(ask).await;
+                (guard, answer)
+            }
             (Ok(Authorization::Denied(None)), Some(previous)) if *current => {
                 self.memory.borrow_mut().remember_unknown_key(&key_hash, now_ms);
                 let previous_hash = api_key::hash(previous.as_bytes(), token);
-                let ask = AuthorizeCall { key_hash: &previous_hash, scope, claim, lease: None, visitor };
+                let ask = AuthorizeCall {
+                    key_hash: &previous_hash,
+                    scope,
+                    claim,
+                    lease: None,
+                    visitor,
+                    current: current_hash,
+                };
                 let answer = self.guard.authorize(ask).await;
+                if matches!(&answer, Ok(Authorization::Admitted(a)) if a.key.key_hash == hashed.key_hash) {
+                    // Its guard re-hashed it (SPEC §26): asked there directly from now on.
+                    let mut memory = self.memory.borrow_mut();
+                    memory.forget_unknown_key(&hashed.key_hash);
+                    memory.remember_guard(&hashed.key_hash, &previous_hash, now_ms);
+                }
                 (previous_hash, answer)
             }
-            _ => (key_hash, answer),
+            (answer, _) => (key_hash, answer),
         }
     }
 
@@ -386,10 +447,10 @@ impl<P: Ports> Gateway<'_, P> {
         if client_ip.is_some_and(|ip| self.memory.borrow().blocked_until(ip, now_ms).is_some()) {
             return None;
         }
-        let (key_hash, current) = self.hash_to_ask(token, client_ip, now_ms)?;
+        let (key_hash, current, hashed) = self.hash_to_ask(token, client_ip, now_ms)?;
         let nobody = Scope::Upstream { key_types: KeyTypes::of(&[]), cost: 1 };
-        let credentials =
-            KeyCredentials { token: token.to_owned(), key_hash, current, scope: nobody, visitor: None };
+        let token = token.to_owned();
+        let credentials = KeyCredentials { token, key_hash, current, hashed, scope: nobody, visitor: None };
         match self.ask_guard(&credentials, None, now_ms).await {
             (_, Ok(Authorization::Admitted(admission))) => Some(admission.key),
             (_, Ok(Authorization::Denied(Some((key, _))))) => Some(*key),
@@ -397,7 +458,7 @@ impl<P: Ports> Gateway<'_, P> {
                 self.memory.borrow_mut().remember_unknown_key(&key_hash, now_ms);
                 None
             }
-            (_, Err(_)) => None,
+            (_, Ok(Authorization::Moved(_)) | Err(_)) => None,
         }
     }
 

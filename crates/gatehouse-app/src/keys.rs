@@ -41,6 +41,7 @@ impl NewKey {
             name,
             rate_limit_per_minute,
             claim_shards: config.claim_shards,
+            pepper: Some(config.key_pepper_id.clone()),
             ..KeyRecord::fresh(&id, project_id, key_type, plan, hash, prefix.to_owned(), now_ms)
         };
         NewKey { record, secret }

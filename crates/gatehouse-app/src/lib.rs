@@ -49,6 +49,7 @@ mod proxy;
 pub mod queues;
 mod resources;
 mod roll_up;
+mod rotations;
 #[cfg(any(test, feature = "testing"))]
 pub mod sim;
 #[cfg(test)]

@@ -528,6 +528,8 @@ impl<P: Ports> Gateway<'_, P> {
             RouteId::Usage => self.usage(call).await,
             RouteId::UsageFile => self.usage_file(call).await,
             RouteId::ReconcileUsage => self.reconcile_usage(call).await,
+            RouteId::KeysOnPreviousPepper => self.keys_on_previous_pepper(call).await,
+            RouteId::SecretsOnPreviousKey => self.secrets_on_previous_key(call).await,
             RouteId::PullDeliveries => self.pull_deliveries(call).await,
             RouteId::ReportDelivery => self.report_delivery(call).await,
             RouteId::TriggerEvent => self.trigger_event(call).await,

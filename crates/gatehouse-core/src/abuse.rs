@@ -20,6 +20,9 @@ use std::net::{IpAddr, Ipv6Addr};
 pub const UNKNOWN_KEY_TTL_MS: i64 = 60_000;
 /// How long a key its guard admitted may pass the check of a blocked address.
 pub const RECENT_KEY_TTL_MS: i64 = 600_000;
+/// How long a re-hashed key's guard is remembered (SPEC §26); then the object of its hash is
+/// asked again (one more round trip), so the memory holds only keys in use.
+pub const GUARD_TTL_MS: i64 = 3_600_000;
 /// How long a browser key's refusal of a page's origin is answered without asking its guard
 /// (a change of its `allowed_origins` reaches this isolate within this time).
 pub const REFUSED_ORIGIN_TTL_MS: i64 = 60_000;
@@ -77,7 +80,7 @@ struct Expiring<T = ()> {
     capacity: usize,
 }
 
-impl<T: Copy> Expiring<T> {
+impl<T: Clone> Expiring<T> {
     fn new(capacity: usize) -> Self {
         Expiring { until: HashMap::new(), capacity }
     }
@@ -87,7 +90,7 @@ impl<T: Copy> Expiring<T> {
     }
 
     fn get(&self, name: &str, now_ms: i64) -> Option<(i64, T)> {
-        self.until.get(name).copied().filter(|(until, _)| *until > now_ms)
+        self.until.get(name).cloned().filter(|(until, _)| *until > now_ms)
     }
 
     fn remember(&mut self, name: &str, until_ms: i64, value: T, now_ms: i64) {
@@ -109,7 +112,8 @@ impl<T: Copy> Expiring<T> {
     }
 }
 
-/// The isolate's memory of blocked addresses, unknown keys and recently admitted keys.
+/// The isolate's memory of blocked addresses, unknown keys, recently admitted keys and where
+/// re-hashed keys' guards are.
 #[derive(Debug)]
 pub struct AbuseMemory {
     blocked_addresses: Expiring,
@@ -120,6 +124,9 @@ pub struct AbuseMemory {
     browser_refusals: Expiring<u32>,
     /// The visitors of browser keys this isolate admits from a lease (SPEC §24).
     pub visitors: crate::browser::VisitorWindows,
+    /// Re-hashed keys' guards (SPEC §26): a key's hash under the current pepper, and the name of
+    /// its guard, learnt from the object of that hash (which only points there).
+    guards: Expiring<String>,
 }
 
 impl Default for AbuseMemory {
@@ -136,6 +143,7 @@ impl AbuseMemory {
             recent_keys: Expiring::new(entries),
             browser_refusals: Expiring::new(entries),
             visitors: crate::browser::VisitorWindows::default(),
+            guards: Expiring::new(entries),
         }
     }
 
@@ -159,6 +167,21 @@ impl AbuseMemory {
     /// The key's guard found no key with this hash.
     pub fn remember_unknown_key(&mut self, key_hash: &str, now_ms: i64) {
         self.unknown_keys.remember(key_hash, now_ms + UNKNOWN_KEY_TTL_MS, (), now_ms);
+    }
+
+    /// The key's guard found it under this hash: it is not unknown (any more).
+    pub fn forget_unknown_key(&mut self, key_hash: &str) {
+        self.unknown_keys.until.remove(key_hash);
+    }
+
+    /// The guard of the key whose hash is `key_hash`, when it is another object (SPEC §26).
+    pub fn guard_of(&self, key_hash: &str, now_ms: i64) -> Option<String> {
+        self.guards.get(key_hash, now_ms).map(|(_, guard)| guard)
+    }
+
+    /// The object of `key_hash` said the key's guard is `guard` (a re-hashed key, SPEC §26).
+    pub fn remember_guard(&mut self, key_hash: &str, guard: &str, now_ms: i64) {
+        self.guards.remember(key_hash, now_ms + GUARD_TTL_MS, guard.to_owned(), now_ms);
     }
 
     pub fn is_recent_key(&self, key_hash: &str, now_ms: i64) -> bool {

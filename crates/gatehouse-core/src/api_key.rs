@@ -191,6 +191,22 @@ pub fn bearer_token(authorization: &str) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
+/// A key's hash under the pepper an isolate holds current, and that pepper's id
+/// ([`crate::sealing::key_id`]): told to the key's guard, which re-hashes a record hashed
+/// otherwise (SPEC §26: a rotation reaches every key that is used).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CurrentHash {
+    pub key_hash: String,
+    pub pepper: String,
+}
+
+impl KeyRecord {
+    /// Whether the record is not yet as `current` says (another hash, or its pepper unrecorded).
+    pub fn needs_rehash(&self, current: &CurrentHash) -> bool {
+        self.key_hash != current.key_hash || self.pepper.as_deref() != Some(current.pepper.as_str())
+    }
+}
+
 /// HMAC-SHA256(pepper, key) in lowercase hex: the only form of a key that is stored.
 pub fn hash(pepper: &[u8], key: &str) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(pepper).expect("HMAC accepts any key length");
@@ -419,6 +435,14 @@ pub struct KeyRecord {
     /// Empty: any origin. Each in [`crate::browser::parse_origin`]'s spelling.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_origins: Vec<String>,
+    /// The name of the key's guard when it is not `key_hash` (SPEC §26): a key re-hashed under a
+    /// new pepper keeps the guard (its windows, claims and leases) it had under the old one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard_hash: Option<String>,
+    /// The id ([`crate::sealing::key_id`]) of the pepper `key_hash` is under; `None` for a key
+    /// made before it was recorded (SPEC §26: `GET /admin/v1/keys/previous-pepper`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pepper: Option<String>,
 }
 
 fn one_claim_object() -> u32 {
@@ -487,6 +511,8 @@ impl KeyRecord {
             limits: None,
             claim_shards: 1,
             allowed_origins: Vec::new(),
+            guard_hash: None,
+            pepper: None,
         }
     }
 
@@ -498,7 +524,13 @@ impl KeyRecord {
     /// The object that holds this key's claim of `idempotency_key`: its guard or one of its claim
     /// objects ([`crate::idempotency::claim_object`]).
     pub fn claim_object(&self, idempotency_key: &str) -> String {
-        crate::idempotency::claim_object(&self.key_hash, self.claim_shards, idempotency_key)
+        crate::idempotency::claim_object(self.guard(), self.claim_shards, idempotency_key)
+    }
+
+    /// The name of the key's guard: the hash it was made under, whatever pepper it is hashed
+    /// under now (SPEC §26).
+    pub fn guard(&self) -> &str {
+        self.guard_hash.as_deref().unwrap_or(&self.key_hash)
     }
 
     pub fn is_revoked(&self) -> bool {

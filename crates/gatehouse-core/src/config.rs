@@ -50,6 +50,8 @@ pub struct Config {
     /// `KEY_PEPPER_PREVIOUS` during a rotation (SPEC §19): keys hashed and responses sealed under
     /// it keep working.
     pub key_pepper_previous: Option<String>,
+    /// The id of `KEY_PEPPER` ([`crate::sealing::key_id`]) that key records carry (SPEC §26).
+    pub key_pepper_id: String,
     /// `WEBHOOK_SECRETS_KEY`: seals webhook signing secrets in D1; not the pepper (SPEC §19).
     pub webhook_secrets_key: String,
     pub webhook_secrets_key_previous: Option<String>,
@@ -445,6 +447,7 @@ impl Config {
                 base_seconds: number("QUEUE_RETRY_BASE_SECONDS", 5)?.min(43_200) as u32,
                 max_seconds: number("QUEUE_RETRY_MAX_SECONDS", 3_600)?.min(43_200) as u32,
             },
+            key_pepper_id: crate::sealing::key_id(key_pepper.as_bytes()),
             key_pepper,
             key_pepper_previous,
             webhook_secrets_key,

@@ -74,6 +74,9 @@ pub enum RouteId {
     Usage,
     UsageFile,
     ReconcileUsage,
+    /// What a rotation of `KEY_PEPPER` or `WEBHOOK_SECRETS_KEY` has not reached yet (SPEC §26).
+    KeysOnPreviousPepper,
+    SecretsOnPreviousKey,
     /// A listener's long poll on a `cli` subscription, and its report of an attempt (SPEC §21).
     PullDeliveries,
     ReportDelivery,
@@ -199,6 +202,14 @@ pub const ROUTES: &[Route] = &[
         &["hour", "project_id"],
     ),
     route(RouteId::AuditHealth, "GET", "/admin/v1/audit/health", Access::Admin),
+    with_query(
+        route(RouteId::KeysOnPreviousPepper, "GET", "/admin/v1/keys/previous-pepper", Access::Admin),
+        PAGE,
+    ),
+    with_query(
+        route(RouteId::SecretsOnPreviousKey, "GET", "/admin/v1/webhooks/previous-secret-key", Access::Admin),
+        PAGE,
+    ),
     origin_events(),
     route(RouteId::Me, "GET", "/public/v1/me", Access::Key(Scope::SelfInfo)),
     route(RouteId::CreateKey, "POST", "/public/v1/keys", OWNER),

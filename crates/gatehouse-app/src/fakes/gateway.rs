@@ -317,7 +317,12 @@ impl Directory for FakeStore {
     async fn key_by_hash(&self, key_hash: &str) -> Result<Option<KeyRecord>, PortError> {
         self.faults
             .run("d1.key_by_hash", || {
-                self.directory.keys.borrow().iter().find(|k| k.key_hash == key_hash).cloned()
+                self.directory
+                    .keys
+                    .borrow()
+                    .iter()
+                    .find(|k| k.key_hash == key_hash || k.guard_hash.as_deref() == Some(key_hash))
+                    .cloned()
             })
             .await
     }

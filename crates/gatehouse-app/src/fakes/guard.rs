@@ -8,7 +8,7 @@ use std::rc::Rc;
 
 use super::gateway::Clock;
 use crate::sim::Faults;
-use gatehouse_core::api_key::KeyRecord;
+use gatehouse_core::api_key::{CurrentHash, KeyRecord};
 use gatehouse_core::browser::VisitorCheck;
 use gatehouse_core::config::Config;
 use gatehouse_core::guard::protocol::{client_guard_name, project_authority, Completed};
@@ -141,9 +141,22 @@ impl FakeGuard {
             }
         }
         // As the real guard: a record read from D1 is used for 10 minutes before it is read again.
-        let loaded = self.keys.borrow().iter().find(|k| k.key_hash == key_hash).cloned()?;
+        // By its hash, or by its guard's name once re-hashed (SPEC §26).
+        let found = |k: &&KeyRecord| k.key_hash == key_hash || k.guard_hash.as_deref() == Some(key_hash);
+        let loaded = self.keys.borrow().iter().find(found).cloned()?;
         self.applied.borrow_mut().insert(key_hash.to_owned(), (loaded.clone(), self.clock.get() + 600_000));
         Some(loaded)
+    }
+
+    /// The key re-hashed as `current` says, in the directory and as this guard's record.
+    fn rehash(&self, key: KeyRecord, current: &CurrentHash) -> KeyRecord {
+        let (to, pepper) = (&current.key_hash, &current.pepper);
+        let rehashed =
+            super::rotations::rehash(&mut self.keys.borrow_mut(), &key.id, &key.key_hash, to, pepper);
+        let rehashed = rehashed.unwrap_or(key);
+        let until = self.clock.get() + 600_000;
+        self.applied.borrow_mut().insert(rehashed.guard().to_owned(), (rehashed.clone(), until));
+        rehashed
     }
 
     /// One request against `limits`, counted only when `permitted` (`decide_request`).
@@ -187,7 +200,7 @@ impl FakeGuard {
     /// As the real guard: hot from `LEASE_ABOVE_PER_SECOND` requests a second, or while renewing.
     fn is_hot(&self, key: &KeyRecord, ask: &LeaseAsk) -> bool {
         let mut rates = self.rates.borrow_mut();
-        let seen = rates.entry(key.key_hash.clone()).or_default().count(self.clock.get());
+        let seen = rates.entry(key.guard().to_owned()).or_default().count(self.clock.get());
         self.config.lease_above_per_second.is_some_and(|above| ask.is_hot(seen, above))
     }
 
@@ -205,16 +218,16 @@ impl FakeGuard {
         loop {
             let now = self.clock.get();
             let mut held = self.held_of(key, levels);
-            let prev = self.counters.borrow().get(&key.key_hash).copied().unwrap_or_default();
+            let prev = self.counters.borrow().get(key.guard()).copied().unwrap_or_default();
             let specs: Vec<LimitSpec> = levels.iter().map(|(_, spec)| *spec).collect();
             match admit(prev, now, limits, cost, permitted, &specs, &mut held) {
                 Decision::Decided { verdict: Verdict::RateLimited, usage, counters: None } => {
                     // Over a window: is the quota used up too? (The real guard asks once a minute.)
                     if let Some(i) = quota_to_ask(levels, &held, now) {
                         let (level, spec) = &levels[i];
-                        let slot = (key.key_hash.clone(), level.clone());
+                        let slot = (key.guard().to_owned(), level.clone());
                         let last = self.held.borrow_mut().remove(&slot);
-                        let grant = self.exchange(level, &key.key_hash, spec, last.as_ref(), cost);
+                        let grant = self.exchange(level, key.guard(), spec, last.as_ref(), cost);
                         if grant.credits > 0 {
                             self.held.borrow_mut().insert(slot, Held::from_grant(&grant));
                         }
@@ -237,13 +250,13 @@ impl FakeGuard {
                         };
                         let next = match lease {
                             Some((grant, after, drawn)) => {
-                                self.keep_isolate_lease(&key.key_hash, &grant, drawn);
+                                self.keep_isolate_lease(key.guard(), &grant, drawn);
                                 leased = Some(grant);
                                 after
                             }
                             None => next,
                         };
-                        self.counters.borrow_mut().insert(key.key_hash.clone(), next);
+                        self.counters.borrow_mut().insert(key.guard().to_owned(), next);
                         self.keep_held(key, levels, held);
                     }
                     let project = self
@@ -350,7 +363,7 @@ impl FakeGuard {
 
 impl KeyGuard for FakeGuard {
     async fn authorize(&self, ask: AuthorizeCall<'_>) -> Result<Authorization, PortError> {
-        let AuthorizeCall { key_hash, scope, claim, lease, visitor } = ask;
+        let AuthorizeCall { key_hash, scope, claim, lease, visitor, current } = ask;
         self.asked.borrow_mut().push(key_hash.to_owned());
         self.purge();
         self.refuse_if_full(key_hash)?;
@@ -360,7 +373,18 @@ impl KeyGuard for FakeGuard {
                 if let Some(lease) = lease {
                     self.take_back_leases(key_hash, &lease.give_back);
                 }
-                match self.record(key_hash) {
+                // As the real guard (SPEC §26): a re-hashed key's guard is elsewhere; a key
+                // hashed otherwise than the isolate's current pepper says is re-hashed.
+                let record = match (self.record(key_hash), current) {
+                    (Some(key), _) if key.guard() != key_hash => {
+                        return Authorization::Moved(key.guard().to_owned())
+                    }
+                    (Some(key), Some(current)) if key.needs_rehash(current) => {
+                        Some(self.rehash(key, current))
+                    }
+                    (record, _) => record,
+                };
+                match record {
                     Some(key) if key.refusal(self.clock.get()).is_none() => {
                         let per_visitor = self.config.browser_per_address_per_minute(&key);
                         let now = self.clock.get();

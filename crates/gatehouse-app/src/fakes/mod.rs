@@ -20,6 +20,7 @@ mod guard_storage;
 pub mod ingest;
 pub mod origin;
 pub mod queue;
+mod rotations;
 pub mod usage;
 mod wake;
 pub mod webhooks;

@@ -83,6 +83,10 @@ pub struct Authorize {
     /// before the key's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub visitor: Option<crate::browser::Visitor>,
+    /// The key's hash under the pepper the asking isolate holds current (SPEC §26): a record
+    /// hashed otherwise is re-hashed to it, its guard staying the key's guard.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current: Option<crate::api_key::CurrentHash>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -91,6 +95,15 @@ pub struct Authorize {
 pub enum Authorized {
     Decided(Decided),
     Denied(Denied),
+    /// The key asked for is re-hashed and its guard is another object (SPEC §26): ask `guard`.
+    Moved(Moved),
+}
+
+/// Where a re-hashed key's guard is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Moved {
+    pub guard: String,
+    pub d1_queries: u32,
 }
 
 /// The key is valid; `verdict` says whether this request is within its limits, `claim` what its
@@ -177,7 +190,8 @@ impl Tagged for Authorized {
         match tag {
             "decided" => Decided::deserialize(fields).map(Self::Decided),
             "denied" => Denied::deserialize(fields).map(Self::Denied),
-            other => Err(unknown(other, &["decided", "denied"])),
+            "moved" => Moved::deserialize(fields).map(Self::Moved),
+            other => Err(unknown(other, &["decided", "denied", "moved"])),
         }
     }
 }
@@ -341,6 +355,7 @@ mod tests {
             claim: None,
             lease: None,
             visitor: None,
+            current: None,
         }
         .into();
         assert_eq!(
@@ -360,6 +375,11 @@ mod tests {
     fn answers_round_trip() {
         let a: Authorized = serde_json::from_str(r#"{"answer":"denied","key":null,"d1_queries":1}"#).unwrap();
         assert_eq!(a, Authorized::Denied(Denied { key: None, reason: None, d1_queries: 1 }));
+        let moved = Authorized::Moved(Moved { guard: "ab".into(), d1_queries: 1 });
+        assert_eq!(
+            serde_json::from_str::<Authorized>(&serde_json::to_string(&moved).unwrap()).unwrap(),
+            moved
+        );
         let d: ClaimDecision = serde_json::from_str(r#"{"claim":"replay","response":null}"#).unwrap();
         assert_eq!(d, ClaimDecision::Replay { response: None });
         let held: <HeldResponse as Ask>::Answer = serde_json::from_str("null").unwrap();

@@ -51,6 +51,8 @@ pub enum Authorization {
     /// No key has this hash (`None`), or it is refused (its record, so the refusal can be logged
     /// for its project, and why: revoked, expired, or rolled and past its grace): all are 401.
     Denied(Option<(Box<KeyRecord>, RefusalReason)>),
+    /// The key is re-hashed and this is the name of its guard (SPEC §26): ask that one.
+    Moved(String),
 }
 
 /// The guard that holds the operator's idempotency claims (admin routes have no API key, SPEC
@@ -79,6 +81,9 @@ pub struct AuthorizeCall<'a> {
     pub lease: Option<&'a LeaseAsk>,
     /// A browser key's visitor (SPEC §24).
     pub visitor: Option<&'a crate::browser::Visitor>,
+    /// The key's hash under the current pepper (SPEC §26): the guard re-hashes a record
+    /// hashed otherwise to it.
+    pub current: Option<&'a crate::api_key::CurrentHash>,
 }
 
 /// The per-key Durable Object (SPEC §1 `KEY_GUARD`): one round trip per authenticated request.

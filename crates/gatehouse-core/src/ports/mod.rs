@@ -10,6 +10,7 @@ mod keys;
 mod origin;
 mod queues;
 mod resources;
+mod rotations;
 mod wake;
 mod webhooks;
 
@@ -21,6 +22,7 @@ pub use keys::*;
 pub use origin::*;
 pub use queues::*;
 pub use resources::*;
+pub use rotations::*;
 pub use wake::*;
 pub use webhooks::*;
 
@@ -44,7 +46,14 @@ impl PortError {
 /// The set of port implementations a `gatehouse_app::Gateway` runs over.
 pub trait Ports {
     type Guard: KeyGuard + AuditHeads;
-    type Store: Directory + Resources + EventStore + AuditStore + WebhookStore + DigestStore + UsageStore;
+    type Store: Directory
+        + Rotations
+        + Resources
+        + EventStore
+        + AuditStore
+        + WebhookStore
+        + DigestStore
+        + UsageStore;
     type Responses: ResponseStore;
     type Ledger: EventLedger;
     type Events: EventSink;

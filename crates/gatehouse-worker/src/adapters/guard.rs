@@ -12,8 +12,8 @@ use gatehouse_core::audit_chain::{
 };
 use gatehouse_core::guard::protocol::{
     client_guard_name, Apply, Ask, Authorize, Authorized, CompleteClaim, Completed, Decided, Denied,
-    GiveBackLeases, HeldResponse, Ping, RecordAuthFailure, ReleaseClaim, RenewLease, SetLimits, TakeClaim,
-    HEALTH_OBJECT,
+    GiveBackLeases, HeldResponse, Moved, Ping, RecordAuthFailure, ReleaseClaim, RenewLease, SetLimits,
+    TakeClaim, HEALTH_OBJECT,
 };
 use gatehouse_core::idempotency::{ClaimDecision, KeptResponse};
 use gatehouse_core::lease::{GiveBack, Grant, LeaseAsk};
@@ -40,13 +40,14 @@ impl GuardClient {
 
 impl KeyGuard for GuardClient {
     async fn authorize(&self, ask: AuthorizeCall<'_>) -> Result<Authorization, PortError> {
-        let AuthorizeCall { key_hash, scope, claim, lease, visitor } = ask;
+        let AuthorizeCall { key_hash, scope, claim, lease, visitor, current } = ask;
         let command = Authorize {
             key_hash: key_hash.to_owned(),
             scope,
             claim: claim.cloned(),
             lease: lease.cloned(),
             visitor: visitor.cloned(),
+            current: current.cloned(),
         };
         // The guard's own D1 loads count against this request's budget too (SPEC §12).
         let (authorization, d1_queries) = match self.ask(key_hash, command).await? {
@@ -59,6 +60,7 @@ impl KeyGuard for GuardClient {
                 let reason = reason.unwrap_or(RefusalReason::Revoked);
                 (Authorization::Denied(key.map(|key| (Box::new(key), reason))), d1_queries)
             }
+            Authorized::Moved(Moved { guard, d1_queries }) => (Authorization::Moved(guard), d1_queries),
         };
         self.meter.d1_queries.set(self.meter.d1_queries.get() + d1_queries);
         Ok(authorization)
@@ -109,7 +111,7 @@ impl KeyGuard for GuardClient {
     }
 
     async fn apply(&self, key: &KeyRecord, undo: Option<i64>) -> Result<(), PortError> {
-        self.ask(&key.key_hash, Apply { key: key.clone(), undo }).await.map(drop)
+        self.ask(key.guard(), Apply { key: key.clone(), undo }).await.map(drop)
     }
 
     async fn set_level_limits(&self, level: &str, limits: &LimitSpec, version: i64) -> Result<(), PortError> {

@@ -21,13 +21,13 @@ const OTHER_LASTING_OWNERS: &str = "(SELECT count(*) FROM api_keys o
 /// The columns a key's row is written with.
 const KEY_FIELDS: &str = "id, project_id, type, name, plan, rate_limit_per_minute, key_hash, prefix,
     created_at, revoked_at, expires_at, rolled_from, rolled_at, rolled_to, identity_id, limits, claim_shards,
-    allowed_origins";
+    allowed_origins, pepper";
 
 /// A key's row as read ([`KeyRow`]): its columns and its identity's limits (SPEC §20), by a
 /// sub-select that also works in a `RETURNING` clause (the join of `key_by_hash`).
-const KEY_COLUMNS: &str = "id, project_id, type, name, plan, rate_limit_per_minute, key_hash, prefix,
+pub(super) const KEY_COLUMNS: &str = "id, project_id, type, name, plan, rate_limit_per_minute, key_hash, prefix,
     created_at, revoked_at, expires_at, rolled_from, rolled_at, rolled_to, identity_id, limits, claim_shards,
-    allowed_origins, (SELECT i.limits FROM identities i WHERE i.id = identity_id) AS identity_limits";
+    allowed_origins, pepper, guard_hash, (SELECT i.limits FROM identities i WHERE i.id = identity_id) AS identity_limits";
 
 /// A key's identity as its insert or change writes it (`?{n}`): only one of the key's project,
 /// else none (one deleted meanwhile detached its keys, as this key would have been).
@@ -37,7 +37,7 @@ fn identity_of_project(n: u8) -> String {
 
 /// A row of `api_keys` as [`KEY_COLUMNS`] reads it.
 #[derive(serde::Deserialize)]
-struct KeyRow {
+pub(super) struct KeyRow {
     id: String,
     project_id: String,
     #[serde(rename = "type")]
@@ -58,6 +58,8 @@ struct KeyRow {
     claim_shards: u32,
     /// A browser key's origins as a JSON list (NULL: any).
     allowed_origins: Option<String>,
+    pepper: Option<String>,
+    guard_hash: Option<String>,
     identity_limits: Option<String>,
 }
 
@@ -105,12 +107,14 @@ impl From<KeyRow> for KeyRecord {
                 .allowed_origins
                 .and_then(|t| serde_json::from_str(&t).ok())
                 .unwrap_or_default(),
+            pepper: row.pepper,
+            guard_hash: row.guard_hash,
         }
     }
 }
 
 /// The keys a statement of a batch answered.
-fn result_keys(result: &worker::D1Result) -> Result<Vec<KeyRecord>, PortError> {
+pub(super) fn result_keys(result: &worker::D1Result) -> Result<Vec<KeyRecord>, PortError> {
     Ok(result
         .results::<KeyRow>()
         .map_err(PortError::from_display)?
@@ -161,13 +165,17 @@ struct Count {
     n: u32,
 }
 
-fn result_count(result: &worker::D1Result) -> Result<u64, PortError> {
+pub(super) fn result_count(result: &worker::D1Result) -> Result<u64, PortError> {
     let counts = result.results::<Count>().map_err(PortError::from_display)?;
     Ok(counts.first().map_or(0, |c| u64::from(c.n)))
 }
 
 impl D1Store {
-    async fn first_key(&self, sql: &str, args: &[JsValue]) -> Result<Option<KeyRecord>, PortError> {
+    pub(super) async fn first_key(
+        &self,
+        sql: &str,
+        args: &[JsValue],
+    ) -> Result<Option<KeyRecord>, PortError> {
         Ok(self.rows::<KeyRow>(sql, args).await?.into_iter().next().map(KeyRecord::from))
     }
 
@@ -177,8 +185,8 @@ impl D1Store {
 }
 
 /// The values of a key's row but its plan (`?5`, the project's): `?14` its identity, `?15` its
-/// own limits.
-fn key_values(key: &KeyRecord) -> [JsValue; 17] {
+/// own limits, `?18` its pepper's id (a new key has no `guard_hash`: its guard is its hash's).
+fn key_values(key: &KeyRecord) -> [JsValue; 18] {
     [
         text(&key.id),
         text(&key.project_id),
@@ -197,6 +205,7 @@ fn key_values(key: &KeyRecord) -> [JsValue; 17] {
         limits_text(key.limits.as_ref()),
         int(key.claim_shards.into()),
         origins_text(&key.allowed_origins),
+        opt_text(key.pepper.as_deref()),
     ]
 }
 
@@ -365,7 +374,7 @@ impl Directory for D1Store {
         let insert = self.statement(
             &format!(
                 "INSERT INTO api_keys ({KEY_FIELDS})
-                 SELECT ?1, ?2, ?3, ?4, p.plan, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, {identity}, ?15, ?16, ?17
+                 SELECT ?1, ?2, ?3, ?4, p.plan, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, {identity}, ?15, ?16, ?17, ?18
                  FROM projects p
                  WHERE p.id = ?2 AND EXISTS (SELECT 1 FROM api_keys o WHERE o.id = ?11 AND o.rolled_to = ?1)
                  RETURNING {KEY_COLUMNS}",
@@ -394,9 +403,11 @@ impl Directory for D1Store {
         Ok(rows.first().map_or(0, |c| c.n))
     }
 
+    /// By its hash, or by the name of its guard once re-hashed (SPEC §26: the guard's own load).
     async fn key_by_hash(&self, key_hash: &str) -> Result<Option<KeyRecord>, PortError> {
-        self.first_key(&format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE key_hash = ?1"), &[text(key_hash)])
-            .await
+        let sql =
+            format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE key_hash = ?1 OR guard_hash = ?1 LIMIT 1");
+        self.first_key(&sql, &[text(key_hash)]).await
     }
 
     async fn create_identity(&self, identity: &Identity) -> Result<IdentityInsert, PortError> {
@@ -549,7 +560,7 @@ fn identity_keys_args(project_id: &str, identity_id: &str, tell: usize) -> [JsVa
 fn insert_key_sql() -> String {
     format!(
         "INSERT INTO api_keys ({KEY_FIELDS})
-         SELECT ?1, ?2, ?3, ?4, p.plan, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, {identity}, ?15, ?16, ?17
+         SELECT ?1, ?2, ?3, ?4, p.plan, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, {identity}, ?15, ?16, ?17, ?18
          FROM projects p WHERE p.id = ?2
          ON CONFLICT DO NOTHING
          RETURNING {KEY_COLUMNS}",

@@ -9,6 +9,7 @@ mod digests;
 mod events;
 mod keys;
 mod resources;
+mod rotations;
 mod usage;
 mod wake;
 mod webhook_rows;

@@ -21,6 +21,8 @@ impl WakeStore for D1Store {
     async fn wake_next(&self, at: &WakeState, limit: usize) -> Result<Vec<WakeEntry>, PortError> {
         let Some(list) = at.list else { return Ok(Vec::new()) };
         let (column, claim_shards, table) = match list {
+            // A re-hashed key (SPEC §26) is listed by its new hash, whose object only points to its
+            // guard: that guard was called by the request that re-hashed it, and purged then.
             WakeList::Keys => ("key_hash", "claim_shards", "api_keys"),
             WakeList::Projects => ("id", "1", "projects"),
             WakeList::Identities => ("id", "1", "identities"),

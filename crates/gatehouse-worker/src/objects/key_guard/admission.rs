@@ -15,7 +15,7 @@ use gatehouse_core::api_key::KeyRecord;
 use gatehouse_core::browser::VisitorCheck;
 use gatehouse_core::config::Config;
 use gatehouse_core::guard::protocol::{
-    Authorize, Authorized, Decided, Denied, RenewLease, Renewed, TakeClaim,
+    Authorize, Authorized, Decided, Denied, Moved, RenewLease, Renewed, TakeClaim,
 };
 use gatehouse_core::lease::{
     admit, lease_to_isolate, quota_to_ask, refusal_lease, refusal_wait_until, refused_by_level,
@@ -38,7 +38,20 @@ pub(super) const TABLES: &[&str] = &[
 
 impl KeyGuardObject {
     pub(super) async fn authorize(&self, c: Authorize) -> Result<Authorized> {
-        let (record, d1_queries) = self.record(&c.key_hash).await?;
+        let (record, mut d1_queries) = self.record(&c.key_hash).await?;
+        // SPEC §26: a key re-hashed under a new pepper keeps the guard it had; asked by its new
+        // hash, this object only says where that guard is. One the isolate hashed otherwise than
+        // its record says is re-hashed (once per key and rotation).
+        if let Some(key) = record.as_ref().filter(|key| key.guard() != c.key_hash) {
+            return Ok(Authorized::Moved(Moved { guard: key.guard().to_owned(), d1_queries }));
+        }
+        let record = match (record, &c.current) {
+            (Some(key), Some(current)) if key.needs_rehash(current) => {
+                d1_queries += 1;
+                Some(self.rehash(key, current).await?)
+            }
+            (record, _) => record,
+        };
         // Expiry and a roll's grace are decided here, per request, with the object's clock and
         // the record it holds (told first of every change): no D1 read, no cache that lags.
         let refusal = record.as_ref().and_then(|key| key.refusal(now_ms()));

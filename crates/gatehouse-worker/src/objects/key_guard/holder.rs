@@ -202,9 +202,9 @@ impl KeyGuardObject {
         Ok(Recalled::default())
     }
 
-    /// This guard's object name (its key's hash), once it knows its key.
+    /// This guard's object name (its key's guard name), once it knows its key.
     fn own_name(&self) -> Option<String> {
-        self.key.borrow().as_ref().map(|(key, _)| key.key_hash.clone())
+        self.key.borrow().as_ref().map(|(key, _)| key.guard().to_owned())
     }
 
     /// What this guard holds of `level`, read from storage once.

@@ -12,9 +12,9 @@ use worker::{console_log, Result};
 use super::{rust_error, KeyGuardObject, Purged};
 use crate::adapters::clock::now_ms;
 use crate::adapters::d1::D1Store;
-use gatehouse_core::api_key::KeyRecord;
+use gatehouse_core::api_key::{CurrentHash, KeyRecord};
 use gatehouse_core::guard::protocol::Done;
-use gatehouse_core::ports::{Directory, Meter};
+use gatehouse_core::ports::{Directory, Meter, Rotations};
 
 /// How long a record of the key is used before it is read again (from D1, or from what `Apply`
 /// stored): a change whose D1 write failed after the guard was told is undone by then at the latest.
@@ -70,6 +70,24 @@ impl KeyGuardObject {
             self.key.replace(loaded.clone().map(|key| (key, now + RECORD_FRESH_MS)));
         }
         Ok(loaded)
+    }
+
+    /// The key hashed as `current` says (SPEC §26): written to D1 by its id and old hash (a
+    /// request that re-hashed it first wins, and is read back), then held as a told change.
+    pub(super) async fn rehash(&self, key: KeyRecord, current: &CurrentHash) -> Result<KeyRecord> {
+        let store = D1Store::new(self.env.d1("DB")?, Rc::new(Meter::default()));
+        let rehashed = store
+            .rehash_key(&key.id, &key.key_hash, &current.key_hash, &current.pepper)
+            .await
+            .map_err(|e| rust_error(e.0))?;
+        let Some(rehashed) = rehashed else {
+            // Changed meanwhile: what D1 holds now is the record.
+            let loaded = store.key_by_hash(key.guard()).await.map_err(|e| rust_error(e.0))?;
+            return Ok(loaded.unwrap_or(key));
+        };
+        console_log!(r#"{{"component":"key_guard","event":"key_rehashed","pepper":"{}"}}"#, current.pepper);
+        self.apply(rehashed.clone(), None)?;
+        Ok(rehashed)
     }
 
     /// What `Apply` stored, while it is fresh.
