@@ -37,14 +37,17 @@ if (demoOrigin) {
 
 console.log(`\nDemo project ${demo.project_id} (keys kept in ${file}):\n`);
 for (const [type, key] of Object.entries(demo.keys)) console.log(`  ${type.padEnd(8)} ${key}`);
+// The README's tour starts from this line: every command there follows these variables.
+const exports = [`GH=${base}`, ...(demoOrigin ? [`DEMO=${demoOrigin}`] : []), `OWNER=${demo.keys.owner}`];
+console.log(`\nFor the README's tour, in your shell:\n  export ${exports.join(' ')}`);
 console.log(`\nTry it:\n  curl -s ${base}/public/v1/me -H "Authorization: Bearer ${demo.keys.server}"\n`);
 if (demoOrigin) {
   console.log(`Proxy mode: /shop/v1/ goes to the demo origin at ${demoOrigin}. Place an order through the gateway:
-  curl -s -X POST ${base}/shop/v1/orders -H "Authorization: Bearer ${demo.keys.server}" \\
+  curl -si -X POST ${base}/shop/v1/orders -H "Authorization: Bearer ${demo.keys.server}" \\
        -H "Idempotency-Key: demo-order-1" -H "Content-Type: application/json" -d '{"sku":"tea","qty":2}'
 Send it again: the same order comes back (Idempotent-Replayed: 1) and the origin is not called twice.
-Its log row:
-  curl -s "${base}/public/v1/logs?limit=1" -H "Authorization: Bearer ${demo.keys.owner}"
+Its log row, by the X-Request-Id the answer carried (rows arrive within a second or two):
+  curl -s ${base}/public/v1/logs/<X-Request-Id> -H "Authorization: Bearer ${demo.keys.owner}"
 The order.created webhook is printed above by the demo origin ("[demo origin] webhook received").
 `);
 }

@@ -2,8 +2,11 @@
 // this file's own (its own state folder and secrets, started twice more with the secrets of each
 // step). Keys issued before the rotation keep working, their kept responses still replay, webhook
 // secrets still sign and the minute cron re-seals them under the new key; keys issued after it
-// are hashed under the new pepper. Once the previous webhook key is removed, the re-sealed secrets
-// still sign; once the previous pepper is removed, only keys issued before it stop working.
+// are hashed under the new pepper. SPEC §26: a key used during the rotation is re-hashed under the
+// new pepper and keeps its guard (its window goes on); the admin routes count what the rotation
+// has not reached (keys not used since, secrets not re-sealed yet). Once the previous webhook key
+// is removed, the re-sealed secrets still sign; once the previous pepper is removed, the keys used
+// during the rotation keep working and only those never used since stop.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -11,7 +14,7 @@ import { createHmac, randomBytes } from 'node:crypto';
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { assertError, call, eventually, idemKey, receiver, startGateway } from './harness.mjs';
+import { assertError, call, eventually, freshWindow, idemKey, receiver, startGateway } from './harness.mjs';
 
 const ROOT = new URL('../..', import.meta.url).pathname;
 const secret = () => randomBytes(24).toString('hex');
@@ -59,11 +62,14 @@ test('rotating the pepper and the webhook secrets key loses no key, replay or se
   let issued;
   let whsec;
   let hookId;
+  let idle;
+  let ownerId;
+  let remaining;
   const idem = idemKey();
   try {
     const project = await call('POST', '/admin/v1/projects', { base, key: ADMIN, body: { name: 'rotation' } });
     assert.equal(project.status, 201, project.text);
-    owner = project.body.owner_key.key;
+    [owner, ownerId] = [project.body.owner_key.key, project.body.owner_key.id];
     issued = await call('POST', '/public/v1/keys', { base, key: owner, idem, body: { type: 'server', name: 'before' } });
     assert.equal(issued.status, 201, issued.text);
     const hook = await call('POST', '/public/v1/webhooks', { base, key: owner, body: { url: `${hooks.url}/rotation`, events: ['contact.created'] } });
@@ -71,6 +77,17 @@ test('rotating the pepper and the webhook secrets key loses no key, replay or se
     [whsec, hookId] = [hook.body.secret, hook.body.id];
     assert.equal((await call('POST', '/public/v1/contacts', { base, key: owner, body: { name: 'Before' } })).status, 201);
     assert.ok(await signedWith(1, whsec));
+    idle = await call('POST', '/public/v1/keys', { base, key: owner, body: { type: 'server', name: 'idle' } });
+    assert.equal(idle.status, 201, idle.text);
+    const none = await call('GET', '/admin/v1/keys/previous-pepper', { base, key: ADMIN });
+    assert.equal(none.status, 200, none.text);
+    assert.deepEqual([none.body.count, none.body.current, none.body.previous], [0, keyId(P1), null]);
+    // The issued key's minute window, which must go on under the new pepper (the same guard).
+    await freshWindow(45);
+    for (let i = 0; i < 3; i += 1) {
+      const me = await call('GET', '/public/v1/me', { base, key: issued.body.key });
+      remaining = Number(me.headers.get('x-ratelimit-remaining'));
+    }
   } finally {
     gw.stop();
   }
@@ -81,8 +98,22 @@ test('rotating the pepper and the webhook secrets key loses no key, replay or se
   base = gw.base;
   let fresh;
   try {
+    const pending = await call('GET', '/admin/v1/keys/previous-pepper', { base, key: ADMIN });
+    assert.equal(pending.status, 200, pending.text);
+    assert.deepEqual([pending.body.count, pending.body.current, pending.body.previous], [3, keyId(P2), keyId(P1)]);
+    assert.deepEqual(pending.body.keys.map((k) => k.id).sort(), [issued.body.id, idle.body.id, ownerId].sort());
+    const me = await call('GET', '/public/v1/me', { base, key: issued.body.key });
+    assert.equal(me.status, 200, 'an issued key of before works');
+    assert.equal(Number(me.headers.get('x-ratelimit-remaining')), remaining - 1, 'its guard, and its window, kept');
+    const [rehashed] = d1(`SELECT key_hash, guard_hash, pepper FROM api_keys WHERE id = '${issued.body.id}'`);
+    assert.deepEqual(rehashed, { key_hash: keyHash(P2, issued.body.key), guard_hash: keyHash(P1, issued.body.key), pepper: keyId(P2) });
     assert.equal((await call('GET', '/public/v1/me', { base, key: owner })).status, 200, 'the owner key of before works');
-    assert.equal((await call('GET', '/public/v1/me', { base, key: issued.body.key })).status, 200, 'an issued key of before works');
+    const left = await call('GET', '/admin/v1/keys/previous-pepper', { base, key: ADMIN });
+    assert.deepEqual([left.body.count, left.body.keys.map((k) => k.id)], [1, [idle.body.id]], 'only the key not used since');
+    assert.equal(left.body.keys[0].prefix, idle.body.prefix);
+    const unsealed = await call('GET', '/admin/v1/webhooks/previous-secret-key', { base, key: ADMIN });
+    assert.equal(unsealed.status, 200, unsealed.text);
+    assert.deepEqual([unsealed.body.count, unsealed.body.webhooks[0].id, unsealed.body.webhooks[0].opens], [1, hookId, true]);
     const replay = await call('POST', '/public/v1/keys', { base, key: owner, idem, body: { type: 'server', name: 'before' } });
     assert.equal(replay.status, 201, replay.text);
     assert.equal(replay.headers.get('idempotent-replayed'), '1');
@@ -96,6 +127,8 @@ test('rotating the pepper and the webhook secrets key loses no key, replay or se
     assert.ok(await signedWith(2, whsec), 'a secret sealed under the previous key signs');
     const cron = await fetch(`${base}/__scheduled?cron=${encodeURIComponent('* * * * *')}`);
     assert.equal(cron.status, 200);
+    const resealed = await call('GET', '/admin/v1/webhooks/previous-secret-key', { base, key: ADMIN });
+    assert.deepEqual([resealed.body.count, resealed.body.webhooks], [0, []], 'the cron re-sealed it');
   } finally {
     gw.stop();
   }
@@ -108,8 +141,11 @@ test('rotating the pepper and the webhook secrets key loses no key, replay or se
     assert.equal((await call('GET', '/public/v1/me', { base, key: fresh.body.key })).status, 200, 'a key of the new pepper works');
     assert.equal((await call('POST', '/public/v1/contacts', { base, key: fresh.body.key, body: { name: 'After' } })).status, 201);
     assert.ok(await signedWith(3, whsec), 'the re-sealed secret signs without the previous key');
-    // Documented: a key issued under a pepper that is no longer configured no longer authenticates.
-    assertError(await call('GET', '/public/v1/me', { base, key: owner }), 401, 'INVALID_API_KEY');
+    assert.equal((await call('GET', '/public/v1/me', { base, key: owner })).status, 200, 're-hashed during the rotation');
+    assert.equal((await call('GET', '/public/v1/me', { base, key: issued.body.key })).status, 200, 'found through its new hash');
+    // Documented: a key not used during the rotation is still under a pepper that is no longer
+    // configured, and no longer authenticates (the count said so).
+    assertError(await call('GET', '/public/v1/me', { base, key: idle.body.key }), 401, 'INVALID_API_KEY');
   } finally {
     gw.stop();
   }
