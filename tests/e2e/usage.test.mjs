@@ -113,6 +113,10 @@ test('usage counts the billable requests, exports each closed period once as Clo
   assert.equal(file.status, 200);
   assert.equal(await file.text(), object);
   assertError(await call('GET', `/public/v1/usage/file?key=${encodeURIComponent(`usage/prj_other/${iso(period)}.ndjson`)}`, { key: owner.key }), 400, 'VALIDATION_ERROR');
+  // SPEC §26: the run is listed (the dashboard's usage view), with its object and what it adds.
+  const runs = (await call('GET', `/public/v1/usage/runs?${query}`, { key: owner.key })).body;
+  assert.deepEqual(runs.data.map((r) => [r.kind, r.seq, r.object, r.records, r.requests]), [['export', 0, objectKey, 3, 8]], JSON.stringify(runs));
+  assert.equal(runs.data[0].period_start, new Date(period).toISOString());
 
   const reconcile = async () => (await call('GET', `/admin/v1/usage/reconcile?hour=${iso(period)}&project_id=${projectId}`, { headers: admin })).body;
   assert.deepEqual(await reconcile(), { hour: new Date(period).toISOString(), period_seconds: 60, project_id: projectId, exported: 8, audited: 8, difference: 0, pending: 0 });

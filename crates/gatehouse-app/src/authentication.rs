@@ -340,6 +340,7 @@ impl<P: Ports> Gateway<'_, P> {
         let hashed = CurrentHash {
             key_hash: api_key::hash(self.config.key_pepper.as_bytes(), token),
             pepper: self.config.key_pepper_id.clone(),
+            previous: self.config.key_pepper_previous_id.clone(),
         };
         let current = || memory.guard_of(&hashed.key_hash, now_ms).unwrap_or_else(|| hashed.key_hash.clone());
         let previous = || Some(api_key::hash(self.config.key_pepper_previous.as_deref()?.as_bytes(), token));
@@ -408,23 +409,31 @@ impl<P: Ports> Gateway<'_, P> {
             }
             (Ok(Authorization::Denied(None)), Some(previous)) if *current => {
                 self.memory.borrow_mut().remember_unknown_key(&key_hash, now_ms);
-                let previous_hash = api_key::hash(previous.as_bytes(), token);
-                let ask = AuthorizeCall {
-                    key_hash: &previous_hash,
-                    scope,
-                    claim,
-                    lease: None,
-                    visitor,
-                    current: current_hash,
+                // The previous pepper's hash: the key's guard, or (a key re-hashed in an earlier
+                // rotation) the object that points to it, followed once.
+                let mut asked = api_key::hash(previous.as_bytes(), token);
+                let mut followed = false;
+                let answer = loop {
+                    let ask = AuthorizeCall {
+                        key_hash: &asked,
+                        scope,
+                        claim,
+                        lease: None,
+                        visitor,
+                        current: current_hash,
+                    };
+                    match self.guard.authorize(ask).await {
+                        Ok(Authorization::Moved(guard)) if !followed => (asked, followed) = (guard, true),
+                        answer => break answer,
+                    }
                 };
-                let answer = self.guard.authorize(ask).await;
                 if matches!(&answer, Ok(Authorization::Admitted(a)) if a.key.key_hash == hashed.key_hash) {
                     // Its guard re-hashed it (SPEC §26): asked there directly from now on.
                     let mut memory = self.memory.borrow_mut();
                     memory.forget_unknown_key(&hashed.key_hash);
-                    memory.remember_guard(&hashed.key_hash, &previous_hash, now_ms);
+                    memory.remember_guard(&hashed.key_hash, &asked, now_ms);
                 }
-                (previous_hash, answer)
+                (asked, answer)
             }
             (answer, _) => (key_hash, answer),
         }

@@ -280,7 +280,7 @@ impl<P: Ports> Gateway<'_, P> {
                 let _ = self.guard.apply(&record, None).await;
                 if changes.allowed_origins.is_some() {
                     // This isolate answers at once by the new list (others within a minute).
-                    self.memory.borrow_mut().forget_refused_origins(&record.key_hash);
+                    self.memory.borrow_mut().forget_refused_origins(record.guard());
                 }
                 Ok(Reply::ok(record.view(call.now_ms)))
             }
@@ -494,7 +494,7 @@ fn future_instant(text: &str, now_ms: i64) -> Result<i64, ApiError> {
     Ok(at)
 }
 
-fn clean_name(name: Option<String>) -> Result<Option<String>, ApiError> {
+pub(super) fn clean_name(name: Option<String>) -> Result<Option<String>, ApiError> {
     let name = name.map(|n| n.trim().to_owned()).filter(|n| !n.is_empty());
     if name.as_ref().is_some_and(|n| n.chars().count() > 200) {
         return Err(ApiError::bad_request("name must be at most 200 characters").with_detail("field", "name"));

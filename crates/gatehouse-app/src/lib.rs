@@ -58,6 +58,7 @@ mod subscriptions;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod usage;
+mod usage_runs;
 mod visitors;
 mod wake;
 mod webhooks;

@@ -526,6 +526,7 @@ impl<P: Ports> Gateway<'_, P> {
             RouteId::ListAuditObjects => self.list_audit_objects(call).await,
             RouteId::AuditFile => self.audit_file(call).await,
             RouteId::Usage => self.usage(call).await,
+            RouteId::UsageRuns => self.usage_runs(call).await,
             RouteId::UsageFile => self.usage_file(call).await,
             RouteId::ReconcileUsage => self.reconcile_usage(call).await,
             RouteId::KeysOnPreviousPepper => self.keys_on_previous_pepper(call).await,

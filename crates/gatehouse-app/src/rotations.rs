@@ -113,6 +113,7 @@ mod tests {
     const ADMIN: &str = "rotation-admin-token";
     const OLD: &str = "rotation-pepper-old-0";
     const NEW: &str = "rotation-pepper-new-1";
+    const NEXT: &str = "rotation-pepper-next-2";
 
     fn config(pepper: &str, previous: Option<&str>) -> &'static Config {
         let config = Config::from_lookup(|name| match name {
@@ -177,5 +178,49 @@ mod tests {
         assert_eq!((status, remaining.as_deref()), (200, Some("27")), "found through its new hash");
         let (status, _, _) = get(&gateway, "/public/v1/me", &secrets[1]);
         assert_eq!(status, 401, "a key not used during the rotation is not found any more");
+    }
+
+    /// A key re-hashed in one rotation is found in the next: the previous pepper's hash is then
+    /// the object that points to its guard (followed once), and it is re-hashed again, same guard.
+    #[test]
+    fn a_key_rehashed_in_one_rotation_is_rehashed_in_the_next() {
+        let faults = Rc::new(Faults::new(1, 0.0));
+        let (gateway, _, secrets) =
+            fake_gateway(config(OLD, None), &faults, T0, "prj_rot", &[KeyType::Server], 0.0);
+        assert_eq!(get(&gateway, "/public/v1/me", &secrets[0]).1.as_deref(), Some("29"));
+        let gateway = deployed(gateway, config(NEW, Some(OLD)));
+        assert_eq!(get(&gateway, "/public/v1/me", &secrets[0]).1.as_deref(), Some("28"));
+        let gateway = deployed(gateway, config(NEXT, Some(NEW)));
+        let (status, remaining, _) = get(&gateway, "/public/v1/me", &secrets[0]);
+        assert_eq!((status, remaining.as_deref()), (200, Some("27")), "a fresh isolate, the first request");
+        let key = gateway.store.directory.keys.borrow()[0].clone();
+        assert_eq!(key.key_hash, hash(NEXT.as_bytes(), &secrets[0]));
+        assert_eq!(key.guard(), hash(OLD.as_bytes(), &secrets[0]), "the guard it was made with");
+        let gateway = deployed(gateway, config(NEXT, None));
+        assert_eq!(get(&gateway, "/public/v1/me", &secrets[0]).1.as_deref(), Some("26"));
+    }
+
+    /// A deploy rolling out: isolates on the old configuration and on the new one side by side.
+    /// The old one never moves a key back (its record stays under the new pepper, written once).
+    #[test]
+    fn isolates_on_two_configurations_do_not_move_a_key_back_and_forth() {
+        let faults = Rc::new(Faults::new(1, 0.0));
+        let (gateway, _, secrets) =
+            fake_gateway(config(OLD, None), &faults, T0, "prj_rot", &[KeyType::Server], 0.0);
+        let gateway = deployed(gateway, config(NEW, Some(OLD)));
+        assert_eq!(get(&gateway, "/public/v1/me", &secrets[0]).0, 200);
+        let rehashed = gateway.store.directory.keys.borrow()[0].clone();
+        let old = deployed(gateway, config(OLD, None));
+        for _ in 0..3 {
+            assert_eq!(
+                get(&old, "/public/v1/me", &secrets[0]).0,
+                200,
+                "the old configuration still admits it"
+            );
+        }
+        assert_eq!(old.store.directory.keys.borrow()[0], rehashed, "not moved back");
+        let new = deployed(old, config(NEW, Some(OLD)));
+        assert_eq!(get(&new, "/public/v1/me", &secrets[0]).0, 200);
+        assert_eq!(new.store.directory.keys.borrow()[0], rehashed);
     }
 }

@@ -5,6 +5,7 @@
 use serde::Deserialize;
 use serde_json::json;
 
+use super::keys::clean_name;
 use super::webhooks::secrets_key;
 use super::{random, unavailable, Call, Gateway, Reply};
 use gatehouse_core::error::ApiError;
@@ -27,6 +28,8 @@ struct CreateWebhook {
     events: Vec<String>,
     /// `v1` (the default) or `v1a` (SPEC §25).
     signature: Option<String>,
+    /// What its owner calls the endpoint (SPEC §26), as a key's name.
+    name: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -47,6 +50,9 @@ struct RotateSecret {
 struct UpdateWebhook {
     status: Option<String>,
     signature: Option<String>,
+    /// A new name, or `null` for none.
+    #[serde(default, deserialize_with = "super::keys::patch_field")]
+    name: Option<Option<String>>,
 }
 
 /// The scheme a body names (`signature`), 422 naming the field for any other value.
@@ -101,6 +107,7 @@ impl<P: Ports> Gateway<'_, P> {
             }
         };
         check_events(&input.events)?;
+        let name = clean_name(input.name)?;
         let scheme = scheme(input.signature.as_deref().unwrap_or("v1"))?;
         let id = call.ids.next("wh");
         let key = secrets_key(self.config);
@@ -110,6 +117,7 @@ impl<P: Ports> Gateway<'_, P> {
         let hook = Webhook {
             id,
             project_id: call.project_id().to_owned(),
+            name,
             url,
             events: input.events,
             secret,
@@ -215,7 +223,8 @@ impl<P: Ports> Gateway<'_, P> {
         Err(ApiError::unavailable("the subscription's secret kept changing during the rotation"))
     }
 
-    /// `PATCH /public/v1/webhooks/{id}` `{status?, signature?}`: `"status":"active"` re-enables a
+    /// `PATCH /public/v1/webhooks/{id}` `{status?, signature?, name?}`: `name` renames it (`null`:
+    /// none); `"status":"active"` re-enables a
     /// subscription disabled by a 410 (its failed deliveries stay failed; `recover` re-queues
     /// them); `"signature":"v1a"` (or `"v1"`) switches the signing scheme (SPEC §25) as a rotation
     /// with the default grace does, so receivers verifying the old scheme keep working for 24 h.
@@ -227,9 +236,18 @@ impl<P: Ports> Gateway<'_, P> {
                 .with_detail("field", "status"));
         }
         let to = input.signature.as_deref().map(scheme).transpose()?;
-        if input.status.is_none() && to.is_none() {
-            return Err(ApiError::unprocessable(r#"nothing to change: send "status" or "signature""#)
-                .with_detail("field", "status"));
+        let name = input.name.map(clean_name).transpose()?;
+        if input.status.is_none() && to.is_none() && name.is_none() {
+            return Err(ApiError::unprocessable(
+                r#"nothing to change: send "status", "signature" or "name""#,
+            )
+            .with_detail("field", "status"));
+        }
+        if let Some(name) = &name {
+            let renamed = self.store.rename_webhook(call.project_id(), id, name.as_deref()).await;
+            renamed
+                .map_err(unavailable)?
+                .ok_or_else(|| ApiError::not_found("webhook").with_detail("id", id))?;
         }
         let mut answer = None;
         if let Some(to) = to {

@@ -272,6 +272,7 @@ mod tests {
                     events: events.into_iter().map(String::from).collect(),
                     secret: StoredSecret::from_column("whsec_test".into()),
                     public_key: None,
+                    name: None,
                     previous_secret: None,
                     status: "active".into(),
                     disabled_reason: None,

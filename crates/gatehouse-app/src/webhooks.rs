@@ -358,6 +358,7 @@ mod tests {
                 [0; 12],
             ),
             public_key: None,
+            name: None,
             previous_secret: None,
             status: "active".into(),
             disabled_reason: None,

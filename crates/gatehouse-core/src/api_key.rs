@@ -198,12 +198,26 @@ pub fn bearer_token(authorization: &str) -> Option<&str> {
 pub struct CurrentHash {
     pub key_hash: String,
     pub pepper: String,
+    /// The id of the isolate's `KEY_PEPPER_PREVIOUS`, if it has one: only a record under it (or
+    /// under no recorded pepper) is re-hashed, so an isolate still on an older configuration
+    /// never moves a key back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<String>,
 }
 
 impl KeyRecord {
-    /// Whether the record is not yet as `current` says (another hash, or its pepper unrecorded).
+    /// Whether the record should become as `current` says: its pepper recorded under the same
+    /// hash, or re-hashed from the isolate's previous pepper (or from none recorded) — never from
+    /// a pepper the isolate does not name, so two configurations side by side (a deploy rolling
+    /// out) cannot move a key back and forth.
     pub fn needs_rehash(&self, current: &CurrentHash) -> bool {
-        self.key_hash != current.key_hash || self.pepper.as_deref() != Some(current.pepper.as_str())
+        if self.key_hash == current.key_hash {
+            return self.pepper.as_deref() != Some(current.pepper.as_str());
+        }
+        match self.pepper.as_deref() {
+            None => true,
+            Some(pepper) => current.previous.as_deref() == Some(pepper),
+        }
     }
 }
 
@@ -229,6 +243,25 @@ mod tests {
             revoked_at,
             ..KeyRecord::fresh("key_1", "prj_1", KeyType::Server, plan, "ab".into(), "gh_s_abcdefg".into(), 1)
         }
+    }
+
+    /// SPEC §26: a record moves to an isolate's current pepper only from its previous one (or
+    /// from none recorded); an isolate on an older configuration never moves it back.
+    #[test]
+    fn a_record_is_rehashed_only_from_the_isolates_previous_pepper() {
+        let record = |hash: &str, pepper: Option<&str>| KeyRecord {
+            pepper: pepper.map(str::to_owned),
+            ..KeyRecord::fresh("key_1", "prj_1", KeyType::Server, "trial", hash.into(), "gh_s_x".into(), 1)
+        };
+        let new =
+            CurrentHash { key_hash: "h_new".into(), pepper: "new".into(), previous: Some("old".into()) };
+        let old = CurrentHash { key_hash: "h_old".into(), pepper: "old".into(), previous: None };
+        assert!(record("h_old", Some("old")).needs_rehash(&new), "from the previous pepper");
+        assert!(record("h_old", None).needs_rehash(&new), "from none recorded");
+        assert!(!record("h_new", Some("new")).needs_rehash(&new), "done");
+        assert!(record("h_new", None).needs_rehash(&new), "the pepper recorded");
+        assert!(!record("h_new", Some("new")).needs_rehash(&old), "never back");
+        assert!(!record("h_other", Some("other")).needs_rehash(&new), "not from a pepper it does not name");
     }
 
     #[test]

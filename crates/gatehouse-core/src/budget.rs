@@ -62,6 +62,7 @@ impl RouteId {
                 | GetLog
                 | ListEvents
                 | Usage
+                | UsageRuns
                 | ListWebhooks
                 | ListDeliveries
         )

@@ -52,6 +52,8 @@ pub struct Config {
     pub key_pepper_previous: Option<String>,
     /// The id of `KEY_PEPPER` ([`crate::sealing::key_id`]) that key records carry (SPEC §26).
     pub key_pepper_id: String,
+    /// The id of `KEY_PEPPER_PREVIOUS`, when set.
+    pub key_pepper_previous_id: Option<String>,
     /// `WEBHOOK_SECRETS_KEY`: seals webhook signing secrets in D1; not the pepper (SPEC §19).
     pub webhook_secrets_key: String,
     pub webhook_secrets_key_previous: Option<String>,
@@ -448,6 +450,9 @@ impl Config {
                 max_seconds: number("QUEUE_RETRY_MAX_SECONDS", 3_600)?.min(43_200) as u32,
             },
             key_pepper_id: crate::sealing::key_id(key_pepper.as_bytes()),
+            key_pepper_previous_id: key_pepper_previous
+                .as_deref()
+                .map(|p| crate::sealing::key_id(p.as_bytes())),
             key_pepper,
             key_pepper_previous,
             webhook_secrets_key,

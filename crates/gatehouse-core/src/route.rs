@@ -73,6 +73,8 @@ pub enum RouteId {
     /// Usage for billing (SPEC §22).
     Usage,
     UsageFile,
+    /// The export runs of the usage view (SPEC §26).
+    UsageRuns,
     ReconcileUsage,
     /// What a rotation of `KEY_PEPPER` or `WEBHOOK_SECRETS_KEY` has not reached yet (SPEC §26).
     KeysOnPreviousPepper,
@@ -254,6 +256,7 @@ pub const ROUTES: &[Route] = &[
         &["from", "to", "group_by", "limit", "cursor"],
     ),
     with_query(route(RouteId::UsageFile, "GET", "/public/v1/usage/file", OWNER), &["key"]),
+    with_query(route(RouteId::UsageRuns, "GET", "/public/v1/usage/runs", OWNER), &["from", "to"]),
     route(RouteId::AuditPublicKey, "GET", "/public/v1/audit/public-key", OWNER),
     route(RouteId::AuditHead, "GET", "/public/v1/audit/head", OWNER),
     with_query(route(RouteId::ListAuditDigests, "GET", "/public/v1/audit/digests", OWNER), &["from", "to"]),

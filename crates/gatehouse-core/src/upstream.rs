@@ -238,25 +238,46 @@ fn overlaps(segments: &[&str], template: &str) -> bool {
     t.len() > segments.len() && segments.iter().zip(&t).all(|(s, t)| t.starts_with('{') || s == t)
 }
 
+/// An origin as an error may show it (SPEC §26: a broken configuration's message is public on
+/// `/health`): its scheme, host and path, never credentials, a query or a fragment (a token).
+fn shown(raw: &str) -> String {
+    let (scheme, rest) = raw.split_once("://").unwrap_or(("", raw));
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    let rest = match rest.split_once('/') {
+        Some((authority, path)) => format!("{}/{path}", authority.rsplit('@').next().unwrap_or_default()),
+        None => rest.rsplit('@').next().unwrap_or_default().to_owned(),
+    };
+    let shown = if scheme.is_empty() { rest } else { format!("{scheme}://{rest}") };
+    let hidden = raw.contains(['?', '#', '@']);
+    format!(
+        "{}{}",
+        shown.chars().take(80).collect::<String>(),
+        if hidden { " (credentials, query or fragment not shown)" } else { "" }
+    )
+}
+
 fn parse_origin(raw: &str) -> Result<OriginTarget, String> {
+    let raw_shown = shown(raw);
     if let Some(binding) = raw.strip_prefix("service:") {
         let ok = !binding.is_empty() && binding.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
         return if ok {
             Ok(OriginTarget::Service(binding.to_owned()))
         } else {
-            Err(format!("origin {raw:?}: a service binding is named service:BINDING (letters, digits, _)"))
+            Err(format!(
+                "origin {raw_shown:?}: a service binding is named service:BINDING (letters, digits, _)"
+            ))
         };
     }
-    let url = url::Url::parse(raw).map_err(|e| format!("origin {raw:?} is not a URL: {e}"))?;
+    let url = url::Url::parse(raw).map_err(|e| format!("origin {raw_shown:?} is not a URL: {e}"))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err(format!("origin {raw:?} must be an http or https URL (or service:BINDING)"));
+        return Err(format!("origin {raw_shown:?} must be an http or https URL (or service:BINDING)"));
     }
     if url.query().is_some()
         || url.fragment().is_some()
         || !url.username().is_empty()
         || url.password().is_some()
     {
-        return Err(format!("origin {raw:?} may not carry a query, a fragment or credentials"));
+        return Err(format!("origin {raw_shown:?} may not carry a query, a fragment or credentials"));
     }
     Ok(OriginTarget::Url(url.as_str().trim_end_matches('/').to_owned()))
 }
@@ -448,6 +469,26 @@ mod tests {
 
     fn parse(json: &str) -> Result<Vec<Upstream>, String> {
         parse_upstreams(json)
+    }
+
+    /// SPEC §26: the message of a broken `UPSTREAMS` is public on `/health`; a token in an
+    /// origin's credentials, query or fragment never appears in it.
+    #[test]
+    fn an_origin_error_shows_no_credentials_query_or_fragment() {
+        for origin in [
+            "https://user:TOKEN@api.example.com/v1",
+            "https://api.example.com/v1?key=TOKEN",
+            "ftp://TOKEN@x/?TOKEN",
+            "https://x/#TOKEN",
+            "not a url TOKEN@x",
+        ] {
+            let entry = format!(r#"[{{"prefix":"/a/","origin":"{origin}"}}]"#);
+            let e = parse_upstreams(&entry).unwrap_err();
+            assert!(!e.contains("TOKEN"), "{e}");
+        }
+        let e = parse_upstreams(r#"[{"prefix":"/a/","origin":"https://user:TOKEN@api.example.com/v1"}]"#)
+            .unwrap_err();
+        assert!(e.contains("https://api.example.com/v1 (credentials, query or fragment not shown)"), "{e}");
     }
 
     #[test]

@@ -48,6 +48,9 @@ pub struct Webhook {
     /// A `v1a` subscription's public key (`whpk_…`); `None` for `v1`.
     #[serde(default)]
     pub public_key: Option<String>,
+    /// What its owner calls the endpoint; `None`: unnamed.
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 fn v1() -> String {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::FakeStore;
 use gatehouse_core::audit::AuditRow;
-use gatehouse_core::ports::{PortError, UsageDue, UsageSnapshot, UsageStore};
+use gatehouse_core::ports::{PortError, RunSummary, UsageDue, UsageSnapshot, UsageStore};
 use gatehouse_core::time::rfc3339;
 use gatehouse_core::usage::{period_start, GroupBy, UsageGroup, UsageQuery, UsageRecord, UsageRun};
 
@@ -199,6 +199,35 @@ impl UsageStore for FakeStore {
                 {
                     run.sent_at.get_or_insert(sent_at);
                 }
+            })
+            .await
+    }
+
+    async fn usage_runs(
+        &self,
+        project_id: &str,
+        from_ms: i64,
+        to_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<RunSummary>, PortError> {
+        self.faults
+            .run("d1 usage runs", || {
+                let usage = self.audit.usage.borrow();
+                let runs = usage
+                    .runs
+                    .iter()
+                    .rev()
+                    .filter(|((p, start, _), _)| p == project_id && (from_ms..to_ms).contains(start));
+                runs.take(limit)
+                    .map(|((_, period_start, seq), run)| RunSummary {
+                        period_start: *period_start,
+                        seq: *seq,
+                        made_at: run.made_at,
+                        sent_at: run.sent_at,
+                        records: run.records.len() as u32,
+                        requests: run.records.iter().map(|r| r.value).sum(),
+                    })
+                    .collect()
             })
             .await
     }

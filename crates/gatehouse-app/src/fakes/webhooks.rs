@@ -193,6 +193,21 @@ impl WebhookStore for FakeStore {
         .await
     }
 
+    async fn rename_webhook(
+        &self,
+        project_id: &str,
+        id: &str,
+        name: Option<&str>,
+    ) -> Result<Option<Webhook>, PortError> {
+        self.tables("webhooks.rename", |t| {
+            let hook =
+                t.webhooks.get_mut(id).filter(|w| w.project_id == project_id && w.status != "deleted")?;
+            hook.name = name.map(str::to_owned);
+            Some(hook.clone())
+        })
+        .await
+    }
+
     async fn recover_deliveries(&self, recovery: &Recovery<'_>) -> Result<Vec<String>, PortError> {
         let Recovery { project_id, webhook_id, since_ms, now_ms } = *recovery;
         self.tables("webhooks.recover", |t| {

@@ -306,6 +306,15 @@ pub trait UsageStore {
     /// The project's counts of `query`'s range, grouped: a page of groups (at most
     /// `query.limit + 1`) and the range's total.
     async fn usage(&self, project_id: &str, query: &UsageQuery) -> Result<(Vec<UsageGroup>, i64), PortError>;
+    /// The project's export runs of the periods that start in `[from_ms, to_ms)`, newest first, at
+    /// most `limit` (SPEC §26: the dashboard's usage view).
+    async fn usage_runs(
+        &self,
+        project_id: &str,
+        from_ms: i64,
+        to_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<RunSummary>, PortError>;
     /// One period of one project (`None`: every project) in one snapshot per audit database:
     /// what the sent runs exported, what is counted but not exported, the billable rows still hot,
     /// and the archive objects (keys) whose span overlaps the period — their billable rows of the
@@ -316,6 +325,18 @@ pub trait UsageStore {
         period_start: i64,
         period_ms: i64,
     ) -> Result<UsageSnapshot, PortError>;
+}
+
+/// One export run, as [`UsageStore::usage_runs`] lists it: its period, its number (0: the
+/// export, then the adjustments), when it was made and its event sent, its records and what they add.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct RunSummary {
+    pub period_start: i64,
+    pub seq: u32,
+    pub made_at: i64,
+    pub sent_at: Option<i64>,
+    pub records: u32,
+    pub requests: i64,
 }
 
 /// What [`UsageStore::usage_snapshot`] answers.

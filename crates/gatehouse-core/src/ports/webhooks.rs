@@ -91,6 +91,14 @@ pub trait WebhookStore {
     /// Makes an active subscription of a disabled one (after a 410), or leaves an active one;
     /// answers it as stored (`None`: no such subscription, or deleted).
     async fn enable_webhook(&self, project_id: &str, id: &str) -> Result<Option<Webhook>, PortError>;
+    /// Names a subscription (`None`: unnamed, SPEC §26); answers it as stored (`None`: no such
+    /// subscription, or deleted).
+    async fn rename_webhook(
+        &self,
+        project_id: &str,
+        id: &str,
+        name: Option<&str>,
+    ) -> Result<Option<Webhook>, PortError>;
     /// Carries out a recovery; answers the ids of the deliveries it made pending.
     async fn recover_deliveries(&self, recovery: &Recovery<'_>) -> Result<Vec<String>, PortError>;
     /// A subscription's deliveries, newest first, optionally of one status, with their attempts.

@@ -99,6 +99,8 @@ pub const CLI_URL: &str = "cli:listen";
 pub struct Webhook {
     pub id: String,
     pub project_id: String,
+    /// What its owner calls the endpoint (SPEC §26), at most 200 characters (as a key's name).
+    pub name: Option<String>,
     pub url: String,
     pub events: Vec<String>,
     pub secret: StoredSecret,
@@ -146,6 +148,7 @@ impl Webhook {
             previous_secret_expires_at: self.previous_secret_until(now_ms).map(crate::time::rfc3339),
             signature: self.scheme().as_str().to_owned(),
             public_key: self.public_key.clone(),
+            name: self.name.clone(),
         };
         match secret {
             // A v1a key pair's private half never leaves the gateway.
@@ -216,6 +219,7 @@ mod tests {
             events: vec!["*".into()],
             secret: StoredSecret::Plaintext(SECRET.into()),
             public_key: None,
+            name: None,
             previous_secret: Some((StoredSecret::Plaintext(SECRET.into()), 5)),
             status: "active".into(),
             disabled_reason: None,
@@ -239,6 +243,7 @@ mod tests {
             events: vec!["*".into()],
             secret: StoredSecret::seal(&key, "wh_1", &new_secret, [1; 12]),
             public_key: None,
+            name: None,
             previous_secret: Some((StoredSecret::seal(&key, "wh_1", SECRET, [2; 12]), 1_000)),
             status: "active".into(),
             disabled_reason: None,
@@ -282,6 +287,7 @@ mod tests {
             events: vec!["*".into()],
             secret: StoredSecret::seal(&key, "wh_1", sealed, [1; 12]),
             public_key: column,
+            name: None,
             previous_secret: None,
             status: "active".into(),
             disabled_reason: None,

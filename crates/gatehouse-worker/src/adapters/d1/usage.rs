@@ -4,7 +4,7 @@
 use wasm_bindgen::JsValue;
 
 use super::{int, opt_text, text, AuditLogs, D1Store};
-use gatehouse_core::ports::{PortError, UsageDue, UsageSnapshot, UsageStore};
+use gatehouse_core::ports::{PortError, RunSummary, UsageDue, UsageSnapshot, UsageStore};
 use gatehouse_core::usage::{GroupBy, UsageGroup, UsageQuery, UsageRun, RECONCILE_OBJECTS_MAX};
 
 /// A run's row of `usage_runs`.
@@ -223,6 +223,26 @@ impl UsageStore for D1Store {
         let groups = results[0].results().map_err(PortError::from_display)?;
         let total: Vec<Total> = results[1].results().map_err(PortError::from_display)?;
         Ok((groups, total.first().map_or(0, |t| t.total)))
+    }
+
+    async fn usage_runs(
+        &self,
+        project_id: &str,
+        from_ms: i64,
+        to_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<RunSummary>, PortError> {
+        let log = self.log_of(Some(project_id)).await?;
+        log.rows(
+            "SELECT r.period_start, r.seq, r.made_at, r.sent_at,
+               count(c.key_id) AS records, coalesce(sum(c.value), 0) AS requests
+             FROM usage_runs r LEFT JOIN usage_records c
+               ON c.project_id = r.project_id AND c.period_start = r.period_start AND c.seq = r.seq
+             WHERE r.project_id = ?1 AND r.period_start >= ?2 AND r.period_start < ?3
+             GROUP BY r.period_start, r.seq ORDER BY r.period_start DESC, r.seq DESC LIMIT ?4",
+            &[text(project_id), int(from_ms), int(to_ms), int(limit as i64)],
+        )
+        .await
     }
 
     async fn usage_snapshot(

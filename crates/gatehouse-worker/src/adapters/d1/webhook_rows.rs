@@ -26,6 +26,7 @@ pub(super) struct WebhookRecord {
     previous_secret: Option<String>,
     previous_secret_until: Option<i64>,
     public_key: Option<String>,
+    name: Option<String>,
 }
 
 impl WebhookRecord {
@@ -37,6 +38,7 @@ impl WebhookRecord {
             url: self.url,
             secret: StoredSecret::from_column(self.secret),
             public_key: self.public_key,
+            name: self.name,
             previous_secret: self
                 .previous_secret
                 .map(StoredSecret::from_column)

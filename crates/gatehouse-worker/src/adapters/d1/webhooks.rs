@@ -15,7 +15,7 @@ use gatehouse_core::ports::{
 use gatehouse_core::webhook::{Attempt, Delivery, StoredSecret, Webhook, CLI_URL, INTERRUPTED_ATTEMPT};
 
 const WEBHOOK_COLUMNS: &str = "id, project_id, url, events, secret, status, disabled_reason, created_at,
-  previous_secret, previous_secret_until, public_key";
+  previous_secret, previous_secret_until, public_key, name";
 const DELIVERY_COLUMNS: &str =
     "id, project_id, webhook_id, event_id, event, payload, request_id, traceparent, status, attempts,
   schedule_from, scheduled_at, last_response_code, last_error, created_at, updated_at";
@@ -66,7 +66,7 @@ impl WebhookStore for D1Store {
         let rows = self
             .webhook_rows(
                 &format!(
-                    "INSERT INTO webhooks ({WEBHOOK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL, NULL, ?9)
+                    "INSERT INTO webhooks ({WEBHOOK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL, NULL, ?9, ?10)
                  ON CONFLICT (id) DO UPDATE SET id = excluded.id RETURNING {WEBHOOK_COLUMNS}"
                 ),
                 &[
@@ -79,6 +79,7 @@ impl WebhookStore for D1Store {
                     opt_text(w.disabled_reason.as_deref()),
                     int(w.created_at),
                     opt_text(w.public_key.as_deref()),
+                    opt_text(w.name.as_deref()),
                 ],
             )
             .await?;
@@ -160,6 +161,18 @@ impl WebhookStore for D1Store {
             )
             .await?;
         Ok(rows.into_iter().next())
+    }
+
+    async fn rename_webhook(
+        &self,
+        project_id: &str,
+        id: &str,
+        name: Option<&str>,
+    ) -> Result<Option<Webhook>, PortError> {
+        let sql = format!(
+            "UPDATE webhooks SET name = ?3 WHERE id = ?1 AND project_id = ?2 AND status <> 'deleted' RETURNING {WEBHOOK_COLUMNS}"
+        );
+        Ok(self.webhook_rows(&sql, &[text(id), text(project_id), opt_text(name)]).await?.into_iter().next())
     }
 
     async fn recover_deliveries(&self, recovery: &Recovery<'_>) -> Result<Vec<String>, PortError> {

@@ -73,21 +73,30 @@ impl KeyGuardObject {
     }
 
     /// The key hashed as `current` says (SPEC §26): written to D1 by its id and old hash (a
-    /// request that re-hashed it first wins, and is read back), then held as a told change.
+    /// request that re-hashed it first wins, and is read back), then held as a told change, merged
+    /// with what the guard was told and D1 may not show yet (a revocation stays).
     pub(super) async fn rehash(&self, key: KeyRecord, current: &CurrentHash) -> Result<KeyRecord> {
         let store = D1Store::new(self.env.d1("DB")?, Rc::new(Meter::default()));
         let rehashed = store
             .rehash_key(&key.id, &key.key_hash, &current.key_hash, &current.pepper)
             .await
             .map_err(|e| rust_error(e.0))?;
-        let Some(rehashed) = rehashed else {
-            // Changed meanwhile: what D1 holds now is the record.
-            let loaded = store.key_by_hash(key.guard()).await.map_err(|e| rust_error(e.0))?;
-            return Ok(loaded.unwrap_or(key));
+        let stored = match rehashed {
+            Some(rehashed) => {
+                console_log!(
+                    r#"{{"component":"key_guard","event":"key_rehashed","pepper":"{}"}}"#,
+                    current.pepper
+                );
+                rehashed
+            }
+            // Changed meanwhile (another request re-hashed it): what D1 holds now.
+            None => match store.key_by_hash(key.guard()).await.map_err(|e| rust_error(e.0))? {
+                Some(loaded) => loaded,
+                None => return Ok(key),
+            },
         };
-        console_log!(r#"{{"component":"key_guard","event":"key_rehashed","pepper":"{}"}}"#, current.pepper);
-        self.apply(rehashed.clone(), None)?;
-        Ok(rehashed)
+        self.apply(stored.clone(), None)?;
+        Ok(self.remembered(now_ms())?.unwrap_or(stored))
     }
 
     /// What `Apply` stored, while it is fresh.
