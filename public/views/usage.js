@@ -37,7 +37,7 @@ export async function loadUsage() {
     if (groupBy === 'identity') return g.identity_id === null ? 'no identity' : named.identity.get(g.identity_id) ?? g.identity_id;
     return g.day;
   };
-  const id = (g) => g.key_id ?? g.identity_id ?? g.day ?? '';
+  const id = (g) => g.key_id ?? g.identity_id ?? '';
   $('usage').replaceChildren(...usage.data.map((g) => {
     const tr = row(cell(label(g)), cell(id(g)), cell(g.requests));
     tr.dataset.requests = String(g.requests);
