@@ -5,16 +5,19 @@ import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { chromium } from 'playwright-core';
 import { spawn } from 'node:child_process';
-import { ADMIN_TOKEN, BASE, assertError, buildCli, call, createKey, createProject, eventually, listAll, receiver, sleep } from './harness.mjs';
+import { ADMIN_TOKEN, assertError, BASE, buildCli, call, createKey, createProject, eventually, listAll, nudging, receiver, sleep } from './harness.mjs';
 
 /** DASHBOARD_READS_PER_MINUTE as scripts/test sets it (the default). */
 const DASHBOARD_READS_PER_MINUTE = 120;
 const SHOTS = `${process.env.GATEHOUSE_STATE ?? '/tmp'}/screenshots`;
 let browser;
+/** Page loads wrangler dev's proxy might park are released (harness.mjs, `unparked`). */
+let nudge;
 let hooks;
 let receiverHealthy = false;
 
 before(async () => {
+  nudge = nudging();
   mkdirSync(SHOTS, { recursive: true });
   console.log(`screenshots: ${SHOTS}`);
   hooks = await receiver(() => (receiverHealthy ? { status: 200, body: 'ok' } : { status: 500, body: 'down' }));
@@ -50,6 +53,7 @@ async function watched(page) {
 }
 
 after(async () => {
+  nudge.stop();
   await browser?.close();
   await hooks?.close();
 });

@@ -7,19 +7,25 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { chromium } from 'playwright-core';
-import { BASE, call, createKey, createProject, eventually, listAll } from './harness.mjs';
+import { BASE, call, createKey, createProject, eventually, listAll, nudging } from './harness.mjs';
 
 const SHOTS = `${process.env.GATEHOUSE_STATE ?? '/tmp'}/screenshots`;
 let browser;
+/** Page loads wrangler dev's proxy might park are released (harness.mjs, `unparked`). */
+let nudge;
 
 before(async () => {
+  nudge = nudging();
   mkdirSync(SHOTS, { recursive: true });
   browser = await chromium.launch({
     executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
     args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking'],
   });
 });
-after(async () => browser?.close());
+after(async () => {
+  nudge.stop();
+  await browser?.close();
+});
 
 /** A signed-in page of `width` px (the page's errors fail the test). */
 async function signedIn(ownerKey, width) {

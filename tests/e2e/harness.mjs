@@ -44,6 +44,31 @@ export const wranglerLostIt = (status, headers, text) =>
   status === 503 && !headers.get('x-request-id') && text.includes('Your worker restarted mid-request');
 
 /**
+ * Runs `work` (a request) and, once it has waited 20 s, sends a GET /health to `base` every 5 s
+ * until it ends: wrangler dev's proxy parks a GET whose forward to the local runtime failed until
+ * the next request reaches its port (docs/performance.md, "Found: wrangler dev's proxy parks
+ * requests"; one such GET waited 300 s in a full run of 2026-12-06, then failed). The nudge is
+ * that next request; it changes nothing the gateway answers or measures.
+ */
+export async function unparked(base, work) {
+  let timer;
+  const nudge = () => fetch(`${base}/health`, { dispatcher }).then((r) => r.arrayBuffer()).catch(() => {});
+  const start = setTimeout(() => { nudge(); timer = setInterval(nudge, 5_000); }, 20_000);
+  try {
+    return await work();
+  } finally {
+    clearTimeout(start);
+    clearInterval(timer);
+  }
+}
+
+/** The same nudge, every 5 s until stopped, for a browser test's page loads (stop() ends it). */
+export function nudging(base = BASE) {
+  const timer = setInterval(() => fetch(`${base}/health`, { dispatcher }).then((r) => r.arrayBuffer()).catch(() => {}), 5_000);
+  return { stop: () => clearInterval(timer) };
+}
+
+/**
  * One request to the gateway; answers {status, headers, body (JSON when it parses), text}. A
  * request wrangler dev lost on its way to the worker (above) is sent again, up to four times, as
  * a client would; `resend: false` leaves that to the caller.
@@ -62,10 +87,10 @@ export async function call(method, path, { key, body, headers = {}, idem, base =
     init.body = typeof body === 'string' ? body : JSON.stringify(body);
     if (!h.has('content-type')) h.set('content-type', 'application/json');
   }
-  let res = await fetch(base + path, init);
+  let res = await unparked(base, () => fetch(base + path, init));
   let text = await res.text();
   for (let tries = 1; resend && tries < 5 && wranglerLostIt(res.status, res.headers, text); tries += 1) {
-    res = await fetch(base + path, init);
+    res = await unparked(base, () => fetch(base + path, init));
     text = await res.text();
   }
   let parsed = text;
