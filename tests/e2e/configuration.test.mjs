@@ -7,12 +7,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { connect } from 'node:net';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { freePort } from './harness.mjs';
+import { join } from 'node:path';
+import { freePort, listening, ROOT } from './harness.mjs';
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const NO_TRIAL = '{"business":{"per_minute":2000,"monthly_quota":10000000}}';
 
 /** Runs a script of the project; answers its exit code, output and seconds (killed after `limitMs`). */
@@ -30,13 +27,6 @@ function run(args, env = {}, limitMs = 120_000) {
     });
   });
 }
-
-/** Whether anything accepts a connection on 127.0.0.1:`port`. */
-const listening = (port) => new Promise((resolve) => {
-  const socket = connect(port, '127.0.0.1');
-  socket.on('connect', () => { socket.destroy(); resolve(true); });
-  socket.on('error', () => resolve(false));
-});
 
 test('scripts/dev refuses a PLANS without "trial" at once, with the worker\'s message, and leaves nothing running', async () => {
   const port = await freePort();

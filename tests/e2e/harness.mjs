@@ -3,6 +3,7 @@
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { createServer } from 'node:http';
+import { connect } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Agent, fetch, Headers } from 'undici';
@@ -319,7 +320,17 @@ export function freePort() {
   });
 }
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+/** The repository's root: where the project's scripts run. */
+export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+/** Whether anything accepts a connection on 127.0.0.1:`port` (a server left behind, say). */
+export function listening(port) {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1');
+    socket.on('connect', () => { socket.destroy(); resolve(true); });
+    socket.on('error', () => resolve(false));
+  });
+}
 
 /**
  * Builds the `gatehouse` CLI (crates/gatehouse-cli) and answers a runner: `gatehouse(args, {key, input})` runs it

@@ -6,12 +6,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { connect } from 'node:net';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { freePort, sleep } from './harness.mjs';
-
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+import { join } from 'node:path';
+import { freePort, listening, ROOT, sleep } from './harness.mjs';
 
 /** The commands of the tour's shell blocks after the first (which starts the gateway). */
 function tourCommands() {
@@ -23,12 +19,6 @@ function tourCommands() {
     .map((line) => line.replace(/\s+#.*$/, '').trim())
     .filter((line) => line && !line.startsWith('#')));
 }
-
-const listening = (port) => new Promise((resolve) => {
-  const socket = connect(port, '127.0.0.1');
-  socket.on('connect', () => { socket.destroy(); resolve(true); });
-  socket.on('error', () => resolve(false));
-});
 
 test('the README tour works command by command on other ports, and Ctrl-C stops everything', { timeout: 300_000 }, async () => {
   const [port, demoPort] = [await freePort(), await freePort()];

@@ -352,9 +352,10 @@ impl<P: Ports> Gateway<'_, P> {
         (!blocked || memory.is_recent_key(&asked, now_ms)).then_some((asked, is_current, hashed))
     }
 
-    /// Asks the key's guard under `key_hash`; when that is the current pepper's hash, its guard
-    /// does not know the key and a previous pepper is set, it is remembered as unknown and the
-    /// guard of the previous pepper's hash is asked. Answers the hash asked last and its answer.
+    /// Asks the key's guard under `key_hash`; when that object points to the guard of a re-hashed
+    /// key, that guard is asked (SPEC §26); when it is the current pepper's hash, its guard does
+    /// not know the key and a previous pepper is set, it is remembered as unknown and the guard of
+    /// the previous pepper's hash is asked. Answers the name asked last and its answer.
     async fn ask_guard(
         &self,
         credentials: &KeyCredentials,
@@ -362,8 +363,7 @@ impl<P: Ports> Gateway<'_, P> {
         now_ms: i64,
     ) -> (String, Result<Authorization, PortError>) {
         let KeyCredentials { token, key_hash, current, hashed, scope, visitor } = credentials;
-        let (key_hash, scope, visitor, current_hash) =
-            (key_hash.clone(), *scope, visitor.as_ref(), Some(hashed));
+        let (key_hash, scope, visitor) = (key_hash.clone(), *scope, visitor.as_ref());
         // A key's guard leases to the isolates of a hot key (SPEC §20): ask, giving back what
         // this isolate did not use of the key's last lease. A request its plan exempts asks for
         // none (nor gives the lease it holds up).
@@ -378,7 +378,7 @@ impl<P: Ports> Gateway<'_, P> {
             claim,
             lease: lease.as_ref(),
             visitor,
-            current: current_hash,
+            current: Some(hashed),
         };
         let answer = self.guard.authorize(ask).await;
         if let Some(ask) = &lease {
@@ -396,37 +396,14 @@ impl<P: Ports> Gateway<'_, P> {
             (Ok(Authorization::Moved(guard)), _) => {
                 // SPEC §26: a re-hashed key's guard, remembered for its next requests.
                 self.memory.borrow_mut().remember_guard(&hashed.key_hash, &guard, now_ms);
-                let ask = AuthorizeCall {
-                    key_hash: &guard,
-                    scope,
-                    claim,
-                    lease: None,
-                    visitor,
-                    current: current_hash,
-                };
-                let answer = self.guard.authorize(ask).await;
-                (guard, answer)
+                self.ask_elsewhere(guard, credentials, claim, false).await
             }
             (Ok(Authorization::Denied(None)), Some(previous)) if *current => {
                 self.memory.borrow_mut().remember_unknown_key(&key_hash, now_ms);
                 // The previous pepper's hash: the key's guard, or (a key re-hashed in an earlier
-                // rotation) the object that points to it, followed once.
-                let mut asked = api_key::hash(previous.as_bytes(), token);
-                let mut followed = false;
-                let answer = loop {
-                    let ask = AuthorizeCall {
-                        key_hash: &asked,
-                        scope,
-                        claim,
-                        lease: None,
-                        visitor,
-                        current: current_hash,
-                    };
-                    match self.guard.authorize(ask).await {
-                        Ok(Authorization::Moved(guard)) if !followed => (asked, followed) = (guard, true),
-                        answer => break answer,
-                    }
-                };
+                // rotation) the object that points to it.
+                let previous_hash = api_key::hash(previous.as_bytes(), token);
+                let (asked, answer) = self.ask_elsewhere(previous_hash, credentials, claim, true).await;
                 if matches!(&answer, Ok(Authorization::Admitted(a)) if a.key.key_hash == hashed.key_hash) {
                     // Its guard re-hashed it (SPEC §26): asked there directly from now on.
                     let mut memory = self.memory.borrow_mut();
@@ -436,6 +413,33 @@ impl<P: Ports> Gateway<'_, P> {
                 (asked, answer)
             }
             (answer, _) => (key_hash, answer),
+        }
+    }
+
+    /// Asks the guard named `guard` without a lease (a re-hashed key's guard, or the previous
+    /// pepper's hash), following one `Moved` when `follow` (SPEC §26): answers the name asked last
+    /// and its answer.
+    async fn ask_elsewhere(
+        &self,
+        mut guard: String,
+        credentials: &KeyCredentials,
+        claim: Option<&ClaimRequest>,
+        mut follow: bool,
+    ) -> (String, Result<Authorization, PortError>) {
+        let KeyCredentials { hashed, scope, visitor, .. } = credentials;
+        loop {
+            let ask = AuthorizeCall {
+                key_hash: &guard,
+                scope: *scope,
+                claim,
+                lease: None,
+                visitor: visitor.as_ref(),
+                current: Some(hashed),
+            };
+            match self.guard.authorize(ask).await {
+                Ok(Authorization::Moved(next)) if follow => (guard, follow) = (next, false),
+                answer => return (guard, answer),
+            }
         }
     }
 

@@ -56,7 +56,7 @@ impl<P: Ports> Gateway<'_, P> {
                 })
             },
         );
-        let previous = self.config.key_pepper_previous.as_deref().map(|p| key_id(p.as_bytes()));
+        let previous = self.config.key_pepper_previous_id.clone();
         Ok(Reply::ok(rotation(&mut body, "keys", count, pepper, previous)))
     }
 
