@@ -2,13 +2,14 @@
 // against the dashboard served by the worker, with data this test makes through the API.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { chromium } from 'playwright-core';
 import { spawn } from 'node:child_process';
 import { ADMIN_TOKEN, assertError, BASE, buildCli, call, createKey, createProject, eventually, listAll, nudging, receiver, sleep } from './harness.mjs';
 
 /** DASHBOARD_READS_PER_MINUTE as scripts/test sets it (the default). */
 const DASHBOARD_READS_PER_MINUTE = 120;
+const PUBLIC = new URL('../../public/', import.meta.url);
 const SHOTS = `${process.env.GATEHOUSE_STATE ?? '/tmp'}/screenshots`;
 let browser;
 /** Page loads wrangler dev's proxy might park are released (harness.mjs, `unparked`). */
@@ -422,6 +423,50 @@ test('the dashboard budget: its own window beside the owner key\'s, owner keys o
   await eventually(async () => (await look('/public/v1/keys/last-used', fresh.owner.key)).body.data.some((k) => k.key_id === second.id), 20_000);
   const rows = (await look(`/public/v1/logs?key_id=${second.id}`, fresh.owner.key)).body.data;
   assert.deepEqual(rows.map((r) => [r.route, r.dashboard]), [['/public/v1/keys', true]]);
+});
+
+test('the worker serves every file of public/ itself: bytes, type, ETag and 304, pages without .html, HEAD', async () => {
+  // No static assets binding (docs/performance.md, "The asset router"): build.rs builds public/ in.
+  const files = [];
+  const walk = (dir) => {
+    for (const e of readdirSync(new URL(dir, PUBLIC), { withFileTypes: true })) {
+      if (e.isDirectory()) walk(`${dir}${e.name}/`);
+      else if (!e.name.startsWith('_')) files.push(`${dir}${e.name}`);
+    }
+  };
+  walk('');
+  assert.ok(files.includes('dashboard.html') && files.includes('openapi.json'), files.join());
+  const types = { html: 'text/html', js: 'text/javascript', css: 'text/css', json: 'application/json', svg: 'image/svg+xml' };
+  for (const file of files) {
+    const path = `/${file.replace(/\.html$/, '')}`;
+    const res = await fetch(`${BASE}${path}`);
+    assert.equal(res.status, 200, path);
+    assert.ok(res.headers.get('content-type').startsWith(types[file.split('.').pop()]), `${path}: ${res.headers.get('content-type')}`);
+    assert.deepEqual(Buffer.from(await res.arrayBuffer()), readFileSync(new URL(file, PUBLIC)), path);
+    const etag = res.headers.get('etag');
+    assert.match(etag, /^"[0-9a-f]{16}"$/, path);
+    assert.equal(res.headers.get('cache-control'), 'public, max-age=0, must-revalidate', path);
+    assert.equal(res.headers.get('x-content-type-options'), 'nosniff', path);
+    const again = await fetch(`${BASE}${path}`, { headers: { 'if-none-match': `W/${etag}, "other"` } });
+    assert.equal(again.status, 304, path);
+    assert.equal((await again.arrayBuffer()).byteLength, 0, path);
+    const head = await fetch(`${BASE}${path}`, { method: 'HEAD' });
+    assert.equal(head.status, 200, path);
+    assert.equal(head.headers.get('etag'), etag, path);
+  }
+  const chart = await fetch(`${BASE}/vendor/chart.umd.min.js`);
+  assert.equal(chart.status, 200);
+  assert.match(await chart.text(), /Chart/);
+  for (const spelling of ['/dashboard.html', '/dashboard/']) {
+    const moved = await fetch(`${BASE}${spelling}`, { redirect: 'manual' });
+    assert.equal(moved.status, 307, spelling);
+    assert.equal(moved.headers.get('location'), '/dashboard', spelling);
+  }
+  // Only GET and HEAD: anything else is the API's (no such route), and _headers is not served.
+  assert.equal((await fetch(`${BASE}/dashboard`, { method: 'POST' })).status, 404);
+  assert.equal((await fetch(`${BASE}/_headers`)).status, 404);
+  // A file is changed only by a build: a stale ETag gets the whole file.
+  assert.equal((await fetch(`${BASE}/openapi.json`, { headers: { 'if-none-match': '"0000000000000000"' } })).status, 200);
 });
 
 test('the API description is served at /openapi.json', async () => {

@@ -14,3 +14,4 @@ mod http;
 mod objects;
 #[cfg(feature = "profile")]
 mod profile;
+mod static_files;

@@ -152,8 +152,20 @@ pub fn response(api: ApiResponse) -> Result<web_sys::Response> {
         }
         return Ok(streamed(api.body, rest)?.with_status(api.status).with_headers(Headers(headers)).into());
     }
+    // A null-body status (204, 304) takes no body, not even an empty one.
+    let null_body = matches!(api.status, 101 | 204 | 205 | 304);
+    built(api.status, all(), &api.body, null_body)
+}
+
+/// A response of `status`, `headers` and `body` (none when `null_body`), in one call.
+pub fn built<'a>(
+    status: u16,
+    headers: impl Iterator<Item = (&'a str, &'a str)>,
+    body: &[u8],
+    null_body: bool,
+) -> Result<web_sys::Response> {
     let mut head = String::with_capacity(512);
-    for (name, value) in all() {
+    for (name, value) in headers {
         // A line break would split a header in two, a colon in a name would move the split: the
         // runtime refuses both anyway.
         if name.contains(['\n', '\r', ':']) || value.contains(['\n', '\r']) {
@@ -166,7 +178,5 @@ pub fn response(api: ApiResponse) -> Result<web_sys::Response> {
         head.push_str(value);
         head.push('\n');
     }
-    // A null-body status (204, 304) takes no body, not even an empty one.
-    let null_body = matches!(api.status, 101 | 204 | 205 | 304);
-    Ok(respond(api.status, &head, &api.body, null_body)?)
+    Ok(respond(status, &head, body, null_body)?)
 }
