@@ -58,8 +58,7 @@ check_config() {
 # (wrangler's proxy to the worker's isolate) listens on WORKER_INSPECTOR_PORT.
 # Once it answers, the inspector's Network domain that wrangler turns on is turned off again
 # (scripts/quiet-inspector.mjs: it costs every subrequest milliseconds of wrangler's CPU).
-# `--test-scheduled` serves GET /__scheduled?cron=… to run a cron handler now (the static assets
-# keep /cdn-cgi/handler/scheduled from reaching the worker).
+# `--test-scheduled` serves GET /__scheduled?cron=… to run a cron handler now.
 start_worker() {
   local config="$1" state="$2" port="$3" log="$4"
   shift 4

@@ -462,7 +462,7 @@ test('the worker serves every file of public/ itself: bytes, type, ETag and 304,
     assert.equal(moved.status, 307, spelling);
     assert.equal(moved.headers.get('location'), '/dashboard', spelling);
   }
-  // Only GET and HEAD: anything else is the API's (no such route), and _headers is not served.
+  // Only GET and HEAD: anything else is the API's (no such route); build.rs skips names that start with _.
   assert.equal((await fetch(`${BASE}/dashboard`, { method: 'POST' })).status, 404);
   assert.equal((await fetch(`${BASE}/_headers`)).status, 404);
   // A file is changed only by a build: a stale ETag gets the whole file.
