@@ -25,7 +25,9 @@ fn main() {
     for (path, file) in &files {
         println!("cargo:rerun-if-changed={}", file.display());
         let bytes = std::fs::read(file).unwrap();
-        let etag = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3));
+        let etag = bytes
+            .iter()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3));
         let extension = file.extension().and_then(|e| e.to_str()).unwrap_or_default();
         // An HTML page is served without its extension, as Workers Static Assets did.
         let served = path.strip_suffix(".html").unwrap_or(path);

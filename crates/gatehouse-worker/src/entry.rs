@@ -19,9 +19,9 @@ use crate::adapters::guard::GuardClient;
 use crate::adapters::kv::{self, KvResponses};
 use crate::adapters::origin::OriginClient;
 use crate::adapters::redrive::QueueRedrive;
-use crate::static_files;
 use crate::adapters::webhooks::{self as webhook_queue, FetchClient, WebhookQueue};
 use crate::http;
+use crate::static_files;
 use gatehouse_app::outbox::{Coalesced, Outbox, Pause};
 use gatehouse_app::queues::{Disposition, Incoming};
 use gatehouse_app::{self as app, Gateway};
@@ -168,7 +168,9 @@ pub async fn fetch(req: web_sys::Request, env: Env, ctx: Context) -> Result<web_
     let (path, query) = path_and_query(&head.url).map_err(|e| worker::Error::RustError(e.to_string()))?;
     let configured = config(&env);
     // The dashboard's files (no API request, no audit row).
-    if let Some(answer) = static_files::answer(&method, &path, &req, configured.as_ref().map_or(true, |c| c.server_timing)) {
+    if let Some(answer) =
+        static_files::answer(&method, &path, &req, configured.as_ref().map_or(true, |c| c.server_timing))
+    {
         return answer;
     }
     // One gateway per request: it answers, then finishes the work after the response.

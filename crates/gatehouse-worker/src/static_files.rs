@@ -41,7 +41,12 @@ fn find(path: &str) -> Option<Found> {
 }
 
 /// The answer to `method` `path` when it asks for one of the files; `None` for every other request.
-pub fn answer(method: &str, path: &str, req: &web_sys::Request, timing: bool) -> Option<Result<web_sys::Response>> {
+pub fn answer(
+    method: &str,
+    path: &str,
+    req: &web_sys::Request,
+    timing: bool,
+) -> Option<Result<web_sys::Response>> {
     let head_only = match method {
         "GET" => false,
         "HEAD" => true,
@@ -68,7 +73,12 @@ pub fn answer(method: &str, path: &str, req: &web_sys::Request, timing: bool) ->
         ("x-content-type-options", "nosniff"),
     ]
     .into_iter()
-    .chain(file.page.then_some([("content-security-policy", PAGE_POLICY), ("referrer-policy", "no-referrer")]).into_iter().flatten())
+    .chain(
+        file.page
+            .then_some([("content-security-policy", PAGE_POLICY), ("referrer-policy", "no-referrer")])
+            .into_iter()
+            .flatten(),
+    )
     .chain(timing);
     let (status, body) = if unchanged { (304, &[][..]) } else { (200, file.bytes) };
     Some(crate::http::built(status, headers, body, head_only || unchanged))
