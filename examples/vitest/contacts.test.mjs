@@ -31,7 +31,9 @@ describe('ContactsService against Gatehouse', () => {
     // Pacing off: the 31st request is sent, gets 429 with Retry-After, waits it out and is retried.
     const statuses = [];
     const contacts = service({ pacing: false, fetch: recording(statuses) });
-    // A trial key allows 30 requests a minute: the 31st gets 429 with Retry-After.
+    // A trial key allows 30 requests a minute: the 31st gets 429 with Retry-After. The window is the
+    // clock's minute: start at the beginning of one, so the 31 cannot straddle two.
+    await gh.clock.advance(60 - gh.clock.now().getUTCSeconds());
     for (let i = 0; i < 30; i++) await contacts.create(`Customer ${i}`);
     const before = gh.clock.now();
     const late = await contacts.create('Customer 30');
