@@ -45,7 +45,8 @@ fn main() {
     std::fs::write(out, table).unwrap();
 }
 
-/// Every file under `dir` but the old copy of Chart.js and `_headers` (the asset binding's file).
+/// Every file under `dir` but `vendor/` (an older build's copy of Chart.js) and names starting with `_`
+/// or `.`.
 fn walk(public: &Path, dir: &Path, files: &mut Vec<(String, PathBuf)>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
