@@ -12,7 +12,7 @@ import { gzipSync } from 'node:zlib';
 import { randomUUID } from 'node:crypto';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { ADMIN, BASE, CONNECTIONS, api, benchProject, coldKeys, coldScenario, completedKey, scenarios as single, drive, startBenchOrigin } from './load.mjs';
+import { ADMIN, BASE, CONNECTIONS, api, benchProject, coldKeys, coldScenario, completedKey, cpuSeconds, processesOf, scenarios as single, drive, startBenchOrigin } from './load.mjs';
 
 const quick = process.argv.includes('--quick');
 const STATE = process.env.GATEHOUSE_STATE;
@@ -70,11 +70,27 @@ const scenarios = [
   })),
 ];
 
+// The processes of each side (scripts/bench and scripts/test pass them: `worker_processes` in
+// scripts/lib.sh), whose CPU time per request each scenario reports, with this process's own (the
+// client, autocannon): on a 2-core machine a side's throughput is bounded by all of them together.
+const PROCESSES = [processesOf(process.env.GATEHOUSE_PIDS), processesOf(process.env.PEER_PIDS)];
+
+/** drive(), adding to `cpu` the CPU seconds each process of `processes` and the client spent. */
+async function driveCounted(s, processes, cpu, latencies, gatewayMs) {
+  const before = processes.map(([, pid]) => cpuSeconds(pid));
+  const own = process.cpuUsage();
+  const result = await drive(s, DURATION, latencies, gatewayMs);
+  const used = process.cpuUsage(own);
+  processes.forEach(([role, pid], i) => { cpu[role] = (cpu[role] ?? 0) + cpuSeconds(pid) - before[i]; });
+  cpu.client = (cpu.client ?? 0) + (used.user + used.system) / 1e6;
+  return result;
+}
+
 let failed = false;
 const sum = (runs, f) => runs.reduce((total, r) => total + f(r), 0);
 /** The runs of one side (`label`) of a scenario as one row: the mean of their req/s, and p50 and
  *  p99 over all their responses. */
-function summarize(s, label, runs, latencies, gatewayMs = []) {
+function summarize(s, label, runs, latencies, gatewayMs = [], cpu = {}) {
   const wrong = sum(runs, (r) => r.non2xx + r.errors + r.timeouts);
   const expected = sum(runs, (r) => r.statusCodeStats?.[String(s.expect)]?.count ?? 0);
   if (expected === 0) failed = true;
@@ -97,7 +113,14 @@ function summarize(s, label, runs, latencies, gatewayMs = []) {
     gateway_p99_ms: gatewayMs.length ? at(gatewayMs, 0.99) : undefined,
     requests: sum(runs, (r) => r.requests.total),
     unexpected: wrong,
+    // Per request, in µs: each process's CPU time (NaN when it ended meanwhile), and their sum.
+    cpu_us_per_request: Object.keys(cpu).length ? cpuPerRequest(cpu, sum(runs, (r) => r.requests.total)) : undefined,
   };
+}
+
+function cpuPerRequest(cpu, requests) {
+  const each = Object.fromEntries(Object.entries(cpu).map(([role, seconds]) => [role, Math.round((1e6 * seconds) / Math.max(requests, 1))]));
+  return { ...each, total: Object.values(each).reduce((a, b) => a + b, 0) };
 }
 
 /** The I/O one request of a scenario made, from its side's per-request log lines. */
@@ -123,14 +146,14 @@ const results = {};
 const sideBySide = {};
 for (const s of scenarios) {
   const twin = peer[s.key];
-  const sides = [{ s, runs: [], latencies: [], gatewayMs: [] }, ...(twin ? [{ s: twin, runs: [], latencies: [], gatewayMs: [] }] : [])];
+  const sides = [s, ...(twin ? [twin] : [])].map((scenario, i) => ({ s: scenario, processes: PROCESSES[i], cpu: {}, runs: [], latencies: [], gatewayMs: [] }));
   for (let round = 0; round < (twin ? ROUNDS : 1); round++) {
     for (const side of round % 2 === 0 ? sides : [...sides].reverse()) {
       if (twin) await sleep(SETTLE_MS);
-      side.runs.push(await drive(side.s, DURATION, side.latencies, side.gatewayMs));
+      side.runs.push(await driveCounted(side.s, side.processes, side.cpu, side.latencies, side.gatewayMs));
     }
   }
-  const [gatehouse, other] = sides.map((side, i) => summarize(side.s, i ? ' (peer)' : '', side.runs, side.latencies, side.gatewayMs));
+  const [gatehouse, other] = sides.map((side, i) => summarize(side.s, i ? ' (peer)' : '', side.runs, side.latencies, side.gatewayMs, side.cpu));
   results[s.key] = { ...gatehouse, io_per_request: ['me', 'create', 'replay', 'proxy'].includes(s.key) ? await ioOf(s, STATE) : undefined };
   if (twin) sideBySide[s.key] = { gatehouse: results[s.key], peer: { ...other, io_per_request: await ioOf(twin, PEER_STATE) } };
 }
@@ -357,6 +380,11 @@ if (PEER) {
   for (const [key, { gatehouse: g, peer: p }] of Object.entries(sideBySide)) {
     console.log(`${pad(g.name, 50)}${pad(g.requests_per_second.toFixed(0), 10)}${pad(p.requests_per_second.toFixed(0), 10)}${pad(report.peer.ratios[key].toFixed(2), 7)}`
       + `${pad(`${g.p50_ms}/${p.p50_ms}`, 10)}${pad(`${g.p99_ms}/${p.p99_ms}`, 10)}${pad(`${g.unexpected}/${p.unexpected}`, 12)}${io(g)} | ${io(p)}`);
+  }
+  const cpuOf = (r) => (r.cpu_us_per_request ? Object.entries(r.cpu_us_per_request).map(([role, us]) => `${role} ${us}`).join(', ') : '-');
+  if (PROCESSES[0].length) {
+    console.log('CPU per request, µs (the worker\'s workerd, wrangler\'s proxy workerd, wrangler, the client autocannon; G | P):');
+    for (const { gatehouse: g, peer: p } of Object.values(sideBySide)) console.log(`  ${pad(g.name, 48)}${cpuOf(g)} | ${cpuOf(p)}`);
   }
   if (sideBySide.proxy) {
     const over = (side) => sideBySide.proxy[side].requests_per_second / sideBySide.me[side].requests_per_second;

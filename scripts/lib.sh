@@ -120,6 +120,22 @@ start_peer() {
   export PEER_URL="http://127.0.0.1:$port" PEER_STATE="$state" PEER_SETUP_TOKEN
 }
 
+# worker_processes GROUP_PID: the processes behind a worker that start_worker began, as
+# "role=pid …": wrangler (node), the workerd that serves its proxy, and the workerd that runs the
+# worker (the one started with an inspector). scripts/profile.mjs and scripts/bench.mjs read their
+# CPU time per request from /proc.
+worker_processes() {
+  local pid ppid comm out=""
+  while read -r pid ppid comm; do
+    if [ "$comm" = workerd ]; then
+      if tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- '--inspector-addr'; then out+=" worker-workerd=$pid"; else out+=" proxy-workerd=$pid"; fi
+    elif [ "$comm" = node ] && [ "$ppid" = "$1" ]; then
+      out+=" wrangler=$pid"
+    fi
+  done < <(ps -e -o pid=,ppid=,pgid=,comm= | awk -v g="$1" '$3 == g { print $1, $2, $4 }')
+  printf '%s' "${out# }"
+}
+
 # stop_group PID: stops the process group of PID (wrangler and its workerd), if it still runs.
 stop_group() {
   if [ -n "$1" ] && kill -0 "$1" 2>/dev/null; then

@@ -2,6 +2,7 @@
 // (GATEHOUSE_URL, GATEHOUSE_ADMIN_TOKEN), the request scenarios, and autocannon to drive one. The
 // scenarios can also name another base URL: the benchmark's TypeScript peer (bench/peer).
 import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import autocannon from 'autocannon';
 
 export const BASE = process.env.GATEHOUSE_URL;
@@ -80,6 +81,21 @@ export async function startBenchOrigin(port) {
   process.on('exit', () => origin.kill());
   await new Promise((resolve) => origin.stdout.once('data', resolve));
   return origin.pid;
+}
+
+/** CPU seconds (user + system) of a process so far, from /proc (Linux); NaN once it is gone. */
+export function cpuSeconds(pid) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(f[11]) + Number(f[12])) / 100;
+  } catch { return NaN; }
+}
+
+/** The processes behind a worker under wrangler dev, from `worker_processes` in scripts/lib.sh
+ *  ("role=pid …" in an environment variable): [[role, pid], …]. */
+export function processesOf(value) {
+  return String(value ?? '').split(/\s+/).filter(Boolean).map((p) => p.split('='));
 }
 
 /** The `gateway;dur` of a `Server-Timing` value (SPEC §16), or undefined. */

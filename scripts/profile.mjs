@@ -9,7 +9,7 @@
 import { writeFileSync, readFileSync } from 'node:fs';
 // `ws` comes with wrangler (miniflare's dependency); undici's WebSocket fails wrangler's handshake.
 import WebSocket from 'ws';
-import { api, benchProject, coldKeys, coldScenario, scenarios, drive, startBenchOrigin } from './load.mjs';
+import { api, benchProject, coldKeys, coldScenario, cpuSeconds, processesOf, scenarios, drive, startBenchOrigin } from './load.mjs';
 
 const args = process.argv.slice(2);
 const at = args.indexOf('--seconds');
@@ -44,15 +44,7 @@ async function connect(url) {
   };
 }
 
-/** CPU seconds (user + system) of a process so far, from /proc (Linux). */
-function cpuSeconds(pid) {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(f[11]) + Number(f[12])) / 100;
-  } catch { return NaN; }
-}
-const PIDS = (process.env.GATEHOUSE_PIDS ?? '').split(/\s+/).filter(Boolean).map((p) => p.split('='));
+const PIDS = processesOf(process.env.GATEHOUSE_PIDS);
 // The proxy scenario's origin (scripts/profile routes /bench/ to it), a process of its own.
 if (WANTED.includes('proxy')) PIDS.push(['origin', await startBenchOrigin(process.env.GATEHOUSE_BENCH_ORIGIN_PORT)]);
 
