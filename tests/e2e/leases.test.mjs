@@ -65,10 +65,19 @@ test('a leasing key over its per-second limit answers 429 at once, not after a w
   const burst = await Promise.all(Array.from({ length: 30 }, async () => {
     const t0 = Date.now();
     const r = await me(key.key);
-    return { status: r.status, ms: Date.now() - t0, retryAfter: r.headers.get('retry-after'), at: Date.now() - started };
+    return { status: r.status, ms: Date.now() - t0, retryAfter: r.headers.get('retry-after'), at: Date.now() - started, id: r.headers.get('x-request-id') };
   }));
-  const slow = burst.filter((r) => r.ms > 1_000);
-  assert.deepEqual(slow, [], 'every answer within a second');
+  // The gateway's own time for each answer (its log line's `ms`): what the promise is about. The
+  // client's clock also counts a busy machine's scheduling (the whole suite runs lanes side by
+  // side), so it only has to stay far below the 20 s waits of the bug.
+  let byId = new Map();
+  for (let tries = 0; tries < 20 && !burst.every((r) => byId.has(r.id)); tries++) {
+    if (tries) await sleep(100);
+    byId = new Map((await requestLines()).map((l) => [l.request_id, l]));
+  }
+  const slow = burst.filter((r) => !byId.has(r.id) || byId.get(r.id).ms > 1_000);
+  assert.deepEqual(slow, [], 'every answer within a second of the gateway\'s time');
+  assert.deepEqual(burst.filter((r) => r.ms > 5_000), [], 'no answer waited for the window');
   const passed = burst.filter((r) => r.status === 200).length;
   assert.ok(passed >= 5 && passed <= 8, `${passed} passed: 5 a second, 8 a minute`);
   for (const r of burst.filter((x) => x.status !== 200)) {
