@@ -103,6 +103,8 @@ function summarize(s, label, runs, latencies, gatewayMs = [], cpu = {}) {
   return {
     name: s.name,
     requests_per_second: sum(runs, (r) => r.requests.average) / runs.length,
+    // Each round's, in the order run: a side that warms up or slows down shows here.
+    rounds_requests_per_second: runs.map((r) => Math.round(r.requests.average)),
     // Accepted events only: a refused batch carried none.
     events_per_second: s.events ? (sum(runs, (r) => r['2xx']) * s.events) / sum(runs, (r) => r.duration) : undefined,
     events_accepted: s.events ? sum(runs, (r) => r['2xx']) * s.events : undefined,
