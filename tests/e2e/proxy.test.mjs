@@ -76,6 +76,8 @@ const SHAPES = {
   mib: { headers: { 'content-type': 'application/octet-stream' }, body: ONE_MIB },
   empty: { status: 200, headers: { 'content-type': 'text/plain' }, body: '' },
   nothing: { status: 204, headers: { 'x-origin': 'yes' } },
+  // The other answers are chunked (Node's writeHead, then end); this one declares its length.
+  sized: { headers: { 'content-type': 'application/octet-stream', 'content-length': String(EVERY_BYTE.length) }, body: EVERY_BYTE },
 };
 
 function bigBody() {
@@ -253,7 +255,7 @@ test('a 3 MiB answer streams through whole, is not stored, and its replay is 409
   assert.equal(hitsOf('/e2e/big').length, 1);
 });
 
-test('an answer handed to the runtime in one call keeps every header and byte: non-ASCII, binary, 1 MiB, empty, 204', async () => {
+test('an answer handed to the runtime in one call keeps every header and byte: non-ASCII, binary, 1 MiB, empty, 204, sized', async () => {
   const { server } = await businessProject();
   const get = async (shape) => {
     const res = await fetch(`${process.env.GATEHOUSE_URL}/e2e/shape/${shape}`, { headers: { authorization: `Bearer ${server.key}` } });
@@ -280,6 +282,9 @@ test('an answer handed to the runtime in one call keeps every header and byte: n
   assert.equal(nothing.bytes.length, 0);
   assert.equal(nothing.res.headers.get('x-origin'), 'yes');
   assertRequestId(nothing.res);
+  const sized = await get('sized');
+  assert.equal(sized.res.status, 200);
+  assert.ok(sized.bytes.equals(EVERY_BYTE), 'an answer of declared length comes through unchanged');
 });
 
 test('key types, required keys and the body limit are enforced before the origin is called', async () => {

@@ -12,8 +12,10 @@ use futures_util::future::{select, Either};
 use futures_util::StreamExt;
 use js_sys::Uint8Array;
 use wasm_bindgen::prelude::wasm_bindgen;
+use wasm_bindgen::JsCast;
 use wasm_bindgen::JsValue;
-use worker::{AbortController, ByteStream, Delay, Env, Fetch, Request, Response};
+use wasm_bindgen_futures::JsFuture;
+use worker::{AbortController, ByteStream, Delay, Env, Response};
 
 use super::body::BodyRest;
 use super::clock::now_ms;
@@ -44,6 +46,40 @@ export function continued(head, source, limit, state) {
 }
 export function wentOver(state) {
   return state.tooLarge === true;
+}
+export async function fetchAnswer(request, service, limit) {
+  const response = await (service ? service.fetch(request) : fetch(request));
+  let head = "";
+  for (const [name, value] of response.headers) head += name + "\n" + value + "\n";
+  if (response.body === null) return [response.status, head, new Uint8Array(0), null];
+  const reader = response.body.getReader();
+  const chunks = [];
+  let read = 0;
+  try {
+    while (read <= limit) {
+      const next = await reader.read();
+      if (next.done) return [response.status, head, joined(chunks, read), null];
+      chunks.push(next.value);
+      read += next.value.byteLength;
+    }
+  } catch (e) {
+    throw new Error(`the answer broke off: ${e}`);
+  }
+  const rest = new ReadableStream({
+    async pull(controller) {
+      const next = await reader.read();
+      if (next.done) controller.close(); else controller.enqueue(next.value);
+    },
+    cancel(reason) { return reader.cancel(reason); },
+  });
+  return [response.status, head, joined(chunks, read), new Response(rest)];
+}
+function joined(chunks, length) {
+  if (chunks.length === 1) return chunks[0];
+  const all = new Uint8Array(length);
+  let at = 0;
+  for (const chunk of chunks) { all.set(chunk, at); at += chunk.byteLength; }
+  return all;
 }"#)]
 extern "C" {
     /// A stream of `head`, then the rest of `source` (a reader or an unread stream), that errors
@@ -51,6 +87,16 @@ extern "C" {
     fn continued(head: &Uint8Array, source: &JsValue, limit: f64, state: &js_sys::Object) -> JsValue;
     #[wasm_bindgen(js_name = wentOver)]
     fn went_over(state: &js_sys::Object) -> bool;
+    /// Sends `request` (through `service`, a service binding, when it is not undefined) and
+    /// resolves, in one crossing, to `[status, head, bytes, rest]`: the answer's headers as
+    /// `name\nvalue\n…` (neither may hold a line feed), its body's bytes up to the first chunk
+    /// past `limit`, and `null` when that was all, else a `Response` whose body is the rest.
+    #[wasm_bindgen(catch, js_name = fetchAnswer)]
+    fn fetch_answer(
+        request: &worker::web_sys::Request,
+        service: &JsValue,
+        limit: f64,
+    ) -> Result<js_sys::Promise, JsValue>;
 }
 
 /// The origins of `UPSTREAMS`; `env` holds the service bindings. The time waited on the origin
@@ -84,59 +130,42 @@ impl OriginClient {
     async fn exchange(&self, request: OriginRequest<'_>) -> OriginOutcome {
         let controller = AbortController::default();
         let body_state = js_sys::Object::new();
-        let outgoing = match build(&request, &controller, &body_state) {
-            Ok(r) => r,
+        let sent = build(&request, &controller, &body_state).and_then(|outgoing| {
+            let service = match request.target {
+                OriginTarget::Url(_) => JsValue::UNDEFINED,
+                OriginTarget::Service(binding) => self.env.service(binding)?.into_rpc(),
+            };
+            Ok(JsFuture::from(fetch_answer(&outgoing, &service, STORED_ANSWER_LIMIT as f64)?))
+        });
+        let sent = match sent {
+            Ok(sent) => sent,
             Err(e) => return OriginOutcome::Unreachable(format!("the request could not be made: {e}")),
         };
-        let mut deadline = Delay::from(Duration::from_millis(request.timeout_ms));
-        let sent = async {
-            match request.target {
-                OriginTarget::Url(_) => Fetch::Request(outgoing).send().await,
-                OriginTarget::Service(binding) => self.env.service(binding)?.fetch_request(outgoing).await,
-            }
-        };
-        let mut response = match select(pin!(sent), &mut deadline).await {
-            Either::Left((Ok(response), _)) => response,
+        let deadline = Delay::from(Duration::from_millis(request.timeout_ms));
+        let answer: js_sys::Array = match select(pin!(sent), deadline).await {
+            Either::Left((Ok(answer), _)) => answer.unchecked_into(),
             Either::Left((Err(_), _)) if went_over(&body_state) => return OriginOutcome::BodyTooLarge,
-            Either::Left((Err(e), _)) => return OriginOutcome::Unreachable(e.to_string()),
+            Either::Left((Err(e), _)) => return OriginOutcome::Unreachable(message(e)),
             Either::Right(_) => {
                 controller.abort();
                 return OriginOutcome::TimedOut;
             }
         };
-        let status = response.status_code();
-        let headers: Vec<(String, String)> = response.headers().entries().collect();
-        let declared_len =
-            response.headers().get("content-length").ok().flatten().and_then(|n| n.parse().ok());
-        let Ok(mut stream) = response.stream() else {
-            return OriginOutcome::Answered(OriginAnswer {
-                status,
-                headers,
-                body: AnswerBody::Whole(Vec::new()),
-            });
-        };
-        let mut head = Vec::new();
-        let read = async {
-            while head.len() <= STORED_ANSWER_LIMIT {
-                match stream.next().await {
-                    Some(Ok(chunk)) => head.extend_from_slice(&chunk),
-                    Some(Err(e)) => return Err(e),
-                    None => return Ok(true),
+        let status = answer.get(0).as_f64().unwrap_or_default() as u16;
+        let headers = header_pairs(&answer.get(1).as_string().unwrap_or_default());
+        let head = answer.get(2).unchecked_into::<Uint8Array>().to_vec();
+        let rest = answer.get(3);
+        let body = if rest.is_null() {
+            AnswerBody::Whole(head)
+        } else {
+            // Longer than is kept: the rest streams on to the client, untimed.
+            let declared_len =
+                headers.iter().find(|(n, _)| n == "content-length").and_then(|(_, v)| v.parse().ok());
+            match Response::from(rest.unchecked_into::<worker::web_sys::Response>()).stream() {
+                Ok(stream) => {
+                    AnswerBody::Streaming { head, rest: PassThrough::new::<AnswerRest>(stream), declared_len }
                 }
-            }
-            Ok(false)
-        };
-        let body = match select(pin!(read), &mut deadline).await {
-            Either::Left((Ok(true), _)) => AnswerBody::Whole(head),
-            Either::Left((Ok(false), _)) => {
-                AnswerBody::Streaming { head, rest: PassThrough::new::<AnswerRest>(stream), declared_len }
-            }
-            Either::Left((Err(e), _)) => {
-                return OriginOutcome::Unreachable(format!("the answer broke off: {e}"))
-            }
-            Either::Right(_) => {
-                controller.abort();
-                return OriginOutcome::TimedOut;
+                Err(e) => return OriginOutcome::Unreachable(format!("the answer's stream: {e}")),
             }
         };
         OriginOutcome::Answered(OriginAnswer { status, headers, body })
@@ -150,7 +179,7 @@ fn build(
     request: &OriginRequest<'_>,
     controller: &AbortController,
     body_state: &js_sys::Object,
-) -> worker::Result<Request> {
+) -> worker::Result<worker::web_sys::Request> {
     let headers = worker::web_sys::Headers::new()?;
     for (name, value) in &request.headers {
         headers.append(name, value)?;
@@ -177,7 +206,22 @@ fn build(
             }
         }
     }
-    Ok(Request::from(worker::web_sys::Request::new_with_str_and_init(&request.url, &init)?))
+    Ok(worker::web_sys::Request::new_with_str_and_init(&request.url, &init)?)
+}
+
+/// The header pairs of `exchange`'s `name\nvalue\n…`.
+fn header_pairs(head: &str) -> Vec<(String, String)> {
+    let mut lines = head.split('\n');
+    let mut pairs = Vec::new();
+    while let (Some(name), Some(value)) = (lines.next(), lines.next()) {
+        pairs.push((name.to_owned(), value.to_owned()));
+    }
+    pairs
+}
+
+/// A JavaScript exception's text, as `worker::Error` words it.
+fn message(e: JsValue) -> String {
+    worker::Error::from(e).to_string()
 }
 
 /// The response for an answer too large to hold: the head read, then the origin's stream.

@@ -3,7 +3,9 @@
 //! until the idempotency TTL ends. A completed claim's sealed response body (`claim_bodies`) is
 //! written by this object to the response store (Workers KV) and kept here only until the store
 //! shows it everywhere (`retention::body_until`); if the store refused it, until the TTL ends
-//! (SPEC §23). Rows of an older version kept the body in the claim row for the TTL.
+//! (SPEC §23). That shorter keeping is written with the object's next command or by its alarm a
+//! purge interval later, whichever comes first (one commit less per claim). Rows of an older
+//! version kept the body in the claim row for the TTL.
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -26,6 +28,9 @@ const IN_USE_POLL_MS: u64 = 20;
 /// How long replays carry the response inline after the claim completed (the response store may
 /// not show it yet meanwhile).
 const INLINE_MS: i64 = gatehouse_core::retention::STORE_PROPAGATION_MS;
+/// At most this many stored bodies wait for the object's next command or alarm to write down
+/// their shorter keeping.
+const STORED_BODIES_WAITING: usize = 64;
 
 pub(super) const TABLES: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS idempotency_claims (
@@ -197,13 +202,33 @@ impl KeyGuardObject {
             console_log!(r#"{{"component":"key_guard","event":"response_store_failed","error":{:?}}}"#, e.0);
             return Ok(Completed { completed: true, stored: false });
         }
-        let body_until = body_until(now_ms());
-        self.sql.exec(
-            "UPDATE claim_bodies SET keep_until_ms = MIN(keep_until_ms, ?) WHERE idempotency_key = ?",
-            vec![body_until.into(), claim.idempotency_key.into()],
-        )?;
-        self.purge_by(body_until);
+        // The shorter keeping is written with the next command, whose own writes commit with it
+        // (one commit less per claim), or by the alarm one purge interval from now, whichever
+        // comes first. An object evicted before either keeps those bodies until the TTL.
+        let now = now_ms();
+        let mut stored = self.stored_bodies.borrow_mut();
+        stored.push((claim.idempotency_key, body_until(now)));
+        let write_now = stored.len() >= STORED_BODIES_WAITING;
+        drop(stored);
+        if write_now {
+            self.keep_stored_bodies()?;
+        }
+        self.purge_by(now);
         Ok(Completed { completed: true, stored: true })
+    }
+
+    /// Writes down the shorter keeping of the bodies the response store took since the last
+    /// command (`BODY_AFTER_STORE_MS` after each was stored).
+    pub(super) fn keep_stored_bodies(&self) -> Result<()> {
+        let stored = std::mem::take(&mut *self.stored_bodies.borrow_mut());
+        for (idempotency_key, until) in stored {
+            self.sql.exec(
+                "UPDATE claim_bodies SET keep_until_ms = MIN(keep_until_ms, ?) WHERE idempotency_key = ?",
+                vec![until.into(), idempotency_key.into()],
+            )?;
+            self.purge_by(until);
+        }
+        Ok(())
     }
 
     /// The response body of a completed claim, while this object keeps it.

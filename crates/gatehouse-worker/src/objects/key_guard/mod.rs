@@ -85,6 +85,9 @@ pub struct KeyGuardObject {
     chain_tables: Cell<bool>,
     /// A browser key's visitors this minute (SPEC §24), in memory only: never stored.
     visitors: RefCell<gatehouse_core::browser::VisitorWindows>,
+    /// Claim bodies the response store took, whose shorter keeping is written with the object's
+    /// next command (`claims::keep_stored_bodies`).
+    stored_bodies: RefCell<Vec<(String, i64)>>,
 }
 
 /// An exchange with a level's authority in flight, shared by the requests that wait for it.
@@ -133,6 +136,7 @@ impl DurableObject for KeyGuardObject {
             purge_by: Cell::new(None),
             chain_tables: Cell::new(false),
             visitors: RefCell::default(),
+            stored_bodies: RefCell::default(),
         }
     }
 
@@ -148,6 +152,7 @@ impl DurableObject for KeyGuardObject {
         self.follow_clock().await?;
         let now = now_ms();
         let give_back = self.give_back_ended(now).await?;
+        self.keep_stored_bodies()?;
         let purge = match self.has_tables()? {
             true => next_alarm(now, self.purge(now)?),
             false => None,
@@ -177,9 +182,10 @@ impl KeyGuardObject {
         clock::follow(&self.env).await.map_err(rust_error)
     }
 
-    /// Runs one command and answers its JSON; a purge pass first when one is due, and the alarm
-    /// set by the keep-until of any row the command wrote.
+    /// Runs one command and answers its JSON; the keeping of stored claim bodies and a purge pass
+    /// first when one is due, and the alarm set by the keep-until of any row the command wrote.
     async fn dispatch(&self, command: GuardCommand) -> Result<String> {
+        self.keep_stored_bodies()?;
         let (last_pass, left_behind) = self.purged.get();
         let now = now_ms();
         if purge_due(now, last_pass, left_behind) && self.has_tables()? {
