@@ -23,6 +23,11 @@ const PEER_STATE = process.env.PEER_STATE;
 // after a pause that lets the other side's queue consumers finish the previous run's work.
 const ROUNDS = quick ? 1 : 3;
 const SETTLE_MS = quick ? 500 : 2000;
+// Before its rounds, each side of a scenario is driven this long unmeasured: the rounds measure the
+// steady state. A fresh key's first creates make its claim objects (SPEC §20: up to 31 new
+// Durable Objects, each a new SQLite database under wrangler dev), which stalled every request in
+// flight and made all of create's slowest 1 % in a test run (docs/performance.md, runs 29–31).
+const WARM_UP_SECONDS = quick ? 1 : 2;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 const { project, owner, server, replayKey } = await benchProject();
@@ -90,16 +95,18 @@ let failed = false;
 const sum = (runs, f) => runs.reduce((total, r) => total + f(r), 0);
 /** The runs of one side (`label`) of a scenario as one row: the mean of their req/s, and p50 and
  *  p99 over all their responses. */
+/** The `p` quantile (0–1) of `values`, rounded; 0 when there are none. */
+function percentileOf(values, p) {
+  const sorted = [...values].sort((a, b) => a - b);
+  return Math.round(sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))] ?? 0);
+}
+
 function summarize(s, label, runs, latencies, gatewayMs = [], cpu = {}) {
   const wrong = sum(runs, (r) => r.non2xx + r.errors + r.timeouts);
   const expected = sum(runs, (r) => r.statusCodeStats?.[String(s.expect)]?.count ?? 0);
   if (expected === 0) failed = true;
   if (wrong > 0 || expected === 0) console.error(`${s.name}${label}: ${wrong} unexpected answers ${JSON.stringify(runs.map((r) => r.statusCodeStats))}`);
-  const at = (values, p) => {
-    const sorted = [...values].sort((a, b) => a - b);
-    return Math.round(sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))] ?? 0);
-  };
-  const percentile = (p) => at(latencies, p);
+  const percentile = (p) => percentileOf(latencies, p);
   return {
     name: s.name,
     requests_per_second: sum(runs, (r) => r.requests.average) / runs.length,
@@ -111,8 +118,8 @@ function summarize(s, label, runs, latencies, gatewayMs = [], cpu = {}) {
     p50_ms: percentile(0.5),
     p99_ms: percentile(0.99),
     // The gateway's own time as its Server-Timing says (SPEC §16; none from the peer).
-    gateway_p50_ms: gatewayMs.length ? at(gatewayMs, 0.5) : undefined,
-    gateway_p99_ms: gatewayMs.length ? at(gatewayMs, 0.99) : undefined,
+    gateway_p50_ms: gatewayMs.length ? percentileOf(gatewayMs, 0.5) : undefined,
+    gateway_p99_ms: gatewayMs.length ? percentileOf(gatewayMs, 0.99) : undefined,
     requests: sum(runs, (r) => r.requests.total),
     unexpected: wrong,
     // Per request, in µs: each process's CPU time (NaN when it ended meanwhile), and their sum.
@@ -144,11 +151,28 @@ async function ioOf(s, state) {
   return { durable_object_calls: avg('durable_object_calls'), d1_queries: avg('d1_queries'), kv_operations: avg('kv_operations') };
 }
 
+// p99 at equal load: as fast as they go, the faster side loads the two shared cores more (wrangler,
+// its proxy, the client), and its worker's thread waits for a core more often — its tail then
+// measures the machine. So each side of the scenarios whose p99 SPEC §16 compares is also driven at
+// the same fixed rate, 80 % of the slower side's throughput in its rounds, right after them (before
+// the track scenarios leave the gateway's events consumer a backlog).
+const EQUAL_LOAD = ['me', 'create', 'replay'];
+async function equalLoad({ gatehouse: g, peer: p }, key) {
+  const rate = Math.max(1, Math.floor(0.8 * Math.min(g.requests_per_second, p.requests_per_second)));
+  for (const [side, s] of [[g, one[key]], [p, peer[key]]]) {
+    await sleep(SETTLE_MS);
+    const latencies = [];
+    const run = await drive({ ...s, rate }, DURATION, latencies);
+    side.equal_load = { requests_per_second: rate, p50_ms: percentileOf(latencies, 0.5), p99_ms: percentileOf(latencies, 0.99), non_2xx: run.non2xx };
+  }
+}
+
 const results = {};
 const sideBySide = {};
 for (const s of scenarios) {
   const twin = peer[s.key];
   const sides = [s, ...(twin ? [twin] : [])].map((scenario, i) => ({ s: scenario, processes: PROCESSES[i], cpu: {}, runs: [], latencies: [], gatewayMs: [] }));
+  if (twin) for (const side of sides) await drive(side.s, WARM_UP_SECONDS);
   for (let round = 0; round < (twin ? ROUNDS : 1); round++) {
     for (const side of round % 2 === 0 ? sides : [...sides].reverse()) {
       if (twin) await sleep(SETTLE_MS);
@@ -158,6 +182,7 @@ for (const s of scenarios) {
   const [gatehouse, other] = sides.map((side, i) => summarize(side.s, i ? ' (peer)' : '', side.runs, side.latencies, side.gatewayMs, side.cpu));
   results[s.key] = { ...gatehouse, io_per_request: ['me', 'create', 'replay', 'proxy'].includes(s.key) ? await ioOf(s, STATE) : undefined };
   if (twin) sideBySide[s.key] = { gatehouse: results[s.key], peer: { ...other, io_per_request: await ioOf(twin, PEER_STATE) } };
+  if (twin && EQUAL_LOAD.includes(s.key)) await equalLoad(sideBySide[s.key], s.key);
 }
 
 const scenariosEnd = performance.now();
@@ -382,6 +407,11 @@ if (PEER) {
   for (const [key, { gatehouse: g, peer: p }] of Object.entries(sideBySide)) {
     console.log(`${pad(g.name, 50)}${pad(g.requests_per_second.toFixed(0), 10)}${pad(p.requests_per_second.toFixed(0), 10)}${pad(report.peer.ratios[key].toFixed(2), 7)}`
       + `${pad(`${g.p50_ms}/${p.p50_ms}`, 10)}${pad(`${g.p99_ms}/${p.p99_ms}`, 10)}${pad(`${g.unexpected}/${p.unexpected}`, 12)}${io(g)} | ${io(p)}`);
+  }
+  console.log('p99 at equal load (each side at 80 % of the slower side\'s req/s above), ms G/P:');
+  for (const key of EQUAL_LOAD.filter((k) => sideBySide[k]?.gatehouse.equal_load)) {
+    const { gatehouse: g, peer: p } = sideBySide[key];
+    console.log(`  ${pad(g.name, 48)}at ${g.equal_load.requests_per_second} req/s: p50 ${g.equal_load.p50_ms}/${p.equal_load.p50_ms}, p99 ${g.equal_load.p99_ms}/${p.equal_load.p99_ms}`);
   }
   const cpuOf = (r) => (r.cpu_us_per_request ? Object.entries(r.cpu_us_per_request).map(([role, us]) => `${role} ${us}`).join(', ') : '-');
   if (PROCESSES[0].length) {

@@ -105,7 +105,7 @@ export function gatewayDuration(value) {
 }
 
 /** Drives one scenario with autocannon: CONNECTIONS connections for `duration` seconds, on its
- *  `url` (the gateway when it has none). With `latencies`, every response time (ms) is added to it;
+ *  `url` (the gateway when it has none), as fast as they go or at its `rate` (requests/s). With `latencies`, every response time (ms) is added to it;
  *  with `gatewayMs`, every answer's `Server-Timing` `gateway;dur`. */
 export function drive(s, duration, latencies, gatewayMs) {
   return new Promise((resolve, reject) => {
@@ -117,6 +117,8 @@ export function drive(s, duration, latencies, gatewayMs) {
       url: s.url ?? BASE,
       connections: CONNECTIONS,
       duration,
+      // A fixed rate across all connections (an open load), when the scenario names one.
+      ...(s.rate ? { overallRate: s.rate } : {}),
       requests: [{
         method: s.method ?? 'GET', path: s.path, headers: s.headers, body: s.body,
         ...(s.setup ? { setupRequest: s.setup } : {}), ...(gatewayMs ? { onResponse } : {}),
