@@ -209,7 +209,7 @@ fn build(
     Ok(worker::web_sys::Request::new_with_str_and_init(&request.url, &init)?)
 }
 
-/// The header pairs of `exchange`'s `name\nvalue\n…`.
+/// The header pairs of `fetchAnswer`'s `name\nvalue\n…`.
 fn header_pairs(head: &str) -> Vec<(String, String)> {
     let mut lines = head.split('\n');
     let mut pairs = Vec::new();
