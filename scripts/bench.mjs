@@ -93,14 +93,14 @@ async function driveCounted(s, processes, cpu, latencies, gatewayMs) {
 
 let failed = false;
 const sum = (runs, f) => runs.reduce((total, r) => total + f(r), 0);
-/** The runs of one side (`label`) of a scenario as one row: the mean of their req/s, and p50 and
- *  p99 over all their responses. */
 /** The `p` quantile (0–1) of `values`, rounded; 0 when there are none. */
 function percentileOf(values, p) {
   const sorted = [...values].sort((a, b) => a - b);
   return Math.round(sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))] ?? 0);
 }
 
+/** The runs of one side (`label`) of a scenario as one row: the mean of their req/s, and p50 and
+ *  p99 over all their responses. */
 function summarize(s, label, runs, latencies, gatewayMs = [], cpu = {}) {
   const wrong = sum(runs, (r) => r.non2xx + r.errors + r.timeouts);
   const expected = sum(runs, (r) => r.statusCodeStats?.[String(s.expect)]?.count ?? 0);

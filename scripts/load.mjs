@@ -105,8 +105,9 @@ export function gatewayDuration(value) {
 }
 
 /** Drives one scenario with autocannon: CONNECTIONS connections for `duration` seconds, on its
- *  `url` (the gateway when it has none), as fast as they go or at its `rate` (requests/s). With `latencies`, every response time (ms) is added to it;
- *  with `gatewayMs`, every answer's `Server-Timing` `gateway;dur`. */
+ *  `url` (the gateway when it has none), as fast as they go or at its `rate` (requests/s). With
+ *  `latencies`, every response time (ms) is added to it; with `gatewayMs`, every answer's
+ *  `Server-Timing` `gateway;dur`. */
 export function drive(s, duration, latencies, gatewayMs) {
   return new Promise((resolve, reject) => {
     const onResponse = (_status, _body, _context, headers) => {
