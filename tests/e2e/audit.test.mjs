@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { gunzipSync } from 'node:zlib';
 import {
-  BASE, assertError, auditDbOf, call, createKey, createProject, d1, eventually, freshWindow, idemKey, listAll, sleep, workerLog, SCHEDULED } from './harness.mjs';
+  BASE, assertError, auditDbOf, call, createKey, createProject, d1, eventually, freshWindow, idemKey, listAll, sleep, workerLog, runCron } from './harness.mjs';
 
 /** A project on the business plan, so the test can make many calls. */
 async function auditProject() {
@@ -192,7 +192,7 @@ test('rows past retention leave the log: the minute roll-up moves them to an R2 
   // Past AUDIT_RETENTION_DAYS a row is not searched, whichever tier holds it.
   assert.equal((await listAll(`/public/v1/logs?to=${old + 86_400_000}`, owner.key)).length, 0);
 
-  const cron = await fetch(`${BASE}${SCHEDULED}?cron=${encodeURIComponent('* * * * *')}`);
+  const cron = await runCron();
   assert.equal(cron.status, 200);
   assert.equal(await eventually(async () => (await inD1()) === 0), true, 'rolled-up rows leave D1');
 
@@ -236,7 +236,7 @@ test('projects spread over the audit databases: each project\'s rows, log, stats
       VALUES ('old-${projectId}', ${old}, '${projectId}', 'GET', '/public/v1/me', 200, 10, 1, 0, 1)`, db);
   }
   // One minute-cron rolls up both databases.
-  const cron = await fetch(`${BASE}${SCHEDULED}?cron=${encodeURIComponent('* * * * *')}`);
+  const cron = await runCron();
   assert.equal(cron.status, 200);
   for (const [db, { projectId, owner }] of Object.entries(on)) {
     assert.equal(await eventually(async () => (await count(db, `request_id = 'old-${projectId}'`)) === 0), true, `rolled up from ${db}`);
@@ -268,7 +268,7 @@ test('3,000 small tenants roll up in a few runs, and two overlapping runs never 
   let unanswered = 0;
   const cron = async () => {
     try {
-      return (await call('GET', `${SCHEDULED}?cron=${encodeURIComponent('* * * * *')}`, { timeoutMs: 60_000 })).status;
+      return (await runCron({ timeoutMs: 60_000 })).status;
     } catch (e) {
       if (e.name !== 'TimeoutError') throw e;
       unanswered += 1;

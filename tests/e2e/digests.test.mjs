@@ -10,7 +10,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
-import { ADMIN_TOKEN, BASE, SCHEDULED, auditDbOf, buildCli, call, createProject, d1, eventually } from './harness.mjs';
+import { ADMIN_TOKEN, auditDbOf, buildCli, call, createProject, d1, eventually, runCron } from './harness.mjs';
 
 const HOUR = 3_600_000;
 const BUCKET = 'gatehouse-archive';
@@ -51,7 +51,7 @@ test('digests chain the archived hours; logs verify finds them intact and names 
 
   let digests = [];
   await eventually(async () => {
-    await fetch(`${BASE}${SCHEDULED}?cron=${encodeURIComponent('* * * * *')}`);
+    await runCron();
     digests = await d1(`SELECT period_start, key, objects FROM audit_digests WHERE project_id = '${projectId}' ORDER BY period_start`, db);
     return digests.length >= 2;
   }, 120_000);
@@ -104,8 +104,6 @@ test('digests chain the archived hours; logs verify finds them intact and names 
   assert.equal(again.status, 0, again.stdout + again.stderr);
 });
 
-const cron = () => call('GET', `${SCHEDULED}?cron=${encodeURIComponent('* * * * *')}`, { timeoutMs: 120_000 });
-
 /** A project whose rows of two past hours are archived and digested: its id, key, database, hour. */
 async function digestedProject(name) {
   const { projectId, owner } = await createProject(name, { plan: 'business' });
@@ -117,7 +115,7 @@ async function digestedProject(name) {
     `('${id(ts, i)}', ${ts}, '${projectId}', 'key_d', 'GET', '/public/v1/me', '/public/v1/me', 200, 10, 1, 0, 1)`);
   await d1(`INSERT INTO audit_log (request_id, ts, project_id, key_id, method, path, route, status, response_bytes, response_time_ms, replayed, counted) VALUES ${values.join(', ')}`, db);
   const digests = await eventually(async () => {
-    await cron();
+    await runCron();
     const found = await d1(`SELECT period_start, key, sha256 FROM audit_digests WHERE project_id = '${projectId}' ORDER BY period_start`, db);
     return found.length >= 2 && found;
   }, 120_000);
@@ -148,7 +146,7 @@ test('a writer of D1 and R2 without the signing key cannot make the gateway sign
   await d1(`INSERT OR REPLACE INTO digest_due (project_id, since) VALUES ('${projectId}', ${h0 + HOUR + 5})`, db);
   // Minute-runs until the job has looked at the project (other tests' projects may be due first).
   const looked = await eventually(async () => {
-    assert.equal((await cron()).status, 200);
+    assert.equal((await runCron()).status, 200);
     return (await d1(`SELECT count(*) AS n FROM digest_due WHERE project_id = '${projectId}'`, db))[0].n === 0;
   }, 180_000);
   assert.ok(looked, 'the job looked at the project within three minutes');
@@ -178,7 +176,7 @@ test('a writer of D1 and R2 without the signing key cannot make the gateway sign
   await d1(`INSERT OR REPLACE INTO digest_due (project_id, since) VALUES ('${projectId}', ${h0 + HOUR + 5})`, db);
   const health = async () => (await call('GET', '/admin/v1/audit/health', { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).body;
   const stopped = await eventually(async () => {
-    assert.equal((await cron()).status, 200);
+    assert.equal((await runCron()).status, 200);
     const h = await health();
     return /is not the one signed/.test(h.alerts.find((a) => a.project_id === projectId)?.alert ?? '') && h;
   }, 180_000);
@@ -204,7 +202,7 @@ test('150 projects six hours old are digested within four minute-runs', { timeou
   let runs = 0;
   while ((await digested()) < 900 || (await due()) > 0) {
     assert.ok(runs < 4, `${await digested()} of 900 digests, ${await due()} projects due after ${runs} runs`);
-    assert.equal((await cron()).status, 200);
+    assert.equal((await runCron()).status, 200);
     runs += 1;
   }
   const spans = await d1(`SELECT count(*) AS n FROM audit_digests WHERE project_id LIKE '${tag}_%' AND period_end - period_start = ${HOUR} AND objects = 1`, 'AUDIT_DB');

@@ -99,6 +99,14 @@ export async function call(method, path, { key, body, headers = {}, idem, base =
   return { status: res.status, headers: res.headers, body: parsed, text };
 }
 
+/**
+ * Runs the worker's every-minute cron once through wrangler dev's scheduled path, over `call`'s
+ * fresh connection (a kept-alive one the local server has closed fails with 'other side closed').
+ */
+export function runCron({ base = BASE, timeoutMs = 120_000 } = {}) {
+  return call('GET', `${SCHEDULED}?cron=${encodeURIComponent('* * * * *')}`, { base, timeoutMs });
+}
+
 /** Asserts the SPEC §3 error shape and returns the error object. */
 export function assertError(res, status, code) {
   assert.equal(res.status, status, `expected ${status} ${code}, got ${res.status}: ${res.text}`);

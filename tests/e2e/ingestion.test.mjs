@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
-import { BASE, assertError, call, createKey, createProject, d1, eventually, SCHEDULED } from './harness.mjs';
+import { assertError, call, createKey, createProject, d1, eventually, runCron } from './harness.mjs';
 
 async function ingestionProject() {
   const project = await createProject('ingestion', { plan: 'business' });
@@ -250,7 +250,7 @@ test('GET /public/v1/events lists the stored events newest first, filtered and a
   // Aged past the retention (30 days by default), an event leaves with the next cron run.
   await d1(`UPDATE events SET received_at = received_at - ${31 * 86_400_000} WHERE project_id = '${projectId}' AND event_id = '${ids[0]}'`);
   const purged = await eventually(async () => {
-    await fetch(`${BASE}${SCHEDULED}?cron=${encodeURIComponent('* * * * *')}`);
+    await runCron();
     const r = await call('GET', `/public/v1/events?user_id=${user}`, { key: owner.key });
     return r.body.data.length === 4 ? r.body.data : null;
   }, 30_000);

@@ -171,6 +171,15 @@ test("a leasing key's idempotent requests take their claims in its claim objects
   const deadline = Date.now() + 10_000;
   while ((await guardObjects()) - before < shards.size && Date.now() < deadline) await sleep(100);
   assert.equal((await guardObjects()) - before, shards.size, 'one new object per claim shard used');
+  // A claim object holds only the claims' tables, none of the other roles' (empty pages each).
+  const inList = `(${keys.map((k) => `'${k}'`).join(',')})`;
+  const holders = guardRows(state, `SELECT (SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master
+      WHERE type = 'table' AND name NOT LIKE '\\_%' ESCAPE '\\' ORDER BY name)) AS tables,
+    (SELECT COUNT(*) FROM idempotency_claims WHERE idempotency_key IN ${inList}) AS n`).filter((o) => o.rows[0].n > 0);
+  // The key's guard (shard 0) counts its requests and holds its leases.
+  const claimObjects = holders.filter((o) => !/\b(limit_counters|isolate_leases|applied)\b/.test(o.rows[0].tables));
+  assert.equal(claimObjects.length, shards.size, JSON.stringify(holders.map((o) => o.rows[0])));
+  for (const o of claimObjects) assert.equal(o.rows[0].tables, 'claim_bodies,idempotency_claims', o.object);
   // Retries, in parallel: each replays its own first answer.
   const retried = await Promise.all(keys.map((idem, i) => post(idem, `Customer ${i}`)));
   for (const [i, res] of retried.entries()) {
@@ -236,8 +245,8 @@ test('a hot key driven for 80 s: its lease rows stop growing after the first min
   const stale = count(`SELECT COUNT(*) AS n FROM isolate_leases WHERE keep_until_ms < ${Date.now() - 15_000}`);
   assert.equal(stale, 0, 'no lease row past its keeping');
   // Each body goes 10 minutes after the claim's object wrote it to KV (it was kept for the whole
-  // 24 h TTL); the object writes that down with its next command, or by its alarm one purge
-  // interval (10 s) later — long past here. (The purge itself is the lease rows' above.)
+  // 24 h TTL); the object writes that down with its next command, or by its alarm a second
+  // later — long before the runtime evicts the idle object. (The purge is the lease rows' above.)
   assert.ok(latest('claim_bodies') <= Date.now() + 11 * 60_000, `bodies go within minutes: ${latest('claim_bodies') - Date.now()} ms`);
   // Every claim still stands (for its TTL), so a retry replays its first answer: from KV now (the
   // inline copy is past its minute).

@@ -6,7 +6,7 @@
 // the operator issues owner keys, and admin creates honour Idempotency-Key.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { ADMIN_TOKEN, BASE, assertError, buildCli, call, createKey, createProject, d1, eventually, idemKey, listAll, receiver, sleep, SCHEDULED } from './harness.mjs';
+import { ADMIN_TOKEN, assertError, buildCli, call, createKey, createProject, d1, eventually, idemKey, listAll, receiver, sleep, runCron } from './harness.mjs';
 
 let gatehouse;
 
@@ -248,7 +248,7 @@ test('a step longer than a queue delay: its delivery, due now and carried by no 
     VALUES ('${id}', 6, ${lastAttempt}, 20, 503, ${due})`);
   await sleep(1000);
   assert.equal(requestsTo(path).length, 0, 'no message carries it');
-  const cron = await fetch(`${BASE}${SCHEDULED}?cron=${encodeURIComponent('* * * * *')}`);
+  const cron = await runCron();
   assert.equal(cron.status, 200);
   assert.ok(await hooks.waitFor(path, 1), 'the sweep queued it');
   assert.equal(requestsTo(path)[0].headers['webhook-id'], id);

@@ -14,7 +14,7 @@ import { createHmac, randomBytes } from 'node:crypto';
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { assertError, call, eventually, freshWindow, idemKey, receiver, startGateway } from './harness.mjs';
+import { assertError, call, eventually, freshWindow, idemKey, receiver, startGateway, runCron } from './harness.mjs';
 
 const ROOT = new URL('../..', import.meta.url).pathname;
 const secret = () => randomBytes(24).toString('hex');
@@ -125,7 +125,7 @@ test('rotating the pepper and the webhook secrets key loses no key, replay or se
     assert.equal(row.key_hash, keyHash(P2, fresh.body.key), 'a new key is hashed under the new pepper');
     assert.equal((await call('POST', '/public/v1/contacts', { base, key: owner, body: { name: 'During' } })).status, 201);
     assert.ok(await signedWith(2, whsec), 'a secret sealed under the previous key signs');
-    const cron = await fetch(`${base}/__scheduled?cron=${encodeURIComponent('* * * * *')}`);
+    const cron = await runCron({ base });
     assert.equal(cron.status, 200);
     const resealed = await call('GET', '/admin/v1/webhooks/previous-secret-key', { base, key: ADMIN });
     assert.deepEqual([resealed.body.count, resealed.body.webhooks], [0, []], 'the cron re-sealed it');

@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { gunzipSync } from 'node:zlib';
-import { BASE, auditDbOf, call, createProject, d1, listAll, sleep, workerLog, SCHEDULED } from './harness.mjs';
+import { BASE, auditDbOf, call, createProject, d1, listAll, sleep, workerLog, runCron } from './harness.mjs';
 
 const DAY = 86_400_000;
 const HOUR = 3_600_000;
@@ -31,8 +31,8 @@ async function auditDb(sql, database) {
 async function rollUp(waitMs = 300_000) {
   const before = (await workerLog()).filter((l) => l.component === 'audit_roll_up').length;
   const t0 = performance.now();
-  const res = await fetch(`${BASE}${SCHEDULED}?cron=${encodeURIComponent('* * * * *')}`);
-  assert.equal(res.status, 200, await res.text());
+  const res = await runCron();
+  assert.equal(res.status, 200, res.text);
   let line;
   for (let waited = 0; !line && waited < waitMs; waited += 250) {
     line = (await workerLog()).filter((l) => l.component === 'audit_roll_up')[before];

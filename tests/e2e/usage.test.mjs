@@ -11,7 +11,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ADMIN_TOKEN, BASE, SCHEDULED, assertError, auditDbOf, call, createKey, createProject, d1, eventually, receiver, sleep } from './harness.mjs';
+import { ADMIN_TOKEN, BASE, assertError, auditDbOf, call, createKey, createProject, d1, eventually, receiver, sleep, runCron } from './harness.mjs';
 import { deliveryViolations } from './schema.mjs';
 
 const PERIOD = 60_000;
@@ -24,8 +24,6 @@ function r2(key) {
   const out = spawnSync('npx', ['wrangler', 'r2', 'object', 'get', `gatehouse-archive/${key}`, '--local', '--persist-to', process.env.GATEHOUSE_STATE, '--file', file], { encoding: 'utf8' });
   return out.status === 0 ? readFileSync(file, 'utf8') : null;
 }
-
-const cron = () => fetch(`${BASE}${SCHEDULED}?cron=${encodeURIComponent('* * * * *')}`);
 
 test('usage counts the billable requests, exports each closed period once as CloudEvents and an event, and reconciles to 0 with late rows', { timeout: 300_000 }, async () => {
   const hooks = await receiver();
@@ -88,7 +86,7 @@ test('usage counts the billable requests, exports each closed period once as Clo
   await sleep(Math.max(0, period + PERIOD + 6_000 - Date.now()));
   const objectKey = `usage/${projectId}/${iso(period)}.ndjson`;
   let object = null;
-  await eventually(async () => { await cron(); object = r2(objectKey); return object; }, 90_000);
+  await eventually(async () => { await runCron(); object = r2(objectKey); return object; }, 90_000);
   assert.ok(object, `${objectKey} written`);
   const records = object.trim().split('\n').map((l) => JSON.parse(l));
   const billed = Object.fromEntries(records.map((r) => [r.data.key_id, r.data.value]));
@@ -136,7 +134,7 @@ test('usage counts the billable requests, exports each closed period once as Clo
   assert.equal((await call('GET', '/public/v1/me', { key: a.key })).status, 200);
   const adjustmentKey = `usage/${projectId}/${iso(period)}.adjustment-1.ndjson`;
   let adjustment = null;
-  await eventually(async () => { await cron(); adjustment = r2(adjustmentKey); return adjustment; }, 90_000);
+  await eventually(async () => { await runCron(); adjustment = r2(adjustmentKey); return adjustment; }, 90_000);
   assert.ok(adjustment, `${adjustmentKey} written`);
   const [fix] = adjustment.trim().split('\n').map((l) => JSON.parse(l));
   assert.deepEqual([fix.type, fix.data.key_id, fix.data.value, fix.data.total], ['dev.gatehouse.usage.adjustment', b.id, 1, 4]);
@@ -147,7 +145,7 @@ test('usage counts the billable requests, exports each closed period once as Clo
   assert.deepEqual(await reconcile(), { hour: new Date(period).toISOString(), period_seconds: 60, project_id: projectId, exported: 9, audited: 9, difference: 0, pending: 0 });
 
   // Running the export again changes nothing: no second object, no second event.
-  await cron();
+  await runCron();
   await sleep(2_000);
   assert.equal(r2(`usage/${projectId}/${iso(period)}.adjustment-2.ndjson`), null);
   assert.equal(hooks.requestsTo(usagePath).length, 2);

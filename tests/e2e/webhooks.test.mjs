@@ -3,7 +3,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHmac, createPublicKey, verify } from 'node:crypto';
-import { BASE, assertError, call, createKey, createProject, d1, eventually, listAll, receiver, SCHEDULED } from './harness.mjs';
+import { assertError, call, createKey, createProject, d1, eventually, listAll, receiver, runCron } from './harness.mjs';
 
 /** The receiver: an answer per path, numbered, and every request it got. */
 const answer = (status) => (req) => ({ status: status(req.n), headers: { 'content-type': 'text/plain' }, body: `answer ${req.n} from ${req.url}` });
@@ -164,7 +164,7 @@ test('a due delivery whose queue message was lost is delivered after the minute 
     'evt_lost', 'contact.created', '${payload}', 'req-lost', 'pending', 0, ${past}, ${past}, ${past})`);
   await new Promise((r) => setTimeout(r, 1000));
   assert.equal(requestsTo(path).length, 0, 'nothing is delivered without a queue message');
-  const cron = await fetch(`${BASE}${SCHEDULED}?cron=${encodeURIComponent('* * * * *')}`);
+  const cron = await runCron();
   assert.equal(cron.status, 200);
   assert.ok(await waitFor(path, 1), 'the sweep queued it');
   assert.equal(requestsTo(path)[0].headers['webhook-id'], `dlv_lost_${projectId}`);

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use worker::{Delay, Result};
 
 use super::isolate_leases::LEASE_RETURN_MS;
-use super::{holder::project_held, rust_error, KeyGuardObject};
+use super::{holder::project_held, rust_error, tables::Role, KeyGuardObject};
 use crate::adapters::clock::now_ms;
 use gatehouse_core::api_key::KeyRecord;
 use gatehouse_core::browser::VisitorCheck;
@@ -108,7 +108,7 @@ impl KeyGuardObject {
     fn count_dashboard_read(&self, permitted: bool) -> Result<(Verdict, Usage)> {
         let prev = match self.dashboard_counters.get() {
             Some(c) => c,
-            None if self.has_tables()? => self
+            None if self.plays(Role::Admission)? => self
                 .stored_state("SELECT state FROM budget_counters WHERE budget = 'dashboard'")?
                 .unwrap_or_default(),
             None => Counters::default(),
@@ -139,7 +139,7 @@ impl KeyGuardObject {
 
     /// Keeps counters as JSON by `statement` (its one parameter), the tables made first.
     fn keep_state(&self, statement: &str, next: Counters) -> Result<()> {
-        self.create_tables()?;
+        self.create_tables(Role::Admission)?;
         self.sql.exec(statement, vec![serde_json::to_string(&next).map_err(rust_error)?.into()])?;
         Ok(())
     }
@@ -332,7 +332,7 @@ impl KeyGuardObject {
     pub(super) fn current_counters(&self) -> Result<Counters> {
         Ok(match self.counters.get() {
             Some(c) => c,
-            None if self.has_tables()? => self.stored_counters()?,
+            None if self.plays(Role::Admission)? => self.stored_counters()?,
             None => Counters::default(),
         })
     }

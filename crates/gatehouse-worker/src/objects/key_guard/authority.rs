@@ -15,7 +15,7 @@
 use serde::Deserialize;
 use worker::Result;
 
-use super::{from_json, rust_error, KeyGuardObject, Purged};
+use super::{from_json, rust_error, tables::Role, KeyGuardObject, Purged};
 use crate::adapters::clock::now_ms;
 use gatehouse_core::guard::protocol::{Done, SetLimits};
 use gatehouse_core::lease::{
@@ -57,7 +57,7 @@ impl KeyGuardObject {
     /// level refuses only when no credit is left anywhere). Each decision is synchronous, so
     /// exchanges are decided one after another; the same `grant_id` again answers the same grant.
     pub(super) async fn exchange(&self, c: Exchange) -> Result<Grant> {
-        self.create_tables()?;
+        self.create_tables(Role::Authority)?;
         self.take_back(&c.give_back)?;
         let grant = self.grant_now(&c)?;
         if grant.credits > 0 || c.want == 0 {
@@ -170,7 +170,7 @@ impl KeyGuardObject {
             return Ok(Done {});
         }
         let told = ToldLimits { limits: c.limits, version: c.version, until_ms: now + LIMITS_TOLD_MS };
-        self.create_tables()?;
+        self.create_tables(Role::Authority)?;
         self.sql.exec(
             "INSERT OR REPLACE INTO level_limits (id, limits, version, until_ms) VALUES (1, ?, ?, ?)",
             vec![
@@ -194,7 +194,7 @@ impl KeyGuardObject {
             version: i64,
             until_ms: i64,
         }
-        let stored = match self.has_tables()? {
+        let stored = match self.plays(Role::Authority)? {
             true => self
                 .sql
                 .exec("SELECT limits, version, until_ms FROM level_limits", None)?

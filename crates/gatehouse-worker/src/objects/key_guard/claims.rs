@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use worker::{console_log, Delay, Result};
 
-use super::{rust_error, KeyGuardObject, Purged};
+use super::{rust_error, tables::Role, KeyGuardObject, Purged};
 use crate::adapters::clock::now_ms;
 use crate::adapters::kv::{KvResponses, BINDING as RESPONSES};
 use gatehouse_core::guard::protocol::{CompleteClaim, Completed};
@@ -31,6 +31,9 @@ const INLINE_MS: i64 = gatehouse_core::retention::STORE_PROPAGATION_MS;
 /// At most this many stored bodies wait for the object's next command or alarm to write down
 /// their shorter keeping.
 const STORED_BODIES_WAITING: usize = 64;
+/// When no command comes first, the alarm writes them down this long after the last one waited:
+/// well before the runtime evicts an idle object (10 s after its last event), which loses them.
+const STORED_BODIES_WAIT_MS: i64 = 1_000;
 
 pub(super) const TABLES: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS idempotency_claims (
@@ -75,12 +78,12 @@ impl KeyGuardObject {
     fn claim(&self, request: &ClaimRequest) -> Result<ClaimDecision> {
         let now = now_ms();
         // A guard without tables has no claim yet; it creates them when it takes this one.
-        let has_tables = self.has_tables()?;
+        let has_tables = self.plays(Role::Claims)?;
         let existing = if has_tables { self.held_claim(&request.idempotency_key, now)? } else { None };
         let decision = decide_claim(existing.as_ref(), &request.fingerprint, &request.request_id, now);
         if let ClaimDecision::Execute { operation } = &decision {
             let ttl_ms = self.config()?.idempotency_ttl_seconds as i64 * 1000;
-            self.create_tables()?;
+            self.create_tables(Role::Claims)?;
             self.sql.exec(
                 "INSERT OR REPLACE INTO idempotency_claims
                    (idempotency_key, fingerprint, owner, operation, until_ms, completed, released, keep_until_ms)
@@ -133,7 +136,7 @@ impl KeyGuardObject {
     /// Forgets the claim, kept as released, so the same request executing again continues its
     /// operation.
     pub(super) fn release(&self, claim: &ClaimRequest) -> Result<()> {
-        if self.has_tables()? {
+        if self.plays(Role::Claims)? {
             self.sql.exec(
                 "UPDATE idempotency_claims SET released = 1
                  WHERE idempotency_key = ? AND owner = ? AND completed = 0",
@@ -150,7 +153,7 @@ impl KeyGuardObject {
     /// notice changes nothing (the caller then writes the store itself).
     pub(super) async fn complete(&self, c: CompleteClaim) -> Result<Completed> {
         let CompleteClaim { claim, response, api_key_id } = c;
-        if !self.has_tables()? {
+        if !self.plays(Role::Claims)? {
             // No claim was ever taken here (or its object's storage was lost).
             return Ok(Completed { completed: false, stored: false });
         }
@@ -203,17 +206,19 @@ impl KeyGuardObject {
             return Ok(Completed { completed: true, stored: false });
         }
         // The shorter keeping is written with the next command, whose own writes commit with it
-        // (one commit less per claim), or by the alarm one purge interval from now, whichever
-        // comes first. An object evicted before either keeps those bodies until the TTL.
+        // (one commit less per claim), or by the alarm a second from now, whichever comes first.
+        // An object evicted before either keeps those bodies until the TTL.
         let now = now_ms();
-        let mut stored = self.stored_bodies.borrow_mut();
-        stored.push((claim.idempotency_key, body_until(now)));
-        let write_now = stored.len() >= STORED_BODIES_WAITING;
-        drop(stored);
-        if write_now {
+        let waiting = {
+            let mut stored = self.stored_bodies.borrow_mut();
+            stored.push((claim.idempotency_key, body_until(now)));
+            stored.len()
+        };
+        if waiting >= STORED_BODIES_WAITING {
             self.keep_stored_bodies()?;
+        } else {
+            self.alarm.set_by(now + STORED_BODIES_WAIT_MS).await?;
         }
-        self.purge_by(now);
         Ok(Completed { completed: true, stored: true })
     }
 
@@ -237,7 +242,7 @@ impl KeyGuardObject {
         struct Held {
             response: Option<String>,
         }
-        if !self.has_tables()? {
+        if !self.plays(Role::Claims)? {
             return Ok(None);
         }
         let now = now_ms();

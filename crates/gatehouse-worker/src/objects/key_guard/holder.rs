@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 use worker::{console_log, Result};
 
-use super::{rust_error, KeyGuardObject};
+use super::{rust_error, tables::Role, KeyGuardObject};
 use crate::adapters::clock::now_ms;
 use gatehouse_core::api_key::KeyRecord;
 use gatehouse_core::guard::protocol::project_authority;
@@ -48,7 +48,7 @@ impl KeyGuardObject {
             level: String,
             state: String,
         }
-        let rows = match self.has_tables()? {
+        let rows = match self.plays(Role::Holder)? {
             true => self.sql.exec("SELECT level, state FROM level_leases", None)?.to_array::<Row>()?,
             false => Vec::new(),
         };
@@ -188,7 +188,7 @@ impl KeyGuardObject {
         struct Row {
             level: String,
         }
-        if !self.has_tables()? {
+        if !self.plays(Role::Holder)? {
             return Ok(Recalled::default());
         }
         let levels = self.sql.exec("SELECT level FROM level_leases", None)?.to_array::<Row>()?;
@@ -216,7 +216,7 @@ impl KeyGuardObject {
         struct Row {
             state: String,
         }
-        let stored = match self.has_tables()? {
+        let stored = match self.plays(Role::Holder)? {
             true => self
                 .sql
                 .exec("SELECT state FROM level_leases WHERE level = ?", vec![level.into()])?
@@ -232,7 +232,7 @@ impl KeyGuardObject {
     }
 
     pub(super) fn keep_lease(&self, level: &str, lease: LevelLease) -> Result<()> {
-        self.create_tables()?;
+        self.create_tables(Role::Holder)?;
         self.sql.exec(
             "INSERT OR REPLACE INTO level_leases (level, state) VALUES (?, ?)",
             vec![level.into(), serde_json::to_string(&lease).map_err(rust_error)?.into()],

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use worker::Result;
 
 use super::holder::OWED_GIVE_BACK_MS;
-use super::{from_json, rust_error, KeyGuardObject, Purged};
+use super::{from_json, rust_error, tables::Role, KeyGuardObject, Purged};
 use crate::adapters::clock::now_ms;
 use gatehouse_core::api_key::KeyRecord;
 use gatehouse_core::lease::{accept_give_back, take_back, Drawn, GiveBack, Grant, Returned};
@@ -29,7 +29,7 @@ impl KeyGuardObject {
     /// A lease to an isolate, kept so that what comes back of it counts once (with what it drew
     /// from the levels above), and counted as out until it ends.
     pub(super) fn keep_isolate_lease(&self, grant: &Grant, drawn: &Drawn) -> Result<()> {
-        self.create_tables()?;
+        self.create_tables(Role::IsolateLeases)?;
         let keep_until = isolate_lease_until(grant.until_ms);
         self.sql.exec(
             "INSERT INTO isolate_leases (grant_id, grant, returned, drawn, keep_until_ms) VALUES (?, ?, '{}', ?, ?)",
@@ -70,7 +70,7 @@ impl KeyGuardObject {
     /// windows and to the levels' grants they drew from (`key`'s levels; without its record,
     /// only the windows).
     fn take_back_leases(&self, key: Option<&KeyRecord>, give_back: &[GiveBack]) -> Result<bool> {
-        if give_back.is_empty() || !self.has_tables()? {
+        if give_back.is_empty() || !self.plays(Role::IsolateLeases)? {
             return Ok(false);
         }
         let levels = match key {

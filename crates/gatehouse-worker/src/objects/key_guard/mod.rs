@@ -11,9 +11,10 @@
 //! * [`audit_head`]: a project's chain of audit digests (`audit:…`, SPEC §23).
 //!
 //! Reading, deciding and writing a role's rows is synchronous (no `await` in between), so
-//! concurrent commands to one object are decided strictly one after another. Tables are created
-//! on the first write, not when the object starts (SPEC §19): the guard of an unknown key leaves
-//! no storage behind. Every row has a keep-until time (`gatehouse_core::retention`); purges run in
+//! concurrent commands to one object are decided strictly one after another. A role's tables are
+//! created on its first write, not when the object starts (SPEC §19), and only that role's
+//! ([`tables`]): the guard of an unknown key leaves no storage behind, and a claim object holds
+//! only claims. Every row has a keep-until time (`gatehouse_core::retention`); purges run in
 //! bounded passes while the object is called, and from its alarm when it is not.
 
 mod admission;
@@ -23,6 +24,7 @@ mod claims;
 mod holder;
 mod isolate_leases;
 mod record;
+mod tables;
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -47,14 +49,15 @@ use gatehouse_core::lease::{Grant, RequestRate};
 use gatehouse_core::ports::Meter;
 use gatehouse_core::rate_limit::{Counters, LimitSpec, Limits, AUTH_FAILURE_LIMITS};
 use gatehouse_core::retention::{next_alarm, purge_due};
+use tables::Role;
 
 #[durable_object]
 pub struct KeyGuardObject {
     env: Env,
     sql: SqlStorage,
     alarm: Alarm,
-    /// Whether the guard's tables exist, once looked up.
-    tables: Cell<Option<bool>>,
+    /// The roles whose tables exist, as bits, once looked up (`tables`).
+    tables: Cell<Option<u8>>,
     /// The record and until when it is used without reading it again.
     key: RefCell<Option<(KeyRecord, i64)>>,
     /// The load of the record from D1 in flight, if any.
@@ -92,17 +95,6 @@ pub struct KeyGuardObject {
 
 /// An exchange with a level's authority in flight, shared by the requests that wait for it.
 type Exchanging = SingleFlight<std::result::Result<Grant, String>>;
-
-/// The tables of every role but a project's chain (which has an object of its own, `audit_head`),
-/// created together on the object's first write.
-const TABLES: [&[&str]; 6] = [
-    record::TABLES,
-    admission::TABLES,
-    holder::TABLES,
-    isolate_leases::TABLES,
-    authority::TABLES,
-    claims::TABLES,
-];
 
 fn rust_error(e: impl std::fmt::Display) -> worker::Error {
     worker::Error::RustError(e.to_string())
@@ -153,7 +145,7 @@ impl DurableObject for KeyGuardObject {
         let now = now_ms();
         let give_back = self.give_back_ended(now).await?;
         self.keep_stored_bodies()?;
-        let purge = match self.has_tables()? {
+        let purge = match self.has_storage()? {
             true => next_alarm(now, self.purge(now)?),
             false => None,
         };
@@ -188,7 +180,7 @@ impl KeyGuardObject {
         self.keep_stored_bodies()?;
         let (last_pass, left_behind) = self.purged.get();
         let now = now_ms();
-        if purge_due(now, last_pass, left_behind) && self.has_tables()? {
+        if purge_due(now, last_pass, left_behind) && self.has_storage()? {
             if let Some(due) = self.purge(now)? {
                 self.purge_by(due);
             }
@@ -256,11 +248,12 @@ impl KeyGuardObject {
     /// still in storage, if any (what the next pass waits for).
     fn purge(&self, now: i64) -> Result<Option<i64>> {
         let passes = [
-            self.purge_isolate_leases(now)?,
-            self.purge_grants(now)?,
-            self.purge_claims(now)?,
-            self.purge_applied(now)?,
+            self.plays(Role::IsolateLeases)?.then(|| self.purge_isolate_leases(now)).transpose()?,
+            self.plays(Role::Authority)?.then(|| self.purge_grants(now)).transpose()?,
+            self.plays(Role::Claims)?.then(|| self.purge_claims(now)).transpose()?,
+            self.plays(Role::Record)?.then(|| self.purge_applied(now)).transpose()?,
         ];
+        let passes: Vec<Purged> = passes.into_iter().flatten().collect();
         let left_behind = passes.iter().any(|p| p.left_behind);
         self.purged.set((now, left_behind));
         let due = passes.iter().filter_map(|p| p.next_due).min();
@@ -277,66 +270,6 @@ impl KeyGuardObject {
 
     fn config(&self) -> Result<&'static Config> {
         config(&self.env).map_err(rust_error)
-    }
-
-    /// Whether the guard has stored anything yet (its tables exist), looked up once per start. An
-    /// object of the first version, which kept claims without an operation in `claims`, is
-    /// upgraded here: its claims move over (each its owner's operation), so a completed key stays
-    /// completed across the upgrade.
-    fn has_tables(&self) -> Result<bool> {
-        if let Some(known) = self.tables.get() {
-            return Ok(known);
-        }
-        #[derive(Deserialize)]
-        struct Table {
-            name: String,
-        }
-        let names: Vec<String> = self
-            .sql
-            .exec("SELECT name FROM sqlite_master WHERE type = 'table'", None)?
-            .to_array::<Table>()?
-            .into_iter()
-            .map(|t| t.name)
-            .collect();
-        if !names.iter().any(|n| {
-            ["limit_counters", "counters", "idempotency_claims", "applied", "claims", "budget_counters"]
-                .contains(&n.as_str())
-        }) {
-            self.tables.set(Some(false));
-            return Ok(false);
-        }
-        // Any table an older version did not have is created now: the object has storage anyway;
-        // and a column (`lease_grants.holder`, SPEC §23): an object that has it already answers
-        // "duplicate column", which changes nothing.
-        self.create_tables()?;
-        let _ = self.sql.exec("ALTER TABLE lease_grants ADD COLUMN holder TEXT", None);
-        if names.iter().any(|n| n == "claims") {
-            // Looked up again at the next command if the move fails.
-            self.tables.set(None);
-            self.sql.exec(
-                "INSERT OR IGNORE INTO idempotency_claims
-                   (idempotency_key, fingerprint, owner, operation, until_ms, completed, released, keep_until_ms,
-                    response, response_until_ms)
-                 SELECT idempotency_key, fingerprint, owner, owner, until_ms, completed, 0,
-                        CASE WHEN completed = 1 THEN until_ms ELSE until_ms + 86400000 END, response, response_until_ms
-                 FROM claims",
-                None,
-            )?;
-            self.sql.exec("DROP TABLE claims", None)?;
-            self.tables.set(Some(true));
-        }
-        Ok(true)
-    }
-
-    /// Before a write: the tables exist from now on.
-    fn create_tables(&self) -> Result<()> {
-        if self.tables.get() != Some(true) {
-            for ddl in TABLES.iter().flat_map(|role| role.iter()) {
-                self.sql.exec(ddl, None)?;
-            }
-            self.tables.set(Some(true));
-        }
-        Ok(())
     }
 
     /// Sends a command to another object of this namespace: a level's authority (leases), or the

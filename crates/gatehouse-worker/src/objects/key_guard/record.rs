@@ -9,7 +9,7 @@ use std::rc::Rc;
 use serde::Deserialize;
 use worker::{console_log, Result};
 
-use super::{rust_error, KeyGuardObject, Purged};
+use super::{rust_error, tables::Role, KeyGuardObject, Purged};
 use crate::adapters::clock::now_ms;
 use crate::adapters::d1::D1Store;
 use gatehouse_core::api_key::{CurrentHash, KeyRecord};
@@ -106,7 +106,7 @@ impl KeyGuardObject {
             record: String,
             until_ms: i64,
         }
-        if !self.has_tables()? {
+        if !self.plays(Role::Record)? {
             return Ok(None);
         }
         let rows = self.sql.exec("SELECT record, until_ms FROM applied", None)?.to_array::<AppliedRow>()?;
@@ -126,7 +126,7 @@ impl KeyGuardObject {
         };
         let key = KeyRecord::told(held.as_ref(), key, undo);
         let until = now + RECORD_FRESH_MS;
-        self.create_tables()?;
+        self.create_tables(Role::Record)?;
         self.sql.exec(
             "INSERT OR REPLACE INTO applied (id, record, until_ms) VALUES (1, ?, ?)",
             vec![serde_json::to_string(&key).map_err(rust_error)?.into(), until.into()],
