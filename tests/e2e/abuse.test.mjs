@@ -226,6 +226,10 @@ function network() {
   return { prefix, address: (i) => `${prefix}:${(i + 1).toString(16)}:${hex()}:${hex()}:${hex()}` };
 }
 
+/** A table of one of the key guard's roles, as `sqlite_master` keeps its statement (each role's
+ *  tables are created with that role's first write: an address guard has only its counters). */
+const GUARD_TABLE = /CREATE TABLE (IF NOT EXISTS )?(applied|limit_counters|budget_counters|level_leases|isolate_leases|lease_grants|level_limits|idempotency_claims|claim_bodies)\b/;
+
 /**
  * KeyGuard objects that stored something of their own: their SQLite file (or its write-ahead log)
  * holds the guard's tables. The local runtime makes a file for every object it starts (with a table
@@ -239,7 +243,7 @@ async function keyGuardsWithStorage() {
     for (const f of files.filter((f) => f.endsWith('.sqlite') && f !== 'metadata.sqlite')) {
       let bytes = await readFile(`${root}/${d}/${f}`);
       if (files.includes(`${f}-wal`)) bytes = Buffer.concat([bytes, await readFile(`${root}/${d}/${f}-wal`)]);
-      if (bytes.includes('idempotency_claims')) n++;
+      if (GUARD_TABLE.test(bytes.toString('latin1'))) n++;
     }
   }
   return n;
