@@ -245,8 +245,8 @@ test('a hot key driven for 80 s: its lease rows stop growing after the first min
   const stale = count(`SELECT COUNT(*) AS n FROM isolate_leases WHERE keep_until_ms < ${Date.now() - 15_000}`);
   assert.equal(stale, 0, 'no lease row past its keeping');
   // Each body goes 10 minutes after the claim's object wrote it to KV (it was kept for the whole
-  // 24 h TTL); the object writes that down with its next command, or by its alarm a second
-  // later — long before the runtime evicts the idle object. (The purge is the lease rows' above.)
+  // 24 h TTL); the object writes that down with its next command, or by its alarm at most 3 s
+  // later, before the runtime evicts the idle object. (The purge is the lease rows' above.)
   assert.ok(latest('claim_bodies') <= Date.now() + 11 * 60_000, `bodies go within minutes: ${latest('claim_bodies') - Date.now()} ms`);
   // Every claim still stands (for its TTL), so a retry replays its first answer: from KV now (the
   // inline copy is past its minute).

@@ -31,9 +31,10 @@ const INLINE_MS: i64 = gatehouse_core::retention::STORE_PROPAGATION_MS;
 /// At most this many stored bodies wait for the object's next command or alarm to write down
 /// their shorter keeping.
 const STORED_BODIES_WAITING: usize = 64;
-/// When no command comes first, the alarm writes them down this long after the last one waited:
-/// well before the runtime evicts an idle object (10 s after its last event), which loses them.
-const STORED_BODIES_WAIT_MS: i64 = 1_000;
+/// When no command comes first, the alarm writes them down at most this long after the last one
+/// waited: well before the runtime evicts an idle object (10 s after its last event), which loses
+/// them, and seldom enough that a busy object's alarm adds little (one run in 3 s at most).
+const STORED_BODIES_WAIT_MS: i64 = 3_000;
 
 pub(super) const TABLES: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS idempotency_claims (
@@ -206,7 +207,7 @@ impl KeyGuardObject {
             return Ok(Completed { completed: true, stored: false });
         }
         // The shorter keeping is written with the next command, whose own writes commit with it
-        // (one commit less per claim), or by the alarm a second from now, whichever comes first.
+        // (one commit less per claim), or by the alarm 3 s from now, whichever comes first.
         // An object evicted before either keeps those bodies until the TTL.
         let now = now_ms();
         let waiting = {
