@@ -73,7 +73,11 @@ test('the README tour works command by command on other ports, and Ctrl-C stops 
       if (command.includes('<X-Request-Id>')) assert.equal(JSON.parse(last).request_id, requestId);
       if (/deliveries/.test(command)) assert.match(last, /"delivered"/);
     }
-    assert.match(output, /\[demo origin\] webhook received: contact\.created/, 'the demo origin received the webhook');
+    // The commands above ran synchronously: the demo origin's lines are read from the pipe only
+    // while this test awaits (a delivery answered at the first look left no wait in between).
+    const received = /\[demo origin\] webhook received: contact\.created/;
+    for (let i = 0; i < 40 && !received.test(output); i += 1) await sleep(250);
+    assert.match(output, received, 'the demo origin received the webhook');
   } finally {
     process.kill(-dev.pid, 'SIGINT');
     await Promise.race([exited, sleep(30_000)]);
