@@ -78,9 +78,9 @@ impl KeyGuardObject {
     /// (completed, released or lapsed) until the TTL after it was taken or completed.
     fn claim(&self, request: &ClaimRequest) -> Result<ClaimDecision> {
         let now = now_ms();
-        // A guard without tables has no claim yet; it creates them when it takes this one.
-        let has_tables = self.plays(Role::Claims)?;
-        let existing = if has_tables { self.held_claim(&request.idempotency_key, now)? } else { None };
+        // An object without the claims' tables has no claim yet; it creates them when it takes this one.
+        let existing =
+            if self.plays(Role::Claims)? { self.held_claim(&request.idempotency_key, now)? } else { None };
         let decision = decide_claim(existing.as_ref(), &request.fingerprint, &request.request_id, now);
         if let ClaimDecision::Execute { operation } = &decision {
             let ttl_ms = self.config()?.idempotency_ttl_seconds as i64 * 1000;
