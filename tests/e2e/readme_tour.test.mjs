@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { freePort, listening, ROOT, sleep } from './harness.mjs';
+import { eventually, freePort, listening, ROOT, sleep } from './harness.mjs';
 
 /** The commands of the tour's shell blocks after the first (which starts the gateway). */
 function tourCommands() {
@@ -76,7 +76,7 @@ test('the README tour works command by command on other ports, and Ctrl-C stops 
     // The commands above ran synchronously: the demo origin's lines are read from the pipe only
     // while this test awaits (a delivery answered at the first look left no wait in between).
     const received = /\[demo origin\] webhook received: contact\.created/;
-    for (let i = 0; i < 40 && !received.test(output); i += 1) await sleep(250);
+    await eventually(() => received.test(output), 10_000);
     assert.match(output, received, 'the demo origin received the webhook');
   } finally {
     process.kill(-dev.pid, 'SIGINT');
