@@ -11,6 +11,18 @@ note() { printf '    %s\n' "$*"; }
 die() { printf '\033[31merror:\033[0m %s\n' "$*" >&2; exit 1; }
 
 # The wasm-bindgen library version resolved in Cargo.lock.
+# The failed tests of a `node --test --test-reporter=spec` log, short: each one's name and the
+# first lines of its error, without stack frames (CI shows only the end of a run's output).
+failing_tests() {
+  sed -E 's/\x1b\[[0-9;]*m//g' "$1" | awk '
+    /^✖ failing tests:/ { on = 1; next }
+    !on { next }
+    /^test at / { print "  " $0; shown = 0; next }
+    /^✖ / { print "  " $0; shown = 0; next }
+    /^ *at / || /^ *$/ || /^ *[{}]/ { next }
+    shown < 6 { print "      " substr($0, 1, 200); shown++ }'
+}
+
 wasm_bindgen_version() {
   awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' "$ROOT/Cargo.lock"
 }
