@@ -227,8 +227,11 @@ function network() {
 }
 
 /** A table of one of the key guard's roles, as `sqlite_master` keeps its statement (each role's
- *  tables are created with that role's first write: an address guard has only its counters). */
-const GUARD_TABLE = /CREATE TABLE (IF NOT EXISTS )?(applied|limit_counters|budget_counters|level_leases|isolate_leases|lease_grants|level_limits|idempotency_claims|claim_bodies)\b/;
+ *  tables are created with that role's first write: an address guard has only its counters): any
+ *  table but the runtime's own (`_cf_…`, `__miniflare…`), SQLite's and a project's audit chain head
+ *  (`audit_…`, an object of the same namespace under its own name), so a new role's tables count
+ *  without being listed here. */
+const GUARD_TABLE = /CREATE TABLE (IF NOT EXISTS )?(?!sqlite_|audit_)[a-z]/;
 
 /**
  * KeyGuard objects that stored something of their own: their SQLite file (or its write-ahead log)

@@ -73,9 +73,7 @@ impl KeyGuardObject {
     pub(super) fn create_tables(&self, role: Role) -> Result<()> {
         let roles = self.roles()?;
         if roles & role.bit() == 0 {
-            for ddl in role.tables() {
-                self.sql.exec(ddl, None)?;
-            }
+            self.run_ddl(role)?;
             self.tables.set(Some(roles | role.bit()));
         }
         Ok(())
@@ -105,9 +103,7 @@ impl KeyGuardObject {
             .collect();
         let mut roles = 0;
         for role in Role::ALL.into_iter().filter(|role| role.played_with(&names)) {
-            for ddl in role.tables() {
-                self.sql.exec(ddl, None)?;
-            }
+            self.run_ddl(role)?;
             roles |= role.bit();
         }
         if roles & Role::Authority.bit() != 0 {
@@ -127,5 +123,13 @@ impl KeyGuardObject {
         }
         self.tables.set(Some(roles));
         Ok(roles)
+    }
+
+    /// Runs `role`'s statements (each is `IF NOT EXISTS`: tables an object has are left as they are).
+    fn run_ddl(&self, role: Role) -> Result<()> {
+        for ddl in role.tables() {
+            self.sql.exec(ddl, None)?;
+        }
+        Ok(())
     }
 }
