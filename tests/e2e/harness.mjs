@@ -200,15 +200,34 @@ export async function listAll(path, key) {
 }
 
 /**
- * Rows of a query against a local D1 of the running gateway (wrangler d1 execute): `DB` (keys and
- * resources) unless `database` names an audit database (`AUDIT_DB`, `AUDIT_DB_1`: see `auditDbOf`).
+ * Runs a command to its end without blocking this process (a receiver it serves keeps answering
+ * meanwhile: a `spawnSync` of wrangler, seconds on a loaded machine, once held a webhook's answer
+ * past the gateway's 3 s and earned a retry). Answers {status, stdout, stderr}; `status` is null
+ * when it could not start or ran past `timeout` ms (default 2 minutes) and was stopped.
  */
-export async function d1(sql, database = 'DB') {
+export function run(command, args, { timeout = 120_000, ...options } = {}) {
+  return new Promise((resolve) => {
+    const child = spawn(command, args, { ...options, timeout, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (chunk) => { stdout += chunk; });
+    child.stderr.setEncoding('utf8').on('data', (chunk) => { stderr += chunk; });
+    child.on('error', (e) => resolve({ status: null, stdout, stderr: `${stderr}${e.message}` }));
+    child.on('close', (status) => resolve({ status, stdout, stderr }));
+  });
+}
+
+/**
+ * Rows of a query against a local D1 of the running gateway (wrangler d1 execute): `DB` (keys and
+ * resources) unless `database` names an audit database (`AUDIT_DB`, `AUDIT_DB_1`: see `auditDbOf`);
+ * the suite's gateway unless `state` names another's state folder.
+ */
+export async function d1(sql, database = 'DB', state = process.env.GATEHOUSE_STATE) {
   // This is a second process on the gateway's local SQLite file: while the gateway writes, SQLite
   // answers SQLITE_BUSY (no such contention exists on D1 itself), so that one error is retried.
   for (let attempt = 1; ; attempt++) {
-    const out = spawnSync('npx', ['wrangler', 'd1', 'execute', database, '--local', '--persist-to',
-      process.env.GATEHOUSE_STATE, '--json', '--command', sql], { encoding: 'utf8' });
+    const out = await run('npx', ['wrangler', 'd1', 'execute', database, '--local', '--persist-to',
+      state, '--json', '--command', sql], { cwd: ROOT });
     if (out.status === 0) return JSON.parse(out.stdout)[0].results;
     if (attempt >= 5 || !/SQLITE_BUSY|database is locked/.test(out.stderr + out.stdout)) {
       throw new Error(`d1 execute failed: ${out.stderr}${out.stdout}`);

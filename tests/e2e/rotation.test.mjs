@@ -9,14 +9,12 @@
 // during the rotation keep working and only those never used since stop.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { createHmac, randomBytes } from 'node:crypto';
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { assertError, call, eventually, freshWindow, idemKey, receiver, startGateway, runCron } from './harness.mjs';
+import { assertError, call, d1 as harnessD1, eventually, freshWindow, idemKey, receiver, startGateway, runCron } from './harness.mjs';
 
-const ROOT = new URL('../..', import.meta.url).pathname;
 const secret = () => randomBytes(24).toString('hex');
 const [P1, P2, W1, W2, ADMIN] = [secret(), secret(), secret(), secret(), secret()];
 const keyId = (s) => createHmac('sha256', s).update('gatehouse/key-id').digest('hex').slice(0, 8);
@@ -39,11 +37,8 @@ async function gateway(step, secrets) {
   return startGateway(`${dir}/state`, { envFile });
 }
 
-function d1(sql) {
-  const out = spawnSync('npx', ['wrangler', 'd1', 'execute', 'DB', '--local', '--persist-to', `${dir}/state`, '--json', '--command', sql], { cwd: ROOT, encoding: 'utf8' });
-  if (out.status !== 0) throw new Error(`d1 execute failed: ${out.stderr}${out.stdout}`);
-  return JSON.parse(out.stdout)[0].results;
-}
+/** Rows of `sql` in this file's gateway's D1. */
+const d1 = (sql) => harnessD1(sql, 'DB', `${dir}/state`);
 
 /** Whether the receiver's `n`-th request carries the signature a holder of `whsec` computes. */
 async function signedWith(n, whsec) {
@@ -91,7 +86,7 @@ test('rotating the pepper and the webhook secrets key loses no key, replay or se
   } finally {
     gw.stop();
   }
-  assert.ok(d1(`SELECT secret FROM webhooks WHERE id = '${hookId}'`)[0].secret.startsWith(`v2.${keyId(W1)}.`));
+  assert.ok((await d1(`SELECT secret FROM webhooks WHERE id = '${hookId}'`))[0].secret.startsWith(`v2.${keyId(W1)}.`));
 
   // During the rotation: new secrets, the previous ones beside them.
   gw = await gateway('during', { KEY_PEPPER: P2, KEY_PEPPER_PREVIOUS: P1, WEBHOOK_SECRETS_KEY: W2, WEBHOOK_SECRETS_KEY_PREVIOUS: W1 });
@@ -105,7 +100,7 @@ test('rotating the pepper and the webhook secrets key loses no key, replay or se
     const me = await call('GET', '/public/v1/me', { base, key: issued.body.key });
     assert.equal(me.status, 200, 'an issued key of before works');
     assert.equal(Number(me.headers.get('x-ratelimit-remaining')), remaining - 1, 'its guard, and its window, kept');
-    const [rehashed] = d1(`SELECT key_hash, guard_hash, pepper FROM api_keys WHERE id = '${issued.body.id}'`);
+    const [rehashed] = await d1(`SELECT key_hash, guard_hash, pepper FROM api_keys WHERE id = '${issued.body.id}'`);
     assert.deepEqual(rehashed, { key_hash: keyHash(P2, issued.body.key), guard_hash: keyHash(P1, issued.body.key), pepper: keyId(P2) });
     assert.equal((await call('GET', '/public/v1/me', { base, key: owner })).status, 200, 'the owner key of before works');
     const left = await call('GET', '/admin/v1/keys/previous-pepper', { base, key: ADMIN });
@@ -121,7 +116,7 @@ test('rotating the pepper and the webhook secrets key loses no key, replay or se
     fresh = await call('POST', '/public/v1/keys', { base, key: owner, body: { type: 'server', name: 'during' } });
     assert.equal(fresh.status, 201, fresh.text);
     assert.equal((await call('GET', '/public/v1/me', { base, key: fresh.body.key })).status, 200);
-    const [row] = d1(`SELECT key_hash FROM api_keys WHERE id = '${fresh.body.id}'`);
+    const [row] = await d1(`SELECT key_hash FROM api_keys WHERE id = '${fresh.body.id}'`);
     assert.equal(row.key_hash, keyHash(P2, fresh.body.key), 'a new key is hashed under the new pepper');
     assert.equal((await call('POST', '/public/v1/contacts', { base, key: owner, body: { name: 'During' } })).status, 201);
     assert.ok(await signedWith(2, whsec), 'a secret sealed under the previous key signs');
@@ -132,7 +127,7 @@ test('rotating the pepper and the webhook secrets key loses no key, replay or se
   } finally {
     gw.stop();
   }
-  assert.ok(d1(`SELECT secret FROM webhooks WHERE id = '${hookId}'`)[0].secret.startsWith(`v2.${keyId(W2)}.`), 'the cron re-sealed the secret under the new key');
+  assert.ok((await d1(`SELECT secret FROM webhooks WHERE id = '${hookId}'`))[0].secret.startsWith(`v2.${keyId(W2)}.`), 'the cron re-sealed the secret under the new key');
 
   // After: the previous webhook key and pepper removed.
   gw = await gateway('after', { KEY_PEPPER: P2, WEBHOOK_SECRETS_KEY: W2 });
