@@ -24,8 +24,9 @@ async function r2(key) {
   return out.status === 0 ? readFileSync(file, 'utf8') : null;
 }
 
-test('usage counts the billable requests, exports each closed period once as CloudEvents and an event, and reconciles to 0 with late rows', { timeout: 300_000 }, async () => {
+test('usage counts the billable requests, exports each closed period once as CloudEvents and an event, and reconciles to 0 with late rows', { timeout: 300_000 }, async (t) => {
   const hooks = await receiver();
+  t.after(() => hooks.close());
   // The events `path` received, each once: a delivery retried (its answer was late) repeats its webhook-id.
   const events = (path) => [...new Map(hooks.requestsTo(path).map((r) => [r.headers['webhook-id'], r])).values()];
   const { projectId, owner } = await createProject('usage', { plan: 'metered' });
@@ -151,7 +152,6 @@ test('usage counts the billable requests, exports each closed period once as Clo
   assert.equal(await r2(`usage/${projectId}/${iso(period)}.adjustment-2.ndjson`), null);
   assert.equal(events(usagePath).length, 2, 'no second event');
   assert.equal(hooks.requestsTo(everythingPath).filter((r) => JSON.parse(r.body).type.startsWith('usage.')).length, 0, '"*" takes no usage events');
-  await hooks.close();
 });
 
 test('an origin may not send the gateway\'s usage events', async () => {
