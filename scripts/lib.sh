@@ -10,7 +10,6 @@ step() { printf '\n\033[1m==> %s\033[0m  [%ds]\n' "$*" "$SECONDS"; }
 note() { printf '    %s\n' "$*"; }
 die() { printf '\033[31merror:\033[0m %s\n' "$*" >&2; exit 1; }
 
-# The wasm-bindgen library version resolved in Cargo.lock.
 # The failed tests of a `node --test --test-reporter=spec` log, short: each one's name and the
 # first lines of its error, without stack frames (CI shows only the end of a run's output).
 failing_tests() {
@@ -23,6 +22,7 @@ failing_tests() {
     shown < 6 { print "      " substr($0, 1, 200); shown++ }'
 }
 
+# The wasm-bindgen library version resolved in Cargo.lock.
 wasm_bindgen_version() {
   awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' "$ROOT/Cargo.lock"
 }
