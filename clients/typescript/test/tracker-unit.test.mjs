@@ -213,6 +213,36 @@ test('keepalive with a browser key: ?key= and text/plain; a gateway that answers
   assert.deepEqual(drops, []);
 });
 
+test('a flush waits for the answer to an unload\'s request still in flight: its events removed when stored, sent again when it failed', async () => {
+  for (const [status, sentByFlush] of [[202, 2], [503, 4]]) {
+    let release;
+    const late = new Promise((r) => { release = r; });
+    const calls = [];
+    const fetch = async (url, init) => {
+      const { batch } = JSON.parse(init.body);
+      calls.push(batch.map((b) => b.event_id));
+      if (init.keepalive) {
+        await late; // the unload's request is answered late (a loaded machine)
+        if (status !== 202) return new Response(JSON.stringify({ error: { code: 'UNAVAILABLE', retryable: true } }), { status });
+      }
+      return new Response(JSON.stringify(accept(batch)), { status: 202 });
+    };
+    const t = tracker({ fetch });
+    // Two of them fill the unload's 64 KB budget.
+    const ids = Array.from({ length: 4 }, (_, i) => t.track('e', { i, pad: 'x'.repeat(25_000) }, { userId: 'u' }));
+    await t.writing;
+    t.unload(); // what pagehide does (private in TypeScript)
+    const flushed = t.flush();
+    await new Promise((r) => setTimeout(r, 50));
+    release();
+    const r = await flushed;
+    assert.deepEqual([r.sent, r.remaining], [sentByFlush, 0], `the unload answered ${status}`);
+    assert.deepEqual(calls[0], ids.slice(0, 2), 'the unload took the oldest');
+    assert.deepEqual(calls[1], ids.slice(2), 'the flush did not send what the unload\'s request held');
+    assert.deepEqual(calls.slice(2), status === 202 ? [] : [ids.slice(0, 2)], 'what the unload could not send, the flush did');
+  }
+});
+
 test('a server key never goes in the query', async () => {
   const f = fake((batch) => [202, accept(batch)]);
   const t = tracker(f);

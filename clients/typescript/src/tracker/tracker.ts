@@ -89,6 +89,8 @@ export class Tracker {
   private seq = 0;
   private writing: Promise<void> = Promise.resolve();
   private running: Promise<unknown> = Promise.resolve();
+  /** The unload's requests still unanswered (each ends within the sender's timeout). */
+  private unloading: Promise<unknown> = Promise.resolve();
   private busy = false;
   private notBefore = 0;
   /** Failed background sends in a row (their backoff grows across intervals). */
@@ -154,7 +156,8 @@ export class Tracker {
 
   /**
    * Sends what is queued, waiting out retryable failures (`Retry-After`, backoff) up to
-   * `maxAttempts` in a row; events still unsent stay queued. Flushes run one after the other.
+   * `maxAttempts` in a row, and the answer of a request the page's unload sent meanwhile;
+   * events still unsent stay queued. Flushes run one after the other.
    */
   flush(): Promise<FlushResult> {
     const run = this.running.then(() => this.locked(true));
@@ -228,7 +231,9 @@ export class Tracker {
       .filter((i) => !this.inFlight.has(i.id) && i.at >= this.now() - MAX_AGE_MS && (anon || this.ided(i)))
       .sort(byAge);
     const batch = pack(items, this.maxBatch, KEEPALIVE_BUDGET, true);
-    if (batch.length) void this.send(batch, true, { sent: 0, duplicates: 0, rejected: 0, dropped: 0, remaining: 0 }).catch(() => undefined);
+    if (!batch.length) return;
+    const sent = this.send(batch, true, { sent: 0, duplicates: 0, rejected: 0, dropped: 0, remaining: 0 }).catch(() => undefined);
+    this.unloading = Promise.all([this.unloading, sent]);
   }
 
   /** Whether the item names its visitor already (identify always needs the anonymous id). */
@@ -276,7 +281,13 @@ export class Tracker {
         continue;
       }
       const batch = pack(read, limit, BODY_BUDGET, false);
-      if (!batch.length) break;
+      if (!batch.length) {
+        // An explicit flush waits for an unload's request still in flight: its events are
+        // removed when it is answered, or sent by this flush when it failed.
+        if (!wait || !this.inFlight.size) break;
+        await this.unloading;
+        continue;
+      }
       const out = await this.send(batch, false, r);
       if (out.ok) {
         if (!out.again.length) {
