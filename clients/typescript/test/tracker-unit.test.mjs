@@ -243,6 +243,21 @@ test('a flush waits for the answer to an unload\'s request still in flight: its 
   }
 });
 
+test('the wait for an unload\'s answer ends with the request timeout, even when fetch ignores its signal', async () => {
+  const fetch = async (url, init) => {
+    if (init.keepalive) return new Promise(() => {}); // never answered, never aborted
+    return new Response(JSON.stringify(accept(JSON.parse(init.body).batch)), { status: 202 });
+  };
+  const t = tracker({ fetch }, { timeoutMs: 100 });
+  for (let i = 0; i < 4; i += 1) t.track('e', { i, pad: 'x'.repeat(25_000) }, { userId: 'u' });
+  await t.writing;
+  t.unload();
+  const started = Date.now();
+  const r = await t.flush();
+  assert.deepEqual([r.sent, r.remaining], [2, 2], 'the unload\'s events stay queued');
+  assert.ok(Date.now() - started < 5_000, `${Date.now() - started} ms`);
+});
+
 test('a server key never goes in the query', async () => {
   const f = fake((batch) => [202, accept(batch)]);
   const t = tracker(f);

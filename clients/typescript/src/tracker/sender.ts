@@ -4,6 +4,9 @@
 import { parseRetryAfter, shouldRetry, type Failure } from '../retry.js';
 import type { QueuedItem } from './queue.js';
 
+/** How long a request may go unanswered before it is a timeout (retried), unless `timeoutMs` says. */
+export const TIMEOUT_MS = 30_000;
+
 /** The body budget of one normal send (the gateway takes 512 KiB; room left for the envelope). */
 export const BODY_BUDGET = 500_000;
 /**
@@ -85,7 +88,7 @@ export class Sender {
       // Only what every runtime takes (Cloudflare Workers refuse some RequestInit fields).
       const init: RequestInit = { method: 'POST', headers, body };
       if (keepalive) init.keepalive = true;
-      if (typeof AbortSignal.timeout === 'function') init.signal = AbortSignal.timeout(this.o.timeoutMs ?? 30_000);
+      if (typeof AbortSignal.timeout === 'function') init.signal = AbortSignal.timeout(this.o.timeoutMs ?? TIMEOUT_MS);
       res = await this.o.fetch(url, init);
       answer = await res.json().catch(() => undefined);
     } catch (e) {

@@ -6,7 +6,7 @@ import { DEFAULT_MAX_ATTEMPTS, nextWait, retryDelay, type Failure } from '../ret
 import { uuid } from '../uuid.js';
 import { IndexedDbQueue } from './idb-queue.js';
 import { MemoryQueue, byAge, type Queue, type QueuedItem } from './queue.js';
-import { BODY_BUDGET, KEEPALIVE_BUDGET, Sender, pack, type Outcome, type Rejection } from './sender.js';
+import { BODY_BUDGET, KEEPALIVE_BUDGET, Sender, TIMEOUT_MS, pack, type Outcome, type Rejection } from './sender.js';
 
 /** Events older than this when they would be sent are dropped (the gateway de-duplicates for 48 h). */
 export const MAX_AGE_MS = 47 * 3600 * 1000;
@@ -90,7 +90,7 @@ export class Tracker {
   private writing: Promise<void> = Promise.resolve();
   private running: Promise<unknown> = Promise.resolve();
   /** The unload's requests still unanswered (each ends within the sender's timeout). */
-  private unloading: Promise<unknown> = Promise.resolve();
+  private unloading: Promise<void> = Promise.resolve();
   private busy = false;
   private notBefore = 0;
   /** Failed background sends in a row (their backoff grows across intervals). */
@@ -172,6 +172,8 @@ export class Tracker {
     for (const [target, type, fn] of this.listeners) target.removeEventListener(type, fn);
     await this.writing;
     await this.running;
+    // A late answer to the unload's request still removes its events (not sent again later).
+    await this.unloaded();
     this.queue.close?.();
   }
 
@@ -233,7 +235,7 @@ export class Tracker {
     const batch = pack(items, this.maxBatch, KEEPALIVE_BUDGET, true);
     if (!batch.length) return;
     const sent = this.send(batch, true, { sent: 0, duplicates: 0, rejected: 0, dropped: 0, remaining: 0 }).catch(() => undefined);
-    this.unloading = Promise.all([this.unloading, sent]);
+    this.unloading = Promise.all([this.unloading, sent]).then(() => undefined);
   }
 
   /** Whether the item names its visitor already (identify always needs the anonymous id). */
@@ -271,6 +273,7 @@ export class Tracker {
     const r: FlushResult = { sent: 0, duplicates: 0, rejected: 0, dropped: 0, remaining: 0 };
     let attempt = wait ? 0 : this.streak;
     let limit = this.maxBatch;
+    let waited = false;
     for (;;) {
       const read = (await this.queue.read(this.maxBatch + this.inFlight.size)).filter((i) => !this.inFlight.has(i.id));
       const old = read.filter((i) => i.at < this.now() - MAX_AGE_MS);
@@ -284,8 +287,8 @@ export class Tracker {
       if (!batch.length) {
         // An explicit flush waits for an unload's request still in flight: its events are
         // removed when it is answered, or sent by this flush when it failed.
-        if (!wait || !this.inFlight.size) break;
-        await this.unloading;
+        if (!wait || !this.inFlight.size || waited) break;
+        waited = await this.unloaded();
         continue;
       }
       const out = await this.send(batch, false, r);
@@ -320,6 +323,20 @@ export class Tracker {
     if (!wait || attempt === 0) this.streak = attempt;
     r.remaining = await this.queue.count();
     return r;
+  }
+
+  /**
+   * Waits for the unload's requests to be answered, at most the request timeout (a `fetch` that
+   * ignores its signal, or a runtime without `AbortSignal.timeout`, still ends the wait).
+   */
+  private async unloaded(): Promise<true> {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const deadline = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, this.o.timeoutMs ?? TIMEOUT_MS);
+    });
+    await Promise.race([this.unloading, deadline]);
+    clearTimeout(timer);
+    return true;
   }
 
   /** One request; its answer applied to the queue and counted in `r`. */
