@@ -288,7 +288,8 @@ export class Tracker {
         // An explicit flush waits for an unload's request still in flight: its events are
         // removed when it is answered, or sent by this flush when it failed.
         if (!wait || !this.inFlight.size || waited) break;
-        waited = await this.unloaded();
+        await this.unloaded();
+        waited = true;
         continue;
       }
       const out = await this.send(batch, false, r);
@@ -329,14 +330,13 @@ export class Tracker {
    * Waits for the unload's requests to be answered, at most the request timeout (a `fetch` that
    * ignores its signal, or a runtime without `AbortSignal.timeout`, still ends the wait).
    */
-  private async unloaded(): Promise<true> {
+  private async unloaded(): Promise<void> {
     let timer: ReturnType<typeof setTimeout> | undefined;
     const deadline = new Promise<void>((resolve) => {
       timer = setTimeout(resolve, this.o.timeoutMs ?? TIMEOUT_MS);
     });
     await Promise.race([this.unloading, deadline]);
     clearTimeout(timer);
-    return true;
   }
 
   /** One request; its answer applied to the queue and counted in `r`. */
