@@ -305,6 +305,8 @@ export async function receiver(respond = () => ({ status: 200, body: 'ok' }), { 
     const request = { method: req.method, url: req.url, path: req.url.split('?')[0], headers: req.headers, at: Date.now(), closedAt: null };
     res.on('close', () => { request.closedAt = Date.now(); });
     const chunks = [];
+    // A request the gateway breaks off (a body over its limit) just ends here, unrecorded.
+    req.on('error', () => {});
     req.on('data', (c) => chunks.push(c));
     req.on('end', async () => {
       request.raw = Buffer.concat(chunks);

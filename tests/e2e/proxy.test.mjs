@@ -287,6 +287,30 @@ test('an answer handed to the runtime in one call keeps every header and byte: n
   assert.ok(sized.bytes.equals(EVERY_BYTE), 'an answer of declared length comes through unchanged');
 });
 
+test('a request handed to the runtime in one call keeps every header and byte: non-ASCII, binary, 1 MiB, empty', async () => {
+  const { server } = await businessProject();
+  const upload = async (name, body, headers = {}) => {
+    const res = await fetch(`${process.env.GATEHOUSE_URL}/e2e-base/upload/${name}`, {
+      method: 'POST', body, headers: { authorization: `Bearer ${server.key}`, 'content-type': 'application/octet-stream', ...headers },
+    });
+    assert.equal(res.status, 200, name);
+    const seen = await res.json();
+    assert.equal(seen.verified, true, `${name}: the origin verified the signature`);
+    assert.equal(seen.length, body.length, `${name}: every byte reached the origin`);
+    assert.equal(seen.sha256, createHash('sha256').update(body).digest('hex'), `${name}: the same bytes`);
+    // Held whole up to 1 MiB, so its hash is signed.
+    assert.equal(seen.headers['x-gatehouse-content-sha256'], seen.sha256, `${name}: the body's hash is signed`);
+    return seen;
+  };
+  const binary = await upload('binary', EVERY_BYTE, { 'x-name': UTF8_VALUE, 'x-empty': '' });
+  assert.equal(binary.headers['x-name'], UTF8_VALUE, 'the header\'s bytes reach the origin unchanged');
+  assert.equal(binary.headers['x-empty'], '');
+  assert.equal(binary.headers['content-type'], 'application/octet-stream');
+  await upload('mib', ONE_MIB);
+  const empty = await upload('empty', Buffer.alloc(0));
+  assert.equal(empty.method, 'POST');
+});
+
 test('key types, required keys and the body limit are enforced before the origin is called', async () => {
   const { owner } = await businessProject();
   const browser = await createKey(owner.key, 'browser');
@@ -514,6 +538,37 @@ test('a 64 MiB body streams to the origin through constant wasm memory (at most 
   const small = await send(`small-${crypto.randomUUID()}`, 2 * MiB);
   const big = await send(`big-${crypto.randomUUID()}`, 64 * MiB);
   assert.ok(big - small <= 4 * MiB, `wasm memory ${small} → ${big} bytes for a 64 MiB body`);
+});
+
+test('a chunked body that streams past the route\'s max_body_bytes ends the origin call: 413', { timeout: 120_000 }, async () => {
+  // No Content-Length, so nothing refuses it up front: the stream handed to the origin's fetch
+  // breaks at the byte past /e2e-base/'s 100,000,000, and the origin's request with it.
+  const { server } = await businessProject();
+  const LIMIT = 100_000_000;
+  const chunk = Buffer.alloc(1024 * 1024, 3);
+  const url = new URL(`${process.env.GATEHOUSE_URL}/e2e-base/upload/over`);
+  const answer = await new Promise((resolve, reject) => {
+    const req = request(url, { method: 'POST', headers: { authorization: `Bearer ${server.key}`, 'content-type': 'application/octet-stream' } }, (res) => {
+      const chunks = [];
+      res.on('data', (c) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode, text: Buffer.concat(chunks).toString() }));
+    });
+    req.on('error', reject);
+    // One byte past the limit, and no more: the gateway reads every byte sent before it answers.
+    let left = LIMIT + 1;
+    const more = () => {
+      while (left > 0) {
+        const part = left >= chunk.length ? chunk : chunk.subarray(0, left);
+        left -= part.length;
+        if (!req.write(part)) return req.once('drain', more);
+      }
+      req.end();
+    };
+    more();
+  });
+  assert.equal(answer.status, 413, answer.text);
+  assert.equal(JSON.parse(answer.text).error.code, 'PAYLOAD_TOO_LARGE');
+  assert.equal(hitsOf('/base/e2e-base/upload/over').length, 0, 'the origin saw the request break off, never a body that ended');
 });
 
 test('headers claiming a 99 MB body with an unknown or missing key are answered 401 at once, the body never read', async () => {
