@@ -287,7 +287,7 @@ test('an answer handed to the runtime in one call keeps every header and byte: n
   assert.ok(sized.bytes.equals(EVERY_BYTE), 'an answer of declared length comes through unchanged');
 });
 
-test('a request handed to the runtime in one call keeps every header and byte: non-ASCII, binary, 1 MiB, empty', async () => {
+test('a request reaches the origin with every header and byte: non-ASCII, binary, 1 MiB, empty', async () => {
   const { server } = await businessProject();
   const upload = async (name, body, headers = {}) => {
     const res = await fetch(`${process.env.GATEHOUSE_URL}/e2e-base/upload/${name}`, {

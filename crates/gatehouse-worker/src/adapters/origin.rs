@@ -4,15 +4,19 @@
 //! A request body over 1 MiB streams to the origin from the client's own stream (JavaScript
 //! pulls it chunk by chunk; wasm memory never holds it), cut at the route's `max_body_bytes`.
 
+use std::pin::pin;
 use std::rc::Rc;
+use std::time::Duration;
 
+use futures_util::future::{select, Either};
 use futures_util::StreamExt;
 use js_sys::Uint8Array;
 use wasm_bindgen::prelude::wasm_bindgen;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::JsValue;
 use wasm_bindgen_futures::JsFuture;
-use worker::{ByteStream, Env, Response};
+use worker::web_sys::AbortController;
+use worker::{ByteStream, Delay, Env, Response};
 
 use super::body::BodyRest;
 use super::clock::now_ms;
@@ -22,7 +26,7 @@ use gatehouse_core::ports::{
 use gatehouse_core::upstream::{OriginTarget, STORED_ANSWER_LIMIT};
 
 #[wasm_bindgen(inline_js = r#"
-export function continued(head, source, limit, state) {
+export function continued(head, source, limit, state, request) {
   const reader = source instanceof ReadableStream ? source.getReader() : source;
   let sent = head.byteLength;
   let first = head.byteLength > 0 ? head : null;
@@ -36,7 +40,7 @@ export function continued(head, source, limit, state) {
         // An errored body alone may end the origin's request as if complete: abort it, so the
         // origin sees the connection break off, never a short body.
         state.tooLarge = true;
-        state.abort?.();
+        request.abort();
         controller.error(new Error("the request body is over the route's max_body_bytes"));
         return;
       }
@@ -47,37 +51,18 @@ export function continued(head, source, limit, state) {
 export function wentOver(state) {
   return state.tooLarge === true;
 }
-export function forward(method, url, head, body, service, limit, timeoutMs, state) {
-  const controller = new AbortController();
-  state.abort = () => controller.abort();
-  let timer;
-  const deadline = new Promise((resolve) => {
-    timer = setTimeout(() => { controller.abort(); resolve(null); }, timeoutMs);
-  });
-  const answer = exchange(method, url, head, body, service, limit, controller.signal);
-  return Promise.race([answer, deadline]).finally(() => clearTimeout(timer));
-}
-async function exchange(method, url, head, body, service, limit, signal) {
-  let request;
-  try {
-    const headers = new Headers();
-    const lines = head.split("\n");
-    for (let i = 0; i + 1 < lines.length; i += 2) headers.append(lines[i], lines[i + 1]);
-    request = new Request(url, { method, headers, body, redirect: "manual", signal });
-  } catch (e) {
-    throw new Error(`the request could not be made: ${e}`);
-  }
+export async function fetchAnswer(request, service, limit) {
   const response = await (service ? service.fetch(request) : fetch(request));
-  let answerHead = "";
-  for (const [name, value] of response.headers) answerHead += name + "\n" + value + "\n";
-  if (response.body === null) return [response.status, answerHead, new Uint8Array(0), null];
+  let head = "";
+  for (const [name, value] of response.headers) head += name + "\n" + value + "\n";
+  if (response.body === null) return [response.status, head, new Uint8Array(0), null];
   const reader = response.body.getReader();
   const chunks = [];
   let read = 0;
   try {
     while (read <= limit) {
       const next = await reader.read();
-      if (next.done) return [response.status, answerHead, joined(chunks, read), null];
+      if (next.done) return [response.status, head, joined(chunks, read), null];
       chunks.push(next.value);
       read += next.value.byteLength;
     }
@@ -91,7 +76,7 @@ async function exchange(method, url, head, body, service, limit, signal) {
     },
     cancel(reason) { return reader.cancel(reason); },
   });
-  return [response.status, answerHead, joined(chunks, read), new Response(rest)];
+  return [response.status, head, joined(chunks, read), new Response(rest)];
 }
 function joined(chunks, length) {
   if (chunks.length === 1) return chunks[0];
@@ -103,27 +88,25 @@ function joined(chunks, length) {
 extern "C" {
     /// A stream of `head`, then the rest of `source` (a reader or an unread stream), that errors
     /// at the byte past `limit`, sets `state.tooLarge` and aborts the request it is the body of
-    /// (`forward` puts that in `state.abort`).
-    fn continued(head: &Uint8Array, source: &JsValue, limit: f64, state: &js_sys::Object) -> JsValue;
+    /// (through `request`, its `AbortController`).
+    fn continued(
+        head: &Uint8Array,
+        source: &JsValue,
+        limit: f64,
+        state: &js_sys::Object,
+        request: &AbortController,
+    ) -> JsValue;
     #[wasm_bindgen(js_name = wentOver)]
     fn went_over(state: &js_sys::Object) -> bool;
-    /// Sends the request (`head`: its headers as `name\nvalue\n…`; `body`: undefined, bytes or a
-    /// stream; through `service`, a service binding, when it is not undefined), no redirects
-    /// followed, and resolves, in one crossing, to `[status, head, bytes, rest]`: the answer's
-    /// headers as `head` is, its body's bytes up to the first chunk past `limit`, and `null` when
-    /// that was all, else a `Response` whose body is the rest. Resolves to `null` when that took
-    /// longer than `timeout_ms` (the subrequest is then aborted); the rest streams on untimed.
-    #[wasm_bindgen(catch)]
-    #[allow(clippy::too_many_arguments)]
-    fn forward(
-        method: &str,
-        url: &str,
-        head: &str,
-        body: &JsValue,
+    /// Sends `request` (through `service`, a service binding, when it is not undefined) and
+    /// resolves, in one crossing, to `[status, head, bytes, rest]`: the answer's headers as
+    /// `name\nvalue\n…` (neither may hold a line feed), its body's bytes up to the first chunk
+    /// past `limit`, and `null` when that was all, else a `Response` whose body is the rest.
+    #[wasm_bindgen(catch, js_name = fetchAnswer)]
+    fn fetch_answer(
+        request: &worker::web_sys::Request,
         service: &JsValue,
         limit: f64,
-        timeout_ms: f64,
-        state: &js_sys::Object,
     ) -> Result<js_sys::Promise, JsValue>;
 }
 
@@ -154,35 +137,34 @@ impl Origin for OriginClient {
 
 impl OriginClient {
     /// The request sent and its answer's head read (the whole answer, when it is small), within
-    /// the route's timeout: one crossing each way.
+    /// the route's timeout.
     async fn exchange(&self, request: OriginRequest<'_>) -> OriginOutcome {
+        let Ok(controller) = AbortController::new() else {
+            return OriginOutcome::Unreachable("the request could not be made: no AbortController".into());
+        };
         let body_state = js_sys::Object::new();
-        let sent = outgoing_body(&request, &body_state).and_then(|body| {
+        let streamed = matches!(request.body, OutgoingBody::Streamed { .. });
+        let sent = build(&request, &controller, &body_state).and_then(|outgoing| {
             let service = match request.target {
                 OriginTarget::Url(_) => JsValue::UNDEFINED,
                 OriginTarget::Service(binding) => self.env.service(binding)?.into_rpc(),
             };
-            let promise = forward(
-                request.method,
-                &request.url,
-                &header_lines(&request.headers),
-                &body,
-                &service,
-                STORED_ANSWER_LIMIT as f64,
-                request.timeout_ms as f64,
-                &body_state,
-            )?;
-            Ok(JsFuture::from(promise))
+            Ok(JsFuture::from(fetch_answer(&outgoing, &service, STORED_ANSWER_LIMIT as f64)?))
         });
-        let answer = match sent {
-            Ok(sent) => sent.await,
+        let sent = match sent {
+            Ok(sent) => sent,
             Err(e) => return OriginOutcome::Unreachable(format!("the request could not be made: {e}")),
         };
-        let answer: js_sys::Array = match answer {
-            _ if went_over(&body_state) => return OriginOutcome::BodyTooLarge,
-            Ok(answer) if answer.is_null() => return OriginOutcome::TimedOut,
-            Ok(answer) => answer.unchecked_into(),
-            Err(e) => return OriginOutcome::Unreachable(message(e)),
+        let deadline = Delay::from(Duration::from_millis(request.timeout_ms));
+        let answer: js_sys::Array = match select(pin!(sent), deadline).await {
+            // A streamed body went over its limit, even if the origin answered what it got.
+            Either::Left(_) if streamed && went_over(&body_state) => return OriginOutcome::BodyTooLarge,
+            Either::Left((Ok(answer), _)) => answer.unchecked_into(),
+            Either::Left((Err(e), _)) => return OriginOutcome::Unreachable(message(e)),
+            Either::Right(_) => {
+                controller.abort();
+                return OriginOutcome::TimedOut;
+            }
         };
         let status = answer.get(0).as_f64().unwrap_or_default() as u16;
         let headers = header_pairs(&answer.get(1).as_string().unwrap_or_default());
@@ -205,43 +187,46 @@ impl OriginClient {
     }
 }
 
-/// The outgoing request's body: none for GET and HEAD or an empty one, the bytes held, or the
-/// client's stream continued (which marks `body_state` when it goes over its limit).
-fn outgoing_body(request: &OriginRequest<'_>, body_state: &js_sys::Object) -> worker::Result<JsValue> {
-    if matches!(request.method, "GET" | "HEAD") {
-        return Ok(JsValue::UNDEFINED);
+/// The outgoing request, made once: method, headers, no redirects, the body, and the controller's
+/// signal (which ends the subrequest when the deadline passes first). A streamed body marks
+/// `body_state` when it went over its limit.
+fn build(
+    request: &OriginRequest<'_>,
+    controller: &AbortController,
+    body_state: &js_sys::Object,
+) -> worker::Result<worker::web_sys::Request> {
+    let headers = worker::web_sys::Headers::new()?;
+    for (name, value) in &request.headers {
+        headers.append(name, value)?;
     }
-    Ok(match &request.body {
-        OutgoingBody::Held([]) => JsValue::UNDEFINED,
-        OutgoingBody::Held(bytes) => Uint8Array::from(*bytes).into(),
-        OutgoingBody::Streamed { head, rest, limit } => {
-            let rest = rest.take::<BodyRest>().ok_or_else(|| {
-                worker::Error::RustError("the rest of the request body was taken already".into())
-            })?;
-            let source: JsValue = match (rest.reader, rest.stream) {
-                (Some(reader), _) => reader.into(),
-                (None, Some(stream)) => stream.into(),
-                (None, None) => JsValue::NULL,
-            };
-            continued(&Uint8Array::from(*head), &source, *limit as f64, body_state)
+    let init = worker::web_sys::RequestInit::new();
+    init.set_method(request.method);
+    init.set_headers(&headers);
+    init.set_redirect(worker::web_sys::RequestRedirect::Manual);
+    init.set_signal(Some(&controller.signal()));
+    if !matches!(request.method, "GET" | "HEAD") {
+        match &request.body {
+            OutgoingBody::Held([]) => {}
+            OutgoingBody::Held(bytes) => init.set_body(&Uint8Array::from(*bytes).into()),
+            OutgoingBody::Streamed { head, rest, limit } => {
+                let rest = rest.take::<BodyRest>().ok_or_else(|| {
+                    worker::Error::RustError("the rest of the request body was taken already".into())
+                })?;
+                let source: JsValue = match (rest.reader, rest.stream) {
+                    (Some(reader), _) => reader.into(),
+                    (None, Some(stream)) => stream.into(),
+                    (None, None) => JsValue::NULL,
+                };
+                let body =
+                    continued(&Uint8Array::from(*head), &source, *limit as f64, body_state, controller);
+                init.set_body(&body);
+            }
         }
-    })
-}
-
-/// The request's headers as `forward` takes them, `name\nvalue\n…` (neither holds a line feed:
-/// the runtime refuses one in a header).
-fn header_lines(headers: &[(String, String)]) -> String {
-    let mut lines = String::with_capacity(headers.iter().map(|(n, v)| n.len() + v.len() + 2).sum());
-    for (name, value) in headers {
-        lines.push_str(name);
-        lines.push('\n');
-        lines.push_str(value);
-        lines.push('\n');
     }
-    lines
+    Ok(worker::web_sys::Request::new_with_str_and_init(&request.url, &init)?)
 }
 
-/// The header pairs of `forward`'s answer, `name\nvalue\n…`.
+/// The header pairs of `fetchAnswer`'s `name\nvalue\n…`.
 fn header_pairs(head: &str) -> Vec<(String, String)> {
     let mut lines = head.split('\n');
     let mut pairs = Vec::new();
