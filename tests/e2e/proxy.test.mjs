@@ -7,6 +7,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 import { request } from 'node:http';
+import { connect } from 'node:net';
 import {
   assertError, assertRequestId, businessProject, call, CLIENT_IP, createKey, createProject, eventually, freshWindow, idemKey, receiver, workerLog,
 } from './harness.mjs';
@@ -569,6 +570,49 @@ test('a chunked body that streams past the route\'s max_body_bytes ends the orig
   assert.equal(answer.status, 413, answer.text);
   assert.equal(JSON.parse(answer.text).error.code, 'PAYLOAD_TOO_LARGE');
   assert.equal(hitsOf('/base/e2e-base/upload/over').length, 0, 'the origin saw the request break off, never a body that ended');
+});
+
+test('a streamed body the client breaks off ends the origin call: the origin never sees it end', { timeout: 60_000 }, async () => {
+  // Content-Length 5 MB, 3 MiB sent, then the client closes its side: the stream handed to the
+  // origin's fetch errors, and the gateway aborts the origin's request rather than ending it.
+  const { server } = await businessProject();
+  const path = `/e2e-base/upload/broken-${crypto.randomUUID()}`;
+  const socket = connect(Number(new URL(process.env.GATEHOUSE_URL).port), '127.0.0.1');
+  await new Promise((resolve, reject) => { socket.once('connect', resolve); socket.once('error', reject); });
+  let answer = '';
+  socket.on('data', (d) => { answer += d; });
+  const closed = new Promise((resolve) => { socket.on('close', resolve); socket.on('error', resolve); });
+  socket.write(`POST ${path} HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${server.key}\r\n`
+    + `cf-connecting-ip: ${CLIENT_IP}\r\ncontent-type: application/octet-stream\r\ncontent-length: 5000000\r\n\r\n`);
+  for (let i = 0; i < 3; i += 1) socket.write(Buffer.alloc(1024 * 1024, 9));
+  socket.end();
+  await Promise.race([closed, new Promise((resolve) => setTimeout(resolve, 15_000))]);
+  socket.destroy();
+  const status = Number(/^HTTP\/1\.1 (\d{3})/.exec(answer)?.[1] ?? 0);
+  assert.ok(status === 0 || status >= 400, `answered ${status}: ${answer.slice(0, 200)}`);
+  // Give a body that ended time to reach the origin's handler.
+  await new Promise((resolve) => setTimeout(resolve, 1_000));
+  assert.equal(hitsOf(`/base${path}`).length, 0, 'the origin saw the request break off, never a body that ended');
+});
+
+test('Expect: 100-continue is not forwarded: the origin\'s interim answer never stands in for its answer', async () => {
+  const { server } = await businessProject();
+  const res = await raw('POST', '/e2e/echo/expect', {
+    authorization: `Bearer ${server.key}`, expect: '100-continue', 'content-type': 'text/plain',
+  }, { body: 'abc' });
+  assert.equal(res.status, 200, JSON.stringify(res.body));
+  assert.equal(res.body.headers.expect, undefined);
+  assert.equal(res.body.body, 'abc');
+  assert.equal(res.body.verified, true);
+});
+
+test('a GET or HEAD with a body is forwarded without it and signed as empty, so the origin\'s check holds', async () => {
+  const { server } = await businessProject();
+  const res = await raw('GET', '/e2e/echo/get-body', { authorization: `Bearer ${server.key}`, 'content-type': 'text/plain' }, { body: 'abc' });
+  assert.equal(res.status, 200, JSON.stringify(res.body));
+  assert.equal(res.body.body, '', 'no body reaches the origin');
+  assert.equal(res.body.headers['x-gatehouse-content-sha256'], createHash('sha256').update('').digest('hex'));
+  assert.equal(res.body.verified, true);
 });
 
 test('headers claiming a 99 MB body with an unknown or missing key are answered 401 at once, the body never read', async () => {

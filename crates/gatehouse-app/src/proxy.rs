@@ -56,6 +56,8 @@ impl<P: Ports> Gateway<'_, P> {
         // What the origin receives, base path included, is what is signed (SPEC §19).
         let origin_path = upstream.origin_path(path_and_query);
         let (signed_body, body) = match &call.rest {
+            // The runtime's fetch sends no body with a GET or HEAD: none is signed either.
+            _ if matches!(method, "GET" | "HEAD") => (SignedBody::Held(&[]), OutgoingBody::Held(&[])),
             None => (SignedBody::Held(&call.body), OutgoingBody::Held(&call.body)),
             Some(rest) => (
                 SignedBody::Streamed,
@@ -101,6 +103,9 @@ impl<P: Ports> Gateway<'_, P> {
             )
             .with_detail("timeout_ms", upstream.timeout_ms)),
             OriginOutcome::BodyTooLarge => Err(ApiError::payload_too_large(upstream.max_body_bytes)),
+            OriginOutcome::BodyBroken(cause) => {
+                Err(ApiError::bad_request("The request body could not be read.").with_detail("cause", cause))
+            }
             OriginOutcome::Unreachable(cause) => {
                 let mut e = ApiError::new(ErrorCode::UpstreamUnavailable, "The origin could not be reached.");
                 e.internal = Some(format!("origin {}: {cause}", upstream.prefix));

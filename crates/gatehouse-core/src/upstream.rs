@@ -358,7 +358,13 @@ pub fn forwarded_request_headers(
     let mut forwarded: Vec<(String, String)> = end_to_end(headers, |n| {
         matches!(
             n,
-            "authorization" | "host" | "content-length" | "x-request-id" | "traceparent" | "tracestate"
+            "authorization"
+                | "host"
+                | "content-length"
+                | "expect"
+                | "x-request-id"
+                | "traceparent"
+                | "tracestate"
         ) || n.starts_with("x-gatehouse-")
             || n.starts_with("cf-")
             || n.starts_with("x-forwarded-")
@@ -596,6 +602,7 @@ mod tests {
             ("CF-Connecting-IP", "203.0.113.9"),
             ("Content-Type", "application/json"),
             ("Idempotency-Key", "k1"),
+            ("Expect", "100-continue"),
             ("X-Trace", "abc"),
         ]);
         let client_trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";

@@ -41,6 +41,9 @@ pub enum OriginOutcome {
     Unreachable(String),
     /// A streamed body went over its limit on the way: the origin call was ended.
     BodyTooLarge,
+    /// The client's stream of a streamed body broke off (the cause is for the answer): the
+    /// origin call was ended, so the origin never saw the body end.
+    BodyBroken(String),
 }
 
 #[derive(Debug)]

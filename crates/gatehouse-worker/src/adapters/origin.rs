@@ -33,12 +33,21 @@ export function continued(head, source, limit, state, request) {
   return new ReadableStream({
     async pull(controller) {
       if (first) { controller.enqueue(first); first = null; return; }
-      const next = reader ? await reader.read() : { done: true };
+      let next;
+      try {
+        next = reader ? await reader.read() : { done: true };
+      } catch (e) {
+        // The client's stream broke off: an errored body alone may end the origin's request as
+        // if complete, so abort it.
+        state.broken = String(e);
+        request.abort();
+        controller.error(e);
+        return;
+      }
       if (next.done) { controller.close(); return; }
       sent += next.value.byteLength;
       if (sent > limit) {
-        // An errored body alone may end the origin's request as if complete: abort it, so the
-        // origin sees the connection break off, never a short body.
+        // Abort the origin's request (as above), so the origin sees it break off, never a short body.
         state.tooLarge = true;
         request.abort();
         controller.error(new Error("the request body is over the route's max_body_bytes"));
@@ -50,6 +59,9 @@ export function continued(head, source, limit, state, request) {
 }
 export function wentOver(state) {
   return state.tooLarge === true;
+}
+export function brokenOff(state) {
+  return state.broken;
 }
 export async function fetchAnswer(request, service, limit) {
   const response = await (service ? service.fetch(request) : fetch(request));
@@ -86,9 +98,10 @@ function joined(chunks, length) {
   return all;
 }"#)]
 extern "C" {
-    /// A stream of `head`, then the rest of `source` (a reader or an unread stream), that errors
-    /// at the byte past `limit`, sets `state.tooLarge` and aborts the request it is the body of
-    /// (through `request`, its `AbortController`).
+    /// A stream of `head`, then the rest of `source` (a reader or an unread stream). At the byte
+    /// past `limit` it sets `state.tooLarge`, when `source` breaks off `state.broken` (the cause),
+    /// and either way it errors and aborts the request it is the body of (through `request`, its
+    /// `AbortController`).
     fn continued(
         head: &Uint8Array,
         source: &JsValue,
@@ -98,6 +111,8 @@ extern "C" {
     ) -> JsValue;
     #[wasm_bindgen(js_name = wentOver)]
     fn went_over(state: &js_sys::Object) -> bool;
+    #[wasm_bindgen(js_name = brokenOff)]
+    fn broken_off(state: &js_sys::Object) -> Option<String>;
     /// Sends `request` (through `service`, a service binding, when it is not undefined) and
     /// resolves, in one crossing, to `[status, head, bytes, rest]`: the answer's headers as
     /// `name\nvalue\n…` (neither may hold a line feed), its body's bytes up to the first chunk
@@ -156,15 +171,26 @@ impl OriginClient {
             Err(e) => return OriginOutcome::Unreachable(format!("the request could not be made: {e}")),
         };
         let deadline = Delay::from(Duration::from_millis(request.timeout_ms));
-        let answer: js_sys::Array = match select(pin!(sent), deadline).await {
-            // A streamed body went over its limit, even if the origin answered what it got.
-            Either::Left(_) if streamed && went_over(&body_state) => return OriginOutcome::BodyTooLarge,
-            Either::Left((Ok(answer), _)) => answer.unchecked_into(),
-            Either::Left((Err(e), _)) => return OriginOutcome::Unreachable(message(e)),
+        let answer = match select(pin!(sent), deadline).await {
+            Either::Left((answer, _)) => answer,
             Either::Right(_) => {
                 controller.abort();
                 return OriginOutcome::TimedOut;
             }
+        };
+        // A streamed body that went over its limit or broke off ends the call, even if the origin
+        // answered what it got.
+        if streamed {
+            if went_over(&body_state) {
+                return OriginOutcome::BodyTooLarge;
+            }
+            if let Some(cause) = broken_off(&body_state) {
+                return OriginOutcome::BodyBroken(cause);
+            }
+        }
+        let answer: js_sys::Array = match answer {
+            Ok(answer) => answer.unchecked_into(),
+            Err(e) => return OriginOutcome::Unreachable(message(e)),
         };
         let status = answer.get(0).as_f64().unwrap_or_default() as u16;
         let headers = header_pairs(&answer.get(1).as_string().unwrap_or_default());
