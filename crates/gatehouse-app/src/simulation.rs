@@ -1223,6 +1223,27 @@ fn a_proxied_body_over_one_mib_streams_unsigned_and_an_idempotent_one_is_refused
     assert_eq!(gateway.origin.received.borrow().len(), calls, "no refused body reached the origin whole");
 }
 
+/// The runtime's `fetch` sends no body with a GET or HEAD, so the gateway neither forwards nor
+/// signs one a client sent: the origin gets no body and the empty body's hash, and its check holds.
+#[test]
+fn a_get_with_a_body_is_forwarded_and_signed_without_it() {
+    let faults = Rc::new(Faults::new(7, 0.0));
+    let (gateway, clock, secrets) = world(&faults, &[KeyType::Server]);
+    for method in ["GET", "HEAD"] {
+        let mut req = request(&clock, method, "/upload/file", &secrets[0], None, "");
+        req.body = Body::whole(b"abc");
+        let answered = answer(&gateway, &faults, req);
+        assert_eq!(answered.status, 201, "{method}");
+        let received = gateway.origin.received.borrow().last().cloned().unwrap();
+        assert!(received.body.is_empty(), "{method}: no body reaches the origin");
+        let empty = {
+            use sha2::Digest;
+            gatehouse_core::encoding::hex(&sha2::Sha256::digest(b""))
+        };
+        assert_eq!(received.header("x-gatehouse-content-sha256"), Some(empty.as_str()), "{method}");
+    }
+}
+
 // Proxy mode (SPEC §15): the origin is a port like any other; the gateway's promise is that a
 // completed key never reaches the origin again.
 
