@@ -36,8 +36,30 @@ dev_var() {
 export CLOUDFLARE_CF_FETCH_ENABLED=false
 export WRANGLER_SEND_METRICS=false
 
+# A port on 127.0.0.1 that nothing listens on, for a server started later. Picked below the
+# kernel's ephemeral range (Linux 32768–60999, macOS 49152–65535): a port from that range can be
+# taken meanwhile as the local end of any outgoing connection (a suite's gateway once failed to
+# start so, minutes after its port was picked), one below it only by a server told to. A script
+# hands each port out once: it lists them in a file of its own ($$ is the script's PID in its
+# subshells too); files a day old are swept.
 free_port() {
-  node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); })'
+  local ports="${TMPDIR:-/tmp}/gatehouse-ports.$$"
+  find "${TMPDIR:-/tmp}" -maxdepth 1 -name 'gatehouse-ports.*' -mmin +1440 -delete 2>/dev/null || true
+  node -e '
+    const { createServer } = require("net");
+    const { appendFileSync, existsSync, readFileSync } = require("fs");
+    const file = process.argv[1];
+    const taken = new Set(existsSync(file) ? readFileSync(file, "utf8").split("\n").filter(Boolean).map(Number) : []);
+    const attempt = (left) => {
+      const port = 20000 + Math.floor(Math.random() * 12000);
+      if (taken.has(port)) return attempt(left);
+      const s = createServer().once("error", () => {
+        if (left > 0) attempt(left - 1); else { console.error("no free port"); process.exit(1); }
+      });
+      s.listen(port, "127.0.0.1", () => { appendFileSync(file, port + "\n"); console.log(port); s.close(); });
+    };
+    attempt(50);
+  ' "$ports"
 }
 
 # The SHA-256 of stdin as "<hex>  -": GNU coreutils' sha256sum, or shasum on macOS and the BSDs.
