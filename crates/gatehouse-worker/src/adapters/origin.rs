@@ -2,7 +2,9 @@
 //! no redirects followed; one deadline of the route's `timeout_ms` for the answer and the first
 //! [`STORED_ANSWER_LIMIT`] bytes of its body; a longer body streams on to the client untimed.
 //! A request body over 1 MiB streams to the origin from the client's own stream (JavaScript
-//! pulls it chunk by chunk; wasm memory never holds it), cut at the route's `max_body_bytes`.
+//! pulls it chunk by chunk; wasm memory never holds it), cut at the route's `max_body_bytes`:
+//! past that byte, or when the client's stream breaks off, the origin's request is aborted (an
+//! errored body alone would end it as if complete).
 
 use std::pin::pin;
 use std::rc::Rc;
