@@ -608,7 +608,7 @@ test('Expect: 100-continue is not forwarded: the origin\'s interim answer never 
 
 test('a GET or HEAD with a body is forwarded without it and signed as empty, so the origin\'s check holds', async () => {
   // Under wrangler dev the worker already sees no body on a GET, so this held before the change
-  // too; on the platform one with a Content-Length may have one. The native simulation
+  // too; on the platform a GET that declares a Content-Length may carry one. The native simulation
   // `a_get_with_a_body_is_forwarded_and_signed_without_it` fails without the change.
   const { server } = await businessProject();
   const res = await raw('GET', '/e2e/echo/get-body', { authorization: `Bearer ${server.key}`, 'content-type': 'text/plain' }, { body: 'abc' });
